@@ -1,0 +1,257 @@
+//! The fault-injectable downstream: its four modes, the `Idempotency-Key` it requires, and the
+//! idempotency contract it keeps (IETF draft "The Idempotency-Key HTTP Header Field", and
+//! Stripe's contract): a key's first successful request applies the write once; a repeat with
+//! the same body gets the stored answer back, flagged as a replay; a repeat with another body is
+//! refused; a repeat while the first is still being processed is told to come back later.
+
+mod ledger;
+
+use rand::{Rng, RngExt};
+use serde::{Deserialize, Serialize};
+
+pub use ledger::{Ledger, Lookup, StoredResponse};
+
+/// The longest latency any mode may be given, so a lab cannot hang for hours.
+const MAX_LATENCY_MS: u64 = 60_000;
+const MAX_RETRY_AFTER_S: u64 = 3_600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Answers 200 after `latency_ms`.
+    Healthy,
+    /// Fails a `failure_rate` share of new requests with 503 + `Retry-After`.
+    Flaky,
+    /// Applies the write at once but answers only after `slow_ms`, past the client's timeout.
+    Slow,
+    /// 503 + `Retry-After` to every new request; nothing is applied.
+    Down,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Healthy => "healthy",
+            Mode::Flaky => "flaky",
+            Mode::Slow => "slow",
+            Mode::Down => "down",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DownstreamSettings {
+    pub mode: Mode,
+    pub latency_ms: [u64; 2],
+    pub failure_rate: f64,
+    pub slow_ms: [u64; 2],
+    pub retry_after_s: u64,
+}
+
+impl Default for DownstreamSettings {
+    fn default() -> Self {
+        DownstreamSettings {
+            mode: Mode::Healthy,
+            latency_ms: [60, 240],
+            failure_rate: 0.5,
+            slow_ms: [2_600, 3_500],
+            retry_after_s: 1,
+        }
+    }
+}
+
+/// A partial update: absent fields keep their value.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DownstreamUpdate {
+    pub mode: Option<Mode>,
+    pub latency_ms: Option<[u64; 2]>,
+    pub failure_rate: Option<f64>,
+    pub slow_ms: Option<[u64; 2]>,
+    pub retry_after_s: Option<u64>,
+}
+
+impl DownstreamSettings {
+    /// The settings with `update` applied, or the first reason they would be unusable.
+    pub fn updated(&self, update: &DownstreamUpdate) -> Result<DownstreamSettings, String> {
+        let next = DownstreamSettings {
+            mode: update.mode.unwrap_or(self.mode),
+            latency_ms: update.latency_ms.unwrap_or(self.latency_ms),
+            failure_rate: update.failure_rate.unwrap_or(self.failure_rate),
+            slow_ms: update.slow_ms.unwrap_or(self.slow_ms),
+            retry_after_s: update.retry_after_s.unwrap_or(self.retry_after_s),
+        };
+        for (name, [min, max]) in [("latency_ms", next.latency_ms), ("slow_ms", next.slow_ms)] {
+            if min > max || max > MAX_LATENCY_MS {
+                return Err(format!("{name} must be [min, max] with min <= max <= {MAX_LATENCY_MS}"));
+            }
+        }
+        if !(0.0..=1.0).contains(&next.failure_rate) {
+            return Err("failure_rate must be between 0 and 1".into());
+        }
+        if next.retry_after_s > MAX_RETRY_AFTER_S {
+            return Err(format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
+        }
+        Ok(next)
+    }
+}
+
+/// A validated `Idempotency-Key`: 1 to 255 visible ASCII characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub const MAX_LEN: usize = 255;
+
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        if raw.is_empty() || raw.len() > Self::MAX_LEN {
+            return Err(format!("Idempotency-Key must be 1 to {} characters", Self::MAX_LEN));
+        }
+        if !raw.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+            return Err("Idempotency-Key must be visible ASCII without spaces".into());
+        }
+        Ok(IdempotencyKey(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What the downstream does with one request, decided atomically against the ledger.
+#[derive(Debug)]
+pub enum Decision {
+    /// A repeat of a key that already succeeded: send the stored answer again.
+    Replay(StoredResponse),
+    /// The key's first request is still being processed (409).
+    InProgress,
+    /// The key was first used with another body (422).
+    BodyMismatch,
+    /// Refused before any work (503 + `Retry-After`); the key stays unused.
+    Unavailable { retry_after_s: u64 },
+    /// The key is reserved; apply the write after `latency_ms`, then answer.
+    Process { latency_ms: u64 },
+    /// Slow mode: the write is already applied; the answer goes out after `answer_after_ms`.
+    AppliedEarly { response: StoredResponse, answer_after_ms: u64 },
+}
+
+/// Decides one request. A new key is reserved in the same step as the check, so two
+/// concurrent requests with one key can never both apply it.
+pub fn decide(
+    ledger: &mut Ledger,
+    settings: &DownstreamSettings,
+    key: &IdempotencyKey,
+    body: &serde_json::Value,
+    now_ms: u64,
+    rng: &mut impl Rng,
+) -> Decision {
+    ledger.count_request();
+    match ledger.lookup(key, body) {
+        Lookup::Done(response) => return Decision::Replay(response),
+        Lookup::InProgress => return Decision::InProgress,
+        Lookup::BodyMismatch => return Decision::BodyMismatch,
+        Lookup::New => {}
+    }
+    let unavailable = Decision::Unavailable { retry_after_s: settings.retry_after_s };
+    match settings.mode {
+        Mode::Down => unavailable,
+        Mode::Flaky if rng.random_bool(settings.failure_rate) => unavailable,
+        Mode::Healthy | Mode::Flaky => {
+            ledger.reserve(key, body.clone());
+            Decision::Process { latency_ms: sample(settings.latency_ms, rng) }
+        }
+        Mode::Slow => {
+            ledger.reserve(key, body.clone());
+            let response = ledger.complete(key, now_ms);
+            Decision::AppliedEarly { response, answer_after_ms: sample(settings.slow_ms, rng) }
+        }
+    }
+}
+
+fn sample([min, max]: [u64; 2], rng: &mut impl Rng) -> u64 {
+    rng.random_range(min..=max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use serde_json::json;
+
+    #[test]
+    fn keys_must_be_short_visible_ascii() {
+        assert!(IdempotencyKey::parse("order-42").is_ok());
+        assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
+        assert!(IdempotencyKey::parse("").is_err());
+        assert!(IdempotencyKey::parse(&"k".repeat(256)).is_err());
+        assert!(IdempotencyKey::parse("has space").is_err());
+    }
+
+    #[test]
+    fn a_key_is_applied_once_and_then_replayed() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut ledger = Ledger::default();
+        let healthy = DownstreamSettings::default();
+        let key = IdempotencyKey::parse("k1").unwrap();
+        let body = json!({"n": 1});
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &key, &body, 0, &mut rng),
+            Decision::Process { latency_ms: 60..=240 }
+        ));
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &key, &body, 0, &mut rng),
+            Decision::InProgress
+        ));
+        let first = ledger.complete(&key, 5);
+        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, 9, &mut rng)
+        else {
+            panic!("expected a replay")
+        };
+        assert_eq!(again, first);
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &key, &json!({"n": 2}), 9, &mut rng),
+            Decision::BodyMismatch
+        ));
+        assert_eq!((ledger.requests(), ledger.applied(), ledger.applied_twice()), (4, 1, 0));
+    }
+
+    #[test]
+    fn down_refuses_without_touching_the_key() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let mut ledger = Ledger::default();
+        let down = DownstreamSettings { mode: Mode::Down, ..Default::default() };
+        let key = IdempotencyKey::parse("k").unwrap();
+        for _ in 0..3 {
+            let decision = decide(&mut ledger, &down, &key, &json!({}), 0, &mut rng);
+            assert!(matches!(decision, Decision::Unavailable { retry_after_s: 1 }));
+        }
+        assert_eq!((ledger.requests(), ledger.applied()), (3, 0));
+    }
+
+    #[test]
+    fn flaky_fails_about_its_failure_rate() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut ledger = Ledger::default();
+        let flaky = DownstreamSettings { mode: Mode::Flaky, ..Default::default() };
+        let failures = (0..2_000)
+            .filter(|i| {
+                let key = IdempotencyKey::parse(&format!("k{i}")).unwrap();
+                let decision = decide(&mut ledger, &flaky, &key, &json!({}), 0, &mut rng);
+                matches!(decision, Decision::Unavailable { .. })
+            })
+            .count();
+        assert!((800..1_200).contains(&failures), "{failures} of 2000 failed");
+    }
+
+    #[test]
+    fn settings_updates_are_validated() {
+        let settings = DownstreamSettings::default();
+        let bad_rate = DownstreamUpdate { failure_rate: Some(1.5), ..Default::default() };
+        assert!(settings.updated(&bad_rate).unwrap_err().contains("failure_rate"));
+        let inverted = DownstreamUpdate { latency_ms: Some([300, 10]), ..Default::default() };
+        assert!(settings.updated(&inverted).unwrap_err().contains("latency_ms"));
+        let down = DownstreamUpdate { mode: Some(Mode::Down), ..Default::default() };
+        assert_eq!(settings.updated(&down).unwrap().mode, Mode::Down);
+    }
+}

@@ -1,0 +1,173 @@
+//! The lab's event log: every change gets the next number, is kept in a bounded window for
+//! `Last-Event-ID` resumes, and is broadcast to live subscribers. Events are serialized once,
+//! when published, and shared by every subscriber.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::downstream::DownstreamSettings;
+use crate::retry::{Policy, Wait};
+use crate::store::{Attempt, Counters, DeadLetter, Message};
+
+/// One change in a lab, as the page and other subscribers receive it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    MessagesCreated {
+        messages: Vec<Message>,
+    },
+    AttemptStarted {
+        message_id: u64,
+        attempt: Attempt,
+        /// The measured wait before this attempt; `None` for the first of a round.
+        waited_ms: Option<u64>,
+    },
+    AttemptFinished {
+        message_id: u64,
+        attempt: Attempt,
+    },
+    WaitScheduled {
+        message_id: u64,
+        round: u32,
+        n: u32,
+        wait: Wait,
+    },
+    Delivered {
+        message_id: u64,
+    },
+    DeadLettered {
+        dead_letter: DeadLetter,
+    },
+    ReplayStarted {
+        messages: Vec<ReplayedMessage>,
+    },
+    DownstreamRequest {
+        key: String,
+        status: u16,
+        applied: bool,
+        replayed: bool,
+        detail: &'static str,
+    },
+    SettingsChanged {
+        downstream: DownstreamSettings,
+        policy: Policy,
+    },
+    Reset {
+        snapshot: serde_json::Value,
+    },
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplayedMessage {
+    pub id: u64,
+    pub round: u32,
+}
+
+/// An event as sent: its number and its JSON.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub id: u64,
+    pub data: Arc<str>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    #[serde(flatten)]
+    event: &'a Event,
+    at_ms: u64,
+    counters: Counters,
+}
+
+/// Where a new subscriber starts.
+pub enum Start {
+    /// The events after the subscriber's `Last-Event-ID`, all still in the window.
+    Resume(Vec<Published>),
+    /// The window no longer reaches back far enough (or there was no id): start from a snapshot.
+    Snapshot,
+}
+
+pub struct EventLog {
+    last_id: u64,
+    window: VecDeque<Published>,
+    capacity: usize,
+    sender: broadcast::Sender<Published>,
+}
+
+impl EventLog {
+    /// `capacity` events are kept for resumes; a subscriber more than `lag` events behind
+    /// is resynchronised with a snapshot.
+    pub fn new(capacity: usize, lag: usize) -> Self {
+        let (sender, _) = broadcast::channel(lag.max(1));
+        EventLog { last_id: 0, window: VecDeque::new(), capacity: capacity.max(1), sender }
+    }
+
+    pub fn last_id(&self) -> u64 {
+        self.last_id
+    }
+
+    /// Numbers, stores and broadcasts one event. The caller holds the lab's lock, so ids are
+    /// handed out in the order the changes happened.
+    pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Published {
+        self.last_id += 1;
+        let data = serde_json::to_string(&Envelope { event, at_ms, counters })
+            .expect("events serialize: they hold only plain data");
+        let published = Published { id: self.last_id, data: data.into() };
+        if self.window.len() == self.capacity {
+            self.window.pop_front();
+        }
+        self.window.push_back(published.clone());
+        // No subscribers is not an error: the event is still in the window.
+        let _ = self.sender.send(published.clone());
+        published
+    }
+
+    /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
+    pub fn subscribe(&self, after: Option<u64>) -> (Start, broadcast::Receiver<Published>) {
+        let receiver = self.sender.subscribe();
+        let start = match after {
+            Some(after) if after == self.last_id => Start::Resume(Vec::new()),
+            Some(after)
+                if after < self.last_id
+                    && self.window.front().is_some_and(|first| first.id <= after + 1) =>
+            {
+                Start::Resume(self.window.iter().filter(|e| e.id > after).cloned().collect())
+            }
+            _ => Start::Snapshot,
+        };
+        (start, receiver)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish_n(log: &mut EventLog, n: u64) {
+        for id in 0..n {
+            log.publish(&Event::Delivered { message_id: id }, 0, Counters::default());
+        }
+    }
+
+    #[test]
+    fn resume_returns_exactly_the_missed_events() {
+        let mut log = EventLog::new(10, 10);
+        publish_n(&mut log, 6);
+        let (Start::Resume(missed), _) = log.subscribe(Some(3)) else { panic!("resume") };
+        assert_eq!(missed.iter().map(|e| e.id).collect::<Vec<_>>(), [4, 5, 6]);
+        assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn a_gap_past_the_window_or_an_unknown_id_needs_a_snapshot() {
+        let mut log = EventLog::new(4, 4);
+        publish_n(&mut log, 10);
+        assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot), "7..10 kept, 3 lost");
+        assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.len() == 4));
+        assert!(matches!(log.subscribe(Some(5)).0, Start::Snapshot), "6 is no longer kept");
+        assert!(matches!(log.subscribe(Some(99)).0, Start::Snapshot), "id from the future");
+        assert!(matches!(log.subscribe(None).0, Start::Snapshot));
+    }
+}

@@ -1,0 +1,41 @@
+//! The retrylab server: reads its settings, binds, serves until SIGINT or SIGTERM.
+
+use clap::Parser;
+use retrylab::config::Config;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
+    let config = Config::parse();
+    let address = config.listen_addr();
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e} (choose another with --addr)"))
+    })?;
+    let shown = listener.local_addr()?;
+    println!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)");
+    retrylab::serve(listener, config.limits, shutdown_signal()).await?;
+    println!("retrylab stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {},
+        _ = terminate => {},
+    }
+}

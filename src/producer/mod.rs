@@ -1,0 +1,159 @@
+//! The producer: the client side of the lab. It delivers each message to the lab's downstream
+//! route over real HTTP, exactly as an outside client would, following the lab's retry policy:
+//! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
+//! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+
+use crate::lab::Lab;
+use crate::retry::{self, AttemptResult, Verdict};
+use crate::store::{AttemptEnd, Outcome};
+
+/// Sends messages; cheap to clone.
+#[derive(Clone)]
+pub struct Producer {
+    client: reqwest::Client,
+    /// This server's own address: the producer never calls any other host.
+    base_url: Arc<str>,
+}
+
+impl Producer {
+    pub fn new(base_url: String) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            // Loopback only: a proxy from the environment must not sit in between.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Producer { client, base_url: base_url.into() })
+    }
+
+    /// Starts delivering the given messages, each in its own task the lab can stop.
+    pub fn start(&self, lab: &Arc<Lab>, ids: Vec<u64>) {
+        for id in ids {
+            let (producer, lab_ref) = (self.clone(), lab.clone());
+            let task = tokio::spawn(async move {
+                producer.deliver(&lab_ref, id).await;
+                lab_ref.untrack(id, tokio::task::id());
+            });
+            lab.track(id, task.abort_handle());
+        }
+    }
+
+    /// One round of delivery: attempts until delivered, given up, or out of budget.
+    async fn deliver(&self, lab: &Lab, id: u64) {
+        let Some((key, _round)) = lab.message_key(id) else { return };
+        let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
+        // The same body on every attempt: the downstream refuses a key reused with another.
+        let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
+        let mut rng = StdRng::from_rng(&mut rand::rng());
+        let mut previous_wait = None;
+        for n in 1.. {
+            let policy = lab.policy();
+            let Ok(slot) = lab.request_slots.acquire().await else { return };
+            let started = Instant::now();
+            if !lab.attempt_started(id, n) {
+                return; // the lab was reset
+            }
+            let sent = self.send(&url, &key, &body, policy.timeout_ms).await;
+            drop(slot);
+            let end = AttemptEnd {
+                duration_ms: started.elapsed().as_millis() as u64,
+                status: sent.status,
+                outcome: sent.outcome,
+                replayed: sent.replayed,
+                retry_after_s: sent.retry_after_s,
+            };
+            lab.attempt_finished(id, end);
+            match retry::classify(sent.result) {
+                Verdict::Delivered => {
+                    lab.delivered(id);
+                    break;
+                }
+                Verdict::GiveUp => {
+                    lab.dead_lettered(id, format!("not retryable: {}", sent.describe(policy.timeout_ms)));
+                    break;
+                }
+                Verdict::Retry if n >= policy.max_attempts => {
+                    let last = sent.describe(policy.timeout_ms);
+                    lab.dead_lettered(id, format!("gave up after {n} attempts; last: {last}"));
+                    break;
+                }
+                Verdict::Retry => {
+                    let wait = retry::plan_wait(
+                        &policy.backoff(),
+                        policy.retry_after_rule(),
+                        n,
+                        previous_wait,
+                        sent.retry_after_s,
+                        &mut rng,
+                    );
+                    lab.wait_scheduled(id, wait);
+                    previous_wait = Some(wait.chosen_ms);
+                    tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;
+                }
+            }
+        }
+    }
+
+    async fn send(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> Sent {
+        let request = self
+            .client
+            .post(url)
+            .header("Idempotency-Key", key)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_owned())
+            .timeout(Duration::from_millis(timeout_ms));
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return Sent::failed(&e),
+        };
+        let status = response.status().as_u16();
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+        let replayed = header("idempotent-replayed") == Some("true");
+        let retry_after_s = header(RETRY_AFTER.as_str()).and_then(retry::parse_retry_after);
+        // The deadline covers the body too: a reply cut off mid-body is not a success.
+        if let Err(e) = response.bytes().await {
+            return Sent::failed(&e);
+        }
+        Sent {
+            result: AttemptResult::Response { status },
+            status: Some(status),
+            outcome: if (200..300).contains(&status) { Outcome::Ok } else { Outcome::HttpError },
+            replayed,
+            retry_after_s,
+        }
+    }
+}
+
+/// What one attempt brought back.
+struct Sent {
+    result: AttemptResult,
+    status: Option<u16>,
+    outcome: Outcome,
+    replayed: bool,
+    retry_after_s: Option<u64>,
+}
+
+impl Sent {
+    fn failed(error: &reqwest::Error) -> Self {
+        let (result, outcome) = if error.is_timeout() {
+            (AttemptResult::Timeout, Outcome::Timeout)
+        } else {
+            (AttemptResult::TransportError, Outcome::TransportError)
+        };
+        Sent { result, status: None, outcome, replayed: false, retry_after_s: None }
+    }
+
+    fn describe(&self, timeout_ms: u64) -> String {
+        match self.result {
+            AttemptResult::Response { status } => format!("HTTP {status}"),
+            AttemptResult::Timeout => format!("no answer within {timeout_ms} ms"),
+            AttemptResult::TransportError => "connection failed".into(),
+        }
+    }
+}

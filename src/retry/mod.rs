@@ -1,0 +1,286 @@
+//! Pure retry math: the backoff formulas with their jitter, the `Retry-After` floor, and the
+//! classification of an attempt's result. Nothing here does I/O or reads a clock: every
+//! function takes the attempt number, the previous delay and an RNG, so the formulas can be
+//! checked with seeded RNGs and read next to the reference formulas.
+//!
+//! Formulas (attempt `a` is the 1-based number of the attempt that just failed):
+//! - nominal: `min(cap, base * 2^(a-1))` (800, 1600, 3200 ms with the defaults)
+//! - none: `nominal`
+//! - full: `uniform(0, nominal)` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)
+//! - equal: `nominal/2 + uniform(0, nominal/2)`
+//! - decorrelated: `min(cap, uniform(base, 3 * previous))`, previous starting at `base`
+
+mod policy;
+
+pub use policy::{Policy, PolicyUpdate};
+use rand::{Rng, RngExt};
+use serde::{Deserialize, Serialize};
+
+/// How a wait is spread around its nominal value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Jitter {
+    None,
+    Full,
+    Equal,
+    Decorrelated,
+}
+
+/// The backoff formula: a jitter kind over an exponential curve with a ceiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub jitter: Jitter,
+    pub base_ms: u64,
+    pub cap_ms: u64,
+}
+
+/// The range a jittered wait is drawn from, inclusive at both ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Band {
+    pub low_ms: u64,
+    pub high_ms: u64,
+}
+
+impl Backoff {
+    /// `min(cap, base * 2^(attempt-1))`, saturating instead of overflowing.
+    pub fn nominal_ms(&self, attempt: u32) -> u64 {
+        let factor = 1u64.checked_shl(attempt.saturating_sub(1)).unwrap_or(u64::MAX);
+        self.base_ms.saturating_mul(factor).min(self.cap_ms)
+    }
+
+    /// The band the wait after `attempt` is drawn from. `previous_ms` is the wait chosen
+    /// last time (only decorrelated jitter uses it; it starts at `base`).
+    pub fn band(&self, attempt: u32, previous_ms: Option<u64>) -> Band {
+        let nominal = self.nominal_ms(attempt);
+        match self.jitter {
+            Jitter::None => Band { low_ms: nominal, high_ms: nominal },
+            Jitter::Full => Band { low_ms: 0, high_ms: nominal },
+            Jitter::Equal => Band { low_ms: nominal / 2, high_ms: nominal },
+            Jitter::Decorrelated => {
+                let previous = previous_ms.unwrap_or(self.base_ms).max(self.base_ms);
+                let high = previous.saturating_mul(3).min(self.cap_ms);
+                Band { low_ms: self.base_ms.min(high), high_ms: high }
+            }
+        }
+    }
+}
+
+/// Why the client waited as long as it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// The jittered backoff decided.
+    Backoff,
+    /// The server's `Retry-After` was longer than the jittered backoff and set the floor.
+    RetryAfter,
+}
+
+/// The plan for one pause between attempts, with every number that went into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    pub nominal_ms: u64,
+    pub low_ms: u64,
+    pub high_ms: u64,
+    /// The value sampled from the band.
+    pub chosen_ms: u64,
+    /// The honoured `Retry-After`, after its cap; `None` when there was none or it is ignored.
+    pub floor_ms: Option<u64>,
+    /// What the client means to wait: `max(chosen, floor)`.
+    pub planned_ms: u64,
+    pub reason: WaitReason,
+}
+
+/// How the client treats a `Retry-After` it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfterRule {
+    pub honor: bool,
+    /// A server cannot make the client wait longer than this.
+    pub cap_ms: u64,
+}
+
+/// Plans the wait after the failed attempt number `attempt` (1-based).
+///
+/// `Retry-After` (RFC 9110 §10.2.3) is a floor, not a replacement: the jittered wait still
+/// spreads clients out, and the server's hint only stops them coming back too early.
+pub fn plan_wait(
+    backoff: &Backoff,
+    rule: RetryAfterRule,
+    attempt: u32,
+    previous_ms: Option<u64>,
+    retry_after_s: Option<u64>,
+    rng: &mut impl Rng,
+) -> Wait {
+    let band = backoff.band(attempt, previous_ms);
+    let chosen_ms = rng.random_range(band.low_ms..=band.high_ms);
+    let floor_ms = retry_after_s
+        .filter(|_| rule.honor)
+        .map(|s| s.saturating_mul(1000).min(rule.cap_ms));
+    let (planned_ms, reason) = match floor_ms {
+        Some(floor) if floor > chosen_ms => (floor, WaitReason::RetryAfter),
+        _ => (chosen_ms, WaitReason::Backoff),
+    };
+    Wait {
+        nominal_ms: backoff.nominal_ms(attempt),
+        low_ms: band.low_ms,
+        high_ms: band.high_ms,
+        chosen_ms,
+        floor_ms,
+        planned_ms,
+        reason,
+    }
+}
+
+/// What came back from one attempt, as the client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptResult {
+    Response { status: u16 },
+    Timeout,
+    TransportError,
+}
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Delivered,
+    /// Transient: worth another attempt if the budget allows.
+    Retry,
+    /// Permanent: retrying cannot help, dead-letter now.
+    GiveUp,
+}
+
+/// Transport errors, timeouts, 5xx, 408 (request timeout), 409 (the key is still being
+/// processed) and 429 (throttled) are transient; every other 4xx is the client's own fault
+/// and will fail the same way again.
+pub fn classify(result: AttemptResult) -> Verdict {
+    match result {
+        AttemptResult::Response { status } if (200..300).contains(&status) => Verdict::Delivered,
+        AttemptResult::Response { status: 408 | 409 | 429 } => Verdict::Retry,
+        AttemptResult::Response { status } if status >= 500 => Verdict::Retry,
+        AttemptResult::Response { .. } => Verdict::GiveUp,
+        AttemptResult::Timeout | AttemptResult::TransportError => Verdict::Retry,
+    }
+}
+
+/// Reads a `Retry-After` given as delay-seconds. HTTP-dates are not parsed: this lab's
+/// downstream only sends seconds, and an unreadable value is treated as absent.
+pub fn parse_retry_after(value: &str) -> Option<u64> {
+    value.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    const DEFAULT: Backoff = Backoff { jitter: Jitter::Equal, base_ms: 800, cap_ms: 30_000 };
+    const HONOR: RetryAfterRule = RetryAfterRule { honor: true, cap_ms: 30_000 };
+
+    #[test]
+    fn nominal_doubles_from_the_base_and_stops_at_the_cap() {
+        let nominal: Vec<u64> = (1..=3).map(|a| DEFAULT.nominal_ms(a)).collect();
+        assert_eq!(nominal, [800, 1600, 3200]);
+        let capped = Backoff { cap_ms: 2000, ..DEFAULT };
+        assert_eq!(capped.nominal_ms(3), 2000);
+        assert_eq!(capped.nominal_ms(200), 2000, "a huge attempt number must not overflow");
+    }
+
+    #[test]
+    fn equal_jitter_fills_the_upper_half_of_the_nominal_delay() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for attempt in 1..=3 {
+            let nominal = DEFAULT.nominal_ms(attempt);
+            let (mut lower_half, mut upper_half) = (0, 0);
+            for _ in 0..10_000 {
+                let wait = plan_wait(&DEFAULT, HONOR, attempt, None, None, &mut rng);
+                assert!(
+                    (nominal / 2..=nominal).contains(&wait.chosen_ms),
+                    "attempt {attempt}: {} outside [{}, {nominal}]",
+                    wait.chosen_ms,
+                    nominal / 2
+                );
+                assert_eq!((wait.low_ms, wait.high_ms), (nominal / 2, nominal));
+                assert_eq!(wait.planned_ms, wait.chosen_ms);
+                assert_eq!(wait.reason, WaitReason::Backoff);
+                if wait.chosen_ms < nominal * 3 / 4 {
+                    lower_half += 1;
+                } else {
+                    upper_half += 1;
+                }
+            }
+            // Uniform over the band: each half holds about 5,000 of the 10,000 samples.
+            assert!(lower_half > 4_000 && upper_half > 4_000, "{lower_half} / {upper_half}");
+        }
+    }
+
+    #[test]
+    fn full_and_decorrelated_jitter_stay_in_their_bands() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let full = Backoff { jitter: Jitter::Full, ..DEFAULT };
+        let decorrelated = Backoff { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 5_000 };
+        let mut previous = None;
+        for attempt in 1..=2_000 {
+            let f = plan_wait(&full, HONOR, 2, None, None, &mut rng);
+            assert!(f.chosen_ms <= 1600);
+            let d = plan_wait(&decorrelated, HONOR, attempt, previous, None, &mut rng);
+            let prev = previous.unwrap_or(100).max(100);
+            assert!(d.chosen_ms >= 100 && d.chosen_ms <= (prev * 3).min(5_000), "{d:?}");
+            previous = Some(d.chosen_ms);
+        }
+        let none = Backoff { jitter: Jitter::None, ..DEFAULT };
+        assert_eq!(plan_wait(&none, HONOR, 2, None, None, &mut rng).chosen_ms, 1600);
+    }
+
+    #[test]
+    fn retry_after_is_a_floor_under_the_jittered_wait() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for _ in 0..1_000 {
+            // Attempt 1: the band is [400, 800], so a 1 s Retry-After always wins.
+            let wait = plan_wait(&DEFAULT, HONOR, 1, None, Some(1), &mut rng);
+            assert_eq!(wait.floor_ms, Some(1000));
+            assert_eq!(wait.planned_ms, 1000);
+            assert_eq!(wait.reason, WaitReason::RetryAfter);
+            assert!(wait.chosen_ms <= 800, "the jittered value is still recorded");
+            // Attempt 3: the band is [1600, 3200], above the floor, so backoff decides.
+            let wait = plan_wait(&DEFAULT, HONOR, 3, None, Some(1), &mut rng);
+            assert_eq!(wait.planned_ms, wait.chosen_ms);
+            assert_eq!(wait.reason, WaitReason::Backoff);
+        }
+    }
+
+    #[test]
+    fn retry_after_is_capped_and_can_be_ignored() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let capped = RetryAfterRule { honor: true, cap_ms: 2_500 };
+        let wait = plan_wait(&DEFAULT, capped, 1, None, Some(3600), &mut rng);
+        assert_eq!((wait.floor_ms, wait.planned_ms), (Some(2_500), 2_500));
+        let ignored = RetryAfterRule { honor: false, cap_ms: 30_000 };
+        let wait = plan_wait(&DEFAULT, ignored, 1, None, Some(5), &mut rng);
+        assert_eq!(wait.floor_ms, None);
+        assert!(wait.planned_ms <= 800);
+    }
+
+    #[test]
+    fn classification_retries_transients_and_gives_up_on_client_errors() {
+        use AttemptResult::*;
+        for status in [200, 201, 204] {
+            assert_eq!(classify(Response { status }), Verdict::Delivered);
+        }
+        for status in [408, 409, 429, 500, 502, 503, 504] {
+            assert_eq!(classify(Response { status }), Verdict::Retry, "{status}");
+        }
+        for status in [301, 400, 401, 403, 404, 413, 422] {
+            assert_eq!(classify(Response { status }), Verdict::GiveUp, "{status}");
+        }
+        assert_eq!(classify(Timeout), Verdict::Retry);
+        assert_eq!(classify(TransportError), Verdict::Retry);
+    }
+
+    #[test]
+    fn retry_after_reads_delay_seconds_only() {
+        assert_eq!(parse_retry_after("1"), Some(1));
+        assert_eq!(parse_retry_after(" 120 "), Some(120));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! The lab's retry policy: which backoff formula, how many attempts, how long each may take,
+//! and how a `Retry-After` is treated. Updates are partial and validated before they apply.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Backoff, Jitter, RetryAfterRule};
+
+/// Upper bounds that keep a policy inside what a lab can show (and a person can wait for).
+const MAX_ATTEMPTS: u32 = 20;
+const MAX_DELAY_MS: u64 = 10 * 60 * 1000;
+const MAX_TIMEOUT_MS: u64 = 60 * 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Policy {
+    pub jitter: Jitter,
+    pub base_ms: u64,
+    pub cap_ms: u64,
+    /// Attempts per round, the first included; after the last, the message is dead-lettered.
+    pub max_attempts: u32,
+    /// Whole-request deadline of one attempt; running past it is a failed attempt.
+    pub timeout_ms: u64,
+    pub honor_retry_after: bool,
+    pub retry_after_cap_ms: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            jitter: Jitter::Equal,
+            base_ms: 800,
+            cap_ms: 30_000,
+            max_attempts: 4,
+            timeout_ms: 2_000,
+            honor_retry_after: true,
+            retry_after_cap_ms: 30_000,
+        }
+    }
+}
+
+/// A partial update: absent fields keep their value.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    pub jitter: Option<Jitter>,
+    pub base_ms: Option<u64>,
+    pub cap_ms: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    pub honor_retry_after: Option<bool>,
+    pub retry_after_cap_ms: Option<u64>,
+}
+
+impl Policy {
+    pub fn backoff(&self) -> Backoff {
+        Backoff { jitter: self.jitter, base_ms: self.base_ms, cap_ms: self.cap_ms }
+    }
+
+    pub fn retry_after_rule(&self) -> RetryAfterRule {
+        RetryAfterRule { honor: self.honor_retry_after, cap_ms: self.retry_after_cap_ms }
+    }
+
+    /// The policy with `update` applied, or the first reason it would be unusable.
+    pub fn updated(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+        let next = Policy {
+            jitter: update.jitter.unwrap_or(self.jitter),
+            base_ms: update.base_ms.unwrap_or(self.base_ms),
+            cap_ms: update.cap_ms.unwrap_or(self.cap_ms),
+            max_attempts: update.max_attempts.unwrap_or(self.max_attempts),
+            timeout_ms: update.timeout_ms.unwrap_or(self.timeout_ms),
+            honor_retry_after: update.honor_retry_after.unwrap_or(self.honor_retry_after),
+            retry_after_cap_ms: update.retry_after_cap_ms.unwrap_or(self.retry_after_cap_ms),
+        };
+        next.validate()?;
+        Ok(next)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(format!("max_attempts must be 1 to {MAX_ATTEMPTS}"));
+        }
+        if self.base_ms > MAX_DELAY_MS || self.cap_ms > MAX_DELAY_MS {
+            return Err(format!("base_ms and cap_ms must be at most {MAX_DELAY_MS}"));
+        }
+        if self.base_ms > self.cap_ms {
+            return Err("base_ms must not exceed cap_ms".into());
+        }
+        if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return Err(format!("timeout_ms must be 1 to {MAX_TIMEOUT_MS}"));
+        }
+        if self.retry_after_cap_ms > MAX_DELAY_MS {
+            return Err(format!("retry_after_cap_ms must be at most {MAX_DELAY_MS}"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_merge_and_reject_unusable_values() {
+        let policy = Policy::default();
+        let faster = PolicyUpdate { base_ms: Some(10), timeout_ms: Some(50), ..Default::default() };
+        let next = policy.updated(&faster).unwrap();
+        assert_eq!((next.base_ms, next.timeout_ms, next.max_attempts), (10, 50, 4));
+
+        let zero = PolicyUpdate { max_attempts: Some(0), ..Default::default() };
+        assert!(policy.updated(&zero).unwrap_err().contains("max_attempts"));
+        let inverted = PolicyUpdate { base_ms: Some(5_000), cap_ms: Some(100), ..Default::default() };
+        assert!(policy.updated(&inverted).unwrap_err().contains("base_ms"));
+    }
+}

@@ -1,0 +1,135 @@
+//! The JSON control API: create a lab, read its snapshot, change the downstream and the
+//! policy, send bursts, replay dead letters, reset.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::error::AppError;
+use super::{AppState, LabPath};
+use crate::dlq;
+use crate::downstream::{DownstreamSettings, DownstreamUpdate};
+use crate::lab::BurstError;
+use crate::retry::{Policy, PolicyUpdate};
+
+#[derive(Serialize)]
+pub struct Created {
+    id: String,
+    url: String,
+}
+
+pub async fn create_lab(State(app): State<AppState>) -> Result<Response, AppError> {
+    let lab = app.labs.create().map_err(lab_limit)?;
+    let url = format!("/labs/{}", lab.id);
+    let created = Created { id: lab.id.to_string(), url: url.clone() };
+    Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
+}
+
+pub fn lab_limit(max: usize) -> AppError {
+    AppError::Limit {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        limit: "max_labs",
+        detail: format!("this server already holds {max} labs (max_labs); try again later"),
+    }
+}
+
+pub async fn snapshot(LabPath(lab): LabPath) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
+}
+
+pub async fn set_downstream(
+    LabPath(lab): LabPath,
+    payload: Result<Json<DownstreamUpdate>, JsonRejection>,
+) -> Result<Json<DownstreamSettings>, AppError> {
+    let Json(update) = payload?;
+    let (downstream, _) = lab
+        .modify_settings(|downstream, policy| Ok((downstream.updated(&update)?, *policy)))
+        .map_err(AppError::Unprocessable)?;
+    Ok(Json(downstream))
+}
+
+pub async fn set_policy(
+    LabPath(lab): LabPath,
+    payload: Result<Json<PolicyUpdate>, JsonRejection>,
+) -> Result<Json<Policy>, AppError> {
+    let Json(update) = payload?;
+    let (_, policy) = lab
+        .modify_settings(|downstream, policy| Ok((*downstream, policy.updated(&update)?)))
+        .map_err(AppError::Unprocessable)?;
+    Ok(Json(policy))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstRequest {
+    count: u64,
+}
+
+#[derive(Serialize)]
+pub struct Accepted {
+    message_ids: Vec<u64>,
+}
+
+pub async fn burst(
+    State(app): State<AppState>,
+    LabPath(lab): LabPath,
+    payload: Result<Json<BurstRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Accepted>), AppError> {
+    let Json(request) = payload?;
+    let count = usize::try_from(request.count).unwrap_or(usize::MAX);
+    let ids = lab.accept_burst(count).map_err(|e| match e {
+        BurstError::Count { max } => AppError::Limit {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            limit: "max_burst",
+            detail: format!("count must be 1 to {max} (max_burst); send a smaller burst"),
+        },
+        BurstError::LabFull { max, held } => AppError::Limit {
+            status: StatusCode::CONFLICT,
+            limit: "max_messages_per_lab",
+            detail: format!(
+                "this lab holds {held} messages and takes at most {max} (max_messages_per_lab); reset the lab first"
+            ),
+        },
+    })?;
+    app.producer.start(&lab, ids.clone());
+    Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    ids: Option<Vec<u64>>,
+}
+
+pub async fn replay(
+    State(app): State<AppState>,
+    LabPath(lab): LabPath,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Accepted>), AppError> {
+    let request: ReplayRequest = json_or_default(&body?)?;
+    let ids = dlq::replay(&lab, &app.producer, request.ids.as_deref()).map_err(|missing| {
+        AppError::NotFound(format!("not in the dead-letter queue: {missing:?}; nothing was replayed"))
+    })?;
+    Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
+}
+
+pub async fn reset(LabPath(lab): LabPath) -> Response {
+    lab.reset();
+    ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
+}
+
+/// An optional JSON body: empty means the defaults.
+fn json_or_default<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, AppError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let detail = format!("the body is not valid here: {e}");
+        if e.is_data() { AppError::Unprocessable(detail) } else { AppError::BadRequest(detail) }
+    })
+}

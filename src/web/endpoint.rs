@@ -1,0 +1,78 @@
+//! `POST /labs/{lab}/downstream`: the fault-injectable endpoint the producer calls, answering
+//! by the lab's downstream mode and keeping the idempotency contract.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::LabPath;
+use super::error::AppError;
+use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
+
+pub async fn downstream(
+    LabPath(lab): LabPath,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let refuse = |status: u16, detail: &'static str, error: AppError| {
+        lab.downstream_refused(status, detail);
+        error
+    };
+    let body = body?;
+    let key = headers
+        .get("idempotency-key")
+        .ok_or_else(|| {
+            refuse(400, "no Idempotency-Key", AppError::BadRequest("the Idempotency-Key header is required".into()))
+        })?
+        .to_str()
+        .map_err(|_| "Idempotency-Key must be visible ASCII".to_owned())
+        .and_then(IdempotencyKey::parse)
+        .map_err(|e| refuse(400, "malformed Idempotency-Key", AppError::BadRequest(e)))?;
+    let body: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        refuse(400, "body is not JSON", AppError::BadRequest(format!("the body must be JSON: {e}")))
+    })?;
+
+    let (decision, epoch) = lab.downstream_decide(&key, &body);
+    match decision {
+        Decision::Replay(stored) => Ok(answer(stored, true)),
+        Decision::InProgress => Err(AppError::Conflict(
+            "a request with this Idempotency-Key is still being processed; retry later".into(),
+        )),
+        Decision::BodyMismatch => Err(AppError::Unprocessable(
+            "this Idempotency-Key was first used with a different body".into(),
+        )),
+        Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+            retry_after_s,
+            detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
+        }),
+        Decision::AppliedEarly { response, answer_after_ms } => {
+            tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
+            Ok(answer(response, false))
+        }
+        Decision::Process { latency_ms } => {
+            // The write runs in its own task: axum drops this handler's future when the client
+            // hangs up, and a write that has begun must still land with its key.
+            let work = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                lab.downstream_complete(&key, epoch)
+            });
+            match work.await {
+                Ok(Some(stored)) => Ok(answer(stored, false)),
+                _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
+            }
+        }
+    }
+}
+
+/// The stored answer, byte for byte, flagged when it is a replay.
+fn answer(stored: StoredResponse, replayed: bool) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], stored.body).into_response();
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}

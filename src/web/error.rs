@@ -1,0 +1,108 @@
+//! Errors as HTTP answers. Every error a route returns is an `AppError`, sent as
+//! `application/problem+json` (RFC 9457) with `type`, `title`, `status` and `detail`.
+//!
+//! When to use which: `BadRequest` for input that cannot be read (syntax, a missing header),
+//! `Unprocessable` for well-formed input with unusable values, `NotFound` for an unknown lab or
+//! id, `Conflict` when the lab's current state refuses the request, `Limit` when a named limit
+//! is reached (the answer names it and says what to do), `Unavailable` for the downstream's own
+//! injected failures. `Internal` is logged and never shows its cause to the client.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+#[derive(Debug)]
+pub enum AppError {
+    BadRequest(String),
+    NotFound(String),
+    Conflict(String),
+    Unprocessable(String),
+    Limit { status: StatusCode, limit: &'static str, detail: String },
+    /// Keeps the status a framework rejection chose (413, 415, ...).
+    Rejected { status: StatusCode, detail: String },
+    Unavailable { retry_after_s: u64, detail: String },
+    Internal(String),
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<&'static str>,
+}
+
+impl AppError {
+    fn parts(&self) -> (StatusCode, &str, Option<&'static str>) {
+        match self {
+            AppError::BadRequest(d) => (StatusCode::BAD_REQUEST, d, None),
+            AppError::NotFound(d) => (StatusCode::NOT_FOUND, d, None),
+            AppError::Conflict(d) => (StatusCode::CONFLICT, d, None),
+            AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
+            AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
+            AppError::Rejected { status, detail } => (*status, detail, None),
+            AppError::Unavailable { detail, .. } => (StatusCode::SERVICE_UNAVAILABLE, detail, None),
+            AppError::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side", None)
+            }
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        if let AppError::Internal(cause) = &self {
+            tracing::error!(%cause, "internal error");
+        }
+        let (status, detail, limit) = self.parts();
+        let title = status.canonical_reason().unwrap_or("Error");
+        let kind = match limit {
+            Some(limit) => format!("/problems/limit/{limit}"),
+            None => format!("/problems/{}", title.to_lowercase().replace(' ', "-")),
+        };
+        let problem = Problem { kind, title, status: status.as_u16(), detail, limit };
+        let mut response = (status, Json(problem)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let AppError::Unavailable { retry_after_s, .. } = self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let detail = rejection.body_text();
+        match status {
+            StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+            StatusCode::UNPROCESSABLE_ENTITY => AppError::Unprocessable(detail),
+            StatusCode::BAD_REQUEST => AppError::BadRequest(detail),
+            status if status.is_client_error() => AppError::Rejected { status, detail },
+            _ => AppError::Internal(detail),
+        }
+    }
+}
+
+impl From<BytesRejection> for AppError {
+    fn from(rejection: BytesRejection) -> Self {
+        match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+            status => AppError::Rejected { status, detail: rejection.body_text() },
+        }
+    }
+}
+
+fn too_large() -> AppError {
+    AppError::Limit {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        limit: "max_body_bytes",
+        detail: "the request body is larger than this server accepts (max_body_bytes); send a smaller body".into(),
+    }
+}

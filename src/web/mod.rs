@@ -1,0 +1,99 @@
+//! The HTTP face of retrylab: one route table, the shared state, and the middleware.
+//! Handlers are grouped by resource: `api` (the JSON control API), `endpoint` (the
+//! fault-injectable downstream), `events` (SSE), `pages` (HTML and static assets).
+
+mod api;
+mod endpoint;
+pub mod error;
+mod events;
+mod pages;
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::routing::{get, post, put};
+use tokio::sync::watch;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use crate::config::Limits;
+use crate::lab::{Lab, LabId, Labs};
+use crate::producer::Producer;
+use error::AppError;
+
+pub struct App {
+    pub labs: Labs,
+    pub producer: Producer,
+    pub limits: Limits,
+    /// Flips to `true` when the server is shutting down, so open event streams end.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+#[derive(Clone)]
+pub struct AppState(pub Arc<App>);
+
+impl Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+/// The whole route table.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.limits.max_body_bytes;
+    Router::new()
+        .route("/", get(pages::new_lab))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/static/{file}", get(pages::asset))
+        .route("/labs/{lab}", get(pages::lab))
+        .route("/labs/{lab}/downstream", post(endpoint::downstream))
+        .route("/api/labs", post(api::create_lab))
+        .route("/api/labs/{lab}", get(api::snapshot))
+        .route("/api/labs/{lab}/downstream", put(api::set_downstream))
+        .route("/api/labs/{lab}/policy", put(api::set_policy))
+        .route("/api/labs/{lab}/bursts", post(api::burst))
+        .route("/api/labs/{lab}/dead-letters/replay", post(api::replay))
+        .route("/api/labs/{lab}/reset", post(api::reset))
+        .route("/api/labs/{lab}/events", get(events::stream))
+        .fallback(|| async { AppError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async {
+            AppError::Rejected {
+                status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                detail: "this route does not take that method".into(),
+            }
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(security_header(
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+             connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        ))
+        .layer(security_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .layer(security_header(header::REFERRER_POLICY, "no-referrer"))
+        .with_state(state)
+}
+
+fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {
+    SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
+}
+
+/// A lab named by the `{lab}` path segment: 400 if it is not a lab id, 404 if unknown.
+pub struct LabPath(pub Arc<Lab>);
+
+impl FromRequestParts<AppState> for LabPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let id = LabId::parse(&raw).map_err(AppError::BadRequest)?;
+        state.labs.get(&id).map(LabPath).ok_or_else(|| {
+            AppError::NotFound(format!("there is no lab {id}; open / to start a new one"))
+        })
+    }
+}

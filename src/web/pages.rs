@@ -1,0 +1,68 @@
+//! HTML pages and the static assets they load. Assets are compiled into the binary, so the
+//! server runs from any directory with nothing beside it.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+
+use super::AppState;
+use super::api::lab_limit;
+use super::error::AppError;
+use crate::lab::LabId;
+use crate::store::Counters;
+
+#[derive(Template, WebTemplate)]
+#[template(path = "lab.html")]
+struct LabPage {
+    lab_id: String,
+    mode: String,
+    counters: Counters,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "not_found.html")]
+struct NotFoundPage {
+    detail: String,
+}
+
+/// `GET /`: every visit starts a fresh lab.
+pub async fn new_lab(State(app): State<AppState>) -> Result<Redirect, AppError> {
+    let lab = app.labs.create().map_err(lab_limit)?;
+    Ok(Redirect::to(&format!("/labs/{}", lab.id)))
+}
+
+pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Response {
+    let lab = LabId::parse(&raw).ok().and_then(|id| app.labs.get(&id));
+    let Some(lab) = lab else {
+        let detail = "There is no lab at this address. Labs live in this server's memory, so a \
+                      restart or a mistyped link leaves nothing here.";
+        return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
+    };
+    let mode = lab.downstream_mode().as_str().to_owned();
+    LabPage { lab_id: lab.id.to_string(), mode, counters: lab.counters() }.into_response()
+}
+
+/// Every file under `static/`, with its content type.
+pub const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.js", JS, include_str!("../../static/app.js")),
+    ("stream.js", JS, include_str!("../../static/stream.js")),
+    ("model.js", JS, include_str!("../../static/model.js")),
+    ("controls.js", JS, include_str!("../../static/controls.js")),
+    ("timeline.js", JS, include_str!("../../static/timeline.js")),
+    ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
+    ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
+    ("trace.js", JS, include_str!("../../static/trace.js")),
+    ("style.css", "text/css; charset=utf-8", include_str!("../../static/style.css")),
+];
+
+const JS: &str = "text/javascript; charset=utf-8";
+
+pub async fn asset(Path(file): Path<String>) -> Result<Response, AppError> {
+    let (_, content_type, body) = ASSETS
+        .iter()
+        .find(|(name, _, _)| *name == file)
+        .ok_or_else(|| AppError::NotFound(format!("no static file named {file}")))?;
+    Ok(([(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, "no-cache")], *body).into_response())
+}
