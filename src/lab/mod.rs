@@ -157,10 +157,12 @@ impl Lab {
         (opening, receiver)
     }
 
-    /// A snapshot with its event id, for a subscriber that fell behind.
-    pub fn resync(&self) -> (u64, String) {
+    /// A fresh subscription that starts from a snapshot, for a subscriber that fell behind:
+    /// the snapshot and the new receiver are taken under one lock, so nothing falls between.
+    pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
         let state = self.lock();
-        (state.log.last_id(), self.snapshot_view(&state))
+        let (_, receiver) = state.log.subscribe(None);
+        (state.log.last_id(), self.snapshot_view(&state), receiver)
     }
 
     /// Applies a settings change computed from the current settings, or returns its error.

@@ -24,10 +24,26 @@ pub struct StreamQuery {
     last_event_id: Option<u64>,
 }
 
+/// What a subscriber sends next.
+#[derive(Debug)]
+enum Outgoing {
+    Live(Published),
+    Snapshot { id: u64, json: String },
+}
+
+impl Outgoing {
+    fn into_event(self) -> Event {
+        match self {
+            Outgoing::Live(published) => Event::default().id(published.id.to_string()).data(&*published.data),
+            Outgoing::Snapshot { id, json } => Event::default().event("snapshot").id(id.to_string()).data(json),
+        }
+    }
+}
+
 struct Subscriber {
     lab: Arc<Lab>,
     receiver: Receiver<Published>,
-    pending: VecDeque<Event>,
+    pending: VecDeque<Outgoing>,
     last_id: u64,
     shutdown: watch::Receiver<bool>,
 }
@@ -42,25 +58,29 @@ pub async fn stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .or(query.last_event_id);
-    let (opening, receiver) = lab.subscribe(resume_after);
-    let (pending, last_id) = match opening {
-        Opening::Resume(events) => {
-            let last = events.last().map_or(resume_after.unwrap_or(0), |e| e.id);
-            (events.iter().map(live_event).collect(), last)
-        }
-        Opening::Snapshot { id, json } => (VecDeque::from([snapshot_event(id, json)]), id),
-    };
-    let subscriber = Subscriber { lab, receiver, pending, last_id, shutdown: app.shutdown.clone() };
+    let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone());
     let events = futures_util::stream::unfold(subscriber, |mut s| async move {
-        let event = s.next().await?;
-        Some((Ok(event), s))
+        let outgoing = s.next().await?;
+        Some((Ok(outgoing.into_event()), s))
     });
     Sse::new(events).keep_alive(KeepAlive::default())
 }
 
 impl Subscriber {
+    fn new(lab: Arc<Lab>, resume_after: Option<u64>, shutdown: watch::Receiver<bool>) -> Self {
+        let (opening, receiver) = lab.subscribe(resume_after);
+        let (pending, last_id) = match opening {
+            Opening::Resume(events) => {
+                let last = events.last().map_or(resume_after.unwrap_or(0), |e| e.id);
+                (events.into_iter().map(Outgoing::Live).collect(), last)
+            }
+            Opening::Snapshot { id, json } => (VecDeque::from([Outgoing::Snapshot { id, json }]), id),
+        };
+        Subscriber { lab, receiver, pending, last_id, shutdown }
+    }
+
     /// The next event to send; `None` ends the stream.
-    async fn next(&mut self) -> Option<Event> {
+    async fn next(&mut self) -> Option<Outgoing> {
         if let Some(event) = self.pending.pop_front() {
             return Some(event);
         }
@@ -79,12 +99,13 @@ impl Subscriber {
                     Ok(published) if published.id <= self.last_id => {}
                     Ok(published) => {
                         self.last_id = published.id;
-                        return Some(live_event(&published));
+                        return Some(Outgoing::Live(published));
                     }
                     Err(RecvError::Lagged(_)) => {
-                        let (id, json) = self.lab.resync();
+                        let (id, json, receiver) = self.lab.resubscribe();
+                        self.receiver = receiver;
                         self.last_id = id;
-                        return Some(snapshot_event(id, json));
+                        return Some(Outgoing::Snapshot { id, json });
                     }
                     Err(RecvError::Closed) => return None,
                 },
@@ -93,10 +114,31 @@ impl Subscriber {
     }
 }
 
-fn live_event(published: &Published) -> Event {
-    Event::default().id(published.id.to_string()).data(&*published.data)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Limits;
+    use crate::lab::Labs;
 
-fn snapshot_event(id: u64, json: String) -> Event {
-    Event::default().event("snapshot").id(id.to_string()).data(json)
+    #[tokio::test]
+    async fn a_lagging_subscriber_gets_a_fresh_snapshot_not_a_gap() {
+        let labs = Labs::new(Limits { subscriber_lag: 4, ..Default::default() });
+        let lab = labs.create().unwrap();
+        let (_stop, shutdown) = watch::channel(false);
+        let mut subscriber = Subscriber::new(lab.clone(), None, shutdown);
+        assert_eq!(subscriber.last_id, 0);
+        let opening = subscriber.next().await;
+        assert!(matches!(opening, Some(Outgoing::Snapshot { id: 0, .. })), "{opening:?}");
+        // Ten changes while the subscriber is not reading: more than the 4 it may fall behind.
+        for _ in 0..10 {
+            lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
+        }
+        let resync = subscriber.next().await;
+        assert!(matches!(resync, Some(Outgoing::Snapshot { id: 10, .. })), "{resync:?}");
+        assert_eq!(subscriber.last_id, 10, "the resync snapshot covers every change so far");
+        // Nothing is sent twice after the resync: the next event is the next change.
+        lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
+        let live = subscriber.next().await;
+        assert!(matches!(live, Some(Outgoing::Live(Published { id: 11, .. }))), "{live:?}");
+    }
 }

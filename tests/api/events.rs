@@ -1,0 +1,126 @@
+//! The event stream: a snapshot first, numbered events in order, exact resumes.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::TestApp;
+
+#[derive(Debug, Clone, PartialEq)]
+struct SseEvent {
+    id: u64,
+    name: Option<String>,
+    data: String,
+}
+
+/// Reads Server-Sent Events from a live response.
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    async fn open(app: &TestApp, lab: &str, last_event_id: Option<u64>) -> Self {
+        let mut request = app.client.get(app.url(&format!("/api/labs/{lab}/events")));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        SseReader { response, buffer: String::new() }
+    }
+
+    async fn next(&mut self) -> SseEvent {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut name, mut data) = (None, None, Vec::new());
+                for line in block.lines() {
+                    match line.split_once(':') {
+                        Some(("id", v)) => id = Some(v.trim().parse().unwrap()),
+                        Some(("event", v)) => name = Some(v.trim().to_owned()),
+                        Some(("data", v)) => data.push(v.strip_prefix(' ').unwrap_or(v).to_owned()),
+                        _ => {} // comments (keep-alives) and blank lines
+                    }
+                }
+                if let Some(id) = id {
+                    return SseEvent { id, name, data: data.join("\n") };
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(10), self.response.chunk())
+                .await
+                .expect("an event within 10 s")
+                .unwrap()
+                .expect("the stream stays open");
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
+fn json(event: &SseEvent) -> Value {
+    serde_json::from_str(&event.data).unwrap()
+}
+
+#[tokio::test]
+async fn events_are_numbered_in_order_and_resume_exactly() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let mut stream = SseReader::open(&app, &lab, None).await;
+    let opening = stream.next().await;
+    assert_eq!(opening.name.as_deref(), Some("snapshot"));
+    let snapshot = json(&opening);
+    assert_eq!(snapshot["last_event_id"].as_u64(), Some(opening.id));
+    assert_eq!(snapshot["id"], lab.as_str());
+
+    app.burst(&lab, 3).await;
+    let mut seen = Vec::new();
+    let mut delivered = 0;
+    while delivered < 3 {
+        let event = stream.next().await;
+        assert_eq!(event.name, None);
+        let body = json(&event);
+        assert!(body["counters"].is_object() && body["at_ms"].is_u64(), "{body}");
+        if body["type"] == "delivered" {
+            delivered += 1;
+        }
+        seen.push(event);
+    }
+    let ids: Vec<u64> = seen.iter().map(|e| e.id).collect();
+    let expected: Vec<u64> = (opening.id + 1..=opening.id + seen.len() as u64).collect();
+    assert_eq!(ids, expected, "consecutive ids, in order");
+    let kinds: Vec<Value> = seen.iter().map(|e| json(e)["type"].clone()).collect();
+    assert_eq!(kinds[0], "messages_created");
+    for kind in ["attempt_started", "attempt_finished", "downstream_request"] {
+        assert!(kinds.contains(&Value::from(kind)), "{kind} missing from {kinds:?}");
+    }
+
+    // Reconnect as if the connection dropped after the fourth event.
+    let cut = seen[3].id;
+    let mut resumed = SseReader::open(&app, &lab, Some(cut)).await;
+    for original in &seen[4..] {
+        assert_eq!(&resumed.next().await, original, "exactly the missed events, no snapshot");
+    }
+    // And the resumed stream is live: a new event arrives with the next id.
+    app.set_mode(&lab, "down").await;
+    let live = resumed.next().await;
+    assert_eq!(live.id, seen.last().unwrap().id + 1);
+    assert_eq!(json(&live)["type"], "settings_changed");
+}
+
+#[tokio::test]
+async fn a_resume_from_too_far_back_starts_with_a_snapshot() {
+    let limits = retrylab::config::Limits { event_window: 5, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    for mode in ["down", "healthy", "down", "healthy", "down", "healthy"] {
+        app.set_mode(&lab, mode).await;
+    }
+    // 8 events so far (2 from the fast settings, 6 mode changes); only 4..=8 are kept.
+    let mut stream = SseReader::open(&app, &lab, Some(1)).await;
+    let first = stream.next().await;
+    assert_eq!(first.name.as_deref(), Some("snapshot"));
+    assert_eq!(first.id, 8);
+    assert_eq!(json(&first)["downstream"]["mode"], "healthy");
+}

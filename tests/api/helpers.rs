@@ -1,0 +1,122 @@
+//! A spawned server and the calls the tests make to it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use retrylab::config::Limits;
+use serde_json::{Value, json};
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+/// A policy and downstream fast enough for tests: a 10 ms base, tiny latencies, no
+/// `Retry-After` floor unless a test sets one.
+pub const FAST_POLICY: &str =
+    r#"{"base_ms": 10, "cap_ms": 200, "timeout_ms": 1000, "max_attempts": 4, "jitter": "equal"}"#;
+pub const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [1, 5], "retry_after_s": 0}"#;
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(Limits::default()).await
+    }
+
+    pub async fn spawn_with(limits: Limits) -> Self {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(retrylab::serve(listener, limits, std::future::pending()));
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        TestApp { base: format!("http://{address}"), client }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A new lab with the fast test settings.
+    pub async fn fast_lab(&self) -> String {
+        let lab = self.new_lab().await;
+        self.put(&lab, "policy", FAST_POLICY).await;
+        self.put(&lab, "downstream", FAST_DOWNSTREAM).await;
+        lab
+    }
+
+    pub async fn new_lab(&self) -> String {
+        let response = self.client.post(self.url("/api/labs")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// `PUT /api/labs/{lab}/{what}` with a JSON body that must be accepted.
+    pub async fn put(&self, lab: &str, what: &str, body: &str) -> Value {
+        let (status, body) = self.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "PUT {what}: {body}");
+        body
+    }
+
+    pub async fn set_mode(&self, lab: &str, mode: &str) {
+        self.put(lab, "downstream", &json!({ "mode": mode }).to_string()).await;
+    }
+
+    pub async fn burst(&self, lab: &str, count: u64) -> Vec<u64> {
+        let body = json!({ "count": count }).to_string();
+        let (status, body) = self.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(&body)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        serde_json::from_value(body["message_ids"].clone()).unwrap()
+    }
+
+    pub async fn replay(&self, lab: &str, body: &str) -> (StatusCode, Value) {
+        self.call(Method::POST, &format!("/api/labs/{lab}/dead-letters/replay"), Some(body)).await
+    }
+
+    pub async fn snapshot(&self, lab: &str) -> Value {
+        let response = self.client.get(self.url(&format!("/api/labs/{lab}"))).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// Polls the snapshot until `done` holds, failing with the last snapshot after `limit`.
+    pub async fn wait_for(&self, lab: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let snapshot = self.snapshot(lab).await;
+            if done(&snapshot) {
+                return snapshot;
+            }
+            assert!(start.elapsed() < limit, "gave up waiting; counters: {}", snapshot["counters"]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A JSON call; returns the status and the parsed body (`Null` when empty).
+    pub async fn call(&self, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
+        let mut request = self.client.request(method, self.url(path));
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_owned());
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let bytes = response.bytes().await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
+
+pub fn counter(snapshot: &Value, name: &str) -> u64 {
+    snapshot["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+pub fn messages(snapshot: &Value) -> &Vec<Value> {
+    snapshot["messages"].as_array().unwrap()
+}
+
+/// Attempts of one round of a message.
+pub fn round(message: &Value, round: u64) -> Vec<&Value> {
+    message["attempts"].as_array().unwrap().iter().filter(|a| a["round"] == round).collect()
+}

@@ -1,0 +1,105 @@
+//! The downstream's idempotency contract, spoken to directly as any client would.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::{TestApp, counter};
+
+async fn post(app: &TestApp, lab: &str, key: Option<&str>, body: &str) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.send().await.unwrap()
+}
+
+fn problem_type(response: &reqwest::Response) -> &str {
+    response.headers()["content-type"].to_str().unwrap()
+}
+
+#[tokio::test]
+async fn the_downstream_keeps_the_idempotency_contract() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [300, 300]}"#).await;
+
+    let missing = post(&app, &lab, None, "{}").await;
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(problem_type(&missing), "application/problem+json");
+
+    // The first request is held for 300 ms; a second with the same key arrives meanwhile.
+    let first = tokio::spawn({
+        let (client, url) = (app.client.clone(), app.url(&format!("/labs/{lab}/downstream")));
+        async move {
+            let response = client.post(url).header("Idempotency-Key", "order-1").body(r#"{"n": 1}"#).send();
+            let response = response.await.unwrap();
+            (response.status(), response.headers().get("idempotent-replayed").is_some(), response.bytes().await.unwrap())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let concurrent = post(&app, &lab, Some("order-1"), r#"{"n": 1}"#).await;
+    assert_eq!(concurrent.status(), StatusCode::CONFLICT);
+    assert_eq!(problem_type(&concurrent), "application/problem+json");
+
+    let (status, flagged, original) = first.await.unwrap();
+    assert_eq!((status, flagged), (StatusCode::OK, false));
+
+    // Whitespace and key order do not make another body; the stored answer comes back as is.
+    let repeat = post(&app, &lab, Some("order-1"), r#"{ "n" : 1 }"#).await;
+    assert_eq!(repeat.status(), StatusCode::OK);
+    assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+    assert_eq!(repeat.bytes().await.unwrap(), original, "byte for byte");
+
+    let other_body = post(&app, &lab, Some("order-1"), r#"{"n": 2}"#).await;
+    assert_eq!(other_body.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem_type(&other_body), "application/problem+json");
+
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(counter(&snapshot, "requests"), 5);
+    assert_eq!(counter(&snapshot, "applied"), 1);
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+#[tokio::test]
+async fn a_write_lands_even_when_the_client_hangs_up() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", r#"{"latency_ms": [200, 200]}"#).await;
+    let gave_up = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", "hang-up")
+        .body("{}")
+        .timeout(Duration::from_millis(50))
+        .send()
+        .await;
+    assert!(gave_up.unwrap_err().is_timeout());
+    let landed = app.wait_for(&lab, Duration::from_secs(5), |s| counter(s, "applied") == 1).await;
+    assert_eq!(counter(&landed, "applied_twice"), 0);
+    let repeat = post(&app, &lab, Some("hang-up"), "{}").await;
+    assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+    let body: serde_json::Value = repeat.json().await.unwrap();
+    assert_eq!((body["key"].clone(), body["result"].clone()), (json!("hang-up"), json!("applied")));
+}
+
+#[tokio::test]
+async fn down_and_flaky_answer_503_with_retry_after() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 7}"#).await;
+    let down = post(&app, &lab, Some("k"), "{}").await;
+    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(down.headers()["retry-after"], "7");
+
+    app.put(&lab, "downstream", r#"{"mode": "flaky", "failure_rate": 1.0}"#).await;
+    let flaky = post(&app, &lab, Some("k"), "{}").await;
+    assert_eq!(flaky.status(), StatusCode::SERVICE_UNAVAILABLE);
+    app.put(&lab, "downstream", r#"{"failure_rate": 0.0, "latency_ms": [1, 1]}"#).await;
+    assert_eq!(post(&app, &lab, Some("k"), "{}").await.status(), StatusCode::OK, "the key was never used up");
+}

@@ -1,0 +1,9 @@
+//! Integration tests: each spawns the real server on port 0 and drives it over real sockets,
+//! with small lab timings (milliseconds, not seconds) so the suite stays fast.
+
+mod bad_input;
+mod events;
+mod helpers;
+mod idempotency;
+mod pages;
+mod retries;

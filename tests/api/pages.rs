@@ -1,0 +1,65 @@
+//! The page, its assets and the headers every answer carries.
+
+use std::collections::BTreeSet;
+
+use crate::helpers::TestApp;
+
+#[tokio::test]
+async fn root_creates_a_lab_and_redirects_to_its_page() {
+    let app = TestApp::spawn().await;
+    let response = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(response.status(), 303);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let id = location.strip_prefix("/labs/").expect("a lab URL");
+    assert_eq!(uuid::Uuid::parse_str(id).unwrap().get_version_num(), 4);
+
+    let page = app.client.get(app.url(&location)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("script-src 'self'"), "{csp}");
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    let html = page.text().await.unwrap();
+    assert!(html.contains(id), "the page knows its lab");
+    for counter in ["in_flight", "backing_off", "delivered", "dead_letter", "requests", "applied", "applied_twice"] {
+        assert!(html.contains(&format!("data-counter=\"{counter}\"")), "no {counter} on the page");
+    }
+    assert!(!html.contains("<script>"), "no inline script");
+}
+
+#[tokio::test]
+async fn an_unknown_lab_page_is_a_friendly_404() {
+    let app = TestApp::spawn().await;
+    for path in ["/labs/not-a-lab", "/labs/6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a"] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+        assert!(response.text().await.unwrap().contains("href=\"/\""), "links to a new lab");
+    }
+}
+
+#[tokio::test]
+async fn every_static_file_is_served_with_its_type() {
+    let app = TestApp::spawn().await;
+    let on_disk: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/static"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(on_disk.contains("app.js"));
+    for file in on_disk {
+        let response = app.client.get(app.url(&format!("/static/{file}"))).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{file} is not served");
+        let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+        let expected = if file.ends_with(".css") { "text/css" } else { "text/javascript" };
+        assert!(kind.starts_with(expected), "{file}: {kind}");
+        let served = response.text().await.unwrap();
+        let local = std::fs::read_to_string(format!("{}/static/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        assert!(served == local, "{file} is not served as it is on disk");
+    }
+}
+
+#[tokio::test]
+async fn healthz_answers() {
+    let app = TestApp::spawn().await;
+    let response = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+}

@@ -1,0 +1,190 @@
+//! The story of the lab, driven over HTTP: outages dead-letter, replays deliver each key once,
+//! slow answers are recovered by the idempotency key, and waits are the planned ones.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, counter, messages, round};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn replay_after_outage_applies_each_key_once() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    let ids = app.burst(&lab, 20).await;
+    assert_eq!(ids.len(), 20);
+
+    let outage = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    assert_eq!(counter(&outage, "applied"), 0, "down applies nothing");
+    assert_eq!(counter(&outage, "requests"), 80, "4 attempts per message");
+    for message in messages(&outage) {
+        let attempts = round(message, 0);
+        assert_eq!(attempts.len(), 4, "exactly 4 attempts: {message}");
+        assert!(attempts.iter().all(|a| a["status"] == 503 && a["outcome"] == "http_error"));
+        let waits = attempts.iter().filter(|a| !a["wait"].is_null()).count();
+        assert_eq!(waits, 3, "a wait between attempts, none after the last");
+    }
+    let letters = outage["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 20);
+    assert!(letters.iter().all(|d| d["reason"].as_str().unwrap().contains("after 4 attempts")));
+    assert!(letters.iter().all(|d| d["attempts"].as_array().unwrap().len() == 4));
+
+    app.set_mode(&lab, "healthy").await;
+    let (status, body) = app.replay(&lab, "{}").await;
+    assert_eq!(status, 202);
+    assert_eq!(body["message_ids"].as_array().unwrap().len(), 20);
+
+    let healed = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 20).await;
+    assert_eq!(counter(&healed, "dead_letter"), 0);
+    assert_eq!(counter(&healed, "applied"), 20);
+    assert_eq!(counter(&healed, "applied_twice"), 0);
+    assert!(healed["dead_letters"].as_array().unwrap().is_empty());
+    for message in messages(&healed) {
+        assert_eq!(message["round"], 1);
+        let replay = round(message, 1);
+        assert_eq!(replay.len(), 1, "healthy delivers on the first attempt of the replay");
+        assert_eq!((replay[0]["n"].clone(), replay[0]["status"].clone()), (json!(1), json!(200)));
+    }
+}
+
+#[tokio::test]
+async fn slow_answers_are_recovered_from_the_stored_result() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    // The write lands at once but the answer takes 300+ ms; the client gives up at 100 ms.
+    app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [300, 400]}"#).await;
+    app.put(&lab, "policy", r#"{"timeout_ms": 100}"#).await;
+    app.burst(&lab, 8).await;
+
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 8).await;
+    assert_eq!(counter(&done, "applied"), 8, "each key applied");
+    assert_eq!(counter(&done, "applied_twice"), 0, "and none twice");
+    for message in messages(&done) {
+        let attempts = round(message, 0);
+        assert_eq!(attempts[0]["outcome"], "timeout", "{message}");
+        let last = attempts.last().unwrap();
+        assert_eq!((last["status"].clone(), last["replayed"].clone()), (json!(200), json!(true)));
+    }
+}
+
+#[tokio::test]
+async fn a_client_error_dead_letters_at_once() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    // Long enough waits to slip a conflicting write in between two attempts.
+    app.put(&lab, "policy", r#"{"base_ms": 400, "cap_ms": 400, "jitter": "none"}"#).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 1).await;
+    let waiting = app
+        .wait_for(&lab, PATIENCE, |s| messages(s)[0]["state"] == "backing_off")
+        .await;
+    let key = messages(&waiting)[0]["key"].as_str().unwrap().to_owned();
+    app.set_mode(&lab, "healthy").await;
+    // Another client uses the same key with another body: the producer's retry gets 422.
+    let response = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", &key)
+        .json(&json!({"someone": "else"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let dead = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    let attempts = round(&messages(&dead)[0], 0);
+    assert_eq!(attempts.len(), 2, "no retries after a 422");
+    assert_eq!(attempts[1]["status"], 422);
+    assert!(dead["dead_letters"][0]["reason"].as_str().unwrap().starts_with("not retryable"));
+}
+
+fn waits(snapshot: &Value) -> Vec<Value> {
+    messages(snapshot)
+        .iter()
+        .flat_map(|m| round(m, 0))
+        .filter_map(|a| a.get("wait").filter(|w| !w.is_null()).cloned())
+        .collect()
+}
+
+#[tokio::test]
+async fn honoured_retry_after_sets_the_floor_of_each_wait() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+    app.put(&lab, "policy", r#"{"max_attempts": 2}"#).await;
+    app.burst(&lab, 5).await;
+
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 5).await;
+    let waits = waits(&done);
+    assert_eq!(waits.len(), 5);
+    for wait in waits {
+        assert_eq!(wait["floor_ms"], 1000, "{wait}");
+        assert_eq!((wait["planned_ms"].clone(), wait["reason"].clone()), (json!(1000), json!("retry_after")));
+        assert!(wait["chosen_ms"].as_u64().unwrap() <= 10, "the jittered wait was shorter");
+        let actual = wait["actual_ms"].as_u64().unwrap();
+        // Never early; late only by scheduling delay on a busy machine.
+        assert!((999..2_500).contains(&actual), "waited {actual} ms for a 1000 ms floor");
+    }
+}
+
+#[tokio::test]
+async fn unhonoured_waits_fall_inside_the_jitter_band() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+    app.put(&lab, "policy", r#"{"base_ms": 40, "honor_retry_after": false}"#).await;
+    app.burst(&lab, 10).await;
+
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 10).await;
+    let waits = waits(&done);
+    assert_eq!(waits.len(), 30, "3 waits for each of 10 messages");
+    let mut nominals: Vec<u64> = waits.iter().map(|w| w["nominal_ms"].as_u64().unwrap()).collect();
+    nominals.sort_unstable();
+    nominals.dedup();
+    assert_eq!(nominals, [40, 80, 160]);
+    for wait in waits {
+        let field = |name: &str| wait[name].as_u64().unwrap();
+        let (low, high, chosen, actual) = (field("low_ms"), field("high_ms"), field("chosen_ms"), field("actual_ms"));
+        assert_eq!((low, high), (field("nominal_ms") / 2, field("nominal_ms")));
+        assert!((low..=high).contains(&chosen), "{wait}");
+        assert!(wait["floor_ms"].is_null(), "Retry-After ignored when not honoured");
+        // At least the chosen wait; late by at most a generous scheduling margin.
+        assert!(actual + 1 >= chosen && actual <= high + 500, "{wait}");
+    }
+}
+
+#[tokio::test]
+async fn reset_stops_deliveries_and_clears_the_lab() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    // Every message fails once, then all wait 400 ms: reset lands while none is in flight.
+    app.put(&lab, "policy", r#"{"base_ms": 400, "cap_ms": 400, "jitter": "none"}"#).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 10).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "backing_off") == 10).await;
+
+    let (status, after) = app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
+    assert_eq!(status, 200);
+    assert!(messages(&after).is_empty());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = app.snapshot(&lab).await;
+    assert!(messages(&later).is_empty(), "stopped deliveries leave nothing behind");
+    assert_eq!(counter(&later, "requests"), 0, "no request after the reset");
+    assert_eq!(later["downstream"]["mode"], "down", "settings survive a reset");
+}
+
+#[tokio::test]
+async fn labs_are_isolated() {
+    let app = TestApp::spawn().await;
+    let (a, b) = (app.fast_lab().await, app.fast_lab().await);
+    app.set_mode(&a, "down").await;
+    app.burst(&b, 3).await;
+    let b_done = app.wait_for(&b, PATIENCE, |s| counter(s, "delivered") == 3).await;
+    assert_eq!(b_done["downstream"]["mode"], "healthy");
+    let a_now = app.snapshot(&a).await;
+    assert!(messages(&a_now).is_empty());
+    assert_eq!(counter(&a_now, "requests"), 0);
+}
