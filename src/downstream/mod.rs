@@ -199,13 +199,9 @@ mod tests {
             decide(&mut ledger, &healthy, &key, &body, 0, &mut rng),
             Decision::Process { latency_ms: 60..=240 }
         ));
-        assert!(matches!(
-            decide(&mut ledger, &healthy, &key, &body, 0, &mut rng),
-            Decision::InProgress
-        ));
+        assert!(matches!(decide(&mut ledger, &healthy, &key, &body, 0, &mut rng), Decision::InProgress));
         let first = ledger.complete(&key, 5);
-        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, 9, &mut rng)
-        else {
+        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, 9, &mut rng) else {
             panic!("expected a replay")
         };
         assert_eq!(again, first);

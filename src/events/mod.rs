@@ -130,8 +130,7 @@ impl EventLog {
         let start = match after {
             Some(after) if after == self.last_id => Start::Resume(Vec::new()),
             Some(after)
-                if after < self.last_id
-                    && self.window.front().is_some_and(|first| first.id <= after + 1) =>
+                if after < self.last_id && self.window.front().is_some_and(|first| first.id <= after + 1) =>
             {
                 Start::Resume(self.window.iter().filter(|e| e.id > after).cloned().collect())
             }

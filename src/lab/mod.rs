@@ -152,7 +152,9 @@ impl Lab {
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
-            Start::Snapshot => Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) },
+            Start::Snapshot => {
+                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) }
+            }
         };
         (opening, receiver)
     }
@@ -306,7 +308,8 @@ impl Lab {
                 // Published when the write lands, in `downstream_complete`.
                 Decision::Process { .. } => return Some(((decision, record.epoch), None)),
             };
-            let event = Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
+            let event =
+                Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
             Some(((decision, record.epoch), Some(event)))
         })
         .expect("a decision is always made")
@@ -334,7 +337,13 @@ impl Lab {
     pub fn downstream_refused(&self, status: u16, detail: &'static str) {
         self.change(|record, _| {
             record.ledger.count_request();
-            let event = Event::DownstreamRequest { key: String::new(), status, applied: false, replayed: false, detail };
+            let event = Event::DownstreamRequest {
+                key: String::new(),
+                status,
+                applied: false,
+                replayed: false,
+                detail,
+            };
             Some(((), Some(event)))
         });
     }

@@ -16,9 +16,9 @@ pub struct LabId(Uuid);
 
 impl LabId {
     pub fn parse(raw: &str) -> Result<Self, String> {
-        Uuid::parse_str(raw)
-            .map(LabId)
-            .map_err(|_| format!("'{}' is not a lab id (lab ids are UUIDs)", raw.chars().take(64).collect::<String>()))
+        Uuid::parse_str(raw).map(LabId).map_err(|_| {
+            format!("'{}' is not a lab id (lab ids are UUIDs)", raw.chars().take(64).collect::<String>())
+        })
     }
 }
 

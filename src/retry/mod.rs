@@ -112,9 +112,7 @@ pub fn plan_wait(
 ) -> Wait {
     let band = backoff.band(attempt, previous_ms);
     let chosen_ms = rng.random_range(band.low_ms..=band.high_ms);
-    let floor_ms = retry_after_s
-        .filter(|_| rule.honor)
-        .map(|s| s.saturating_mul(1000).min(rule.cap_ms));
+    let floor_ms = retry_after_s.filter(|_| rule.honor).map(|s| s.saturating_mul(1000).min(rule.cap_ms));
     let (planned_ms, reason) = match floor_ms {
         Some(floor) if floor > chosen_ms => (floor, WaitReason::RetryAfter),
         _ => (chosen_ms, WaitReason::Backoff),

@@ -234,11 +234,8 @@ impl LabRecord {
         let chosen: Vec<u64> = match ids {
             None => self.dead_letters.iter().map(|d| d.id).collect(),
             Some(ids) => {
-                let missing: Vec<u64> = ids
-                    .iter()
-                    .copied()
-                    .filter(|id| !self.dead_letters.iter().any(|d| d.id == *id))
-                    .collect();
+                let missing: Vec<u64> =
+                    ids.iter().copied().filter(|id| !self.dead_letters.iter().any(|d| d.id == *id)).collect();
                 if !missing.is_empty() {
                     return Err(missing);
                 }

@@ -25,7 +25,11 @@ pub async fn downstream(
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| {
-            refuse(400, "no Idempotency-Key", AppError::BadRequest("the Idempotency-Key header is required".into()))
+            refuse(
+                400,
+                "no Idempotency-Key",
+                AppError::BadRequest("the Idempotency-Key header is required".into()),
+            )
         })?
         .to_str()
         .map_err(|_| "Idempotency-Key must be visible ASCII".to_owned())
@@ -41,9 +45,9 @@ pub async fn downstream(
         Decision::InProgress => Err(AppError::Conflict(
             "a request with this Idempotency-Key is still being processed; retry later".into(),
         )),
-        Decision::BodyMismatch => Err(AppError::Unprocessable(
-            "this Idempotency-Key was first used with a different body".into(),
-        )),
+        Decision::BodyMismatch => {
+            Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
+        }
         Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
             retry_after_s,
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),

@@ -19,10 +19,20 @@ pub enum AppError {
     NotFound(String),
     Conflict(String),
     Unprocessable(String),
-    Limit { status: StatusCode, limit: &'static str, detail: String },
+    Limit {
+        status: StatusCode,
+        limit: &'static str,
+        detail: String,
+    },
     /// Keeps the status a framework rejection chose (413, 415, ...).
-    Rejected { status: StatusCode, detail: String },
-    Unavailable { retry_after_s: u64, detail: String },
+    Rejected {
+        status: StatusCode,
+        detail: String,
+    },
+    Unavailable {
+        retry_after_s: u64,
+        detail: String,
+    },
     Internal(String),
 }
 
@@ -103,6 +113,7 @@ fn too_large() -> AppError {
     AppError::Limit {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         limit: "max_body_bytes",
-        detail: "the request body is larger than this server accepts (max_body_bytes); send a smaller body".into(),
+        detail: "the request body is larger than this server accepts (max_body_bytes); send a smaller body"
+            .into(),
     }
 }

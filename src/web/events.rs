@@ -35,7 +35,9 @@ impl Outgoing {
     fn into_event(self) -> Event {
         match self {
             Outgoing::Live(published) => Event::default().id(published.id.to_string()).data(&*published.data),
-            Outgoing::Snapshot { id, json } => Event::default().event("snapshot").id(id.to_string()).data(json),
+            Outgoing::Snapshot { id, json } => {
+                Event::default().event("snapshot").id(id.to_string()).data(json)
+            }
         }
     }
 }

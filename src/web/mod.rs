@@ -92,8 +92,10 @@ impl FromRequestParts<AppState> for LabPath {
             .await
             .map_err(|e| AppError::BadRequest(e.body_text()))?;
         let id = LabId::parse(&raw).map_err(AppError::BadRequest)?;
-        state.labs.get(&id).map(LabPath).ok_or_else(|| {
-            AppError::NotFound(format!("there is no lab {id}; open / to start a new one"))
-        })
+        state
+            .labs
+            .get(&id)
+            .map(LabPath)
+            .ok_or_else(|| AppError::NotFound(format!("there is no lab {id}; open / to start a new one")))
     }
 }

@@ -109,7 +109,8 @@ async fn a_refused_limit_names_itself() {
 
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 5).await;
-    let (status, problem) = app.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(r#"{"count": 1}"#)).await;
+    let (status, problem) =
+        app.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(r#"{"count": 1}"#)).await;
     assert_eq!((status.as_u16(), problem["limit"].as_str()), (409, Some("max_messages_per_lab")));
     assert!(problem["detail"].as_str().unwrap().contains("reset"), "says what to do: {problem}");
 }

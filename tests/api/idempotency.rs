@@ -39,7 +39,11 @@ async fn the_downstream_keeps_the_idempotency_contract() {
         async move {
             let response = client.post(url).header("Idempotency-Key", "order-1").body(r#"{"n": 1}"#).send();
             let response = response.await.unwrap();
-            (response.status(), response.headers().get("idempotent-replayed").is_some(), response.bytes().await.unwrap())
+            (
+                response.status(),
+                response.headers().get("idempotent-replayed").is_some(),
+                response.bytes().await.unwrap(),
+            )
         }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;

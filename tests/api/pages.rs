@@ -20,7 +20,9 @@ async fn root_creates_a_lab_and_redirects_to_its_page() {
     assert_eq!(page.headers()["x-content-type-options"], "nosniff");
     let html = page.text().await.unwrap();
     assert!(html.contains(id), "the page knows its lab");
-    for counter in ["in_flight", "backing_off", "delivered", "dead_letter", "requests", "applied", "applied_twice"] {
+    for counter in
+        ["in_flight", "backing_off", "delivered", "dead_letter", "requests", "applied", "applied_twice"]
+    {
         assert!(html.contains(&format!("data-counter=\"{counter}\"")), "no {counter} on the page");
     }
     assert!(!html.contains("<script>"), "no inline script");

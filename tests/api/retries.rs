@@ -78,9 +78,7 @@ async fn a_client_error_dead_letters_at_once() {
     app.put(&lab, "policy", r#"{"base_ms": 400, "cap_ms": 400, "jitter": "none"}"#).await;
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 1).await;
-    let waiting = app
-        .wait_for(&lab, PATIENCE, |s| messages(s)[0]["state"] == "backing_off")
-        .await;
+    let waiting = app.wait_for(&lab, PATIENCE, |s| messages(s)[0]["state"] == "backing_off").await;
     let key = messages(&waiting)[0]["key"].as_str().unwrap().to_owned();
     app.set_mode(&lab, "healthy").await;
     // Another client uses the same key with another body: the producer's retry gets 422.
@@ -147,7 +145,8 @@ async fn unhonoured_waits_fall_inside_the_jitter_band() {
     assert_eq!(nominals, [40, 80, 160]);
     for wait in waits {
         let field = |name: &str| wait[name].as_u64().unwrap();
-        let (low, high, chosen, actual) = (field("low_ms"), field("high_ms"), field("chosen_ms"), field("actual_ms"));
+        let (low, high, chosen, actual) =
+            (field("low_ms"), field("high_ms"), field("chosen_ms"), field("actual_ms"));
         assert_eq!((low, high), (field("nominal_ms") / 2, field("nominal_ms")));
         assert!((low..=high).contains(&chosen), "{wait}");
         assert!(wait["floor_ms"].is_null(), "Retry-After ignored when not honoured");
