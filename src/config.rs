@@ -1,8 +1,10 @@
 //! Command line and environment settings, including every limit the server enforces.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Args, Parser};
+use serde::Serialize;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "retrylab", version, about = "Break an endpoint, send traffic, watch retries work.")]
@@ -12,8 +14,15 @@ pub struct Config {
     #[arg(long, env = "RETRYLAB_ADDR")]
     pub addr: Option<SocketAddr>,
 
+    /// The SQLite file that holds every lab; created (with its folder) on first run.
+    #[arg(long, env = "RETRYLAB_DB", default_value = "data/retrylab.db")]
+    pub db: PathBuf,
+
     #[command(flatten)]
     pub limits: Limits,
+
+    #[command(flatten)]
+    pub retention: Retention,
 }
 
 impl Config {
@@ -68,5 +77,37 @@ const DEFAULT_LIMITS: Limits = Limits {
 impl Default for Limits {
     fn default() -> Self {
         DEFAULT_LIMITS
+    }
+}
+
+/// How long things are kept. Each window is shown on the page.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct Retention {
+    /// The dedup window: an applied idempotency key is remembered this long, in seconds.
+    #[arg(long, env = "RETRYLAB_KEY_TTL_S", default_value_t = DEFAULT_RETENTION.key_ttl_s)]
+    pub key_ttl_s: u64,
+    /// Dead letters are kept this long for a person to look at and replay, in seconds.
+    #[arg(long, env = "RETRYLAB_DEAD_LETTER_TTL_S", default_value_t = DEFAULT_RETENTION.dead_letter_ttl_s)]
+    pub dead_letter_ttl_s: u64,
+    /// A lab nobody has touched for this long is deleted, in seconds.
+    #[arg(long, env = "RETRYLAB_IDLE_LAB_TTL_S", default_value_t = DEFAULT_RETENTION.idle_lab_ttl_s)]
+    pub idle_lab_ttl_s: u64,
+    /// How often the retention windows are applied, in milliseconds.
+    #[arg(long, env = "RETRYLAB_SWEEP_INTERVAL_MS", default_value_t = DEFAULT_RETENTION.sweep_interval_ms)]
+    pub sweep_interval_ms: u64,
+}
+
+const DAY_S: u64 = 24 * 60 * 60;
+
+const DEFAULT_RETENTION: Retention = Retention {
+    key_ttl_s: DAY_S,
+    dead_letter_ttl_s: 14 * DAY_S,
+    idle_lab_ttl_s: 7 * DAY_S,
+    sweep_interval_ms: 60_000,
+};
+
+impl Default for Retention {
+    fn default() -> Self {
+        DEFAULT_RETENTION
     }
 }

@@ -14,36 +14,98 @@ pub mod retry;
 pub mod store;
 pub mod web;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use config::Limits;
-use lab::Labs;
+use config::Config;
+use lab::{Labs, unix_now_ms};
 use producer::Producer;
+use store::Store;
 use web::{App, AppState};
 
-/// Serves retrylab on `listener` until `shutdown` completes, then lets open requests finish.
+/// How long open requests may run on after a shutdown signal before they are cut off, so the
+/// whole shutdown stays within 5 s.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// Serves retrylab on `listener` until `shutdown` completes: opens the store, resumes what the
+/// last process left unfinished, serves, and on shutdown stops the deliveries, lets open
+/// requests finish (up to a grace period) and commits everything before returning.
 pub async fn serve(
     listener: TcpListener,
-    limits: Limits,
+    config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     let producer = Producer::new(self_url(address)).map_err(std::io::Error::other)?;
-    let (stop, stopped) = watch::channel(false);
-    let app = App { labs: Labs::new(limits.clone()), producer, limits, shutdown: stopped };
-    let router = web::router(AppState(Arc::new(app)));
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Ends the event streams, which would otherwise hold the shutdown open.
-            let _ = stop.send(true);
-        })
+    let db = config.db.clone();
+    let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db))
         .await
+        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)?;
+    let labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
+    let (stop, stopped) = watch::channel(false);
+    let app = Arc::new(App {
+        labs,
+        producer,
+        store: store.clone(),
+        limits: config.limits,
+        retention: config.retention,
+        shutdown: stopped.clone(),
+    });
+    for lab in app.labs.all() {
+        let resumed = app.producer.resume(&lab, "restart");
+        if resumed > 0 {
+            tracing::info!(lab = %lab.id, resumed, "resumed deliveries after a restart");
+        }
+    }
+    tokio::spawn(apply_retention(app.clone()));
+
+    let router = web::router(AppState(app.clone()));
+    let mut stopping = stopped;
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stopping.wait_for(|&stop| stop).await;
+    });
+    tokio::select! {
+        served = server.into_future() => served?,
+        () = async {
+            shutdown.await;
+            stop_deliveries(&app.labs);
+            // Ends the event streams too, which would otherwise hold the shutdown open.
+            let _ = stop.send(true);
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("open requests outlived the shutdown grace period; cutting them off"),
+    }
+    stop_deliveries(&app.labs);
+    tokio::task::spawn_blocking(move || store.close()).await.map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+/// Stops every delivery where it stands; what was recorded resumes on the next start.
+fn stop_deliveries(labs: &Labs) {
+    for lab in labs.all() {
+        lab.abort_deliveries();
+    }
+}
+
+/// Applies the retention windows now and then: idempotency keys, dead letters, idle labs.
+async fn apply_retention(app: Arc<App>) {
+    let mut ticks = tokio::time::interval(Duration::from_millis(app.retention.sweep_interval_ms.max(10)));
+    loop {
+        ticks.tick().await;
+        let now = unix_now_ms();
+        for lab in app.labs.all() {
+            lab.expire(now);
+        }
+        let purged = app.labs.purge_idle(now);
+        if purged > 0 {
+            tracing::info!(purged, "deleted idle labs");
+        }
+    }
 }
 
 /// How the producer reaches this server's own downstream route: over loopback when the server

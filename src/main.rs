@@ -16,7 +16,7 @@ async fn main() -> std::io::Result<()> {
     })?;
     let shown = listener.local_addr()?;
     println!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)");
-    retrylab::serve(listener, config.limits, shutdown_signal()).await?;
+    retrylab::serve(listener, config, shutdown_signal()).await?;
     println!("retrylab stopped");
     Ok(())
 }

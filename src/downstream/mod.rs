@@ -9,7 +9,7 @@ mod ledger;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-pub use ledger::{Ledger, Lookup, StoredResponse};
+pub use ledger::{KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
@@ -39,7 +39,8 @@ impl Mode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DownstreamSettings {
     pub mode: Mode,
     pub latency_ms: [u64; 2],
@@ -142,7 +143,7 @@ pub fn decide(
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
     body: &serde_json::Value,
-    now_ms: u64,
+    (now_ms, unix_ms): (u64, u64),
     rng: &mut impl Rng,
 ) -> Decision {
     ledger.count_request();
@@ -162,7 +163,7 @@ pub fn decide(
         }
         Mode::Slow => {
             ledger.reserve(key, body.clone());
-            let response = ledger.complete(key, now_ms);
+            let response = ledger.complete(key, now_ms, unix_ms);
             Decision::AppliedEarly { response, answer_after_ms: sample(settings.slow_ms, rng) }
         }
     }
@@ -196,20 +197,20 @@ mod tests {
         let key = IdempotencyKey::parse("k1").unwrap();
         let body = json!({"n": 1});
         assert!(matches!(
-            decide(&mut ledger, &healthy, &key, &body, 0, &mut rng),
+            decide(&mut ledger, &healthy, &key, &body, (0, 0), &mut rng),
             Decision::Process { latency_ms: 60..=240 }
         ));
-        assert!(matches!(decide(&mut ledger, &healthy, &key, &body, 0, &mut rng), Decision::InProgress));
-        let first = ledger.complete(&key, 5);
-        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, 9, &mut rng) else {
+        assert!(matches!(decide(&mut ledger, &healthy, &key, &body, (0, 0), &mut rng), Decision::InProgress));
+        let first = ledger.complete(&key, 5, 0);
+        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, (9, 0), &mut rng) else {
             panic!("expected a replay")
         };
         assert_eq!(again, first);
         assert!(matches!(
-            decide(&mut ledger, &healthy, &key, &json!({"n": 2}), 9, &mut rng),
+            decide(&mut ledger, &healthy, &key, &json!({"n": 2}), (9, 0), &mut rng),
             Decision::BodyMismatch
         ));
-        assert_eq!((ledger.requests(), ledger.applied(), ledger.applied_twice()), (4, 1, 0));
+        assert_eq!(ledger.counts(), LedgerCounts { requests: 4, applied: 1, applied_twice: 0 });
     }
 
     #[test]
@@ -219,10 +220,10 @@ mod tests {
         let down = DownstreamSettings { mode: Mode::Down, ..Default::default() };
         let key = IdempotencyKey::parse("k").unwrap();
         for _ in 0..3 {
-            let decision = decide(&mut ledger, &down, &key, &json!({}), 0, &mut rng);
+            let decision = decide(&mut ledger, &down, &key, &json!({}), (0, 0), &mut rng);
             assert!(matches!(decision, Decision::Unavailable { retry_after_s: 1 }));
         }
-        assert_eq!((ledger.requests(), ledger.applied()), (3, 0));
+        assert_eq!((ledger.counts().requests, ledger.counts().applied), (3, 0));
     }
 
     #[test]
@@ -233,7 +234,7 @@ mod tests {
         let failures = (0..2_000)
             .filter(|i| {
                 let key = IdempotencyKey::parse(&format!("k{i}")).unwrap();
-                let decision = decide(&mut ledger, &flaky, &key, &json!({}), 0, &mut rng);
+                let decision = decide(&mut ledger, &flaky, &key, &json!({}), (0, 0), &mut rng);
                 matches!(decision, Decision::Unavailable { .. })
             })
             .count();

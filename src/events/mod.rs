@@ -12,6 +12,7 @@ use crate::downstream::DownstreamSettings;
 use crate::retry::{Policy, Wait};
 use crate::store::{Attempt, Counters, DeadLetter, Message};
 
+
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -58,6 +59,20 @@ pub enum Event {
     Reset {
         snapshot: serde_json::Value,
     },
+    /// The client came back (after a restart or a crash) and picked up from the store.
+    Recovered {
+        reason: &'static str,
+        /// Messages whose delivery resumes.
+        resumed: Vec<u64>,
+        snapshot: serde_json::Value,
+    },
+    /// Retention windows ran out for some dead letters (removed with their messages) and keys.
+    Expired {
+        dead_letters: Vec<u64>,
+        keys: usize,
+        snapshot: serde_json::Value,
+    },
+    LabCreated,
 }
 
 #[derive(Debug, Serialize)]
@@ -99,9 +114,10 @@ pub struct EventLog {
 impl EventLog {
     /// `capacity` events are kept for resumes; a subscriber more than `lag` events behind
     /// is resynchronised with a snapshot.
-    pub fn new(capacity: usize, lag: usize) -> Self {
+    /// A log whose next event is `last_id + 1` (ids continue across restarts).
+    pub fn new(capacity: usize, lag: usize, last_id: u64) -> Self {
         let (sender, _) = broadcast::channel(lag.max(1));
-        EventLog { last_id: 0, window: VecDeque::new(), capacity: capacity.max(1), sender }
+        EventLog { last_id, window: VecDeque::new(), capacity: capacity.max(1), sender }
     }
 
     pub fn last_id(&self) -> u64 {
@@ -152,7 +168,7 @@ mod tests {
 
     #[test]
     fn resume_returns_exactly_the_missed_events() {
-        let mut log = EventLog::new(10, 10);
+        let mut log = EventLog::new(10, 10, 0);
         publish_n(&mut log, 6);
         let (Start::Resume(missed), _) = log.subscribe(Some(3)) else { panic!("resume") };
         assert_eq!(missed.iter().map(|e| e.id).collect::<Vec<_>>(), [4, 5, 6]);
@@ -161,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_gap_past_the_window_or_an_unknown_id_needs_a_snapshot() {
-        let mut log = EventLog::new(4, 4);
+        let mut log = EventLog::new(4, 4, 0);
         publish_n(&mut log, 10);
         assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot), "7..10 kept, 3 lost");
         assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.len() == 4));

@@ -1,43 +1,59 @@
 //! A lab: one isolated playground with its own downstream settings, retry policy, messages,
 //! dead letters, ledger and event log. Every change to a lab goes through `Lab::change`, which
-//! applies it to the store and publishes its event under one lock, so event ids follow the
-//! order of the changes and a snapshot always matches an event id.
+//! applies it to the record, publishes its event and schedules the store's commit under one
+//! lock, so event ids follow the order of the changes and a snapshot always matches an id.
 
 mod registry;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::task::AbortHandle;
 
-use crate::config::Limits;
+use crate::config::{Limits, Retention};
 use crate::downstream::{self, Decision, DownstreamSettings, IdempotencyKey, StoredResponse};
 use crate::events::{Event, EventLog, Published, ReplayedMessage, Start};
 use crate::retry::{Policy, Wait};
-use crate::store::{AttemptEnd, Counters, DeadLetter, LabRecord, Message};
+use crate::store::{
+    AttemptEnd, Batch, Counters, DeadLetter, Flush, LabRecord, LabRow, Message, ReplayRefusal, ResumePoint,
+    Store,
+};
 
 pub use registry::{LabId, Labs};
 
+/// How long a caller waits for the store to confirm a commit before answering 503.
+const STORE_PATIENCE: Duration = Duration::from_secs(10);
+
 pub struct Lab {
     pub id: LabId,
-    /// The lab's clock: every `*_ms` time is measured from here.
-    origin: Instant,
+    /// The lab's clock: every `*_ms` time is milliseconds since this wall-clock instant, so
+    /// times stay comparable across restarts.
+    origin_unix_ms: u64,
     state: Mutex<LabState>,
     /// Connection slots to the downstream: a burst queues for them instead of opening
     /// thousands of sockets at once.
     pub request_slots: Semaphore,
-    /// Running deliveries, so a reset can stop them.
+    /// Running deliveries, so a reset or a crash can stop them.
     tasks: Mutex<HashMap<u64, AbortHandle>>,
-    max_burst: usize,
-    max_messages: usize,
+    store: Store,
+    /// This lab, for handing itself to the store's writer.
+    this: Weak<Lab>,
+    /// The last event id the store has committed.
+    durable: watch::Sender<u64>,
+    limits: Limits,
+    retention: Retention,
 }
 
 struct LabState {
     record: LabRecord,
     log: EventLog,
+    /// Already handed to the store's writer, which has not yet taken the changes.
+    flush_pending: bool,
+    active_unix_ms: u64,
+    deleted: bool,
 }
 
 /// What a subscriber receives first.
@@ -55,6 +71,7 @@ struct SnapshotView<'a> {
     policy: &'a Policy,
     counters: Counters,
     limits: SnapshotLimits,
+    retention: &'a Retention,
     messages: &'a [Message],
     dead_letters: &'a [DeadLetter],
 }
@@ -62,6 +79,7 @@ struct SnapshotView<'a> {
 #[derive(Serialize)]
 struct SnapshotLimits {
     max_burst: usize,
+    max_messages_per_lab: usize,
 }
 
 /// Why a burst was refused.
@@ -71,24 +89,39 @@ pub enum BurstError {
     LabFull { max: usize, held: usize },
 }
 
+/// The store did not confirm a commit in time.
+#[derive(Debug)]
+pub struct NotDurable;
+
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Lab {
-    fn new(id: LabId, limits: &Limits) -> Self {
+    fn build(this: Weak<Lab>, id: LabId, origin_unix_ms: u64, record: LabRecord, last_event_id: u64, registry: &Labs) -> Self {
+        let limits = registry.limits.clone();
         Lab {
             id,
-            origin: Instant::now(),
+            origin_unix_ms,
             state: Mutex::new(LabState {
-                record: LabRecord::default(),
-                log: EventLog::new(limits.event_window, limits.subscriber_lag),
+                record,
+                log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id),
+                flush_pending: false,
+                active_unix_ms: unix_now_ms(),
+                deleted: false,
             }),
             request_slots: Semaphore::new(limits.max_concurrent_requests),
             tasks: Mutex::new(HashMap::new()),
-            max_burst: limits.max_burst,
-            max_messages: limits.max_messages_per_lab,
+            store: registry.store.clone(),
+            this,
+            durable: watch::Sender::new(last_event_id),
+            limits,
+            retention: registry.retention.clone(),
         }
     }
 
     pub fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
+        unix_now_ms().saturating_sub(self.origin_unix_ms)
     }
 
     fn lock(&self) -> MutexGuard<'_, LabState> {
@@ -97,20 +130,38 @@ impl Lab {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Applies one change and publishes the event it yields, atomically.
-    /// The closure returns `None` to change nothing, and may yield no event.
-    fn change<R, E: Into<Option<Event>>>(
-        &self,
-        f: impl FnOnce(&mut LabRecord, u64) -> Option<(R, E)>,
-    ) -> Option<R> {
+    /// Applies one change and publishes the event it yields, atomically, and schedules the
+    /// commit. The closure returns `None` to change nothing, and may yield no event.
+    fn change<R, E: Into<Option<Event>>>(&self, f: impl FnOnce(&mut LabRecord, u64) -> Option<(R, E)>) -> Option<R> {
         let mut state = self.lock();
         let now = self.now_ms();
         let (result, event) = f(&mut state.record, now)?;
         if let Some(event) = event.into() {
-            let counters = state.record.counters();
-            state.log.publish(&event, now, counters);
+            self.publish(&mut state, &event, now);
         }
         Some(result)
+    }
+
+    fn publish(&self, state: &mut LabState, event: &Event, now: u64) {
+        let counters = state.record.counters();
+        state.log.publish(event, now, counters);
+        state.active_unix_ms = unix_now_ms();
+        if !state.flush_pending {
+            state.flush_pending = true;
+            if let Some(this) = self.this.upgrade() {
+                self.store.schedule(this);
+            }
+        }
+    }
+
+    /// Waits until every change made so far is committed to the store.
+    pub async fn persisted(&self) -> Result<(), NotDurable> {
+        let target = self.lock().log.last_id();
+        let mut durable = self.durable.subscribe();
+        match tokio::time::timeout(STORE_PATIENCE, durable.wait_for(|&d| d >= target)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(NotDurable),
+        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -125,6 +176,10 @@ impl Lab {
         self.lock().record.downstream.mode
     }
 
+    pub fn active_unix_ms(&self) -> u64 {
+        self.lock().active_unix_ms
+    }
+
     fn snapshot_view(&self, state: &LabState) -> String {
         let record = &state.record;
         let view = SnapshotView {
@@ -134,11 +189,19 @@ impl Lab {
             downstream: &record.downstream,
             policy: &record.policy,
             counters: record.counters(),
-            limits: SnapshotLimits { max_burst: self.max_burst },
+            limits: SnapshotLimits {
+                max_burst: self.limits.max_burst,
+                max_messages_per_lab: self.limits.max_messages_per_lab,
+            },
+            retention: &self.retention,
             messages: record.messages(),
             dead_letters: record.dead_letters(),
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
+    }
+
+    fn snapshot_value(&self, state: &LabState) -> serde_json::Value {
+        serde_json::from_str(&self.snapshot_view(state)).expect("a snapshot is JSON")
     }
 
     /// The whole lab as JSON.
@@ -152,9 +215,7 @@ impl Lab {
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
-            Start::Snapshot => {
-                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) }
-            }
+            Start::Snapshot => Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) },
         };
         (opening, receiver)
     }
@@ -189,14 +250,15 @@ impl Lab {
 
     /// Accepts a burst of `count` new messages; returns their ids.
     pub fn accept_burst(&self, count: usize) -> Result<Vec<u64>, BurstError> {
-        if count == 0 || count > self.max_burst {
-            return Err(BurstError::Count { max: self.max_burst });
+        if count == 0 || count > self.limits.max_burst {
+            return Err(BurstError::Count { max: self.limits.max_burst });
         }
+        let max = self.limits.max_messages_per_lab;
         let mut full = None;
         let ids = self.change(|record, now| {
             let held = record.messages().len();
-            if held + count > self.max_messages {
-                full = Some(BurstError::LabFull { max: self.max_messages, held });
+            if held + count > max {
+                full = Some(BurstError::LabFull { max, held });
                 return None;
             }
             let messages = record.create_messages(count, now);
@@ -206,10 +268,9 @@ impl Lab {
         ids.ok_or_else(|| full.expect("a refused burst says why"))
     }
 
-    /// The key and current round of a message, if it still exists.
-    pub fn message_key(&self, id: u64) -> Option<(String, u32)> {
-        let state = self.lock();
-        state.record.message(id).map(|m| (m.key.clone(), m.round))
+    /// Where the message's delivery continues; `None` if it is no longer owed one.
+    pub fn resume_point(&self, id: u64) -> Option<ResumePoint> {
+        self.lock().record.resume_point(id, self.now_ms())
     }
 
     pub fn attempt_started(&self, id: u64, n: u32) -> bool {
@@ -240,40 +301,96 @@ impl Lab {
 
     pub fn dead_lettered(&self, id: u64, reason: String) {
         self.change(|record, now| {
-            let dead_letter = record.dead_letter(id, reason, now)?;
+            let dead_letter = record.dead_letter(id, reason, now, unix_now_ms())?;
             Some(((), Event::DeadLettered { dead_letter }))
         });
     }
 
-    /// Moves dead letters back to the queue for a new round (all of them with `None`).
-    /// On error, returns the ids that are not in the dead-letter queue.
-    pub fn replay(&self, ids: Option<&[u64]>) -> Result<Vec<u64>, Vec<u64>> {
-        let mut missing = Vec::new();
-        let replayed = self.change(|record, _| match record.replay(ids) {
+    /// Moves dead letters back to the queue for a new round (all but the quarantined with `None`).
+    pub fn replay(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
+        let mut refusal = None;
+        let replayed = self.change(|record, _| match record.replay(ids, confirm_quarantined) {
             Ok(moved) => {
                 let ids = moved.iter().map(|&(id, _)| id).collect();
                 let messages = moved.into_iter().map(|(id, round)| ReplayedMessage { id, round }).collect();
                 Some((ids, Event::ReplayStarted { messages }))
             }
-            Err(m) => {
-                missing = m;
+            Err(r) => {
+                refusal = Some(r);
                 None
             }
         });
-        replayed.ok_or(missing)
+        replayed.ok_or_else(|| refusal.expect("a refused replay says why"))
     }
 
     /// Stops every delivery and clears messages, dead letters and the ledger.
     pub fn reset(&self) {
-        for (_, task) in self.tasks_lock().drain() {
-            task.abort();
-        }
+        self.abort_deliveries();
         let mut state = self.lock();
         state.record.reset();
         let now = self.now_ms();
-        let snapshot = serde_json::from_str(&self.snapshot_view(&state)).expect("a snapshot is JSON");
-        let counters = state.record.counters();
-        state.log.publish(&Event::Reset { snapshot }, now, counters);
+        let snapshot = self.snapshot_value(&state);
+        self.publish(&mut state, &Event::Reset { snapshot }, now);
+    }
+
+    /// Stops every delivery where it stands, without recording anything: a crash.
+    pub fn abort_deliveries(&self) {
+        for (_, task) in self.tasks_lock().drain() {
+            task.abort();
+        }
+    }
+
+    /// Replaces the messages and dead letters with the store's copy (after a client crash).
+    pub fn reload(&self, messages: Vec<Message>, dead_letters: Vec<DeadLetter>) {
+        self.lock().record.replace_messages(messages, dead_letters);
+    }
+
+    /// Picks up after the client died: attempts that were running count as interrupted, and
+    /// every message still owed a delivery is returned to be resumed.
+    pub fn recover(&self, reason: &'static str) -> Vec<u64> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let active: Vec<u64> =
+            state.record.messages().iter().filter(|m| m.state.is_active()).map(|m| m.id).collect();
+        if active.is_empty() {
+            return active;
+        }
+        for &id in &active {
+            state.record.interrupt(id, now);
+        }
+        let snapshot = self.snapshot_value(&state);
+        self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
+        active
+    }
+
+    /// Applies the retention windows; returns how many dead letters and keys expired.
+    pub fn expire(&self, now_unix_ms: u64) -> (usize, usize) {
+        let retention = &self.retention;
+        let mut state = self.lock();
+        let letters_before = now_unix_ms.saturating_sub(retention.dead_letter_ttl_s.saturating_mul(1000));
+        let keys_before = now_unix_ms.saturating_sub(retention.key_ttl_s.saturating_mul(1000));
+        let letters = state.record.expire_dead_letters(letters_before);
+        let keys = state.record.expire_keys(keys_before);
+        if !letters.is_empty() || keys > 0 {
+            let now = self.now_ms();
+            let snapshot = self.snapshot_value(&state);
+            let event = Event::Expired { dead_letters: letters.clone(), keys, snapshot };
+            self.publish(&mut state, &event, now);
+        }
+        (letters.len(), keys)
+    }
+
+    /// Marks the lab deleted; its rows go with the next commit.
+    pub fn delete(&self) {
+        self.abort_deliveries();
+        let mut state = self.lock();
+        state.deleted = true;
+        if !state.flush_pending {
+            state.flush_pending = true;
+            if let Some(this) = self.this.upgrade() {
+                self.store.schedule(this);
+            }
+        }
     }
 
     pub fn track(&self, id: u64, task: AbortHandle) {
@@ -288,6 +405,10 @@ impl Lab {
         }
     }
 
+    pub fn has_deliveries(&self) -> bool {
+        !self.tasks_lock().is_empty()
+    }
+
     fn tasks_lock(&self) -> MutexGuard<'_, HashMap<u64, AbortHandle>> {
         self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -298,7 +419,8 @@ impl Lab {
         let mut rng = rand::rng();
         self.change(|record, now| {
             let settings = record.downstream;
-            let decision = downstream::decide(&mut record.ledger, &settings, key, body, now, &mut rng);
+            let clock = (now, unix_now_ms());
+            let decision = downstream::decide(&mut record.ledger, &settings, key, body, clock, &mut rng);
             let (status, applied, replayed, detail) = match &decision {
                 Decision::Replay(r) => (r.status, false, true, "replayed the stored answer"),
                 Decision::InProgress => (409, false, false, "key still being processed"),
@@ -308,8 +430,7 @@ impl Lab {
                 // Published when the write lands, in `downstream_complete`.
                 Decision::Process { .. } => return Some(((decision, record.epoch), None)),
             };
-            let event =
-                Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
+            let event = Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
             Some(((decision, record.epoch), Some(event)))
         })
         .expect("a decision is always made")
@@ -321,7 +442,7 @@ impl Lab {
             if record.epoch != epoch {
                 return None;
             }
-            let response = record.ledger.complete(key, now);
+            let response = record.ledger.complete(key, now, unix_now_ms());
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
                 status: response.status,
@@ -337,14 +458,43 @@ impl Lab {
     pub fn downstream_refused(&self, status: u16, detail: &'static str) {
         self.change(|record, _| {
             record.ledger.count_request();
-            let event = Event::DownstreamRequest {
-                key: String::new(),
-                status,
-                applied: false,
-                replayed: false,
-                detail,
-            };
+            let event = Event::DownstreamRequest { key: String::new(), status, applied: false, replayed: false, detail };
             Some(((), Some(event)))
+        });
+    }
+}
+
+impl Flush for Lab {
+    fn take_batch(&self) -> Option<Batch> {
+        let mut state = self.lock();
+        state.flush_pending = false;
+        let lab_id = self.id.to_string();
+        if state.deleted {
+            return Some(Batch { lab_id, row: None, delete: true, changes: Default::default(), upto: 0 });
+        }
+        let record = &mut state.record;
+        let changes = record.take_changes();
+        let row = LabRow {
+            id: lab_id.clone(),
+            origin_unix_ms: self.origin_unix_ms,
+            active_unix_ms: state.active_unix_ms,
+            downstream: serde_json::to_string(&state.record.downstream).expect("settings serialize"),
+            policy: serde_json::to_string(&state.record.policy).expect("a policy serializes"),
+            counts: state.record.ledger.counts(),
+            next_message_id: state.record.next_message_id(),
+            last_event_id: state.log.last_id(),
+            epoch: state.record.epoch,
+        };
+        Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
+    }
+
+    fn committed(&self, upto: u64) {
+        self.durable.send_if_modified(|durable| {
+            let newer = upto > *durable;
+            if newer {
+                *durable = upto;
+            }
+            newer
         });
     }
 }

@@ -7,8 +7,10 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::Lab;
-use crate::config::Limits;
+use super::{Lab, unix_now_ms};
+use crate::config::{Limits, Retention};
+use crate::events::Event;
+use crate::store::{LabRecord, LoadedLab, Store};
 
 /// A lab's id: a random UUID v4, so a lab's URL cannot be guessed from another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -17,7 +19,8 @@ pub struct LabId(Uuid);
 impl LabId {
     pub fn parse(raw: &str) -> Result<Self, String> {
         Uuid::parse_str(raw).map(LabId).map_err(|_| {
-            format!("'{}' is not a lab id (lab ids are UUIDs)", raw.chars().take(64).collect::<String>())
+            let shown: String = raw.chars().take(64).collect();
+            format!("'{shown}' is not a lab id (lab ids are UUIDs)")
         })
     }
 }
@@ -30,26 +33,68 @@ impl fmt::Display for LabId {
 
 pub struct Labs {
     labs: RwLock<HashMap<LabId, Arc<Lab>>>,
-    limits: Limits,
+    pub(super) limits: Limits,
+    pub(super) retention: Retention,
+    pub(super) store: Store,
 }
 
 impl Labs {
-    pub fn new(limits: Limits) -> Self {
-        Labs { labs: RwLock::new(HashMap::new()), limits }
+    /// The registry, holding the labs the store loaded (their deliveries not yet resumed).
+    pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
+        let labs = Labs { labs: RwLock::new(HashMap::new()), limits, retention, store };
+        let mut map = HashMap::new();
+        for LoadedLab { row, parts } in loaded {
+            let Ok(id) = LabId::parse(&row.id) else {
+                tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
+                continue;
+            };
+            let record = LabRecord::restore(parts);
+            let lab = Arc::new_cyclic(|this| {
+                Lab::build(this.clone(), id, row.origin_unix_ms, record, row.last_event_id, &labs)
+            });
+            lab.lock().active_unix_ms = row.active_unix_ms;
+            map.insert(id, lab);
+        }
+        *labs.labs.write().unwrap_or_else(|p| p.into_inner()) = map;
+        labs
     }
 
-    /// Creates a lab, unless the server already holds `max_labs`.
+    /// Creates a lab, unless the server already holds `max_labs`. It is durable once
+    /// `persisted()` returns.
     pub fn create(&self) -> Result<Arc<Lab>, usize> {
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         if labs.len() >= self.limits.max_labs {
             return Err(self.limits.max_labs);
         }
-        let lab = Arc::new(Lab::new(LabId(Uuid::new_v4()), &self.limits));
-        labs.insert(lab.id, lab.clone());
+        let id = LabId(Uuid::new_v4());
+        let lab = Arc::new_cyclic(|this| Lab::build(this.clone(), id, unix_now_ms(), LabRecord::default(), 0, self));
+        lab.change(|_, _| Some(((), Event::LabCreated)));
+        labs.insert(id, lab.clone());
         Ok(lab)
     }
 
     pub fn get(&self, id: &LabId) -> Option<Arc<Lab>> {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Lab>> {
+        self.labs.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// Deletes labs idle for longer than the retention window, with everything they hold.
+    pub fn purge_idle(&self, now_unix_ms: u64) -> usize {
+        let idle_before = now_unix_ms.saturating_sub(self.retention.idle_lab_ttl_s.saturating_mul(1000));
+        let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
+        let idle: Vec<LabId> = labs
+            .values()
+            .filter(|lab| lab.active_unix_ms() < idle_before && !lab.has_deliveries())
+            .map(|lab| lab.id)
+            .collect();
+        for id in &idle {
+            if let Some(lab) = labs.remove(id) {
+                lab.delete();
+            }
+        }
+        idle.len()
     }
 }

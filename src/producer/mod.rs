@@ -12,7 +12,7 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 
 use crate::lab::Lab;
 use crate::retry::{self, AttemptResult, Verdict};
-use crate::store::{AttemptEnd, Outcome};
+use crate::store::{AttemptEnd, Outcome, Store, StoreError};
 
 /// Sends messages; cheap to clone.
 #[derive(Clone)]
@@ -44,22 +44,55 @@ impl Producer {
         }
     }
 
-    /// One round of delivery: attempts until delivered, given up, or out of budget.
+    /// Resumes every delivery a dead client left unfinished, from the lab's record.
+    pub fn resume(&self, lab: &Arc<Lab>, reason: &'static str) -> usize {
+        let ids = lab.recover(reason);
+        let count = ids.len();
+        self.start(lab, ids);
+        count
+    }
+
+    /// "Crash the client": kills every delivery mid-flight without warning, reads the lab's
+    /// messages back from the store, and resumes from what was durable. A retry loop that kept
+    /// its progress only in memory would have lost every message in flight here.
+    pub async fn crash_and_recover(&self, lab: &Arc<Lab>, store: &Store) -> Result<usize, StoreError> {
+        lab.abort_deliveries();
+        lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
+        let (reader, id) = (store.clone(), lab.id.to_string());
+        let (messages, dead_letters) = tokio::task::spawn_blocking(move || reader.load_messages(&id))
+            .await
+            .map_err(|e| StoreError(format!("reading the store failed: {e}")))??;
+        lab.reload(messages, dead_letters);
+        Ok(self.resume(lab, "client crash"))
+    }
+
+    /// Delivers one message from where it stands (its first attempt, or where a crash left it)
+    /// until it is delivered, given up on, or out of attempts for its round.
     async fn deliver(&self, lab: &Lab, id: u64) {
-        let Some((key, _round)) = lab.message_key(id) else { return };
+        let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
         let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
         let mut rng = StdRng::from_rng(&mut rand::rng());
-        let mut previous_wait = None;
-        for n in 1.. {
+        let mut previous_wait = resume.previous_wait_ms;
+        if resume.delay_ms > 0 {
+            // The rest of a wait a crash interrupted.
+            tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
+        }
+        for n in resume.next_n.. {
             let policy = lab.policy();
+            if n > policy.max_attempts {
+                // Only after a crash: the attempt that used up the budget was cut off.
+                let spent = n - 1;
+                lab.dead_lettered(id, format!("gave up after {spent} attempts; last: interrupted by a client crash"));
+                break;
+            }
             let Ok(slot) = lab.request_slots.acquire().await else { return };
             let started = Instant::now();
             if !lab.attempt_started(id, n) {
                 return; // the lab was reset
             }
-            let sent = self.send(&url, &key, &body, policy.timeout_ms).await;
+            let sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
             drop(slot);
             let end = AttemptEnd {
                 duration_ms: started.elapsed().as_millis() as u64,

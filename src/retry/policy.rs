@@ -9,8 +9,10 @@ use super::{Backoff, Jitter, RetryAfterRule};
 const MAX_ATTEMPTS: u32 = 20;
 const MAX_DELAY_MS: u64 = 10 * 60 * 1000;
 const MAX_TIMEOUT_MS: u64 = 60 * 1000;
+const MAX_QUARANTINE_AFTER: u32 = 100;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Policy {
     pub jitter: Jitter,
     pub base_ms: u64,
@@ -21,6 +23,9 @@ pub struct Policy {
     pub timeout_ms: u64,
     pub honor_retry_after: bool,
     pub retry_after_cap_ms: u64,
+    /// A message dead-lettered in its N-th replay (or later) is quarantined: replaying it
+    /// again without a diagnosis would only fail again.
+    pub quarantine_after: u32,
 }
 
 impl Default for Policy {
@@ -33,6 +38,7 @@ impl Default for Policy {
             timeout_ms: 2_000,
             honor_retry_after: true,
             retry_after_cap_ms: 30_000,
+            quarantine_after: 3,
         }
     }
 }
@@ -48,6 +54,7 @@ pub struct PolicyUpdate {
     pub timeout_ms: Option<u64>,
     pub honor_retry_after: Option<bool>,
     pub retry_after_cap_ms: Option<u64>,
+    pub quarantine_after: Option<u32>,
 }
 
 impl Policy {
@@ -69,6 +76,7 @@ impl Policy {
             timeout_ms: update.timeout_ms.unwrap_or(self.timeout_ms),
             honor_retry_after: update.honor_retry_after.unwrap_or(self.honor_retry_after),
             retry_after_cap_ms: update.retry_after_cap_ms.unwrap_or(self.retry_after_cap_ms),
+            quarantine_after: update.quarantine_after.unwrap_or(self.quarantine_after),
         };
         next.validate()?;
         Ok(next)
@@ -86,6 +94,9 @@ impl Policy {
         }
         if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
             return Err(format!("timeout_ms must be 1 to {MAX_TIMEOUT_MS}"));
+        }
+        if !(1..=MAX_QUARANTINE_AFTER).contains(&self.quarantine_after) {
+            return Err(format!("quarantine_after must be 1 to {MAX_QUARANTINE_AFTER}"));
         }
         if self.retry_after_cap_ms > MAX_DELAY_MS {
             return Err(format!("retry_after_cap_ms must be at most {MAX_DELAY_MS}"));

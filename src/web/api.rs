@@ -15,6 +15,7 @@ use super::{AppState, LabPath};
 use crate::dlq;
 use crate::downstream::{DownstreamSettings, DownstreamUpdate};
 use crate::lab::BurstError;
+use crate::store::ReplayRefusal;
 use crate::retry::{Policy, PolicyUpdate};
 
 #[derive(Serialize)]
@@ -25,6 +26,7 @@ pub struct Created {
 
 pub async fn create_lab(State(app): State<AppState>) -> Result<Response, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
+    lab.persisted().await?;
     let url = format!("/labs/{}", lab.id);
     let created = Created { id: lab.id.to_string(), url: url.clone() };
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
@@ -50,6 +52,7 @@ pub async fn set_downstream(
     let (downstream, _) = lab
         .modify_settings(|downstream, policy| Ok((downstream.updated(&update)?, *policy)))
         .map_err(AppError::Unprocessable)?;
+    lab.persisted().await?;
     Ok(Json(downstream))
 }
 
@@ -61,6 +64,7 @@ pub async fn set_policy(
     let (_, policy) = lab
         .modify_settings(|downstream, policy| Ok((*downstream, policy.updated(&update)?)))
         .map_err(AppError::Unprocessable)?;
+    lab.persisted().await?;
     Ok(Json(policy))
 }
 
@@ -96,6 +100,8 @@ pub async fn burst(
             ),
         },
     })?;
+    // Accepted means committed: a crash after this answer cannot lose the messages.
+    lab.persisted().await?;
     app.producer.start(&lab, ids.clone());
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
@@ -104,6 +110,9 @@ pub async fn burst(
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     ids: Option<Vec<u64>>,
+    /// Needed to replay a quarantined dead letter by id.
+    #[serde(default)]
+    confirm_quarantined: bool,
 }
 
 pub async fn replay(
@@ -112,15 +121,40 @@ pub async fn replay(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Accepted>), AppError> {
     let request: ReplayRequest = json_or_default(&body?)?;
-    let ids = dlq::replay(&lab, &app.producer, request.ids.as_deref()).map_err(|missing| {
-        AppError::NotFound(format!("not in the dead-letter queue: {missing:?}; nothing was replayed"))
-    })?;
+    let ids = dlq::replay(&lab, &app.producer, request.ids.as_deref(), request.confirm_quarantined).map_err(
+        |refusal| match refusal {
+            ReplayRefusal::NotDeadLetters(ids) => {
+                AppError::NotFound(format!("not in the dead-letter queue: {ids:?}; nothing was replayed"))
+            }
+            ReplayRefusal::Quarantined(ids) => AppError::Conflict(format!(
+                "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
+                 \"confirm_quarantined\": true (nothing was replayed)"
+            )),
+        },
+    )?;
+    lab.persisted().await?;
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
-pub async fn reset(LabPath(lab): LabPath) -> Response {
+pub async fn reset(LabPath(lab): LabPath) -> Result<Response, AppError> {
     lab.reset();
-    ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
+    lab.persisted().await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response())
+}
+
+#[derive(Serialize)]
+pub struct Recovered {
+    resumed: usize,
+}
+
+/// Kills the lab's client mid-flight and recovers it from the store.
+pub async fn crash_client(State(app): State<AppState>, LabPath(lab): LabPath) -> Result<Json<Recovered>, AppError> {
+    let resumed = app
+        .producer
+        .crash_and_recover(&lab, &app.store)
+        .await
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok(Json(Recovered { resumed }))
 }
 
 /// An optional JSON body: empty means the defaults.

@@ -53,6 +53,7 @@ pub async fn downstream(
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
         }),
         Decision::AppliedEarly { response, answer_after_ms } => {
+            lab.persisted().await?;
             tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
             Ok(answer(response, false))
         }
@@ -61,10 +62,13 @@ pub async fn downstream(
             // hangs up, and a write that has begun must still land with its key.
             let work = tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-                lab.downstream_complete(&key, epoch)
+                let stored = lab.downstream_complete(&key, epoch)?;
+                // The key and its answer are committed with the write before anyone hears of it.
+                Some(lab.persisted().await.map(|()| stored))
             });
             match work.await {
-                Ok(Some(stored)) => Ok(answer(stored, false)),
+                Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
+                Ok(Some(Err(not_durable))) => Err(not_durable.into()),
                 _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
             }
         }

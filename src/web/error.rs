@@ -117,3 +117,12 @@ fn too_large() -> AppError {
             .into(),
     }
 }
+
+impl From<crate::lab::NotDurable> for AppError {
+    fn from(_: crate::lab::NotDurable) -> Self {
+        AppError::Unavailable {
+            retry_after_s: 1,
+            detail: "the store did not confirm the write in time; try again shortly".into(),
+        }
+    }
+}

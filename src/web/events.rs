@@ -121,26 +121,27 @@ mod tests {
     use super::*;
     use crate::config::Limits;
     use crate::lab::Labs;
+    use crate::store::Store;
 
     #[tokio::test]
     async fn a_lagging_subscriber_gets_a_fresh_snapshot_not_a_gap() {
-        let labs = Labs::new(Limits { subscriber_lag: 4, ..Default::default() });
+        let limits = Limits { subscriber_lag: 4, ..Default::default() };
+        let labs = Labs::new(limits, Default::default(), Store::temporary(), Vec::new());
         let lab = labs.create().unwrap();
         let (_stop, shutdown) = watch::channel(false);
         let mut subscriber = Subscriber::new(lab.clone(), None, shutdown);
-        assert_eq!(subscriber.last_id, 0);
         let opening = subscriber.next().await;
-        assert!(matches!(opening, Some(Outgoing::Snapshot { id: 0, .. })), "{opening:?}");
+        assert!(matches!(opening, Some(Outgoing::Snapshot { id: 1, .. })), "lab_created is 1: {opening:?}");
         // Ten changes while the subscriber is not reading: more than the 4 it may fall behind.
         for _ in 0..10 {
             lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
         }
         let resync = subscriber.next().await;
-        assert!(matches!(resync, Some(Outgoing::Snapshot { id: 10, .. })), "{resync:?}");
-        assert_eq!(subscriber.last_id, 10, "the resync snapshot covers every change so far");
+        assert!(matches!(resync, Some(Outgoing::Snapshot { id: 11, .. })), "{resync:?}");
+        assert_eq!(subscriber.last_id, 11, "the resync snapshot covers every change so far");
         // Nothing is sent twice after the resync: the next event is the next change.
         lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
         let live = subscriber.next().await;
-        assert!(matches!(live, Some(Outgoing::Live(Published { id: 11, .. }))), "{live:?}");
+        assert!(matches!(live, Some(Outgoing::Live(Published { id: 12, .. }))), "{live:?}");
     }
 }

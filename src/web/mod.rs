@@ -19,15 +19,18 @@ use axum::routing::{get, post, put};
 use tokio::sync::watch;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::config::Limits;
+use crate::config::{Limits, Retention};
 use crate::lab::{Lab, LabId, Labs};
 use crate::producer::Producer;
+use crate::store::Store;
 use error::AppError;
 
 pub struct App {
     pub labs: Labs,
     pub producer: Producer,
+    pub store: Store,
     pub limits: Limits,
+    pub retention: Retention,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -58,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/labs/{lab}/bursts", post(api::burst))
         .route("/api/labs/{lab}/dead-letters/replay", post(api::replay))
         .route("/api/labs/{lab}/reset", post(api::reset))
+        .route("/api/labs/{lab}/crash-client", post(api::crash_client))
         .route("/api/labs/{lab}/events", get(events::stream))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {

@@ -30,14 +30,15 @@ struct NotFoundPage {
 /// `GET /`: every visit starts a fresh lab.
 pub async fn new_lab(State(app): State<AppState>) -> Result<Redirect, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
+    lab.persisted().await?;
     Ok(Redirect::to(&format!("/labs/{}", lab.id)))
 }
 
 pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Response {
     let lab = LabId::parse(&raw).ok().and_then(|id| app.labs.get(&id));
     let Some(lab) = lab else {
-        let detail = "There is no lab at this address. Labs live in this server's memory, so a \
-                      restart or a mistyped link leaves nothing here.";
+        let detail = "There is no lab at this address: the link may be mistyped, or the lab was \
+                      deleted after a week without use.";
         return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
     };
     let mode = lab.downstream_mode().as_str().to_owned();

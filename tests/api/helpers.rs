@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
-use retrylab::config::Limits;
+use retrylab::config::{Config, Limits, Retention};
 use serde_json::{Value, json};
 
 pub struct TestApp {
@@ -24,9 +24,13 @@ impl TestApp {
     }
 
     pub async fn spawn_with(limits: Limits) -> Self {
+        Self::spawn_config(config(limits, Retention::default())).await
+    }
+
+    pub async fn spawn_config(config: Config) -> Self {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(retrylab::serve(listener, limits, std::future::pending()));
+        tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -106,6 +110,15 @@ impl TestApp {
         let bytes = response.bytes().await.unwrap();
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
+}
+
+/// A configuration with its own fresh database file.
+pub fn config(limits: Limits, retention: Retention) -> Config {
+    Config { addr: None, db: fresh_db(), limits, retention }
+}
+
+pub fn fresh_db() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("test-{}.db", uuid::Uuid::new_v4()))
 }
 
 pub fn counter(snapshot: &Value, name: &str) -> u64 {

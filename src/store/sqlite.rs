@@ -1,0 +1,370 @@
+//! The durable store: one SQLite file in WAL mode. A single writer thread owns the write
+//! connection and commits in groups: it takes every lab that changed since its last commit,
+//! asks each for the rows that changed, writes them all in one transaction, then tells each
+//! lab which event id is now durable. Callers that promise durability ("accepted", "applied")
+//! wait for that id before answering, and share the commit with everyone else waiting.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread;
+
+use rusqlite::{Connection, Transaction, params};
+
+use super::record::{DeadLetter, Message, RecordChanges, RecordParts};
+use crate::downstream::{KeyRow, Ledger, LedgerCounts};
+
+/// Versioned schema changes, applied in order; `PRAGMA user_version` remembers the last.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+
+#[derive(Debug)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError(format!("store: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for StoreError {
+    fn from(e: serde_json::Error) -> Self {
+        StoreError(format!("store: unreadable row: {e}"))
+    }
+}
+
+/// A lab's own row.
+#[derive(Debug, Clone)]
+pub struct LabRow {
+    pub id: String,
+    pub origin_unix_ms: u64,
+    pub active_unix_ms: u64,
+    pub downstream: String,
+    pub policy: String,
+    pub counts: LedgerCounts,
+    pub next_message_id: u64,
+    pub last_event_id: u64,
+    pub epoch: u64,
+}
+
+/// Everything one lab changed since its last commit.
+pub struct Batch {
+    pub lab_id: String,
+    /// Upserted when present.
+    pub row: Option<LabRow>,
+    /// The lab is gone: delete it and everything of it.
+    pub delete: bool,
+    pub changes: RecordChanges,
+    /// The lab's last event id covered by this batch.
+    pub upto: u64,
+}
+
+/// Something with rows to commit: a lab.
+pub trait Flush: Send + Sync {
+    /// The changes since the last call, or `None` if there are none.
+    fn take_batch(&self) -> Option<Batch>;
+    /// Everything up to event `upto` is committed.
+    fn committed(&self, upto: u64);
+}
+
+/// A lab as the store holds it.
+pub struct LoadedLab {
+    pub row: LabRow,
+    pub parts: RecordParts,
+}
+
+/// Counts for the benchmark: transactions committed and rows written.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    pub commits: AtomicU64,
+    pub rows: AtomicU64,
+}
+
+enum Job {
+    Flush(Arc<dyn Flush>),
+    /// Commit what is pending, then stop and answer.
+    Stop(mpsc::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    jobs: mpsc::Sender<Job>,
+    path: PathBuf,
+    pub stats: Arc<StoreStats>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
+    /// and starts the writer. Blocking: call it off the async workers.
+    pub fn open(path: &Path) -> Result<(Store, Vec<LoadedLab>), StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let mut connection = connect(path)?;
+        migrate(&mut connection)?;
+        let labs = load_labs(&connection)?;
+        let (jobs, receiver) = mpsc::channel();
+        let stats = Arc::new(StoreStats::default());
+        let writer_stats = stats.clone();
+        thread::Builder::new()
+            .name("retrylab-store".into())
+            .spawn(move || write_loop(connection, receiver, &writer_stats))
+            .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
+        Ok((Store { jobs, path: path.to_owned(), stats }, labs))
+    }
+
+    /// A store in a fresh file under the system's temporary folder, for unit tests.
+    #[cfg(test)]
+    pub fn temporary() -> Store {
+        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        Store::open(&path).expect("a temporary store opens").0
+    }
+
+    /// Asks the writer to commit `lab`'s changes soon.
+    pub fn schedule(&self, lab: Arc<dyn Flush>) {
+        // The writer only stops at shutdown; changes after that are lost with the process anyway.
+        let _ = self.jobs.send(Job::Flush(lab));
+    }
+
+    /// Reads one lab's messages and dead letters back (blocking).
+    pub fn load_messages(&self, lab_id: &str) -> Result<(Vec<Message>, Vec<DeadLetter>), StoreError> {
+        let connection = connect(&self.path)?;
+        Ok((load_messages(&connection, lab_id)?, load_dead_letters(&connection, lab_id)?))
+    }
+
+    /// Commits everything scheduled so far and stops the writer (blocking).
+    pub fn close(&self) {
+        let (done, wait) = mpsc::channel();
+        if self.jobs.send(Job::Stop(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let connection = Connection::open(path)
+        .map_err(|e| StoreError(format!("cannot open the store at {}: {e}", path.display())))?;
+    // WAL lets the page read while the writer commits; FULL syncs each commit, which group
+    // commit keeps affordable; foreign keys make deleting a lab delete what it held.
+    connection.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+         PRAGMA busy_timeout = 5000;",
+    )?;
+    Ok(connection)
+}
+
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    let version: usize = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version > MIGRATIONS.len() {
+        return Err(StoreError(format!(
+            "the store is at schema version {version}, newer than this build knows ({}); use a newer retrylab",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = connection.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &StoreStats) {
+    while let Ok(first) = jobs.recv() {
+        // Group commit: everything that arrived while the last transaction ran goes in this one.
+        let mut labs: Vec<Arc<dyn Flush>> = Vec::new();
+        let mut stops = Vec::new();
+        for job in std::iter::once(first).chain(jobs.try_iter()) {
+            match job {
+                Job::Flush(lab) => labs.push(lab),
+                Job::Stop(done) => stops.push(done),
+            }
+        }
+        let mut seen = HashSet::new();
+        labs.retain(|lab| seen.insert(Arc::as_ptr(lab) as *const () as usize));
+        let batches: Vec<(Arc<dyn Flush>, Batch)> =
+            labs.into_iter().filter_map(|lab| lab.take_batch().map(|batch| (lab, batch))).collect();
+        if !batches.is_empty() {
+            match commit(&mut connection, &batches) {
+                Ok(rows) => {
+                    stats.commits.fetch_add(1, Ordering::Relaxed);
+                    stats.rows.fetch_add(rows, Ordering::Relaxed);
+                    for (lab, batch) in &batches {
+                        lab.committed(batch.upto);
+                    }
+                }
+                // Waiters time out and answer 503; the rows are retried with the lab's next change.
+                Err(e) => tracing::error!(error = %e, "store commit failed"),
+            }
+        }
+        if !stops.is_empty() {
+            for done in stops {
+                let _ = done.send(());
+            }
+            return;
+        }
+    }
+}
+
+fn commit(connection: &mut Connection, batches: &[(Arc<dyn Flush>, Batch)]) -> Result<u64, StoreError> {
+    let tx = connection.transaction()?;
+    let mut rows = 0;
+    for (_, batch) in batches {
+        rows += write_batch(&tx, batch)?;
+    }
+    tx.commit()?;
+    Ok(rows)
+}
+
+fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
+    let lab = batch.lab_id.as_str();
+    if batch.delete {
+        tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
+        return Ok(1);
+    }
+    let mut rows = 0;
+    if let Some(row) = &batch.row {
+        tx.prepare_cached(
+            "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
+             applied_twice, next_message_id, last_event_id, epoch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+             ON CONFLICT (id) DO UPDATE SET active_unix_ms = ?3, downstream = ?4, policy = ?5, requests = ?6, \
+             applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, epoch = ?11",
+        )?
+        .execute(params![
+            row.id,
+            row.origin_unix_ms,
+            row.active_unix_ms,
+            row.downstream,
+            row.policy,
+            row.counts.requests,
+            row.counts.applied,
+            row.counts.applied_twice,
+            row.next_message_id,
+            row.last_event_id,
+            row.epoch
+        ])?;
+        rows += 1;
+    }
+    let changes = &batch.changes;
+    if changes.cleared {
+        for table in ["messages", "dead_letters", "idempotency_keys"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE lab_id = ?1"), [lab])?;
+        }
+    }
+    let mut delete_message = tx.prepare_cached("DELETE FROM messages WHERE lab_id = ?1 AND id = ?2")?;
+    for id in &changes.deleted_messages {
+        rows += delete_message.execute(params![lab, id])? as u64;
+    }
+    let mut upsert_message =
+        tx.prepare_cached("INSERT OR REPLACE INTO messages (lab_id, id, body) VALUES (?1, ?2, ?3)")?;
+    for (id, body) in &changes.messages {
+        rows += upsert_message.execute(params![lab, id, body])? as u64;
+    }
+    let mut delete_letter = tx.prepare_cached("DELETE FROM dead_letters WHERE lab_id = ?1 AND message_id = ?2")?;
+    for id in &changes.deleted_dead_letters {
+        rows += delete_letter.execute(params![lab, id])? as u64;
+    }
+    let mut upsert_letter = tx.prepare_cached(
+        "INSERT OR REPLACE INTO dead_letters (lab_id, message_id, dead_lettered_unix_ms, body) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (id, unix_ms, body) in &changes.dead_letters {
+        rows += upsert_letter.execute(params![lab, id, unix_ms, body])? as u64;
+    }
+    let mut upsert_key = tx.prepare_cached(
+        "INSERT OR REPLACE INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
+         applied_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for key in &changes.keys {
+        rows += upsert_key.execute(params![
+            lab,
+            key.key,
+            key.body.to_string(),
+            key.status,
+            key.response.as_ref(),
+            key.applied,
+            key.applied_unix_ms
+        ])? as u64;
+    }
+    let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
+    for key in &changes.expired_keys {
+        rows += delete_key.execute(params![lab, key])? as u64;
+    }
+    Ok(rows)
+}
+
+fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
+    let mut statement = connection.prepare(
+        "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
+         next_message_id, last_event_id, epoch FROM labs",
+    )?;
+    let rows = statement
+        .query_map([], |r| {
+            Ok(LabRow {
+                id: r.get(0)?,
+                origin_unix_ms: r.get(1)?,
+                active_unix_ms: r.get(2)?,
+                downstream: r.get(3)?,
+                policy: r.get(4)?,
+                counts: LedgerCounts { requests: r.get(5)?, applied: r.get(6)?, applied_twice: r.get(7)? },
+                next_message_id: r.get(8)?,
+                last_event_id: r.get(9)?,
+                epoch: r.get(10)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|row| {
+            let keys = load_keys(connection, &row.id)?;
+            let parts = RecordParts {
+                downstream: serde_json::from_str(&row.downstream)?,
+                policy: serde_json::from_str(&row.policy)?,
+                ledger: Ledger::restore(row.counts, keys),
+                epoch: row.epoch,
+                next_message_id: row.next_message_id,
+                messages: load_messages(connection, &row.id)?,
+                dead_letters: load_dead_letters(connection, &row.id)?,
+            };
+            Ok(LoadedLab { row, parts })
+        })
+        .collect()
+}
+
+fn load_messages(connection: &Connection, lab: &str) -> Result<Vec<Message>, StoreError> {
+    load_json(connection, "SELECT body FROM messages WHERE lab_id = ?1", lab)
+}
+
+fn load_dead_letters(connection: &Connection, lab: &str) -> Result<Vec<DeadLetter>, StoreError> {
+    load_json(connection, "SELECT body FROM dead_letters WHERE lab_id = ?1", lab)
+}
+
+fn load_json<T: serde::de::DeserializeOwned>(connection: &Connection, sql: &str, lab: &str) -> Result<Vec<T>, StoreError> {
+    let mut statement = connection.prepare_cached(sql)?;
+    let bodies = statement.query_map([lab], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(bodies.iter().map(|body| serde_json::from_str(body)).collect::<Result<_, _>>()?)
+}
+
+fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT key, request_body, status, response, applied, applied_unix_ms FROM idempotency_keys WHERE lab_id = ?1",
+    )?;
+    let rows = statement
+        .query_map([lab], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get::<_, Vec<u8>>(3)?, r.get(4)?, r.get(5)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(key, body, status, response, applied, applied_unix_ms)| {
+            Ok(KeyRow { key, body: serde_json::from_str(&body)?, status, response: response.into(), applied, applied_unix_ms })
+        })
+        .collect()
+}
