@@ -15,10 +15,17 @@ async fn main() -> std::io::Result<()> {
         std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e} (choose another with --addr)"))
     })?;
     let shown = listener.local_addr()?;
-    println!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)");
+    say(&format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
     retrylab::serve(listener, config, shutdown_signal()).await?;
-    println!("retrylab stopped");
+    say("retrylab stopped");
     Ok(())
+}
+
+/// Prints a line for the person at the terminal; a closed stdout is no reason to fail.
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 async fn shutdown_signal() {

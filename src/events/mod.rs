@@ -12,7 +12,6 @@ use crate::downstream::DownstreamSettings;
 use crate::retry::{Policy, Wait};
 use crate::store::{Attempt, Counters, DeadLetter, Message};
 
-
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

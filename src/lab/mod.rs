@@ -98,7 +98,14 @@ pub fn unix_now_ms() -> u64 {
 }
 
 impl Lab {
-    fn build(this: Weak<Lab>, id: LabId, origin_unix_ms: u64, record: LabRecord, last_event_id: u64, registry: &Labs) -> Self {
+    fn build(
+        this: Weak<Lab>,
+        id: LabId,
+        origin_unix_ms: u64,
+        record: LabRecord,
+        last_event_id: u64,
+        registry: &Labs,
+    ) -> Self {
         let limits = registry.limits.clone();
         Lab {
             id,
@@ -132,7 +139,10 @@ impl Lab {
 
     /// Applies one change and publishes the event it yields, atomically, and schedules the
     /// commit. The closure returns `None` to change nothing, and may yield no event.
-    fn change<R, E: Into<Option<Event>>>(&self, f: impl FnOnce(&mut LabRecord, u64) -> Option<(R, E)>) -> Option<R> {
+    fn change<R, E: Into<Option<Event>>>(
+        &self,
+        f: impl FnOnce(&mut LabRecord, u64) -> Option<(R, E)>,
+    ) -> Option<R> {
         let mut state = self.lock();
         let now = self.now_ms();
         let (result, event) = f(&mut state.record, now)?;
@@ -215,7 +225,9 @@ impl Lab {
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
-            Start::Snapshot => Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) },
+            Start::Snapshot => {
+                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) }
+            }
         };
         (opening, receiver)
     }
@@ -430,7 +442,8 @@ impl Lab {
                 // Published when the write lands, in `downstream_complete`.
                 Decision::Process { .. } => return Some(((decision, record.epoch), None)),
             };
-            let event = Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
+            let event =
+                Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
             Some(((decision, record.epoch), Some(event)))
         })
         .expect("a decision is always made")
@@ -458,7 +471,13 @@ impl Lab {
     pub fn downstream_refused(&self, status: u16, detail: &'static str) {
         self.change(|record, _| {
             record.ledger.count_request();
-            let event = Event::DownstreamRequest { key: String::new(), status, applied: false, replayed: false, detail };
+            let event = Event::DownstreamRequest {
+                key: String::new(),
+                status,
+                applied: false,
+                replayed: false,
+                detail,
+            };
             Some(((), Some(event)))
         });
     }

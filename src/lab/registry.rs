@@ -67,7 +67,9 @@ impl Labs {
             return Err(self.limits.max_labs);
         }
         let id = LabId(Uuid::new_v4());
-        let lab = Arc::new_cyclic(|this| Lab::build(this.clone(), id, unix_now_ms(), LabRecord::default(), 0, self));
+        let lab = Arc::new_cyclic(|this| {
+            Lab::build(this.clone(), id, unix_now_ms(), LabRecord::default(), 0, self)
+        });
         lab.change(|_, _| Some(((), Event::LabCreated)));
         labs.insert(id, lab.clone());
         Ok(lab)

@@ -84,7 +84,10 @@ impl Producer {
             if n > policy.max_attempts {
                 // Only after a crash: the attempt that used up the budget was cut off.
                 let spent = n - 1;
-                lab.dead_lettered(id, format!("gave up after {spent} attempts; last: interrupted by a client crash"));
+                lab.dead_lettered(
+                    id,
+                    format!("gave up after {spent} attempts; last: interrupted by a client crash"),
+                );
                 break;
             }
             let Ok(slot) = lab.request_slots.acquire().await else { return };

@@ -268,7 +268,12 @@ impl LabRecord {
             }
             None => (0, None),
         };
-        Some(ResumePoint { key: message.key.clone(), next_n: round.len() as u32 + 1, delay_ms, previous_wait_ms })
+        Some(ResumePoint {
+            key: message.key.clone(),
+            next_n: round.len() as u32 + 1,
+            delay_ms,
+            previous_wait_ms,
+        })
     }
 
     /// Marks the message's running attempt, if any, as cut off by a crash.
@@ -357,14 +362,19 @@ impl LabRecord {
     /// Moves dead letters back into the queue for a new round, keeping their keys.
     /// `ids = None` takes every one that is not quarantined; naming a quarantined one needs
     /// `confirm_quarantined`. Fails, changing nothing, with the ids that cannot be replayed.
-    pub fn replay(&mut self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<(u64, u32)>, ReplayRefusal> {
+    pub fn replay(
+        &mut self,
+        ids: Option<&[u64]>,
+        confirm_quarantined: bool,
+    ) -> Result<Vec<(u64, u32)>, ReplayRefusal> {
         let chosen: Vec<u64> = match ids {
             None => self.dead_letters.iter().filter(|d| !d.quarantined).map(|d| d.id).collect(),
             Some(ids) => {
                 let mut ids = ids.to_vec();
                 ids.sort_unstable();
                 ids.dedup();
-                let held: HashMap<u64, bool> = self.dead_letters.iter().map(|d| (d.id, d.quarantined)).collect();
+                let held: HashMap<u64, bool> =
+                    self.dead_letters.iter().map(|d| (d.id, d.quarantined)).collect();
                 let missing: Vec<u64> = ids.iter().copied().filter(|id| !held.contains_key(id)).collect();
                 if !missing.is_empty() {
                     return Err(ReplayRefusal::NotDeadLetters(missing));

@@ -270,7 +270,8 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
     for (id, body) in &changes.messages {
         rows += upsert_message.execute(params![lab, id, body])? as u64;
     }
-    let mut delete_letter = tx.prepare_cached("DELETE FROM dead_letters WHERE lab_id = ?1 AND message_id = ?2")?;
+    let mut delete_letter =
+        tx.prepare_cached("DELETE FROM dead_letters WHERE lab_id = ?1 AND message_id = ?2")?;
     for id in &changes.deleted_dead_letters {
         rows += delete_letter.execute(params![lab, id])? as u64;
     }
@@ -347,7 +348,11 @@ fn load_dead_letters(connection: &Connection, lab: &str) -> Result<Vec<DeadLette
     load_json(connection, "SELECT body FROM dead_letters WHERE lab_id = ?1", lab)
 }
 
-fn load_json<T: serde::de::DeserializeOwned>(connection: &Connection, sql: &str, lab: &str) -> Result<Vec<T>, StoreError> {
+fn load_json<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    sql: &str,
+    lab: &str,
+) -> Result<Vec<T>, StoreError> {
     let mut statement = connection.prepare_cached(sql)?;
     let bodies = statement.query_map([lab], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
     Ok(bodies.iter().map(|body| serde_json::from_str(body)).collect::<Result<_, _>>()?)
@@ -359,12 +364,26 @@ fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreErr
     )?;
     let rows = statement
         .query_map([lab], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get::<_, Vec<u8>>(3)?, r.get(4)?, r.get(5)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get(2)?,
+                r.get::<_, Vec<u8>>(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
         .map(|(key, body, status, response, applied, applied_unix_ms)| {
-            Ok(KeyRow { key, body: serde_json::from_str(&body)?, status, response: response.into(), applied, applied_unix_ms })
+            Ok(KeyRow {
+                key,
+                body: serde_json::from_str(&body)?,
+                status,
+                response: response.into(),
+                applied,
+                applied_unix_ms,
+            })
         })
         .collect()
 }

@@ -15,8 +15,8 @@ use super::{AppState, LabPath};
 use crate::dlq;
 use crate::downstream::{DownstreamSettings, DownstreamUpdate};
 use crate::lab::BurstError;
-use crate::store::ReplayRefusal;
 use crate::retry::{Policy, PolicyUpdate};
+use crate::store::ReplayRefusal;
 
 #[derive(Serialize)]
 pub struct Created {
@@ -148,7 +148,10 @@ pub struct Recovered {
 }
 
 /// Kills the lab's client mid-flight and recovers it from the store.
-pub async fn crash_client(State(app): State<AppState>, LabPath(lab): LabPath) -> Result<Json<Recovered>, AppError> {
+pub async fn crash_client(
+    State(app): State<AppState>,
+    LabPath(lab): LabPath,
+) -> Result<Json<Recovered>, AppError> {
     let resumed = app
         .producer
         .crash_and_recover(&lab, &app.store)

@@ -28,15 +28,29 @@ impl TestApp {
     }
 
     pub async fn spawn_config(config: Config) -> Self {
+        Self::spawn_until(config, std::future::pending()).await.0
+    }
+
+    /// A server that shuts down gracefully when `stop` completes; the handle ends with it.
+    pub async fn spawn_until(
+        config: Config,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Self, tokio::task::JoinHandle<std::io::Result<()>>) {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+        let server = tokio::spawn(retrylab::serve(listener, config, stop));
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap();
-        TestApp { base: format!("http://{address}"), client }
+        (TestApp { base: format!("http://{address}"), client }, server)
+    }
+
+    /// Talks to a server started some other way (the real binary).
+    pub fn at(base: String) -> Self {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        TestApp { base, client }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,0 +1,269 @@
+//! Accepted means durable: the lab survives a SIGKILL of the real binary, a crash of its
+//! client, and a restart; its retention windows and its quarantine hold.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use retrylab::config::{Limits, Retention};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, config, counter, fresh_db, messages};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The real binary, serving on a free port with the given database.
+struct Server {
+    child: Child,
+    app: TestApp,
+}
+
+impl Server {
+    fn start(db: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["--addr", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut first_line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
+        let url =
+            first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("it prints its address");
+        Server { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap(); // SIGKILL: no chance to tidy up
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn settled(snapshot: &Value) -> bool {
+    ["queued", "in_flight", "backing_off"].iter().all(|c| counter(snapshot, c) == 0)
+}
+
+fn dead_letter_ids(snapshot: &Value) -> Vec<u64> {
+    snapshot["dead_letters"].as_array().unwrap().iter().map(|d| d["id"].as_u64().unwrap()).collect()
+}
+
+/// Every applied key in the store was applied exactly once, and there are `expected` of them.
+fn assert_each_key_applied_once(db: &Path, expected: u64) {
+    let store = rusqlite::Connection::open(db).unwrap();
+    let (keys, not_once): (u64, u64) = store
+        .query_row("SELECT COUNT(*), COALESCE(SUM(applied != 1), 0) FROM idempotency_keys", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((keys, not_once), (expected, 0), "applied keys, keys not applied exactly once");
+}
+
+/// Settings under which a 1,000-message burst takes a second or two.
+async fn flaky_lab(app: &TestApp) -> String {
+    let lab = app.new_lab().await;
+    app.put(&lab, "policy", r#"{"base_ms": 40, "cap_ms": 400, "timeout_ms": 1000}"#).await;
+    app.put(&lab, "downstream", r#"{"mode": "flaky", "latency_ms": [5, 20], "retry_after_s": 0}"#).await;
+    lab
+}
+
+/// The end of both crash stories: the survivors settle, then a healthy replay delivers all.
+async fn finish_and_replay(app: &TestApp, lab: &str, db: &Path, dead_before: &[u64]) {
+    let settled = app.wait_for(lab, PATIENCE, settled).await;
+    assert_eq!(messages(&settled).len(), 1000, "no accepted message is lost");
+    assert_eq!(counter(&settled, "delivered") + counter(&settled, "dead_letter"), 1000);
+    assert_eq!(counter(&settled, "applied_twice"), 0);
+    let dead_after = dead_letter_ids(&settled);
+    assert!(dead_before.iter().all(|id| dead_after.contains(id)), "dead letters survive the crash");
+
+    app.set_mode(lab, "healthy").await;
+    let (status, _) = app.replay(lab, "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let done = app.wait_for(lab, PATIENCE, |s| counter(s, "delivered") == 1000).await;
+    assert_eq!(counter(&done, "applied"), 1000);
+    assert_eq!(counter(&done, "applied_twice"), 0);
+    app.wait_for(lab, PATIENCE, |_| true).await;
+    // Give the last commit a moment, then check the store itself.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_each_key_applied_once(db, 1000);
+}
+
+#[tokio::test]
+async fn a_sigkill_mid_burst_loses_nothing_and_applies_nothing_twice() {
+    let db = fresh_db();
+    let server = Server::start(&db);
+    let lab = flaky_lab(&server.app).await;
+    let accepted = server.app.burst(&lab, 1000).await;
+    assert_eq!(accepted.len(), 1000);
+    let midway = server
+        .app
+        .wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1)
+        .await;
+    assert!(!settled(&midway), "the kill lands mid-burst");
+    // The dead letters seen now are committed within a group commit or two.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dead_before = dead_letter_ids(&server.app.snapshot(&lab).await);
+    server.kill();
+
+    let restarted = Server::start(&db);
+    let resumed = restarted.app.snapshot(&lab).await;
+    assert_eq!(messages(&resumed).len(), 1000, "every accepted message is still there");
+    let interrupted = messages(&resumed)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter(|a| a["outcome"] == "interrupted")
+        .count();
+    println!("{interrupted} attempts were cut off by the kill");
+    finish_and_replay(&restarted.app, &lab, &db, &dead_before).await;
+}
+
+#[tokio::test]
+async fn crashing_the_client_resumes_from_the_store() {
+    let config = config(Limits::default(), Retention::default());
+    let db = config.db.clone();
+    let app = TestApp::spawn_config(config).await;
+    let lab = flaky_lab(&app).await;
+    app.burst(&lab, 1000).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1).await;
+    let dead_before = dead_letter_ids(&app.snapshot(&lab).await);
+
+    let (status, body) = app.call(Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["resumed"].as_u64().unwrap() > 0, "some deliveries were cut off and resumed: {body}");
+    finish_and_replay(&app, &lab, &db, &dead_before).await;
+}
+
+#[tokio::test]
+async fn an_applied_key_is_replayed_from_the_store_after_a_restart() {
+    let config = config(Limits::default(), Retention::default());
+    let db = config.db.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (first, server) = TestApp::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
+    let lab = first.new_lab().await;
+    first.put(&lab, "downstream", r#"{"latency_ms": [1, 1]}"#).await;
+    let url = format!("/labs/{lab}/downstream");
+    let send = |app: &TestApp| {
+        app.client.post(app.url(&url)).header("Idempotency-Key", "survivor").json(&json!({"n": 1})).send()
+    };
+    let original = send(&first).await.unwrap();
+    assert_eq!(original.status(), StatusCode::OK);
+    let original = original.bytes().await.unwrap();
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+
+    let second = TestApp::spawn_config(retrylab::config::Config { db, ..config_defaults() }).await;
+    let repeat = send(&second).await.unwrap();
+    assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+    assert_eq!(repeat.bytes().await.unwrap(), original, "the stored answer, byte for byte");
+    let snapshot = second.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (1, 0));
+}
+
+fn config_defaults() -> retrylab::config::Config {
+    config(Limits::default(), Retention::default())
+}
+
+#[tokio::test]
+async fn retention_expires_keys_dead_letters_and_idle_labs() {
+    let retention =
+        Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 2, sweep_interval_ms: 50 };
+    let app = TestApp::spawn_config(config(Limits::default(), retention)).await;
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 2).await;
+    let dead = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 2).await;
+    assert_eq!(dead["retention"]["dead_letter_ttl_s"], 1, "the windows are in the snapshot");
+    // A key applied directly, then forgotten after the dedup window.
+    app.set_mode(&lab, "healthy").await;
+    let post = || {
+        app.client
+            .post(app.url(&format!("/labs/{lab}/downstream")))
+            .header("Idempotency-Key", "short-lived")
+            .body("{}")
+            .send()
+    };
+    assert_eq!(post().await.unwrap().status(), StatusCode::OK);
+    let gone = app.wait_for(&lab, PATIENCE, |s| s["dead_letters"].as_array().unwrap().is_empty()).await;
+    assert!(messages(&gone).is_empty(), "expired dead letters go with their messages");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let fresh = post().await.unwrap();
+    assert!(fresh.headers().get("idempotent-replayed").is_none(), "after the window the key is new again");
+
+    // Nobody touches the lab now: after the idle window it is deleted.
+    let start = Instant::now();
+    loop {
+        let status = app.client.get(app.url(&format!("/api/labs/{lab}"))).send().await.unwrap().status();
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the idle lab was never purged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_message_that_keeps_failing_is_quarantined() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "policy", r#"{"quarantine_after": 1, "max_attempts": 2}"#).await;
+    app.set_mode(&lab, "down").await;
+    let ids = app.burst(&lab, 1).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    let (status, _) = app.replay(&lab, "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let again = app.wait_for(&lab, PATIENCE, |s| counter(s, "quarantined") == 1).await;
+    assert_eq!(again["dead_letters"][0]["quarantined"], true);
+    assert_eq!(again["dead_letters"][0]["round"], 1);
+
+    let (status, body) = app.replay(&lab, "{}").await;
+    assert_eq!(
+        (status, body["message_ids"].clone()),
+        (StatusCode::ACCEPTED, json!([])),
+        "replay all skips it"
+    );
+    let by_id = json!({ "ids": ids }).to_string();
+    let (status, problem) = app.replay(&lab, &by_id).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(problem["detail"].as_str().unwrap().contains("confirm_quarantined"), "{problem}");
+    let confirmed = json!({ "ids": ids, "confirm_quarantined": true }).to_string();
+    app.set_mode(&lab, "healthy").await;
+    let (status, _) = app.replay(&lab, &confirmed).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 1 && counter(s, "quarantined") == 0).await;
+}
+
+#[tokio::test]
+async fn sigterm_exits_cleanly_within_five_seconds() {
+    let db = fresh_db();
+    let mut server = Server::start(&db);
+    let lab = server.app.new_lab().await;
+    // Slow answers keep requests open when the signal arrives.
+    server.app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [20000, 20000]}"#).await;
+    server.app.burst(&lab, 20).await;
+    server.app.wait_for(&lab, PATIENCE, |s| counter(s, "applied") == 20).await;
+    let signalled = Instant::now();
+    let killed = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(5), "still running 5 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exited with {status}");
+    // What was in flight resumes on the next start.
+    let restarted = Server::start(&db);
+    let snapshot = restarted.app.snapshot(&lab).await;
+    assert_eq!(messages(&snapshot).len(), 20);
+    assert_eq!(counter(&snapshot, "applied"), 20, "slow mode had applied every write before the answer");
+}
