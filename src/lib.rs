@@ -9,6 +9,7 @@ pub mod dlq;
 pub mod downstream;
 pub mod events;
 pub mod lab;
+pub mod metrics;
 pub mod producer;
 pub mod retry;
 pub mod store;
@@ -41,7 +42,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
-    let producer = Producer::new(self_url(address)).map_err(std::io::Error::other)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let producer = Producer::new(self_url(address), metrics.clone()).map_err(std::io::Error::other)?;
     let db = config.db.clone();
     let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db))
         .await
@@ -53,6 +55,7 @@ pub async fn serve(
         labs,
         producer,
         store: store.clone(),
+        metrics,
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),

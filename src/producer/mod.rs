@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 
 use crate::lab::Lab;
+use crate::metrics::Metrics;
 use crate::retry::{self, AttemptResult, Verdict};
 use crate::store::{AttemptEnd, Outcome, Store, StoreError};
 
@@ -18,18 +19,19 @@ use crate::store::{AttemptEnd, Outcome, Store, StoreError};
 #[derive(Clone)]
 pub struct Producer {
     client: reqwest::Client,
+    metrics: Arc<Metrics>,
     /// This server's own address: the producer never calls any other host.
     base_url: Arc<str>,
 }
 
 impl Producer {
-    pub fn new(base_url: String) -> Result<Self, reqwest::Error> {
+    pub fn new(base_url: String, metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             // Loopback only: a proxy from the environment must not sit in between.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        Ok(Producer { client, base_url: base_url.into() })
+        Ok(Producer { client, metrics, base_url: base_url.into() })
     }
 
     /// Starts delivering the given messages, each in its own task the lab can stop.
@@ -105,18 +107,20 @@ impl Producer {
                 retry_after_s: sent.retry_after_s,
             };
             lab.attempt_finished(id, end);
+            self.metrics.attempt(sent.label());
             match retry::classify(sent.result) {
                 Verdict::Delivered => {
                     lab.delivered(id);
+                    self.metrics.message("delivered");
                     break;
                 }
                 Verdict::GiveUp => {
-                    lab.dead_lettered(id, format!("not retryable: {}", sent.describe(policy.timeout_ms)));
+                    self.dead_letter(lab, id, format!("not retryable: {}", sent.describe(policy.timeout_ms)));
                     break;
                 }
                 Verdict::Retry if n >= policy.max_attempts => {
                     let last = sent.describe(policy.timeout_ms);
-                    lab.dead_lettered(id, format!("gave up after {n} attempts; last: {last}"));
+                    self.dead_letter(lab, id, format!("gave up after {n} attempts; last: {last}"));
                     break;
                 }
                 Verdict::Retry => {
@@ -130,10 +134,17 @@ impl Producer {
                     );
                     lab.wait_scheduled(id, wait);
                     previous_wait = Some(wait.chosen_ms);
+                    let waited = Instant::now();
                     tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;
+                    self.metrics.waits.observe(waited.elapsed().as_secs_f64());
                 }
             }
         }
+    }
+
+    fn dead_letter(&self, lab: &Lab, id: u64, reason: String) {
+        lab.dead_lettered(id, reason);
+        self.metrics.message("dead_lettered");
     }
 
     async fn send(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> Sent {
@@ -183,6 +194,15 @@ impl Sent {
             (AttemptResult::TransportError, Outcome::TransportError)
         };
         Sent { result, status: None, outcome, replayed: false, retry_after_s: None }
+    }
+
+    /// The attempt's status as a metric label.
+    fn label(&self) -> String {
+        match self.result {
+            AttemptResult::Response { status } => status.to_string(),
+            AttemptResult::Timeout => "timeout".into(),
+            AttemptResult::TransportError => "transport_error".into(),
+        }
     }
 
     fn describe(&self, timeout_ms: u64) -> String {

@@ -48,6 +48,16 @@ struct Subscriber {
     pending: VecDeque<Outgoing>,
     last_id: u64,
     shutdown: watch::Receiver<bool>,
+    /// Counts this stream among the open ones while it lives.
+    _open: OpenStream,
+}
+
+struct OpenStream(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 pub async fn stream(
@@ -60,7 +70,9 @@ pub async fn stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .or(query.last_event_id);
-    let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone());
+    app.metrics.sse_subscribers.inc();
+    let open = OpenStream(app.metrics.sse_subscribers.clone());
+    let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone(), open);
     let events = futures_util::stream::unfold(subscriber, |mut s| async move {
         let outgoing = s.next().await?;
         Some((Ok(outgoing.into_event()), s))
@@ -69,7 +81,7 @@ pub async fn stream(
 }
 
 impl Subscriber {
-    fn new(lab: Arc<Lab>, resume_after: Option<u64>, shutdown: watch::Receiver<bool>) -> Self {
+    fn new(lab: Arc<Lab>, resume_after: Option<u64>, shutdown: watch::Receiver<bool>, open: OpenStream) -> Self {
         let (opening, receiver) = lab.subscribe(resume_after);
         let (pending, last_id) = match opening {
             Opening::Resume(events) => {
@@ -78,7 +90,7 @@ impl Subscriber {
             }
             Opening::Snapshot { id, json } => (VecDeque::from([Outgoing::Snapshot { id, json }]), id),
         };
-        Subscriber { lab, receiver, pending, last_id, shutdown }
+        Subscriber { lab, receiver, pending, last_id, shutdown, _open: open }
     }
 
     /// The next event to send; `None` ends the stream.
@@ -129,7 +141,8 @@ mod tests {
         let labs = Labs::new(limits, Default::default(), Store::temporary(), Vec::new());
         let lab = labs.create().unwrap();
         let (_stop, shutdown) = watch::channel(false);
-        let mut subscriber = Subscriber::new(lab.clone(), None, shutdown);
+        let open = OpenStream(Default::default());
+        let mut subscriber = Subscriber::new(lab.clone(), None, shutdown, open);
         let opening = subscriber.next().await;
         assert!(matches!(opening, Some(Outgoing::Snapshot { id: 1, .. })), "lab_created is 1: {opening:?}");
         // Ten changes while the subscriber is not reading: more than the 4 it may fall behind.

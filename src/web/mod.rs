@@ -22,6 +22,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use crate::config::{Limits, Retention};
 use crate::lab::{Lab, LabId, Labs};
 use crate::producer::Producer;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use error::AppError;
 
@@ -29,6 +30,7 @@ pub struct App {
     pub labs: Labs,
     pub producer: Producer,
     pub store: Store,
+    pub metrics: Arc<Metrics>,
     pub limits: Limits,
     pub retention: Retention,
     /// Flips to `true` when the server is shutting down, so open event streams end.
@@ -51,6 +53,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(pages::new_lab))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(pages::metrics))
         .route("/static/{file}", get(pages::asset))
         .route("/labs/{lab}", get(pages::lab))
         .route("/labs/{lab}/downstream", post(endpoint::downstream))

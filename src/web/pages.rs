@@ -67,3 +67,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, AppError> {
         .ok_or_else(|| AppError::NotFound(format!("no static file named {file}")))?;
     Ok(([(header::CONTENT_TYPE, *content_type), (header::CACHE_CONTROL, "no-cache")], *body).into_response())
 }
+
+/// `GET /metrics`: Prometheus / OpenMetrics text.
+pub async fn metrics(State(app): State<AppState>) -> Response {
+    let text = app.metrics.render(&app.labs, &app.store.stats);
+    let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
+}

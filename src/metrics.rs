@@ -1,0 +1,110 @@
+//! `/metrics` in the OpenMetrics text format (which Prometheus reads), from the
+//! `prometheus-client` crate. Counters are kept as things happen; gauges that describe the
+//! labs (dead-letter depth, labs, duplicates) are read from the labs at scrape time, so they
+//! always agree with the snapshots.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::lab::Labs;
+use crate::store::StoreStats;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// An HTTP status, or `timeout`, `transport_error`.
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `delivered` or `dead_lettered`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LabLabel {
+    lab: String,
+}
+
+pub struct Metrics {
+    pub attempts: Family<StatusLabel, Counter>,
+    pub messages: Family<OutcomeLabel, Counter>,
+    pub waits: Histogram,
+    pub sse_subscribers: Gauge,
+    registry: Registry,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let attempts = Family::<StatusLabel, Counter>::default();
+        let messages = Family::<OutcomeLabel, Counter>::default();
+        // 10 ms to about 80 s: the lab's waits run from test-sized to the Retry-After cap.
+        let waits = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        let sse_subscribers = Gauge::default();
+        let mut registry = Registry::with_prefix("retrylab");
+        registry.register("attempts", "Delivery attempts by HTTP status or failure", attempts.clone());
+        registry.register("messages", "Messages that reached an end: delivered or dead-lettered", messages.clone());
+        registry.register_with_unit(
+            "wait",
+            "Measured waits between attempts",
+            prometheus_client::registry::Unit::Seconds,
+            waits.clone(),
+        );
+        registry.register("sse_subscribers", "Open event streams", sse_subscribers.clone());
+        Metrics { attempts, messages, waits, sse_subscribers, registry }
+    }
+}
+
+impl Metrics {
+    pub fn attempt(&self, status: String) {
+        self.attempts.get_or_create(&StatusLabel { status }).inc();
+    }
+
+    pub fn message(&self, outcome: &'static str) {
+        self.messages.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    /// The whole exposition: the running counters, then what the labs hold right now.
+    pub fn render(&self, labs: &Labs, store: &StoreStats) -> String {
+        let depth = Family::<LabLabel, Gauge>::default();
+        let depth_overall = Gauge::<i64>::default();
+        let applied_twice = Counter::<u64>::default();
+        let active = Gauge::<i64>::default();
+        for lab in labs.all() {
+            let counters = lab.counters();
+            depth.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(counters.dead_letter as i64);
+            depth_overall.inc_by(counters.dead_letter as i64);
+            applied_twice.inc_by(counters.applied_twice);
+            active.inc();
+        }
+        let commits = Counter::<u64>::default();
+        commits.inc_by(store.commits.load(std::sync::atomic::Ordering::Relaxed));
+        let rows = Counter::<u64>::default();
+        rows.inc_by(store.rows.load(std::sync::atomic::Ordering::Relaxed));
+
+        let mut now = Registry::with_prefix("retrylab");
+        now.register("dead_letter_depth", "Dead letters waiting in each lab", depth);
+        now.register("dead_letter_depth_overall", "Dead letters waiting in all labs", depth_overall);
+        now.register("applied_twice", "Idempotency keys applied more than once (must stay 0)", applied_twice);
+        now.register("active_labs", "Labs this server holds", active);
+        now.register("store_commits", "Transactions the store committed", commits);
+        now.register("store_rows", "Rows the store wrote", rows);
+
+        let mut text = String::new();
+        encode_registry(&mut text, &self.registry).expect("writing to a String cannot fail");
+        encode_registry(&mut text, &now).expect("writing to a String cannot fail");
+        encode_eof(&mut text).expect("writing to a String cannot fail");
+        text
+    }
+}
