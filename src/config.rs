@@ -55,6 +55,22 @@ pub struct Limits {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RETRYLAB_MAX_BODY_BYTES", default_value_t = DEFAULT_LIMITS.max_body_bytes)]
     pub max_body_bytes: usize,
+    /// Most messages one lab may have still owed a delivery (queued, in flight or backing off).
+    #[arg(long, env = "RETRYLAB_MAX_ACTIVE_MESSAGES_PER_LAB", default_value_t = DEFAULT_LIMITS.max_active_messages_per_lab)]
+    pub max_active_messages_per_lab: usize,
+    /// Most messages owed a delivery across all labs.
+    #[arg(long, env = "RETRYLAB_MAX_ACTIVE_MESSAGES", default_value_t = DEFAULT_LIMITS.max_active_messages)]
+    pub max_active_messages: usize,
+    /// Most open event streams per lab (browser tabs watching it).
+    #[arg(long, env = "RETRYLAB_MAX_SUBSCRIBERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_subscribers_per_lab)]
+    pub max_subscribers_per_lab: usize,
+    /// Control requests (creating labs, changing settings, bursts, replays) one client may
+    /// make per second, sustained.
+    #[arg(long, env = "RETRYLAB_CONTROL_RATE_PER_S", default_value_t = DEFAULT_LIMITS.control_rate_per_s)]
+    pub control_rate_per_s: u32,
+    /// Control requests one client may make in a quick run before the rate applies.
+    #[arg(long, env = "RETRYLAB_CONTROL_BURST", default_value_t = DEFAULT_LIMITS.control_burst)]
+    pub control_burst: u32,
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
@@ -70,6 +86,11 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_messages_per_lab: 20_000,
     max_concurrent_requests: 64,
     max_body_bytes: 64 * 1024,
+    max_active_messages_per_lab: 5_000,
+    max_active_messages: 50_000,
+    max_subscribers_per_lab: 20,
+    control_rate_per_s: 20,
+    control_burst: 100,
     event_window: 50_000,
     subscriber_lag: 8_192,
 };

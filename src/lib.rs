@@ -56,6 +56,7 @@ pub async fn serve(
         producer,
         store: store.clone(),
         metrics,
+        rate_limiter: web::RateLimiter::new(config.limits.control_rate_per_s, config.limits.control_burst),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),
@@ -70,7 +71,8 @@ pub async fn serve(
 
     let router = web::router(AppState(app.clone()));
     let mut stopping = stopped;
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let server = axum::serve(listener, service).with_graceful_shutdown(async move {
         let _ = stopping.wait_for(|&stop| stop).await;
     });
     tokio::select! {

@@ -6,9 +6,13 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    // JSON lines for log collectors; each line carries its span's request id and lab id.
+    match std::env::var("RETRYLAB_LOG_FORMAT").as_deref() {
+        Ok("json") => logs.json().with_current_span(true).with_span_list(false).init(),
+        _ => logs.init(),
+    }
     let config = Config::parse();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {

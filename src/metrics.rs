@@ -54,7 +54,11 @@ impl Default for Metrics {
         let sse_subscribers = Gauge::default();
         let mut registry = Registry::with_prefix("retrylab");
         registry.register("attempts", "Delivery attempts by HTTP status or failure", attempts.clone());
-        registry.register("messages", "Messages that reached an end: delivered or dead-lettered", messages.clone());
+        registry.register(
+            "messages",
+            "Messages that reached an end: delivered or dead-lettered",
+            messages.clone(),
+        );
         registry.register_with_unit(
             "wait",
             "Measured waits between attempts",

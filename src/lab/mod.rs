@@ -6,6 +6,7 @@
 mod registry;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,6 +44,8 @@ pub struct Lab {
     this: Weak<Lab>,
     /// The last event id the store has committed.
     durable: watch::Sender<u64>,
+    /// Open event streams.
+    subscribers: AtomicUsize,
     limits: Limits,
     retention: Retention,
 }
@@ -87,6 +90,7 @@ struct SnapshotLimits {
 pub enum BurstError {
     Count { max: usize },
     LabFull { max: usize, held: usize },
+    TooManyActive { max: usize, active: usize },
 }
 
 /// The store did not confirm a commit in time.
@@ -122,6 +126,7 @@ impl Lab {
             store: registry.store.clone(),
             this,
             durable: watch::Sender::new(last_event_id),
+            subscribers: AtomicUsize::new(0),
             limits,
             retention: registry.retention.clone(),
         }
@@ -266,11 +271,17 @@ impl Lab {
             return Err(BurstError::Count { max: self.limits.max_burst });
         }
         let max = self.limits.max_messages_per_lab;
+        let max_active = self.limits.max_active_messages_per_lab;
         let mut full = None;
         let ids = self.change(|record, now| {
             let held = record.messages().len();
             if held + count > max {
                 full = Some(BurstError::LabFull { max, held });
+                return None;
+            }
+            let active = record.active_messages();
+            if active + count > max_active {
+                full = Some(BurstError::TooManyActive { max: max_active, active });
                 return None;
             }
             let messages = record.create_messages(count, now);
@@ -321,7 +332,8 @@ impl Lab {
     /// Moves dead letters back to the queue for a new round (all but the quarantined with `None`).
     pub fn replay(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
         let mut refusal = None;
-        let replayed = self.change(|record, _| match record.replay(ids, confirm_quarantined) {
+        let max_active = self.limits.max_active_messages_per_lab;
+        let replayed = self.change(|record, _| match record.replay(ids, confirm_quarantined, max_active) {
             Ok(moved) => {
                 let ids = moved.iter().map(|&(id, _)| id).collect();
                 let messages = moved.into_iter().map(|(id, round)| ReplayedMessage { id, round }).collect();
@@ -415,6 +427,19 @@ impl Lab {
         if tasks.get(&id).is_some_and(|t| t.id() == task) {
             tasks.remove(&id);
         }
+    }
+
+    /// Counts an open event stream, unless the lab already has `max_subscribers_per_lab`.
+    pub fn add_subscriber(&self) -> Result<(), usize> {
+        let max = self.limits.max_subscribers_per_lab;
+        self.subscribers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| (open < max).then_some(open + 1))
+            .map(|_| ())
+            .map_err(|_| max)
+    }
+
+    pub fn remove_subscriber(&self) {
+        self.subscribers.fetch_sub(1, Ordering::SeqCst);
     }
 
     pub fn has_deliveries(&self) -> bool {

@@ -79,6 +79,11 @@ impl Labs {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
+    /// Messages owed a delivery across all labs.
+    pub fn active_messages(&self) -> usize {
+        self.all().iter().map(|lab| lab.lock().record.active_messages()).sum()
+    }
+
     pub fn all(&self) -> Vec<Arc<Lab>> {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+use tracing::Instrument;
 
 use crate::lab::Lab;
 use crate::metrics::Metrics;
@@ -38,10 +39,14 @@ impl Producer {
     pub fn start(&self, lab: &Arc<Lab>, ids: Vec<u64>) {
         for id in ids {
             let (producer, lab_ref) = (self.clone(), lab.clone());
-            let task = tokio::spawn(async move {
-                producer.deliver(&lab_ref, id).await;
-                lab_ref.untrack(id, tokio::task::id());
-            });
+            let span = tracing::info_span!("delivery", lab = %lab.id, message = id);
+            let task = tokio::spawn(
+                async move {
+                    producer.deliver(&lab_ref, id).await;
+                    lab_ref.untrack(id, tokio::task::id());
+                }
+                .instrument(span),
+            );
             lab.track(id, task.abort_handle());
         }
     }

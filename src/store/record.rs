@@ -231,6 +231,12 @@ impl LabRecord {
         self.index.get(&id).map(|&i| &self.messages[i])
     }
 
+    /// Messages still owed a delivery: queued, in flight or backing off.
+    pub fn active_messages(&self) -> usize {
+        let [queued, in_flight, backing_off, ..] = self.by_state;
+        (queued + in_flight + backing_off) as usize
+    }
+
     pub fn next_message_id(&self) -> u64 {
         self.next_message_id
     }
@@ -361,11 +367,13 @@ impl LabRecord {
 
     /// Moves dead letters back into the queue for a new round, keeping their keys.
     /// `ids = None` takes every one that is not quarantined; naming a quarantined one needs
-    /// `confirm_quarantined`. Fails, changing nothing, with the ids that cannot be replayed.
+    /// `confirm_quarantined`; no more than `max_active` messages may be owed a delivery after.
+    /// Fails, changing nothing, saying why.
     pub fn replay(
         &mut self,
         ids: Option<&[u64]>,
         confirm_quarantined: bool,
+        max_active: usize,
     ) -> Result<Vec<(u64, u32)>, ReplayRefusal> {
         let chosen: Vec<u64> = match ids {
             None => self.dead_letters.iter().filter(|d| !d.quarantined).map(|d| d.id).collect(),
@@ -386,6 +394,10 @@ impl LabRecord {
                 ids
             }
         };
+        let active = self.active_messages();
+        if active + chosen.len() > max_active {
+            return Err(ReplayRefusal::TooManyActive { max: max_active, active, asked: chosen.len() });
+        }
         let chosen_set: HashSet<u64> = chosen.iter().copied().collect();
         self.dead_letters.retain(|d| !chosen_set.contains(&d.id));
         self.quarantined = self.dead_letters.iter().filter(|d| d.quarantined).count() as u64;
@@ -492,6 +504,7 @@ impl LabRecord {
 pub enum ReplayRefusal {
     NotDeadLetters(Vec<u64>),
     Quarantined(Vec<u64>),
+    TooManyActive { max: usize, active: usize, asked: usize },
 }
 
 fn to_json(value: &impl Serialize) -> String {

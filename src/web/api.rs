@@ -86,11 +86,20 @@ pub async fn burst(
 ) -> Result<(StatusCode, Json<Accepted>), AppError> {
     let Json(request) = payload?;
     let count = usize::try_from(request.count).unwrap_or(usize::MAX);
+    check_overall_active(&app, count.min(app.limits.max_burst))?;
     let ids = lab.accept_burst(count).map_err(|e| match e {
         BurstError::Count { max } => AppError::Limit {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             limit: "max_burst",
             detail: format!("count must be 1 to {max} (max_burst); send a smaller burst"),
+        },
+        BurstError::TooManyActive { max, active } => AppError::Limit {
+            status: StatusCode::CONFLICT,
+            limit: "max_active_messages_per_lab",
+            detail: format!(
+                "this lab still owes {active} messages a delivery and takes at most {max} at once \
+                 (max_active_messages_per_lab); wait for them to finish or reset the lab"
+            ),
         },
         BurstError::LabFull { max, held } => AppError::Limit {
             status: StatusCode::CONFLICT,
@@ -121,11 +130,22 @@ pub async fn replay(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Accepted>), AppError> {
     let request: ReplayRequest = json_or_default(&body?)?;
+    let asked = request.ids.as_ref().map_or(lab.counters().dead_letter as usize, Vec::len);
+    check_overall_active(&app, asked)?;
     let ids = dlq::replay(&lab, &app.producer, request.ids.as_deref(), request.confirm_quarantined).map_err(
         |refusal| match refusal {
             ReplayRefusal::NotDeadLetters(ids) => {
                 AppError::NotFound(format!("not in the dead-letter queue: {ids:?}; nothing was replayed"))
             }
+            ReplayRefusal::TooManyActive { max, active, asked } => AppError::Limit {
+                status: StatusCode::CONFLICT,
+                limit: "max_active_messages_per_lab",
+                detail: format!(
+                    "replaying {asked} would leave {} messages owed a delivery, more than {max} \
+                     (max_active_messages_per_lab); replay fewer or wait (nothing was replayed)",
+                    active + asked
+                ),
+            },
             ReplayRefusal::Quarantined(ids) => AppError::Conflict(format!(
                 "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
                  \"confirm_quarantined\": true (nothing was replayed)"
@@ -158,6 +178,23 @@ pub async fn crash_client(
         .await
         .map_err(|e| AppError::Internal(e.to_string()))?;
     Ok(Json(Recovered { resumed }))
+}
+
+/// Refuses work that would take the whole server past `max_active_messages`.
+fn check_overall_active(app: &AppState, adding: usize) -> Result<(), AppError> {
+    let max = app.limits.max_active_messages;
+    let active = app.labs.active_messages();
+    if active + adding <= max {
+        return Ok(());
+    }
+    Err(AppError::Limit {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        limit: "max_active_messages",
+        detail: format!(
+            "the server is delivering {active} messages for all labs and takes at most {max} \
+             (max_active_messages); try again in a few seconds"
+        ),
+    })
 }
 
 /// An optional JSON body: empty means the defaults.

@@ -33,6 +33,10 @@ pub enum AppError {
         retry_after_s: u64,
         detail: String,
     },
+    /// The client made control requests faster than `control_rate_per_s` allows.
+    RateLimited {
+        retry_after_s: u64,
+    },
     Internal(String),
 }
 
@@ -57,6 +61,12 @@ impl AppError {
             AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { detail, .. } => (StatusCode::SERVICE_UNAVAILABLE, detail, None),
+            AppError::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many control requests from this client (control_rate_per_s, control_burst); \
+                 wait for the Retry-After, as the lab teaches",
+                Some("control_rate_per_s"),
+            ),
             AppError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side", None)
             }
@@ -79,7 +89,7 @@ impl IntoResponse for AppError {
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if let AppError::Unavailable { retry_after_s, .. } = self {
+        if let AppError::Unavailable { retry_after_s, .. } | AppError::RateLimited { retry_after_s } = self {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
         response

@@ -7,13 +7,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::sync::watch;
 
+use super::error::AppError;
 use super::{AppState, LabPath};
 use crate::events::Published;
 use crate::lab::{Lab, Opening};
@@ -52,11 +53,16 @@ struct Subscriber {
     _open: OpenStream,
 }
 
-struct OpenStream(prometheus_client::metrics::gauge::Gauge);
+/// Counts a stream among the open ones, overall and in its lab, for as long as it lives.
+struct OpenStream {
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    lab: Arc<Lab>,
+}
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
+        self.lab.remove_subscriber();
     }
 }
 
@@ -65,23 +71,35 @@ pub async fn stream(
     LabPath(lab): LabPath,
     headers: HeaderMap,
     Query(query): Query<StreamQuery>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
     let resume_after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .or(query.last_event_id);
+    lab.add_subscriber().map_err(|max| AppError::Limit {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        limit: "max_subscribers_per_lab",
+        detail: format!(
+            "this lab already has {max} open event streams (max_subscribers_per_lab); close a tab"
+        ),
+    })?;
     app.metrics.sse_subscribers.inc();
-    let open = OpenStream(app.metrics.sse_subscribers.clone());
+    let open = OpenStream { gauge: app.metrics.sse_subscribers.clone(), lab: lab.clone() };
     let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone(), open);
     let events = futures_util::stream::unfold(subscriber, |mut s| async move {
         let outgoing = s.next().await?;
         Some((Ok(outgoing.into_event()), s))
     });
-    Sse::new(events).keep_alive(KeepAlive::default())
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
 impl Subscriber {
-    fn new(lab: Arc<Lab>, resume_after: Option<u64>, shutdown: watch::Receiver<bool>, open: OpenStream) -> Self {
+    fn new(
+        lab: Arc<Lab>,
+        resume_after: Option<u64>,
+        shutdown: watch::Receiver<bool>,
+        open: OpenStream,
+    ) -> Self {
         let (opening, receiver) = lab.subscribe(resume_after);
         let (pending, last_id) = match opening {
             Opening::Resume(events) => {
@@ -141,7 +159,8 @@ mod tests {
         let labs = Labs::new(limits, Default::default(), Store::temporary(), Vec::new());
         let lab = labs.create().unwrap();
         let (_stop, shutdown) = watch::channel(false);
-        let open = OpenStream(Default::default());
+        lab.add_subscriber().unwrap();
+        let open = OpenStream { gauge: Default::default(), lab: lab.clone() };
         let mut subscriber = Subscriber::new(lab.clone(), None, shutdown, open);
         let opening = subscriber.next().await;
         assert!(matches!(opening, Some(Outgoing::Snapshot { id: 1, .. })), "lab_created is 1: {opening:?}");

@@ -7,6 +7,9 @@ mod endpoint;
 pub mod error;
 mod events;
 mod pages;
+mod rate_limit;
+
+pub use rate_limit::RateLimiter;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -17,12 +20,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
 use tokio::sync::watch;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::config::{Limits, Retention};
 use crate::lab::{Lab, LabId, Labs};
-use crate::producer::Producer;
 use crate::metrics::Metrics;
+use crate::producer::Producer;
 use crate::store::Store;
 use error::AppError;
 
@@ -33,6 +38,7 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     pub retention: Retention,
+    pub rate_limiter: RateLimiter,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -74,6 +80,10 @@ pub fn router(state: AppState) -> Router {
             }
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_control_requests))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(security_header(
             header::CONTENT_SECURITY_POLICY,
             "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -82,6 +92,24 @@ pub fn router(state: AppState) -> Router {
         .layer(security_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(security_header(header::REFERRER_POLICY, "no-referrer"))
         .with_state(state)
+}
+
+/// Every log line of a request carries its request id and, on a lab's routes, the lab id.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+    let path = request.uri().path();
+    let lab = path
+        .strip_prefix("/api")
+        .unwrap_or(path)
+        .strip_prefix("/labs/")
+        .and_then(|rest| rest.split('/').next());
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path,
+        request_id,
+        lab = lab.unwrap_or("-"),
+    )
 }
 
 fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {

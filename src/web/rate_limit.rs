@@ -1,0 +1,103 @@
+//! A token bucket per client on the control API: the lab applies its own lesson to itself.
+//! Each client may make `burst` control requests in a quick run and `rate` per second after
+//! that; past it, the answer is 429 with a `Retry-After` saying when a token will be back.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::AppError;
+
+/// Buckets kept before full (idle) ones are dropped, so many clients cannot grow memory.
+const MAX_TRACKED_CLIENTS: usize = 10_000;
+
+pub struct RateLimiter {
+    rate_per_s: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<IpAddr, Bucket>>,
+}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    updated: Instant,
+}
+
+impl RateLimiter {
+    pub fn new(rate_per_s: u32, burst: u32) -> Self {
+        RateLimiter {
+            rate_per_s: f64::from(rate_per_s.max(1)),
+            burst: f64::from(burst.max(1)),
+            buckets: Mutex::default(),
+        }
+    }
+
+    /// Takes a token for `client`, or says how long until one is back.
+    pub fn take(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= MAX_TRACKED_CLIENTS {
+            buckets.retain(|_, b| self.refilled(*b, now) < self.burst);
+        }
+        let bucket = buckets.entry(client).or_insert(Bucket { tokens: self.burst, updated: now });
+        let tokens = self.refilled(*bucket, now);
+        if tokens >= 1.0 {
+            *bucket = Bucket { tokens: tokens - 1.0, updated: now };
+            Ok(())
+        } else {
+            *bucket = Bucket { tokens, updated: now };
+            Err(Duration::from_secs_f64((1.0 - tokens) / self.rate_per_s))
+        }
+    }
+
+    fn refilled(&self, bucket: Bucket, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
+        (bucket.tokens + elapsed * self.rate_per_s).min(self.burst)
+    }
+}
+
+/// Control requests: anything that changes state through the API, and `GET /` (it creates a lab).
+fn is_control(request: &Request) -> bool {
+    let path = request.uri().path();
+    match *request.method() {
+        Method::GET | Method::HEAD => path == "/",
+        _ => path.starts_with("/api/"),
+    }
+}
+
+pub async fn limit_control_requests(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    if let Some(client) = client.filter(|_| is_control(&request))
+        && let Err(wait) = app.rate_limiter.take(client, Instant::now())
+    {
+        return AppError::RateLimited { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
+            .into_response();
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_gets_its_burst_then_the_rate() {
+        let limiter = RateLimiter::new(10, 3);
+        let (me, other) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let start = Instant::now();
+        for _ in 0..3 {
+            assert!(limiter.take(me, start).is_ok());
+        }
+        let wait = limiter.take(me, start).unwrap_err();
+        assert!(wait > Duration::from_millis(90) && wait <= Duration::from_millis(100), "{wait:?}");
+        assert!(limiter.take(other, start).is_ok(), "buckets are per client");
+        assert!(limiter.take(me, start + Duration::from_millis(100)).is_ok(), "a token is back after 1/rate");
+        assert!(limiter.take(me, start + Duration::from_millis(100)).is_err());
+    }
+}
