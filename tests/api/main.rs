@@ -6,5 +6,6 @@ mod durability;
 mod events;
 mod helpers;
 mod idempotency;
+mod operations;
 mod pages;
 mod retries;

@@ -1,0 +1,152 @@
+//! Running in public: limits that name themselves, a per-client rate limit on the control
+//! API, and metrics that agree with the snapshot.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use retrylab::config::Limits;
+use serde_json::Value;
+
+use crate::helpers::{TestApp, counter};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn problem(response: reqwest::Response) -> (StatusCode, Option<String>, Value) {
+    let status = response.status();
+    let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    (status, retry_after, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_control_api_is_rate_limited_per_client_with_retry_after() {
+    let limits = Limits { control_rate_per_s: 1, control_burst: 3, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.new_lab().await; // 1 of 3
+    app.set_mode(&lab, "down").await; // 2
+    app.set_mode(&lab, "healthy").await; // 3
+    let refused = app
+        .client
+        .put(app.url(&format!("/api/labs/{lab}/downstream")))
+        .header("content-type", "application/json")
+        .body(r#"{"mode": "slow"}"#)
+        .send()
+        .await
+        .unwrap();
+    let (status, retry_after, body) = problem(refused).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(body["limit"], "control_rate_per_s");
+    // Reading is not limited, nor is the downstream endpoint the producer calls.
+    assert_eq!(app.snapshot(&lab).await["downstream"]["mode"], "healthy", "the refused change did not apply");
+    let downstream = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", "k")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(downstream.status(), StatusCode::OK);
+    // After the Retry-After, a token is back.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    app.set_mode(&lab, "slow").await;
+}
+
+#[tokio::test]
+async fn limits_on_streams_and_active_messages_name_themselves() {
+    let limits = Limits {
+        max_subscribers_per_lab: 1,
+        max_active_messages_per_lab: 3,
+        max_active_messages: 5,
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    let events = app.url(&format!("/api/labs/{lab}/events"));
+    let first = app.client.get(&events).send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let (status, _, body) = problem(app.client.get(&events).send().await.unwrap()).await;
+    assert_eq!(
+        (status, body["limit"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("max_subscribers_per_lab"))
+    );
+    drop(first);
+
+    // Long waits keep the first messages active while the next bursts arrive.
+    app.put(&lab, "policy", r#"{"base_ms": 5000, "cap_ms": 5000, "jitter": "none"}"#).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 3).await;
+    let one_more = |lab: &str| format!("/api/labs/{lab}/bursts");
+    let (status, body) = app.call(Method::POST, &one_more(&lab), Some(r#"{"count": 1}"#)).await;
+    assert_eq!((status, body["limit"].as_str()), (StatusCode::CONFLICT, Some("max_active_messages_per_lab")));
+
+    let other = app.fast_lab().await;
+    app.put(&other, "policy", r#"{"base_ms": 5000, "cap_ms": 5000, "jitter": "none"}"#).await;
+    app.set_mode(&other, "down").await;
+    app.burst(&other, 2).await;
+    let (status, body) = app.call(Method::POST, &one_more(&other), Some(r#"{"count": 1}"#)).await;
+    assert_eq!(
+        (status, body["limit"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("max_active_messages"))
+    );
+
+    // A stream slot frees when its client goes: the page can reconnect.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.client.get(&events).send().await.unwrap().status(), StatusCode::OK);
+}
+
+/// `name{labels}` -> value, from an OpenMetrics exposition.
+fn parse_metrics(text: &str) -> HashMap<String, f64> {
+    assert!(text.ends_with("# EOF\n"), "a complete exposition");
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("unreadable line {line}"));
+            (series.to_owned(), value.parse().unwrap_or_else(|_| panic!("unreadable value in {line}")))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_agree_with_the_snapshot() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 5).await;
+    let dead = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 5).await;
+    let _stream = app.client.get(app.url(&format!("/api/labs/{lab}/events"))).send().await.unwrap();
+
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let metrics = parse_metrics(&response.text().await.unwrap());
+    let get = |series: &str| *metrics.get(series).unwrap_or_else(|| panic!("no {series} in {metrics:?}"));
+    assert_eq!(
+        get(&format!("retrylab_dead_letter_depth{{lab=\"{lab}\"}}")),
+        counter(&dead, "dead_letter") as f64
+    );
+    assert_eq!(get("retrylab_dead_letter_depth_overall"), 5.0);
+    assert_eq!(get("retrylab_attempts_total{status=\"503\"}"), counter(&dead, "requests") as f64);
+    assert_eq!(get("retrylab_messages_total{outcome=\"dead_lettered\"}"), 5.0);
+    assert_eq!(get("retrylab_wait_seconds_count"), 15.0, "3 measured waits per message");
+    assert_eq!(get("retrylab_applied_twice_total"), 0.0);
+    assert_eq!(get("retrylab_active_labs"), 1.0);
+    assert_eq!(get("retrylab_sse_subscribers"), 1.0);
+    assert!(get("retrylab_store_commits_total") >= 1.0);
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    for path in ["/".to_owned(), format!("/labs/{lab}"), format!("/api/labs/{lab}"), "/nowhere".into()] {
+        let response = app.client.get(app.url(&path)).send().await.unwrap();
+        let headers = response.headers();
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("default-src 'self'") && !csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(headers["referrer-policy"], "no-referrer", "{path}");
+        assert!(headers.contains_key("x-request-id"), "{path}");
+    }
+}
