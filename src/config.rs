@@ -102,7 +102,7 @@ impl Default for Limits {
 }
 
 /// How long things are kept. Each window is shown on the page.
-#[derive(Debug, Clone, Args, Serialize)]
+#[derive(Debug, Clone, Args, Serialize, utoipa::ToSchema)]
 pub struct Retention {
     /// The dedup window: an applied idempotency key is remembered this long, in seconds.
     #[arg(long, env = "RETRYLAB_KEY_TTL_S", default_value_t = DEFAULT_RETENTION.key_ttl_s)]

@@ -15,7 +15,7 @@ pub use ledger::{KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 const MAX_LATENCY_MS: u64 = 60_000;
 const MAX_RETRY_AFTER_S: u64 = 3_600;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Answers 200 after `latency_ms`.
@@ -39,7 +39,7 @@ impl Mode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct DownstreamSettings {
     pub mode: Mode,
@@ -62,7 +62,7 @@ impl Default for DownstreamSettings {
 }
 
 /// A partial update: absent fields keep their value.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownstreamUpdate {
     pub mode: Option<Mode>,

@@ -13,7 +13,7 @@ use crate::retry::{Policy, Wait};
 use crate::store::{Attempt, Counters, DeadLetter, Message};
 
 /// One change in a lab, as the page and other subscribers receive it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     MessagesCreated {
@@ -56,6 +56,7 @@ pub enum Event {
         policy: Policy,
     },
     Reset {
+        #[schema(value_type = Object)]
         snapshot: serde_json::Value,
     },
     /// The client came back (after a restart or a crash) and picked up from the store.
@@ -63,18 +64,20 @@ pub enum Event {
         reason: &'static str,
         /// Messages whose delivery resumes.
         resumed: Vec<u64>,
+        #[schema(value_type = Object)]
         snapshot: serde_json::Value,
     },
     /// Retention windows ran out for some dead letters (removed with their messages) and keys.
     Expired {
         dead_letters: Vec<u64>,
         keys: usize,
+        #[schema(value_type = Object)]
         snapshot: serde_json::Value,
     },
     LabCreated,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReplayedMessage {
     pub id: u64,
     pub round: u32,

@@ -65,8 +65,11 @@ pub enum Opening {
     Snapshot { id: u64, json: String },
 }
 
-#[derive(Serialize)]
-struct SnapshotView<'a> {
+/// Everything about a lab: settings, counters, every message with every attempt, dead letters.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Snapshot)]
+pub struct SnapshotView<'a> {
+    #[schema(value_type = String, format = Uuid)]
     id: &'a LabId,
     now_ms: u64,
     last_event_id: u64,
@@ -79,8 +82,8 @@ struct SnapshotView<'a> {
     dead_letters: &'a [DeadLetter],
 }
 
-#[derive(Serialize)]
-struct SnapshotLimits {
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SnapshotLimits {
     max_burst: usize,
     max_messages_per_lab: usize,
 }

@@ -17,7 +17,7 @@ use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 /// How a wait is spread around its nominal value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Jitter {
     None,
@@ -66,7 +66,7 @@ impl Backoff {
 }
 
 /// Why the client waited as long as it did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
     /// The jittered backoff decided.
@@ -76,7 +76,7 @@ pub enum WaitReason {
 }
 
 /// The plan for one pause between attempts, with every number that went into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Wait {
     pub nominal_ms: u64,
     pub low_ms: u64,

@@ -11,7 +11,7 @@ const MAX_DELAY_MS: u64 = 10 * 60 * 1000;
 const MAX_TIMEOUT_MS: u64 = 60 * 1000;
 const MAX_QUARANTINE_AFTER: u32 = 100;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct Policy {
     pub jitter: Jitter,
@@ -44,7 +44,7 @@ impl Default for Policy {
 }
 
 /// A partial update: absent fields keep their value.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyUpdate {
     pub jitter: Option<Jitter>,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::downstream::{DownstreamSettings, KeyRow, Ledger, LedgerCounts};
 use crate::retry::{Policy, Wait};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageState {
     /// Accepted, waiting for a free connection slot.
@@ -30,7 +30,7 @@ impl MessageState {
 }
 
 /// How one attempt ended, as the client saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Ok,
@@ -42,14 +42,14 @@ pub enum Outcome {
 }
 
 /// A planned wait and, once the next attempt starts, how long it really lasted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WaitRecord {
     #[serde(flatten)]
     pub plan: Wait,
     pub actual_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Attempt {
     /// 1-based within its round.
     pub n: u32,
@@ -75,7 +75,7 @@ pub struct AttemptEnd {
     pub retry_after_s: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
     pub id: u64,
     pub key: String,
@@ -85,7 +85,7 @@ pub struct Message {
     pub attempts: Vec<Attempt>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// The message's id.
     pub id: u64,
@@ -100,7 +100,7 @@ pub struct DeadLetter {
     pub quarantined: bool,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counters {
     pub queued: u64,
     pub in_flight: u64,

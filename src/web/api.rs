@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::error::AppError;
+use super::error::{AppError, Problem};
 use super::{AppState, LabPath};
 use crate::dlq;
 use crate::downstream::{DownstreamSettings, DownstreamUpdate};
@@ -18,12 +18,15 @@ use crate::lab::BurstError;
 use crate::retry::{Policy, PolicyUpdate};
 use crate::store::ReplayRefusal;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Created {
     id: String,
     url: String,
 }
 
+/// Creates a lab.
+#[utoipa::path(post, path = "/api/labs", tag = "labs",
+    responses((status = 201, body = Created), (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json")))]
 pub async fn create_lab(State(app): State<AppState>) -> Result<Response, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
     lab.persisted().await?;
@@ -40,10 +43,16 @@ pub fn lab_limit(max: usize) -> AppError {
     }
 }
 
+/// The whole lab: settings, counters, messages with every attempt, dead letters.
+#[utoipa::path(get, path = "/api/labs/{lab}", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
+    responses((status = 200, body = crate::lab::SnapshotView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
 }
 
+/// Changes the downstream's mode and parameters; absent fields keep their value.
+#[utoipa::path(put, path = "/api/labs/{lab}/downstream", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = DownstreamUpdate,
+    responses((status = 200, body = DownstreamSettings), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
 pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
@@ -56,6 +65,9 @@ pub async fn set_downstream(
     Ok(Json(downstream))
 }
 
+/// Changes the retry policy; absent fields keep their value.
+#[utoipa::path(put, path = "/api/labs/{lab}/policy", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = PolicyUpdate,
+    responses((status = 200, body = Policy), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
 pub async fn set_policy(
     LabPath(lab): LabPath,
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
@@ -68,17 +80,20 @@ pub async fn set_policy(
     Ok(Json(policy))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BurstRequest {
     count: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     message_ids: Vec<u64>,
 }
 
+/// Sends `count` new messages; answered once they are committed.
+#[utoipa::path(post, path = "/api/labs/{lab}/bursts", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = BurstRequest,
+    responses((status = 202, body = Accepted), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 409, description = "The lab holds or owes too many messages", body = Problem, content_type = "application/problem+json"), (status = 422, description = "count out of range (max_burst)", body = Problem, content_type = "application/problem+json"), (status = 503, description = "The server owes too many messages (max_active_messages)", body = Problem, content_type = "application/problem+json")))]
 pub async fn burst(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
@@ -115,7 +130,7 @@ pub async fn burst(
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     ids: Option<Vec<u64>>,
@@ -124,6 +139,9 @@ pub struct ReplayRequest {
     confirm_quarantined: bool,
 }
 
+/// Replays dead letters with their keys and a fresh budget: all but the quarantined, or by id.
+#[utoipa::path(post, path = "/api/labs/{lab}/dead-letters/replay", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body(content = ReplayRequest, description = "Empty or `{}` replays every dead letter that is not quarantined"),
+    responses((status = 202, body = Accepted), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 409, description = "Quarantined without confirmation, or too many owed", body = Problem, content_type = "application/problem+json")))]
 pub async fn replay(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
@@ -156,18 +174,24 @@ pub async fn replay(
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
+/// Clears messages, dead letters and the ledger; settings stay.
+#[utoipa::path(post, path = "/api/labs/{lab}/reset", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
+    responses((status = 200, body = crate::lab::SnapshotView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
 pub async fn reset(LabPath(lab): LabPath) -> Result<Response, AppError> {
     lab.reset();
     lab.persisted().await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response())
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Recovered {
     resumed: usize,
 }
 
 /// Kills the lab's client mid-flight and recovers it from the store.
+/// Kills the lab's client mid-flight and resumes every delivery from the store.
+#[utoipa::path(post, path = "/api/labs/{lab}/crash-client", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
+    responses((status = 200, body = Recovered), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
 pub async fn crash_client(
     State(app): State<AppState>,
     LabPath(lab): LabPath,

@@ -40,13 +40,16 @@ pub enum AppError {
     Internal(String),
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
+/// An error, as RFC 9457 describes it.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Problem<'a> {
     #[serde(rename = "type")]
     kind: String,
     title: &'a str,
     status: u16,
+    /// What went wrong and, where it helps, what to do.
     detail: &'a str,
+    /// The name of the setting whose limit was hit.
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'static str>,
 }

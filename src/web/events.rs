@@ -14,12 +14,12 @@ use serde::Deserialize;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::sync::watch;
 
-use super::error::AppError;
+use super::error::{AppError, Problem};
 use super::{AppState, LabPath};
 use crate::events::Published;
 use crate::lab::{Lab, Opening};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 pub struct StreamQuery {
     /// For clients that cannot set the `Last-Event-ID` header.
     last_event_id: Option<u64>,
@@ -66,6 +66,10 @@ impl Drop for OpenStream {
     }
 }
 
+/// Server-Sent Events: a snapshot, then every change; resumes after `Last-Event-ID`.
+#[utoipa::path(get, path = "/api/labs/{lab}/events", tag = "labs", params(("lab" = String, Path, description = "The lab id"), ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event"), StreamQuery),
+    responses((status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
+        (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 429, description = "max_subscribers_per_lab reached", body = Problem, content_type = "application/problem+json")))]
 pub async fn stream(
     State(app): State<AppState>,
     LabPath(lab): LabPath,

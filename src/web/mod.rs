@@ -6,6 +6,7 @@ mod api;
 mod endpoint;
 pub mod error;
 mod events;
+mod openapi;
 mod pages;
 mod rate_limit;
 
@@ -63,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/{file}", get(pages::asset))
         .route("/labs/{lab}", get(pages::lab))
         .route("/labs/{lab}/downstream", post(endpoint::downstream))
+        .route("/api/openapi.json", get(openapi::openapi_json))
         .route("/api/labs", post(api::create_lab))
         .route("/api/labs/{lab}", get(api::snapshot))
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))

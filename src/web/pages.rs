@@ -69,6 +69,8 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, AppError> {
 }
 
 /// `GET /metrics`: Prometheus / OpenMetrics text.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
 pub async fn metrics(State(app): State<AppState>) -> Response {
     let text = app.metrics.render(&app.labs, &app.store.stats);
     let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";

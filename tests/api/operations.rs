@@ -150,3 +150,35 @@ async fn every_answer_carries_the_security_headers() {
         assert!(headers.contains_key("x-request-id"), "{path}");
     }
 }
+
+#[tokio::test]
+async fn the_openapi_description_matches_the_routes_and_the_snapshot() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = spec["paths"].as_object().unwrap();
+    for path in ["/api/labs/{lab}/bursts", "/api/labs/{lab}/dead-letters/replay", "/labs/{lab}/downstream"] {
+        assert!(paths.contains_key(path), "{path} is described");
+    }
+    // Every described route exists: it answers something other than the router's "no such route".
+    for (path, operations) in paths {
+        for method in operations.as_object().unwrap().keys() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let url = app.url(&path.replace("{lab}", &lab));
+            let response = app.client.request(method.clone(), url).send().await.unwrap();
+            let status = response.status();
+            if response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream") {
+                continue; // routed, and a stream that stays open
+            }
+            let body = response.text().await.unwrap();
+            assert!(!body.contains("no such route"), "{method} {path} is not routed ({status})");
+        }
+    }
+    // The snapshot carries every field its schema requires.
+    let snapshot = app.snapshot(&lab).await;
+    for field in spec["components"]["schemas"]["Snapshot"]["required"].as_array().unwrap() {
+        assert!(snapshot.get(field.as_str().unwrap()).is_some(), "snapshot lacks {field}");
+    }
+}

@@ -1,0 +1,207 @@
+//! The backoff chart: for the wait after attempt n (x), the policy's nominal delay, the band
+//! its jitter draws from, and every wait the client measured (y, ms). The curve comes from the
+//! policy; the dots come from the model, so a wait lifted above the band by Retry-After shows.
+
+const SVG = 'http://www.w3.org/2000/svg';
+const HEIGHT = 280;
+const MARGIN = { top: 16, right: 16, bottom: 42, left: 58 };
+/** Drawing thousands of dots helps nobody; the latest ones tell the story. */
+const MAX_WAITS = 1500;
+const REDRAW_MS = 250;
+
+/** Nominal exponential delay before jitter for the wait after attempt n (1-based). */
+export function nominal(policy, n) {
+  return Math.min(policy.cap_ms, policy.base_ms * 2 ** (n - 1));
+}
+
+/** The jitter band [low, high] the policy draws from, or null when each wait has its own. */
+export function band(policy, n) {
+  const nom = nominal(policy, n);
+  switch (policy.jitter) {
+    case 'none': return [nom, nom];
+    case 'full': return [0, nom];
+    case 'equal': return [nom / 2, nom];
+    default: return null; // decorrelated: the band depends on the previous wait
+  }
+}
+
+/** Whether a recorded wait was drawn under this policy (the policy may have changed since). */
+function fitsPolicy(policy, n, w) {
+  const b = band(policy, n);
+  if (b) return Math.abs(w.low_ms - b[0]) <= 1 && Math.abs(w.high_ms - b[1]) <= 1;
+  return Math.abs(w.low_ms - policy.base_ms) <= 1 && w.high_ms <= policy.cap_ms + 1;
+}
+
+export function createBackoffChart(svg, caption, model) {
+  /** The width last drawn for: the chart is drawn in screen pixels so text keeps its size. */
+  let width = 0;
+  // Redraw in the next frame: the drawing changes the svg's height, which the observer sees.
+  new ResizeObserver(() =>
+    requestAnimationFrame(() => {
+      if (Math.round(svg.clientWidth) !== width) draw();
+    }),
+  ).observe(svg);
+
+  function draw() {
+    const policy = model.policy;
+    if (!policy) return;
+    width = Math.round(svg.clientWidth) || 640;
+    const slots = Math.max(0, policy.max_attempts - 1);
+    svg.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
+    if (slots === 0) {
+      svg.replaceChildren();
+      caption.textContent = 'With max attempts 1 the client never retries, so there is no wait to draw.';
+      return;
+    }
+
+    // Every recorded wait under the current policy, newest last.
+    const waits = [];
+    let skipped = 0;
+    for (const m of model.messages.values()) {
+      for (const a of m.attempts) {
+        if (!a.wait) continue;
+        if (a.n <= slots && fitsPolicy(policy, a.n, a.wait)) waits.push({ m, a, w: a.wait });
+        else skipped += 1;
+      }
+    }
+    const shown = waits.slice(-MAX_WAITS);
+
+    let yMax = 0;
+    for (let n = 1; n <= slots; n++) yMax = Math.max(yMax, nominal(policy, n));
+    for (const { w } of shown) yMax = Math.max(yMax, w.high_ms, w.planned_ms, w.actual_ms ?? 0, w.floor_ms ?? 0);
+    const yTop = niceCeil(yMax * 1.08);
+
+    const plotW = width - MARGIN.left - MARGIN.right;
+    const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+    const slotW = plotW / slots;
+    const x = (n) => MARGIN.left + (n - 0.5) * slotW;
+    const y = (v) => MARGIN.top + plotH * (1 - v / yTop);
+
+    const g = [];
+    // y axis: gridlines with labels.
+    const step = niceCeil(yTop / 5);
+    for (let v = 0; v <= yTop + 1e-9; v += step) {
+      g.push(el('line', { class: 'bc-grid', x1: MARGIN.left, x2: width - MARGIN.right, y1: y(v), y2: y(v) }));
+      g.push(el('text', { class: 'bc-label', x: MARGIN.left - 6, y: y(v) + 4, 'text-anchor': 'end' }, axisMs(v)));
+    }
+    // x axis: one slot per retry.
+    for (let n = 1; n <= slots; n++) {
+      g.push(el('text', { class: 'bc-label', x: x(n), y: HEIGHT - MARGIN.bottom + 16, 'text-anchor': 'middle' }, `${n}`));
+    }
+    g.push(el('text', { class: 'bc-title', x: MARGIN.left + plotW / 2, y: HEIGHT - 6, 'text-anchor': 'middle' }, 'wait after attempt n'));
+    g.push(el('line', { class: 'bc-axis', x1: MARGIN.left, x2: width - MARGIN.right, y1: y(0), y2: y(0) }));
+
+    // The jitter band: one shaded box per slot, or one thin band per wait for decorrelated.
+    const half = Math.min(slotW * 0.36, 80);
+    for (let n = 1; n <= slots; n++) {
+      const b = band(policy, n);
+      if (!b) continue;
+      const top = y(b[1]);
+      g.push(el('rect', { class: 'bc-band', x: x(n) - half, y: top - (b[0] === b[1] ? 1.5 : 0), width: half * 2, height: Math.max(3, y(b[0]) - top) }));
+    }
+    const offset = (m, a) => ((hash(m.id * 31 + a.round) % 1000) / 1000 - 0.5) * half * 1.6;
+    if (!band(policy, 1)) {
+      for (const { m, a, w } of shown) {
+        const cx = x(a.n) + offset(m, a);
+        g.push(el('line', { class: 'bc-band-line', x1: cx, x2: cx, y1: y(w.low_ms), y2: y(w.high_ms) }));
+      }
+    }
+
+    // Retry-After floors that actually set a wait.
+    const floors = new Set(shown.filter(({ w }) => w.reason === 'retry_after' && w.floor_ms != null).map(({ w }) => w.floor_ms));
+    for (const f of [...floors].slice(0, 3)) {
+      g.push(el('line', { class: 'bc-floor', x1: MARGIN.left, x2: width - MARGIN.right, y1: y(f), y2: y(f) }));
+      const label = width < 480 ? `floor ${axisMs(f)}` : `Retry-After floor ${axisMs(f)}`;
+      g.push(el('text', { class: 'bc-floor-label', x: width - MARGIN.right - 4, y: y(f) - 5, 'text-anchor': 'end' }, label));
+    }
+
+    // The nominal curve.
+    const points = [];
+    for (let n = 1; n <= slots; n++) points.push(`${x(n)},${y(nominal(policy, n))}`);
+    g.push(el('polyline', { class: 'bc-nominal', points: points.join(' ') }));
+    for (let n = 1; n <= slots; n++) {
+      g.push(el('rect', { class: 'bc-nominal-point', x: x(n) - half, y: y(nominal(policy, n)) - 1.5, width: half * 2, height: 3 }));
+    }
+
+    // Sampled (hollow) and measured (filled) waits, joined when the floor lifted one.
+    for (const { m, a, w } of shown) {
+      const cx = x(a.n) + offset(m, a);
+      if (w.actual_ms != null && Math.abs(w.actual_ms - w.chosen_ms) > 2) {
+        g.push(el('line', { class: 'bc-lift', x1: cx, x2: cx, y1: y(w.chosen_ms), y2: y(w.actual_ms) }));
+      }
+      g.push(el('circle', { class: 'bc-chosen', cx, cy: y(w.chosen_ms), r: 3 }));
+      if (w.actual_ms != null) {
+        const floor = w.reason === 'retry_after';
+        const title = `#${m.id} wait after attempt ${a.n}: measured ${w.actual_ms} ms, chosen ${w.chosen_ms} ms${floor ? `, Retry-After floor ${w.floor_ms} ms` : ''}`;
+        g.push(floor
+          ? el('rect', { class: 'bc-actual bc-actual-floor', x: cx - 3.5, y: y(w.actual_ms) - 3.5, width: 7, height: 7 }, null, title)
+          : el('circle', { class: 'bc-actual', cx, cy: y(w.actual_ms), r: 3.5 }, null, title));
+      }
+    }
+    svg.replaceChildren(...g);
+
+    const measured = shown.filter(({ w }) => w.actual_ms != null).length;
+    const lifted = shown.filter(({ w }) => w.actual_ms != null && w.reason === 'retry_after').length;
+    let text = `${policy.jitter === 'none' ? 'no' : policy.jitter} jitter, base ${policy.base_ms} ms, cap ${policy.cap_ms} ms, ${policy.max_attempts} attempts. `;
+    text += measured
+      ? `${measured} measured wait${measured === 1 ? '' : 's'}${lifted ? `, ${lifted} set by Retry-After` : ''}.`
+      : 'No measured waits yet: send traffic at a flaky or down endpoint.';
+    if (!band(policy, 1)) text += ' Decorrelated jitter: each wait has its own band, from base to 3 × the previous wait (thin vertical lines).';
+    if (waits.length > shown.length) text += ` Showing the latest ${shown.length}.`;
+    if (skipped) text += ` ${skipped} wait${skipped === 1 ? '' : 's'} from an earlier policy not shown.`;
+    caption.textContent = text;
+  }
+
+  // A burst changes messages every frame; redrawing a few times a second is plenty.
+  let lastDraw = 0;
+  let timer = 0;
+  function render(changes) {
+    if (!(changes.all || changes.settings || changes.messages.size)) return;
+    const due = lastDraw + REDRAW_MS - performance.now();
+    if (changes.all || changes.settings || due <= 0) {
+      clearTimeout(timer);
+      timer = 0;
+      lastDraw = performance.now();
+      draw();
+    } else if (!timer) {
+      timer = setTimeout(() => {
+        timer = 0;
+        lastDraw = performance.now();
+        draw();
+      }, due);
+    }
+  }
+
+  return { render };
+}
+
+function el(name, attrs, text = null, title = null) {
+  const node = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, typeof v === 'number' ? String(Math.round(v * 10) / 10) : v);
+  if (text != null) node.textContent = text;
+  if (title) {
+    const t = document.createElementNS(SVG, 'title');
+    t.textContent = title;
+    node.append(t);
+  }
+  return node;
+}
+
+function axisMs(v) {
+  return v >= 1000 ? `${+(v / 1000).toFixed(1)} s` : `${Math.round(v)} ms`;
+}
+
+function niceCeil(x) {
+  if (x <= 0) return 1;
+  const p = 10 ** Math.floor(Math.log10(x));
+  for (const f of [1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (f * p >= x) return f * p;
+  return 10 * p;
+}
+
+/** A small integer hash, so each message keeps its horizontal spot between redraws. */
+function hash(n) {
+  let h = n | 0;
+  h = Math.imul(h ^ (h >>> 16), 0x45d9f3b);
+  h = Math.imul(h ^ (h >>> 16), 0x45d9f3b);
+  return (h ^ (h >>> 16)) >>> 0;
+}

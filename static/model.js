@@ -1,0 +1,217 @@
+//! The page's copy of one lab: settings, counters, messages with their attempts, and dead
+//! letters. It changes only from a server snapshot or a server event (docs/events.md), never
+//! from the page's own buttons, so what is drawn is always what the server measured.
+
+/** An empty model, used until the first snapshot arrives. */
+export function emptyModel() {
+  return {
+    id: null,
+    lastEventId: -1,
+    downstream: null,
+    policy: null,
+    counters: null,
+    limits: null,
+    retention: null,
+    /** @type {Map<number, object>} message id -> MESSAGE, in creation order */
+    messages: new Map(),
+    deadLetters: [],
+    // The lab clock: lab ms = anchorLab + (performance.now() - anchorPerf).
+    anchorLab: 0,
+    anchorPerf: 0,
+  };
+}
+
+/** What changed since the views last drew; `all` means "redraw everything". */
+export function noChanges() {
+  return { all: false, messages: new Set(), deadLetters: false, settings: false, counters: false };
+}
+
+/** Merge `b` into `a` so several events can be drawn in one frame. */
+export function mergeChanges(a, b) {
+  a.all ||= b.all;
+  a.deadLetters ||= b.deadLetters;
+  a.settings ||= b.settings;
+  a.counters ||= b.counters;
+  for (const id of b.messages) a.messages.add(id);
+  return a;
+}
+
+/** The lab clock estimated from the last anchor and the browser's monotonic clock. */
+export function labNow(model) {
+  return model.anchorLab + (performance.now() - model.anchorPerf);
+}
+
+/** Replace the whole model with a SNAPSHOT. */
+export function applySnapshot(model, snap) {
+  model.id = snap.id;
+  model.lastEventId = snap.last_event_id;
+  model.downstream = snap.downstream;
+  model.policy = snap.policy;
+  model.counters = snap.counters;
+  model.limits = snap.limits ?? null;
+  model.retention = snap.retention ?? null;
+  model.messages = new Map(snap.messages.map((m) => [m.id, m]));
+  model.deadLetters = snap.dead_letters.slice();
+  model.anchorLab = snap.now_ms;
+  model.anchorPerf = performance.now();
+  const changes = noChanges();
+  changes.all = true;
+  return changes;
+}
+
+/**
+ * Apply one numbered event. Returns the changes, or null when the event refers to something
+ * the model does not know (the caller should then fetch a fresh snapshot).
+ */
+export function applyEvent(model, id, ev) {
+  // Events only move the clock forward: a late event must not pull running bars back.
+  if (typeof ev.at_ms === 'number' && ev.at_ms > labNow(model)) {
+    model.anchorLab = ev.at_ms;
+    model.anchorPerf = performance.now();
+  }
+  // These carry the whole lab as it now is (after a reset, a client restart, or retention).
+  if (ev.type === 'reset' || ev.type === 'recovered' || ev.type === 'expired') {
+    const changes = applySnapshot(model, ev.snapshot);
+    model.lastEventId = id;
+    return changes;
+  }
+
+  const changes = noChanges();
+  if (ev.counters) {
+    model.counters = ev.counters;
+    changes.counters = true;
+  }
+  const touch = (messageId) => {
+    const m = model.messages.get(messageId);
+    if (m) changes.messages.add(messageId);
+    return m;
+  };
+
+  switch (ev.type) {
+    case 'messages_created':
+      for (const m of ev.messages) {
+        model.messages.set(m.id, m);
+        changes.messages.add(m.id);
+      }
+      break;
+
+    case 'attempt_started': {
+      const m = touch(ev.message_id);
+      if (!m) return null;
+      const a = ev.attempt;
+      const prev = findAttempt(m, a.round, a.n - 1);
+      if (prev && prev.wait && ev.waited_ms != null) prev.wait.actual_ms = ev.waited_ms;
+      m.attempts.push(a);
+      m.round = a.round;
+      m.state = 'in_flight';
+      break;
+    }
+
+    case 'attempt_finished': {
+      const m = touch(ev.message_id);
+      if (!m) return null;
+      const a = ev.attempt;
+      const i = m.attempts.findIndex((x) => x.round === a.round && x.n === a.n);
+      if (i < 0) return null;
+      m.attempts[i] = { ...a, wait: a.wait ?? m.attempts[i].wait ?? null };
+      break;
+    }
+
+    case 'wait_scheduled': {
+      const m = touch(ev.message_id);
+      if (!m) return null;
+      const a = findAttempt(m, ev.round, ev.n);
+      if (!a) return null;
+      a.wait = ev.wait;
+      m.state = 'backing_off';
+      break;
+    }
+
+    case 'delivered': {
+      const m = touch(ev.message_id);
+      if (!m) return null;
+      m.state = 'delivered';
+      break;
+    }
+
+    case 'dead_lettered': {
+      const dl = ev.dead_letter;
+      const m = touch(dl.id);
+      if (!m) return null;
+      m.state = 'dead_letter';
+      model.deadLetters = model.deadLetters.filter((d) => d.id !== dl.id);
+      model.deadLetters.push(dl);
+      changes.deadLetters = true;
+      break;
+    }
+
+    case 'replay_started': {
+      const ids = new Set(ev.messages.map((x) => x.id));
+      model.deadLetters = model.deadLetters.filter((d) => !ids.has(d.id));
+      changes.deadLetters = true;
+      for (const { id: messageId, round } of ev.messages) {
+        const m = touch(messageId);
+        if (!m) return null;
+        m.round = round;
+        m.state = 'queued';
+      }
+      break;
+    }
+
+    case 'settings_changed':
+      model.downstream = ev.downstream;
+      model.policy = ev.policy;
+      changes.settings = true;
+      break;
+
+    case 'downstream_request':
+    case 'lab_created':
+      // Only the trace console shows these; the counters above already changed.
+      break;
+
+    default:
+      // An event type this page does not know yet: keep its counters, draw nothing new.
+      break;
+  }
+  model.lastEventId = id;
+  return changes;
+}
+
+export function findAttempt(message, round, n) {
+  return message.attempts.find((a) => a.round === round && a.n === n) ?? null;
+}
+
+/** True while a message still has something happening that grows with the clock. */
+export function isActive(message) {
+  return message.state === 'in_flight' || message.state === 'backing_off' || message.state === 'queued';
+}
+
+// Units and labels shared by every view.
+
+/** Exact milliseconds, as measured: "41 ms". */
+export function ms(value) {
+  return `${Math.round(value)} ms`;
+}
+
+/** A human duration: "240 ms", "2.6 s", "30 s". */
+export function duration(value) {
+  if (value < 1000) return ms(value);
+  const s = value / 1000;
+  return `${Number.isInteger(s) || s >= 10 ? Math.round(s) : s.toFixed(1)} s`;
+}
+
+/** A [min, max] range in one unit: "60–240 ms", "2.6–3.5 s". */
+export function range([lo, hi]) {
+  if (hi < 1000) return `${Math.round(lo)}–${ms(hi)}`;
+  return `${duration(lo).replace(/ s$/, '')}–${duration(hi)}`;
+}
+
+/** A point on the lab clock: "12.345 s". */
+export function labTime(value) {
+  return `${(value / 1000).toFixed(3)} s`;
+}
+
+/** The first characters of an idempotency key, enough to tell keys apart on screen. */
+export function shortKey(key) {
+  return key.length > 8 ? `${key.slice(0, 8)}…` : key;
+}
