@@ -19,7 +19,13 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("retrylab-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let limits = Limits { max_burst: BURST as usize, ..Limits::default() };
-    let config = Config { addr: None, db: dir.join("burst.db"), limits, retention: Retention::default() };
+    let config = Config {
+        addr: None,
+        db: dir.join("burst.db"),
+        limits,
+        retention: Retention::default(),
+        exposure: Default::default(),
+    };
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(retrylab::serve(listener, config, std::future::pending()));

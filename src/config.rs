@@ -23,6 +23,22 @@ pub struct Config {
 
     #[command(flatten)]
     pub retention: Retention,
+
+    #[command(flatten)]
+    pub exposure: Exposure,
+}
+
+/// How the server meets the public internet.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Exposure {
+    /// Serve `/metrics` on this separate address instead of the public one. Metrics name
+    /// labs by id, and a lab's id is all it takes to open it: in public, keep them apart.
+    #[arg(long, env = "RETRYLAB_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// A header set by a trusted proxy that holds the client's address (e.g. `Fly-Client-IP`),
+    /// for the per-client rate limit. Without it, the connection's peer address is used.
+    #[arg(long, env = "RETRYLAB_CLIENT_IP_HEADER")]
+    pub client_ip_header: Option<String>,
 }
 
 impl Config {

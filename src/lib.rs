@@ -56,7 +56,11 @@ pub async fn serve(
         producer,
         store: store.clone(),
         metrics,
-        rate_limiter: web::RateLimiter::new(config.limits.control_rate_per_s, config.limits.control_burst),
+        rate_limiter: web::RateLimiter::new(
+            config.limits.control_rate_per_s,
+            config.limits.control_burst,
+            config.exposure.client_ip_header.clone(),
+        ),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),
@@ -69,7 +73,12 @@ pub async fn serve(
     }
     tokio::spawn(apply_retention(app.clone()));
 
-    let router = web::router(AppState(app.clone()));
+    if let Some(metrics_addr) = config.exposure.metrics_addr {
+        let metrics_listener = TcpListener::bind(metrics_addr).await?;
+        let router = web::metrics_router(AppState(app.clone()));
+        tokio::spawn(async move { axum::serve(metrics_listener, router).await });
+    }
+    let router = web::router(AppState(app.clone()), config.exposure.metrics_addr.is_none());
     let mut stopping = stopped;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let server = axum::serve(listener, service).with_graceful_shutdown(async move {

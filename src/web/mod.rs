@@ -54,13 +54,13 @@ impl Deref for AppState {
     }
 }
 
-/// The whole route table.
-pub fn router(state: AppState) -> Router {
+/// The whole route table; `/metrics` only when it is not served on an address of its own.
+pub fn router(state: AppState, with_metrics: bool) -> Router {
     let body_limit = state.limits.max_body_bytes;
-    Router::new()
+    let routes = if with_metrics { metrics_routes() } else { Router::new() };
+    routes
         .route("/", get(pages::new_lab))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(pages::metrics))
         .route("/static/{file}", get(pages::asset))
         .route("/labs/{lab}", get(pages::lab))
         .route("/labs/{lab}/downstream", post(endpoint::downstream))
@@ -112,6 +112,15 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
         request_id,
         lab = lab.unwrap_or("-"),
     )
+}
+
+fn metrics_routes() -> Router<AppState> {
+    Router::new().route("/metrics", get(pages::metrics))
+}
+
+/// `/metrics` alone, for a private address.
+pub fn metrics_router(state: AppState) -> Router {
+    metrics_routes().with_state(state)
 }
 
 fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {

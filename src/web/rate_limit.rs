@@ -21,6 +21,8 @@ const MAX_TRACKED_CLIENTS: usize = 10_000;
 pub struct RateLimiter {
     rate_per_s: f64,
     burst: f64,
+    /// A trusted proxy's header naming the client, if configured.
+    client_ip_header: Option<String>,
     buckets: Mutex<HashMap<IpAddr, Bucket>>,
 }
 
@@ -31,12 +33,22 @@ struct Bucket {
 }
 
 impl RateLimiter {
-    pub fn new(rate_per_s: u32, burst: u32) -> Self {
+    pub fn new(rate_per_s: u32, burst: u32, client_ip_header: Option<String>) -> Self {
         RateLimiter {
             rate_per_s: f64::from(rate_per_s.max(1)),
             burst: f64::from(burst.max(1)),
+            client_ip_header,
             buckets: Mutex::default(),
         }
+    }
+
+    /// Who sent the request: the trusted proxy's header when configured, else the peer.
+    fn client(&self, request: &Request) -> Option<IpAddr> {
+        let from_proxy = self.client_ip_header.as_deref().and_then(|name| {
+            let value = request.headers().get(name)?.to_str().ok()?;
+            value.split(',').next()?.trim().parse().ok()
+        });
+        from_proxy.or_else(|| request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
     }
 
     /// Takes a token for `client`, or says how long until one is back.
@@ -72,7 +84,7 @@ fn is_control(request: &Request) -> bool {
 }
 
 pub async fn limit_control_requests(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let client = app.rate_limiter.client(&request);
     if let Some(client) = client.filter(|_| is_control(&request))
         && let Err(wait) = app.rate_limiter.take(client, Instant::now())
     {
@@ -88,7 +100,7 @@ mod tests {
 
     #[test]
     fn a_client_gets_its_burst_then_the_rate() {
-        let limiter = RateLimiter::new(10, 3);
+        let limiter = RateLimiter::new(10, 3, None);
         let (me, other) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let start = Instant::now();
         for _ in 0..3 {

@@ -182,3 +182,40 @@ async fn the_openapi_description_matches_the_routes_and_the_snapshot() {
         assert!(snapshot.get(field.as_str().unwrap()).is_some(), "snapshot lacks {field}");
     }
 }
+
+#[tokio::test]
+async fn behind_a_proxy_each_client_has_its_own_bucket() {
+    let limits = Limits { control_rate_per_s: 1, control_burst: 1, ..Default::default() };
+    let mut config = crate::helpers::config(limits, Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let create =
+        |client: &'static str| app.client.post(app.url("/api/labs")).header("Fly-Client-IP", client).send();
+    assert_eq!(create("203.0.113.7").await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(create("203.0.113.7").await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(create("198.51.100.9").await.unwrap().status(), StatusCode::CREATED, "another client");
+}
+
+#[tokio::test]
+async fn metrics_can_live_on_a_private_address_only() {
+    let private = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let metrics_addr = private.local_addr().unwrap();
+    drop(private);
+    let mut config = crate::helpers::config(Limits::default(), Default::default());
+    config.exposure.metrics_addr = Some(metrics_addr);
+    let app = TestApp::spawn_config(config).await;
+    let public = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(public.status(), StatusCode::NOT_FOUND, "lab ids stay off the public address");
+    // The private listener is bound as the server starts; give it a moment.
+    let mut scraped = app.client.get(format!("http://{metrics_addr}/metrics")).send().await;
+    for _ in 0..100 {
+        if scraped.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        scraped = app.client.get(format!("http://{metrics_addr}/metrics")).send().await;
+    }
+    let scraped = scraped.expect("the metrics address answers");
+    assert_eq!(scraped.status(), StatusCode::OK);
+    assert!(scraped.text().await.unwrap().contains("retrylab_active_labs"));
+}

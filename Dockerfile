@@ -1,0 +1,28 @@
+# retrylab: a small image that serves the lab on 0.0.0.0:8080 as a non-root user, with its
+# SQLite store on a volume at /data.
+
+FROM rust:1-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src src
+COPY templates templates
+COPY static static
+COPY migrations migrations
+COPY scripts scripts
+COPY examples examples
+COPY tests tests
+RUN scripts/build-release.sh /out
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin retrylab \
+    && mkdir -p /data && chown retrylab /data
+COPY --from=build /out/retrylab /usr/local/bin/retrylab
+USER retrylab
+ENV RETRYLAB_ADDR=0.0.0.0:8080 \
+    RETRYLAB_DB=/data/retrylab.db \
+    RETRYLAB_LOG_FORMAT=json
+VOLUME /data
+EXPOSE 8080
+# retrylab stops accepting, lets open requests finish and commits its store on SIGTERM.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/retrylab"]
