@@ -68,6 +68,9 @@ pub struct Limits {
     /// Most requests one lab's producer has open to the downstream at once.
     #[arg(long, env = "RETRYLAB_MAX_CONCURRENT_REQUESTS", default_value_t = DEFAULT_LIMITS.max_concurrent_requests)]
     pub max_concurrent_requests: usize,
+    /// Most requests all labs' producers have open to the downstream at once.
+    #[arg(long, env = "RETRYLAB_MAX_CONCURRENT_REQUESTS_OVERALL", default_value_t = DEFAULT_LIMITS.max_concurrent_requests_overall)]
+    pub max_concurrent_requests_overall: usize,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RETRYLAB_MAX_BODY_BYTES", default_value_t = DEFAULT_LIMITS.max_body_bytes)]
     pub max_body_bytes: usize,
@@ -101,6 +104,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_burst: 2_000,
     max_messages_per_lab: 20_000,
     max_concurrent_requests: 64,
+    max_concurrent_requests_overall: 512,
     max_body_bytes: 64 * 1024,
     max_active_messages_per_lab: 5_000,
     max_active_messages: 50_000,

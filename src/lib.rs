@@ -43,7 +43,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let producer = Producer::new(self_url(address), metrics.clone()).map_err(std::io::Error::other)?;
+    let slots = config.limits.max_concurrent_requests_overall;
+    let producer = Producer::new(self_url(address), metrics.clone(), slots).map_err(std::io::Error::other)?;
     let db = config.db.clone();
     let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db))
         .await

@@ -14,6 +14,7 @@ async fn main() -> std::io::Result<()> {
         _ => logs.init(),
     }
     let config = Config::parse();
+    raise_open_file_limit();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e} (choose another with --addr)"))
@@ -30,6 +31,27 @@ fn say(line: &str) {
     use std::io::Write;
     let mut out = std::io::stdout();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// Each delivery in flight holds two sockets (the client's and the endpoint's), and the
+/// default soft limit of 1,024 open files runs out long before the lab's limits do: raise the
+/// soft limit to the hard one.
+fn raise_open_file_limit() {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+                limit.rlim_cur = limit.rlim_max;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    tracing::warn!(
+                        "could not raise the open-file limit; large bursts may run out of sockets"
+                    );
+                }
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {

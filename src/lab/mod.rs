@@ -445,6 +445,10 @@ impl Lab {
         self.subscribers.fetch_sub(1, Ordering::SeqCst);
     }
 
+    pub fn has_subscribers(&self) -> bool {
+        self.subscribers.load(Ordering::SeqCst) > 0
+    }
+
     pub fn has_deliveries(&self) -> bool {
         !self.tasks_lock().is_empty()
     }

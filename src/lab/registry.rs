@@ -59,12 +59,24 @@ impl Labs {
         labs
     }
 
-    /// Creates a lab, unless the server already holds `max_labs`. It is durable once
-    /// `persisted()` returns.
+    /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching and
+    /// that owes no deliveries makes room; if every lab is in use, the answer is no. The new
+    /// lab is durable once `persisted()` returns.
     pub fn create(&self) -> Result<Arc<Lab>, usize> {
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         if labs.len() >= self.limits.max_labs {
-            return Err(self.limits.max_labs);
+            let unused = labs
+                .values()
+                .filter(|lab| !lab.has_deliveries() && !lab.has_subscribers())
+                .min_by_key(|lab| lab.active_unix_ms())
+                .map(|lab| lab.id);
+            let Some(unused) = unused else {
+                return Err(self.limits.max_labs);
+            };
+            if let Some(evicted) = labs.remove(&unused) {
+                tracing::info!(lab = %evicted.id, "deleted the least recently used lab to make room");
+                evicted.delete();
+            }
         }
         let id = LabId(Uuid::new_v4());
         let lab = Arc::new_cyclic(|this| {

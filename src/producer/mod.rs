@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::lab::Lab;
@@ -20,19 +21,21 @@ use crate::store::{AttemptEnd, Outcome, Store, StoreError};
 #[derive(Clone)]
 pub struct Producer {
     client: reqwest::Client,
+    /// Connection slots shared by every lab, so many labs cannot exhaust the sockets.
+    slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     /// This server's own address: the producer never calls any other host.
     base_url: Arc<str>,
 }
 
 impl Producer {
-    pub fn new(base_url: String, metrics: Arc<Metrics>) -> Result<Self, reqwest::Error> {
+    pub fn new(base_url: String, metrics: Arc<Metrics>, slots: usize) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             // Loopback only: a proxy from the environment must not sit in between.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        Ok(Producer { client, metrics, base_url: base_url.into() })
+        Ok(Producer { client, slots: Arc::new(Semaphore::new(slots)), metrics, base_url: base_url.into() })
     }
 
     /// Starts delivering the given messages, each in its own task the lab can stop.
@@ -98,12 +101,13 @@ impl Producer {
                 break;
             }
             let Ok(slot) = lab.request_slots.acquire().await else { return };
+            let Ok(overall) = self.slots.acquire().await else { return };
             let started = Instant::now();
             if !lab.attempt_started(id, n) {
                 return; // the lab was reset
             }
             let sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
-            drop(slot);
+            drop((slot, overall));
             let end = AttemptEnd {
                 duration_ms: started.elapsed().as_millis() as u64,
                 status: sent.status,

@@ -103,7 +103,13 @@ async fn bad_input_on_every_route_is_a_clear_4xx_problem() {
 async fn a_refused_limit_names_itself() {
     let limits = retrylab::config::Limits { max_labs: 1, max_messages_per_lab: 5, ..Default::default() };
     let app = TestApp::spawn_with(limits).await;
+    // An unused lab makes room for a new one...
+    let unused = app.new_lab().await;
     let lab = app.new_lab().await;
+    let gone = app.client.get(app.url(&format!("/api/labs/{unused}"))).send().await.unwrap();
+    assert_eq!(gone.status(), 404, "the least recently used, unwatched lab was deleted");
+    // ...but a lab someone is watching is never taken away.
+    let _watching = app.client.get(app.url(&format!("/api/labs/{lab}/events"))).send().await.unwrap();
     let (status, problem) = app.call(Method::POST, "/api/labs", None).await;
     assert_eq!((status.as_u16(), problem["limit"].as_str()), (429, Some("max_labs")));
 
