@@ -21,7 +21,8 @@ pub enum Event {
     },
     AttemptStarted {
         message_id: u64,
-        attempt: Attempt,
+        /// Only what is known when it starts: the rest is null until it finishes.
+        attempt: StartedAttempt,
         /// The measured wait before this attempt; `None` for the first of a round.
         waited_ms: Option<u64>,
     },
@@ -49,7 +50,9 @@ pub enum Event {
         status: u16,
         applied: bool,
         replayed: bool,
-        detail: &'static str,
+        /// Said only when `status`, `applied` and `replayed` do not already tell it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        detail: Option<&'static str>,
     },
     SettingsChanged {
         downstream: DownstreamSettings,
@@ -77,6 +80,20 @@ pub enum Event {
     LabCreated,
 }
 
+/// An attempt as it starts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct StartedAttempt {
+    pub n: u32,
+    pub round: u32,
+    pub started_ms: u64,
+}
+
+impl From<&Attempt> for StartedAttempt {
+    fn from(attempt: &Attempt) -> Self {
+        StartedAttempt { n: attempt.n, round: attempt.round, started_ms: attempt.started_ms }
+    }
+}
+
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReplayedMessage {
     pub id: u64,
@@ -95,7 +112,10 @@ struct Envelope<'a> {
     #[serde(flatten)]
     event: &'a Event,
     at_ms: u64,
-    counters: Counters,
+    /// Only when they changed since the previous event: most attempts finish without moving
+    /// a counter, and a burst of thousands should not repeat them thousands of times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<Counters>,
 }
 
 /// Where a new subscriber starts.
@@ -108,6 +128,7 @@ pub enum Start {
 
 pub struct EventLog {
     last_id: u64,
+    last_counters: Option<Counters>,
     window: VecDeque<Published>,
     capacity: usize,
     sender: broadcast::Sender<Published>,
@@ -119,7 +140,7 @@ impl EventLog {
     /// A log whose next event is `last_id + 1` (ids continue across restarts).
     pub fn new(capacity: usize, lag: usize, last_id: u64) -> Self {
         let (sender, _) = broadcast::channel(lag.max(1));
-        EventLog { last_id, window: VecDeque::new(), capacity: capacity.max(1), sender }
+        EventLog { last_id, last_counters: None, window: VecDeque::new(), capacity: capacity.max(1), sender }
     }
 
     pub fn last_id(&self) -> u64 {
@@ -130,6 +151,8 @@ impl EventLog {
     /// handed out in the order the changes happened.
     pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Published {
         self.last_id += 1;
+        let changed = self.last_counters.replace(counters) != Some(counters);
+        let counters = changed.then_some(counters);
         let data = serde_json::to_string(&Envelope { event, at_ms, counters })
             .expect("events serialize: they hold only plain data");
         let published = Published { id: self.last_id, data: data.into() };

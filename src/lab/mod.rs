@@ -302,6 +302,7 @@ impl Lab {
     pub fn attempt_started(&self, id: u64, n: u32) -> bool {
         self.change(|record, now| {
             let (attempt, waited_ms) = record.start_attempt(id, n, now)?;
+            let attempt = (&attempt).into();
             Some(((), Event::AttemptStarted { message_id: id, attempt, waited_ms }))
         })
         .is_some()
@@ -466,11 +467,11 @@ impl Lab {
             let clock = (now, unix_now_ms());
             let decision = downstream::decide(&mut record.ledger, &settings, key, body, clock, &mut rng);
             let (status, applied, replayed, detail) = match &decision {
-                Decision::Replay(r) => (r.status, false, true, "replayed the stored answer"),
-                Decision::InProgress => (409, false, false, "key still being processed"),
-                Decision::BodyMismatch => (422, false, false, "key reused with another body"),
-                Decision::Unavailable { .. } => (503, false, false, "unavailable, nothing applied"),
-                Decision::AppliedEarly { .. } => (200, true, false, "applied; answering slowly"),
+                Decision::Replay(r) => (r.status, false, true, None),
+                Decision::InProgress => (409, false, false, Some("key still being processed")),
+                Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
+                Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
+                Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
                 // Published when the write lands, in `downstream_complete`.
                 Decision::Process { .. } => return Some(((decision, record.epoch), None)),
             };
@@ -493,7 +494,7 @@ impl Lab {
                 status: response.status,
                 applied: true,
                 replayed: false,
-                detail: "applied",
+                detail: None,
             };
             Some((response, Some(event)))
         })
@@ -508,7 +509,7 @@ impl Lab {
                 status,
                 applied: false,
                 replayed: false,
-                detail,
+                detail: Some(detail),
             };
             Some(((), Some(event)))
         });

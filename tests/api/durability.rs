@@ -109,9 +109,9 @@ async fn a_sigkill_mid_burst_loses_nothing_and_applies_nothing_twice() {
         .wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1)
         .await;
     assert!(!settled(&midway), "the kill lands mid-burst");
-    // The dead letters seen now are committed within a group commit or two.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let dead_before = dead_letter_ids(&server.app.snapshot(&lab).await);
+    // A settings change is answered only once everything before it is committed.
+    server.app.put(&lab, "policy", "{}").await;
     server.kill();
 
     let restarted = Server::start(&db);
@@ -135,6 +135,7 @@ async fn crashing_the_client_resumes_from_the_store() {
     app.burst(&lab, 1000).await;
     app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1).await;
     let dead_before = dead_letter_ids(&app.snapshot(&lab).await);
+    app.put(&lab, "policy", "{}").await;
 
     let (status, body) = app.call(Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");

@@ -81,8 +81,10 @@ async fn events_are_numbered_in_order_and_resume_exactly() {
         let event = stream.next().await;
         assert_eq!(event.name, None);
         let body = json(&event);
-        assert!(body["counters"].is_object() && body["at_ms"].is_u64(), "{body}");
+        assert!(body["at_ms"].is_u64(), "{body}");
+        // Counters come along whenever they moved: a delivery always moves them.
         if body["type"] == "delivered" {
+            assert!(body["counters"].is_object(), "{body}");
             delivered += 1;
         }
         seen.push(event);
