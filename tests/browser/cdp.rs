@@ -37,7 +37,8 @@ pub struct Browser {
 
 impl Browser {
     pub fn launch() -> Result<Browser, String> {
-        let profile = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::new_v4()));
+        let profile =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&profile).map_err(|e| format!("profile dir: {e}"))?;
         let mut child = Command::new(CHROMIUM)
             .args([
@@ -186,7 +187,14 @@ impl Page {
                 }
             }
         });
-        let page = Page { sink: tokio::sync::Mutex::new(sink), next_id: AtomicU64::new(1), replies, events, errors, reader };
+        let page = Page {
+            sink: tokio::sync::Mutex::new(sink),
+            next_id: AtomicU64::new(1),
+            replies,
+            events,
+            errors,
+            reader,
+        };
         for domain in ["Page.enable", "Runtime.enable", "Log.enable"] {
             page.call(domain, json!({})).await.unwrap();
         }
@@ -230,7 +238,8 @@ impl Page {
         let params = json!({ "expression": expression, "awaitPromise": true, "returnByValue": true });
         let result = self.call("Runtime.evaluate", params).await?;
         if let Some(details) = result.get("exceptionDetails") {
-            let text = details["exception"]["description"].as_str().or(details["text"].as_str()).unwrap_or("?");
+            let text =
+                details["exception"]["description"].as_str().or(details["text"].as_str()).unwrap_or("?");
             return Err(format!("{expression}: {text}"));
         }
         Ok(result["result"]["value"].clone())
@@ -287,15 +296,28 @@ impl Page {
 
     /// Emulates a screen `width` px wide (a phone's below 600 px).
     pub async fn set_viewport(&self, width: u32, height: u32) {
-        let params = json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600 });
+        let params =
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600 });
         self.call("Emulation.setDeviceMetricsOverride", params).await.unwrap();
     }
 
     /// Saves a PNG of the whole page under `target/browser-screenshots/` and returns its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
-        let size = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]").await.unwrap();
+        // From the top, so the fixed bars sit where a visitor first sees them, not mid-page.
+        let size = self
+            .eval("window.scrollTo(0, 0), [document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+            .await
+            .unwrap();
         let clip = json!({ "x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1 });
-        let params = json!({ "format": "png", "captureBeyondViewport": true, "clip": clip });
+        self.save(name, json!({ "format": "png", "captureBeyondViewport": true, "clip": clip })).await
+    }
+
+    /// Saves a PNG of what the viewport shows right now (a tooltip, say), without scrolling.
+    pub async fn screenshot_viewport(&self, name: &str) -> PathBuf {
+        self.save(name, json!({ "format": "png" })).await
+    }
+
+    async fn save(&self, name: &str, params: Value) -> PathBuf {
         let shot = self.call("Page.captureScreenshot", params).await.unwrap();
         let png = base64::engine::general_purpose::STANDARD.decode(shot["data"].as_str().unwrap()).unwrap();
         let folder = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().join("browser-screenshots");
@@ -324,19 +346,25 @@ fn console_error(method: &str, params: &Value) -> Option<ConsoleError> {
             let args = params["args"].as_array().map(Vec::as_slice).unwrap_or_default();
             let text = args
                 .iter()
-                .map(|a| a["value"].as_str().map(str::to_owned).unwrap_or_else(|| a["description"].to_string()))
+                // Strings as written, objects by their description, other values as JSON.
+                .map(|a| match (a["value"].as_str(), a["description"].as_str()) {
+                    (Some(text), _) | (None, Some(text)) => text.to_owned(),
+                    (None, None) => a["value"].to_string(),
+                })
                 .collect::<Vec<_>>()
                 .join(" ");
             Some(ConsoleError { source: "console".into(), text })
         }
         "Runtime.exceptionThrown" => {
             let details = &params["exceptionDetails"];
-            let text = details["exception"]["description"].as_str().or(details["text"].as_str()).unwrap_or("?");
+            let text =
+                details["exception"]["description"].as_str().or(details["text"].as_str()).unwrap_or("?");
             Some(ConsoleError { source: "exception".into(), text: text.to_owned() })
         }
         "Log.entryAdded" if params["entry"]["level"] == "error" => {
             let entry = &params["entry"];
-            let text = format!("{} {}", entry["text"].as_str().unwrap_or("?"), entry["url"].as_str().unwrap_or(""));
+            let text =
+                format!("{} {}", entry["text"].as_str().unwrap_or("?"), entry["url"].as_str().unwrap_or(""));
             Some(ConsoleError { source: entry["source"].as_str().unwrap_or("log").to_owned(), text })
         }
         _ => None,

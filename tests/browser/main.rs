@@ -1,0 +1,339 @@
+//! Browser tests: the real server in-process, Debian's headless Chromium driven over the
+//! DevTools protocol, and the lab's story clicked through as a person would, reading only what
+//! the page shows. Screenshots land in `target/browser-screenshots/`.
+//!
+//! Without `/usr/bin/chromium` these tests skip with a printed reason, except in CI (the `CI`
+//! variable is set), where a missing browser is a failure: `.ci/run` installs it.
+
+mod cdp;
+mod scale;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cdp::{Browser, CHROMIUM, Page};
+use retrylab::config::{Config, Limits, Retention};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// Generous: two shared cores run the server, the producer and Chromium at once.
+const PATIENCE: Duration = Duration::from_secs(30);
+/// Lab timings small enough that a whole story takes about a second of lab time.
+const FAST_POLICY: &str = r#"{"base_ms": 20, "cap_ms": 200, "timeout_ms": 300}"#;
+const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [5, 20], "retry_after_s": 0}"#;
+
+/// The real server, serving in this process until stopped.
+struct Server {
+    address: SocketAddr,
+    db: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    serving: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    http: reqwest::Client,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let db = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("browser-{}.db", uuid::Uuid::new_v4()));
+        Server::start_at(SocketAddr::from(([127, 0, 0, 1], 0)), db).await
+    }
+
+    /// Serves `db` on `address`; the same pair again is a restart.
+    async fn start_at(address: SocketAddr, db: PathBuf) -> Server {
+        let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let config = Config {
+            addr: None,
+            db: db.clone(),
+            limits: Limits::default(),
+            retention: Retention::default(),
+            exposure: Default::default(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = tokio::spawn(retrylab::serve(listener, config, async {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        Server { address, db, stop: Some(stop), serving: Some(serving), http }
+    }
+
+    /// Shuts down gracefully, as on SIGTERM, and waits until the store is closed.
+    async fn stop(&mut self) {
+        let _ = self.stop.take().expect("serving").send(());
+        let served = self.serving.take().unwrap().await.unwrap();
+        served.expect("the server shut down cleanly");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// `PUT /api/labs/{lab}/{what}`: the test's own settings, not part of what is clicked.
+    async fn put(&self, lab: &str, what: &str, body: &str) {
+        let response = self
+            .http
+            .put(self.url(&format!("/api/labs/{lab}/{what}")))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "PUT {what}: {}", response.text().await.unwrap());
+    }
+
+    async fn snapshot(&self, lab: &str) -> Value {
+        self.http.get(self.url(&format!("/api/labs/{lab}"))).send().await.unwrap().json().await.unwrap()
+    }
+}
+
+/// A fresh Chromium, or `None` (after saying why) where this machine has none and this is not CI.
+fn browser() -> Option<Browser> {
+    if !std::path::Path::new(CHROMIUM).exists() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(!ci, "{CHROMIUM} is missing in CI: .ci/run must install it (apt-get install chromium)");
+        eprintln!(
+            "SKIPPED browser test: {CHROMIUM} is not installed (apt-get install chromium); in CI this fails"
+        );
+        return None;
+    }
+    Some(Browser::launch().expect("Chromium starts"))
+}
+
+/// Opens `/` as a person would (a new lab), gives the lab fast timings through the API, and
+/// waits until the page's stream is live. Returns the lab's id as the page shows it.
+async fn open_new_lab(page: &Page, server: &Server) -> String {
+    page.navigate(&server.url("/")).await;
+    let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
+    let lab = lab.as_str().expect("the page names its lab").to_owned();
+    server.put(&lab, "policy", FAST_POLICY).await;
+    server.put(&lab, "downstream", FAST_DOWNSTREAM).await;
+    wait_live(page).await;
+    lab
+}
+
+async fn wait_live(page: &Page) {
+    wait_for(page, "the connection to be live", "document.getElementById('conn').dataset.state === 'live'")
+        .await;
+}
+
+/// Polls `expression` until it is truthy and returns its value; fails with what the page
+/// showed when the wait runs out.
+async fn wait_for(page: &Page, what: &str, expression: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let value = page.eval(expression).await.unwrap();
+        if !matches!(value, Value::Null | Value::Bool(false)) && value != json!(0) && value != json!("") {
+            return value;
+        }
+        // An uncaught exception means the page is broken: say so now rather than in 30 s.
+        let errors = page.console_errors();
+        if start.elapsed() > PATIENCE || errors.iter().any(|e| e.source == "exception") {
+            let counters = page.eval(COUNTERS).await.unwrap();
+            panic!("gave up waiting for {what}; the page shows {counters}; errors:\n{}", list(&errors));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every number the page shows, by counter name.
+const COUNTERS: &str = "Object.fromEntries([...document.querySelectorAll('[data-counter]')].map(e => [e.dataset.counter, e.textContent.trim()]))";
+
+/// Waits until the count a person reads for `name` is `value`.
+async fn wait_counter(page: &Page, name: &str, value: u64) {
+    let expression =
+        format!("document.querySelector('[data-counter=\"{name}\"]')?.textContent.trim() === '{value}'");
+    wait_for(page, &format!("{name} to show {value}"), &expression).await;
+}
+
+async fn counter(page: &Page, name: &str) -> u64 {
+    let text =
+        page.eval(&format!("document.querySelector('[data-counter=\"{name}\"]').textContent")).await.unwrap();
+    text.as_str().unwrap().trim().parse().unwrap_or_else(|_| panic!("{name} shows {text}"))
+}
+
+/// Presses a downstream mode and waits until the page shows the server took it.
+async fn choose_mode(page: &Page, mode: &str) {
+    page.click(&format!(".mode[data-mode=\"{mode}\"]")).await;
+    let pressed = format!(
+        "document.querySelector('.mode[data-mode=\"{mode}\"]').getAttribute('aria-pressed') === 'true'"
+    );
+    wait_for(page, &format!("{mode} to be pressed"), &pressed).await;
+}
+
+/// The timeline's bars as `[message, round, n, outcome, replayed]`, read from their data attributes.
+async fn bars(page: &Page) -> Vec<(u64, u64, u64, String, bool)> {
+    let script = "[...document.querySelectorAll('#timeline [data-message][data-round][data-n]')].map(b => \
+        [Number(b.dataset.message), Number(b.dataset.round), Number(b.dataset.n), b.dataset.outcome, b.dataset.replayed === 'true'])";
+    serde_json::from_value(page.eval(script).await.unwrap()).unwrap()
+}
+
+fn assert_no_console_errors(page: &Page) {
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "the page reported errors:\n{}", list(&errors));
+}
+
+fn list(errors: &[cdp::ConsoleError]) -> String {
+    errors.iter().map(|e| format!("  {e}\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_then_replay_delivers_all_eight_and_applies_none_twice() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+
+    choose_mode(&page, "down").await;
+    page.click("[data-send=\"8\"]").await;
+    wait_counter(&page, "dead_letter", 8).await;
+    wait_for(
+        &page,
+        "8 rows in the dead-letter table",
+        "document.querySelectorAll('#dead-body [data-dead-letter]').length === 8",
+    )
+    .await;
+    // Each message tried four times, every try a bar of its own, before it was given up.
+    let outage = bars(&page).await;
+    let mut messages: Vec<u64> = outage.iter().map(|b| b.0).collect();
+    messages.sort_unstable();
+    messages.dedup();
+    assert_eq!(messages.len(), 8, "one timeline row per message: {outage:?}");
+    for &id in &messages {
+        let round0: Vec<_> = outage.iter().filter(|b| b.0 == id && b.1 == 0).collect();
+        assert_eq!(round0.iter().map(|b| b.2).collect::<Vec<_>>(), [1, 2, 3, 4], "#{id}: {round0:?}");
+        assert!(round0.iter().all(|b| b.3 == "http_error"), "#{id} failed every try: {round0:?}");
+    }
+    assert_eq!(counter(&page, "applied").await, 0, "down applies nothing");
+    page.screenshot("story-1-dead-letters-1280").await;
+
+    choose_mode(&page, "healthy").await;
+    page.click("[data-replay-all]").await;
+    wait_counter(&page, "delivered", 8).await;
+    wait_counter(&page, "dead_letter", 0).await;
+    wait_counter(&page, "applied", 8).await;
+    assert_eq!(counter(&page, "applied_twice").await, 0, "nothing applied twice");
+    wait_for(
+        &page,
+        "the dead-letter table to empty",
+        "document.querySelectorAll('#dead-body [data-dead-letter]').length === 0",
+    )
+    .await;
+    // The replay is a new round on the same rows: four failed tries, then one that worked.
+    wait_for(
+        &page,
+        "a replay bar per message",
+        "document.querySelectorAll('#timeline [data-round=\"1\"][data-outcome=\"ok\"]').length === 8",
+    )
+    .await;
+    let after = bars(&page).await;
+    for &id in &messages {
+        let tries: Vec<_> = after.iter().filter(|b| b.0 == id).map(|b| (b.1, b.2, b.3.as_str())).collect();
+        let expected = [
+            (0, 1, "http_error"),
+            (0, 2, "http_error"),
+            (0, 3, "http_error"),
+            (0, 4, "http_error"),
+            (1, 1, "ok"),
+        ];
+        assert_eq!(tries, expected, "#{id}");
+    }
+    page.screenshot("story-2-replayed-1280").await;
+
+    // The page agrees with the server's own record.
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["counters"]["delivered"], 8);
+    assert_eq!(snapshot["counters"]["applied_twice"], 0);
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_answers_show_a_replayed_flag_on_the_timeline() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    // The write lands at once, the answer comes after the client's 300 ms timeout.
+    server.put(&lab, "downstream", r#"{"slow_ms": [400, 500]}"#).await;
+
+    choose_mode(&page, "slow").await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "delivered", 1).await;
+    let flagged = "#timeline [data-replayed=\"true\"]";
+    wait_for(&page, "a replayed bar", &format!("document.querySelector('{flagged}')")).await;
+    let tries = bars(&page).await;
+    assert_eq!(tries[0].3, "timeout", "the first try timed out: {tries:?}");
+    let last = tries.last().unwrap();
+    assert!(last.3 == "ok" && last.4, "the last try was answered from the stored result: {tries:?}");
+    assert_eq!(counter(&page, "applied").await, 1);
+    assert_eq!(counter(&page, "applied_twice").await, 0);
+
+    // A person pointing at the flagged bar is told what it means.
+    page.hover(flagged).await;
+    let tip = wait_for(
+        &page,
+        "the tooltip",
+        "(t => !t.hidden && t.textContent)(document.querySelector('#timeline [role=\"tooltip\"]'))",
+    )
+    .await;
+    assert!(tip.as_str().unwrap().contains("replayed"), "tooltip: {tip}");
+    page.screenshot_viewport("slow-replayed-tooltip-1280").await;
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_comes_back_live_by_itself_after_a_server_restart() {
+    let Some(browser) = browser() else { return };
+    let mut server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "delivered", 1).await;
+
+    server.stop().await;
+    wait_for(&page, "the page to notice", "document.getElementById('conn').dataset.state !== 'live'").await;
+    let down_state = page.eval("document.getElementById('conn').textContent").await.unwrap();
+    let mut server = Server::start_at(server.address, server.db.clone()).await;
+
+    // Nobody touches the page: it reconnects on its own.
+    wait_live(&page).await;
+    let shown = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
+    assert_eq!(shown, json!(lab), "the same lab");
+    assert_eq!(counter(&page, "delivered").await, 1, "what was delivered before the restart");
+    // And it is really live: a new message shows up without a reload.
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "delivered", 2).await;
+    page.screenshot("after-restart-1280").await;
+
+    // Failed connection attempts while the server was away are expected; nothing else is.
+    let errors = page.console_errors();
+    let unexpected: Vec<_> = errors.iter().filter(|e| e.source != "network").cloned().collect();
+    assert!(unexpected.is_empty(), "the page reported errors:\n{}", list(&unexpected));
+    eprintln!("while the server was away the page said {down_state}; {} network errors", errors.len());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(375, 812).await;
+    open_new_lab(&page, &server).await;
+
+    choose_mode(&page, "down").await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "dead_letter", 1).await;
+    choose_mode(&page, "healthy").await;
+    page.click("[data-replay-all]").await;
+    wait_counter(&page, "delivered", 1).await;
+    assert_eq!(counter(&page, "applied_twice").await, 0);
+
+    let widths = page.eval("[document.documentElement.scrollWidth, window.innerWidth]").await.unwrap();
+    assert!(widths[0].as_u64() <= widths[1].as_u64(), "the page scrolls sideways on a phone: {widths}");
+    page.screenshot("story-phone-375").await;
+    assert_no_console_errors(&page);
+}
