@@ -111,7 +111,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_subscribers_per_lab: 20,
     control_rate_per_s: 20,
     control_burst: 100,
-    event_window: 50_000,
+    event_window: 10_000,
     subscriber_lag: 8_192,
 };
 
