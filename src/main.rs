@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     // JSON lines for log collectors; each line carries its span's request id and lab id.
     match std::env::var("RETRYLAB_LOG_FORMAT").as_deref() {
         Ok("json") => logs.json().with_current_span(true).with_span_list(false).init(),

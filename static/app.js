@@ -1,5 +1,7 @@
 //! Entry point of the lab page: builds the model and the views, connects the event stream,
 //! and draws at most once per animation frame, however many events arrived in between.
+//! It also tells screen-reader users how the counts moved, in a summary every few seconds
+//! rather than on each of the thousands of changes a burst brings.
 
 import { emptyModel, mergeChanges, noChanges } from './model.js';
 import { connect } from './stream.js';
@@ -13,11 +15,24 @@ const main = document.getElementById('lab');
 const lab = main.dataset.lab;
 const model = emptyModel();
 
+/** What changed since the last frame, merged from every event that arrived in between. */
+let pending = noChanges();
+let frame = 0;
+
+function schedule() {
+  frame ||= requestAnimationFrame(draw);
+}
+
 const controls = createControls(model);
-const timeline = createTimeline(document.getElementById('timeline'), model);
-const chart = createBackoffChart(document.getElementById('backoff'), document.getElementById('backoff-caption'), model);
-const deadLetters = createDeadLetters(document.getElementById('dead-body'), document.getElementById('dead-empty'), model);
-const trace = createTrace(document.getElementById('trace'), model);
+const timeline = createTimeline(document.getElementById('timeline'), model, schedule);
+const chart = createBackoffChart(document.getElementById('backoff'), document.getElementById('backoff-caption'), model, schedule);
+const deadLetters = createDeadLetters(
+  document.getElementById('dead-body'),
+  document.getElementById('dead-empty'),
+  document.getElementById('dead-more'),
+  model,
+);
+const trace = createTrace(document.getElementById('trace'), model, schedule);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');
@@ -27,33 +42,66 @@ function drawCounters() {
   if (!counters) return;
   for (const el of counterEls) {
     const value = counters[el.dataset.counter];
-    // Only touch text that changed, so the live region announces real changes only.
+    // Only touch text that changed: every write costs layout.
     if (value != null && el.textContent !== String(value)) el.textContent = String(value);
   }
   appliedTwice.classList.toggle('alarm', counters.applied_twice > 0);
 }
 
+// ---- the counts, told politely ----------------------------------------------------------------
+
+/** Wait this long after a change before telling, so one action is told once... */
+const SETTLE_MS = 1500;
+/** ...and leave at least this long between two summaries, however busy the lab is. */
+const SUMMARY_EVERY_MS = 5000;
+const countsSaid = document.getElementById('counts-said');
+let summaryTimer = 0;
+let lastSummary = -Infinity;
+
+function summariseLater() {
+  if (summaryTimer) return;
+  const wait = Math.max(SETTLE_MS, lastSummary + SUMMARY_EVERY_MS - performance.now());
+  summaryTimer = setTimeout(summarise, wait);
+}
+
+function summarise() {
+  summaryTimer = 0;
+  lastSummary = performance.now();
+  const c = model.counters;
+  if (!c) return;
+  const text = `${c.in_flight + c.queued} in flight or queued, ${c.backing_off} backing off, `
+    + `${c.delivered} delivered, ${c.dead_letter} dead letter${c.dead_letter === 1 ? '' : 's'}. `
+    + `Ledger: ${c.requests} requests, ${c.applied} applied, ${c.applied_twice} applied twice.`;
+  if (countsSaid.textContent !== text) countsSaid.textContent = text;
+}
+
 // ---- one draw per frame ----------------------------------------------------------------------
 
-let pending = noChanges();
-let frame = 0;
-
-function schedule() {
-  frame ||= requestAnimationFrame(draw);
-}
+/** A frame whose own drawing took longer than this has no room for the views that can wait. */
+const ROOM_MS = 5;
 
 function draw() {
   frame = 0;
+  const start = performance.now();
   const changes = pending;
   pending = noChanges();
   if (changes.all || changes.counters) drawCounters();
+  // A snapshot is where the page starts from; only changes after it are worth telling.
+  if (changes.counters && !changes.all) summariseLater();
   controls.sync(changes);
   timeline.render(changes);
+  let behind = deadLetters.render(changes);
   chart.render(changes);
-  deadLetters.render(changes);
-  trace.flush();
+  // The chart and the trace can wait: they take turns, one per frame at most, in frames with
+  // room to spare. The trace goes last: it may set its scroll offset, which lays the page out.
+  let room = performance.now() - start < ROOM_MS;
+  for (const view of [chart, trace]) {
+    const result = view.flush(room);
+    if (result === 'drew') room = false;
+    behind ||= result !== 'idle';
+  }
   // Running attempts grow with the lab clock, so keep drawing while anything is in motion.
-  if (timeline.needsClock()) schedule();
+  if (timeline.needsClock() || behind) schedule();
 }
 
 // ---- the connection ---------------------------------------------------------------------------
@@ -75,7 +123,7 @@ function showState(state, detail = {}) {
       break;
     case 'reconnecting':
       pill.textContent = 'reconnecting…';
-      if (lastState === 'live') trace.note('connection lost; the browser is reconnecting');
+      if (lastState === 'live') trace.note('connection lost; reconnecting');
       break;
     case 'offline': {
       const seconds = (detail.waitMs / 1000).toFixed(1);

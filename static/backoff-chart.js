@@ -1,13 +1,23 @@
 //! The backoff chart: for the wait after attempt n (x), the policy's nominal delay, the band
 //! its jitter draws from, and every wait the client measured (y, ms). The curve comes from the
 //! policy; the dots come from the model, so a wait lifted above the band by Retry-After shows.
+//!
+//! A burst changes the waits every frame, but the chart is redrawn a few times a second at
+//! most, less often the more dots it holds and while it is out of view (always once more after
+//! the last change), and it never reads layout while drawing: its width comes from a
+//! ResizeObserver.
 
-const SVG = 'http://www.w3.org/2000/svg';
 const HEIGHT = 280;
 const MARGIN = { top: 16, right: 16, bottom: 42, left: 58 };
 /** Drawing thousands of dots helps nobody; the latest ones tell the story. */
-const MAX_WAITS = 1500;
+const MAX_WAITS = 300;
+/** Redraw at most this often, plus this much per dot (300 dots: 1 s)... */
 const REDRAW_MS = 250;
+const REDRAW_MS_PER_DOT = 2.5;
+/** ...and this many times less often while the chart is scrolled out of view. */
+const OFFSCREEN_SLOWER = 4;
+/** A redraw put off by busy frames for this long goes ahead in the next one anyway. */
+const OVERDUE_MS = 1000;
 
 /** Nominal exponential delay before jitter for the wait after attempt n (1-based). */
 export function nominal(policy, n) {
@@ -32,24 +42,31 @@ function fitsPolicy(policy, n, w) {
   return Math.abs(w.low_ms - policy.base_ms) <= 1 && w.high_ms <= policy.cap_ms + 1;
 }
 
-export function createBackoffChart(svg, caption, model) {
-  /** The width last drawn for: the chart is drawn in screen pixels so text keeps its size. */
-  let width = 0;
-  // Redraw in the next frame: the drawing changes the svg's height, which the observer sees.
-  new ResizeObserver(() =>
-    requestAnimationFrame(() => {
-      if (Math.round(svg.clientWidth) !== width) draw();
-    }),
-  ).observe(svg);
+export function createBackoffChart(svg, caption, model, requestDraw) {
+  /** The svg's width in px: the chart is drawn in screen pixels so text keeps its size. */
+  let width = 640;
+  /** The width the chart was last drawn for. */
+  let drawnWidth = 0;
+  /** Dots in the last drawing, which sets how soon the next one may come. */
+  let dots = 0;
+  // Redraw in a later frame: the drawing changes the svg's height, which the observer sees.
+  new ResizeObserver(([entry]) => {
+    width = Math.round(entry.contentRect.width) || 640;
+    if (width !== drawnWidth) {
+      dirty = urgent = true;
+      requestDraw();
+    }
+  }).observe(svg);
 
   function draw() {
     const policy = model.policy;
     if (!policy) return;
-    width = Math.round(svg.clientWidth) || 640;
+    drawnWidth = width;
     const slots = Math.max(0, policy.max_attempts - 1);
     svg.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
     if (slots === 0) {
-      svg.replaceChildren();
+      dots = 0;
+      svg.innerHTML = '';
       caption.textContent = 'With max attempts 1 the client never retries, so there is no wait to draw.';
       return;
     }
@@ -65,6 +82,7 @@ export function createBackoffChart(svg, caption, model) {
       }
     }
     const shown = waits.slice(-MAX_WAITS);
+    dots = shown.length;
 
     let yMax = 0;
     for (let n = 1; n <= slots; n++) yMax = Math.max(yMax, nominal(policy, n));
@@ -138,7 +156,8 @@ export function createBackoffChart(svg, caption, model) {
           : el('circle', { class: 'bc-actual', cx, cy: y(w.actual_ms), r: 3.5 }, null, title));
       }
     }
-    svg.replaceChildren(...g);
+    // One string parsed at once costs far less than hundreds of DOM calls.
+    svg.innerHTML = g.join('');
 
     const measured = shown.filter(({ w }) => w.actual_ms != null).length;
     const lifted = shown.filter(({ w }) => w.actual_ms != null && w.reason === 'retry_after').length;
@@ -152,39 +171,68 @@ export function createBackoffChart(svg, caption, model) {
     caption.textContent = text;
   }
 
-  // A burst changes messages every frame; redrawing a few times a second is plenty.
-  let lastDraw = 0;
+  // A burst changes the waits every frame; a redraw now and then is plenty.
+  let lastDraw = -Infinity;
   let timer = 0;
+  let dirty = false;
+  /** When a due redraw was first put off for a busy frame (0: it was not). */
+  let waitingSince = 0;
+  /** A new policy or width: redraw in the next frame whatever else it holds. */
+  let urgent = false;
+  let visible = true;
+  new IntersectionObserver(([entry]) => {
+    visible = entry.isIntersecting;
+    if (visible && dirty) requestDraw();
+  }).observe(svg);
+
+  /** Note what changed; the drawing itself waits for `flush`. */
   function render(changes) {
-    if (!(changes.all || changes.settings || changes.messages.size)) return;
-    const due = lastDraw + REDRAW_MS - performance.now();
-    if (changes.all || changes.settings || due <= 0) {
-      clearTimeout(timer);
-      timer = 0;
-      lastDraw = performance.now();
-      draw();
-    } else if (!timer) {
-      timer = setTimeout(() => {
-        timer = 0;
-        lastDraw = performance.now();
-        draw();
-      }, due);
-    }
+    if (changes.all || changes.settings) dirty = urgent = true;
+    else if (changes.messages.size) dirty = true;
   }
 
-  return { render };
+  /**
+   * Redraw when due, if the frame has `room` (or the redraw is long overdue).
+   * Returns "drew", "waiting" (call again in the next frame) or "idle".
+   */
+  function flush(room) {
+    if (!dirty) return 'idle';
+    const now = performance.now();
+    const due = lastDraw + (REDRAW_MS + dots * REDRAW_MS_PER_DOT) * (visible ? 1 : OFFSCREEN_SLOWER);
+    if (!urgent && now < due) {
+      // Nothing to do until then: ask for a frame at that time rather than spin.
+      timer ||= setTimeout(() => {
+        timer = 0;
+        requestDraw();
+      }, due - now);
+      return 'idle';
+    }
+    if (!urgent && !room) {
+      waitingSince ||= now;
+      if (now < waitingSince + OVERDUE_MS) return 'waiting';
+    }
+    dirty = urgent = false;
+    waitingSince = 0;
+    lastDraw = now;
+    draw();
+    return 'drew';
+  }
+
+  return { render, flush };
 }
 
+/** One SVG element as markup; numbers are rounded to 0.1 px, text is escaped. */
 function el(name, attrs, text = null, title = null) {
-  const node = document.createElementNS(SVG, name);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, typeof v === 'number' ? String(Math.round(v * 10) / 10) : v);
-  if (text != null) node.textContent = text;
-  if (title) {
-    const t = document.createElementNS(SVG, 'title');
-    t.textContent = title;
-    node.append(t);
-  }
-  return node;
+  let out = `<${name}`;
+  for (const [k, v] of Object.entries(attrs)) out += ` ${k}="${typeof v === 'number' ? Math.round(v * 10) / 10 : escapeXml(v)}"`;
+  out += '>';
+  if (title) out += `<title>${escapeXml(title)}</title>`;
+  if (text != null) out += escapeXml(text);
+  return `${out}</${name}>`;
+}
+
+function escapeXml(text) {
+  return String(text).replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 function axisMs(v) {

@@ -1,6 +1,8 @@
 //! The page's copy of one lab: settings, counters, messages with their attempts, and dead
 //! letters. It changes only from a server snapshot or a server event (docs/events.md), never
 //! from the page's own buttons, so what is drawn is always what the server measured.
+//! Messages and dead letters are kept by id, so an event costs the same in a lab of twenty
+//! messages as in one of twenty thousand.
 
 /** An empty model, used until the first snapshot arrives. */
 export function emptyModel() {
@@ -14,7 +16,8 @@ export function emptyModel() {
     retention: null,
     /** @type {Map<number, object>} message id -> MESSAGE, in creation order */
     messages: new Map(),
-    deadLetters: [],
+    /** @type {Map<number, object>} message id -> DEAD_LETTER, in the order they were dead-lettered */
+    deadLetters: new Map(),
     // The lab clock: lab ms = anchorLab + (performance.now() - anchorPerf).
     anchorLab: 0,
     anchorPerf: 0,
@@ -51,7 +54,7 @@ export function applySnapshot(model, snap) {
   model.limits = snap.limits ?? null;
   model.retention = snap.retention ?? null;
   model.messages = new Map(snap.messages.map((m) => [m.id, m]));
-  model.deadLetters = snap.dead_letters.slice();
+  model.deadLetters = new Map(snap.dead_letters.map((d) => [d.id, d]));
   model.anchorLab = snap.now_ms;
   model.anchorPerf = performance.now();
   const changes = noChanges();
@@ -139,17 +142,17 @@ export function applyEvent(model, id, ev) {
       const m = touch(dl.id);
       if (!m) return null;
       m.state = 'dead_letter';
-      model.deadLetters = model.deadLetters.filter((d) => d.id !== dl.id);
-      model.deadLetters.push(dl);
+      // Deleting first moves a letter that comes back to the end, where the server has it.
+      model.deadLetters.delete(dl.id);
+      model.deadLetters.set(dl.id, dl);
       changes.deadLetters = true;
       break;
     }
 
     case 'replay_started': {
-      const ids = new Set(ev.messages.map((x) => x.id));
-      model.deadLetters = model.deadLetters.filter((d) => !ids.has(d.id));
       changes.deadLetters = true;
       for (const { id: messageId, round } of ev.messages) {
+        model.deadLetters.delete(messageId);
         const m = touch(messageId);
         if (!m) return null;
         m.round = round;
@@ -179,11 +182,6 @@ export function applyEvent(model, id, ev) {
 
 export function findAttempt(message, round, n) {
   return message.attempts.find((a) => a.round === round && a.n === n) ?? null;
-}
-
-/** True while a message still has something happening that grows with the clock. */
-export function isActive(message) {
-  return message.state === 'in_flight' || message.state === 'backing_off' || message.state === 'queued';
 }
 
 // Units and labels shared by every view.

@@ -1,36 +1,52 @@
 //! The trace console: the latest events in plain words, newest at the bottom. It follows the
 //! newest line unless the person has scrolled up to read something older.
+//!
+//! A burst brings thousands of events a second, far more than anyone can read, so an event
+//! only becomes a small record. Under a heavy stream the console is redrawn a few times a
+//! second, each time with the newest lines only and a line saying how many were left out:
+//! laying out hundreds of lines at once would cost the page its frame rate.
 
 import { labTime, ms, shortKey } from './model.js';
 
 const MAX_LINES = 300;
 /** Finished attempts retold from the first snapshot, so a reloaded page is not blank. */
-const HISTORY_LINES = 120;
+const HISTORY_LINES = 25;
+/** More lines than this in one frame counts as a heavy stream... */
+const HEAVY_LINES = 20;
+/** ...which is drawn at most this often, */
+const HEAVY_FLUSH_MS = 250;
+/** ...and with at most this many of its newest lines. */
+const HEAVY_DRAWN = 30;
+/** A heavy flush put off by busy frames for this long goes ahead in the next one anyway. */
+const OVERDUE_MS = 1000;
 
-export function createTrace(root, model) {
+export function createTrace(root, model, requestDraw) {
+  /** Records not drawn yet, oldest first: { at, text, kind, attempt, el }. */
   let pending = [];
-  /** Lines that a following wait_scheduled completes, keyed "message/round/n". */
+  /** Records on screen, oldest first. */
+  const drawn = [];
+  /** Lines (records) that a following wait_scheduled completes, keyed "message/round/n". */
   const finishedLines = new Map();
+  let lastFlush = 0;
+  let timer = 0;
+  /** When a due heavy flush was first put off for a busy frame (0: it was not). */
+  let waitingSince = 0;
+  /** Whether the view sits at the bottom; kept from scroll events so drawing reads no layout. */
+  let following = true;
+  root.addEventListener('scroll', () => {
+    following = root.scrollTop + root.clientHeight >= root.scrollHeight - 8;
+  }, { passive: true });
 
-  function line(atMs, text, kind) {
-    const el = document.createElement('div');
-    el.className = `tr-line tr-${kind}`;
-    const time = document.createElement('span');
-    time.className = 'tr-time';
-    // The trailing space keeps copied lines readable; the layout spaces them anyway.
-    time.textContent = atMs != null ? `${labTime(atMs)} ` : '';
-    const body = document.createElement('span');
-    body.className = 'tr-text';
-    body.textContent = text;
-    el.append(time, body);
-    pending.push(el);
+  function line(at, text, kind) {
+    const record = { at, text, kind, attempt: null, el: null };
+    pending.push(record);
     // A hidden tab draws nothing for a while: keep only what could ever be shown.
-    if (pending.length > MAX_LINES) forget(pending.shift());
-    return el;
+    if (pending.length > MAX_LINES * 2) pending.splice(0, pending.length - MAX_LINES).forEach(forget);
+    return record;
   }
 
-  function forget(el) {
-    if (el.dataset.attempt) finishedLines.delete(el.dataset.attempt);
+  function forget(record) {
+    if (record.attempt && finishedLines.get(record.attempt) === record) finishedLines.delete(record.attempt);
   }
 
   /** Describe one applied event (called after the model has applied it). */
@@ -58,19 +74,23 @@ export function createTrace(root, model) {
       }
       case 'attempt_finished': {
         const a = ev.attempt;
-        const el = line(t, `${who(ev.message_id, a)} → ${result(a)}`, a.outcome === 'ok' ? 'ok' : 'fail');
-        el.dataset.attempt = `${ev.message_id}/${a.round}/${a.n}`;
-        finishedLines.set(el.dataset.attempt, el);
+        const record = line(t, `${who(ev.message_id, a)} → ${result(a)}`, a.outcome === 'ok' ? 'ok' : 'fail');
+        record.attempt = `${ev.message_id}/${a.round}/${a.n}`;
+        finishedLines.set(record.attempt, record);
         break;
       }
       case 'wait_scheduled': {
         const key = `${ev.message_id}/${ev.round}/${ev.n}`;
-        const el = finishedLines.get(key);
+        const record = finishedLines.get(key);
         finishedLines.delete(key);
         const text = waitText(ev.wait, model.policy?.jitter);
-        // Finish the attempt's own line when it is still on screen; otherwise say it alone.
-        if (el) el.querySelector('.tr-text').textContent += `; ${text}`;
-        else line(t, `#${ev.message_id} ${text}`, 'minor');
+        // Finish the attempt's own line when it is still kept; otherwise say it alone.
+        if (record) {
+          record.text += `; ${text}`;
+          if (record.el) record.el.lastChild.data = record.text;
+        } else {
+          line(t, `#${ev.message_id} ${text}`, 'minor');
+        }
         break;
       }
       case 'delivered':
@@ -144,18 +164,60 @@ export function createTrace(root, model) {
     line(null, text, 'conn');
   }
 
-  /** Append what arrived since the last frame, trim to the newest lines, keep following. */
-  function flush() {
-    if (!pending.length) return;
-    const follow = root.scrollTop + root.clientHeight >= root.scrollHeight - 8;
-    root.append(...pending);
-    pending = [];
-    const excess = root.childElementCount - MAX_LINES;
-    for (let i = 0; i < excess; i++) {
-      forget(root.firstElementChild);
-      root.firstElementChild.remove();
+  /**
+   * Draw what arrived since the last flush and keep the newest lines; call once per frame,
+   * after every other write. A heavy flush waits for a frame with `room` (or until overdue).
+   * Returns "drew", "waiting" (call again in the next frame) or "idle".
+   */
+  function flush(room) {
+    if (!pending.length) return 'idle';
+    const now = performance.now();
+    const since = now - lastFlush;
+    if (pending.length > HEAVY_LINES && since < HEAVY_FLUSH_MS) {
+      // Nothing to do until then: ask for a frame at that time rather than spin.
+      timer ||= setTimeout(() => {
+        timer = 0;
+        requestDraw();
+      }, HEAVY_FLUSH_MS - since);
+      return 'idle';
     }
-    if (follow) root.scrollTop = root.scrollHeight;
+    if (pending.length > HEAVY_LINES && !room) {
+      waitingSince ||= now;
+      if (now < waitingSince + OVERDUE_MS) return 'waiting';
+    }
+    waitingSince = 0;
+    lastFlush = now;
+    if (pending.length > HEAVY_DRAWN) {
+      const left = pending.splice(0, pending.length - HEAVY_DRAWN);
+      left.forEach(forget);
+      const n = left.length;
+      pending.unshift({ at: left[n - 1].at, text: `… ${n} more event${n === 1 ? '' : 's'} not shown`, kind: 'minor', attempt: null, el: null });
+    }
+    root.append(...pending.map(element));
+    drawn.push(...pending);
+    pending = [];
+    if (drawn.length > MAX_LINES) {
+      for (const record of drawn.splice(0, drawn.length - MAX_LINES)) {
+        forget(record);
+        record.el.remove();
+      }
+    }
+    // Setting scrollTop lays the page out, so the caller flushes after every other write.
+    if (following) root.scrollTop = root.scrollHeight;
+    return 'drew';
+  }
+
+  /** One line: the lab time, then the text; block layout, which is cheaper than flex here. */
+  function element(record) {
+    const el = document.createElement('div');
+    el.className = `tr-line tr-${record.kind}`;
+    const time = document.createElement('span');
+    time.className = 'tr-time';
+    // The trailing space keeps copied lines readable; the layout spaces them anyway.
+    time.textContent = record.at != null ? `${labTime(record.at)} ` : '';
+    el.append(time, record.text);
+    record.el = el;
+    return el;
   }
 
   return { event, note, flush };

@@ -19,6 +19,25 @@ struct LabPage {
     lab_id: String,
     mode: String,
     counters: Counters,
+    retention: RetentionText,
+}
+
+/// The retention windows in words, for the page.
+struct RetentionText {
+    keys: String,
+    dead_letters: String,
+    idle_labs: String,
+}
+
+/// "24 hours", "14 days", "90 seconds": the largest unit that divides the span evenly.
+fn span(seconds: u64) -> String {
+    let (count, unit) = match seconds {
+        s if s >= 86_400 && s % 86_400 == 0 => (s / 86_400, "day"),
+        s if s >= 3_600 && s % 3_600 == 0 => (s / 3_600, "hour"),
+        s if s >= 60 && s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    format!("{count} {unit}{}", if count == 1 { "" } else { "s" })
 }
 
 #[derive(Template, WebTemplate)]
@@ -42,7 +61,12 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
     };
     let mode = lab.downstream_mode().as_str().to_owned();
-    LabPage { lab_id: lab.id.to_string(), mode, counters: lab.counters() }.into_response()
+    let retention = RetentionText {
+        keys: span(app.retention.key_ttl_s),
+        dead_letters: span(app.retention.dead_letter_ttl_s),
+        idle_labs: span(app.retention.idle_lab_ttl_s),
+    };
+    LabPage { lab_id: lab.id.to_string(), mode, counters: lab.counters(), retention }.into_response()
 }
 
 /// Every file under `static/`, with its content type.

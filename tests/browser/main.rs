@@ -332,8 +332,9 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     wait_counter(&page, "delivered", 1).await;
     assert_eq!(counter(&page, "applied_twice").await, 0);
 
+    // Mobile emulation widens the viewport to fit wide content, so compare with 375 itself.
     let widths = page.eval("[document.documentElement.scrollWidth, window.innerWidth]").await.unwrap();
-    assert!(widths[0].as_u64() <= widths[1].as_u64(), "the page scrolls sideways on a phone: {widths}");
+    assert!(widths[0].as_u64() <= Some(375), "the page scrolls sideways on a phone: {widths}");
     page.screenshot("story-phone-375").await;
     assert_no_console_errors(&page);
 }

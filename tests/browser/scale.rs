@@ -42,8 +42,10 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     let lab = open_new_lab(&page, &server).await;
-    // Healthy and quick, with the default 2 s timeout so a busy machine causes no retries.
+    // Healthy, with the default 2 s timeout so a busy machine causes no retries, and a
+    // 100-300 ms latency so the 2,000 deliveries (64 at a time) stream for several seconds.
     server.put(&lab, "policy", r#"{"timeout_ms": 2000}"#).await;
+    server.put(&lab, "downstream", r#"{"latency_ms": [100, 300]}"#).await;
 
     // Baseline: the same page, nothing happening.
     page.eval(START_RECORDER).await.unwrap();
