@@ -81,7 +81,7 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
     page.screenshot("scale-2000-1280").await;
 
     println!(
-        "\npage at scale, 1280x900, burst of {BURST}, healthy 5-20 ms; delivered on the page {drawn_after:.1?} after the burst was sent"
+        "\npage at scale, 1280x900, burst of {BURST}, healthy 100-300 ms; delivered on the page {drawn_after:.1?} after the burst was sent"
     );
     println!("| page | frames | over | p50 ms | p95 ms | p99 ms | max ms | fps |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
