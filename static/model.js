@@ -81,7 +81,8 @@ export function applyEvent(model, id, ev) {
 
   const changes = noChanges();
   if (ev.counters) {
-    model.counters = ev.counters;
+    // Events carry only the counters that moved.
+    model.counters = { ...model.counters, ...ev.counters };
     changes.counters = true;
   }
   const touch = (messageId) => {

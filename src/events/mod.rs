@@ -112,10 +112,10 @@ struct Envelope<'a> {
     #[serde(flatten)]
     event: &'a Event,
     at_ms: u64,
-    /// Only when they changed since the previous event: most attempts finish without moving
-    /// a counter, and a burst of thousands should not repeat them thousands of times.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    counters: Option<Counters>,
+    /// Only the counters that moved since the previous event: most events move one or two,
+    /// and a burst of thousands should not repeat all nine thousands of times.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    counters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Where a new subscriber starts.
@@ -128,7 +128,7 @@ pub enum Start {
 
 pub struct EventLog {
     last_id: u64,
-    last_counters: Option<Counters>,
+    last_counters: serde_json::Map<String, serde_json::Value>,
     window: VecDeque<Published>,
     capacity: usize,
     sender: broadcast::Sender<Published>,
@@ -140,7 +140,13 @@ impl EventLog {
     /// A log whose next event is `last_id + 1` (ids continue across restarts).
     pub fn new(capacity: usize, lag: usize, last_id: u64) -> Self {
         let (sender, _) = broadcast::channel(lag.max(1));
-        EventLog { last_id, last_counters: None, window: VecDeque::new(), capacity: capacity.max(1), sender }
+        EventLog {
+            last_id,
+            last_counters: serde_json::Map::new(),
+            window: VecDeque::new(),
+            capacity: capacity.max(1),
+            sender,
+        }
     }
 
     pub fn last_id(&self) -> u64 {
@@ -151,8 +157,7 @@ impl EventLog {
     /// handed out in the order the changes happened.
     pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Published {
         self.last_id += 1;
-        let changed = self.last_counters.replace(counters) != Some(counters);
-        let counters = changed.then_some(counters);
+        let counters = self.moved(counters);
         let data = serde_json::to_string(&Envelope { event, at_ms, counters })
             .expect("events serialize: they hold only plain data");
         let published = Published { id: self.last_id, data: data.into() };
@@ -163,6 +168,18 @@ impl EventLog {
         // No subscribers is not an error: the event is still in the window.
         let _ = self.sender.send(published.clone());
         published
+    }
+
+    /// The counters that differ from the ones last published (all of them the first time).
+    fn moved(&mut self, counters: Counters) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(now) = serde_json::to_value(counters).expect("counters serialize")
+        else {
+            unreachable!("counters serialize as an object")
+        };
+        let moved = now.iter().filter(|(k, v)| self.last_counters.get(*k) != Some(v));
+        let moved = moved.map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.last_counters = now;
+        moved
     }
 
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
@@ -198,6 +215,18 @@ mod tests {
         let (Start::Resume(missed), _) = log.subscribe(Some(3)) else { panic!("resume") };
         assert_eq!(missed.iter().map(|e| e.id).collect::<Vec<_>>(), [4, 5, 6]);
         assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn events_carry_only_the_counters_that_moved() {
+        let mut log = EventLog::new(10, 10, 0);
+        let first = log.publish(&Event::LabCreated, 0, Counters::default());
+        assert!(first.data.contains("\"applied_twice\":0"), "the first event has them all: {}", first.data);
+        let same = log.publish(&Event::LabCreated, 0, Counters::default());
+        assert!(!same.data.contains("counters"), "nothing moved: {}", same.data);
+        let moved = log.publish(&Event::LabCreated, 0, Counters { delivered: 3, ..Default::default() });
+        let data: serde_json::Value = serde_json::from_str(&moved.data).unwrap();
+        assert_eq!(data["counters"], serde_json::json!({ "delivered": 3 }));
     }
 
     #[test]
