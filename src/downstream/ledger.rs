@@ -160,6 +160,11 @@ impl Ledger {
             .collect()
     }
 
+    /// Keys to hand to the store again (their last commit failed).
+    pub fn mark_unsaved(&mut self, keys: impl IntoIterator<Item = String>) {
+        self.unsaved.extend(keys);
+    }
+
     pub fn counts(&self) -> LedgerCounts {
         self.counts
     }

@@ -164,6 +164,11 @@ impl Lab {
         let counters = state.record.counters();
         state.log.publish(event, now, counters);
         state.active_unix_ms = unix_now_ms();
+        self.schedule_flush(state);
+    }
+
+    /// Hands the lab to the store's writer, unless it already has it.
+    fn schedule_flush(&self, state: &mut LabState) {
         if !state.flush_pending {
             state.flush_pending = true;
             if let Some(this) = self.this.upgrade() {
@@ -413,12 +418,7 @@ impl Lab {
         self.abort_deliveries();
         let mut state = self.lock();
         state.deleted = true;
-        if !state.flush_pending {
-            state.flush_pending = true;
-            if let Some(this) = self.this.upgrade() {
-                self.store.schedule(this);
-            }
-        }
+        self.schedule_flush(&mut state);
     }
 
     pub fn track(&self, id: u64, task: AbortHandle) {
@@ -538,6 +538,16 @@ impl Flush for Lab {
             epoch: state.record.epoch,
         };
         Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
+    }
+
+    fn failed(&self, batch: Batch) {
+        let mut state = self.lock();
+        if batch.delete {
+            state.deleted = true;
+        } else {
+            state.record.restore_changes(batch.changes);
+        }
+        self.schedule_flush(&mut state);
     }
 
     fn committed(&self, upto: u64) {

@@ -483,6 +483,18 @@ impl LabRecord {
         changes
     }
 
+    /// Takes back changes the store could not commit, so the next `take_changes` has them.
+    pub fn restore_changes(&mut self, changes: RecordChanges) {
+        self.dirty.cleared |= changes.cleared;
+        let messages = changes.messages.into_iter().map(|(id, _)| id).chain(changes.deleted_messages);
+        self.dirty.messages.extend(messages);
+        let letters =
+            changes.dead_letters.into_iter().map(|(id, _, _)| id).chain(changes.deleted_dead_letters);
+        self.dirty.dead_letters.extend(letters);
+        self.dirty.expired_keys.extend(changes.expired_keys);
+        self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));
+    }
+
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {
         self.index.get(&id).map(|&i| &mut self.messages[i])
     }
@@ -509,4 +521,27 @@ pub enum ReplayRefusal {
 
 fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("records serialize: they hold only plain data")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_the_store_could_not_commit_come_back() {
+        let mut record = LabRecord::default();
+        let created = record.create_messages(3, 0);
+        record.dead_letter(created[0].id, "gave up".into(), 5, 5);
+        let first = record.take_changes();
+        assert_eq!(first.messages.len(), 3);
+        assert_eq!(first.dead_letters.len(), 1);
+        assert!(record.take_changes().messages.is_empty(), "taken once");
+
+        record.restore_changes(first);
+        let again = record.take_changes();
+        let mut ids: Vec<u64> = again.messages.iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, created.iter().map(|m| m.id).collect::<Vec<_>>());
+        assert_eq!(again.dead_letters.len(), 1);
+    }
 }

@@ -15,6 +15,9 @@ use rusqlite::{Connection, Transaction, params};
 use super::record::{DeadLetter, Message, RecordChanges, RecordParts};
 use crate::downstream::{KeyRow, Ledger, LedgerCounts};
 
+/// How long the writer pauses after a failed commit before trying again.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Versioned schema changes, applied in order; `PRAGMA user_version` remembers the last.
 const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
 
@@ -73,6 +76,8 @@ pub trait Flush: Send + Sync {
     fn take_batch(&self) -> Option<Batch>;
     /// Everything up to event `upto` is committed.
     fn committed(&self, upto: u64);
+    /// The batch could not be committed: take its rows back, to be written with the next commit.
+    fn failed(&self, batch: Batch);
 }
 
 /// A lab as the store holds it.
@@ -203,8 +208,15 @@ fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &Sto
                         lab.committed(batch.upto);
                     }
                 }
-                // Waiters time out and answer 503; the rows are retried with the lab's next change.
-                Err(e) => tracing::error!(error = %e, "store commit failed"),
+                Err(e) => {
+                    // Nothing of the transaction stuck: every lab takes its rows back and they go
+                    // with its next commit. Waiters meanwhile time out and answer 503.
+                    tracing::error!(error = %e, "store commit failed; the rows will be written again");
+                    for (lab, batch) in batches {
+                        lab.failed(batch);
+                    }
+                    thread::sleep(RETRY_PAUSE);
+                }
             }
         }
         if !stops.is_empty() {
@@ -386,4 +398,53 @@ fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreErr
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A lab whose batch breaks a constraint: messages of a lab that does not exist.
+    #[derive(Default)]
+    struct Broken {
+        handed_out: Mutex<bool>,
+        failed: Mutex<Vec<u64>>,
+        committed: Mutex<bool>,
+    }
+
+    impl Flush for Broken {
+        fn take_batch(&self) -> Option<Batch> {
+            let mut handed_out = self.handed_out.lock().unwrap();
+            if *handed_out {
+                return None;
+            }
+            *handed_out = true;
+            let changes = RecordChanges { messages: vec![(7, "{}".into())], ..Default::default() };
+            Some(Batch { lab_id: "no-such-lab".into(), row: None, delete: false, changes, upto: 1 })
+        }
+        fn committed(&self, _: u64) {
+            *self.committed.lock().unwrap() = true;
+        }
+        fn failed(&self, batch: Batch) {
+            self.failed.lock().unwrap().extend(batch.changes.messages.iter().map(|(id, _)| *id));
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_hands_its_rows_back() {
+        let store = Store::temporary();
+        let lab = Arc::new(Broken::default());
+        store.schedule(lab.clone());
+        for _ in 0..100 {
+            if !lab.failed.lock().unwrap().is_empty() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(*lab.failed.lock().unwrap(), [7], "the rows came back to be written again");
+        assert!(!*lab.committed.lock().unwrap(), "and nobody was told they were durable");
+    }
 }
