@@ -203,9 +203,9 @@ impl Lab {
         self.lock().active_unix_ms
     }
 
-    fn snapshot_view(&self, state: &LabState) -> String {
+    fn view<'a>(&'a self, state: &'a LabState) -> SnapshotView<'a> {
         let record = &state.record;
-        let view = SnapshotView {
+        SnapshotView {
             id: &self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
@@ -219,12 +219,16 @@ impl Lab {
             retention: &self.retention,
             messages: record.messages(),
             dead_letters: record.dead_letters(),
-        };
-        serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
+        }
     }
 
+    fn snapshot_view(&self, state: &LabState) -> String {
+        serde_json::to_string(&self.view(state)).expect("snapshots serialize: they hold only plain data")
+    }
+
+    /// The snapshot as a value, for events that carry it (serialized once, not parsed back).
     fn snapshot_value(&self, state: &LabState) -> serde_json::Value {
-        serde_json::from_str(&self.snapshot_view(state)).expect("a snapshot is JSON")
+        serde_json::to_value(self.view(state)).expect("snapshots serialize: they hold only plain data")
     }
 
     /// The whole lab as JSON.
