@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod dlq;
+pub mod domain;
 pub mod downstream;
 pub mod events;
 pub mod lab;

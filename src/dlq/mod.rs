@@ -1,23 +1,216 @@
-//! The dead-letter queue's operations. Dead letters themselves are kept by the store, with
-//! every attempt and the reason; replaying sends them again with the same idempotency keys
-//! and a fresh attempt budget, as a new round. A message that keeps coming back is
-//! quarantined: "replay all" leaves it alone, and replaying it by id needs a confirmation.
+//! The dead-letter queue: the messages the client gave up on, each with every attempt and the
+//! reason, kept until a person replays them or their retention window ends. It owns the rules
+//! of replay and quarantine: a replay moves letters back into the queue with their keys for a
+//! new round; a message that comes back again and again is quarantined, so "replay all" leaves
+//! it alone and replaying it by id needs a confirmation.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 
-use crate::lab::Lab;
-use crate::producer::Producer;
-use crate::store::ReplayRefusal;
+use serde::{Deserialize, Serialize};
 
-/// Replays the given dead letters (every one not quarantined with `None`); returns the
-/// replayed ids. Nothing is replayed when any named id cannot be.
-pub fn replay(
-    lab: &Arc<Lab>,
-    producer: &Producer,
-    ids: Option<&[u64]>,
-    confirm_quarantined: bool,
-) -> Result<Vec<u64>, ReplayRefusal> {
-    let replayed = lab.replay(ids, confirm_quarantined)?;
-    producer.start(lab, replayed.clone());
-    Ok(replayed)
+use crate::domain::{Attempt, Message, RecordChanges, to_json};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeadLetter {
+    /// The message's id.
+    pub id: u64,
+    pub key: String,
+    pub round: u32,
+    pub reason: String,
+    pub attempts: Vec<Attempt>,
+    pub dead_lettered_ms: u64,
+    /// Wall-clock time, for the retention window.
+    pub dead_lettered_unix_ms: u64,
+    /// Dead-lettered again after too many replays: "replay all" leaves it for a person.
+    pub quarantined: bool,
+}
+
+impl DeadLetter {
+    /// The letter for a message given up on in its current round; quarantined when this is
+    /// its `quarantine_after`-th replay or later.
+    pub fn new(
+        message: &Message,
+        reason: String,
+        (now_ms, unix_ms): (u64, u64),
+        quarantine_after: u32,
+    ) -> Self {
+        DeadLetter {
+            id: message.id,
+            key: message.key.clone(),
+            round: message.round,
+            reason,
+            attempts: message.attempts.clone(),
+            dead_lettered_ms: now_ms,
+            dead_lettered_unix_ms: unix_ms,
+            quarantined: message.round >= quarantine_after,
+        }
+    }
+}
+
+/// Why a replay was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplayRefusal {
+    NotDeadLetters(Vec<u64>),
+    Quarantined(Vec<u64>),
+    TooManyActive { max: usize, active: usize, asked: usize },
+}
+
+/// One lab's dead letters, oldest first.
+#[derive(Debug, Default)]
+pub struct DeadLetterQueue {
+    letters: Vec<DeadLetter>,
+    /// Kept as a count so the counters stay cheap.
+    quarantined: u64,
+    /// Letters added or removed since the store last took them.
+    dirty: HashSet<u64>,
+}
+
+impl DeadLetterQueue {
+    /// The queue as the store holds it.
+    pub fn restore(mut letters: Vec<DeadLetter>) -> Self {
+        letters.sort_by_key(|d| (d.dead_lettered_unix_ms, d.id));
+        let quarantined = letters.iter().filter(|d| d.quarantined).count() as u64;
+        DeadLetterQueue { letters, quarantined, dirty: HashSet::new() }
+    }
+
+    pub fn letters(&self) -> &[DeadLetter] {
+        &self.letters
+    }
+
+    pub fn quarantined(&self) -> u64 {
+        self.quarantined
+    }
+
+    pub fn push(&mut self, letter: DeadLetter) {
+        self.quarantined += u64::from(letter.quarantined);
+        self.dirty.insert(letter.id);
+        self.letters.push(letter);
+    }
+
+    /// The letters a replay takes: every one not quarantined with `ids = None`; by id, each
+    /// must be a dead letter and a quarantined one needs `confirm_quarantined`. Fails, saying
+    /// why, without changing anything.
+    pub fn choose(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
+        let Some(ids) = ids else {
+            return Ok(self.letters.iter().filter(|d| !d.quarantined).map(|d| d.id).collect());
+        };
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let held: HashMap<u64, bool> = self.letters.iter().map(|d| (d.id, d.quarantined)).collect();
+        let missing: Vec<u64> = ids.iter().copied().filter(|id| !held.contains_key(id)).collect();
+        if !missing.is_empty() {
+            return Err(ReplayRefusal::NotDeadLetters(missing));
+        }
+        let quarantined: Vec<u64> = ids.iter().copied().filter(|id| held[id]).collect();
+        if !quarantined.is_empty() && !confirm_quarantined {
+            return Err(ReplayRefusal::Quarantined(quarantined));
+        }
+        Ok(ids)
+    }
+
+    /// Takes the given letters out of the queue (they are being replayed or expired).
+    pub fn remove(&mut self, ids: &[u64]) {
+        let gone: HashSet<u64> = ids.iter().copied().collect();
+        self.letters.retain(|d| !gone.contains(&d.id));
+        self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
+        self.dirty.extend(gone);
+    }
+
+    /// Removes letters older than the retention window; returns their ids.
+    pub fn expire(&mut self, dead_lettered_before_unix_ms: u64) -> Vec<u64> {
+        let expired: Vec<u64> = self
+            .letters
+            .iter()
+            .filter(|d| d.dead_lettered_unix_ms < dead_lettered_before_unix_ms)
+            .map(|d| d.id)
+            .collect();
+        if !expired.is_empty() {
+            self.remove(&expired);
+        }
+        expired
+    }
+
+    /// Empties the queue (a reset: the store clears the lab's rows itself).
+    pub fn clear(&mut self) {
+        *self = DeadLetterQueue::default();
+    }
+
+    /// Swaps in the letters as the store holds them (after a client crash).
+    pub fn replace(&mut self, letters: Vec<DeadLetter>) {
+        let dirty = std::mem::take(&mut self.dirty);
+        *self = DeadLetterQueue::restore(letters);
+        self.dirty = dirty;
+    }
+
+    /// Adds the rows changed since the last call to `changes`.
+    pub fn take_changes(&mut self, changes: &mut RecordChanges) {
+        let dirty = std::mem::take(&mut self.dirty);
+        if dirty.is_empty() {
+            return;
+        }
+        let letters: HashMap<u64, &DeadLetter> = self.letters.iter().map(|d| (d.id, d)).collect();
+        for id in dirty {
+            match letters.get(&id) {
+                Some(d) => changes.dead_letters.push((id, d.dead_lettered_unix_ms, to_json(d))),
+                None => changes.deleted_dead_letters.push(id),
+            }
+        }
+    }
+
+    /// Takes back rows the store could not commit, so the next `take_changes` has them.
+    pub fn restore_changes(&mut self, changes: &RecordChanges) {
+        let letters = changes.dead_letters.iter().map(|(id, _, _)| *id);
+        self.dirty.extend(letters.chain(changes.deleted_dead_letters.iter().copied()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::MessageState;
+
+    fn message(id: u64, round: u32) -> Message {
+        let key = format!("k{id}");
+        Message { id, key, state: MessageState::DeadLetter, round, created_ms: 0, attempts: Vec::new() }
+    }
+
+    #[test]
+    fn replay_all_skips_the_quarantined_and_by_id_needs_a_confirmation() {
+        let mut queue = DeadLetterQueue::default();
+        queue.push(DeadLetter::new(&message(1, 0), "gave up".into(), (5, 5), 3));
+        queue.push(DeadLetter::new(&message(2, 3), "gave up".into(), (6, 6), 3));
+        assert_eq!(queue.quarantined(), 1);
+        assert_eq!(queue.choose(None, false), Ok(vec![1]));
+        assert_eq!(queue.choose(Some(&[2, 2]), false), Err(ReplayRefusal::Quarantined(vec![2])));
+        assert_eq!(queue.choose(Some(&[2]), true), Ok(vec![2]));
+        assert_eq!(queue.choose(Some(&[1, 9]), true), Err(ReplayRefusal::NotDeadLetters(vec![9])));
+        queue.remove(&[2]);
+        assert_eq!((queue.letters().len(), queue.quarantined()), (1, 0));
+    }
+
+    #[test]
+    fn rows_the_store_could_not_commit_come_back() {
+        let mut queue = DeadLetterQueue::default();
+        queue.push(DeadLetter::new(&message(1, 0), "gave up".into(), (5, 5), 3));
+        let mut first = RecordChanges::default();
+        queue.take_changes(&mut first);
+        assert_eq!(first.dead_letters.len(), 1);
+        let mut none = RecordChanges::default();
+        queue.take_changes(&mut none);
+        assert!(none.dead_letters.is_empty(), "taken once");
+        queue.restore_changes(&first);
+        let mut again = RecordChanges::default();
+        queue.take_changes(&mut again);
+        assert_eq!(again.dead_letters.len(), 1);
+    }
+
+    #[test]
+    fn expired_letters_leave_the_queue() {
+        let mut queue = DeadLetterQueue::default();
+        queue.push(DeadLetter::new(&message(1, 0), "old".into(), (5, 100), 3));
+        queue.push(DeadLetter::new(&message(2, 0), "new".into(), (6, 900), 3));
+        assert_eq!(queue.expire(500), vec![1]);
+        assert_eq!(queue.letters().iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
+    }
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::dlq::DeadLetter;
+use crate::domain::{Attempt, Counters, Message};
 use crate::downstream::DownstreamSettings;
-use crate::retry::{Policy, Wait};
-use crate::store::{Attempt, Counters, DeadLetter, Message};
+use crate::retry::{PolicyView, Wait};
 
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -56,7 +57,7 @@ pub enum Event {
     },
     SettingsChanged {
         downstream: DownstreamSettings,
-        policy: Policy,
+        policy: PolicyView,
     },
     Reset {
         #[schema(value_type = Object)]

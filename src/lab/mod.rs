@@ -1,32 +1,39 @@
 //! A lab: one isolated playground with its own downstream settings, retry policy, messages,
 //! dead letters, ledger and event log. Every change to a lab goes through `Lab::change`, which
-//! applies it to the record, publishes its event and schedules the store's commit under one
+//! applies it to the state, publishes its event and schedules the store's commit under one
 //! lock, so event ids follow the order of the changes and a snapshot always matches an id.
+//!
+//! The other files each hold one seam of the lab: `snapshot` (the lab as one document),
+//! `subscribers` (who watches it), `flush` (how its changes reach the store), `deliveries`
+//! (its running tasks), `downstream` (its endpoint's decisions), `registry` (all labs).
 
+mod deliveries;
+mod downstream;
+mod flush;
 mod registry;
+mod snapshot;
+mod subscribers;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
-use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::task::AbortHandle;
 
 use crate::config::{Limits, Retention};
-use crate::downstream::{self, Decision, DownstreamSettings, IdempotencyKey, StoredResponse};
-use crate::events::{Event, EventLog, Published, ReplayedMessage, Start};
+use crate::dlq::{DeadLetterQueue, ReplayRefusal};
+use crate::domain::{AttemptEnd, Counters, LabRecord, ResumePoint};
+use crate::downstream::{self as endpoint, DownstreamSettings};
+use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::{Policy, Wait};
-use crate::store::{
-    AttemptEnd, Batch, Counters, DeadLetter, Flush, LabRecord, LabRow, Message, ReplayRefusal, ResumePoint,
-    Store,
-};
+use crate::store::Store;
 
+pub use flush::NotDurable;
 pub use registry::{LabId, Labs};
-
-/// How long a caller waits for the store to confirm a commit before answering 503.
-const STORE_PATIENCE: Duration = Duration::from_secs(10);
+pub use snapshot::{SnapshotLimits, SnapshotView};
+pub use subscribers::Opening;
 
 pub struct Lab {
     pub id: LabId,
@@ -52,6 +59,7 @@ pub struct Lab {
 
 struct LabState {
     record: LabRecord,
+    dead_letters: DeadLetterQueue,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
@@ -59,33 +67,10 @@ struct LabState {
     deleted: bool,
 }
 
-/// What a subscriber receives first.
-pub enum Opening {
-    Resume(Vec<Published>),
-    Snapshot { id: u64, json: String },
-}
-
-/// Everything about a lab: settings, counters, every message with every attempt, dead letters.
-#[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = Snapshot)]
-pub struct SnapshotView<'a> {
-    #[schema(value_type = String, format = Uuid)]
-    id: &'a LabId,
-    now_ms: u64,
-    last_event_id: u64,
-    downstream: &'a DownstreamSettings,
-    policy: &'a Policy,
-    counters: Counters,
-    limits: SnapshotLimits,
-    retention: &'a Retention,
-    messages: &'a [Message],
-    dead_letters: &'a [DeadLetter],
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct SnapshotLimits {
-    max_burst: usize,
-    max_messages_per_lab: usize,
+impl LabState {
+    fn counters(&self) -> Counters {
+        self.record.counters(self.dead_letters.quarantined())
+    }
 }
 
 /// Why a burst was refused.
@@ -96,10 +81,6 @@ pub enum BurstError {
     TooManyActive { max: usize, active: usize },
 }
 
-/// The store did not confirm a commit in time.
-#[derive(Debug)]
-pub struct NotDurable;
-
 pub fn unix_now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -109,7 +90,7 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        record: LabRecord,
+        (record, dead_letters): (LabRecord, DeadLetterQueue),
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
@@ -119,6 +100,7 @@ impl Lab {
             origin_unix_ms,
             state: Mutex::new(LabState {
                 record,
+                dead_letters,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id),
                 flush_pending: false,
                 active_unix_ms: unix_now_ms(),
@@ -161,30 +143,10 @@ impl Lab {
     }
 
     fn publish(&self, state: &mut LabState, event: &Event, now: u64) {
-        let counters = state.record.counters();
+        let counters = state.counters();
         state.log.publish(event, now, counters);
         state.active_unix_ms = unix_now_ms();
         self.schedule_flush(state);
-    }
-
-    /// Hands the lab to the store's writer, unless it already has it.
-    fn schedule_flush(&self, state: &mut LabState) {
-        if !state.flush_pending {
-            state.flush_pending = true;
-            if let Some(this) = self.this.upgrade() {
-                self.store.schedule(this);
-            }
-        }
-    }
-
-    /// Waits until every change made so far is committed to the store.
-    pub async fn persisted(&self) -> Result<(), NotDurable> {
-        let target = self.lock().log.last_id();
-        let mut durable = self.durable.subscribe();
-        match tokio::time::timeout(STORE_PATIENCE, durable.wait_for(|&d| d >= target)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(NotDurable),
-        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -192,10 +154,10 @@ impl Lab {
     }
 
     pub fn counters(&self) -> Counters {
-        self.lock().record.counters()
+        self.lock().counters()
     }
 
-    pub fn downstream_mode(&self) -> downstream::Mode {
+    pub fn downstream_mode(&self) -> endpoint::Mode {
         self.lock().record.downstream.mode
     }
 
@@ -203,58 +165,9 @@ impl Lab {
         self.lock().active_unix_ms
     }
 
-    fn view<'a>(&'a self, state: &'a LabState) -> SnapshotView<'a> {
-        let record = &state.record;
-        SnapshotView {
-            id: &self.id,
-            now_ms: self.now_ms(),
-            last_event_id: state.log.last_id(),
-            downstream: &record.downstream,
-            policy: &record.policy,
-            counters: record.counters(),
-            limits: SnapshotLimits {
-                max_burst: self.limits.max_burst,
-                max_messages_per_lab: self.limits.max_messages_per_lab,
-            },
-            retention: &self.retention,
-            messages: record.messages(),
-            dead_letters: record.dead_letters(),
-        }
-    }
-
-    fn snapshot_view(&self, state: &LabState) -> String {
-        serde_json::to_string(&self.view(state)).expect("snapshots serialize: they hold only plain data")
-    }
-
-    /// The snapshot as a value, for events that carry it (serialized once, not parsed back).
-    fn snapshot_value(&self, state: &LabState) -> serde_json::Value {
-        serde_json::to_value(self.view(state)).expect("snapshots serialize: they hold only plain data")
-    }
-
-    /// The whole lab as JSON.
-    pub fn snapshot(&self) -> String {
-        self.snapshot_view(&self.lock())
-    }
-
-    /// Subscribes to the lab's events, resuming after `last_event_id` when the window allows.
-    pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, broadcast::Receiver<Published>) {
-        let state = self.lock();
-        let (start, receiver) = state.log.subscribe(last_event_id);
-        let opening = match start {
-            Start::Resume(events) => Opening::Resume(events),
-            Start::Snapshot => {
-                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_view(&state) }
-            }
-        };
-        (opening, receiver)
-    }
-
-    /// A fresh subscription that starts from a snapshot, for a subscriber that fell behind:
-    /// the snapshot and the new receiver are taken under one lock, so nothing falls between.
-    pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
-        let state = self.lock();
-        let (_, receiver) = state.log.subscribe(None);
-        (state.log.last_id(), self.snapshot_view(&state), receiver)
+    /// Messages still owed a delivery.
+    pub fn active_messages(&self) -> usize {
+        self.lock().record.active_messages()
     }
 
     /// Applies a settings change computed from the current settings, or returns its error.
@@ -267,7 +180,7 @@ impl Lab {
             Ok((downstream, policy)) => {
                 record.downstream = downstream;
                 record.policy = policy;
-                Some(((downstream, policy), Event::SettingsChanged { downstream, policy }))
+                Some(((downstream, policy), Event::SettingsChanged { downstream, policy: policy.view() }))
             }
             Err(e) => {
                 error = Some(e);
@@ -335,29 +248,31 @@ impl Lab {
         self.change(|record, _| record.deliver(id).then_some(((), Event::Delivered { message_id: id })));
     }
 
+    /// Gives up on a message: it moves to the dead-letter queue with its reason.
     pub fn dead_lettered(&self, id: u64, reason: String) {
-        self.change(|record, now| {
-            let dead_letter = record.dead_letter(id, reason, now, unix_now_ms())?;
-            Some(((), Event::DeadLettered { dead_letter }))
-        });
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let Some(letter) = state.record.dead_letter(id, reason, (now, unix_now_ms())) else { return };
+        state.dead_letters.push(letter.clone());
+        self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
 
-    /// Moves dead letters back to the queue for a new round (all but the quarantined with `None`).
+    /// Moves dead letters back to the queue for a new round (all but the quarantined with
+    /// `None`), keeping their keys; returns their ids. Changes nothing when refused.
     pub fn replay(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
-        let mut refusal = None;
-        let max_active = self.limits.max_active_messages_per_lab;
-        let replayed = self.change(|record, _| match record.replay(ids, confirm_quarantined, max_active) {
-            Ok(moved) => {
-                let ids = moved.iter().map(|&(id, _)| id).collect();
-                let messages = moved.into_iter().map(|(id, round)| ReplayedMessage { id, round }).collect();
-                Some((ids, Event::ReplayStarted { messages }))
-            }
-            Err(r) => {
-                refusal = Some(r);
-                None
-            }
-        });
-        replayed.ok_or_else(|| refusal.expect("a refused replay says why"))
+        let mut state = self.lock();
+        let chosen = state.dead_letters.choose(ids, confirm_quarantined)?;
+        let (max, active) = (self.limits.max_active_messages_per_lab, state.record.active_messages());
+        if active + chosen.len() > max {
+            return Err(ReplayRefusal::TooManyActive { max, active, asked: chosen.len() });
+        }
+        state.dead_letters.remove(&chosen);
+        let moved = state.record.requeue(&chosen);
+        let ids = moved.iter().map(|&(id, _)| id).collect();
+        let messages = moved.into_iter().map(|(id, round)| ReplayedMessage { id, round }).collect();
+        let now = self.now_ms();
+        self.publish(&mut state, &Event::ReplayStarted { messages }, now);
+        Ok(ids)
     }
 
     /// Stops every delivery and clears messages, dead letters and the ledger.
@@ -365,21 +280,17 @@ impl Lab {
         self.abort_deliveries();
         let mut state = self.lock();
         state.record.reset();
+        state.dead_letters.clear();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Reset { snapshot }, now);
     }
 
-    /// Stops every delivery where it stands, without recording anything: a crash.
-    pub fn abort_deliveries(&self) {
-        for (_, task) in self.tasks_lock().drain() {
-            task.abort();
-        }
-    }
-
     /// Replaces the messages and dead letters with the store's copy (after a client crash).
-    pub fn reload(&self, messages: Vec<Message>, dead_letters: Vec<DeadLetter>) {
-        self.lock().record.replace_messages(messages, dead_letters);
+    pub fn reload(&self, messages: Vec<crate::domain::Message>, dead_letters: Vec<crate::dlq::DeadLetter>) {
+        let mut state = self.lock();
+        state.record.replace_messages(messages);
+        state.dead_letters.replace(dead_letters);
     }
 
     /// Picks up after the client died: attempts that were running count as interrupted, and
@@ -406,7 +317,8 @@ impl Lab {
         let mut state = self.lock();
         let letters_before = now_unix_ms.saturating_sub(retention.dead_letter_ttl_s.saturating_mul(1000));
         let keys_before = now_unix_ms.saturating_sub(retention.key_ttl_s.saturating_mul(1000));
-        let letters = state.record.expire_dead_letters(letters_before);
+        let letters = state.dead_letters.expire(letters_before);
+        state.record.remove_messages(&letters);
         let keys = state.record.expire_keys(keys_before);
         if !letters.is_empty() || keys > 0 {
             let now = self.now_ms();
@@ -423,144 +335,5 @@ impl Lab {
         let mut state = self.lock();
         state.deleted = true;
         self.schedule_flush(&mut state);
-    }
-
-    pub fn track(&self, id: u64, task: AbortHandle) {
-        self.tasks_lock().insert(id, task);
-    }
-
-    /// Forgets a finished delivery, unless a newer one (a replay) has taken its place.
-    pub fn untrack(&self, id: u64, task: tokio::task::Id) {
-        let mut tasks = self.tasks_lock();
-        if tasks.get(&id).is_some_and(|t| t.id() == task) {
-            tasks.remove(&id);
-        }
-    }
-
-    /// Counts an open event stream, unless the lab already has `max_subscribers_per_lab`.
-    pub fn add_subscriber(&self) -> Result<(), usize> {
-        let max = self.limits.max_subscribers_per_lab;
-        self.subscribers
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| (open < max).then_some(open + 1))
-            .map(|_| ())
-            .map_err(|_| max)
-    }
-
-    pub fn remove_subscriber(&self) {
-        self.subscribers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    pub fn has_subscribers(&self) -> bool {
-        self.subscribers.load(Ordering::SeqCst) > 0
-    }
-
-    pub fn has_deliveries(&self) -> bool {
-        !self.tasks_lock().is_empty()
-    }
-
-    fn tasks_lock(&self) -> MutexGuard<'_, HashMap<u64, AbortHandle>> {
-        self.tasks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Decides a downstream request against the ledger; returns the decision and the epoch
-    /// it was made in (a reset in between voids a pending write).
-    pub fn downstream_decide(&self, key: &IdempotencyKey, body: &serde_json::Value) -> (Decision, u64) {
-        let mut rng = rand::rng();
-        self.change(|record, now| {
-            let settings = record.downstream;
-            let clock = (now, unix_now_ms());
-            let decision = downstream::decide(&mut record.ledger, &settings, key, body, clock, &mut rng);
-            let (status, applied, replayed, detail) = match &decision {
-                Decision::Replay(r) => (r.status, false, true, None),
-                Decision::InProgress => (409, false, false, Some("key still being processed")),
-                Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
-                Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
-                Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
-                // Published when the write lands, in `downstream_complete`.
-                Decision::Process { .. } => return Some(((decision, record.epoch), None)),
-            };
-            let event =
-                Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
-            Some(((decision, record.epoch), Some(event)))
-        })
-        .expect("a decision is always made")
-    }
-
-    /// Applies a reserved key's write, unless the lab was reset since it was reserved.
-    pub fn downstream_complete(&self, key: &IdempotencyKey, epoch: u64) -> Option<StoredResponse> {
-        self.change(|record, now| {
-            if record.epoch != epoch {
-                return None;
-            }
-            let response = record.ledger.complete(key, now, unix_now_ms());
-            let event = Event::DownstreamRequest {
-                key: key.as_str().into(),
-                status: response.status,
-                applied: true,
-                replayed: false,
-                detail: None,
-            };
-            Some((response, Some(event)))
-        })
-    }
-
-    /// Counts a request the downstream refused before reading its key or body.
-    pub fn downstream_refused(&self, status: u16, detail: &'static str) {
-        self.change(|record, _| {
-            record.ledger.count_request();
-            let event = Event::DownstreamRequest {
-                key: String::new(),
-                status,
-                applied: false,
-                replayed: false,
-                detail: Some(detail),
-            };
-            Some(((), Some(event)))
-        });
-    }
-}
-
-impl Flush for Lab {
-    fn take_batch(&self) -> Option<Batch> {
-        let mut state = self.lock();
-        state.flush_pending = false;
-        let lab_id = self.id.to_string();
-        if state.deleted {
-            return Some(Batch { lab_id, row: None, delete: true, changes: Default::default(), upto: 0 });
-        }
-        let record = &mut state.record;
-        let changes = record.take_changes();
-        let row = LabRow {
-            id: lab_id.clone(),
-            origin_unix_ms: self.origin_unix_ms,
-            active_unix_ms: state.active_unix_ms,
-            downstream: serde_json::to_string(&state.record.downstream).expect("settings serialize"),
-            policy: serde_json::to_string(&state.record.policy).expect("a policy serializes"),
-            counts: state.record.ledger.counts(),
-            next_message_id: state.record.next_message_id(),
-            last_event_id: state.log.last_id(),
-            epoch: state.record.epoch,
-        };
-        Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
-    }
-
-    fn failed(&self, batch: Batch) {
-        let mut state = self.lock();
-        if batch.delete {
-            state.deleted = true;
-        } else {
-            state.record.restore_changes(batch.changes);
-        }
-        self.schedule_flush(&mut state);
-    }
-
-    fn committed(&self, upto: u64) {
-        self.durable.send_if_modified(|durable| {
-            let newer = upto > *durable;
-            if newer {
-                *durable = upto;
-            }
-            newer
-        });
     }
 }

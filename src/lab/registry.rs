@@ -9,8 +9,10 @@ use uuid::Uuid;
 
 use super::{Lab, unix_now_ms};
 use crate::config::{Limits, Retention};
+use crate::dlq::DeadLetterQueue;
+use crate::domain::LabRecord;
 use crate::events::Event;
-use crate::store::{LabRecord, LoadedLab, Store};
+use crate::store::{LoadedLab, Store};
 
 /// A lab's id: a random UUID v4, so a lab's URL cannot be guessed from another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -43,14 +45,15 @@ impl Labs {
     pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
         let labs = Labs { labs: RwLock::new(HashMap::new()), limits, retention, store };
         let mut map = HashMap::new();
-        for LoadedLab { row, parts } in loaded {
+        for LoadedLab { row, mut parts } in loaded {
             let Ok(id) = LabId::parse(&row.id) else {
                 tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
                 continue;
             };
-            let record = LabRecord::restore(parts);
+            let letters = DeadLetterQueue::restore(std::mem::take(&mut parts.dead_letters));
+            let state = (LabRecord::restore(parts), letters);
             let lab = Arc::new_cyclic(|this| {
-                Lab::build(this.clone(), id, row.origin_unix_ms, record, row.last_event_id, &labs)
+                Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
             });
             lab.lock().active_unix_ms = row.active_unix_ms;
             map.insert(id, lab);
@@ -79,9 +82,8 @@ impl Labs {
             }
         }
         let id = LabId(Uuid::new_v4());
-        let lab = Arc::new_cyclic(|this| {
-            Lab::build(this.clone(), id, unix_now_ms(), LabRecord::default(), 0, self)
-        });
+        let lab =
+            Arc::new_cyclic(|this| Lab::build(this.clone(), id, unix_now_ms(), Default::default(), 0, self));
         lab.change(|_, _| Some(((), Event::LabCreated)));
         labs.insert(id, lab.clone());
         Ok(lab)
@@ -93,7 +95,7 @@ impl Labs {
 
     /// Messages owed a delivery across all labs.
     pub fn active_messages(&self) -> usize {
-        self.all().iter().map(|lab| lab.lock().record.active_messages()).sum()
+        self.all().iter().map(|lab| lab.active_messages()).sum()
     }
 
     pub fn all(&self) -> Vec<Arc<Lab>> {

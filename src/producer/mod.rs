@@ -12,10 +12,11 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use crate::domain::{AttemptEnd, Outcome};
 use crate::lab::Lab;
 use crate::metrics::Metrics;
 use crate::retry::{self, AttemptResult, Verdict};
-use crate::store::{AttemptEnd, Outcome, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Sends messages; cheap to clone.
 #[derive(Clone)]

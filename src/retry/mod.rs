@@ -12,7 +12,7 @@
 
 mod policy;
 
-pub use policy::{Policy, PolicyUpdate};
+pub use policy::{Policy, PolicyUpdate, PolicyView, WaitBand};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 

@@ -43,6 +43,26 @@ impl Default for Policy {
     }
 }
 
+/// The policy as the page receives it: its settings and, for each wait, the band the
+/// jitter draws from, computed here so the page never re-implements the formulas.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PolicyView {
+    #[serde(flatten)]
+    pub policy: Policy,
+    /// One per wait: after attempt 1 .. `max_attempts - 1`.
+    pub bands: Vec<WaitBand>,
+}
+
+/// The nominal delay of the wait after attempt `n` and the band its jitter draws from. For
+/// decorrelated jitter, whose band depends on the previous wait, the widest it can reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct WaitBand {
+    pub n: u32,
+    pub nominal_ms: u64,
+    pub low_ms: u64,
+    pub high_ms: u64,
+}
+
 /// A partial update: absent fields keep their value.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +84,20 @@ impl Policy {
 
     pub fn retry_after_rule(&self) -> RetryAfterRule {
         RetryAfterRule { honor: self.honor_retry_after, cap_ms: self.retry_after_cap_ms }
+    }
+
+    pub fn view(&self) -> PolicyView {
+        let backoff = self.backoff();
+        let mut previous = None;
+        let bands = (1..self.max_attempts)
+            .map(|n| {
+                let band = backoff.band(n, previous);
+                // The widest decorrelated band: each wait at the top of the one before.
+                previous = Some(band.high_ms);
+                WaitBand { n, nominal_ms: backoff.nominal_ms(n), low_ms: band.low_ms, high_ms: band.high_ms }
+            })
+            .collect();
+        PolicyView { policy: *self, bands }
     }
 
     /// The policy with `update` applied, or the first reason it would be unusable.
@@ -120,5 +154,17 @@ mod tests {
         assert!(policy.updated(&zero).unwrap_err().contains("max_attempts"));
         let inverted = PolicyUpdate { base_ms: Some(5_000), cap_ms: Some(100), ..Default::default() };
         assert!(policy.updated(&inverted).unwrap_err().contains("base_ms"));
+    }
+
+    #[test]
+    fn the_view_carries_one_band_per_wait() {
+        let view = Policy::default().view();
+        let bands: Vec<(u32, u64, u64, u64)> =
+            view.bands.iter().map(|b| (b.n, b.nominal_ms, b.low_ms, b.high_ms)).collect();
+        assert_eq!(bands, [(1, 800, 400, 800), (2, 1600, 800, 1600), (3, 3200, 1600, 3200)]);
+        let decorrelated =
+            Policy { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 1_000, ..Default::default() };
+        let highs: Vec<u64> = decorrelated.view().bands.iter().map(|b| b.high_ms).collect();
+        assert_eq!(highs, [300, 900, 1_000], "3x the widest previous wait, capped");
     }
 }

@@ -12,7 +12,8 @@ use std::thread;
 
 use rusqlite::{Connection, Transaction, params};
 
-use super::record::{DeadLetter, Message, RecordChanges, RecordParts};
+use crate::dlq::DeadLetter;
+use crate::domain::{Message, RecordChanges, RecordParts};
 use crate::downstream::{KeyRow, Ledger, LedgerCounts};
 
 /// How long the writer pauses after a failed commit before trying again.

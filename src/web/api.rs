@@ -12,11 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{AppError, Problem};
 use super::{AppState, LabPath};
-use crate::dlq;
+use crate::dlq::ReplayRefusal;
 use crate::downstream::{DownstreamSettings, DownstreamUpdate};
 use crate::lab::BurstError;
-use crate::retry::{Policy, PolicyUpdate};
-use crate::store::ReplayRefusal;
+use crate::retry::{PolicyUpdate, PolicyView};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Created {
@@ -67,17 +66,17 @@ pub async fn set_downstream(
 
 /// Changes the retry policy; absent fields keep their value.
 #[utoipa::path(put, path = "/api/labs/{lab}/policy", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = PolicyUpdate,
-    responses((status = 200, body = Policy), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
+    responses((status = 200, body = PolicyView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
 pub async fn set_policy(
     LabPath(lab): LabPath,
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
-) -> Result<Json<Policy>, AppError> {
+) -> Result<Json<PolicyView>, AppError> {
     let Json(update) = payload?;
     let (_, policy) = lab
         .modify_settings(|downstream, policy| Ok((*downstream, policy.updated(&update)?)))
         .map_err(AppError::Unprocessable)?;
     lab.persisted().await?;
-    Ok(Json(policy))
+    Ok(Json(policy.view()))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -150,8 +149,8 @@ pub async fn replay(
     let request: ReplayRequest = json_or_default(&body?)?;
     let asked = request.ids.as_ref().map_or(lab.counters().dead_letter as usize, Vec::len);
     check_overall_active(&app, asked)?;
-    let ids = dlq::replay(&lab, &app.producer, request.ids.as_deref(), request.confirm_quarantined).map_err(
-        |refusal| match refusal {
+    let ids =
+        lab.replay(request.ids.as_deref(), request.confirm_quarantined).map_err(|refusal| match refusal {
             ReplayRefusal::NotDeadLetters(ids) => {
                 AppError::NotFound(format!("not in the dead-letter queue: {ids:?}; nothing was replayed"))
             }
@@ -168,9 +167,9 @@ pub async fn replay(
                 "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
                  \"confirm_quarantined\": true (nothing was replayed)"
             )),
-        },
-    )?;
+        })?;
     lab.persisted().await?;
+    app.producer.start(&lab, ids.clone());
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 

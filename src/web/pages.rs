@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::AppState;
 use super::api::lab_limit;
 use super::error::AppError;
+use crate::domain::Counters;
 use crate::lab::LabId;
-use crate::store::Counters;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "lab.html")]

@@ -1,0 +1,93 @@
+//! A message and its attempts: the state machine a delivery moves through, and what each
+//! attempt and each wait between attempts measured.
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::Wait;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageState {
+    /// Accepted, waiting for a free connection slot.
+    Queued,
+    InFlight,
+    BackingOff,
+    Delivered,
+    DeadLetter,
+}
+
+impl MessageState {
+    pub const COUNT: usize = 5;
+
+    /// Still owed a delivery attempt: these resume after a crash.
+    pub fn is_active(self) -> bool {
+        matches!(self, MessageState::Queued | MessageState::InFlight | MessageState::BackingOff)
+    }
+}
+
+/// How one attempt ended, as the client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    HttpError,
+    Timeout,
+    TransportError,
+    /// The client died mid-attempt (a crash or a restart); it counts as a failed attempt.
+    Interrupted,
+}
+
+/// A planned wait and, once the next attempt starts, how long it really lasted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WaitRecord {
+    #[serde(flatten)]
+    pub plan: Wait,
+    pub actual_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Attempt {
+    /// 1-based within its round.
+    pub n: u32,
+    /// 0 for the first delivery, 1.. for each replay from the dead-letter queue.
+    pub round: u32,
+    pub started_ms: u64,
+    pub duration_ms: Option<u64>,
+    pub status: Option<u16>,
+    pub outcome: Option<Outcome>,
+    /// The downstream answered with `Idempotent-Replayed: true`.
+    pub replayed: bool,
+    pub retry_after_s: Option<u64>,
+    pub wait: Option<WaitRecord>,
+}
+
+/// The measured end of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptEnd {
+    pub duration_ms: u64,
+    pub status: Option<u16>,
+    pub outcome: Outcome,
+    pub replayed: bool,
+    pub retry_after_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Message {
+    pub id: u64,
+    pub key: String,
+    pub state: MessageState,
+    pub round: u32,
+    pub created_ms: u64,
+    pub attempts: Vec<Attempt>,
+}
+
+/// Where a message's delivery picks up: the next attempt number in its round, and how long
+/// is left of the wait planned before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub key: String,
+    pub next_n: u32,
+    pub delay_ms: u64,
+    /// The wait chosen last time (decorrelated jitter grows from it).
+    pub previous_wait_ms: Option<u64>,
+}

@@ -1,0 +1,14 @@
+//! The lab's state and rules, with no I/O and no clock of its own: messages and their state
+//! machine, attempts and waits, counters, and the record that holds one lab's state in memory
+//! and notes what each change touched, so the store can persist exactly the rows that changed.
+
+mod message;
+mod record;
+
+pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
+pub use record::{Counters, LabRecord, RecordChanges, RecordParts};
+
+/// A record as the store keeps it: JSON.
+pub fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).expect("records serialize: they hold only plain data")
+}

@@ -1,0 +1,85 @@
+//! The flush protocol between a lab and the store's writer: a change hands the lab to the
+//! writer once; the writer takes every row changed since, commits, and reports the event id
+//! that is now durable; callers that promise durability wait for that id.
+
+use std::time::Duration;
+
+use super::{Lab, LabState};
+use crate::store::{Batch, Flush, LabRow};
+
+/// How long a caller waits for the store to confirm a commit before answering 503.
+const STORE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The store did not confirm a commit in time.
+#[derive(Debug)]
+pub struct NotDurable;
+
+impl Lab {
+    /// Hands the lab to the store's writer, unless it already has it.
+    pub(super) fn schedule_flush(&self, state: &mut LabState) {
+        if !state.flush_pending {
+            state.flush_pending = true;
+            if let Some(this) = self.this.upgrade() {
+                self.store.schedule(this);
+            }
+        }
+    }
+
+    /// Waits until every change made so far is committed to the store.
+    pub async fn persisted(&self) -> Result<(), NotDurable> {
+        let target = self.lock().log.last_id();
+        let mut durable = self.durable.subscribe();
+        match tokio::time::timeout(STORE_PATIENCE, durable.wait_for(|&d| d >= target)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(NotDurable),
+        }
+    }
+}
+
+impl Flush for Lab {
+    fn take_batch(&self) -> Option<Batch> {
+        let mut state = self.lock();
+        state.flush_pending = false;
+        let lab_id = self.id.to_string();
+        if state.deleted {
+            return Some(Batch { lab_id, row: None, delete: true, changes: Default::default(), upto: 0 });
+        }
+        let state = &mut *state;
+        let mut changes = state.record.take_changes();
+        state.dead_letters.take_changes(&mut changes);
+        let record = &state.record;
+        let row = LabRow {
+            id: lab_id.clone(),
+            origin_unix_ms: self.origin_unix_ms,
+            active_unix_ms: state.active_unix_ms,
+            downstream: serde_json::to_string(&record.downstream).expect("settings serialize"),
+            policy: serde_json::to_string(&record.policy).expect("a policy serializes"),
+            counts: record.ledger.counts(),
+            next_message_id: record.next_message_id(),
+            last_event_id: state.log.last_id(),
+            epoch: record.epoch,
+        };
+        Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
+    }
+
+    fn failed(&self, batch: Batch) {
+        let mut state = self.lock();
+        if batch.delete {
+            state.deleted = true;
+        } else {
+            state.dead_letters.restore_changes(&batch.changes);
+            state.record.restore_changes(batch.changes);
+        }
+        self.schedule_flush(&mut state);
+    }
+
+    fn committed(&self, upto: u64) {
+        self.durable.send_if_modified(|durable| {
+            let newer = upto > *durable;
+            if newer {
+                *durable = upto;
+            }
+            newer
+        });
+    }
+}

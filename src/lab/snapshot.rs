@@ -1,0 +1,70 @@
+//! The lab as one JSON document: settings, counters, every message with every attempt, dead
+//! letters. Sent by `GET /api/labs/{lab}`, first on every event stream, and with the events
+//! that replace the page's whole view (a reset, a recovery, an expiry).
+
+use serde::Serialize;
+
+use super::{Lab, LabId, LabState};
+use crate::config::Retention;
+use crate::dlq::DeadLetter;
+use crate::domain::{Counters, Message};
+use crate::downstream::DownstreamSettings;
+use crate::retry::PolicyView;
+
+/// Everything about a lab: settings, counters, every message with every attempt, dead letters.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Snapshot)]
+pub struct SnapshotView<'a> {
+    #[schema(value_type = String, format = Uuid)]
+    id: &'a LabId,
+    now_ms: u64,
+    last_event_id: u64,
+    downstream: &'a DownstreamSettings,
+    policy: PolicyView,
+    counters: Counters,
+    limits: SnapshotLimits,
+    retention: &'a Retention,
+    messages: &'a [Message],
+    dead_letters: &'a [DeadLetter],
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SnapshotLimits {
+    max_burst: usize,
+    max_messages_per_lab: usize,
+}
+
+impl Lab {
+    fn view<'a>(&'a self, state: &'a LabState) -> SnapshotView<'a> {
+        let record = &state.record;
+        SnapshotView {
+            id: &self.id,
+            now_ms: self.now_ms(),
+            last_event_id: state.log.last_id(),
+            downstream: &record.downstream,
+            policy: record.policy.view(),
+            counters: state.counters(),
+            limits: SnapshotLimits {
+                max_burst: self.limits.max_burst,
+                max_messages_per_lab: self.limits.max_messages_per_lab,
+            },
+            retention: &self.retention,
+            messages: record.messages(),
+            dead_letters: state.dead_letters.letters(),
+        }
+    }
+
+    pub(super) fn snapshot_json(&self, state: &LabState) -> String {
+        serde_json::to_string(&self.view(state)).expect("snapshots serialize: they hold only plain data")
+    }
+
+    /// The snapshot as a value, for events that carry it (serialized once, not parsed back).
+    pub(super) fn snapshot_value(&self, state: &LabState) -> serde_json::Value {
+        serde_json::to_value(self.view(state)).expect("snapshots serialize: they hold only plain data")
+    }
+
+    /// The whole lab as JSON.
+    pub fn snapshot(&self) -> String {
+        self.snapshot_json(&self.lock())
+    }
+}

@@ -1,0 +1,56 @@
+//! Who is watching a lab: subscribing to its events (resuming after a `Last-Event-ID` when the
+//! window allows, else from a snapshot taken under the same lock) and counting open streams
+//! against their limit.
+
+use std::sync::atomic::Ordering;
+
+use tokio::sync::broadcast;
+
+use super::Lab;
+use crate::events::{Published, Start};
+
+/// What a subscriber receives first.
+pub enum Opening {
+    Resume(Vec<Published>),
+    Snapshot { id: u64, json: String },
+}
+
+impl Lab {
+    /// Subscribes to the lab's events, resuming after `last_event_id` when the window allows.
+    pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, broadcast::Receiver<Published>) {
+        let state = self.lock();
+        let (start, receiver) = state.log.subscribe(last_event_id);
+        let opening = match start {
+            Start::Resume(events) => Opening::Resume(events),
+            Start::Snapshot => {
+                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_json(&state) }
+            }
+        };
+        (opening, receiver)
+    }
+
+    /// A fresh subscription that starts from a snapshot, for a subscriber that fell behind:
+    /// the snapshot and the new receiver are taken under one lock, so nothing falls between.
+    pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
+        let state = self.lock();
+        let (_, receiver) = state.log.subscribe(None);
+        (state.log.last_id(), self.snapshot_json(&state), receiver)
+    }
+
+    /// Counts an open event stream, unless the lab already has `max_subscribers_per_lab`.
+    pub fn add_subscriber(&self) -> Result<(), usize> {
+        let max = self.limits.max_subscribers_per_lab;
+        self.subscribers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| (open < max).then_some(open + 1))
+            .map(|_| ())
+            .map_err(|_| max)
+    }
+
+    pub fn remove_subscriber(&self) {
+        self.subscribers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub fn has_subscribers(&self) -> bool {
+        self.subscribers.load(Ordering::SeqCst) > 0
+    }
+}
