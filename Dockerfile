@@ -3,14 +3,18 @@
 
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
+# Dependencies first, in a layer of their own: it is rebuilt only when Cargo.toml or
+# Cargo.lock change, not on every change to the source.
 COPY Cargo.toml Cargo.lock ./
+RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
+    && cargo build --release --locked --bin retrylab \
+    && rm -rf src target/release/.fingerprint/retrylab-* target/release/deps/*retrylab*
+# Then only what the binary is built from: no tests, no examples.
 COPY src src
 COPY templates templates
 COPY static static
 COPY migrations migrations
 COPY scripts scripts
-COPY examples examples
-COPY tests tests
 RUN scripts/build-release.sh /out
 
 FROM debian:bookworm-slim

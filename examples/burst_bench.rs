@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use retrylab::config::{Config, Limits, Retention};
+use retrylab::config::{Config, Limits};
 use serde_json::Value;
 
 const BURST: u64 = 10_000;
@@ -19,13 +19,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("retrylab-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let limits = Limits { max_burst: BURST as usize, ..Limits::default() };
-    let config = Config {
-        addr: None,
-        db: dir.join("burst.db"),
-        limits,
-        retention: Retention::default(),
-        exposure: Default::default(),
-    };
+    let config = Config { limits, ..Config::new(dir.join("burst.db")) };
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(retrylab::serve(listener, config, std::future::pending()));

@@ -9,10 +9,19 @@ use serde::Serialize;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "retrylab", version, about = "Break an endpoint, send traffic, watch retries work.")]
 pub struct Config {
-    /// Address to serve on. Without it, `PORT` alone serves on 0.0.0.0:PORT (for hosting
+    /// Address to serve on. Without it, `--port` alone serves on 0.0.0.0:PORT (for hosting
     /// platforms), else 127.0.0.1:3000.
     #[arg(long, env = "RETRYLAB_ADDR")]
     pub addr: Option<SocketAddr>,
+
+    /// Port to serve on, on every interface, when `--addr` is not given (hosting platforms
+    /// set `PORT`).
+    #[arg(long, env = "PORT")]
+    pub port: Option<u16>,
+
+    /// How log lines are written to stderr: `text` for people, `json` for log collectors.
+    #[arg(long, env = "RETRYLAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// The SQLite file that holds every lab; created (with its folder) on first run.
     #[arg(long, env = "RETRYLAB_DB", default_value = "data/retrylab.db")]
@@ -26,6 +35,13 @@ pub struct Config {
 
     #[command(flatten)]
     pub exposure: Exposure,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// How the server meets the public internet.
@@ -42,11 +58,25 @@ pub struct Exposure {
 }
 
 impl Config {
+    /// Every setting at its default, serving from `db`: for tests, benchmarks and tools that
+    /// start a server in-process.
+    pub fn new(db: PathBuf) -> Config {
+        Config {
+            addr: None,
+            port: None,
+            log_format: LogFormat::Text,
+            db,
+            limits: Limits::default(),
+            retention: Retention::default(),
+            exposure: Exposure::default(),
+        }
+    }
+
     pub fn listen_addr(&self) -> SocketAddr {
         if let Some(addr) = self.addr {
             return addr;
         }
-        match std::env::var("PORT").ok().and_then(|p| p.parse::<u16>().ok()) {
+        match self.port {
             Some(port) => SocketAddr::from(([0, 0, 0, 0], port)),
             None => SocketAddr::from(([127, 0, 0, 1], 3000)),
         }

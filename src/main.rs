@@ -1,33 +1,46 @@
 //! The retrylab server: reads its settings, binds, serves until SIGINT or SIGTERM.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
-use retrylab::config::Config;
+use retrylab::config::{Config, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    // JSON lines for log collectors; each line carries its span's request id and lab id.
-    match std::env::var("RETRYLAB_LOG_FORMAT").as_deref() {
-        Ok("json") => logs.json().with_current_span(true).with_span_list(false).init(),
-        _ => logs.init(),
-    }
     let config = Config::parse();
+    init_logs(config.log_format);
     raise_open_file_limit();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e} (choose another with --addr)"))
     })?;
     let shown = listener.local_addr()?;
-    say(&format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
+    let format = config.log_format;
+    say(format, &format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
     retrylab::serve(listener, config, shutdown_signal()).await?;
-    say("retrylab stopped");
+    say(format, "retrylab stopped");
     Ok(())
 }
 
-/// Prints a line for the person at the terminal; a closed stdout is no reason to fail.
-fn say(line: &str) {
+/// Log lines go to stderr: for people as text, coloured only on a terminal; for log
+/// collectors as JSON lines, each carrying its span's request id and lab id.
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+/// Tells the person at the terminal, on stdout; in JSON mode, as a JSON log line like the
+/// rest. A closed stdout is no reason to fail.
+fn say(format: LogFormat, line: &str) {
+    if format == LogFormat::Json {
+        tracing::info!("{line}");
+        return;
+    }
     use std::io::Write;
     let mut out = std::io::stdout();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
@@ -35,22 +48,10 @@ fn say(line: &str) {
 
 /// Each delivery in flight holds two sockets (the client's and the endpoint's), and the
 /// default soft limit of 1,024 open files runs out long before the lab's limits do: raise the
-/// soft limit to the hard one.
+/// soft limit as far as the hard one allows.
 fn raise_open_file_limit() {
-    #[cfg(unix)]
-    {
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-                limit.rlim_cur = limit.rlim_max;
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                    tracing::warn!(
-                        "could not raise the open-file limit; large bursts may run out of sockets"
-                    );
-                }
-            }
-        }
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!(error = %e, "could not raise the open-file limit; large bursts may run out of sockets");
     }
 }
 

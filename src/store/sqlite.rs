@@ -186,6 +186,7 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
 }
 
 fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &StoreStats) {
+    let mut outage = Outage::default();
     while let Ok(first) = jobs.recv() {
         // Group commit: everything that arrived while the last transaction ran goes in this one.
         let mut labs: Vec<Arc<dyn Flush>> = Vec::new();
@@ -203,6 +204,7 @@ fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &Sto
         if !batches.is_empty() {
             match commit(&mut connection, &batches) {
                 Ok(rows) => {
+                    outage.recovered();
                     stats.commits.fetch_add(1, Ordering::Relaxed);
                     stats.rows.fetch_add(rows, Ordering::Relaxed);
                     for (lab, batch) in &batches {
@@ -212,7 +214,7 @@ fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &Sto
                 Err(e) => {
                     // Nothing of the transaction stuck: every lab takes its rows back and they go
                     // with its next commit. Waiters meanwhile time out and answer 503.
-                    tracing::error!(error = %e, "store commit failed; the rows will be written again");
+                    outage.failed(&e);
                     for (lab, batch) in batches {
                         lab.failed(batch);
                     }
@@ -225,6 +227,46 @@ fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &Sto
                 let _ = done.send(());
             }
             return;
+        }
+    }
+}
+
+/// How often a store that keeps failing says so again.
+const OUTAGE_SUMMARY_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A run of failed commits, logged as an operator wants to read it: the first failure, a
+/// summary now and then while it lasts, and the recovery, instead of a line per retry.
+#[derive(Default)]
+struct Outage {
+    since: Option<std::time::Instant>,
+    failures: u64,
+    last_said: Option<std::time::Instant>,
+}
+
+impl Outage {
+    fn failed(&mut self, error: &StoreError) {
+        let now = std::time::Instant::now();
+        self.failures += 1;
+        match self.since {
+            None => {
+                self.since = Some(now);
+                self.last_said = Some(now);
+                tracing::error!(%error, "store commits are failing; the rows are kept and written again");
+            }
+            Some(since) if self.last_said.is_none_or(|said| now - said >= OUTAGE_SUMMARY_EVERY) => {
+                self.last_said = Some(now);
+                let for_s = (now - since).as_secs();
+                tracing::error!(%error, failures = self.failures, for_s, "store commits are still failing");
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let Some(since) = self.since.take() {
+            let for_ms = since.elapsed().as_millis() as u64;
+            tracing::info!(failures = self.failures, for_ms, "store commits succeed again");
+            *self = Outage::default();
         }
     }
 }

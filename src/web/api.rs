@@ -11,7 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::error::{AppError, Problem};
-use super::{AppState, LabPath};
+use super::responses::{JsonBodyErrors, LabErrors, StoreErrors};
+use super::{AppState, LabParam, LabPath};
 use crate::dlq::ReplayRefusal;
 use crate::downstream::{DownstreamSettings, DownstreamUpdate};
 use crate::lab::BurstError;
@@ -24,8 +25,16 @@ pub struct Created {
 }
 
 /// Creates a lab.
-#[utoipa::path(post, path = "/api/labs", tag = "labs",
-    responses((status = 201, body = Created), (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    post,
+    path = "/api/labs",
+    tag = "labs",
+    responses(
+        (status = 201, body = Created),
+        (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
+        StoreErrors,
+    )
+)]
 pub async fn create_lab(State(app): State<AppState>) -> Result<Response, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
     lab.persisted().await?;
@@ -43,15 +52,26 @@ pub fn lab_limit(max: usize) -> AppError {
 }
 
 /// The whole lab: settings, counters, messages with every attempt, dead letters.
-#[utoipa::path(get, path = "/api/labs/{lab}", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
-    responses((status = 200, body = crate::lab::SnapshotView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    get,
+    path = "/api/labs/{lab}",
+    tag = "labs",
+    params(LabParam),
+    responses((status = 200, body = crate::lab::SnapshotView), LabErrors)
+)]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
 }
 
 /// Changes the downstream's mode and parameters; absent fields keep their value.
-#[utoipa::path(put, path = "/api/labs/{lab}/downstream", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = DownstreamUpdate,
-    responses((status = 200, body = DownstreamSettings), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    put,
+    path = "/api/labs/{lab}/downstream",
+    tag = "labs",
+    params(LabParam),
+    request_body = DownstreamUpdate,
+    responses((status = 200, body = DownstreamSettings), LabErrors, JsonBodyErrors, StoreErrors)
+)]
 pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
@@ -65,8 +85,14 @@ pub async fn set_downstream(
 }
 
 /// Changes the retry policy; absent fields keep their value.
-#[utoipa::path(put, path = "/api/labs/{lab}/policy", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = PolicyUpdate,
-    responses((status = 200, body = PolicyView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 422, description = "Unusable values", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    put,
+    path = "/api/labs/{lab}/policy",
+    tag = "labs",
+    params(LabParam),
+    request_body = PolicyUpdate,
+    responses((status = 200, body = PolicyView), LabErrors, JsonBodyErrors, StoreErrors)
+)]
 pub async fn set_policy(
     LabPath(lab): LabPath,
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
@@ -91,8 +117,20 @@ pub struct Accepted {
 }
 
 /// Sends `count` new messages; answered once they are committed.
-#[utoipa::path(post, path = "/api/labs/{lab}/bursts", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body = BurstRequest,
-    responses((status = 202, body = Accepted), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 409, description = "The lab holds or owes too many messages", body = Problem, content_type = "application/problem+json"), (status = 422, description = "count out of range (max_burst)", body = Problem, content_type = "application/problem+json"), (status = 503, description = "The server owes too many messages (max_active_messages)", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    post,
+    path = "/api/labs/{lab}/bursts",
+    tag = "labs",
+    params(LabParam),
+    request_body = BurstRequest,
+    responses(
+        (status = 202, body = Accepted),
+        (status = 409, description = "The lab holds or owes too many messages", body = Problem, content_type = "application/problem+json"),
+        LabErrors,
+        JsonBodyErrors,
+        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn burst(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
@@ -139,8 +177,20 @@ pub struct ReplayRequest {
 }
 
 /// Replays dead letters with their keys and a fresh budget: all but the quarantined, or by id.
-#[utoipa::path(post, path = "/api/labs/{lab}/dead-letters/replay", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")), request_body(content = ReplayRequest, description = "Empty or `{}` replays every dead letter that is not quarantined"),
-    responses((status = 202, body = Accepted), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 409, description = "Quarantined without confirmation, or too many owed", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    post,
+    path = "/api/labs/{lab}/dead-letters/replay",
+    tag = "labs",
+    params(LabParam),
+    request_body(content = ReplayRequest, description = "Empty or `{}` replays every dead letter that is not quarantined"),
+    responses(
+        (status = 202, body = Accepted),
+        (status = 409, description = "Quarantined without confirmation, or too many owed", body = Problem, content_type = "application/problem+json"),
+        LabErrors,
+        JsonBodyErrors,
+        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn replay(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
@@ -174,8 +224,13 @@ pub async fn replay(
 }
 
 /// Clears messages, dead letters and the ledger; settings stay.
-#[utoipa::path(post, path = "/api/labs/{lab}/reset", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
-    responses((status = 200, body = crate::lab::SnapshotView), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    post,
+    path = "/api/labs/{lab}/reset",
+    tag = "labs",
+    params(LabParam),
+    responses((status = 200, body = crate::lab::SnapshotView), LabErrors, StoreErrors)
+)]
 pub async fn reset(LabPath(lab): LabPath) -> Result<Response, AppError> {
     lab.reset();
     lab.persisted().await?;
@@ -187,10 +242,14 @@ pub struct Recovered {
     resumed: usize,
 }
 
-/// Kills the lab's client mid-flight and recovers it from the store.
 /// Kills the lab's client mid-flight and resumes every delivery from the store.
-#[utoipa::path(post, path = "/api/labs/{lab}/crash-client", tag = "labs", params(("lab" = String, Path, description = "The lab id (a UUID)")),
-    responses((status = 200, body = Recovered), (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    post,
+    path = "/api/labs/{lab}/crash-client",
+    tag = "labs",
+    params(LabParam),
+    responses((status = 200, body = Recovered), LabErrors)
+)]
 pub async fn crash_client(
     State(app): State<AppState>,
     LabPath(lab): LabPath,

@@ -8,15 +8,27 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::LabPath;
 use super::error::{AppError, Problem};
+use super::{LabParam, LabPath};
 use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
 
 /// The fault-injectable endpoint, keeping the idempotency contract.
-#[utoipa::path(post, path = "/labs/{lab}/downstream", tag = "downstream", params(("lab" = String, Path, description = "The lab id"), ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters")),
+#[utoipa::path(
+    post,
+    path = "/labs/{lab}/downstream",
+    tag = "downstream",
+    params(LabParam, ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters")),
     request_body(content = Object, description = "Any JSON value"),
-    responses((status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
-        (status = 400, description = "No or malformed key, or a body that is not JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"), (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"), (status = 503, description = "Injected failure; see Retry-After", body = Problem, content_type = "application/problem+json")))]
+    responses(
+        (status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
+        (status = 400, description = "No or malformed key, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn downstream(
     LabPath(lab): LabPath,
     headers: HeaderMap,

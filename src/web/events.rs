@@ -11,11 +11,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Deserialize;
-use tokio::sync::broadcast::{Receiver, error::RecvError};
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use super::error::{AppError, Problem};
-use super::{AppState, LabPath};
+use super::error::AppError;
+use super::responses::LabErrors;
+use super::{AppState, LabParam, LabPath};
 use crate::events::Published;
 use crate::lab::{Lab, Opening};
 
@@ -45,7 +48,7 @@ impl Outgoing {
 
 struct Subscriber {
     lab: Arc<Lab>,
-    receiver: Receiver<Published>,
+    receiver: BroadcastStream<Published>,
     pending: VecDeque<Outgoing>,
     last_id: u64,
     shutdown: watch::Receiver<bool>,
@@ -67,9 +70,20 @@ impl Drop for OpenStream {
 }
 
 /// Server-Sent Events: a snapshot, then every change; resumes after `Last-Event-ID`.
-#[utoipa::path(get, path = "/api/labs/{lab}/events", tag = "labs", params(("lab" = String, Path, description = "The lab id"), ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event"), StreamQuery),
-    responses((status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
-        (status = 400, description = "Not a lab id, or unreadable JSON", body = Problem, content_type = "application/problem+json"), (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"), (status = 429, description = "max_subscribers_per_lab reached", body = Problem, content_type = "application/problem+json")))]
+#[utoipa::path(
+    get,
+    path = "/api/labs/{lab}/events",
+    tag = "labs",
+    params(
+        LabParam,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event"),
+        StreamQuery,
+    ),
+    responses(
+        (status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
+        LabErrors,
+    )
+)]
 pub async fn stream(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
@@ -112,7 +126,7 @@ impl Subscriber {
             }
             Opening::Snapshot { id, json } => (VecDeque::from([Outgoing::Snapshot { id, json }]), id),
         };
-        Subscriber { lab, receiver, pending, last_id, shutdown, _open: open }
+        Subscriber { lab, receiver: BroadcastStream::new(receiver), pending, last_id, shutdown, _open: open }
     }
 
     /// The next event to send; `None` ends the stream.
@@ -130,20 +144,22 @@ impl Subscriber {
                         return None;
                     }
                 }
-                received = self.receiver.recv() => match received {
+                received = self.receiver.next() => match received {
                     // Already covered by the snapshot or the resumed events.
-                    Ok(published) if published.id <= self.last_id => {}
-                    Ok(published) => {
+                    Some(Ok(published)) if published.id <= self.last_id => {}
+                    Some(Ok(published)) => {
                         self.last_id = published.id;
                         return Some(Outgoing::Live(published));
                     }
-                    Err(RecvError::Lagged(_)) => {
+                    // Fell behind: a fresh snapshot and a new receiver, taken together.
+                    Some(Err(BroadcastStreamRecvError::Lagged(_))) => {
                         let (id, json, receiver) = self.lab.resubscribe();
-                        self.receiver = receiver;
+                        self.receiver = BroadcastStream::new(receiver);
                         self.last_id = id;
                         return Some(Outgoing::Snapshot { id, json });
                     }
-                    Err(RecvError::Closed) => return None,
+                    // The lab's log is gone.
+                    None => return None,
                 },
             }
         }

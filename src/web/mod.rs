@@ -2,6 +2,7 @@
 //! Handlers are grouped by resource: `api` (the JSON control API), `endpoint` (the
 //! fault-injectable downstream), `events` (SSE), `pages` (HTML and static assets).
 
+mod access_log;
 mod api;
 mod endpoint;
 pub mod error;
@@ -9,6 +10,7 @@ mod events;
 mod openapi;
 mod pages;
 mod rate_limit;
+mod responses;
 
 pub use rate_limit::RateLimiter;
 
@@ -23,7 +25,6 @@ use axum::routing::{get, post, put};
 use tokio::sync::watch;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
 
 use crate::config::{Limits, Retention};
 use crate::lab::{Lab, LabId, Labs};
@@ -84,7 +85,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_control_requests))
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(axum::middleware::from_fn(access_log::log_requests))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(security_header(
             header::CONTENT_SECURITY_POLICY,
@@ -94,24 +95,6 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .layer(security_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(security_header(header::REFERRER_POLICY, "no-referrer"))
         .with_state(state)
-}
-
-/// Every log line of a request carries its request id and, on a lab's routes, the lab id.
-fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
-    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
-    let path = request.uri().path();
-    let lab = path
-        .strip_prefix("/api")
-        .unwrap_or(path)
-        .strip_prefix("/labs/")
-        .and_then(|rest| rest.split('/').next());
-    tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path,
-        request_id,
-        lab = lab.unwrap_or("-"),
-    )
 }
 
 fn metrics_routes() -> Router<AppState> {
@@ -125,6 +108,15 @@ pub fn metrics_router(state: AppState) -> Router {
 
 fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {
     SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
+}
+
+/// The `{lab}` path segment, as the API description shows it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct LabParam {
+    /// The lab id (a UUID)
+    #[allow(dead_code)]
+    lab: String,
 }
 
 /// A lab named by the `{lab}` path segment: 400 if it is not a lab id, 404 if unknown.

@@ -128,7 +128,7 @@ impl TestApp {
 
 /// A configuration with its own fresh database file.
 pub fn config(limits: Limits, retention: Retention) -> Config {
-    Config { addr: None, db: fresh_db(), limits, retention, exposure: Default::default() }
+    Config { limits, retention, ..Config::new(fresh_db()) }
 }
 
 pub fn fresh_db() -> std::path::PathBuf {

@@ -43,13 +43,7 @@ impl Server {
     async fn start_at(address: SocketAddr, db: PathBuf) -> Server {
         let listener = tokio::net::TcpListener::bind(address).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let config = Config {
-            addr: None,
-            db: db.clone(),
-            limits: Limits::default(),
-            retention: Retention::default(),
-            exposure: Default::default(),
-        };
+        let config = Config::new(db.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = tokio::spawn(retrylab::serve(listener, config, async {
             let _ = stopped.await;
