@@ -481,3 +481,23 @@ async fn timeline_finds_zooms_pans_and_moves_by_keyboard() {
     assert_eq!(json!(steps), expected);
     assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_letter_replays_from_its_own_row() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    open_new_lab(&page, &server).await;
+    choose_mode(&page, "down").await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "dead_letter", 1).await;
+    choose_mode(&page, "healthy").await;
+
+    page.click("#dead-body button[data-replay-id=\"1\"]").await;
+    wait_counter(&page, "delivered", 1).await;
+    wait_counter(&page, "dead_letter", 0).await;
+    let said = page.eval("document.getElementById('status').textContent").await.unwrap();
+    assert_eq!(said, "Replaying 1 dead letter with its original key.");
+    assert_no_console_errors(&page);
+}
