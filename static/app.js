@@ -23,7 +23,7 @@ function schedule() {
   frame ||= requestAnimationFrame(draw);
 }
 
-const controls = createControls(model);
+const controls = createControls(model, lab);
 const timeline = createTimeline(document.getElementById('timeline'), model, schedule);
 const chart = createBackoffChart(document.getElementById('backoff'), document.getElementById('backoff-caption'), model, schedule);
 const deadLetters = createDeadLetters(
@@ -31,6 +31,7 @@ const deadLetters = createDeadLetters(
   document.getElementById('dead-empty'),
   document.getElementById('dead-more'),
   model,
+  controls.replay,
 );
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 

@@ -1,6 +1,8 @@
 //! The backoff chart: for the wait after attempt n (x), the policy's nominal delay, the band
-//! its jitter draws from, and every wait the client measured (y, ms). The curve comes from the
-//! policy; the dots come from the model, so a wait lifted above the band by Retry-After shows.
+//! its jitter draws from, and every wait the client measured (y, ms). The curve and the bands
+//! are the server's (`policy.bands`, one per wait, from the same code the client retries
+//! with), so the page has no copy of the formulas; the dots come from the model, so a wait
+//! lifted above the band by Retry-After shows.
 //!
 //! A burst changes the waits every frame, but the chart is redrawn a few times a second at
 //! most, less often the more dots it holds and while it is out of view (always once more after
@@ -19,27 +21,26 @@ const OFFSCREEN_SLOWER = 4;
 /** A redraw put off by busy frames for this long goes ahead in the next one anyway. */
 const OVERDUE_MS = 1000;
 
-/** Nominal exponential delay before jitter for the wait after attempt n (1-based). */
-export function nominal(policy, n) {
-  return Math.min(policy.cap_ms, policy.base_ms * 2 ** (n - 1));
+/**
+ * The server's band for each wait, by n (the wait after attempt n): { nominal_ms, low_ms,
+ * high_ms }. Empty when the server sent none (an older server): the chart then draws the
+ * waits without the curve and the bands.
+ */
+function bandsByN(policy) {
+  const byN = [];
+  for (const b of policy.bands ?? []) byN[b.n] = b;
+  return byN;
 }
 
-/** The jitter band [low, high] the policy draws from, or null when each wait has its own. */
-export function band(policy, n) {
-  const nom = nominal(policy, n);
-  switch (policy.jitter) {
-    case 'none': return [nom, nom];
-    case 'full': return [0, nom];
-    case 'equal': return [nom / 2, nom];
-    default: return null; // decorrelated: the band depends on the previous wait
-  }
-}
-
-/** Whether a recorded wait was drawn under this policy (the policy may have changed since). */
-function fitsPolicy(policy, n, w) {
-  const b = band(policy, n);
-  if (b) return Math.abs(w.low_ms - b[0]) <= 1 && Math.abs(w.high_ms - b[1]) <= 1;
-  return Math.abs(w.low_ms - policy.base_ms) <= 1 && w.high_ms <= policy.cap_ms + 1;
+/**
+ * Whether a recorded wait was drawn under this policy (the policy may have changed since):
+ * its band is the policy's for that wait, or, where each wait draws from a band of its own
+ * (decorrelated jitter), lies within the widest one the policy can reach.
+ */
+function fitsPolicy(b, ownBands, w) {
+  if (!b) return true;
+  const low = Math.abs(w.low_ms - b.low_ms) <= 1;
+  return low && (ownBands ? w.high_ms <= b.high_ms + 1 : Math.abs(w.high_ms - b.high_ms) <= 1);
 }
 
 export function createBackoffChart(svg, caption, model, requestDraw) {
@@ -71,13 +72,18 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
       return;
     }
 
+    const bands = bandsByN(policy);
+    // Decorrelated jitter draws each wait from a band of its own, from base to 3 × the previous
+    // wait: those are drawn per wait, as thin lines, rather than as one box per slot.
+    const ownBands = policy.jitter === 'decorrelated';
+
     // Every recorded wait under the current policy, newest last.
     const waits = [];
     let skipped = 0;
     for (const m of model.messages.values()) {
       for (const a of m.attempts) {
         if (!a.wait) continue;
-        if (a.n <= slots && fitsPolicy(policy, a.n, a.wait)) waits.push({ m, a, w: a.wait });
+        if (a.n <= slots && fitsPolicy(bands[a.n], ownBands, a.wait)) waits.push({ m, a, w: a.wait });
         else skipped += 1;
       }
     }
@@ -85,7 +91,7 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
     dots = shown.length;
 
     let yMax = 0;
-    for (let n = 1; n <= slots; n++) yMax = Math.max(yMax, nominal(policy, n));
+    for (let n = 1; n <= slots; n++) yMax = Math.max(yMax, bands[n]?.nominal_ms ?? 0);
     for (const { w } of shown) yMax = Math.max(yMax, w.high_ms, w.planned_ms, w.actual_ms ?? 0, w.floor_ms ?? 0);
     const yTop = niceCeil(yMax * 1.08);
 
@@ -112,13 +118,13 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
     // The jitter band: one shaded box per slot, or one thin band per wait for decorrelated.
     const half = Math.min(slotW * 0.36, 80);
     for (let n = 1; n <= slots; n++) {
-      const b = band(policy, n);
-      if (!b) continue;
-      const top = y(b[1]);
-      g.push(el('rect', { class: 'bc-band', x: x(n) - half, y: top - (b[0] === b[1] ? 1.5 : 0), width: half * 2, height: Math.max(3, y(b[0]) - top) }));
+      const b = bands[n];
+      if (!b || ownBands) continue;
+      const top = y(b.high_ms);
+      g.push(el('rect', { class: 'bc-band', x: x(n) - half, y: top - (b.low_ms === b.high_ms ? 1.5 : 0), width: half * 2, height: Math.max(3, y(b.low_ms) - top) }));
     }
     const offset = (m, a) => ((hash(m.id * 31 + a.round) % 1000) / 1000 - 0.5) * half * 1.6;
-    if (!band(policy, 1)) {
+    if (ownBands) {
       for (const { m, a, w } of shown) {
         const cx = x(a.n) + offset(m, a);
         g.push(el('line', { class: 'bc-band-line', x1: cx, x2: cx, y1: y(w.low_ms), y2: y(w.high_ms) }));
@@ -134,11 +140,14 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
     }
 
     // The nominal curve.
-    const points = [];
-    for (let n = 1; n <= slots; n++) points.push(`${x(n)},${y(nominal(policy, n))}`);
-    g.push(el('polyline', { class: 'bc-nominal', points: points.join(' ') }));
-    for (let n = 1; n <= slots; n++) {
-      g.push(el('rect', { class: 'bc-nominal-point', x: x(n) - half, y: y(nominal(policy, n)) - 1.5, width: half * 2, height: 3 }));
+    const nominal = [];
+    for (let n = 1; n <= slots; n++) if (bands[n]) nominal.push([n, bands[n].nominal_ms]);
+    if (nominal.length) {
+      const points = nominal.map(([n, v]) => `${x(n)},${y(v)}`);
+      g.push(el('polyline', { class: 'bc-nominal', points: points.join(' ') }));
+    }
+    for (const [n, v] of nominal) {
+      g.push(el('rect', { class: 'bc-nominal-point', x: x(n) - half, y: y(v) - 1.5, width: half * 2, height: 3 }));
     }
 
     // Sampled (hollow) and measured (filled) waits, joined when the floor lifted one.
@@ -165,7 +174,7 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
     text += measured
       ? `${measured} measured wait${measured === 1 ? '' : 's'}${lifted ? `, ${lifted} set by Retry-After` : ''}.`
       : 'No measured waits yet: send traffic at a flaky or down endpoint.';
-    if (!band(policy, 1)) text += ' Decorrelated jitter: each wait has its own band, from base to 3 × the previous wait (thin vertical lines).';
+    if (ownBands) text += ' Decorrelated jitter: each wait has its own band, from base to 3 × the previous wait (thin vertical lines).';
     if (waits.length > shown.length) text += ` Showing the latest ${shown.length}.`;
     if (skipped) text += ` ${skipped} wait${skipped === 1 ? '' : 's'} from an earlier policy not shown.`;
     caption.textContent = text;

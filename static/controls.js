@@ -1,15 +1,14 @@
 //! Everything the person presses: downstream mode, parameters, retry policy, traffic,
 //! replay and reset. Each control calls the HTTP API and reports the outcome in the status
 //! line; it never touches the model, which changes only when the server's events say so.
+//! The lab they act on is passed in; `replay` is handed to the dead-letter table through the
+//! object `createControls` returns.
 
 import { duration, range } from './model.js';
 
-let lab = '';
 const statusEl = () => document.getElementById('status');
 const dismissEl = () => document.getElementById('status-dismiss');
 let statusTimer = 0;
-/** Set once the lab is gone: controls stay disabled from then on. */
-let gone = false;
 
 /**
  * Show a short message in the status line. Errors stay until replaced or dismissed;
@@ -24,8 +23,8 @@ export function say(text, kind = 'info') {
   if (kind === 'info' && text) statusTimer = setTimeout(() => say(''), 6000);
 }
 
-/** Call the lab's API; resolve to the JSON body, or throw an Error carrying the server's `detail`. */
-export async function call(method, path, body) {
+/** Call lab `lab`'s API; resolve to the JSON body, or throw an Error carrying the server's `detail`. */
+async function call(lab, method, path, body) {
   const init = { method, headers: { accept: 'application/json, application/problem+json' } };
   if (body !== undefined) {
     init.headers['content-type'] = 'application/json';
@@ -49,36 +48,6 @@ export async function call(method, path, body) {
     throw new Error(detail);
   }
   return json;
-}
-
-/** Run an API call from a control, keeping the control busy until it answers. */
-async function act(control, failurePrefix, run) {
-  control.disabled = true;
-  control.setAttribute('aria-busy', 'true');
-  try {
-    await run();
-  } catch (err) {
-    say(`${failurePrefix}: ${err.message}`, 'error');
-  } finally {
-    control.disabled = gone;
-    control.removeAttribute('aria-busy');
-  }
-}
-
-/**
- * Replay some dead letters (`ids`) or every one that is not quarantined (`ids` omitted).
- * Quarantined ones need `confirmQuarantined`, which the server insists on.
- */
-export function replay(control, ids, confirmQuarantined = false) {
-  const body = ids ? { ids } : {};
-  if (confirmQuarantined) body.confirm_quarantined = true;
-  return act(control, 'Could not replay', async () => {
-    const res = await call('POST', '/dead-letters/replay', body);
-    const n = res?.message_ids?.length ?? 0;
-    if (n > 0) say(`Replaying ${n} dead letter${n === 1 ? '' : 's'} with ${n === 1 ? 'its' : 'their'} original key${n === 1 ? '' : 's'}.`);
-    else if (ids) say('Nothing was replayed.');
-    else say('Nothing to replay: no dead letter outside quarantine. Replay quarantined ones one by one, after finding the cause.');
-  });
 }
 
 /** What each mode does with the current parameters, in a few words. */
@@ -115,19 +84,52 @@ function fill(form, values) {
 
 const num = (form, name) => Number(form.elements.namedItem(name).value);
 
-export function createControls(model) {
-  lab = document.getElementById('lab').dataset.lab;
+/** The controls of lab `lab`: returns { sync, disable, replay }. */
+export function createControls(model, lab) {
   const modeButtons = [...document.querySelectorAll('.mode[data-mode]')];
   const params = document.getElementById('params-form');
   const policy = document.getElementById('policy-form');
   const burst = document.getElementById('custom-burst');
+  /** Set once the lab is gone: controls stay disabled from then on. */
+  let gone = false;
+  const api = (method, path, body) => call(lab, method, path, body);
+
+  /** Run an API call from a control, keeping the control busy until it answers. */
+  async function act(control, failurePrefix, run) {
+    control.disabled = true;
+    control.setAttribute('aria-busy', 'true');
+    try {
+      await run();
+    } catch (err) {
+      say(`${failurePrefix}: ${err.message}`, 'error');
+    } finally {
+      control.disabled = gone;
+      control.removeAttribute('aria-busy');
+    }
+  }
+
+  /**
+   * Replay some dead letters (`ids`) or every one that is not quarantined (`ids` omitted).
+   * Quarantined ones need `confirmQuarantined`, which the server insists on.
+   */
+  function replay(control, ids, confirmQuarantined = false) {
+    const body = ids ? { ids } : {};
+    if (confirmQuarantined) body.confirm_quarantined = true;
+    return act(control, 'Could not replay', async () => {
+      const res = await api('POST', '/dead-letters/replay', body);
+      const n = res?.message_ids?.length ?? 0;
+      if (n > 0) say(`Replaying ${n} dead letter${n === 1 ? '' : 's'} with ${n === 1 ? 'its' : 'their'} original key${n === 1 ? '' : 's'}.`);
+      else if (ids) say('Nothing was replayed.');
+      else say('Nothing to replay: no dead letter outside quarantine. Replay quarantined ones one by one, after finding the cause.');
+    });
+  }
 
   dismissEl().addEventListener('click', () => say(''));
 
   for (const button of modeButtons) {
     button.addEventListener('click', () =>
       act(button, 'Could not change the downstream', async () => {
-        await call('PUT', '/downstream', { mode: button.dataset.mode });
+        await api('PUT', '/downstream', { mode: button.dataset.mode });
         say(`Downstream is now ${button.dataset.mode}.`);
       }),
     );
@@ -153,7 +155,7 @@ export function createControls(model) {
       retry_after_s: num(params, 'retry_after_s'),
     };
     act(e.submitter ?? params, 'Could not change the parameters', async () => {
-      await call('PUT', '/downstream', body);
+      await api('PUT', '/downstream', body);
       params.dataset.dirty = 'false';
       say('Downstream parameters applied.');
     });
@@ -171,7 +173,7 @@ export function createControls(model) {
       retry_after_cap_ms: num(policy, 'retry_after_cap_ms'),
     };
     act(e.submitter ?? policy, 'Could not change the retry policy', async () => {
-      await call('PUT', '/policy', body);
+      await api('PUT', '/policy', body);
       policy.dataset.dirty = 'false';
       say('Retry policy applied. New waits follow it; earlier ones keep what they measured.');
     });
@@ -179,7 +181,7 @@ export function createControls(model) {
 
   const send = (control, count) =>
     act(control, 'Could not send', async () => {
-      const res = await call('POST', '/bursts', { count });
+      const res = await api('POST', '/bursts', { count });
       const ids = res?.message_ids ?? [];
       const which = ids.length > 1 ? ` (#${ids[0]}–#${ids[ids.length - 1]})` : ids.length ? ` (#${ids[0]})` : '';
       say(`Sent ${ids.length} message${ids.length === 1 ? '' : 's'}${which}.`);
@@ -200,7 +202,7 @@ export function createControls(model) {
   const crash = document.querySelector('[data-crash]');
   crash.addEventListener('click', () =>
     act(crash, 'Could not crash the client', async () => {
-      const res = await call('POST', '/crash-client');
+      const res = await api('POST', '/crash-client');
       const n = res?.resumed ?? 0;
       say(`The client was killed and restarted; it read ${n} unfinished message${n === 1 ? '' : 's'} back from the store and resumed ${n === 1 ? 'it' : 'them'}.`);
     }),
@@ -209,7 +211,7 @@ export function createControls(model) {
   const reset = document.querySelector('[data-reset]');
   reset.addEventListener('click', () =>
     act(reset, 'Could not reset', async () => {
-      await call('POST', '/reset');
+      await api('POST', '/reset');
       say('Lab reset: messages, dead letters and the ledger are cleared.');
     }),
   );
@@ -245,5 +247,5 @@ export function createControls(model) {
     for (const el of document.querySelectorAll('main button, main input, main select')) el.disabled = true;
   }
 
-  return { sync, disable };
+  return { sync, disable, replay };
 }

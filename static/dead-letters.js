@@ -4,7 +4,6 @@
 //! letters instead of redrawing the ones already shown, and builds at most a few per frame.
 
 import { labTime, shortKey } from './model.js';
-import { replay } from './controls.js';
 
 /** Rows drawn at first; an outage of thousands would otherwise mean a table of thousands. */
 const PAGE = 100;
@@ -13,7 +12,8 @@ const ROWS_PER_FRAME = 20;
 /** One formatter for every row: making one per call is slow. */
 const WALL_CLOCK = new Intl.DateTimeFormat(undefined, { timeStyle: 'medium' });
 
-export function createDeadLetters(tbody, emptyEl, moreEl, model) {
+/** `replay(button, ids, confirmQuarantined)` is the controls' (it calls the lab's API). */
+export function createDeadLetters(tbody, emptyEl, moreEl, model, replay) {
   const counts = document.querySelectorAll('[data-replay-count]');
   const retention = document.querySelector('[data-retention]');
   const shownText = moreEl.querySelector('[data-dead-shown]');

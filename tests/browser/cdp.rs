@@ -294,6 +294,51 @@ impl Page {
         self.call("Input.dispatchMouseEvent", params).await.unwrap();
     }
 
+    /// Presses and releases one key on whatever has the focus, as a keyboard would.
+    pub async fn press(&self, key: &str) {
+        // The virtual key code makes Chromium act on the key (Enter submits a form); `text`
+        // makes a printable key type its character.
+        let (code, text) = match key {
+            "Enter" => (13, "\r"),
+            "Escape" => (27, ""),
+            "End" => (35, ""),
+            "Home" => (36, ""),
+            "ArrowLeft" => (37, ""),
+            "ArrowUp" => (38, ""),
+            "ArrowRight" => (39, ""),
+            "ArrowDown" => (40, ""),
+            "0" => (48, "0"),
+            "+" => (187, "+"),
+            "-" => (189, "-"),
+            other => panic!("press: no key code for {other:?}"),
+        };
+        let down = if text.is_empty() { "rawKeyDown" } else { "keyDown" };
+        for kind in [down, "keyUp"] {
+            let params = json!({ "type": kind, "key": key, "windowsVirtualKeyCode": code, "text": text });
+            self.call("Input.dispatchKeyEvent", params).await.unwrap();
+        }
+    }
+
+    /// Types `text` into whatever has the focus (an `input` event, as from a keyboard).
+    pub async fn type_text(&self, text: &str) {
+        self.call("Input.insertText", json!({ "text": text })).await.unwrap();
+    }
+
+    /// Drags with the left button from (x, y) by `dx` px, in a few steps.
+    pub async fn drag(&self, x: f64, y: f64, dx: f64) {
+        let mouse = |kind: &str, x: f64, buttons: u8| {
+            let button = if kind == "mouseMoved" { "none" } else { "left" };
+            json!({ "type": kind, "x": x, "y": y, "button": button, "buttons": buttons, "clickCount": 1 })
+        };
+        self.call("Input.dispatchMouseEvent", mouse("mouseMoved", x, 0)).await.unwrap();
+        self.call("Input.dispatchMouseEvent", mouse("mousePressed", x, 1)).await.unwrap();
+        for step in 1..=4 {
+            let at = x + dx * f64::from(step) / 4.0;
+            self.call("Input.dispatchMouseEvent", mouse("mouseMoved", at, 1)).await.unwrap();
+        }
+        self.call("Input.dispatchMouseEvent", mouse("mouseReleased", x + dx, 0)).await.unwrap();
+    }
+
     /// Emulates a screen `width` px wide (a phone's below 600 px).
     pub async fn set_viewport(&self, width: u32, height: u32) {
         let params =

@@ -332,3 +332,166 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     page.screenshot("story-phone-375").await;
     assert_no_console_errors(&page);
 }
+
+/// What the timeline shows: the rows' message ids top to bottom, whether it is zoomed, its
+/// window (`--t0`, `--k`), the range text, and the focused bar with the tooltip.
+const TIMELINE: &str = "(() => {
+    const tl = document.getElementById('timeline');
+    const bar = document.activeElement?.closest('.tl-bar');
+    const tip = tl.querySelector('[role=\"tooltip\"]');
+    return {
+        rows: [...tl.querySelectorAll('.tl-row')].map(r => Number(r.dataset.messageId)),
+        count: document.querySelector('[data-filter-count]').textContent,
+        nomatch: !tl.querySelector('.tl-nomatch').hidden,
+        zoomed: tl.classList.contains('is-zoomed'),
+        t0: Number(tl.style.getPropertyValue('--t0')),
+        k: Number(tl.style.getPropertyValue('--k')),
+        range: document.querySelector('[data-view-range]').textContent,
+        focused: bar ? [Number(bar.dataset.message), Number(bar.dataset.round), Number(bar.dataset.n)] : null,
+        tabStops: tl.querySelectorAll('.tl-bar[tabindex=\"0\"]').length,
+        tip: tip.hidden ? null : tip.querySelector('.tl-tip-head').textContent,
+    };
+})()";
+
+async fn timeline(page: &Page) -> Value {
+    // Two frames, so whatever the last input asked for has been drawn.
+    page.eval("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))").await.unwrap();
+    page.eval(TIMELINE).await.unwrap()
+}
+
+/// Types into the find box from scratch (or picks a state), as the person's filter.
+async fn filter(page: &Page, text: &str, state: &str) -> Value {
+    let script = format!(
+        "(() => {{ const f = document.querySelector('[data-find-form]');
+            const i = f.querySelector('[data-find]'); i.value = ''; i.dispatchEvent(new Event('input'));
+            const s = f.querySelector('[data-state-filter]'); s.value = {state}; s.dispatchEvent(new Event('change'));
+            i.focus(); }})()",
+        state = json!(state)
+    );
+    page.eval(&script).await.unwrap();
+    page.type_text(text).await;
+    timeline(page).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeline_finds_zooms_pans_and_moves_by_keyboard() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    // Eight dead letters (#1-#8, four tries each), then one delivered at the first try (#9).
+    choose_mode(&page, "down").await;
+    page.click("[data-send=\"8\"]").await;
+    wait_counter(&page, "dead_letter", 8).await;
+    choose_mode(&page, "healthy").await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "delivered", 1).await;
+    wait_for(&page, "nine rows", "document.querySelectorAll('#timeline .tl-row').length === 9").await;
+    let all: Vec<u64> = (1..=9).collect();
+
+    // Find: a number (with or without #) is a message id...
+    let shown = filter(&page, "3", "").await;
+    assert_eq!(shown["rows"], json!([3]), "{shown}");
+    assert_eq!(shown["count"], "1 of 9 messages");
+    assert_eq!(filter(&page, "#7", "").await["rows"], json!([7]));
+    // ...anything else the start of a key, in any case.
+    let snapshot = server.snapshot(&lab).await;
+    let keys: Vec<String> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap().to_owned())
+        .collect();
+    let prefix = keys[4][..keys[4].len().min(10)].to_uppercase();
+    let shown = filter(&page, &prefix, "").await;
+    let expected: Vec<u64> = (1..=9)
+        .filter(|&id| keys[id as usize - 1].to_lowercase().starts_with(&prefix.to_lowercase()))
+        .collect();
+    assert!(expected.contains(&5));
+    assert_eq!(shown["rows"], json!(expected), "key prefix {prefix}");
+    // The state filter, alone and with an id.
+    assert_eq!(filter(&page, "", "delivered").await["rows"], json!([9]));
+    assert_eq!(filter(&page, "", "dead_letter").await["rows"], json!((1..=8).collect::<Vec<u64>>()));
+    let none = filter(&page, "9", "dead_letter").await;
+    assert_eq!((none["rows"].clone(), none["nomatch"].clone()), (json!([]), json!(true)), "{none}");
+    let fit = filter(&page, "", "").await;
+    assert_eq!((fit["rows"].clone(), fit["nomatch"].clone()), (json!(all), json!(false)));
+    assert_eq!(fit["zoomed"], false);
+    assert!(fit["range"].as_str().unwrap().ends_with(", all"), "{fit}");
+
+    // Zoom in with the button: twice the px per ms; then pan later and back with the buttons.
+    page.click("[data-zoom=\"in\"]").await;
+    let zoomed = timeline(&page).await;
+    let ratio = zoomed["k"].as_f64().unwrap() / fit["k"].as_f64().unwrap();
+    assert!(zoomed["zoomed"] == true && (ratio - 2.0).abs() < 1e-9, "{fit} then {zoomed}");
+    assert!(!zoomed["range"].as_str().unwrap().ends_with(", all"), "{zoomed}");
+    page.click("[data-pan=\"later\"]").await;
+    let later = timeline(&page).await;
+    assert!(later["t0"].as_f64() > zoomed["t0"].as_f64(), "{zoomed} then {later}");
+    page.click("[data-pan=\"earlier\"]").await;
+    assert_eq!(timeline(&page).await["t0"], zoomed["t0"]);
+    // Dragging the tracks to the right shows earlier time.
+    let spot = page
+        .eval("(r => [r.left + r.width / 2, r.top + r.height / 2])(document.querySelector('#timeline .tl-row .tl-track').getBoundingClientRect())")
+        .await
+        .unwrap();
+    page.drag(spot[0].as_f64().unwrap(), spot[1].as_f64().unwrap(), 60.0).await;
+    let dragged = timeline(&page).await;
+    let moved = zoomed["t0"].as_f64().unwrap() - dragged["t0"].as_f64().unwrap();
+    assert!((moved - 60.0 / zoomed["k"].as_f64().unwrap()).abs() < 1.0, "{zoomed} then {dragged}");
+    page.click("[data-zoom=\"fit\"]").await;
+    assert_eq!(timeline(&page).await["zoomed"], false);
+    // A pinch (ctrl + wheel) zooms in too.
+    page.eval(
+        "(s => s.dispatchEvent(new WheelEvent('wheel', { deltaY: -200, ctrlKey: true, bubbles: true, cancelable: true, \
+         clientX: s.getBoundingClientRect().left + s.clientWidth / 2 })))(document.querySelector('#timeline .tl-scroll'))",
+    )
+    .await
+    .unwrap();
+    assert_eq!(timeline(&page).await["zoomed"], true);
+    page.click("[data-zoom=\"fit\"]").await;
+
+    // Keyboard: Enter in the find box goes to the first attempt, arrows move between attempts,
+    // the tooltip follows the focus, + and 0 zoom, Escape hides the tooltip.
+    page.eval("document.querySelector('[data-find]').focus()").await.unwrap();
+    let mut steps = Vec::new();
+    for key in ["Enter", "ArrowRight", "End", "Home", "ArrowDown", "ArrowLeft", "+", "0", "Escape"] {
+        page.press(key).await;
+        let shown = timeline(&page).await;
+        steps.push(json!([key, shown["focused"], shown["zoomed"], shown["tip"], shown["tabStops"]]));
+    }
+    let expected = json!([
+        ["Enter", [1, 0, 1], false, "#1 · first delivery · attempt 1", 1],
+        ["ArrowRight", [1, 0, 2], false, "#1 · first delivery · attempt 2", 1],
+        ["End", [1, 0, 4], false, "#1 · first delivery · attempt 4", 1],
+        ["Home", [1, 0, 1], false, "#1 · first delivery · attempt 1", 1],
+        ["ArrowDown", [2, 0, 1], false, "#2 · first delivery · attempt 1", 1],
+        ["ArrowLeft", [2, 0, 1], false, "#2 · first delivery · attempt 1", 1],
+        ["+", [2, 0, 1], true, "#2 · first delivery · attempt 1", 1],
+        ["0", [2, 0, 1], false, "#2 · first delivery · attempt 1", 1],
+        ["Escape", [2, 0, 1], false, null, 1],
+    ]);
+    assert_eq!(json!(steps), expected);
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_letter_replays_from_its_own_row() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    open_new_lab(&page, &server).await;
+    choose_mode(&page, "down").await;
+    page.click("[data-send=\"1\"]").await;
+    wait_counter(&page, "dead_letter", 1).await;
+    choose_mode(&page, "healthy").await;
+
+    page.click("#dead-body button[data-replay-id=\"1\"]").await;
+    wait_counter(&page, "delivered", 1).await;
+    wait_counter(&page, "dead_letter", 0).await;
+    let said = page.eval("document.getElementById('status').textContent").await.unwrap();
+    assert_eq!(said, "Replaying 1 dead letter with its original key.");
+    assert_no_console_errors(&page);
+}

@@ -1,0 +1,334 @@
+//! The timeline's virtual rows: one row per message in the filtered list, every row ROW_H px
+//! tall in a box as tall as all of them, and only the rows in view (and a margin) in the DOM,
+//! placed by their index. A row is rebuilt only when its own message changed, only while it is
+//! drawn, and only in the attempts that changed. This part also keeps the sizes and the scroll
+//! offset (from a ResizeObserver and scroll events, so drawing reads no layout) and grows the
+//! running attempts with the clock.
+
+import { labNow, ms, shortKey } from './model.js';
+
+export const ROW_H = 32;
+/** Rows drawn above and below the visible ones, so a quick scroll does not show blanks. */
+const OVERSCAN = 6;
+export const OUTCOME_TEXT = {
+  ok: 'ok',
+  http_error: 'HTTP error',
+  timeout: 'timeout',
+  transport_error: 'transport error',
+  interrupted: 'interrupted',
+  running: 'running',
+};
+const STATE_TEXT = {
+  queued: 'queued',
+  in_flight: 'in flight',
+  backing_off: 'backing off',
+  delivered: 'delivered',
+  dead_letter: 'dead letter',
+};
+
+/**
+ * `state.list` says which messages are rows; this writes `state.box`. `filled(row, m, hadFocus)`
+ * is called after a row was brought up to date with its message, so the keyboard focus and the
+ * tooltip can follow the bars that replaced theirs.
+ */
+export function createRows(state, { filled }) {
+  const { root, model, box } = state;
+  const scroller = root.querySelector('.tl-scroll');
+  const axis = root.querySelector('.tl-axis');
+  const corner = root.querySelector('.tl-corner');
+  const rowsEl = root.querySelector('.tl-rows');
+  const nowEl = root.querySelector('.tl-now');
+  root.style.setProperty('--row-h', `${ROW_H}px`);
+
+  /** message id -> drawn row { el, stateEl, track, parts, running: [{ el, start }], index, state } */
+  const drawn = new Map();
+  /** Ids of drawn rows whose message changed since they were built. */
+  const stale = new Set();
+  let windowStale = true;
+  /** The list length the row box was last sized for. */
+  let sizedFor = 0;
+
+  function createRow(m) {
+    const el = document.createElement('div');
+    el.className = 'tl-row';
+    el.setAttribute('role', 'row');
+    el.dataset.messageId = String(m.id);
+    const label = document.createElement('div');
+    label.className = 'tl-label';
+    label.setAttribute('role', 'rowheader');
+    const stateEl = span('tl-state', '');
+    label.append(span('tl-id', `#${m.id}`), span('tl-key', shortKey(m.key), m.key), stateEl);
+    const track = document.createElement('div');
+    track.className = 'tl-track';
+    el.append(label, track);
+    /** parts[i]: what attempt i was drawn from, and its elements (round mark, bar, wait). */
+    const row = { el, stateEl, track, parts: [], running: [], index: -1, state: '' };
+    drawn.set(m.id, row);
+    return row;
+  }
+
+  /**
+   * Bring a row up to date with its message, redrawing only the attempts that changed: an
+   * attempt is replaced when it finishes, and its wait is set and then measured in place.
+   */
+  function fillRow(row, m) {
+    if (row.state !== m.state) {
+      row.state = m.state;
+      row.stateEl.textContent = STATE_TEXT[m.state] ?? m.state;
+      row.stateEl.dataset.state = m.state;
+    }
+    const hadFocus = row.el.contains(document.activeElement);
+    const now = labNow(model);
+    row.running = [];
+    m.attempts.forEach((a, i) => {
+      const running = a.duration_ms == null;
+      const old = row.parts[i];
+      const actual = a.wait?.actual_ms ?? null;
+      if (!(old && old.a === a && old.wait === a.wait && old.actual === actual)) {
+        const els = [];
+        if (a.round > 0 && (i === 0 || m.attempts[i - 1].round !== a.round)) els.push(roundMark(a));
+        const length = running ? Math.max(0, now - a.started_ms) : a.duration_ms;
+        els.push(attemptBar(m, a, length));
+        if (a.wait && !running) els.push(waitLine(a, a.started_ms + length));
+        if (old) {
+          old.els[0].before(...els);
+          for (const el of old.els) el.remove();
+        } else {
+          row.track.append(...els);
+        }
+        row.parts[i] = { a, wait: a.wait, actual, els, bar: els.find((el) => el.classList.contains('tl-bar')) };
+      }
+      if (running) row.running.push({ el: row.parts[i].bar, start: a.started_ms });
+    });
+    filled(row, m, hadFocus);
+  }
+
+  /** Draw the rows in view (and the margin), drop the others, rebuild the changed ones. */
+  function drawWindow() {
+    const list = state.list;
+    windowStale = false;
+    // While the list was empty the box had no height: guess a screenful until it is measured.
+    const height = box.height || window.innerHeight;
+    const from = Math.max(0, Math.floor(box.top / ROW_H) - OVERSCAN);
+    const to = Math.min(list.length, Math.ceil((box.top + height - box.axis) / ROW_H) + OVERSCAN);
+    const wanted = new Map();
+    for (let i = from; i < to; i++) wanted.set(list[i], i);
+
+    for (const [id, row] of drawn) {
+      if (wanted.has(id)) continue;
+      // The row holding the keyboard focus stays, so scrolling away does not lose the focus.
+      if (row.el.contains(document.activeElement)) {
+        const index = list.indexOf(id);
+        if (index >= 0) {
+          place(row, index);
+          continue;
+        }
+      }
+      row.el.remove();
+      drawn.delete(id);
+    }
+
+    // Keep the DOM in row order for screen readers: only new rows are inserted, so a drawn
+    // row (and the focus in it) is never moved.
+    let cursor = rowsEl.firstElementChild;
+    for (const [id, index] of wanted) {
+      let row = drawn.get(id);
+      if (!row || stale.has(id)) {
+        const m = model.messages.get(id);
+        row ??= createRow(m);
+        fillRow(row, m);
+      }
+      place(row, index);
+      if (row.el === cursor) cursor = cursor.nextElementSibling;
+      else rowsEl.insertBefore(row.el, cursor);
+    }
+    stale.clear();
+  }
+
+  function place(row, index) {
+    if (row.index === index) return;
+    row.index = index;
+    // A plain length, not a custom property: those are inherited, so changing one restyles
+    // everything in the row.
+    row.el.style.top = `${index * ROW_H}px`;
+    row.el.setAttribute('aria-rowindex', String(index + 1));
+  }
+
+  // ---- sizes and scrolling ----------------------------------------------------------------
+
+  /** Read the sizes; a new track width changes the scale, a new height the rows in view. */
+  function measure() {
+    const track = Math.max(1, scroller.clientWidth - corner.offsetWidth);
+    const height = scroller.clientHeight;
+    if (height !== box.height) windowStale = true;
+    box.width = root.clientWidth;
+    box.label = corner.offsetWidth;
+    box.axis = axis.offsetHeight;
+    box.track = track;
+    box.height = height;
+  }
+  // Once now, so the first frame already has the right scale; then after each layout that
+  // resized the box, when the reads are free.
+  measure();
+  new ResizeObserver(() => {
+    measure();
+    state.requestDraw();
+  }).observe(scroller);
+
+  scroller.addEventListener('scroll', () => {
+    box.top = scroller.scrollTop;
+    windowStale = true;
+    state.requestDraw();
+  }, { passive: true });
+
+  /** Scroll the rows so row `index` is in view, and draw it now (the caller focuses it). */
+  function reveal(index) {
+    const top = index * ROW_H;
+    const visible = box.height - box.axis;
+    if (top < box.top) box.top = top;
+    else if (top + ROW_H > box.top + visible) box.top = top + ROW_H - visible;
+    else return;
+    scroller.scrollTop = box.top;
+    drawWindow();
+  }
+
+  return {
+    /** Drop every drawn row (a new snapshot): the next draw builds them afresh. */
+    clear() {
+      for (const row of drawn.values()) row.el.remove();
+      drawn.clear();
+    },
+    /** A message changed: rebuild its row in the next draw, if it is drawn. */
+    changed(id) {
+      if (drawn.has(id)) {
+        stale.add(id);
+        windowStale = true;
+      }
+    },
+    /** `state.list` is new: size the row box for it and draw the window again. */
+    listChanged() {
+      windowStale = true;
+      const length = state.list.length;
+      // Written only when it changes: every write restyles.
+      if (length === sizedFor) return;
+      sizedFor = length;
+      rowsEl.style.height = `${length * ROW_H}px`;
+      rowsEl.setAttribute('aria-rowcount', String(length));
+    },
+    scrollToTop() {
+      box.top = 0;
+      scroller.scrollTop = 0;
+    },
+    /** Draw the window if the list, the scroll offset, the height or a drawn message changed. */
+    update() {
+      if (windowStale) drawWindow();
+    },
+    drawWindow,
+    reveal,
+    /** The drawn row of message `id`, or undefined. */
+    drawn: (id) => drawn.get(id),
+    /**
+     * Grow running attempts and move the "now" line while `on` (anything runs); called
+     * every frame.
+     */
+    clock(on) {
+      show(nowEl, on);
+      if (!on) return;
+      const now = labNow(model);
+      for (const row of drawn.values()) {
+        for (const { el, start } of row.running) el.style.setProperty('--d', String(Math.max(0, now - start)));
+      }
+      nowEl.style.setProperty('--s', String(now));
+    },
+  };
+}
+
+function attemptBar(m, a, length) {
+  const bar = document.createElement('div');
+  const outcome = a.outcome ?? 'running';
+  // Classes style the bar; the data attributes describe it (and let tests count bars).
+  bar.className = `tl-bar o-${outcome}${a.replayed ? ' is-replayed' : ''}`;
+  bar.id = barId(m.id, a.round, a.n);
+  bar.setAttribute('role', 'gridcell');
+  bar.tabIndex = -1;
+  bar.dataset.message = String(m.id);
+  bar.dataset.round = String(a.round);
+  bar.dataset.n = String(a.n);
+  bar.dataset.outcome = outcome;
+  if (a.status != null) bar.dataset.status = String(a.status);
+  if (a.replayed) bar.dataset.replayed = 'true';
+  bar.style.setProperty('--s', String(a.started_ms));
+  bar.style.setProperty('--d', String(length));
+  bar.setAttribute('aria-label', attemptSummary(m, a));
+  return bar;
+}
+
+function waitLine(a, start) {
+  const line = document.createElement('div');
+  line.className = 'tl-wait';
+  line.dataset.reason = a.wait.reason;
+  if (a.wait.actual_ms == null) line.dataset.planned = 'true';
+  line.style.setProperty('--s', String(start));
+  line.style.setProperty('--d', String(a.wait.actual_ms ?? a.wait.planned_ms));
+  line.setAttribute('aria-hidden', 'true');
+  return line;
+}
+
+function roundMark(a) {
+  const mark = document.createElement('div');
+  mark.className = 'tl-round';
+  mark.textContent = `replay ${a.round}`;
+  mark.style.setProperty('--s', String(a.started_ms));
+  mark.setAttribute('aria-hidden', 'true');
+  return mark;
+}
+
+function attemptSummary(m, a) {
+  const replayed = a.replayed ? ', replayed by the idempotency key' : '';
+  let text = `Message ${m.id}, ${roundName(a.round)}, attempt ${a.n}: ${attemptResult(a)}${replayed}.`;
+  if (a.wait) {
+    const w = a.wait;
+    text += w.actual_ms != null ? ` Then waited ${ms(w.actual_ms)}` : ` Waiting ${ms(w.planned_ms)}`;
+    text += w.reason === 'retry_after' ? ', set by Retry-After.' : ', jittered backoff.';
+  }
+  return text;
+}
+
+function attemptResult(a) {
+  if (a.outcome == null) return 'running';
+  const status = a.status != null ? `${a.status} ` : '';
+  return `${status}${OUTCOME_TEXT[a.outcome] ?? a.outcome} in ${ms(a.duration_ms)}`;
+}
+
+export function roundName(round) {
+  return round === 0 ? 'first delivery' : `replay ${round}`;
+}
+
+// ---- bars by attempt ------------------------------------------------------------------------
+
+/** The bar of attempt { id, round, n }, if it is in the page. */
+export function barOf(target) {
+  return document.getElementById(barId(target.id, target.round, target.n));
+}
+
+/** The attempt { id, round, n } a bar stands for. */
+export function targetOf(bar) {
+  return { id: Number(bar.dataset.message), round: Number(bar.dataset.round), n: Number(bar.dataset.n) };
+}
+
+function barId(id, round, n) {
+  return `attempt-${id}-${round}-${n}`;
+}
+
+/** Unhide or hide, touching the attribute only when it changes: every write restyles. */
+export function show(el, visible) {
+  if (el.hidden === visible) el.hidden = !visible;
+}
+
+function span(className, text, title = null) {
+  const el = document.createElement('span');
+  el.className = className;
+  el.textContent = text;
+  if (title) el.title = title;
+  return el;
+}

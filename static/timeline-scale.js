@@ -1,0 +1,230 @@
+//! The timeline's time window and its scale: lab time on the x axis, the axis ticks, and the
+//! zoom and pan buttons. The window is either "fit" (all of lab time, growing with the lab) or
+//! one the person chose by zooming and panning, held inside "fit".
+//!
+//! Positions are CSS custom properties in lab milliseconds (`--s` start, `--d` length); the
+//! stylesheet turns them into pixels with the timeline's `--t0` and `--k` (px per ms), so a
+//! zoom or a pan is two property writes, not a walk over every bar.
+
+import { labNow } from './model.js';
+
+/** "Fit" never shows less lab time than this. */
+const MIN_SPAN_MS = 2000;
+/** Nice spans for "fit" (× 10^k): fine once the lab is still, coarse while it runs. */
+const FINE_STEPS = [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10];
+const LIVE_STEPS = [1, 2, 5, 10];
+/** The closest zoom: enough to tell apart attempts a few ms long. */
+const MIN_VIEW_MS = 20;
+export const ZOOM_STEP = 2;
+/** A pan key or button moves the window by this share of its width. */
+export const PAN_STEP = 0.25;
+const TICK_SPACING_PX = 90;
+/** Below this many px per second the outcome marks above the bars would overlap. */
+const DENSE_PX_PER_S = 24;
+
+/** Writes `state.view`, the window on screen and its scale: { t0, span, k } (k: px per ms). */
+export function createScale(state) {
+  const { root, model, box, requestDraw } = state;
+  const ticksEl = root.querySelector('.tl-ticks');
+  const gridEl = root.querySelector('.tl-grid');
+  const scroller = root.querySelector('.tl-scroll');
+  const control = (attr, name) => document.querySelector(`[data-${attr}="${name}"]`);
+  const controls = {
+    in: control('zoom', 'in'),
+    out: control('zoom', 'out'),
+    fit: control('zoom', 'fit'),
+    earlier: control('pan', 'earlier'),
+    later: control('pan', 'later'),
+  };
+  const rangeEl = document.querySelector('[data-view-range]');
+
+  /** Earliest start and latest end over every message: what "fit" shows. */
+  let extent = { first: Infinity, end: -Infinity };
+  /** The window the person chose, { t0, span } in lab ms, or null for "fit". */
+  let chosen = null;
+
+  /** Widen "fit" to take in a message (it only ever grows until the next snapshot). */
+  function grow(m) {
+    let first = m.created_ms;
+    let end = m.created_ms;
+    for (const a of m.attempts) {
+      first = Math.min(first, a.started_ms);
+      if (a.duration_ms == null) continue;
+      const wait = a.wait ? (a.wait.actual_ms ?? a.wait.planned_ms) : 0;
+      end = Math.max(end, a.started_ms + a.duration_ms + wait);
+    }
+    extent.first = Math.min(extent.first, first);
+    extent.end = Math.max(extent.end, end);
+  }
+
+  /** Whether anything in the lab is still queued, in flight or backing off. */
+  function active() {
+    const c = model.counters;
+    return Boolean(c) && c.queued + c.in_flight + c.backing_off > 0;
+  }
+
+  /**
+   * All of lab time so far, on a stepped scale so bars do not shimmer every frame. While the
+   * lab runs the steps are coarse (1, 2, 5): each change of scale restyles every drawn bar, so
+   * it should come rarely; once the lab is still, the window closes in on the data.
+   */
+  function fitWindow() {
+    const live = active();
+    const end = live ? Math.max(extent.end, labNow(model)) : extent.end;
+    const t0 = Math.floor(extent.first / 100) * 100;
+    return { t0, span: niceCeil(Math.max(MIN_SPAN_MS, (end - t0) * 1.05), live ? LIVE_STEPS : FINE_STEPS) };
+  }
+
+  function clampWindow(w, fit) {
+    const span = Math.min(w.span, fit.span);
+    return { t0: Math.min(Math.max(w.t0, fit.t0), fit.t0 + fit.span - span), span };
+  }
+
+  /** The window the next frame will show: what the person chose, held inside "fit". */
+  function current() {
+    const fit = fitWindow();
+    return chosen ? clampWindow(chosen, fit) : fit;
+  }
+
+  /** Apply the window for this frame: write `--t0` and `--k` only when they change. */
+  function update() {
+    if (model.messages.size === 0) return;
+    // After a reset or a new snapshot a chosen window may now hold everything: that is "fit".
+    if (chosen && chosen.span >= fitWindow().span) chosen = null;
+    const { t0, span } = current();
+    const k = box.track / span;
+    const view = state.view;
+    if (t0 === view.t0 && span === view.span && k === view.k) return;
+    state.view = { t0, span, k };
+    root.style.setProperty('--t0', String(t0));
+    root.style.setProperty('--k', String(k));
+    root.classList.toggle('is-dense', k * 1000 < DENSE_PX_PER_S);
+    root.classList.toggle('is-zoomed', chosen != null);
+    drawTicks();
+    syncViewControls();
+  }
+
+  function drawTicks() {
+    const { t0, span, k } = state.view;
+    if (!(k > 0)) return;
+    const step = niceCeil(TICK_SPACING_PX / k);
+    const ticks = [];
+    const lines = [];
+    for (let t = Math.ceil(t0 / step) * step; t <= t0 + span; t += step) {
+      const tick = document.createElement('span');
+      tick.className = 'tl-tick';
+      tick.style.setProperty('--s', String(t));
+      tick.textContent = tickLabel(t, step);
+      ticks.push(tick);
+      const line = document.createElement('span');
+      line.className = 'tl-gridline';
+      line.style.setProperty('--s', String(t));
+      lines.push(line);
+    }
+    ticksEl.replaceChildren(...ticks);
+    gridEl.replaceChildren(...lines);
+  }
+
+  function syncViewControls() {
+    const view = state.view;
+    const fit = fitWindow();
+    // aria-disabled rather than disabled, so a button keeps the focus when it runs out.
+    const off = (button, value) => button.setAttribute('aria-disabled', String(value));
+    controls.fit.setAttribute('aria-pressed', String(chosen == null));
+    off(controls.out, chosen == null);
+    off(controls.in, view.span <= MIN_VIEW_MS);
+    off(controls.earlier, chosen == null || view.t0 <= fit.t0);
+    off(controls.later, chosen == null || view.t0 + view.span >= fit.t0 + fit.span);
+    const digits = view.span >= 10_000 ? 1 : view.span >= 1000 ? 2 : 3;
+    const text = `${(view.t0 / 1000).toFixed(digits)}–${((view.t0 + view.span) / 1000).toFixed(digits)} s`;
+    rangeEl.textContent = chosen ? text : `${text}, all`;
+  }
+
+  /** Show `span` ms with lab time `at` staying `atPx` px from the track's left edge. */
+  function zoomTo(span, at, atPx) {
+    const fit = fitWindow();
+    const next = Math.max(MIN_VIEW_MS, span);
+    chosen = next >= fit.span ? null : clampWindow({ t0: at - (atPx / box.track) * next, span: next }, fit);
+    requestDraw();
+  }
+
+  function zoomBy(factor, at = null, atPx = box.track / 2) {
+    const w = current();
+    zoomTo(w.span / factor, at ?? w.t0 + (atPx / box.track) * w.span, atPx);
+  }
+
+  /** Move a chosen window to start at lab time `t0` (held inside "fit"). */
+  function panTo(t0) {
+    if (!chosen) return;
+    chosen = clampWindow({ t0, span: chosen.span }, fitWindow());
+    requestDraw();
+  }
+
+  function panBy(deltaMs) {
+    if (!chosen) return;
+    panTo(current().t0 + deltaMs);
+  }
+
+  /** Pan the chosen window just enough to show lab time [start, end]. */
+  function panToShow(start, end) {
+    if (!chosen) return;
+    const w = current();
+    if (start >= w.t0 && end <= w.t0 + w.span) return;
+    panBy(start < w.t0 || end - start > w.span ? start - w.t0 - w.span * 0.1 : end - (w.t0 + w.span) + w.span * 0.1);
+  }
+
+  /** Back to "fit": all of lab time. */
+  function fit() {
+    chosen = null;
+    requestDraw();
+  }
+
+  /** Lab time under a pointer at clientX, and its px offset from the track's left edge. */
+  function timeAt(clientX) {
+    const px = clientX - scroller.getBoundingClientRect().left - box.label;
+    return { t: state.view.t0 + px / state.view.k, px };
+  }
+
+  const step = (name, run) => controls[name].addEventListener('click', () => {
+    if (controls[name].getAttribute('aria-disabled') !== 'true') run();
+  });
+  step('in', () => zoomBy(ZOOM_STEP));
+  step('out', () => zoomBy(1 / ZOOM_STEP));
+  step('fit', fit);
+  step('earlier', () => panBy(-current().span * PAN_STEP));
+  step('later', () => panBy(current().span * PAN_STEP));
+
+  return {
+    /** Forget the extent and take it again from every message (a new snapshot). */
+    refit() {
+      extent = { first: Infinity, end: -Infinity };
+      for (const m of model.messages.values()) grow(m);
+    },
+    grow,
+    active,
+    current,
+    update,
+    zoomTo,
+    zoomBy,
+    panTo,
+    panBy,
+    panToShow,
+    fit,
+    timeAt,
+    /** Whether the person chose a window (zoomed), rather than "fit". */
+    zoomed: () => chosen != null,
+  };
+}
+
+/** The smallest of `steps` × 10^k that is at least `x`. */
+function niceCeil(x, steps = FINE_STEPS) {
+  const p = 10 ** Math.floor(Math.log10(x));
+  for (const f of steps) if (f * p >= x) return f * p;
+  return 10 * p;
+}
+
+/** Seconds with as many decimals as the step needs: "1.5 s" for a 1500 ms step. */
+function tickLabel(t, step) {
+  const decimals = step % 1000 === 0 ? 0 : step % 100 === 0 ? 1 : step % 10 === 0 ? 2 : 3;
+  return `${(t / 1000).toFixed(decimals)} s`;
+}

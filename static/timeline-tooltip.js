@@ -1,0 +1,143 @@
+//! The timeline's tooltip: every number of one attempt and of the wait after it, shown for the
+//! bar under the pointer or the one with the keyboard focus, and placed from the cached sizes
+//! alone so it reads no layout.
+
+import { findAttempt, labNow, ms } from './model.js';
+import { OUTCOME_TEXT, ROW_H, barOf, roundName } from './timeline-rows.js';
+
+export function createTooltip(state, rows) {
+  const { root, model, box } = state;
+  const tip = root.querySelector('.tl-tip');
+  const rowsEl = root.querySelector('.tl-rows');
+
+  /** What the tooltip shows: { id, round, n, x } (x: pointer px in the timeline, or null). */
+  let target = null;
+  let stale = false;
+  /** Where the tooltip was last put, to skip writes when nothing moved. */
+  let placed = '';
+
+  function showTip(next) {
+    const same = target && !tip.hidden
+      && target.id === next.id && target.round === next.round && target.n === next.n;
+    target = next;
+    if (!same) refresh();
+    place();
+  }
+
+  function hide() {
+    target = null;
+    tip.hidden = true;
+    for (const hot of rowsEl.querySelectorAll('.tl-bar.is-hot')) hot.classList.remove('is-hot');
+  }
+
+  function refresh() {
+    stale = false;
+    const m = model.messages.get(target.id);
+    const a = m && findAttempt(m, target.round, target.n);
+    if (!a) return hide();
+    tip.replaceChildren(...tipContent(m, a, labNow(model)));
+    tip.hidden = false;
+    for (const hot of rowsEl.querySelectorAll('.tl-bar.is-hot')) hot.classList.remove('is-hot');
+    barOf(target)?.classList.add('is-hot');
+  }
+
+  /**
+   * Put the tooltip under the bar (above it in the lower half of the rows), on the side of
+   * the bar with more room, from the cached sizes alone.
+   */
+  function place() {
+    const row = rows.drawn(target.id);
+    const m = model.messages.get(target.id);
+    const a = m && findAttempt(m, target.round, target.n);
+    if (!row || !a) return hide();
+    const { t0, k } = state.view;
+    const x = Math.min(Math.max(8, target.x ?? box.label + (a.started_ms - t0) * k), box.width - 8);
+    const rowTop = box.axis + row.index * ROW_H - box.top;
+    const above = rowTop > box.height / 2;
+    // Anchored on the side it opens away from, so its width is not squeezed by the edge.
+    const leftward = x > box.width / 2;
+    const spot = [above, rowTop, leftward, x, box.width].join();
+    // Placed again every frame while shown, so write only when something moved.
+    if (spot === placed) return;
+    placed = spot;
+    tip.classList.toggle('is-above', above);
+    tip.style.top = `${above ? rowTop + 6 : rowTop + ROW_H + 4}px`;
+    tip.style.left = leftward ? 'auto' : `${x}px`;
+    tip.style.right = leftward ? `${box.width - x}px` : 'auto';
+    tip.style.maxWidth = `${Math.min(384, (leftward ? x : box.width - x) - 8)}px`;
+  }
+
+  return {
+    /** Show attempt { id, round, n } with x, the pointer's px in the timeline (or null). */
+    show: showTip,
+    hide,
+    /** The row of message `id` was rebuilt: redraw the tooltip if it shows that message. */
+    filled(id) {
+      if (target?.id === id) stale = true;
+    },
+    /** Hide the tooltip if its message is gone (a new snapshot). */
+    forgetGone() {
+      if (target && !model.messages.has(target.id)) hide();
+    },
+    /** Redraw and place the tooltip for this frame, if it is shown. */
+    update() {
+      if (!target) return;
+      if (stale) refresh();
+      if (target) place();
+    },
+  };
+}
+
+/** The tooltip: one definition list for the attempt, one for the wait after it. */
+function tipContent(m, a, now) {
+  const head = document.createElement('p');
+  head.className = 'tl-tip-head';
+  head.textContent = `#${m.id} · ${roundName(a.round)} · attempt ${a.n}`;
+  const rowsOut = [
+    ['key', m.key],
+    ['status', a.status ?? '—'],
+    ['outcome', OUTCOME_TEXT[a.outcome ?? 'running']],
+    ['duration', a.duration_ms != null ? ms(a.duration_ms) : `${ms(Math.max(0, now - a.started_ms))} so far`],
+    ['started', `${(a.started_ms / 1000).toFixed(3)} s`],
+  ];
+  if (a.retry_after_s != null) rowsOut.push(['Retry-After', `${a.retry_after_s} s`]);
+  if (a.replayed) rowsOut.push(['replayed', 'yes: the key was already applied, nothing applied again']);
+  if (a.outcome === 'interrupted') rowsOut.push(['why', 'the client stopped mid-attempt (crash or restart)']);
+  const parts = [head, definitionList(rowsOut)];
+  if (a.wait) {
+    const w = a.wait;
+    const waitHead = document.createElement('p');
+    waitHead.className = 'tl-tip-head';
+    waitHead.textContent = w.reason === 'retry_after' ? 'then a wait set by Retry-After' : 'then a jittered backoff wait';
+    parts.push(
+      waitHead,
+      definitionList([
+        ['nominal', ms(w.nominal_ms)],
+        ['jitter band', `${Math.round(w.low_ms)}–${ms(w.high_ms)}`],
+        ['chosen', ms(w.chosen_ms)],
+        ['Retry-After floor', w.floor_ms != null ? ms(w.floor_ms) : 'none'],
+        ['planned', ms(w.planned_ms)],
+        ['actual', w.actual_ms != null ? ms(w.actual_ms) : 'still waiting'],
+        ['reason', w.reason === 'retry_after' ? `Retry-After floor over ${ms(w.chosen_ms)} jittered` : 'backoff'],
+      ]),
+    );
+  } else if (m.state === 'dead_letter' && a === m.attempts[m.attempts.length - 1]) {
+    const last = document.createElement('p');
+    last.className = 'tl-tip-note';
+    last.textContent = 'The client gave up after this attempt: dead letter.';
+    parts.push(last);
+  }
+  return parts;
+}
+
+function definitionList(pairs) {
+  const dl = document.createElement('dl');
+  for (const [k, v] of pairs) {
+    const dt = document.createElement('dt');
+    dt.textContent = k;
+    const dd = document.createElement('dd');
+    dd.textContent = String(v);
+    dl.append(dt, dd);
+  }
+  return dl;
+}
