@@ -10,6 +10,7 @@ import { createTimeline } from './timeline.js';
 import { createBackoffChart } from './backoff-chart.js';
 import { createDeadLetters } from './dead-letters.js';
 import { createTrace } from './trace.js';
+import { createPresets } from './presets.js';
 
 const main = document.getElementById('lab');
 const lab = main.dataset.lab;
@@ -34,6 +35,7 @@ const deadLetters = createDeadLetters(
   controls.replay,
 );
 const trace = createTrace(document.getElementById('trace'), model, schedule);
+createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');

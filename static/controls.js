@@ -1,10 +1,17 @@
-//! Everything the person presses: downstream mode, parameters, retry policy, traffic,
-//! replay and reset. Each control calls the HTTP API and reports the outcome in the status
-//! line; it never touches the model, which changes only when the server's events say so.
-//! The lab they act on is passed in; `replay` is handed to the dead-letter table through the
-//! object `createControls` returns.
+//! Everything the person presses: downstream mode (for good, or for an outage window),
+//! parameters, retry policy, traffic, replay and reset. Each control calls the HTTP API and
+//! reports the outcome in the status line; it never touches the model, which changes only when
+//! the server's events say so. The lab they act on is passed in; `replay` (for the dead-letter
+//! table) and `act` and `api` (for the presets) are handed on through the object
+//! `createControls` returns.
 
-import { duration, range } from './model.js';
+import { duration, labNow, range } from './model.js';
+
+/** What the forms show for a breaker or a budget while it is off, ready to switch on. */
+const BREAKER_OFF = { failure_threshold: 5, open_ms: 2000, half_open_probes: 1 };
+const BUDGET_OFF = { ratio: 0.1, min_per_s: 1 };
+/** How often the outage countdown is redrawn. */
+const COUNTDOWN_MS = 100;
 
 const statusEl = () => document.getElementById('status');
 const dismissEl = () => document.getElementById('status-dismiss');
@@ -66,6 +73,12 @@ function describeMode(mode, ds, policy) {
     }
     case 'down':
       return `503 with ${ra} every time, applies nothing`;
+    case 'throttled':
+      if (ds.rate_per_s == null) return 'a rate limit shared by every caller; over it, 429 with Retry-After';
+      return `${ds.rate_per_s} requests/s for all callers, bursts of ${ds.burst}; over it 429 with Retry-After`;
+    case 'overloaded':
+      if (ds.capacity == null) return 'works on a few at once, queues a few more, turns the rest away with 503';
+      return `${ds.capacity} at once (${range(ds.latency_ms)} each), ${ds.queue} more wait; the rest get 503 at once`;
     default:
       return '';
   }
@@ -76,13 +89,23 @@ function fill(form, values) {
   if (form.dataset.dirty === 'true') return;
   for (const [name, value] of Object.entries(values)) {
     const input = form.elements.namedItem(name);
-    if (!input) continue;
+    if (!input || value == null) continue;
     if (input.type === 'checkbox') input.checked = Boolean(value);
     else input.value = String(value);
   }
 }
 
 const num = (form, name) => Number(form.elements.namedItem(name).value);
+const checked = (form, name) => form.elements.namedItem(name).checked;
+
+/** A switch in a fieldset's legend turns the fieldset's numbers on and off (off: not required). */
+function syncSwitches(form) {
+  for (const fieldset of form.querySelectorAll('fieldset')) {
+    const toggle = fieldset.querySelector('legend input[type="checkbox"]');
+    // Controls in a fieldset's first legend stay enabled when the fieldset is disabled.
+    if (toggle && toggle.name !== 'honor_retry_after') fieldset.disabled = !toggle.checked;
+  }
+}
 
 /** The controls of lab `lab`: returns { sync, disable, replay }. */
 export function createControls(model, lab) {
@@ -90,6 +113,10 @@ export function createControls(model, lab) {
   const params = document.getElementById('params-form');
   const policy = document.getElementById('policy-form');
   const burst = document.getElementById('custom-burst');
+  const outageFor = document.querySelector('[data-outage-for]');
+  const revertEl = document.querySelector('[data-revert]');
+  const revertText = document.querySelector('[data-revert-text]');
+  let countdown = 0;
   /** Set once the lab is gone: controls stay disabled from then on. */
   let gone = false;
   const api = (method, path, body) => call(lab, method, path, body);
@@ -129,8 +156,12 @@ export function createControls(model, lab) {
   for (const button of modeButtons) {
     button.addEventListener('click', () =>
       act(button, 'Could not change the downstream', async () => {
-        await api('PUT', '/downstream', { mode: button.dataset.mode });
-        say(`Downstream is now ${button.dataset.mode}.`);
+        const mode = button.dataset.mode;
+        // An outage window: the server puts the old settings back by itself after `for_ms`.
+        const forMs = Number(outageFor.value) || 0;
+        const res = await api('PUT', '/downstream', forMs ? { mode, for_ms: forMs } : { mode });
+        const back = res?.revert?.to?.mode;
+        say(forMs && back ? `Downstream is ${mode} for ${duration(forMs)}, then back to ${back}.` : `Downstream is now ${mode}.`);
       }),
     );
   }
@@ -138,8 +169,9 @@ export function createControls(model, lab) {
   for (const form of [params, policy]) {
     form.addEventListener('input', () => {
       form.dataset.dirty = 'true';
+      syncSwitches(form);
     });
-    form.querySelector('[data-revert]').addEventListener('click', () => {
+    form.querySelector('[data-revert-form]').addEventListener('click', () => {
       form.dataset.dirty = 'false';
       sync({ settings: true });
     });
@@ -153,6 +185,10 @@ export function createControls(model, lab) {
       slow_ms: [num(params, 'slow_min'), num(params, 'slow_max')],
       failure_rate: num(params, 'failure_pct') / 100,
       retry_after_s: num(params, 'retry_after_s'),
+      rate_per_s: num(params, 'rate_per_s'),
+      burst: num(params, 'burst'),
+      capacity: num(params, 'capacity'),
+      queue: num(params, 'queue'),
     };
     act(e.submitter ?? params, 'Could not change the parameters', async () => {
       await api('PUT', '/downstream', body);
@@ -166,11 +202,23 @@ export function createControls(model, lab) {
     const body = {
       jitter: policy.elements.namedItem('jitter').value,
       base_ms: num(policy, 'base_ms'),
+      multiplier: num(policy, 'multiplier'),
       cap_ms: num(policy, 'cap_ms'),
       max_attempts: num(policy, 'max_attempts'),
+      max_total_ms: num(policy, 'max_total_ms'),
       timeout_ms: num(policy, 'timeout_ms'),
-      honor_retry_after: policy.elements.namedItem('honor_retry_after').checked,
+      quarantine_after: num(policy, 'quarantine_after'),
+      honor_retry_after: checked(policy, 'honor_retry_after'),
+      retry_after_mode: policy.elements.namedItem('retry_after_mode').value,
       retry_after_cap_ms: num(policy, 'retry_after_cap_ms'),
+      breaker: checked(policy, 'breaker_on')
+        ? {
+          failure_threshold: num(policy, 'failure_threshold'),
+          open_ms: num(policy, 'open_ms'),
+          half_open_probes: num(policy, 'half_open_probes'),
+        }
+        : null,
+      retry_budget: checked(policy, 'budget_on') ? { ratio: num(policy, 'ratio'), min_per_s: num(policy, 'min_per_s') } : null,
     };
     act(e.submitter ?? policy, 'Could not change the retry policy', async () => {
       await api('PUT', '/policy', body);
@@ -233,19 +281,62 @@ export function createControls(model, lab) {
         slow_max: ds.slow_ms[1],
         failure_pct: Math.round(ds.failure_rate * 100),
         retry_after_s: ds.retry_after_s,
+        rate_per_s: ds.rate_per_s,
+        burst: ds.burst,
+        capacity: ds.capacity,
+        queue: ds.queue,
       });
-      fill(policy, pol);
+      fill(policy, {
+        ...pol,
+        multiplier: pol.multiplier ?? 2,
+        max_total_ms: pol.max_total_ms ?? 0,
+        retry_after_mode: pol.retry_after_mode ?? 'floor',
+        breaker_on: pol.breaker != null,
+        ...(pol.breaker ?? BREAKER_OFF),
+        budget_on: pol.retry_budget != null,
+        ...(pol.retry_budget ?? BUDGET_OFF),
+      });
+      if (policy.dataset.dirty !== 'true') syncSwitches(policy);
+      syncCountdown();
     }
     if (changes.all && model.limits?.max_burst) {
       burst.elements.namedItem('count').max = String(model.limits.max_burst);
     }
   }
 
+  /** While the downstream holds a mode for a set time, count down to when it goes back. */
+  function syncCountdown() {
+    const revert = model.downstream?.revert;
+    if (!revert) {
+      clearInterval(countdown);
+      countdown = 0;
+      revertEl.hidden = true;
+      delete revertEl.dataset.revertAt;
+      return;
+    }
+    revertEl.dataset.revertAt = String(revert.at_ms);
+    revertEl.dataset.revertTo = revert.to?.mode ?? '';
+    tick();
+    countdown ||= setInterval(tick, COUNTDOWN_MS);
+  }
+
+  function tick() {
+    const revert = model.downstream?.revert;
+    if (!revert) return syncCountdown();
+    const left = revert.at_ms - labNow(model);
+    const to = revert.to?.mode ?? 'the earlier settings';
+    // The server sends the change when it happens; until then the countdown says it is due.
+    const text = left > 0 ? `back to ${to} in ${(left / 1000).toFixed(1)} s` : `going back to ${to}…`;
+    if (revertText.textContent !== text) revertText.textContent = text;
+    revertEl.hidden = false;
+  }
+
   /** Stop every control once the lab is gone; only "start a new lab" makes sense then. */
   function disable() {
     gone = true;
+    clearInterval(countdown);
     for (const el of document.querySelectorAll('main button, main input, main select')) el.disabled = true;
   }
 
-  return { sync, disable, replay };
+  return { sync, disable, replay, act, api };
 }

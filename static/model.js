@@ -1,8 +1,8 @@
 //! The page's copy of one lab: settings, counters, messages with their attempts, and dead
 //! letters. It changes only from a server snapshot or a server event (docs/events.md), never
 //! from the page's own buttons, so what is drawn is always what the server measured.
-//! Messages and dead letters are kept by id, so an event costs the same in a lab of twenty
-//! messages as in one of twenty thousand.
+//! Messages and dead letters are kept by id, and the load chart's bins by their start, so an
+//! event costs the same in a lab of twenty messages as in one of twenty thousand.
 
 /** An empty model, used until the first snapshot arrives. */
 export function emptyModel() {
@@ -18,6 +18,12 @@ export function emptyModel() {
     messages: new Map(),
     /** @type {Map<number, object>} message id -> DEAD_LETTER, in the order they were dead-lettered */
     deadLetters: new Map(),
+    /** The client's circuit breaker: its state now and every change, oldest first. */
+    breaker: { state: 'closed', changes: [] },
+    /** Settings changes (by hand or by schedule), crashes, restarts: { at_ms, kind, label }. */
+    markers: [],
+    /** What reached the downstream per bin of lab time: bin start (ms) -> LOAD_BIN. */
+    load: { binMs: 100, bins: new Map() },
     // The lab clock: lab ms = anchorLab + (performance.now() - anchorPerf).
     anchorLab: 0,
     anchorPerf: 0,
@@ -26,7 +32,17 @@ export function emptyModel() {
 
 /** What changed since the views last drew; `all` means "redraw everything". */
 export function noChanges() {
-  return { all: false, messages: new Set(), deadLetters: false, settings: false, counters: false };
+  return {
+    all: false,
+    messages: new Set(),
+    deadLetters: false,
+    settings: false,
+    counters: false,
+    breaker: false,
+    markers: false,
+    /** Starts (ms) of the load bins that changed. */
+    load: new Set(),
+  };
 }
 
 /** Merge `b` into `a` so several events can be drawn in one frame. */
@@ -35,7 +51,10 @@ export function mergeChanges(a, b) {
   a.deadLetters ||= b.deadLetters;
   a.settings ||= b.settings;
   a.counters ||= b.counters;
+  a.breaker ||= b.breaker;
+  a.markers ||= b.markers;
   for (const id of b.messages) a.messages.add(id);
+  for (const t of b.load) a.load.add(t);
   return a;
 }
 
@@ -55,6 +74,10 @@ export function applySnapshot(model, snap) {
   model.retention = snap.retention ?? null;
   model.messages = new Map(snap.messages.map((m) => [m.id, m]));
   model.deadLetters = new Map(snap.dead_letters.map((d) => [d.id, d]));
+  // An older server sends none of these three: the page then draws them empty.
+  model.breaker = { state: snap.breaker?.state ?? 'closed', changes: [...(snap.breaker?.changes ?? [])] };
+  model.markers = [...(snap.markers ?? [])];
+  model.load = { binMs: snap.load?.bin_ms ?? 100, bins: new Map((snap.load?.bins ?? []).map((b) => [b.t_ms, b])) };
   model.anchorLab = snap.now_ms;
   model.anchorPerf = performance.now();
   const changes = noChanges();
@@ -166,6 +189,25 @@ export function applyEvent(model, id, ev) {
       model.downstream = ev.downstream;
       model.policy = ev.policy;
       changes.settings = true;
+      break;
+
+    case 'breaker_changed':
+      model.breaker.state = ev.state;
+      model.breaker.changes.push({ at_ms: ev.at_ms, state: ev.state });
+      changes.breaker = true;
+      break;
+
+    case 'marker':
+      model.markers.push(ev.marker);
+      changes.markers = true;
+      break;
+
+    case 'load':
+      // Complete bins that changed: each replaces the one with the same start.
+      for (const bin of ev.bins) {
+        model.load.bins.set(bin.t_ms, bin);
+        changes.load.add(bin.t_ms);
+      }
       break;
 
     case 'downstream_request':

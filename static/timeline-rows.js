@@ -15,6 +15,7 @@ export const OUTCOME_TEXT = {
   http_error: 'HTTP error',
   timeout: 'timeout',
   transport_error: 'transport error',
+  short_circuited: 'short-circuited',
   interrupted: 'interrupted',
   running: 'running',
 };
@@ -296,6 +297,7 @@ function attemptSummary(m, a) {
 
 function attemptResult(a) {
   if (a.outcome == null) return 'running';
+  if (a.outcome === 'short_circuited') return 'short-circuited: the circuit breaker was open, nothing was sent';
   const status = a.status != null ? `${a.status} ` : '';
   return `${status}${OUTCOME_TEXT[a.outcome] ?? a.outcome} in ${ms(a.duration_ms)}`;
 }

@@ -19,6 +19,8 @@ export const ZOOM_STEP = 2;
 /** A pan key or button moves the window by this share of its width. */
 export const PAN_STEP = 0.25;
 const TICK_SPACING_PX = 90;
+/** "Fit" starts this long before the first message (fixed, so the window does not creep). */
+const LEAD_MS = 250;
 /** Below this many px per second the outcome marks above the bars would overlap. */
 const DENSE_PX_PER_S = 24;
 
@@ -71,7 +73,9 @@ export function createScale(state) {
   function fitWindow() {
     const live = active();
     const end = live ? Math.max(extent.end, labNow(model)) : extent.end;
-    const t0 = Math.floor(extent.first / 100) * 100;
+    // A little room before the first message, so the settings change that came just before a
+    // burst still shows its flag.
+    const t0 = Math.max(0, Math.floor((extent.first - LEAD_MS) / 100) * 100);
     return { t0, span: niceCeil(Math.max(MIN_SPAN_MS, (end - t0) * 1.05), live ? LIVE_STEPS : FINE_STEPS) };
   }
 

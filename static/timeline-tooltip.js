@@ -103,6 +103,7 @@ function tipContent(m, a, now) {
   if (a.retry_after_s != null) rowsOut.push(['Retry-After', `${a.retry_after_s} s`]);
   if (a.replayed) rowsOut.push(['replayed', 'yes: the key was already applied, nothing applied again']);
   if (a.outcome === 'interrupted') rowsOut.push(['why', 'the client stopped mid-attempt (crash or restart)']);
+  if (a.outcome === 'short_circuited') rowsOut.push(['why', 'the circuit breaker was open: failed at once, no request sent']);
   const parts = [head, definitionList(rowsOut)];
   if (a.wait) {
     const w = a.wait;
@@ -140,4 +141,32 @@ function definitionList(pairs) {
     dl.append(dt, dd);
   }
   return dl;
+}
+
+/**
+ * The small tooltip for the lanes around the rows (a flag, a load bar): a heading and one
+ * line, under or above a spot given in client coordinates. Placed on hover and focus only,
+ * so reading the layout then costs nothing while the page streams.
+ */
+export function createMiniTip(root) {
+  const tip = root.querySelector('.tl-mini-tip');
+  return {
+    /** Show `head` and `body` at clientX, under clientY (or above it, when `above`). */
+    show(clientX, clientY, head, body, above = false) {
+      const box = root.getBoundingClientRect();
+      const x = clientX - box.left;
+      const leftward = x > box.width / 2;
+      const strong = document.createElement('strong');
+      strong.textContent = head;
+      tip.replaceChildren(strong, document.createElement('br'), body);
+      tip.classList.toggle('is-above', above);
+      tip.style.top = `${clientY - box.top + (above ? -4 : 4)}px`;
+      tip.style.left = leftward ? 'auto' : `${Math.max(4, x - 8)}px`;
+      tip.style.right = leftward ? `${Math.max(4, box.width - x - 8)}px` : 'auto';
+      tip.hidden = false;
+    },
+    hide() {
+      tip.hidden = true;
+    },
+  };
 }

@@ -8,14 +8,19 @@
 //! - timeline-rows.js: the virtual rows, the sizes and the scroll offset, the running clock;
 //! - timeline-find.js: the filter by id, key prefix and state, and the list of rows it picks;
 //! - timeline-tooltip.js: the numbers of one attempt, by the pointer or the focus;
-//! - timeline-input.js: keyboard and pointer.
+//! - timeline-input.js: keyboard and pointer;
+//! - timeline-marks.js: the circuit breaker's band and the flags of settings changes, crashes
+//!   and restarts, above the time axis;
+//! - load-chart.js: the load that reached the downstream, under the rows, on the same axis.
 //! This file wires them together and draws what changed, once per animation frame.
 
 import { createScale } from './timeline-scale.js';
 import { createRows } from './timeline-rows.js';
 import { createFind } from './timeline-find.js';
-import { createTooltip } from './timeline-tooltip.js';
+import { createMiniTip, createTooltip } from './timeline-tooltip.js';
 import { createInput } from './timeline-input.js';
+import { createMarks } from './timeline-marks.js';
+import { createLoadChart } from './load-chart.js';
 
 export function createTimeline(root, model, requestDraw) {
   const state = {
@@ -40,6 +45,9 @@ export function createTimeline(root, model, requestDraw) {
   const find = createFind(state, rows);
   const tooltip = createTooltip(state, rows);
   const input = createInput(state, { scale, rows, find, tooltip });
+  const miniTip = createMiniTip(root);
+  const marks = createMarks(state, scale, miniTip);
+  const load = createLoadChart(state, miniTip);
 
   /** Draw what changed; called once per animation frame. */
   function render(changes) {
@@ -61,6 +69,8 @@ export function createTimeline(root, model, requestDraw) {
     find.update();
     rows.update();
     scale.update();
+    marks.render(changes);
+    load.update(changes);
     rows.clock(needsClock());
     input.ensureTabStop();
     tooltip.update();

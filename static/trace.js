@@ -6,7 +6,14 @@
 //! second, each time with the newest lines only and a line saying how many were left out:
 //! laying out hundreds of lines at once would cost the page its frame rate.
 
-import { labTime, ms, shortKey } from './model.js';
+import { duration, labTime, ms, range, shortKey } from './model.js';
+import { BREAKER_TEXT } from './timeline-marks.js';
+
+const BREAKER_WHY = {
+  open: ': attempts now fail at once without a request',
+  half_open: ': a few probes may go through',
+  closed: ': requests flow again',
+};
 
 const MAX_LINES = 300;
 /** Finished attempts retold from the first snapshot, so a reloaded page is not blank. */
@@ -114,12 +121,19 @@ export function createTrace(root, model, requestDraw) {
         line(t, `downstream ← key ${shortKey(ev.key)}: ${ev.status}, ${outcome}`, ev.replayed ? 'replayed' : 'ds');
         break;
       }
-      case 'settings_changed': {
-        const d = ev.downstream;
-        const p = ev.policy;
-        line(t, `settings: downstream ${d.mode}; policy ${p.jitter} jitter, base ${ms(p.base_ms)}, cap ${ms(p.cap_ms)}, ${p.max_attempts} attempts, timeout ${ms(p.timeout_ms)}, Retry-After ${p.honor_retry_after ? `honoured up to ${ms(p.retry_after_cap_ms)}` : 'ignored'}`, 'note');
+      case 'settings_changed':
+        line(t, `settings: downstream ${downstreamText(ev.downstream)}; policy ${policyText(ev.policy)}`, 'note');
         break;
-      }
+      case 'breaker_changed':
+        line(t, `circuit breaker ${BREAKER_TEXT[ev.state] ?? ev.state}${BREAKER_WHY[ev.state] ?? ''}`, ev.state === 'open' ? 'dead' : 'note');
+        break;
+      case 'marker':
+        // Settings changes already have their own line; the others happen by themselves.
+        if (ev.marker.kind !== 'settings') line(t, `${ev.marker.kind}: ${ev.marker.label}`, 'note');
+        break;
+      case 'load':
+        // Drawn by the load chart: a line per 100 ms would bury everything else.
+        break;
       case 'reset':
         finishedLines.clear();
         line(t, 'lab reset: messages, dead letters and the ledger cleared', 'note');
@@ -242,6 +256,8 @@ function result(a) {
       return `transport error after ${ms(a.duration_ms)}`;
     case 'interrupted':
       return `interrupted after ${ms(a.duration_ms)}: the client stopped mid-attempt`;
+    case 'short_circuited':
+      return 'short-circuited: the breaker was open, nothing sent';
     default:
       return `${a.outcome} in ${ms(a.duration_ms)}`;
   }
@@ -253,6 +269,28 @@ function waitText(w, jitter) {
   if (w.reason === 'retry_after') return `waiting ${ms(w.planned_ms)} (Retry-After floor over ${ms(w.chosen_ms)} jittered)`;
   const floor = w.floor_ms ? `, above the ${ms(w.floor_ms)} Retry-After floor` : '';
   return `waiting ${ms(w.planned_ms)} (${bandText}${floor})`;
+}
+
+/** "overloaded (4 at once, 8 waiting), back to healthy at 12.345 s" and its siblings. */
+function downstreamText(d) {
+  let what = d.mode;
+  if (d.mode === 'throttled') what += ` (${d.rate_per_s}/s, bursts of ${d.burst})`;
+  if (d.mode === 'overloaded') what += ` (${d.capacity} at once, ${d.queue} waiting, ${range(d.latency_ms)} each)`;
+  if (d.revert) what += `, back to ${d.revert.to?.mode ?? 'the earlier settings'} at ${labTime(d.revert.at_ms)}`;
+  return what;
+}
+
+function policyText(p) {
+  const growth = p.multiplier === 1 ? 'fixed interval' : p.multiplier != null ? `× ${p.multiplier}` : '';
+  const parts = [
+    `${p.jitter} jitter, base ${ms(p.base_ms)}${growth ? ` ${growth}` : ''}, cap ${ms(p.cap_ms)}`,
+    `${p.max_attempts} attempts${p.max_total_ms ? ` within ${duration(p.max_total_ms)}` : ''}`,
+    `timeout ${ms(p.timeout_ms)}`,
+    `Retry-After ${p.honor_retry_after ? `honoured${p.retry_after_mode === 'jitter_above' ? ' with jitter above' : ''} up to ${ms(p.retry_after_cap_ms)}` : 'ignored'}`,
+  ];
+  if (p.breaker) parts.push(`breaker opens after ${p.breaker.failure_threshold} failures for ${ms(p.breaker.open_ms)}`);
+  if (p.retry_budget) parts.push(`retry budget ${p.retry_budget.ratio} per request + ${p.retry_budget.min_per_s}/s`);
+  return parts.join(', ');
 }
 
 function list(items) {

@@ -1,0 +1,257 @@
+//! The load chart under the timeline, on its time axis (it follows the zoom and the pan): per
+//! 100 ms of lab time, the requests that reached the downstream, stacked by the answer they got
+//! (2xx, 503, 429, and those whose client had already timed out), the work the downstream did
+//! for clients that had given up (below the baseline), the most requests in process at once
+//! (a tick), and the overloaded mode's capacity or the throttled mode's rate as a line.
+//!
+//! Bins come from the server (`load` in the snapshot and the `load` event). Zoomed out, bins
+//! are summed into wider bars (2, 5, 10… bins) so a bar is never thinner than a few pixels, and
+//! every height stays "per 100 ms" (the average over the bar) so the line keeps its meaning.
+//! Positions are the bars' `--s` and `--d`; heights are `--n` over the chart's `--ymax`, so a
+//! new maximum is one property write.
+
+import { duration, labTime } from './model.js';
+
+/** The answers, bottom to top, as stacked in every bar (the order is a cue besides colour). */
+export const ANSWERS = [
+  ['ok', '2xx'],
+  ['unavailable', '503'],
+  ['throttled', '429'],
+  ['timed_out', 'client had timed out'],
+  ['other', 'other'],
+];
+/** A bar is never thinner than this. */
+const MIN_BAR_PX = 3;
+/** The accessible summary is rewritten at most this often. */
+const SUMMARY_MS = 1000;
+
+export function createLoadChart(state, miniTip) {
+  const { root, model } = state;
+  const plot = root.querySelector('[data-load-plot]');
+  const barsEl = root.querySelector('[data-load-bars]');
+  const limitEl = root.querySelector('[data-load-limit]');
+  const limitText = root.querySelector('[data-load-limit-text]');
+  const maxEl = root.querySelector('[data-load-max]');
+
+  /** Bins per bar at the current zoom. */
+  let factor = 0;
+  /** Bar start (lab ms) -> { el, sum }. */
+  const bars = new Map();
+  let ymax = 0;
+  let limit = null;
+  let summaryTimer = 0;
+
+  const barMs = () => model.load.binMs * factor;
+
+  /** The fewest bins per bar (1, 2, 5 × 10^n) that keep a bar MIN_BAR_PX wide at k px/ms. */
+  function factorFor(k) {
+    const binMs = model.load.binMs;
+    if (!(k > 0)) return factor || 1;
+    for (let p = 1; p < 1e7; p *= 10) {
+      for (const f of [1, 2, 5]) if (binMs * f * p * k >= MIN_BAR_PX) return f * p;
+    }
+    return 1e7;
+  }
+
+  function emptySum() {
+    return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, bins: 0 };
+  }
+
+  function add(sum, b) {
+    sum.requests += b.requests ?? 0;
+    sum.ok += b.ok ?? 0;
+    sum.unavailable += b.unavailable ?? 0;
+    sum.throttled += b.throttled ?? 0;
+    sum.timed_out += b.timed_out ?? 0;
+    sum.wasted += b.wasted ?? 0;
+    sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
+    sum.bins += 1;
+  }
+
+  function barStart(t) {
+    return Math.floor(t / barMs()) * barMs();
+  }
+
+  /** Sum the bins of the bar that starts at `start`. */
+  function sumBar(start) {
+    const sum = emptySum();
+    const binMs = model.load.binMs;
+    for (let t = start; t < start + barMs(); t += binMs) {
+      const b = model.load.bins.get(t);
+      if (b) add(sum, b);
+    }
+    return sum;
+  }
+
+  /** Write bar `start` with `sum`: made on first use, updated in place after. */
+  function drawBar(start, sum) {
+    let bar = bars.get(start);
+    if (!bar) {
+      const el = document.createElement('div');
+      el.className = 'load-bar';
+      el.dataset.loadBar = '';
+      el.style.setProperty('--s', String(start));
+      el.style.setProperty('--d', String(barMs()));
+      const up = document.createElement('span');
+      up.className = 'lb-up';
+      const parts = {};
+      for (const [kind] of ANSWERS) {
+        const part = document.createElement('i');
+        part.dataset.kind = kind;
+        up.append(part);
+        parts[kind] = part;
+      }
+      const down = document.createElement('span');
+      down.className = 'lb-down';
+      const peak = document.createElement('span');
+      peak.className = 'lb-peak';
+      el.append(up, down, peak);
+      bar = { el, parts, down, peak, sum: null };
+      bars.set(start, bar);
+      barsEl.append(el);
+    }
+    bar.sum = sum;
+    const per = (n) => String(n / factor);
+    const other = Math.max(0, sum.requests - sum.ok - sum.unavailable - sum.throttled - sum.timed_out);
+    const counts = { ...sum, other };
+    for (const [kind] of ANSWERS) {
+      bar.parts[kind].style.setProperty('--n', per(counts[kind]));
+      bar.parts[kind].hidden = counts[kind] === 0;
+    }
+    bar.down.style.setProperty('--n', per(sum.wasted));
+    bar.down.hidden = sum.wasted === 0;
+    bar.peak.style.setProperty('--n', String(sum.peak));
+    bar.peak.hidden = sum.peak === 0;
+    // The raw sums, for the tooltip and for tests.
+    const d = bar.el.dataset;
+    d.t = String(start);
+    d.requests = String(sum.requests);
+    d.ok = String(sum.ok);
+    d.unavailable = String(sum.unavailable);
+    d.throttled = String(sum.throttled);
+    d.timedOut = String(sum.timed_out);
+    d.wasted = String(sum.wasted);
+    d.peak = String(sum.peak);
+  }
+
+  function rebuild() {
+    barsEl.replaceChildren();
+    bars.clear();
+    const sums = new Map();
+    for (const b of model.load.bins.values()) {
+      const start = barStart(b.t_ms);
+      let sum = sums.get(start);
+      if (!sum) sums.set(start, (sum = emptySum()));
+      add(sum, b);
+    }
+    for (const [start, sum] of sums) drawBar(start, sum);
+  }
+
+  /** The line: the overloaded mode's capacity, or the throttled mode's rate per bin. */
+  function drawLimit() {
+    const ds = model.downstream;
+    limit = null;
+    if (ds?.mode === 'overloaded' && ds.capacity != null) {
+      limit = { value: ds.capacity, text: `capacity: ${ds.capacity} at once, ${ds.queue ?? 0} more may wait` };
+    } else if (ds?.mode === 'throttled' && ds.rate_per_s != null) {
+      const per = (ds.rate_per_s * model.load.binMs) / 1000;
+      limit = { value: per, text: `rate limit: ${ds.rate_per_s}/s, ${round(per)} per ${duration(model.load.binMs)}` };
+    }
+    limitEl.hidden = !limit;
+    plot.dataset.limit = limit ? String(limit.value) : '';
+    if (!limit) return;
+    limitEl.style.setProperty('--n', String(limit.value));
+    limitText.textContent = limit.text;
+  }
+
+  /** The top of the scale: the highest bar or tick, and room above the line. */
+  function rescale() {
+    let top = 4;
+    for (const { sum } of bars.values()) top = Math.max(top, sum.requests / factor, sum.peak);
+    if (limit) top = Math.max(top, limit.value * 1.25);
+    const next = niceCeil(top);
+    if (next === ymax) return;
+    ymax = next;
+    plot.style.setProperty('--ymax', String(ymax));
+    maxEl.textContent = `↑ ${ymax}`;
+  }
+
+  function summarise() {
+    summaryTimer = 0;
+    const total = emptySum();
+    let busiest = null;
+    for (const b of model.load.bins.values()) {
+      add(total, b);
+      if (!busiest || b.requests > busiest.requests) busiest = b;
+    }
+    plot.dataset.bins = String(total.bins);
+    plot.dataset.requests = String(total.requests);
+    if (!total.bins) {
+      plot.setAttribute('aria-label', 'Load on the downstream: no requests yet.');
+      return;
+    }
+    const parts = [`${total.ok} answered 2xx`, `${total.unavailable} 503`, `${total.throttled} 429`, `${total.timed_out} after the client had timed out`];
+    plot.setAttribute(
+      'aria-label',
+      `Load on the downstream: ${total.requests} requests, ${parts.join(', ')}; ${total.wasted} done for clients that had given up. `
+        + `Busiest ${duration(model.load.binMs)}: ${busiest.requests} requests at ${labTime(busiest.t_ms)}, at most ${total.peak} in process at once.`
+        + (limit ? ` The line is the ${limit.text}.` : ''),
+    );
+  }
+
+  // ---- hover: the numbers of one bar ----------------------------------------------------------
+
+  plot.addEventListener('pointermove', (e) => {
+    const { t0, k } = state.view;
+    if (!(k > 0) || !factor) return;
+    const px = e.clientX - plot.getBoundingClientRect().left;
+    const bar = bars.get(barStart(t0 + px / k));
+    if (!bar) return miniTip.hide();
+    const s = bar.sum;
+    const start = Number(bar.el.dataset.t);
+    const span = `${labTime(start)} + ${duration(barMs())}`;
+    const per = factor > 1 ? ` (over ${factor} bins of ${duration(model.load.binMs)})` : '';
+    const other = Math.max(0, s.requests - s.ok - s.unavailable - s.throttled - s.timed_out);
+    const text = `${s.requests} requests${per}: ${s.ok} 2xx, ${s.unavailable} 503, ${s.throttled} 429, `
+      + `${s.timed_out} client timed out${other ? `, ${other} other` : ''}; ${s.wasted} wasted; at most ${s.peak} in process at once`;
+    const r = plot.getBoundingClientRect();
+    miniTip.show(e.clientX, r.top, span, text, true);
+  });
+  plot.addEventListener('pointerleave', () => miniTip.hide());
+
+  return {
+    /** Draw what changed, after the scale has set this frame's window. */
+    update(changes) {
+      const next = factorFor(state.view.k);
+      let changed = false;
+      if (changes.all || next !== factor) {
+        factor = next;
+        rebuild();
+        changed = true;
+      } else if (changes.load.size) {
+        const starts = new Set([...changes.load].map(barStart));
+        for (const start of starts) drawBar(start, sumBar(start));
+        changed = true;
+      }
+      if (changes.all || changes.settings) {
+        drawLimit();
+        changed = true;
+      }
+      if (!changed) return;
+      plot.dataset.bars = String(bars.size);
+      rescale();
+      summaryTimer ||= setTimeout(summarise, changes.all ? 0 : SUMMARY_MS);
+    },
+  };
+}
+
+/** 1, 2, 2.5, 5 × 10^n at or above `x`. */
+function niceCeil(x) {
+  const p = 10 ** Math.floor(Math.log10(x));
+  for (const f of [1, 2, 2.5, 5, 10]) if (f * p >= x) return f * p;
+  return 10 * p;
+}
+
+function round(x) {
+  return Number.isInteger(x) ? String(x) : x.toFixed(1);
+}

@@ -1,0 +1,200 @@
+//! The timeline's two lanes above its time axis: the client's circuit breaker, drawn as a band
+//! of its states over lab time, and a flag for every change of settings (by hand or by
+//! schedule), client crash and server restart, with its label on hover and on focus, and a
+//! faint line down through the rows, so a person sees what the messages reacted to.
+//!
+//! Both use the bars' `--s` and `--d` custom properties (lab ms), so they follow the zoom and
+//! the pan without being redrawn. What happens by itself (the breaker trips, an outage window
+//! ends, the client crashes) is also told to screen readers, a few seconds apart at most.
+
+import { labTime } from './model.js';
+
+export const BREAKER_TEXT = { closed: 'closed', open: 'open', half_open: 'half-open' };
+const KIND_GLYPH = { settings: '⚙', scheduled: '↩', crash: '✕', restart: '↻', reset: '↻' };
+const KIND_TEXT = {
+  settings: 'settings changed',
+  scheduled: 'scheduled revert',
+  crash: 'client crash',
+  restart: 'server restart',
+  reset: 'lab reset',
+};
+/** Tell screen readers at most this often; what happened in between is told together. */
+const SAY_EVERY_MS = 3000;
+
+export function createMarks(state, scale, miniTip) {
+  const { root, model } = state;
+  const band = root.querySelector('[data-breaker]');
+  const nowEl = root.querySelector('[data-breaker-now]');
+  const marksEl = root.querySelector('[data-marks]');
+  const linesEl = root.querySelector('.tl-marklines');
+  const said = document.getElementById('changes-said');
+
+  /** How many of `model.markers` are drawn (they only ever grow until the next snapshot). */
+  let drawnMarkers = 0;
+  /** Index of the flag holding the lane's single tab stop. */
+  let tabStop = -1;
+  /** Phrases waiting to be told, and the timer that tells them. */
+  let toTell = [];
+  let tellTimer = 0;
+  let lastTold = -Infinity;
+
+  // ---- the breaker ------------------------------------------------------------------------
+
+  function drawBreaker() {
+    const { state: current, changes } = model.breaker;
+    const on = model.policy?.breaker != null;
+    const segments = [];
+    // Closed from the lab's start until the first change.
+    let from = 0;
+    let st = 'closed';
+    for (const c of changes) {
+      if (c.at_ms > from) segments.push({ from, to: c.at_ms, state: st });
+      from = c.at_ms;
+      st = c.state;
+    }
+    segments.push({ from, to: null, state: st });
+    band.replaceChildren(
+      ...segments.map((s) => {
+        const el = document.createElement('span');
+        el.className = 'tl-bk';
+        el.dataset.breakerSegment = '';
+        el.dataset.state = s.state;
+        el.dataset.from = String(s.from);
+        el.style.setProperty('--s', String(s.from));
+        // The current state runs to the right edge, so it needs no redrawing as time passes.
+        if (s.to == null) el.classList.add('is-current');
+        else el.style.setProperty('--d', String(s.to - s.from));
+        if (s.state !== 'closed') el.textContent = BREAKER_TEXT[s.state];
+        return el;
+      }),
+    );
+    band.dataset.breakerState = current;
+    band.dataset.breakerOn = String(on);
+    band.classList.toggle('is-off', !on && changes.length === 0);
+    const opened = changes.filter((c) => c.state === 'open').length;
+    const times = opened === 1 ? 'once' : `${opened} times`;
+    band.setAttribute(
+      'aria-label',
+      on || changes.length
+        ? `Circuit breaker ${BREAKER_TEXT[current]} now${opened ? `; it opened ${times}` : '; it has not opened'}.`
+        : 'Circuit breaker: off in this policy.',
+    );
+    nowEl.textContent = on || changes.length ? BREAKER_TEXT[current] : 'off';
+    nowEl.dataset.state = on || changes.length ? current : 'off';
+  }
+
+  // ---- the markers ------------------------------------------------------------------------
+
+  function drawMarkers(all) {
+    if (all) {
+      marksEl.replaceChildren();
+      linesEl.replaceChildren();
+      drawnMarkers = 0;
+      tabStop = -1;
+      miniTip.hide();
+    }
+    const flags = [];
+    const lines = [];
+    for (let i = drawnMarkers; i < model.markers.length; i++) {
+      const m = model.markers[i];
+      const flag = document.createElement('button');
+      flag.type = 'button';
+      flag.className = 'tl-mark';
+      flag.tabIndex = -1;
+      flag.dataset.marker = String(i);
+      flag.dataset.kind = m.kind;
+      flag.style.setProperty('--s', String(m.at_ms));
+      flag.textContent = KIND_GLYPH[m.kind] ?? '•';
+      flag.setAttribute('aria-label', `${labTime(m.at_ms)}, ${KIND_TEXT[m.kind] ?? m.kind}: ${m.label}`);
+      flags.push(flag);
+      const line = document.createElement('span');
+      line.className = 'tl-markline';
+      line.dataset.kind = m.kind;
+      line.style.setProperty('--s', String(m.at_ms));
+      lines.push(line);
+    }
+    marksEl.append(...flags);
+    linesEl.append(...lines);
+    drawnMarkers = model.markers.length;
+    // Keyboard users get one way in: the latest flag, unless one was chosen.
+    const stops = marksEl.children;
+    if (stops.length && (tabStop < 0 || !stops[tabStop])) setTabStop(stops.length - 1);
+  }
+
+  function setTabStop(i) {
+    const stops = marksEl.children;
+    if (stops[tabStop]) stops[tabStop].tabIndex = -1;
+    tabStop = i;
+    stops[i].tabIndex = 0;
+  }
+
+  function showFlag(flag) {
+    const m = model.markers[Number(flag.dataset.marker)];
+    if (!m) return;
+    const r = flag.getBoundingClientRect();
+    miniTip.show(r.left + r.width / 2, r.bottom, `${labTime(m.at_ms)} · ${KIND_TEXT[m.kind] ?? m.kind}`, m.label);
+  }
+
+  marksEl.addEventListener('pointerover', (e) => {
+    const flag = e.target.closest('.tl-mark');
+    if (flag) showFlag(flag);
+  });
+  marksEl.addEventListener('pointerout', (e) => {
+    if (e.target.closest('.tl-mark') && !marksEl.contains(document.activeElement)) miniTip.hide();
+  });
+  marksEl.addEventListener('focusin', (e) => {
+    const flag = e.target.closest('.tl-mark');
+    if (!flag) return;
+    const i = Number(flag.dataset.marker);
+    if (i !== tabStop) setTabStop(i);
+    const at = model.markers[i]?.at_ms;
+    if (at != null) scale.panToShow(at, at);
+    showFlag(flag);
+  });
+  marksEl.addEventListener('focusout', (e) => {
+    if (!marksEl.contains(e.relatedTarget)) miniTip.hide();
+  });
+  marksEl.addEventListener('keydown', (e) => {
+    const stops = marksEl.children;
+    if (!stops.length) return;
+    const moves = { ArrowLeft: tabStop - 1, ArrowRight: tabStop + 1, Home: 0, End: stops.length - 1 };
+    if (e.key === 'Escape') return miniTip.hide();
+    if (!(e.key in moves)) return;
+    e.preventDefault();
+    const i = Math.min(Math.max(0, moves[e.key]), stops.length - 1);
+    // No scrolling: the lane is clipped, and a scrolled lane would no longer line up with time.
+    stops[i].focus({ preventScroll: true });
+  });
+
+  // ---- telling ----------------------------------------------------------------------------
+
+  function tell(phrase) {
+    toTell.push(phrase);
+    if (toTell.length > 3) toTell = toTell.slice(-3);
+    if (tellTimer) return;
+    tellTimer = setTimeout(() => {
+      tellTimer = 0;
+      lastTold = performance.now();
+      said.textContent = toTell.join(' ');
+      toTell = [];
+    }, Math.max(300, lastTold + SAY_EVERY_MS - performance.now()));
+  }
+
+  return {
+    /** Draw what changed; called once per animation frame. */
+    render(changes) {
+      const fresh = model.markers.length - drawnMarkers;
+      if (changes.all || changes.breaker || changes.settings) drawBreaker();
+      if (changes.all || changes.markers) drawMarkers(changes.all);
+      // A snapshot is where the page starts from: only what happens after it is told.
+      if (changes.all) return;
+      if (changes.breaker) tell(`Circuit breaker ${BREAKER_TEXT[model.breaker.state]}.`);
+      if (changes.markers) {
+        for (const m of model.markers.slice(-Math.max(0, fresh))) {
+          // A change the person made is told by the status line already.
+          if (m.kind !== 'settings') tell(`${KIND_TEXT[m.kind] ?? m.kind}: ${m.label}.`);
+        }
+      }
+    },
+  };
+}
