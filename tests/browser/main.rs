@@ -6,6 +6,7 @@
 //! variable is set), where a missing browser is a failure: `.ci/run` installs it.
 
 mod cdp;
+mod failure_modes;
 mod scale;
 
 use std::net::SocketAddr;
