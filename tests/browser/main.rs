@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cdp::{Browser, CHROMIUM, Page};
-use retrylab::config::{Config, Limits, Retention};
+use retrylab::config::Config;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
