@@ -2,7 +2,23 @@
 //! with jitter, `Retry-After`, idempotency keys and a dead-letter queue do their work.
 //!
 //! The parts, each a module (arrows point to what a part uses):
-//! `web` -> `lab` -> (`producer` -> `retry`), `downstream`, `dlq`, `events`; `lab` -> `store`.
+//!
+//! ```text
+//! web         routes, pages, SSE, the JSON API, errors
+//!  |-> producer    the client: sends over HTTP, follows the policy, dead-letters
+//!  |    '-> lab, retry, domain, store
+//!  '-> lab         one playground: holds its state, publishes its events, asks the store to persist
+//!       |-> domain      the lab's state and rules: messages, attempts, waits, counters
+//!       |-> dlq         the dead-letter queue: replay, quarantine, retention
+//!       |-> downstream  the fault-injectable modes and the idempotency ledger
+//!       |-> events      the numbered log, its resume window, the broadcast
+//!       '-> store       persistence only: SQLite, migrations, the group-committing writer
+//!
+//! Below lab:  domain -> downstream, retry     dlq -> domain
+//!             events -> domain, dlq, downstream, retry     store -> domain, dlq, downstream
+//!             retry (pure backoff math) and downstream use nothing of ours.
+//! web also names the types of dlq, domain, downstream and retry in its requests and answers.
+//! ```
 
 pub mod config;
 pub mod dlq;
@@ -68,12 +84,17 @@ pub async fn serve(
         shutdown: stopped.clone(),
     });
     for lab in app.labs.all() {
+        lab.mark(domain::MarkerKind::Restart, "server restarted");
+        if let Some(revert) = lab.pending_revert() {
+            lab.schedule_revert(revert);
+        }
         let resumed = app.producer.resume(&lab, "restart");
         if resumed > 0 {
             tracing::info!(lab = %lab.id, resumed, "resumed deliveries after a restart");
         }
     }
     tokio::spawn(apply_retention(app.clone()));
+    tokio::spawn(publish_load(app.clone()));
 
     if let Some(metrics_addr) = config.exposure.metrics_addr {
         let metrics_listener = TcpListener::bind(metrics_addr).await?;
@@ -120,6 +141,20 @@ async fn apply_retention(app: Arc<App>) {
         let purged = app.labs.purge_idle(now);
         if purged > 0 {
             tracing::info!(purged, "deleted idle labs");
+        }
+    }
+}
+
+/// How often the load measured at each downstream goes out to the pages.
+const LOAD_EVERY: Duration = Duration::from_millis(250);
+
+/// Sends each lab's changed load bins as one event now and then, rather than one per request.
+async fn publish_load(app: Arc<App>) {
+    use tokio_stream::StreamExt;
+    let mut ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(LOAD_EVERY));
+    while ticks.next().await.is_some() {
+        for lab in app.labs.all() {
+            lab.publish_load();
         }
     }
 }

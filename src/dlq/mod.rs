@@ -16,7 +16,11 @@ pub struct DeadLetter {
     pub id: u64,
     pub key: String,
     pub round: u32,
+    /// What ended the round, in words.
     pub reason: String,
+    /// What ended the round, as a name to count by.
+    #[serde(default)]
+    pub cause: Cause,
     pub attempts: Vec<Attempt>,
     pub dead_lettered_ms: u64,
     /// Wall-clock time, for the retention window.
@@ -25,12 +29,29 @@ pub struct DeadLetter {
     pub quarantined: bool,
 }
 
+/// What ended a round without a delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Every attempt the policy allows was used.
+    #[default]
+    AttemptsUsedUp,
+    /// The next wait would have ended past the policy's `max_total_ms`.
+    TimeBudget,
+    /// The last attempt was refused by the open circuit breaker.
+    CircuitOpen,
+    /// The retry budget refused a retry.
+    RetryBudget,
+    /// The downstream answered with an error that retrying cannot fix.
+    Permanent,
+}
+
 impl DeadLetter {
     /// The letter for a message given up on in its current round; quarantined when this is
     /// its `quarantine_after`-th replay or later.
     pub fn new(
         message: &Message,
-        reason: String,
+        (cause, reason): (Cause, String),
         (now_ms, unix_ms): (u64, u64),
         quarantine_after: u32,
     ) -> Self {
@@ -39,6 +60,7 @@ impl DeadLetter {
             key: message.key.clone(),
             round: message.round,
             reason,
+            cause,
             attempts: message.attempts.clone(),
             dead_lettered_ms: now_ms,
             dead_lettered_unix_ms: unix_ms,
@@ -178,8 +200,8 @@ mod tests {
     #[test]
     fn replay_all_skips_the_quarantined_and_by_id_needs_a_confirmation() {
         let mut queue = DeadLetterQueue::default();
-        queue.push(DeadLetter::new(&message(1, 0), "gave up".into(), (5, 5), 3));
-        queue.push(DeadLetter::new(&message(2, 3), "gave up".into(), (6, 6), 3));
+        queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "gave up".into()), (5, 5), 3));
+        queue.push(DeadLetter::new(&message(2, 3), (Cause::AttemptsUsedUp, "gave up".into()), (6, 6), 3));
         assert_eq!(queue.quarantined(), 1);
         assert_eq!(queue.choose(None, false), Ok(vec![1]));
         assert_eq!(queue.choose(Some(&[2, 2]), false), Err(ReplayRefusal::Quarantined(vec![2])));
@@ -192,7 +214,7 @@ mod tests {
     #[test]
     fn rows_the_store_could_not_commit_come_back() {
         let mut queue = DeadLetterQueue::default();
-        queue.push(DeadLetter::new(&message(1, 0), "gave up".into(), (5, 5), 3));
+        queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "gave up".into()), (5, 5), 3));
         let mut first = RecordChanges::default();
         queue.take_changes(&mut first);
         assert_eq!(first.dead_letters.len(), 1);
@@ -208,8 +230,8 @@ mod tests {
     #[test]
     fn expired_letters_leave_the_queue() {
         let mut queue = DeadLetterQueue::default();
-        queue.push(DeadLetter::new(&message(1, 0), "old".into(), (5, 100), 3));
-        queue.push(DeadLetter::new(&message(2, 0), "new".into(), (6, 900), 3));
+        queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "old".into()), (5, 100), 3));
+        queue.push(DeadLetter::new(&message(2, 0), (Cause::AttemptsUsedUp, "new".into()), (6, 900), 3));
         assert_eq!(queue.expire(500), vec![1]);
         assert_eq!(queue.letters().iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
     }

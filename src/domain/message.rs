@@ -35,6 +35,8 @@ pub enum Outcome {
     TransportError,
     /// The client died mid-attempt (a crash or a restart); it counts as a failed attempt.
     Interrupted,
+    /// The circuit breaker was open: no request was sent, and it counts as a failed attempt.
+    ShortCircuited,
 }
 
 /// A planned wait and, once the next attempt starts, how long it really lasted.
@@ -90,4 +92,6 @@ pub struct ResumePoint {
     pub delay_ms: u64,
     /// The wait chosen last time (decorrelated jitter grows from it).
     pub previous_wait_ms: Option<u64>,
+    /// When the round's first attempt started, for the time budget; `None` before it.
+    pub round_started_ms: Option<u64>,
 }

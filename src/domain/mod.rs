@@ -2,11 +2,15 @@
 //! machine, attempts and waits, counters, and the record that holds one lab's state in memory
 //! and notes what each change touched, so the store can persist exactly the rows that changed.
 
+mod load;
+mod marker;
 mod message;
 mod record;
 
+pub use load::{Answer, BIN_MS, Load, LoadBin};
+pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
-pub use record::{Counters, LabRecord, RecordChanges, RecordParts};
+pub use record::{BreakerChange, Counters, LabRecord, RecordChanges, RecordParts};
 
 /// A record as the store keeps it: JSON.
 pub fn to_json(value: &impl serde::Serialize) -> String {

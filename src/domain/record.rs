@@ -6,11 +6,12 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use super::load::Load;
+use super::marker::Markers;
 use super::message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 use super::to_json;
-use crate::dlq::DeadLetter;
-use crate::downstream::{DownstreamSettings, KeyRow, Ledger, LedgerCounts};
-use crate::retry::{Policy, Wait};
+use crate::downstream::{DownstreamSettings, Gate, Gcra, KeyRow, Ledger, LedgerCounts, Revert};
+use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
 
 const STATES: usize = MessageState::COUNT;
 
@@ -51,8 +52,22 @@ struct Dirty {
 #[derive(Debug, Default)]
 pub struct LabRecord {
     pub downstream: DownstreamSettings,
+    /// While a timed setting lasts: when and to what the downstream goes back.
+    pub revert: Option<Revert>,
     pub policy: Policy,
     pub ledger: Ledger,
+    /// The throttled downstream's rate limit.
+    pub throttle: Gcra,
+    /// The overloaded downstream's workers and queue.
+    pub gate: Gate,
+    /// What the downstream measured, per 100 ms.
+    pub load: Load,
+    pub markers: Markers,
+    /// The client's circuit breaker, and every change of its state.
+    pub breaker: Breaker,
+    pub breaker_changes: Vec<BreakerChange>,
+    /// The client's retry budget's window.
+    pub budget: RetryBudget,
     /// Bumped by every reset, so work begun before it cannot write into the fresh state.
     pub epoch: u64,
     messages: Vec<Message>,
@@ -62,22 +77,30 @@ pub struct LabRecord {
     dirty: Dirty,
 }
 
+/// The breaker changed state at `at_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BreakerChange {
+    pub at_ms: u64,
+    pub state: BreakerState,
+}
+
 /// What the store keeps of a lab record.
 #[derive(Debug)]
 pub struct RecordParts {
     pub downstream: DownstreamSettings,
+    pub revert: Option<Revert>,
     pub policy: Policy,
     pub ledger: Ledger,
     pub epoch: u64,
     pub next_message_id: u64,
     pub messages: Vec<Message>,
-    pub dead_letters: Vec<DeadLetter>,
 }
 
 impl LabRecord {
     pub fn restore(parts: RecordParts) -> Self {
         let mut record = LabRecord {
             downstream: parts.downstream,
+            revert: parts.revert,
             policy: parts.policy,
             ledger: parts.ledger,
             epoch: parts.epoch,
@@ -97,6 +120,10 @@ impl LabRecord {
             self.by_state[message.state as usize] += 1;
         }
         self.messages = messages;
+    }
+
+    pub fn downstream_view(&self) -> crate::downstream::DownstreamView {
+        crate::downstream::DownstreamView { settings: self.downstream, revert: self.revert }
     }
 
     /// The counters; `quarantined` comes from the dead-letter queue.
@@ -172,6 +199,7 @@ impl LabRecord {
             next_n: round.len() as u32 + 1,
             delay_ms,
             previous_wait_ms,
+            round_started_ms: round.first().map(|a| a.started_ms),
         })
     }
 
@@ -236,12 +264,9 @@ impl LabRecord {
         self.set_state(id, MessageState::Delivered)
     }
 
-    /// Gives up on a message: it leaves the active states; returns the letter for the queue.
-    pub fn dead_letter(&mut self, id: u64, reason: String, clock: (u64, u64)) -> Option<DeadLetter> {
-        let quarantine_after = self.policy.quarantine_after;
-        let letter = DeadLetter::new(self.message(id)?, reason, clock, quarantine_after);
-        self.set_state(id, MessageState::DeadLetter);
-        Some(letter)
+    /// Gives up on a message: it leaves the active states. Returns it, for its dead letter.
+    pub fn dead_letter(&mut self, id: u64) -> Option<&Message> {
+        self.set_state(id, MessageState::DeadLetter).then(|| self.message(id))?
     }
 
     /// Puts dead-lettered messages back in the queue for a new round, keeping their keys;
@@ -274,12 +299,17 @@ impl LabRecord {
         count
     }
 
-    /// Clears messages, dead letters and the ledger; settings stay.
+    /// Clears messages, the ledger and what was measured; settings stay.
     pub fn reset(&mut self) {
         self.messages.clear();
         self.index.clear();
         self.ledger = Ledger::default();
         self.by_state = [0; STATES];
+        self.load.clear();
+        self.markers.clear();
+        self.breaker = Breaker::default();
+        self.breaker_changes.clear();
+        self.budget = RetryBudget::default();
         self.epoch += 1;
         self.dirty = Dirty { cleared: true, ..Default::default() };
     }
@@ -311,6 +341,15 @@ impl LabRecord {
         self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));
     }
 
+    /// Notes a change of the breaker's state.
+    pub fn breaker_changed(&mut self, state: BreakerState, at_ms: u64) {
+        const MAX_CHANGES: usize = 1_000;
+        if self.breaker_changes.len() >= MAX_CHANGES {
+            self.breaker_changes.remove(0);
+        }
+        self.breaker_changes.push(BreakerChange { at_ms, state });
+    }
+
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {
         self.index.get(&id).map(|&i| &mut self.messages[i])
     }
@@ -335,7 +374,7 @@ mod tests {
     fn changes_the_store_could_not_commit_come_back() {
         let mut record = LabRecord::default();
         let created = record.create_messages(3, 0);
-        record.dead_letter(created[0].id, "gave up".into(), (5, 5));
+        record.dead_letter(created[0].id);
         let first = record.take_changes();
         assert_eq!(first.messages.len(), 3);
         assert!(record.take_changes().messages.is_empty(), "taken once");

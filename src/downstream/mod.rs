@@ -1,19 +1,28 @@
-//! The fault-injectable downstream: its four modes, the `Idempotency-Key` it requires, and the
+//! The fault-injectable downstream: its modes (healthy, flaky, slow, down, and the struggling
+//! ones: throttled by a rate limit, overloaded past its capacity), the `Idempotency-Key` it requires, and the
 //! idempotency contract it keeps (IETF draft "The Idempotency-Key HTTP Header Field", and
 //! Stripe's contract): a key's first successful request applies the write once; a repeat with
 //! the same body gets the stored answer back, flagged as a replay; a repeat with another body is
 //! refused; a repeat while the first is still being processed is told to come back later.
 
+mod capacity;
 mod ledger;
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
+pub use capacity::{Entry, Gate, Gcra};
 pub use ledger::{KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
 const MAX_RETRY_AFTER_S: u64 = 3_600;
+const MAX_RATE_PER_S: f64 = 100_000.0;
+const MAX_BURST: u32 = 100_000;
+const MAX_CAPACITY: u32 = 10_000;
+const MAX_QUEUE: u32 = 100_000;
+/// The longest a timed setting (`for_ms`) may last before the downstream goes back.
+pub const MAX_FOR_MS: u64 = 60 * 60 * 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -26,6 +35,12 @@ pub enum Mode {
     Slow,
     /// 503 + `Retry-After` to every new request; nothing is applied.
     Down,
+    /// A rate limit shared by every caller: `rate_per_s` with bursts of `burst`; a request
+    /// over it gets 429 + `Retry-After` and applies nothing.
+    Throttled,
+    /// `capacity` requests processed at once, each taking `latency_ms`; `queue` more wait in
+    /// line (their work is done even if their client gave up); the rest get 503 at once.
+    Overloaded,
 }
 
 impl Mode {
@@ -35,6 +50,8 @@ impl Mode {
             Mode::Flaky => "flaky",
             Mode::Slow => "slow",
             Mode::Down => "down",
+            Mode::Throttled => "throttled",
+            Mode::Overloaded => "overloaded",
         }
     }
 }
@@ -47,6 +64,14 @@ pub struct DownstreamSettings {
     pub failure_rate: f64,
     pub slow_ms: [u64; 2],
     pub retry_after_s: u64,
+    /// Throttled: requests allowed per second, sustained.
+    pub rate_per_s: f64,
+    /// Throttled: requests allowed at once after a quiet spell.
+    pub burst: u32,
+    /// Overloaded: requests processed at once.
+    pub capacity: u32,
+    /// Overloaded: requests that wait in line for a worker.
+    pub queue: u32,
 }
 
 impl Default for DownstreamSettings {
@@ -57,8 +82,29 @@ impl Default for DownstreamSettings {
             failure_rate: 0.5,
             slow_ms: [2_600, 3_500],
             retry_after_s: 1,
+            rate_per_s: 10.0,
+            burst: 5,
+            capacity: 4,
+            queue: 0,
         }
     }
+}
+
+/// A timed setting: when it runs out, at `at_ms` of lab time, the downstream goes back to
+/// `to`, the settings it had before.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Revert {
+    pub at_ms: u64,
+    pub to: DownstreamSettings,
+}
+
+/// The downstream as the page and the store see it: its settings and, while a timed setting
+/// lasts, when and to what it goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DownstreamView {
+    #[serde(flatten)]
+    pub settings: DownstreamSettings,
+    pub revert: Option<Revert>,
 }
 
 /// A partial update: absent fields keep their value.
@@ -70,6 +116,12 @@ pub struct DownstreamUpdate {
     pub failure_rate: Option<f64>,
     pub slow_ms: Option<[u64; 2]>,
     pub retry_after_s: Option<u64>,
+    pub rate_per_s: Option<f64>,
+    pub burst: Option<u32>,
+    pub capacity: Option<u32>,
+    pub queue: Option<u32>,
+    /// The new setting lasts this long, then the downstream goes back to what it was.
+    pub for_ms: Option<u64>,
 }
 
 impl DownstreamSettings {
@@ -81,6 +133,10 @@ impl DownstreamSettings {
             failure_rate: update.failure_rate.unwrap_or(self.failure_rate),
             slow_ms: update.slow_ms.unwrap_or(self.slow_ms),
             retry_after_s: update.retry_after_s.unwrap_or(self.retry_after_s),
+            rate_per_s: update.rate_per_s.unwrap_or(self.rate_per_s),
+            burst: update.burst.unwrap_or(self.burst),
+            capacity: update.capacity.unwrap_or(self.capacity),
+            queue: update.queue.unwrap_or(self.queue),
         };
         for (name, [min, max]) in [("latency_ms", next.latency_ms), ("slow_ms", next.slow_ms)] {
             if min > max || max > MAX_LATENCY_MS {
@@ -92,6 +148,21 @@ impl DownstreamSettings {
         }
         if next.retry_after_s > MAX_RETRY_AFTER_S {
             return Err(format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
+        }
+        if !(next.rate_per_s > 0.0 && next.rate_per_s <= MAX_RATE_PER_S) {
+            return Err(format!("rate_per_s must be above 0 and at most {MAX_RATE_PER_S}"));
+        }
+        if !(1..=MAX_BURST).contains(&next.burst) {
+            return Err(format!("burst must be 1 to {MAX_BURST}"));
+        }
+        if !(1..=MAX_CAPACITY).contains(&next.capacity) {
+            return Err(format!("capacity must be 1 to {MAX_CAPACITY}"));
+        }
+        if next.queue > MAX_QUEUE {
+            return Err(format!("queue must be 0 to {MAX_QUEUE}"));
+        }
+        if update.for_ms.is_some_and(|ms| !(1..=MAX_FOR_MS).contains(&ms)) {
+            return Err(format!("for_ms must be 1 to {MAX_FOR_MS}"));
         }
         Ok(next)
     }
@@ -136,8 +207,9 @@ pub enum Decision {
     AppliedEarly { response: StoredResponse, answer_after_ms: u64 },
 }
 
-/// Decides one request. A new key is reserved in the same step as the check, so two
-/// concurrent requests with one key can never both apply it.
+/// Decides one request that got past the mode's gate (the rate limit, the workers). A new
+/// key is reserved in the same step as the check, so two concurrent requests with one key
+/// can never both apply it.
 pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
@@ -146,7 +218,6 @@ pub fn decide(
     (now_ms, unix_ms): (u64, u64),
     rng: &mut impl Rng,
 ) -> Decision {
-    ledger.count_request();
     match ledger.lookup(key, body) {
         Lookup::Done(response) => return Decision::Replay(response),
         Lookup::InProgress => return Decision::InProgress,
@@ -157,7 +228,7 @@ pub fn decide(
     match settings.mode {
         Mode::Down => unavailable,
         Mode::Flaky if rng.random_bool(settings.failure_rate) => unavailable,
-        Mode::Healthy | Mode::Flaky => {
+        Mode::Healthy | Mode::Flaky | Mode::Throttled | Mode::Overloaded => {
             ledger.reserve(key, body.clone());
             Decision::Process { latency_ms: sample(settings.latency_ms, rng) }
         }
@@ -210,7 +281,7 @@ mod tests {
             decide(&mut ledger, &healthy, &key, &json!({"n": 2}), (9, 0), &mut rng),
             Decision::BodyMismatch
         ));
-        assert_eq!(ledger.counts(), LedgerCounts { requests: 4, applied: 1, applied_twice: 0 });
+        assert_eq!(ledger.counts(), LedgerCounts { requests: 0, applied: 1, applied_twice: 0 });
     }
 
     #[test]
@@ -223,7 +294,7 @@ mod tests {
             let decision = decide(&mut ledger, &down, &key, &json!({}), (0, 0), &mut rng);
             assert!(matches!(decision, Decision::Unavailable { retry_after_s: 1 }));
         }
-        assert_eq!((ledger.counts().requests, ledger.counts().applied), (3, 0));
+        assert_eq!(ledger.counts().applied, 0);
     }
 
     #[test]
@@ -250,5 +321,14 @@ mod tests {
         assert!(settings.updated(&inverted).unwrap_err().contains("latency_ms"));
         let down = DownstreamUpdate { mode: Some(Mode::Down), ..Default::default() };
         assert_eq!(settings.updated(&down).unwrap().mode, Mode::Down);
+        for (update, field) in [
+            (DownstreamUpdate { capacity: Some(0), ..Default::default() }, "capacity"),
+            (DownstreamUpdate { rate_per_s: Some(0.0), ..Default::default() }, "rate_per_s"),
+            (DownstreamUpdate { rate_per_s: Some(-3.0), ..Default::default() }, "rate_per_s"),
+            (DownstreamUpdate { burst: Some(0), ..Default::default() }, "burst"),
+            (DownstreamUpdate { for_ms: Some(MAX_FOR_MS + 1), ..Default::default() }, "for_ms"),
+        ] {
+            assert!(settings.updated(&update).unwrap_err().contains(field), "{field}");
+        }
     }
 }

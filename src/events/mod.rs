@@ -9,9 +9,9 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::dlq::DeadLetter;
-use crate::domain::{Attempt, Counters, Message};
-use crate::downstream::DownstreamSettings;
-use crate::retry::{PolicyView, Wait};
+use crate::domain::{Attempt, Counters, LoadBin, Marker, Message};
+use crate::downstream::DownstreamView;
+use crate::retry::{BreakerState, PolicyView, Wait};
 
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -56,8 +56,20 @@ pub enum Event {
         detail: Option<&'static str>,
     },
     SettingsChanged {
-        downstream: DownstreamSettings,
+        downstream: DownstreamView,
         policy: PolicyView,
+    },
+    /// The client's circuit breaker changed state.
+    BreakerChanged {
+        state: BreakerState,
+    },
+    /// Something the messages react to: a settings change, a scheduled revert, a crash, a restart.
+    Marker {
+        marker: Marker,
+    },
+    /// Load bins that changed since the last `load` event, whole.
+    Load {
+        bins: Vec<LoadBin>,
     },
     Reset {
         #[schema(value_type = Object)]

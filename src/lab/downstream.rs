@@ -1,12 +1,113 @@
-//! The lab's side of its downstream endpoint: each request is decided against the ledger, and
-//! each write applied, under the lab's lock, so a key can never be applied twice and every
-//! answer is an event in order with the client's own.
+//! The lab's side of its downstream endpoint: each request is counted where it arrives, let
+//! past the mode's gate (the rate limit, the workers and their queue), decided against the
+//! ledger and its write applied, all under the lab's lock, so a key can never be applied twice
+//! and every answer is an event in order with the client's own.
+
+use tokio::sync::oneshot;
 
 use super::{Lab, unix_now_ms};
-use crate::downstream::{self, Decision, IdempotencyKey, StoredResponse};
+use crate::domain::Answer;
+use crate::downstream::{self, Decision, Entry, IdempotencyKey, Mode, StoredResponse};
 use crate::events::Event;
 
+/// How a request gets past the mode's gate.
+#[derive(Debug)]
+pub enum Admission {
+    /// Straight on.
+    Open,
+    /// A worker of the overloaded downstream is this request's; give it back with
+    /// `downstream_leave`.
+    Worker,
+    /// Wait in line for a worker (it is this request's when the receiver fires).
+    Queued(oneshot::Receiver<()>),
+    /// Over the rate limit: 429.
+    Throttled { retry_after_s: u64 },
+    /// No worker and no room in the queue: 503 at once.
+    Shed { retry_after_s: u64 },
+}
+
 impl Lab {
+    /// A request reached the endpoint: counts it; returns the load bin it is counted in.
+    pub fn downstream_arrived(&self) -> u64 {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        state.record.ledger.count_request();
+        state.record.load.arrive(now)
+    }
+
+    /// Lets a request past the mode's gate, or refuses it (and says so in an event).
+    pub fn downstream_admit(&self, key: &IdempotencyKey) -> Admission {
+        self.change(|record, now| {
+            let settings = record.downstream;
+            let admission = match settings.mode {
+                Mode::Throttled => match record.throttle.check(settings.rate_per_s, settings.burst, now) {
+                    Ok(()) => Admission::Open,
+                    // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
+                    Err(wait_ms) => Admission::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) },
+                },
+                Mode::Overloaded => match record.gate.enter(settings.capacity, settings.queue) {
+                    Entry::Now => Admission::Worker,
+                    Entry::Queued(turn) => Admission::Queued(turn),
+                    Entry::Full => Admission::Shed { retry_after_s: settings.retry_after_s },
+                },
+                _ => Admission::Open,
+            };
+            let (status, detail) = match admission {
+                Admission::Throttled { .. } => (429, "over the rate limit, nothing applied"),
+                Admission::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
+                _ => return Some((admission, None)),
+            };
+            let event = Event::DownstreamRequest {
+                key: key.as_str().into(),
+                status,
+                applied: false,
+                replayed: false,
+                detail: Some(detail),
+            };
+            Some((admission, Some(event)))
+        })
+        .expect("an admission is always decided")
+    }
+
+    /// An overloaded downstream's worker is done: it goes to the next in line.
+    pub fn downstream_leave(&self) {
+        let mut state = self.lock();
+        let capacity = state.record.downstream.capacity;
+        state.record.gate.leave(capacity);
+    }
+
+    /// How the request counted in bin `arrived_t_ms` was answered.
+    pub fn downstream_answered(&self, arrived_t_ms: u64, answer: Answer) {
+        let mut state = self.lock();
+        state.record.load.answer(arrived_t_ms, answer);
+    }
+
+    /// Work begins on a request (it holds a worker, or is processed straight away).
+    pub fn downstream_work_started(&self) {
+        let now = self.now_ms();
+        self.lock().record.load.work_started(now);
+    }
+
+    /// Work on a request ended; `wasted` when its client had already given up.
+    pub fn downstream_work_finished(&self, wasted: bool) {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        state.record.load.work_finished();
+        if wasted {
+            state.record.load.wasted(now);
+        }
+    }
+
+    /// Publishes the load bins that changed since the last call, if any.
+    pub fn publish_load(&self) {
+        let mut state = self.lock();
+        let bins = state.record.load.take_changed();
+        if !bins.is_empty() {
+            let now = self.now_ms();
+            self.publish(&mut state, &Event::Load { bins }, now);
+        }
+    }
+
     /// Decides a downstream request against the ledger; returns the decision and the epoch
     /// it was made in (a reset in between voids a pending write).
     pub fn downstream_decide(&self, key: &IdempotencyKey, body: &serde_json::Value) -> (Decision, u64) {
@@ -49,10 +150,9 @@ impl Lab {
         })
     }
 
-    /// Counts a request the downstream refused before reading its key or body.
+    /// Says that the downstream refused a request before reading its key or body.
     pub fn downstream_refused(&self, status: u16, detail: &'static str) {
-        self.change(|record, _| {
-            record.ledger.count_request();
+        self.change(|_, _| {
             let event = Event::DownstreamRequest {
                 key: String::new(),
                 status,

@@ -52,7 +52,7 @@ impl Flush for Lab {
             id: lab_id.clone(),
             origin_unix_ms: self.origin_unix_ms,
             active_unix_ms: state.active_unix_ms,
-            downstream: serde_json::to_string(&record.downstream).expect("settings serialize"),
+            downstream: serde_json::to_string(&record.downstream_view()).expect("settings serialize"),
             policy: serde_json::to_string(&record.policy).expect("a policy serializes"),
             counts: record.ledger.counts(),
             next_message_id: record.next_message_id(),

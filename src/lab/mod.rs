@@ -23,13 +23,14 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::AbortHandle;
 
 use crate::config::{Limits, Retention};
-use crate::dlq::{DeadLetterQueue, ReplayRefusal};
-use crate::domain::{AttemptEnd, Counters, LabRecord, ResumePoint};
-use crate::downstream::{self as endpoint, DownstreamSettings};
+use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
+use crate::domain::{AttemptEnd, Counters, LabRecord, Marker, MarkerKind, ResumePoint};
+use crate::downstream::{self as endpoint, DownstreamSettings, DownstreamUpdate, DownstreamView, Revert};
 use crate::events::{Event, EventLog, ReplayedMessage};
-use crate::retry::{Policy, Wait};
+use crate::retry::{Admission, Breaker, BreakerState, Policy, PolicyUpdate, Wait};
 use crate::store::Store;
 
+pub use downstream::Admission as DownstreamAdmission;
 pub use flush::NotDurable;
 pub use registry::{LabId, Labs};
 pub use snapshot::{SnapshotLimits, SnapshotView};
@@ -161,6 +162,10 @@ impl Lab {
         self.lock().record.downstream.mode
     }
 
+    pub fn downstream_settings(&self) -> DownstreamSettings {
+        self.lock().record.downstream
+    }
+
     pub fn active_unix_ms(&self) -> u64 {
         self.lock().active_unix_ms
     }
@@ -170,24 +175,114 @@ impl Lab {
         self.lock().record.active_messages()
     }
 
-    /// Applies a settings change computed from the current settings, or returns its error.
-    pub fn modify_settings(
-        &self,
-        f: impl FnOnce(&DownstreamSettings, &Policy) -> Result<(DownstreamSettings, Policy), String>,
-    ) -> Result<(DownstreamSettings, Policy), String> {
-        let mut error = None;
-        let changed = self.change(|record, _| match f(&record.downstream, &record.policy) {
-            Ok((downstream, policy)) => {
-                record.downstream = downstream;
-                record.policy = policy;
-                Some(((downstream, policy), Event::SettingsChanged { downstream, policy: policy.view() }))
-            }
-            Err(e) => {
-                error = Some(e);
-                None
-            }
+    /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
+    /// lasts that long and then the downstream goes back by itself to what it was.
+    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let record = &mut state.record;
+        let next = record.downstream.updated(update)?;
+        // Going back restores what was set before the first timed change, not a timed one.
+        let before = record.revert.map_or(record.downstream, |r| r.to);
+        record.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
+        let label = match update.for_ms {
+            Some(ms) => format!("{} for {ms} ms", describe(&next)),
+            None => describe(&next),
+        };
+        self.apply(&mut state, next, None, Marker { at_ms: now, kind: MarkerKind::Settings, label }, now);
+        let view = state.record.downstream_view();
+        drop(state);
+        if let Some(revert) = view.revert {
+            self.schedule_revert(revert);
+        }
+        Ok(view)
+    }
+
+    /// Changes the retry policy; absent fields keep their value.
+    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let policy = state.record.policy.updated(update)?;
+        let label = format!("policy: {}", changed_fields(&state.record.policy, &policy));
+        let downstream = state.record.downstream;
+        self.apply(
+            &mut state,
+            downstream,
+            Some(policy),
+            Marker { at_ms: now, kind: MarkerKind::Settings, label },
+            now,
+        );
+        Ok(policy)
+    }
+
+    /// A timed setting ran out: the downstream goes back, unless another change replaced it.
+    fn revert_due(&self, at_ms: u64) {
+        let mut state = self.lock();
+        let Some(revert) = state.record.revert.filter(|r| r.at_ms == at_ms) else { return };
+        let now = self.now_ms();
+        state.record.revert = None;
+        let label = format!("back to {}", describe(&revert.to));
+        self.apply(
+            &mut state,
+            revert.to,
+            None,
+            Marker { at_ms: now, kind: MarkerKind::Scheduled, label },
+            now,
+        );
+    }
+
+    /// Arms the timer of a timed setting (again, after a restart).
+    pub fn schedule_revert(&self, revert: Revert) {
+        let Some(lab) = self.this.upgrade() else { return };
+        let delay = revert.at_ms.saturating_sub(self.now_ms());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            lab.revert_due(revert.at_ms);
         });
-        changed.ok_or_else(|| error.unwrap_or_default())
+    }
+
+    /// The settings in force, and when a timed one goes back.
+    pub fn pending_revert(&self) -> Option<Revert> {
+        self.lock().record.revert
+    }
+
+    fn apply(
+        &self,
+        state: &mut LabState,
+        downstream: DownstreamSettings,
+        policy: Option<Policy>,
+        marker: Marker,
+        now: u64,
+    ) {
+        let record = &mut state.record;
+        record.downstream = downstream;
+        if let Some(policy) = policy {
+            if policy.breaker.is_none() && record.breaker.state() != BreakerState::Closed {
+                record.breaker = Breaker::default();
+                record.breaker_changed(BreakerState::Closed, now);
+                self.publish(state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
+            }
+            state.record.policy = policy;
+        }
+        let record = &mut state.record;
+        // A larger capacity, or another mode, lets the queue in front of the workers move.
+        let capacity =
+            if downstream.mode == endpoint::Mode::Overloaded { downstream.capacity } else { u32::MAX };
+        record.gate.admit_waiting(capacity);
+        record.markers.add(marker.clone());
+        let event =
+            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
+        self.publish(state, &event, now);
+        self.publish(state, &Event::Marker { marker }, now);
+    }
+
+    /// Adds a marker on the time axis (a crash, a restart).
+    pub fn mark(&self, kind: MarkerKind, label: &str) {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let marker = Marker { at_ms: now, kind, label: label.to_owned() };
+        state.record.markers.add(marker.clone());
+        self.publish(&mut state, &Event::Marker { marker }, now);
     }
 
     /// Accepts a burst of `count` new messages; returns their ids.
@@ -249,10 +344,12 @@ impl Lab {
     }
 
     /// Gives up on a message: it moves to the dead-letter queue with its reason.
-    pub fn dead_lettered(&self, id: u64, reason: String) {
+    pub fn dead_lettered(&self, id: u64, reason: (Cause, String)) {
         let mut state = self.lock();
         let now = self.now_ms();
-        let Some(letter) = state.record.dead_letter(id, reason, (now, unix_now_ms())) else { return };
+        let quarantine_after = state.record.policy.quarantine_after;
+        let Some(message) = state.record.dead_letter(id) else { return };
+        let letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
         state.dead_letters.push(letter.clone());
         self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
@@ -275,6 +372,47 @@ impl Lab {
         Ok(ids)
     }
 
+    /// Asks the client's breaker whether the next attempt may be sent.
+    pub fn breaker_admit(&self) -> Admission {
+        let mut state = self.lock();
+        let Some(settings) = state.record.policy.breaker else { return Admission::Send };
+        let now = self.now_ms();
+        let (admission, changed) = state.record.breaker.admit(&settings, now);
+        if let Some(changed) = changed {
+            self.breaker_changed(&mut state, changed, now);
+        }
+        admission
+    }
+
+    /// Tells the client's breaker how a sent attempt ended.
+    pub fn breaker_record(&self, failed: bool) {
+        let mut state = self.lock();
+        let Some(settings) = state.record.policy.breaker else { return };
+        let now = self.now_ms();
+        if let Some(changed) = state.record.breaker.record(&settings, failed, now) {
+            self.breaker_changed(&mut state, changed, now);
+        }
+    }
+
+    fn breaker_changed(&self, state: &mut LabState, changed: BreakerState, now: u64) {
+        state.record.breaker_changed(changed, now);
+        self.publish(state, &Event::BreakerChanged { state: changed }, now);
+    }
+
+    /// Counts a first attempt in the retry budget's window.
+    pub fn budget_first_attempt(&self) {
+        let now = self.now_ms();
+        self.lock().record.budget.first_attempt(now);
+    }
+
+    /// Whether the retry budget allows a retry now (always, without one); counts it if so.
+    pub fn budget_allows_retry(&self) -> bool {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let Some(settings) = state.record.policy.retry_budget else { return true };
+        state.record.budget.try_retry(&settings, now)
+    }
+
     /// Stops every delivery and clears messages, dead letters and the ledger.
     pub fn reset(&self) {
         self.abort_deliveries();
@@ -287,7 +425,7 @@ impl Lab {
     }
 
     /// Replaces the messages and dead letters with the store's copy (after a client crash).
-    pub fn reload(&self, messages: Vec<crate::domain::Message>, dead_letters: Vec<crate::dlq::DeadLetter>) {
+    pub fn reload(&self, messages: Vec<crate::domain::Message>, dead_letters: Vec<DeadLetter>) {
         let mut state = self.lock();
         state.record.replace_messages(messages);
         state.dead_letters.replace(dead_letters);
@@ -306,6 +444,8 @@ impl Lab {
         for &id in &active {
             state.record.interrupt(id, now);
         }
+        // Probes that were cut off never answer.
+        state.record.breaker.forget_probes();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active
@@ -336,4 +476,30 @@ impl Lab {
         state.deleted = true;
         self.schedule_flush(&mut state);
     }
+}
+
+/// A downstream setting in a few words, for its marker.
+fn describe(settings: &DownstreamSettings) -> String {
+    match settings.mode {
+        endpoint::Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
+        endpoint::Mode::Throttled => {
+            format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
+        }
+        endpoint::Mode::Overloaded => {
+            format!("overloaded (capacity {}, queue {})", settings.capacity, settings.queue)
+        }
+        mode => mode.as_str().to_owned(),
+    }
+}
+
+/// The policy fields a change touched, as `name value` pairs.
+fn changed_fields(before: &Policy, after: &Policy) -> String {
+    let (serde_json::Value::Object(before), serde_json::Value::Object(after)) =
+        (serde_json::json!(before), serde_json::json!(after))
+    else {
+        return String::new();
+    };
+    let changed: Vec<String> =
+        after.iter().filter(|(k, v)| before.get(*k) != Some(v)).map(|(k, v)| format!("{k} {v}")).collect();
+    if changed.is_empty() { "unchanged".into() } else { changed.join(", ") }
 }

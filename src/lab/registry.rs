@@ -45,13 +45,12 @@ impl Labs {
     pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
         let labs = Labs { labs: RwLock::new(HashMap::new()), limits, retention, store };
         let mut map = HashMap::new();
-        for LoadedLab { row, mut parts } in loaded {
+        for LoadedLab { row, parts, dead_letters } in loaded {
             let Ok(id) = LabId::parse(&row.id) else {
                 tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
                 continue;
             };
-            let letters = DeadLetterQueue::restore(std::mem::take(&mut parts.dead_letters));
-            let state = (LabRecord::restore(parts), letters);
+            let state = (LabRecord::restore(parts), DeadLetterQueue::restore(dead_letters));
             let lab = Arc::new_cyclic(|this| {
                 Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
             });

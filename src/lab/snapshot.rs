@@ -7,9 +7,9 @@ use serde::Serialize;
 use super::{Lab, LabId, LabState};
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{Counters, Message};
-use crate::downstream::DownstreamSettings;
-use crate::retry::PolicyView;
+use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message};
+use crate::downstream::DownstreamView;
+use crate::retry::{BreakerState, PolicyView};
 
 /// Everything about a lab: settings, counters, every message with every attempt, dead letters.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -19,13 +19,30 @@ pub struct SnapshotView<'a> {
     id: &'a LabId,
     now_ms: u64,
     last_event_id: u64,
-    downstream: &'a DownstreamSettings,
+    downstream: DownstreamView,
     policy: PolicyView,
     counters: Counters,
+    breaker: BreakerView<'a>,
+    markers: &'a [Marker],
+    load: LoadView,
     limits: SnapshotLimits,
     retention: &'a Retention,
     messages: &'a [Message],
     dead_letters: &'a [DeadLetter],
+}
+
+/// The client's circuit breaker: its state now and every change, oldest first.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct BreakerView<'a> {
+    state: BreakerState,
+    changes: &'a [BreakerChange],
+}
+
+/// What the downstream measured, per `bin_ms` of lab time; only bins with activity.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LoadView {
+    bin_ms: u64,
+    bins: Vec<LoadBin>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -41,9 +58,12 @@ impl Lab {
             id: &self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: &record.downstream,
+            downstream: record.downstream_view(),
             policy: record.policy.view(),
             counters: state.counters(),
+            breaker: BreakerView { state: record.breaker.state(), changes: &record.breaker_changes },
+            markers: record.markers.all(),
+            load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
                 max_burst: self.limits.max_burst,
                 max_messages_per_lab: self.limits.max_messages_per_lab,

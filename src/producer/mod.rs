@@ -12,10 +12,12 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use crate::dlq::Cause;
+use crate::domain::MarkerKind;
 use crate::domain::{AttemptEnd, Outcome};
 use crate::lab::Lab;
 use crate::metrics::Metrics;
-use crate::retry::{self, AttemptResult, Verdict};
+use crate::retry::{self, Admission, AttemptResult, Verdict};
 use crate::store::{Store, StoreError};
 
 /// Sends messages; cheap to clone.
@@ -68,6 +70,7 @@ impl Producer {
     /// its progress only in memory would have lost every message in flight here.
     pub async fn crash_and_recover(&self, lab: &Arc<Lab>, store: &Store) -> Result<usize, StoreError> {
         lab.abort_deliveries();
+        lab.mark(MarkerKind::Crash, "client crashed; recovering from the store");
         lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
         let (reader, id) = (store.clone(), lab.id.to_string());
         let (messages, dead_letters) = tokio::task::spawn_blocking(move || reader.load_messages(&id))
@@ -78,7 +81,8 @@ impl Producer {
     }
 
     /// Delivers one message from where it stands (its first attempt, or where a crash left it)
-    /// until it is delivered, given up on, or out of attempts for its round.
+    /// until it is delivered or its round ends: attempts used up, the time budget out, the
+    /// breaker open on the last attempt, the retry budget spent, or a permanent error.
     async fn deliver(&self, lab: &Lab, id: u64) {
         let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
@@ -86,6 +90,7 @@ impl Producer {
         let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
         let mut rng = StdRng::from_rng(&mut rand::rng());
         let mut previous_wait = resume.previous_wait_ms;
+        let mut round_started_ms = resume.round_started_ms;
         if resume.delay_ms > 0 {
             // The rest of a wait a crash interrupted.
             tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
@@ -95,29 +100,47 @@ impl Producer {
             if n > policy.max_attempts {
                 // Only after a crash: the attempt that used up the budget was cut off.
                 let spent = n - 1;
-                lab.dead_lettered(
-                    id,
-                    format!("gave up after {spent} attempts; last: interrupted by a client crash"),
-                );
+                let reason = format!("attempts used up ({spent}); last: interrupted by a client crash");
+                self.dead_letter(lab, id, (Cause::AttemptsUsedUp, reason));
                 break;
             }
-            let Ok(slot) = lab.request_slots.acquire().await else { return };
-            let Ok(overall) = self.slots.acquire().await else { return };
-            let started = Instant::now();
-            if !lab.attempt_started(id, n) {
-                return; // the lab was reset
-            }
-            let sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
-            drop((slot, overall));
+            let sent = match lab.breaker_admit() {
+                Admission::ShortCircuit => {
+                    // Fails fast: no slot, no socket, no request.
+                    if !lab.attempt_started(id, n) {
+                        return; // the lab was reset
+                    }
+                    Sent::short_circuited()
+                }
+                Admission::Send | Admission::Probe => {
+                    let Ok(slot) = lab.request_slots.acquire().await else { return };
+                    let Ok(overall) = self.slots.acquire().await else { return };
+                    if !lab.attempt_started(id, n) {
+                        return; // the lab was reset
+                    }
+                    if n == 1 {
+                        lab.budget_first_attempt();
+                    }
+                    let started = Instant::now();
+                    let mut sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
+                    sent.duration_ms = started.elapsed().as_millis() as u64;
+                    drop((slot, overall));
+                    lab.breaker_record(sent.result.is_failure());
+                    self.metrics.attempt(sent.label());
+                    sent
+                }
+            };
+            let round_started_ms =
+                *round_started_ms.get_or_insert_with(|| lab.now_ms().saturating_sub(sent.duration_ms));
             let end = AttemptEnd {
-                duration_ms: started.elapsed().as_millis() as u64,
+                duration_ms: sent.duration_ms,
                 status: sent.status,
                 outcome: sent.outcome,
                 replayed: sent.replayed,
                 retry_after_s: sent.retry_after_s,
             };
             lab.attempt_finished(id, end);
-            self.metrics.attempt(sent.label());
+            let last = sent.describe(policy.timeout_ms);
             match retry::classify(sent.result) {
                 Verdict::Delivered => {
                     lab.delivered(id);
@@ -125,12 +148,18 @@ impl Producer {
                     break;
                 }
                 Verdict::GiveUp => {
-                    self.dead_letter(lab, id, format!("not retryable: {}", sent.describe(policy.timeout_ms)));
+                    self.dead_letter(lab, id, (Cause::Permanent, format!("permanent error: {last}")));
                     break;
                 }
                 Verdict::Retry if n >= policy.max_attempts => {
-                    let last = sent.describe(policy.timeout_ms);
-                    self.dead_letter(lab, id, format!("gave up after {n} attempts; last: {last}"));
+                    let ended = match sent.result {
+                        AttemptResult::ShortCircuited => (
+                            Cause::CircuitOpen,
+                            format!("circuit open: the breaker refused attempt {n} of {n}"),
+                        ),
+                        _ => (Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}")),
+                    };
+                    self.dead_letter(lab, id, ended);
                     break;
                 }
                 Verdict::Retry => {
@@ -142,6 +171,21 @@ impl Producer {
                         sent.retry_after_s,
                         &mut rng,
                     );
+                    let next_at = lab.now_ms() + wait.planned_ms;
+                    if policy.max_total_ms > 0 && next_at > round_started_ms + policy.max_total_ms {
+                        let reason = format!(
+                            "time budget: the next attempt would start past {} ms (max_total_ms); last: {last}",
+                            policy.max_total_ms
+                        );
+                        self.dead_letter(lab, id, (Cause::TimeBudget, reason));
+                        break;
+                    }
+                    if !lab.budget_allows_retry() {
+                        let reason =
+                            format!("retry budget spent: the client retried too much in 10 s; last: {last}");
+                        self.dead_letter(lab, id, (Cause::RetryBudget, reason));
+                        break;
+                    }
                     lab.wait_scheduled(id, wait);
                     previous_wait = Some(wait.chosen_ms);
                     let waited = Instant::now();
@@ -152,7 +196,7 @@ impl Producer {
         }
     }
 
-    fn dead_letter(&self, lab: &Lab, id: u64, reason: String) {
+    fn dead_letter(&self, lab: &Lab, id: u64, reason: (Cause, String)) {
         lab.dead_lettered(id, reason);
         self.metrics.message("dead_lettered");
     }
@@ -179,6 +223,7 @@ impl Producer {
         }
         Sent {
             result: AttemptResult::Response { status },
+            duration_ms: 0,
             status: Some(status),
             outcome: if (200..300).contains(&status) { Outcome::Ok } else { Outcome::HttpError },
             replayed,
@@ -190,6 +235,7 @@ impl Producer {
 /// What one attempt brought back.
 struct Sent {
     result: AttemptResult,
+    duration_ms: u64,
     status: Option<u16>,
     outcome: Outcome,
     replayed: bool,
@@ -203,7 +249,19 @@ impl Sent {
         } else {
             (AttemptResult::TransportError, Outcome::TransportError)
         };
-        Sent { result, status: None, outcome, replayed: false, retry_after_s: None }
+        Sent { result, duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
+    }
+
+    /// The breaker was open: nothing was sent, and it took no time.
+    fn short_circuited() -> Self {
+        Sent {
+            result: AttemptResult::ShortCircuited,
+            duration_ms: 0,
+            status: None,
+            outcome: Outcome::ShortCircuited,
+            replayed: false,
+            retry_after_s: None,
+        }
     }
 
     /// The attempt's status as a metric label.
@@ -212,6 +270,7 @@ impl Sent {
             AttemptResult::Response { status } => status.to_string(),
             AttemptResult::Timeout => "timeout".into(),
             AttemptResult::TransportError => "transport_error".into(),
+            AttemptResult::ShortCircuited => "short_circuited".into(),
         }
     }
 
@@ -220,6 +279,7 @@ impl Sent {
             AttemptResult::Response { status } => format!("HTTP {status}"),
             AttemptResult::Timeout => format!("no answer within {timeout_ms} ms"),
             AttemptResult::TransportError => "connection failed".into(),
+            AttemptResult::ShortCircuited => "short-circuited by the open breaker".into(),
         }
     }
 }

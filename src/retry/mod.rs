@@ -4,14 +4,19 @@
 //! checked with seeded RNGs and read next to the reference formulas.
 //!
 //! Formulas (attempt `a` is the 1-based number of the attempt that just failed):
-//! - nominal: `min(cap, base * 2^(a-1))` (800, 1600, 3200 ms with the defaults)
+//! - nominal: `min(cap, base * multiplier^(a-1))` (800, 1600, 3200 ms with the defaults;
+//!   multiplier 1 is a fixed interval)
 //! - none: `nominal`
 //! - full: `uniform(0, nominal)` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)
 //! - equal: `nominal/2 + uniform(0, nominal/2)`
 //! - decorrelated: `min(cap, uniform(base, 3 * previous))`, previous starting at `base`
 
+mod breaker;
+mod budget;
 mod policy;
 
+pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState};
+pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use policy::{Policy, PolicyUpdate, PolicyView, WaitBand};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
@@ -32,6 +37,8 @@ pub struct Backoff {
     pub jitter: Jitter,
     pub base_ms: u64,
     pub cap_ms: u64,
+    /// How much each nominal delay grows over the one before: 2 doubles, 1 keeps it fixed.
+    pub multiplier: f64,
 }
 
 /// The range a jittered wait is drawn from, inclusive at both ends.
@@ -42,10 +49,11 @@ pub struct Band {
 }
 
 impl Backoff {
-    /// `min(cap, base * 2^(attempt-1))`, saturating instead of overflowing.
+    /// `min(cap, base * multiplier^(attempt-1))`, saturating at the cap instead of overflowing.
     pub fn nominal_ms(&self, attempt: u32) -> u64 {
-        let factor = 1u64.checked_shl(attempt.saturating_sub(1)).unwrap_or(u64::MAX);
-        self.base_ms.saturating_mul(factor).min(self.cap_ms)
+        let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        let nominal = self.base_ms as f64 * self.multiplier.powi(exponent);
+        if nominal.is_finite() && nominal < self.cap_ms as f64 { nominal.round() as u64 } else { self.cap_ms }
     }
 
     /// The band the wait after `attempt` is drawn from. `previous_ms` is the wait chosen
@@ -85,9 +93,23 @@ pub struct Wait {
     pub chosen_ms: u64,
     /// The honoured `Retry-After`, after its cap; `None` when there was none or it is ignored.
     pub floor_ms: Option<u64>,
-    /// What the client means to wait: `max(chosen, floor)`.
+    /// What the client means to wait: `max(chosen, floor)`, or `floor + chosen` when the
+    /// policy puts the jitter above the `Retry-After`.
     pub planned_ms: u64,
     pub reason: WaitReason,
+}
+
+/// How an honoured `Retry-After` combines with the jittered wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryAfterMode {
+    /// Wait `max(jittered, Retry-After)`: when the header is longer than the band, every
+    /// client comes back at the same instant.
+    #[default]
+    Floor,
+    /// Wait `Retry-After + jittered`: the header sets the earliest time, the jitter still
+    /// spreads the clients after it.
+    JitterAbove,
 }
 
 /// How the client treats a `Retry-After` it receives.
@@ -96,6 +118,7 @@ pub struct RetryAfterRule {
     pub honor: bool,
     /// A server cannot make the client wait longer than this.
     pub cap_ms: u64,
+    pub mode: RetryAfterMode,
 }
 
 /// Plans the wait after the failed attempt number `attempt` (1-based).
@@ -113,8 +136,11 @@ pub fn plan_wait(
     let band = backoff.band(attempt, previous_ms);
     let chosen_ms = rng.random_range(band.low_ms..=band.high_ms);
     let floor_ms = retry_after_s.filter(|_| rule.honor).map(|s| s.saturating_mul(1000).min(rule.cap_ms));
-    let (planned_ms, reason) = match floor_ms {
-        Some(floor) if floor > chosen_ms => (floor, WaitReason::RetryAfter),
+    let (planned_ms, reason) = match (floor_ms, rule.mode) {
+        (Some(floor), RetryAfterMode::JitterAbove) => {
+            (floor.saturating_add(chosen_ms), WaitReason::RetryAfter)
+        }
+        (Some(floor), RetryAfterMode::Floor) if floor > chosen_ms => (floor, WaitReason::RetryAfter),
         _ => (chosen_ms, WaitReason::Backoff),
     };
     Wait {
@@ -131,9 +157,25 @@ pub fn plan_wait(
 /// What came back from one attempt, as the client saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptResult {
-    Response { status: u16 },
+    Response {
+        status: u16,
+    },
     Timeout,
     TransportError,
+    /// The circuit breaker was open: nothing was sent.
+    ShortCircuited,
+}
+
+impl AttemptResult {
+    /// Whether it says the downstream is unhealthy: the circuit breaker counts these. A 4xx
+    /// other than 408 and 429 is the client's own fault, not the downstream's.
+    pub fn is_failure(self) -> bool {
+        match self {
+            AttemptResult::Response { status } => status >= 500 || status == 408 || status == 429,
+            AttemptResult::Timeout | AttemptResult::TransportError => true,
+            AttemptResult::ShortCircuited => false,
+        }
+    }
 }
 
 /// What to do after an attempt.
@@ -155,7 +197,9 @@ pub fn classify(result: AttemptResult) -> Verdict {
         AttemptResult::Response { status: 408 | 409 | 429 } => Verdict::Retry,
         AttemptResult::Response { status } if status >= 500 => Verdict::Retry,
         AttemptResult::Response { .. } => Verdict::GiveUp,
-        AttemptResult::Timeout | AttemptResult::TransportError => Verdict::Retry,
+        AttemptResult::Timeout | AttemptResult::TransportError | AttemptResult::ShortCircuited => {
+            Verdict::Retry
+        }
     }
 }
 
@@ -171,8 +215,8 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
-    const DEFAULT: Backoff = Backoff { jitter: Jitter::Equal, base_ms: 800, cap_ms: 30_000 };
-    const HONOR: RetryAfterRule = RetryAfterRule { honor: true, cap_ms: 30_000 };
+    const DEFAULT: Backoff = Backoff { jitter: Jitter::Equal, base_ms: 800, cap_ms: 30_000, multiplier: 2.0 };
+    const HONOR: RetryAfterRule = RetryAfterRule { honor: true, cap_ms: 30_000, mode: RetryAfterMode::Floor };
 
     #[test]
     fn nominal_doubles_from_the_base_and_stops_at_the_cap() {
@@ -215,7 +259,8 @@ mod tests {
     fn full_and_decorrelated_jitter_stay_in_their_bands() {
         let mut rng = StdRng::seed_from_u64(11);
         let full = Backoff { jitter: Jitter::Full, ..DEFAULT };
-        let decorrelated = Backoff { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 5_000 };
+        let decorrelated =
+            Backoff { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 5_000, multiplier: 2.0 };
         let mut previous = None;
         for attempt in 1..=2_000 {
             let f = plan_wait(&full, HONOR, 2, None, None, &mut rng);
@@ -249,13 +294,36 @@ mod tests {
     #[test]
     fn retry_after_is_capped_and_can_be_ignored() {
         let mut rng = StdRng::seed_from_u64(5);
-        let capped = RetryAfterRule { honor: true, cap_ms: 2_500 };
+        let capped = RetryAfterRule { cap_ms: 2_500, ..HONOR };
         let wait = plan_wait(&DEFAULT, capped, 1, None, Some(3600), &mut rng);
         assert_eq!((wait.floor_ms, wait.planned_ms), (Some(2_500), 2_500));
-        let ignored = RetryAfterRule { honor: false, cap_ms: 30_000 };
+        let ignored = RetryAfterRule { honor: false, ..HONOR };
         let wait = plan_wait(&DEFAULT, ignored, 1, None, Some(5), &mut rng);
         assert_eq!(wait.floor_ms, None);
         assert!(wait.planned_ms <= 800);
+    }
+
+    #[test]
+    fn a_multiplier_of_one_is_a_fixed_interval_and_others_grow_by_it() {
+        let fixed = Backoff { multiplier: 1.0, ..DEFAULT };
+        assert_eq!((1..=5).map(|a| fixed.nominal_ms(a)).collect::<Vec<_>>(), [800; 5]);
+        let triple = Backoff { multiplier: 3.0, base_ms: 10, ..DEFAULT };
+        assert_eq!((1..=4).map(|a| triple.nominal_ms(a)).collect::<Vec<_>>(), [10, 30, 90, 270]);
+        assert_eq!(triple.nominal_ms(u32::MAX), 30_000, "saturates at the cap");
+    }
+
+    #[test]
+    fn jitter_above_spreads_waits_over_the_band_after_the_retry_after() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let above = RetryAfterRule { mode: RetryAfterMode::JitterAbove, ..HONOR };
+        let planned: Vec<u64> =
+            (0..1_000).map(|_| plan_wait(&DEFAULT, above, 1, None, Some(1), &mut rng).planned_ms).collect();
+        assert!(planned.iter().all(|&p| (1_400..=1_800).contains(&p)), "1 s plus the [400, 800] band");
+        let spread = planned.iter().max().unwrap() - planned.iter().min().unwrap();
+        assert!(spread > 300, "spread over the band, not one instant: {spread}");
+        let floor: Vec<u64> =
+            (0..1_000).map(|_| plan_wait(&DEFAULT, HONOR, 1, None, Some(1), &mut rng).planned_ms).collect();
+        assert!(floor.iter().all(|&p| p == 1_000), "a plain floor sends them all back together");
     }
 
     #[test]

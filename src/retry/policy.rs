@@ -3,13 +3,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Backoff, Jitter, RetryAfterRule};
+use serde::Deserializer;
+
+use super::{Backoff, BreakerSettings, BudgetSettings, Jitter, RetryAfterMode, RetryAfterRule};
 
 /// Upper bounds that keep a policy inside what a lab can show (and a person can wait for).
 const MAX_ATTEMPTS: u32 = 20;
 const MAX_DELAY_MS: u64 = 10 * 60 * 1000;
 const MAX_TIMEOUT_MS: u64 = 60 * 1000;
 const MAX_QUARANTINE_AFTER: u32 = 100;
+const MAX_MULTIPLIER: f64 = 10.0;
+const MAX_TOTAL_MS: u64 = 60 * 60 * 1000;
+const MAX_FAILURE_THRESHOLD: u32 = 1_000;
+const MAX_PROBES: u32 = 100;
+const MAX_MIN_PER_S: f64 = 10_000.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
@@ -26,6 +33,16 @@ pub struct Policy {
     /// A message dead-lettered in its N-th replay (or later) is quarantined: replaying it
     /// again without a diagnosis would only fail again.
     pub quarantine_after: u32,
+    /// Each nominal delay is this many times the one before (1: a fixed interval).
+    pub multiplier: f64,
+    /// A round stops retrying when its next wait would end later than this many ms after its
+    /// first attempt started; 0 for no time budget.
+    pub max_total_ms: u64,
+    /// The client's circuit breaker, shared by all its messages; `None` for none.
+    pub breaker: Option<BreakerSettings>,
+    /// The client's retry budget over a sliding 10 s window; `None` for none.
+    pub retry_budget: Option<BudgetSettings>,
+    pub retry_after_mode: RetryAfterMode,
 }
 
 impl Default for Policy {
@@ -39,6 +56,11 @@ impl Default for Policy {
             honor_retry_after: true,
             retry_after_cap_ms: 30_000,
             quarantine_after: 3,
+            multiplier: 2.0,
+            max_total_ms: 0,
+            breaker: None,
+            retry_budget: None,
+            retry_after_mode: RetryAfterMode::Floor,
         }
     }
 }
@@ -75,15 +97,40 @@ pub struct PolicyUpdate {
     pub honor_retry_after: Option<bool>,
     pub retry_after_cap_ms: Option<u64>,
     pub quarantine_after: Option<u32>,
+    pub multiplier: Option<f64>,
+    pub max_total_ms: Option<u64>,
+    /// `null` turns the breaker off.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BreakerSettings>)]
+    pub breaker: Option<Option<BreakerSettings>>,
+    /// `null` turns the retry budget off.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<BudgetSettings>)]
+    pub retry_budget: Option<Option<BudgetSettings>>,
+    pub retry_after_mode: Option<RetryAfterMode>,
+}
+
+/// Tells a field given as `null` (`Some(None)`) from one left out (`None`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl Policy {
     pub fn backoff(&self) -> Backoff {
-        Backoff { jitter: self.jitter, base_ms: self.base_ms, cap_ms: self.cap_ms }
+        Backoff {
+            jitter: self.jitter,
+            base_ms: self.base_ms,
+            cap_ms: self.cap_ms,
+            multiplier: self.multiplier,
+        }
     }
 
     pub fn retry_after_rule(&self) -> RetryAfterRule {
-        RetryAfterRule { honor: self.honor_retry_after, cap_ms: self.retry_after_cap_ms }
+        RetryAfterRule {
+            honor: self.honor_retry_after,
+            cap_ms: self.retry_after_cap_ms,
+            mode: self.retry_after_mode,
+        }
     }
 
     pub fn view(&self) -> PolicyView {
@@ -111,6 +158,11 @@ impl Policy {
             honor_retry_after: update.honor_retry_after.unwrap_or(self.honor_retry_after),
             retry_after_cap_ms: update.retry_after_cap_ms.unwrap_or(self.retry_after_cap_ms),
             quarantine_after: update.quarantine_after.unwrap_or(self.quarantine_after),
+            multiplier: update.multiplier.unwrap_or(self.multiplier),
+            max_total_ms: update.max_total_ms.unwrap_or(self.max_total_ms),
+            breaker: update.breaker.unwrap_or(self.breaker),
+            retry_budget: update.retry_budget.unwrap_or(self.retry_budget),
+            retry_after_mode: update.retry_after_mode.unwrap_or(self.retry_after_mode),
         };
         next.validate()?;
         Ok(next)
@@ -134,6 +186,31 @@ impl Policy {
         }
         if self.retry_after_cap_ms > MAX_DELAY_MS {
             return Err(format!("retry_after_cap_ms must be at most {MAX_DELAY_MS}"));
+        }
+        if !(1.0..=MAX_MULTIPLIER).contains(&self.multiplier) {
+            return Err(format!("multiplier must be 1 to {MAX_MULTIPLIER} (1 is a fixed interval)"));
+        }
+        if self.max_total_ms > MAX_TOTAL_MS {
+            return Err(format!("max_total_ms must be at most {MAX_TOTAL_MS} (0 for no time budget)"));
+        }
+        if let Some(breaker) = self.breaker {
+            if !(1..=MAX_FAILURE_THRESHOLD).contains(&breaker.failure_threshold) {
+                return Err(format!("breaker.failure_threshold must be 1 to {MAX_FAILURE_THRESHOLD}"));
+            }
+            if !(1..=MAX_DELAY_MS).contains(&breaker.open_ms) {
+                return Err(format!("breaker.open_ms must be 1 to {MAX_DELAY_MS}"));
+            }
+            if !(1..=MAX_PROBES).contains(&breaker.half_open_probes) {
+                return Err(format!("breaker.half_open_probes must be 1 to {MAX_PROBES}"));
+            }
+        }
+        if let Some(budget) = self.retry_budget {
+            if !(0.0..=1.0).contains(&budget.ratio) {
+                return Err("retry_budget.ratio must be between 0 and 1".into());
+            }
+            if !(0.0..=MAX_MIN_PER_S).contains(&budget.min_per_s) {
+                return Err(format!("retry_budget.min_per_s must be 0 to {MAX_MIN_PER_S}"));
+            }
         }
         Ok(())
     }

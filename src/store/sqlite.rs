@@ -14,7 +14,7 @@ use rusqlite::{Connection, Transaction, params};
 
 use crate::dlq::DeadLetter;
 use crate::domain::{Message, RecordChanges, RecordParts};
-use crate::downstream::{KeyRow, Ledger, LedgerCounts};
+use crate::downstream::{DownstreamView, KeyRow, Ledger, LedgerCounts};
 
 /// How long the writer pauses after a failed commit before trying again.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
@@ -85,6 +85,7 @@ pub trait Flush: Send + Sync {
 pub struct LoadedLab {
     pub row: LabRow,
     pub parts: RecordParts,
+    pub dead_letters: Vec<DeadLetter>,
 }
 
 /// Counts for the benchmark: transactions committed and rows written.
@@ -381,16 +382,18 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
     rows.into_iter()
         .map(|row| {
             let keys = load_keys(connection, &row.id)?;
+            let downstream: DownstreamView = serde_json::from_str(&row.downstream)?;
             let parts = RecordParts {
-                downstream: serde_json::from_str(&row.downstream)?,
+                downstream: downstream.settings,
+                revert: downstream.revert,
                 policy: serde_json::from_str(&row.policy)?,
                 ledger: Ledger::restore(row.counts, keys),
                 epoch: row.epoch,
                 next_message_id: row.next_message_id,
                 messages: load_messages(connection, &row.id)?,
-                dead_letters: load_dead_letters(connection, &row.id)?,
             };
-            Ok(LoadedLab { row, parts })
+            let dead_letters = load_dead_letters(connection, &row.id)?;
+            Ok(LoadedLab { row, parts, dead_letters })
         })
         .collect()
 }

@@ -14,7 +14,7 @@ use super::error::{AppError, Problem};
 use super::responses::{JsonBodyErrors, LabErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::dlq::ReplayRefusal;
-use crate::downstream::{DownstreamSettings, DownstreamUpdate};
+use crate::downstream::{DownstreamUpdate, DownstreamView};
 use crate::lab::BurstError;
 use crate::retry::{PolicyUpdate, PolicyView};
 
@@ -70,16 +70,14 @@ pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     tag = "labs",
     params(LabParam),
     request_body = DownstreamUpdate,
-    responses((status = 200, body = DownstreamSettings), LabErrors, JsonBodyErrors, StoreErrors)
+    responses((status = 200, body = DownstreamView), LabErrors, JsonBodyErrors, StoreErrors)
 )]
 pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
-) -> Result<Json<DownstreamSettings>, AppError> {
+) -> Result<Json<DownstreamView>, AppError> {
     let Json(update) = payload?;
-    let (downstream, _) = lab
-        .modify_settings(|downstream, policy| Ok((downstream.updated(&update)?, *policy)))
-        .map_err(AppError::Unprocessable)?;
+    let downstream = lab.set_downstream(&update).map_err(AppError::Unprocessable)?;
     lab.persisted().await?;
     Ok(Json(downstream))
 }
@@ -98,9 +96,7 @@ pub async fn set_policy(
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
 ) -> Result<Json<PolicyView>, AppError> {
     let Json(update) = payload?;
-    let (_, policy) = lab
-        .modify_settings(|downstream, policy| Ok((*downstream, policy.updated(&update)?)))
-        .map_err(AppError::Unprocessable)?;
+    let policy = lab.set_policy(&update).map_err(AppError::Unprocessable)?;
     lab.persisted().await?;
     Ok(Json(policy.view()))
 }

@@ -1,16 +1,25 @@
 //! `POST /labs/{lab}/downstream`: the fault-injectable endpoint the producer calls, answering
 //! by the lab's downstream mode and keeping the idempotency contract.
+//!
+//! Each request is counted where it arrives and its answer measured where it leaves, so the
+//! lab's load chart shows what the downstream went through: a `Visit` notes the answer, or,
+//! if the client hangs up first (axum then drops this handler), that it timed out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rand::RngExt;
+use tokio::sync::oneshot;
 
 use super::error::{AppError, Problem};
 use super::{LabParam, LabPath};
+use crate::domain::Answer;
 use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
+use crate::lab::{DownstreamAdmission as Admission, Lab};
 
 /// The fault-injectable endpoint, keeping the idempotency contract.
 #[utoipa::path(
@@ -26,11 +35,27 @@ use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
         (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Injected failure, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Throttled mode: over the rate limit; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure or shed load, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn downstream(
     LabPath(lab): LabPath,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let visit = Visit { arrived: lab.downstream_arrived(), lab: lab.clone(), answered: false };
+    let answer = serve(lab, headers, body).await;
+    let status = match &answer {
+        Ok(response) => response.status(),
+        Err(error) => error.status(),
+    };
+    visit.answered(status);
+    answer
+}
+
+async fn serve(
+    lab: Arc<Lab>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
@@ -56,6 +81,27 @@ pub async fn downstream(
         refuse(400, "body is not JSON", AppError::BadRequest(format!("the body must be JSON: {e}")))
     })?;
 
+    match lab.downstream_admit(&key) {
+        Admission::Open => {}
+        Admission::Throttled { retry_after_s } => {
+            return Err(AppError::Unavailable {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                retry_after_s,
+                detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
+            });
+        }
+        Admission::Shed { retry_after_s } => {
+            return Err(AppError::Unavailable {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_s,
+                detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
+            });
+        }
+        Admission::Worker => return overloaded(lab, key, body, None).await,
+        Admission::Queued(turn) => return overloaded(lab, key, body, Some(turn)).await,
+    }
+
+    let _work = Work::start(&lab);
     let (decision, epoch) = lab.downstream_decide(&key, &body);
     match decision {
         Decision::Replay(stored) => Ok(answer(stored, true)),
@@ -66,6 +112,7 @@ pub async fn downstream(
             Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
         }
         Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
         }),
@@ -88,6 +135,101 @@ pub async fn downstream(
                 Ok(Some(Err(not_durable))) => Err(not_durable.into()),
                 _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
             }
+        }
+    }
+}
+
+/// The overloaded downstream: wait in line for a worker (if `turn` is given), hold it for the
+/// request's latency, then decide and answer. All of it runs in its own task, so a request
+/// whose client gave up still takes its worker when its turn comes: that work is wasted, and
+/// it is what keeps an overloaded service overloaded after the trigger has gone.
+async fn overloaded(
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+    body: serde_json::Value,
+    turn: Option<oneshot::Receiver<()>>,
+) -> Result<Response, AppError> {
+    let (reply, replied) = oneshot::channel();
+    tokio::spawn(async move {
+        if let Some(turn) = turn
+            && turn.await.is_err()
+        {
+            return; // the lab was reset, or its gate dropped the line
+        }
+        let work = Work::start(&lab);
+        let latency = lab.downstream_settings().latency_ms;
+        let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
+        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        let (decision, epoch) = lab.downstream_decide(&key, &body);
+        let outcome = match decision {
+            Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
+                Some(stored) => lab.persisted().await.map(|()| answer(stored, false)).map_err(AppError::from),
+                None => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
+            },
+            Decision::Replay(stored) => Ok(answer(stored, true)),
+            Decision::InProgress => Err(AppError::Conflict(
+                "a request with this Idempotency-Key is still being processed; retry later".into(),
+            )),
+            Decision::BodyMismatch => Err(AppError::Unprocessable(
+                "this Idempotency-Key was first used with a different body".into(),
+            )),
+            Decision::Unavailable { .. } | Decision::AppliedEarly { .. } => {
+                unreachable!("the overloaded mode neither fails nor answers slowly")
+            }
+        };
+        lab.downstream_leave();
+        let wasted = reply.send(outcome).is_err();
+        work.finish(wasted);
+    });
+    replied
+        .await
+        .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
+}
+
+/// A request that reached the endpoint; when dropped without an answer, its client hung up.
+struct Visit {
+    lab: Arc<Lab>,
+    arrived: u64,
+    answered: bool,
+}
+
+impl Visit {
+    fn answered(mut self, status: StatusCode) {
+        self.answered = true;
+        self.lab.downstream_answered(self.arrived, Answer::Status(status.as_u16()));
+    }
+}
+
+impl Drop for Visit {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.lab.downstream_answered(self.arrived, Answer::TimedOut);
+        }
+    }
+}
+
+/// Work on one request, counted in process while it lives.
+struct Work {
+    lab: Arc<Lab>,
+    done: bool,
+}
+
+impl Work {
+    fn start(lab: &Arc<Lab>) -> Work {
+        lab.downstream_work_started();
+        Work { lab: lab.clone(), done: false }
+    }
+
+    fn finish(mut self, wasted: bool) {
+        self.done = true;
+        self.lab.downstream_work_finished(wasted);
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lab.downstream_work_finished(false);
         }
     }
 }

@@ -29,7 +29,10 @@ pub enum AppError {
         status: StatusCode,
         detail: String,
     },
+    /// 503 or 429 with `Retry-After`: the downstream's injected failures, a store that did
+    /// not confirm in time.
     Unavailable {
+        status: StatusCode,
         retry_after_s: u64,
         detail: String,
     },
@@ -63,7 +66,7 @@ impl AppError {
             AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
             AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
-            AppError::Unavailable { detail, .. } => (StatusCode::SERVICE_UNAVAILABLE, detail, None),
+            AppError::Unavailable { status, detail, .. } => (*status, detail, None),
             AppError::RateLimited { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \
@@ -74,6 +77,12 @@ impl AppError {
                 (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side", None)
             }
         }
+    }
+}
+
+impl AppError {
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
     }
 }
 
@@ -134,6 +143,7 @@ fn too_large() -> AppError {
 impl From<crate::lab::NotDurable> for AppError {
     fn from(_: crate::lab::NotDurable) -> Self {
         AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s: 1,
             detail: "the store did not confirm the write in time; try again shortly".into(),
         }

@@ -184,16 +184,17 @@ mod tests {
         let mut subscriber = Subscriber::new(lab.clone(), None, shutdown, open);
         let opening = subscriber.next().await;
         assert!(matches!(opening, Some(Outgoing::Snapshot { id: 1, .. })), "lab_created is 1: {opening:?}");
-        // Ten changes while the subscriber is not reading: more than the 4 it may fall behind.
+        // Ten changes (each a settings event and its marker) while the subscriber is not
+        // reading: more than the 4 events it may fall behind.
         for _ in 0..10 {
-            lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
+            lab.set_policy(&Default::default()).unwrap();
         }
         let resync = subscriber.next().await;
-        assert!(matches!(resync, Some(Outgoing::Snapshot { id: 11, .. })), "{resync:?}");
-        assert_eq!(subscriber.last_id, 11, "the resync snapshot covers every change so far");
+        assert!(matches!(resync, Some(Outgoing::Snapshot { id: 21, .. })), "{resync:?}");
+        assert_eq!(subscriber.last_id, 21, "the resync snapshot covers every change so far");
         // Nothing is sent twice after the resync: the next event is the next change.
-        lab.modify_settings(|d, p| Ok((*d, *p))).unwrap();
+        lab.set_policy(&Default::default()).unwrap();
         let live = subscriber.next().await;
-        assert!(matches!(live, Some(Outgoing::Live(Published { id: 12, .. }))), "{live:?}");
+        assert!(matches!(live, Some(Outgoing::Live(Published { id: 22, .. }))), "{live:?}");
     }
 }

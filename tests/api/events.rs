@@ -119,10 +119,11 @@ async fn a_resume_from_too_far_back_starts_with_a_snapshot() {
     for mode in ["down", "healthy", "down", "healthy", "down", "healthy"] {
         app.set_mode(&lab, mode).await;
     }
-    // 9 events so far (lab created, 2 fast settings, 6 mode changes); only 5..=9 are kept.
+    // 17 events so far (lab created, then 8 settings changes, each with its marker); only
+    // 13..=17 are kept.
     let mut stream = SseReader::open(&app, &lab, Some(2)).await;
     let first = stream.next().await;
     assert_eq!(first.name.as_deref(), Some("snapshot"));
-    assert_eq!(first.id, 9);
+    assert_eq!(first.id, 17);
     assert_eq!(json(&first)["downstream"]["mode"], "healthy");
 }

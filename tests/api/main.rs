@@ -7,6 +7,7 @@ mod durability;
 mod events;
 mod helpers;
 mod idempotency;
+mod logs;
 mod operations;
 mod pages;
 mod retries;

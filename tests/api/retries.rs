@@ -29,7 +29,7 @@ async fn replay_after_outage_applies_each_key_once() {
     }
     let letters = outage["dead_letters"].as_array().unwrap();
     assert_eq!(letters.len(), 20);
-    assert!(letters.iter().all(|d| d["reason"].as_str().unwrap().contains("after 4 attempts")));
+    assert!(letters.iter().all(|d| d["reason"].as_str().unwrap().starts_with("attempts used up (4)")));
     assert!(letters.iter().all(|d| d["attempts"].as_array().unwrap().len() == 4));
 
     app.set_mode(&lab, "healthy").await;
@@ -96,7 +96,7 @@ async fn a_client_error_dead_letters_at_once() {
     let attempts = round(&messages(&dead)[0], 0);
     assert_eq!(attempts.len(), 2, "no retries after a 422");
     assert_eq!(attempts[1]["status"], 422);
-    assert!(dead["dead_letters"][0]["reason"].as_str().unwrap().starts_with("not retryable"));
+    assert!(dead["dead_letters"][0]["reason"].as_str().unwrap().starts_with("permanent error: HTTP"));
 }
 
 fn waits(snapshot: &Value) -> Vec<Value> {

@@ -1,0 +1,129 @@
+//! What a struggling downstream has only so much of: a rate (the `throttled` mode's limit,
+//! kept with GCRA) and a capacity (the `overloaded` mode's workers, with a queue in front).
+
+use std::collections::VecDeque;
+
+use tokio::sync::oneshot;
+
+/// The Generic Cell Rate Algorithm: one timestamp, the "theoretical arrival time" of the next
+/// request if they came exactly at the rate. A request is allowed when it is no earlier than
+/// that time minus the burst tolerance, and each allowed request pushes the time on by one
+/// emission interval. Shared by every caller of the lab's endpoint.
+#[derive(Debug, Default)]
+pub struct Gcra {
+    tat_ms: f64,
+}
+
+impl Gcra {
+    /// Allows a request at `now_ms`, or says how many ms until one would be allowed.
+    pub fn check(&mut self, rate_per_s: f64, burst: u32, now_ms: u64) -> Result<(), u64> {
+        let interval = 1000.0 / rate_per_s;
+        let tolerance = interval * f64::from(burst.saturating_sub(1));
+        let now = now_ms as f64;
+        let tat = self.tat_ms.max(now);
+        let allowed_at = tat - tolerance;
+        if now < allowed_at {
+            return Err((allowed_at - now).ceil() as u64);
+        }
+        self.tat_ms = tat + interval;
+        Ok(())
+    }
+}
+
+/// The overloaded downstream's workers and the queue in front of them: `capacity` requests
+/// are processed at once, `queue` more wait in arrival order, the rest are shed.
+#[derive(Debug, Default)]
+pub struct Gate {
+    in_process: u32,
+    waiting: VecDeque<oneshot::Sender<()>>,
+}
+
+/// Where a request stands at the gate.
+#[derive(Debug)]
+pub enum Entry {
+    /// A worker is free: it is this request's now.
+    Now,
+    /// Wait in line; the worker is handed over when the receiver fires.
+    Queued(oneshot::Receiver<()>),
+    /// No worker and no room in the queue: shed.
+    Full,
+}
+
+impl Gate {
+    pub fn enter(&mut self, capacity: u32, queue: u32) -> Entry {
+        if self.in_process < capacity {
+            self.in_process += 1;
+            Entry::Now
+        } else if self.waiting.len() < queue as usize {
+            let (hand_over, turn) = oneshot::channel();
+            self.waiting.push_back(hand_over);
+            Entry::Queued(turn)
+        } else {
+            Entry::Full
+        }
+    }
+
+    /// A worker is done: it goes to the next in line, or becomes free. With a smaller
+    /// capacity than workers busy (it was just lowered), the worker is retired instead.
+    pub fn leave(&mut self, capacity: u32) {
+        if self.in_process <= capacity {
+            while let Some(next) = self.waiting.pop_front() {
+                if next.send(()).is_ok() {
+                    return;
+                }
+            }
+        }
+        self.in_process = self.in_process.saturating_sub(1);
+    }
+
+    /// Lets waiting requests through after the capacity was raised or the mode changed.
+    pub fn admit_waiting(&mut self, capacity: u32) {
+        while self.in_process < capacity {
+            let Some(next) = self.waiting.pop_front() else { break };
+            if next.send(()).is_ok() {
+                self.in_process += 1;
+            }
+        }
+    }
+
+    pub fn in_process(&self) -> u32 {
+        self.in_process
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gcra_allows_the_burst_then_the_rate() {
+        let mut gcra = Gcra::default();
+        // 10 per second with a burst of 3: three at once, then one every 100 ms.
+        let at_once: Vec<bool> = (0..5).map(|_| gcra.check(10.0, 3, 1_000).is_ok()).collect();
+        assert_eq!(at_once, [true, true, true, false, false]);
+        assert_eq!(gcra.check(10.0, 3, 1_000), Err(100), "the next slot is 100 ms away");
+        assert!(gcra.check(10.0, 3, 1_100).is_ok());
+        assert!(gcra.check(10.0, 3, 1_100).is_err());
+        // Quiet for a while: the burst is available again, not more.
+        let later: Vec<bool> = (0..4).map(|_| gcra.check(10.0, 3, 5_000).is_ok()).collect();
+        assert_eq!(later, [true, true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn the_gate_processes_capacity_queues_in_order_and_sheds_the_rest() {
+        let mut gate = Gate::default();
+        assert!(matches!(gate.enter(2, 2), Entry::Now));
+        assert!(matches!(gate.enter(2, 2), Entry::Now));
+        let Entry::Queued(first) = gate.enter(2, 2) else { panic!("queued") };
+        let Entry::Queued(second) = gate.enter(2, 2) else { panic!("queued") };
+        assert!(matches!(gate.enter(2, 2), Entry::Full), "shed beyond capacity and queue");
+        gate.leave(2);
+        first.await.expect("the first in line gets the worker");
+        assert_eq!(gate.in_process(), 2);
+        gate.leave(2);
+        second.await.expect("then the second");
+        gate.leave(2);
+        gate.leave(2);
+        assert_eq!(gate.in_process(), 0);
+    }
+}

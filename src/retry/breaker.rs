@@ -1,0 +1,165 @@
+//! The circuit breaker: one for the lab's client, shared by all its messages, as a real
+//! service has one per dependency. Closed, it counts consecutive failures; at the threshold it
+//! opens and every attempt fails fast without a request; after `open_ms` it goes half-open
+//! and lets a few probes through: if they succeed it closes, if one fails it opens again.
+//! Pure: the caller passes `now` (lab ms) to every call.
+
+use serde::{Deserialize, Serialize};
+
+/// The breaker's settings, part of the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSettings {
+    /// Consecutive failed attempts that open it.
+    pub failure_threshold: u32,
+    /// How long it stays open before it lets probes through.
+    pub open_ms: u64,
+    /// How many probes it lets through while half-open; all must succeed to close it.
+    pub half_open_probes: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+/// What the breaker says about the attempt about to be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Send it.
+    Send,
+    /// Send it as one of the half-open probes.
+    Probe,
+    /// Do not send it: fail fast.
+    ShortCircuit,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Breaker {
+    state: Phase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Closed { failures: u32 },
+    Open { until_ms: u64 },
+    HalfOpen { sent: u32, succeeded: u32 },
+}
+
+impl Default for Phase {
+    fn default() -> Self {
+        Phase::Closed { failures: 0 }
+    }
+}
+
+impl Breaker {
+    pub fn state(&self) -> BreakerState {
+        match self.state {
+            Phase::Closed { .. } => BreakerState::Closed,
+            Phase::Open { .. } => BreakerState::Open,
+            Phase::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// Decides an attempt; returns the new state too when deciding changed it (an open
+    /// breaker whose time is up goes half-open).
+    pub fn admit(&mut self, settings: &BreakerSettings, now_ms: u64) -> (Admission, Option<BreakerState>) {
+        let mut changed = None;
+        if let Phase::Open { until_ms } = self.state
+            && now_ms >= until_ms
+        {
+            self.state = Phase::HalfOpen { sent: 0, succeeded: 0 };
+            changed = Some(BreakerState::HalfOpen);
+        }
+        let admission = match &mut self.state {
+            Phase::Closed { .. } => Admission::Send,
+            Phase::Open { .. } => Admission::ShortCircuit,
+            Phase::HalfOpen { sent, .. } if *sent < settings.half_open_probes => {
+                *sent += 1;
+                Admission::Probe
+            }
+            Phase::HalfOpen { .. } => Admission::ShortCircuit,
+        };
+        (admission, changed)
+    }
+
+    /// Records how a sent attempt ended; returns the new state when it changed.
+    pub fn record(&mut self, settings: &BreakerSettings, failed: bool, now_ms: u64) -> Option<BreakerState> {
+        let open = Phase::Open { until_ms: now_ms.saturating_add(settings.open_ms) };
+        let (next, changed) = match (self.state, failed) {
+            (Phase::Closed { .. }, false) => (Phase::Closed { failures: 0 }, None),
+            (Phase::Closed { failures }, true) if failures + 1 >= settings.failure_threshold => {
+                (open, Some(BreakerState::Open))
+            }
+            (Phase::Closed { failures }, true) => (Phase::Closed { failures: failures + 1 }, None),
+            // Answers to requests sent before it opened change nothing.
+            (Phase::Open { .. }, _) => (self.state, None),
+            (Phase::HalfOpen { .. }, true) => (open, Some(BreakerState::Open)),
+            (Phase::HalfOpen { sent, succeeded }, false) if succeeded + 1 >= settings.half_open_probes => {
+                let _ = sent;
+                (Phase::Closed { failures: 0 }, Some(BreakerState::Closed))
+            }
+            (Phase::HalfOpen { sent, succeeded }, false) => {
+                (Phase::HalfOpen { sent, succeeded: succeeded + 1 }, None)
+            }
+        };
+        self.state = next;
+        changed
+    }
+
+    /// Probes that were cut off (a client crash) never answer: let new ones through.
+    pub fn forget_probes(&mut self) {
+        if let Phase::HalfOpen { sent, succeeded } = &mut self.state {
+            *sent = *succeeded;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: BreakerSettings =
+        BreakerSettings { failure_threshold: 3, open_ms: 100, half_open_probes: 2 };
+
+    #[test]
+    fn opens_after_consecutive_failures_and_fails_fast() {
+        let mut breaker = Breaker::default();
+        assert_eq!(breaker.record(&SETTINGS, true, 0), None);
+        assert_eq!(breaker.record(&SETTINGS, false, 1), None, "a success resets the count");
+        assert_eq!(breaker.record(&SETTINGS, true, 2), None);
+        assert_eq!(breaker.record(&SETTINGS, true, 3), None);
+        assert_eq!(breaker.record(&SETTINGS, true, 4), Some(BreakerState::Open));
+        assert_eq!(breaker.admit(&SETTINGS, 50), (Admission::ShortCircuit, None));
+        assert_eq!(breaker.admit(&SETTINGS, 103), (Admission::ShortCircuit, None), "open until 104");
+    }
+
+    #[test]
+    fn half_open_lets_its_probes_through_and_closes_when_they_succeed() {
+        let mut breaker = Breaker::default();
+        for t in 0..3 {
+            breaker.record(&SETTINGS, true, t);
+        }
+        assert_eq!(breaker.admit(&SETTINGS, 102), (Admission::Probe, Some(BreakerState::HalfOpen)));
+        assert_eq!(breaker.admit(&SETTINGS, 103), (Admission::Probe, None));
+        assert_eq!(breaker.admit(&SETTINGS, 104), (Admission::ShortCircuit, None), "only two probes");
+        assert_eq!(breaker.record(&SETTINGS, false, 105), None);
+        assert_eq!(breaker.record(&SETTINGS, false, 106), Some(BreakerState::Closed));
+        assert_eq!(breaker.admit(&SETTINGS, 107), (Admission::Send, None));
+    }
+
+    #[test]
+    fn a_failed_probe_opens_it_again() {
+        let mut breaker = Breaker::default();
+        for t in 0..3 {
+            breaker.record(&SETTINGS, true, t);
+        }
+        breaker.admit(&SETTINGS, 200);
+        assert_eq!(breaker.record(&SETTINGS, true, 201), Some(BreakerState::Open));
+        assert_eq!(breaker.admit(&SETTINGS, 250).0, Admission::ShortCircuit);
+        assert_eq!(breaker.admit(&SETTINGS, 301).0, Admission::Probe);
+    }
+}
