@@ -72,7 +72,11 @@ export function createScale(state) {
    */
   function fitWindow() {
     const live = active();
-    const end = live ? Math.max(extent.end, labNow(model)) : extent.end;
+    // A flag or a breaker change after the first message is part of the story (the end of an
+    // outage window, say), even when no message was busy any more by then.
+    const late = Math.max(model.markers.at(-1)?.at_ms ?? -Infinity, model.breaker.changes.at(-1)?.at_ms ?? -Infinity);
+    const last = late >= extent.first ? Math.max(extent.end, late) : extent.end;
+    const end = live ? Math.max(last, labNow(model)) : last;
     // A little room before the first message, so the settings change that came just before a
     // burst still shows its flag.
     const t0 = Math.max(0, Math.floor((extent.first - LEAD_MS) / 100) * 100);

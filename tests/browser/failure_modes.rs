@@ -9,6 +9,8 @@ use super::{Server, assert_no_console_errors, browser, cdp, choose_mode, open_ne
 
 /// Fills the policy form's named fields (checkboxes take booleans) as typing would, and applies it.
 async fn apply_policy_form(page: &cdp::Page, fields: Value) {
+    // As a person would, start from the lab's policy shown in the form (FAST_POLICY's timeout).
+    wait_for(page, "the policy form to show the lab's policy", "document.getElementById('policy-form').elements.namedItem('timeout_ms').value === '300'").await;
     let script = format!(
         "(() => {{ const f = document.getElementById('policy-form');
             f.closest('details').open = true;
