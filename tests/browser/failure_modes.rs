@@ -5,12 +5,19 @@
 
 use serde_json::{Value, json};
 
-use super::{Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab, wait_counter, wait_for};
+use super::{
+    Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab, wait_counter, wait_for,
+};
 
 /// Fills the policy form's named fields (checkboxes take booleans) as typing would, and applies it.
 async fn apply_policy_form(page: &cdp::Page, fields: Value) {
     // As a person would, start from the lab's policy shown in the form (FAST_POLICY's timeout).
-    wait_for(page, "the policy form to show the lab's policy", "document.getElementById('policy-form').elements.namedItem('timeout_ms').value === '300'").await;
+    wait_for(
+        page,
+        "the policy form to show the lab's policy",
+        "document.getElementById('policy-form').elements.namedItem('timeout_ms').value === '300'",
+    )
+    .await;
     let script = format!(
         "(() => {{ const f = document.getElementById('policy-form');
             f.closest('details').open = true;
@@ -39,8 +46,12 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
         json!({"breaker_on": true, "failure_threshold": 3, "open_ms": 400, "half_open_probes": 1}),
     )
     .await;
-    wait_for(&page, "the breaker to be on", "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'")
-        .await;
+    wait_for(
+        &page,
+        "the breaker to be on",
+        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+    )
+    .await;
     let policy = server.snapshot(&lab).await["policy"].clone();
     assert_eq!(policy["breaker"], json!({"failure_threshold": 3, "open_ms": 400, "half_open_probes": 1}));
     assert_eq!(policy["base_ms"], 20, "the rest of the policy is kept: {policy}");
@@ -62,8 +73,12 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     page.click("[data-send=\"8\"]").await;
 
     // The breaker opens: an open segment on its band, and attempts that were never sent.
-    wait_for(&page, "an open breaker segment", "document.querySelector('[data-breaker-segment][data-state=\"open\"]')")
-        .await;
+    wait_for(
+        &page,
+        "an open breaker segment",
+        "document.querySelector('[data-breaker-segment][data-state=\"open\"]')",
+    )
+    .await;
     wait_for(
         &page,
         "a short-circuited attempt",
@@ -82,10 +97,15 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     assert!(requests > 0, "the bars count requests: {load}");
 
     // The window ends by itself: healthy is pressed again and a flag marks the revert.
-    let healthy = "document.querySelector('.mode[data-mode=\"healthy\"]').getAttribute('aria-pressed') === 'true'";
+    let healthy =
+        "document.querySelector('.mode[data-mode=\"healthy\"]').getAttribute('aria-pressed') === 'true'";
     wait_for(&page, "the downstream back to healthy", healthy).await;
-    wait_for(&page, "a flag for the scheduled revert", "document.querySelector('.tl-mark[data-kind=\"scheduled\"]')")
-        .await;
+    wait_for(
+        &page,
+        "a flag for the scheduled revert",
+        "document.querySelector('.tl-mark[data-kind=\"scheduled\"]')",
+    )
+    .await;
     wait_for(&page, "the countdown to go", "document.querySelector('[data-revert]').hidden").await;
     // A person pointing at the flag reads what changed.
     page.hover(".tl-mark[data-kind=\"scheduled\"]").await;
@@ -101,19 +121,26 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
 
     // What the page drew agrees with the server's record.
     let snapshot = server.snapshot(&lab).await;
-    let opened = snapshot["breaker"]["changes"].as_array().unwrap().iter().filter(|c| c["state"] == "open").count();
+    let opened =
+        snapshot["breaker"]["changes"].as_array().unwrap().iter().filter(|c| c["state"] == "open").count();
     let drawn = page
         .eval("document.querySelectorAll('[data-breaker-segment][data-state=\"open\"]').length")
         .await
         .unwrap();
-    assert!(drawn.as_u64().unwrap() as usize <= opened && opened > 0, "{drawn} open segments, {opened} openings");
+    assert!(
+        drawn.as_u64().unwrap() as usize <= opened && opened > 0,
+        "{drawn} open segments, {opened} openings"
+    );
     assert_no_console_errors(&page);
 }
 
 /// Where an element sits in the viewport: [top, bottom].
 async fn rect(page: &cdp::Page, selector: &str) -> (f64, f64) {
     let r = page
-        .eval(&format!("(r => [r.top, r.bottom])(document.querySelector({}).getBoundingClientRect())", json!(selector)))
+        .eval(&format!(
+            "(r => [r.top, r.bottom])(document.querySelector({}).getBoundingClientRect())",
+            json!(selector)
+        ))
         .await
         .unwrap();
     (r[0].as_f64().unwrap(), r[1].as_f64().unwrap())
@@ -136,8 +163,13 @@ async fn modes_traffic_counters_and_the_timeline_top_fit_a_1280_by_800_screen() 
         seen.push((format!("mode {mode}"), rect(&page, &format!(".mode[data-mode=\"{mode}\"]")).await));
     }
     seen.push(("burst of 8".into(), rect(&page, "[data-send=\"8\"]").await));
-    for counter in ["in_flight", "backing_off", "delivered", "dead_letter", "requests", "applied", "applied_twice"] {
-        seen.push((format!("counter {counter}"), rect(&page, &format!("[data-counter=\"{counter}\"]")).await));
+    for counter in
+        ["in_flight", "backing_off", "delivered", "dead_letter", "requests", "applied", "applied_twice"]
+    {
+        seen.push((
+            format!("counter {counter}"),
+            rect(&page, &format!("[data-counter=\"{counter}\"]")).await,
+        ));
     }
     // The top of the timeline: its breaker band, its time axis and the first row.
     seen.push(("breaker band".into(), rect(&page, "#timeline [data-breaker]").await));
@@ -175,18 +207,27 @@ async fn metastable_preset_sets_up_the_lab_and_a_breaker_ends_it() {
     assert_eq!(downstream["capacity"], 4);
     assert_eq!(downstream["queue"], 24);
     let policy = &snapshot["policy"];
-    assert_eq!((policy["jitter"].clone(), policy["max_attempts"].clone()), (json!("none"), json!(12)), "{policy}");
+    assert_eq!(
+        (policy["jitter"].clone(), policy["max_attempts"].clone()),
+        (json!("none"), json!(12)),
+        "{policy}"
+    );
     assert_eq!(policy["breaker"], Value::Null);
     assert_eq!(snapshot["messages"].as_array().unwrap().len(), 80);
 
     page.click("[data-preset-step=\"metastable/1\"]").await;
-    wait_for(&page, "the breaker to be on", "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'")
-        .await;
+    wait_for(
+        &page,
+        "the breaker to be on",
+        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+    )
+    .await;
     let policy = server.snapshot(&lab).await["policy"].clone();
     assert!(policy["breaker"].is_object(), "{policy}");
     assert_eq!(policy["max_attempts"], 12, "the rest of the preset's policy stays: {policy}");
     // Stop the load, so the other tests on these two cores keep their pace.
     page.click("[data-reset]").await;
-    wait_for(&page, "an empty lab", "document.querySelector('[data-filter-count]').dataset.total === '0'").await;
+    wait_for(&page, "an empty lab", "document.querySelector('[data-filter-count]').dataset.total === '0'")
+        .await;
     assert_no_console_errors(&page);
 }
