@@ -47,14 +47,38 @@ pub enum LogFormat {
 /// How the server meets the public internet.
 #[derive(Debug, Clone, Default, Args)]
 pub struct Exposure {
-    /// Serve `/metrics` on this separate address instead of the public one. Metrics name
-    /// labs by id, and a lab's id is all it takes to open it: in public, keep them apart.
+    /// Serve `/metrics` on this separate address instead of the main one. Metrics name labs
+    /// by id, and a lab's id is all it takes to open it: without this setting, `/metrics` is
+    /// served on the main address only when that is loopback, and not at all otherwise.
     #[arg(long, env = "RETRYLAB_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
     /// A header set by a trusted proxy that holds the client's address (e.g. `Fly-Client-IP`),
     /// for the per-client rate limit. Without it, the connection's peer address is used.
     #[arg(long, env = "RETRYLAB_CLIENT_IP_HEADER")]
     pub client_ip_header: Option<String>,
+}
+
+/// Where `/metrics` is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAt {
+    /// On the main address, beside the lab: only when that address is loopback.
+    MainAddress,
+    /// On an address of its own (`--metrics-addr`).
+    Own(SocketAddr),
+    /// Nowhere: the main address is public and no private one was given.
+    Nowhere,
+}
+
+impl Exposure {
+    /// Where `/metrics` goes when the server listens on `main`: a public address never shows
+    /// them unless asked to, on an address of their own.
+    pub fn metrics_at(&self, main: SocketAddr) -> MetricsAt {
+        match self.metrics_addr {
+            Some(own) => MetricsAt::Own(own),
+            None if main.ip().is_loopback() => MetricsAt::MainAddress,
+            None => MetricsAt::Nowhere,
+        }
+    }
 }
 
 impl Config {
@@ -180,5 +204,25 @@ const DEFAULT_RETENTION: Retention = Retention {
 impl Default for Retention {
     fn default() -> Self {
         DEFAULT_RETENTION
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_stay_off_a_public_address_unless_given_their_own() {
+        let none = Exposure::default();
+        let at = |addr: &str| none.metrics_at(addr.parse().unwrap());
+        assert_eq!(at("127.0.0.1:3000"), MetricsAt::MainAddress);
+        assert_eq!(at("[::1]:3000"), MetricsAt::MainAddress);
+        assert_eq!(at("0.0.0.0:8080"), MetricsAt::Nowhere, "the --port / PORT path");
+        assert_eq!(at("[::]:8080"), MetricsAt::Nowhere);
+        assert_eq!(at("192.0.2.10:8080"), MetricsAt::Nowhere);
+        let own: SocketAddr = "127.0.0.1:9091".parse().unwrap();
+        let private = Exposure { metrics_addr: Some(own), ..Default::default() };
+        assert_eq!(private.metrics_at("0.0.0.0:8080".parse().unwrap()), MetricsAt::Own(own));
+        assert_eq!(private.metrics_at("127.0.0.1:3000".parse().unwrap()), MetricsAt::Own(own));
     }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use config::Config;
+use config::{Config, MetricsAt};
 use lab::{Labs, unix_now_ms};
 use producer::Producer;
 use store::Store;
@@ -75,12 +75,21 @@ pub async fn serve(
     }
     tokio::spawn(apply_retention(app.clone()));
 
-    if let Some(metrics_addr) = config.exposure.metrics_addr {
-        let metrics_listener = TcpListener::bind(metrics_addr).await?;
-        let router = web::metrics_router(AppState(app.clone()));
-        tokio::spawn(async move { axum::serve(metrics_listener, router).await });
+    let metrics_at = config.exposure.metrics_at(address);
+    match metrics_at {
+        MetricsAt::Own(metrics_addr) => {
+            let metrics_listener = TcpListener::bind(metrics_addr).await?;
+            let router = web::metrics_router(AppState(app.clone()));
+            tokio::spawn(async move { axum::serve(metrics_listener, router).await });
+        }
+        MetricsAt::Nowhere => tracing::warn!(
+            %address,
+            "not serving /metrics: this address is public and metrics name every lab; \
+             give them a private address with --metrics-addr (e.g. 127.0.0.1:9091)"
+        ),
+        MetricsAt::MainAddress => {}
     }
-    let router = web::router(AppState(app.clone()), config.exposure.metrics_addr.is_none());
+    let router = web::router(AppState(app.clone()), metrics_at == MetricsAt::MainAddress);
     let mut stopping = stopped;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let server = axum::serve(listener, service).with_graceful_shutdown(async move {

@@ -5,6 +5,7 @@ mod bad_input;
 mod deployment;
 mod durability;
 mod events;
+mod hardening;
 mod helpers;
 mod idempotency;
 mod operations;
