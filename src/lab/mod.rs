@@ -14,13 +14,11 @@ mod registry;
 mod snapshot;
 mod subscribers;
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
-use tokio::task::AbortHandle;
 
 use crate::config::{Limits, Retention};
 use crate::dlq::{DeadLetterQueue, ReplayRefusal};
@@ -45,7 +43,7 @@ pub struct Lab {
     /// thousands of sockets at once.
     pub request_slots: Semaphore,
     /// Running deliveries, so a reset or a crash can stop them.
-    tasks: Mutex<HashMap<u64, AbortHandle>>,
+    deliveries: deliveries::Deliveries,
     store: Store,
     /// This lab, for handing itself to the store's writer.
     this: Weak<Lab>,
@@ -107,7 +105,7 @@ impl Lab {
                 deleted: false,
             }),
             request_slots: Semaphore::new(limits.max_concurrent_requests),
-            tasks: Mutex::new(HashMap::new()),
+            deliveries: Default::default(),
             store: registry.store.clone(),
             this,
             durable: watch::Sender::new(last_event_id),

@@ -254,6 +254,8 @@ pub async fn crash_client(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
 ) -> Result<Json<Recovered>, AppError> {
+    // One recovery at a time: two at once would start two delivery loops for one message.
+    let _turn = lab.recovery_turn().await;
     let resumed = app
         .producer
         .crash_and_recover(&lab, &app.store)
