@@ -45,7 +45,7 @@ pub enum LogFormat {
 }
 
 /// How the server meets the public internet.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Exposure {
     /// Serve `/metrics` on this separate address instead of the main one. Metrics name labs
     /// by id, and a lab's id is all it takes to open it: without this setting, `/metrics` is
@@ -56,6 +56,29 @@ pub struct Exposure {
     /// for the per-client rate limit. Without it, the connection's peer address is used.
     #[arg(long, env = "RETRYLAB_CLIENT_IP_HEADER")]
     pub client_ip_header: Option<String>,
+    /// Milliseconds a connection has to send a request's headers, counted from when it opens
+    /// or from the end of its previous answer; then it is closed, so clients that never
+    /// finish their headers cannot hold connections open. 0 turns it off.
+    #[arg(long, env = "RETRYLAB_HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_EXPOSURE.header_read_timeout_ms)]
+    pub header_read_timeout_ms: u64,
+    /// Most connections one client address (an IPv6 /64) may hold open at once; past it a new
+    /// connection is answered 429 and closed. 0 turns it off: behind a proxy every connection
+    /// comes from the proxy's address (the proxy then caps clients, as fly.toml's hard_limit does).
+    #[arg(long, env = "RETRYLAB_MAX_CONNECTIONS_PER_IP", default_value_t = DEFAULT_EXPOSURE.max_connections_per_ip)]
+    pub max_connections_per_ip: usize,
+}
+
+const DEFAULT_EXPOSURE: Exposure = Exposure {
+    metrics_addr: None,
+    client_ip_header: None,
+    header_read_timeout_ms: 5_000,
+    max_connections_per_ip: 128,
+};
+
+impl Default for Exposure {
+    fn default() -> Self {
+        DEFAULT_EXPOSURE
+    }
 }
 
 /// Where `/metrics` is served.

@@ -73,3 +73,81 @@ async fn concurrent_client_crashes_recover_one_at_a_time() {
     assert_eq!(counter(&settled, "applied_twice"), 0);
     assert_one_delivery_loop_per_message(&settled);
 }
+
+/// Reads until the server closes the connection (or `limit` passes); returns what it sent
+/// and how long it took.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<(String, Duration)> {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(start + limit), stream.read(&mut buffer))
+            .await
+        {
+            Err(_) => return None, // still open
+            Ok(Ok(0) | Err(_)) => {
+                return Some((String::from_utf8_lossy(&received).into_owned(), start.elapsed()));
+            }
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+fn address(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_owned()
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_headers_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.header_read_timeout_ms = 300;
+    let app = TestApp::spawn_config(config).await;
+    let mut slow = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    slow.write_all(b"GET /healthz HT").await.unwrap();
+    let closed = read_until_closed(&mut slow, Duration::from_secs(5)).await;
+    let (_, after) = closed.expect("the server closed the connection");
+    assert!(after >= Duration::from_millis(250) && after < Duration::from_secs(2), "closed after {after:?}");
+    // An idle connection that sends nothing at all goes the same way.
+    let mut idle = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    assert!(read_until_closed(&mut idle, Duration::from_secs(5)).await.is_some(), "idle is closed too");
+    // A client that sends its headers in time is served as before.
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn one_address_may_hold_only_so_many_connections() {
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.max_connections_per_ip = 3;
+    let app = TestApp::spawn_config(config).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(address(&app)).await.unwrap());
+    }
+    let mut fourth = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    let (answer, _) =
+        read_until_closed(&mut fourth, Duration::from_secs(5)).await.expect("refused and closed");
+    assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    assert!(answer.contains("content-type: application/problem+json"), "{answer}");
+    assert!(answer.contains(r#""limit":"max_connections_per_ip""#), "{answer}");
+    // A closed connection frees its place.
+    held.pop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_producer_is_not_held_to_the_per_client_cap() {
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.max_connections_per_ip = 2;
+    let app = TestApp::spawn_config(config).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"latency_ms": [50, 50]}"#).await;
+    app.burst(&lab, 50).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 50).await;
+    assert_eq!(counter(&done, "requests"), 50, "no attempt was refused a connection");
+}
