@@ -160,6 +160,9 @@ pub struct Limits {
     /// Most open event streams per lab (browser tabs watching it).
     #[arg(long, env = "RETRYLAB_MAX_SUBSCRIBERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_subscribers_per_lab)]
     pub max_subscribers_per_lab: usize,
+    /// Most open event streams on the whole server.
+    #[arg(long, env = "RETRYLAB_MAX_SUBSCRIBERS", default_value_t = DEFAULT_LIMITS.max_subscribers)]
+    pub max_subscribers: usize,
     /// Control requests (creating labs, changing settings, bursts, replays) one client may
     /// make per second, sustained.
     #[arg(long, env = "RETRYLAB_CONTROL_RATE_PER_S", default_value_t = DEFAULT_LIMITS.control_rate_per_s)]
@@ -170,6 +173,9 @@ pub struct Limits {
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
+    /// Bytes of events kept per lab for resumes: the oldest go first past it.
+    #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
+    pub event_window_bytes: usize,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
@@ -186,9 +192,11 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_active_messages_per_lab: 5_000,
     max_active_messages: 50_000,
     max_subscribers_per_lab: 20,
+    max_subscribers: 2_000,
     control_rate_per_s: 20,
     control_burst: 100,
     event_window: 10_000,
+    event_window_bytes: 8 * 1024 * 1024,
     subscriber_lag: 8_192,
 };
 

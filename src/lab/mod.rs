@@ -99,7 +99,8 @@ impl Lab {
             state: Mutex::new(LabState {
                 record,
                 dead_letters,
-                log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id),
+                log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
+                    .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
                 active_unix_ms: unix_now_ms(),
                 deleted: false,

@@ -94,14 +94,28 @@ pub async fn stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .or(query.last_event_id);
-    lab.add_subscriber().map_err(|max| AppError::Limit {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        limit: "max_subscribers_per_lab",
-        detail: format!(
-            "this lab already has {max} open event streams (max_subscribers_per_lab); close a tab"
-        ),
+    // The gauge counts every open stream on the server: it is the server-wide cap's count too.
+    let max = app.limits.max_subscribers;
+    if app.metrics.sse_subscribers.inc() >= i64::try_from(max).unwrap_or(i64::MAX) {
+        app.metrics.sse_subscribers.dec();
+        return Err(AppError::Limit {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            limit: "max_subscribers",
+            detail: format!(
+                "this server already has {max} open event streams (max_subscribers); try again later"
+            ),
+        });
+    }
+    lab.add_subscriber().map_err(|max| {
+        app.metrics.sse_subscribers.dec();
+        AppError::Limit {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            limit: "max_subscribers_per_lab",
+            detail: format!(
+                "this lab already has {max} open event streams (max_subscribers_per_lab); close a tab"
+            ),
+        }
     })?;
-    app.metrics.sse_subscribers.inc();
     let open = OpenStream { gauge: app.metrics.sse_subscribers.clone(), lab: lab.clone() };
     let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone(), open);
     let events = futures_util::stream::unfold(subscriber, |mut s| async move {

@@ -151,3 +151,60 @@ async fn the_producer_is_not_held_to_the_per_client_cap() {
     let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 50).await;
     assert_eq!(counter(&done, "requests"), 50, "no attempt was refused a connection");
 }
+
+/// The first SSE block of a stream opened after `last_event_id`: `(event name, id)`.
+async fn first_event(app: &TestApp, lab: &str, last_event_id: u64) -> (Option<String>, u64) {
+    let response = app
+        .client
+        .get(app.url(&format!("/api/labs/{lab}/events")))
+        .header("Last-Event-ID", last_event_id.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut response = response;
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap();
+        text.push_str(std::str::from_utf8(&chunk.expect("the stream stays open")).unwrap());
+    }
+    let block = &text[..text.find("\n\n").unwrap()];
+    let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+    (field("event:"), field("id:").unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_event_window_is_bounded_by_bytes() {
+    // Room for a few hundred bytes of events but thousands by count.
+    let limits = Limits { event_window_bytes: 1_500, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    for mode in ["down", "healthy", "down", "healthy", "down", "healthy"] {
+        app.set_mode(&lab, mode).await;
+    }
+    // 9 events (lab created, 2 fast settings, 6 mode changes), each settings change about 500
+    // bytes: only the last two or three are kept, so a resume from 4 needs a snapshot...
+    assert_eq!(first_event(&app, &lab, 4).await, (Some("snapshot".into()), 9));
+    // ...while a resume from 8 still gets exactly the missed event.
+    assert_eq!(first_event(&app, &lab, 8).await, (None, 9));
+}
+
+#[tokio::test]
+async fn event_streams_are_capped_server_wide() {
+    let limits = Limits { max_subscribers: 2, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let (one, two) = (app.new_lab().await, app.new_lab().await);
+    let open = |lab: &str| app.client.get(app.url(&format!("/api/labs/{lab}/events"))).send();
+    let first = open(&one).await.unwrap();
+    let _second = open(&two).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let refused = open(&one).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(problem["limit"], "max_subscribers", "{problem}");
+    // A stream that closes frees its place, on any lab.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(open(&two).await.unwrap().status(), StatusCode::OK);
+}
