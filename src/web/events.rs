@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -16,7 +17,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use super::error::AppError;
+use super::error::{AppError, Problem};
 use super::responses::LabErrors;
 use super::{AppState, LabParam, LabPath};
 use crate::events::Published;
@@ -82,14 +83,16 @@ impl Drop for OpenStream {
     responses(
         (status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
         LabErrors,
+        (status = 429, description = "Too many open event streams: in this lab (max_subscribers_per_lab) or on the server (max_subscribers)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
     headers: HeaderMap,
-    Query(query): Query<StreamQuery>,
+    query: Result<Query<StreamQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let resume_after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())

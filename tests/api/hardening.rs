@@ -208,3 +208,26 @@ async fn event_streams_are_capped_server_wide() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(open(&two).await.unwrap().status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn the_description_lists_what_the_routes_answer() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let spec: serde_json::Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let statuses = |path: &str, method: &str| -> Vec<String> {
+        spec["paths"][path][method]["responses"].as_object().unwrap().keys().cloned().collect()
+    };
+    assert!(statuses("/api/labs/{lab}/crash-client", "post").contains(&"503".into()));
+    let events = statuses("/api/labs/{lab}/events", "get");
+    assert!(events.contains(&"429".into()) && events.contains(&"400".into()), "{events:?}");
+    // Each event of the stream is described, the opening snapshot too.
+    let stream = &spec["paths"]["/api/labs/{lab}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"];
+    assert!(stream.to_string().contains("#/components/schemas/Snapshot"), "{stream}");
+    // A malformed query on the stream is a problem too, not plain text.
+    let bad =
+        app.client.get(app.url(&format!("/api/labs/{lab}/events?last_event_id=soon"))).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(bad.headers()["content-type"], "application/problem+json");
+}
