@@ -305,6 +305,7 @@ impl Lab {
         for &id in &active {
             state.record.interrupt(id, now);
         }
+        requeue_stranded(&mut state.record);
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active
@@ -335,4 +336,30 @@ impl Lab {
         state.deleted = true;
         self.schedule_flush(&mut state);
     }
+}
+
+/// After a crash or a restart no request is in flight, whatever the record says: a message
+/// whose attempt was cut off waits for a connection slot again, as `queued`. Without this, the
+/// cut-off messages count as `in_flight` beside the ones that take the free slots, and
+/// `in_flight` reads past `max_concurrent_requests` (86 of 64 after a restart).
+fn requeue_stranded(record: &mut LabRecord) {
+    use crate::domain::MessageState;
+    if !record.messages().iter().any(|m| m.state == MessageState::InFlight) {
+        return;
+    }
+    // The record has no setter for one message's state outside its rules (src/domain): swap
+    // the messages in with the state corrected. The store takes the state with the message's
+    // next change (`interrupt` marked every cut-off attempt's message changed already).
+    let messages = record
+        .messages()
+        .iter()
+        .cloned()
+        .map(|mut message| {
+            if message.state == MessageState::InFlight {
+                message.state = MessageState::Queued;
+            }
+            message
+        })
+        .collect();
+    record.replace_messages(messages);
 }

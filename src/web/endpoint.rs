@@ -25,6 +25,7 @@ use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Injected failure, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
     )
@@ -34,6 +35,13 @@ pub async fn downstream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
+    if !is_json(&headers) {
+        lab.downstream_refused(415, "body not sent as JSON");
+        return Err(AppError::Rejected {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            detail: "send the body with Content-Type: application/json (or another +json type)".into(),
+        });
+    }
     let refuse = |status: u16, detail: &'static str, error: AppError| {
         lab.downstream_refused(status, detail);
         error
@@ -90,6 +98,15 @@ pub async fn downstream(
             }
         }
     }
+}
+
+/// Whether the request says its body is JSON: `application/json` or any `+json` type.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The stored answer, byte for byte, flagged when it is a replay.

@@ -231,3 +231,77 @@ async fn the_description_lists_what_the_routes_answer() {
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     assert_eq!(bad.headers()["content-type"], "application/problem+json");
 }
+
+#[tokio::test]
+async fn a_lab_id_has_one_spelling() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let upper = lab.to_uppercase();
+    let braces = format!("{{{lab}}}");
+    let urn = format!("urn:uuid:{lab}");
+    let bare = lab.replace('-', "");
+    for other in [upper.as_str(), braces.as_str(), urn.as_str(), bare.as_str()] {
+        let response = app.client.get(app.url(&format!("/api/labs/{other}"))).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{other}");
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert!(problem["detail"].as_str().unwrap().contains("lowercase with hyphens"), "{problem}");
+    }
+    assert_eq!(app.snapshot(&lab).await["id"], lab.as_str(), "the canonical spelling opens it");
+}
+
+#[tokio::test]
+async fn the_downstream_takes_only_json() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let url = app.url(&format!("/labs/{lab}/downstream"));
+    let send = |content_type: &'static str| {
+        app.client
+            .post(&url)
+            .header("Idempotency-Key", content_type.replace([' ', ';'], "_"))
+            .header("content-type", content_type)
+            .body("{}")
+            .send()
+    };
+    for refused in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
+        let response = send(refused).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{refused}");
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+    }
+    for accepted in ["application/json", "application/json; charset=utf-8", "application/merge-patch+json"] {
+        assert_eq!(send(accepted).await.unwrap().status(), StatusCode::OK, "{accepted}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(
+        (counter(&snapshot, "requests"), counter(&snapshot, "applied")),
+        (6, 3),
+        "refusals are counted"
+    );
+}
+
+#[tokio::test]
+async fn in_flight_never_reads_past_the_connection_slots_after_a_crash() {
+    let limits = Limits { max_concurrent_requests: 4, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    // Four dead letters (1-4), to be replayed behind four attempts in flight (5-8).
+    app.put(&lab, "policy", r#"{"max_attempts": 1, "timeout_ms": 20000}"#).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 4).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 4).await;
+    app.put(&lab, "policy", r#"{"max_attempts": 4}"#).await;
+    app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [10000, 10000]}"#).await;
+    app.burst(&lab, 4).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "in_flight") == 4).await;
+    let (status, _) = app.replay(&lab, "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "queued") == 4).await;
+
+    let (status, body) = app.call(Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
+    assert_eq!((status, body["resumed"].as_u64()), (StatusCode::OK, Some(8)));
+    for _ in 0..10 {
+        let snapshot = app.snapshot(&lab).await;
+        let in_flight = counter(&snapshot, "in_flight");
+        assert!(in_flight <= 4, "{in_flight} in flight with 4 connection slots: {}", snapshot["counters"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
