@@ -186,8 +186,9 @@ async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it(
     // A 1 s Retry-After, longer than the [200, 400] ms band of the first wait.
     for (lab, mode) in [(&floor, "floor"), (&above, "jitter_above")] {
         app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
-        let policy =
-            format!(r#"{{"base_ms": 400, "max_attempts": 2, "retry_after_mode": "{mode}", "seed": 5}}"#);
+        let policy = format!(
+            r#"{{"base_ms": 400, "cap_ms": 1000, "max_attempts": 2, "retry_after_mode": "{mode}", "seed": 5}}"#
+        );
         app.put(lab, "policy", &policy).await;
     }
     app.burst(&floor, 20).await;
@@ -210,7 +211,7 @@ async fn overload_cost(app: &TestApp, jitter: &str, seed: u64) -> f64 {
         r#"{"mode": "overloaded", "capacity": 4, "queue": 0, "latency_ms": [20, 20], "retry_after_s": 0}"#;
     app.put(&lab, "downstream", downstream).await;
     let policy = format!(
-        r#"{{"jitter": "{jitter}", "base_ms": 10, "cap_ms": 2000, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
+        r#"{{"jitter": "{jitter}", "base_ms": 40, "cap_ms": 2000, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
     );
     app.put(&lab, "policy", &policy).await;
     app.burst(&lab, 40).await;
@@ -257,14 +258,15 @@ async fn after_a_short_outage_retries_keep_a_queued_downstream_overloaded_and_a_
     }
     app.put(&budget, "policy", r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
 
-    // Half the capacity, steadily; then a 300 ms outage; then the same steady load again.
+    // About 70 % of the capacity, steadily (the downstream keeps up); then a 300 ms outage;
+    // then the same steady load again.
     let run = |lab: String| {
         let app = TestApp::at(app.base.clone());
         async move {
-            offer(&app, &lab, 4, 500).await;
+            offer(&app, &lab, 7, 500).await;
             app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 300}"#).await;
-            offer(&app, &lab, 4, 2_500).await;
-            app.wait_for(&lab, PATIENCE, |s| settled(s, 120)).await
+            offer(&app, &lab, 7, 2_500).await;
+            app.wait_for(&lab, PATIENCE, |s| settled(s, 7 * 30)).await
         }
     };
     let (storm, budget) = tokio::join!(run(storm.clone()), run(budget.clone()));
