@@ -22,7 +22,10 @@ RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin retr
     && mkdir -p /data && chown retrylab /data
 COPY --from=build /out/retrylab /usr/local/bin/retrylab
 USER retrylab
+# Metrics name every lab, so they get a port of their own, never the public one: publish
+# 9091 only to your scraper (fly.toml scrapes it over the private network).
 ENV RETRYLAB_ADDR=0.0.0.0:8080 \
+    RETRYLAB_METRICS_ADDR=0.0.0.0:9091 \
     RETRYLAB_DB=/data/retrylab.db \
     RETRYLAB_LOG_FORMAT=json
 VOLUME /data

@@ -45,16 +45,63 @@ pub enum LogFormat {
 }
 
 /// How the server meets the public internet.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Exposure {
-    /// Serve `/metrics` on this separate address instead of the public one. Metrics name
-    /// labs by id, and a lab's id is all it takes to open it: in public, keep them apart.
+    /// Serve `/metrics` on this separate address instead of the main one. Metrics name labs
+    /// by id, and a lab's id is all it takes to open it: without this setting, `/metrics` is
+    /// served on the main address only when that is loopback, and not at all otherwise.
     #[arg(long, env = "RETRYLAB_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
     /// A header set by a trusted proxy that holds the client's address (e.g. `Fly-Client-IP`),
     /// for the per-client rate limit. Without it, the connection's peer address is used.
     #[arg(long, env = "RETRYLAB_CLIENT_IP_HEADER")]
     pub client_ip_header: Option<String>,
+    /// Milliseconds a connection has to send a request's headers, counted from when it opens
+    /// or from the end of its previous answer; then it is closed, so clients that never
+    /// finish their headers cannot hold connections open. 0 turns it off.
+    #[arg(long, env = "RETRYLAB_HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_EXPOSURE.header_read_timeout_ms)]
+    pub header_read_timeout_ms: u64,
+    /// Most connections one client address (an IPv6 /64) may hold open at once; past it a new
+    /// connection is answered 429 and closed. 0 turns it off: behind a proxy every connection
+    /// comes from the proxy's address (the proxy then caps clients, as fly.toml's hard_limit does).
+    #[arg(long, env = "RETRYLAB_MAX_CONNECTIONS_PER_IP", default_value_t = DEFAULT_EXPOSURE.max_connections_per_ip)]
+    pub max_connections_per_ip: usize,
+}
+
+const DEFAULT_EXPOSURE: Exposure = Exposure {
+    metrics_addr: None,
+    client_ip_header: None,
+    header_read_timeout_ms: 5_000,
+    max_connections_per_ip: 128,
+};
+
+impl Default for Exposure {
+    fn default() -> Self {
+        DEFAULT_EXPOSURE
+    }
+}
+
+/// Where `/metrics` is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAt {
+    /// On the main address, beside the lab: only when that address is loopback.
+    MainAddress,
+    /// On an address of its own (`--metrics-addr`).
+    Own(SocketAddr),
+    /// Nowhere: the main address is public and no private one was given.
+    Nowhere,
+}
+
+impl Exposure {
+    /// Where `/metrics` goes when the server listens on `main`: a public address never shows
+    /// them unless asked to, on an address of their own.
+    pub fn metrics_at(&self, main: SocketAddr) -> MetricsAt {
+        match self.metrics_addr {
+            Some(own) => MetricsAt::Own(own),
+            None if main.ip().is_loopback() => MetricsAt::MainAddress,
+            None => MetricsAt::Nowhere,
+        }
+    }
 }
 
 impl Config {
@@ -113,6 +160,9 @@ pub struct Limits {
     /// Most open event streams per lab (browser tabs watching it).
     #[arg(long, env = "RETRYLAB_MAX_SUBSCRIBERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_subscribers_per_lab)]
     pub max_subscribers_per_lab: usize,
+    /// Most open event streams on the whole server.
+    #[arg(long, env = "RETRYLAB_MAX_SUBSCRIBERS", default_value_t = DEFAULT_LIMITS.max_subscribers)]
+    pub max_subscribers: usize,
     /// Control requests (creating labs, changing settings, bursts, replays) one client may
     /// make per second, sustained.
     #[arg(long, env = "RETRYLAB_CONTROL_RATE_PER_S", default_value_t = DEFAULT_LIMITS.control_rate_per_s)]
@@ -123,6 +173,9 @@ pub struct Limits {
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
+    /// Bytes of events kept per lab for resumes: the oldest go first past it.
+    #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
+    pub event_window_bytes: usize,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
@@ -139,9 +192,11 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_active_messages_per_lab: 5_000,
     max_active_messages: 50_000,
     max_subscribers_per_lab: 20,
+    max_subscribers: 2_000,
     control_rate_per_s: 20,
     control_burst: 100,
     event_window: 10_000,
+    event_window_bytes: 8 * 1024 * 1024,
     subscriber_lag: 8_192,
 };
 
@@ -180,5 +235,25 @@ const DEFAULT_RETENTION: Retention = Retention {
 impl Default for Retention {
     fn default() -> Self {
         DEFAULT_RETENTION
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_stay_off_a_public_address_unless_given_their_own() {
+        let none = Exposure::default();
+        let at = |addr: &str| none.metrics_at(addr.parse().unwrap());
+        assert_eq!(at("127.0.0.1:3000"), MetricsAt::MainAddress);
+        assert_eq!(at("[::1]:3000"), MetricsAt::MainAddress);
+        assert_eq!(at("0.0.0.0:8080"), MetricsAt::Nowhere, "the --port / PORT path");
+        assert_eq!(at("[::]:8080"), MetricsAt::Nowhere);
+        assert_eq!(at("192.0.2.10:8080"), MetricsAt::Nowhere);
+        let own: SocketAddr = "127.0.0.1:9091".parse().unwrap();
+        let private = Exposure { metrics_addr: Some(own), ..Default::default() };
+        assert_eq!(private.metrics_at("0.0.0.0:8080".parse().unwrap()), MetricsAt::Own(own));
+        assert_eq!(private.metrics_at("127.0.0.1:3000".parse().unwrap()), MetricsAt::Own(own));
     }
 }

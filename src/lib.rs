@@ -32,7 +32,7 @@ pub mod retry;
 pub mod store;
 pub mod web;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,11 +40,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use config::Config;
+use config::{Config, MetricsAt};
 use lab::{Labs, unix_now_ms};
 use producer::Producer;
 use store::Store;
-use web::{App, AppState};
+use web::{App, AppState, ConnectionLimits};
 
 /// How long open requests may run on after a shutdown signal before they are cut off, so the
 /// whole shutdown stays within 5 s.
@@ -59,9 +59,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
+    // The producer calls the lab's own downstream route through a loopback listener of its own,
+    // so its hundreds of connections do not count against the per-client cap of the public one.
+    let internal = bind_loopback().await?;
     let metrics = Arc::new(metrics::Metrics::default());
     let slots = config.limits.max_concurrent_requests_overall;
-    let producer = Producer::new(self_url(address), metrics.clone(), slots).map_err(std::io::Error::other)?;
+    let producer = Producer::new(self_url(internal.local_addr()?), metrics.clone(), slots)
+        .map_err(std::io::Error::other)?;
     let db = config.db.clone();
     let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db))
         .await
@@ -96,19 +100,40 @@ pub async fn serve(
     tokio::spawn(apply_retention(app.clone()));
     tokio::spawn(publish_load(app.clone()));
 
-    if let Some(metrics_addr) = config.exposure.metrics_addr {
-        let metrics_listener = TcpListener::bind(metrics_addr).await?;
-        let router = web::metrics_router(AppState(app.clone()));
-        tokio::spawn(async move { axum::serve(metrics_listener, router).await });
+    let metrics_at = config.exposure.metrics_at(address);
+    match metrics_at {
+        MetricsAt::Own(metrics_addr) => {
+            let metrics_listener = TcpListener::bind(metrics_addr).await?;
+            let router = web::metrics_router(AppState(app.clone()));
+            tokio::spawn(async move { axum::serve(metrics_listener, router).await });
+        }
+        MetricsAt::Nowhere => tracing::warn!(
+            %address,
+            "not serving /metrics: this address is public and metrics name every lab; \
+             give them a private address with --metrics-addr (e.g. 127.0.0.1:9091)"
+        ),
+        MetricsAt::MainAddress => {}
     }
-    let router = web::router(AppState(app.clone()), config.exposure.metrics_addr.is_none());
-    let mut stopping = stopped;
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    let server = axum::serve(listener, service).with_graceful_shutdown(async move {
-        let _ = stopping.wait_for(|&stop| stop).await;
-    });
+    let router = web::router(AppState(app.clone()), metrics_at == MetricsAt::MainAddress);
+    let exposure = &config.exposure;
+    let public = ConnectionLimits {
+        header_read_timeout: Some(Duration::from_millis(exposure.header_read_timeout_ms))
+            .filter(|timeout| !timeout.is_zero()),
+        max_per_ip: Some(exposure.max_connections_per_ip).filter(|&max| max > 0),
+    };
+    let server = async {
+        tokio::try_join!(
+            web::serve_connections(listener, router.clone(), public, stopped.clone()),
+            web::serve_connections(
+                internal,
+                router,
+                ConnectionLimits { max_per_ip: None, ..public },
+                stopped
+            ),
+        )
+    };
     tokio::select! {
-        served = server.into_future() => served?,
+        served = server => { served?; }
         () = async {
             shutdown.await;
             stop_deliveries(&app.labs);
@@ -156,6 +181,14 @@ async fn publish_load(app: Arc<App>) {
         for lab in app.labs.all() {
             lab.publish_load();
         }
+    }
+}
+
+/// A listener for the producer alone, on IPv4 loopback or, failing that, IPv6's.
+async fn bind_loopback() -> std::io::Result<TcpListener> {
+    match TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await {
+        Ok(listener) => Ok(listener),
+        Err(_) => TcpListener::bind(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0))).await,
     }
 }
 

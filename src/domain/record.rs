@@ -203,8 +203,14 @@ impl LabRecord {
         })
     }
 
-    /// Marks the message's running attempt, if any, as cut off by a crash.
+    /// Marks the message's running attempt, if any, as cut off by a crash. No request is in
+    /// flight after a crash, whatever the record said: the message waits for a connection
+    /// slot again, as `queued` (else `in_flight` would count it beside the ones that take the
+    /// free slots, and read past `max_concurrent_requests`).
     pub fn interrupt(&mut self, id: u64, now_ms: u64) -> Option<Attempt> {
+        if self.message(id)?.state == MessageState::InFlight {
+            self.set_state(id, MessageState::Queued);
+        }
         let attempt = self.message_mut(id)?.attempts.last_mut().filter(|a| a.outcome.is_none())?;
         attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
         attempt.outcome = Some(Outcome::Interrupted);

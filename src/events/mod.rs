@@ -144,6 +144,10 @@ pub struct EventLog {
     last_counters: serde_json::Map<String, serde_json::Value>,
     window: VecDeque<Published>,
     capacity: usize,
+    /// The window's size in bytes, and its bound: events that carry a whole snapshot (a reset,
+    /// a recovery, an expiry) can weigh megabytes each, so a count alone does not bound memory.
+    window_bytes: usize,
+    max_bytes: usize,
     sender: broadcast::Sender<Published>,
 }
 
@@ -158,8 +162,17 @@ impl EventLog {
             last_counters: serde_json::Map::new(),
             window: VecDeque::new(),
             capacity: capacity.max(1),
+            window_bytes: 0,
+            max_bytes: usize::MAX,
             sender,
         }
+    }
+
+    /// Bounds the window by its size too: the oldest events go until it is within `max_bytes`
+    /// (a resume from before them then starts from a snapshot).
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     pub fn last_id(&self) -> u64 {
@@ -174,10 +187,12 @@ impl EventLog {
         let data = serde_json::to_string(&Envelope { event, at_ms, counters })
             .expect("events serialize: they hold only plain data");
         let published = Published { id: self.last_id, data: data.into() };
-        if self.window.len() == self.capacity {
-            self.window.pop_front();
-        }
+        self.window_bytes += published.data.len();
         self.window.push_back(published.clone());
+        while self.window.len() > self.capacity || self.window_bytes > self.max_bytes {
+            let Some(oldest) = self.window.pop_front() else { break };
+            self.window_bytes -= oldest.data.len();
+        }
         // No subscribers is not an error: the event is still in the window.
         let _ = self.sender.send(published.clone());
         published
@@ -240,6 +255,26 @@ mod tests {
         let moved = log.publish(&Event::LabCreated, 0, Counters { delivered: 3, ..Default::default() });
         let data: serde_json::Value = serde_json::from_str(&moved.data).unwrap();
         assert_eq!(data["counters"], serde_json::json!({ "delivered": 3 }));
+    }
+
+    #[test]
+    fn the_window_is_bounded_by_bytes_as_well_as_by_count() {
+        let big = |n: usize| Event::Reset { snapshot: serde_json::json!({ "pad": "x".repeat(n) }) };
+        let mut log = EventLog::new(100, 10, 0).with_max_bytes(3_000);
+        for _ in 0..5 {
+            log.publish(&big(1_000), 0, Counters::default());
+        }
+        let kept: usize = log.window.iter().map(|e| e.data.len()).sum();
+        assert!(kept <= 3_000 && log.window_bytes == kept, "{kept} bytes kept");
+        assert_eq!(log.window.len(), 2, "the three oldest went");
+        assert!(matches!(log.subscribe(Some(3)).0, Start::Resume(v) if v.len() == 2));
+        assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot), "3 is gone: a snapshot");
+        // An event larger than the whole bound is not kept at all; resuming past it needs a
+        // snapshot, resuming at it needs nothing.
+        log.publish(&big(5_000), 0, Counters::default());
+        assert!(log.window.is_empty() && log.window_bytes == 0);
+        assert!(matches!(log.subscribe(Some(5)).0, Start::Snapshot));
+        assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.is_empty()));
     }
 
     #[test]

@@ -14,13 +14,11 @@ mod registry;
 mod snapshot;
 mod subscribers;
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
-use tokio::task::AbortHandle;
 
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
@@ -46,7 +44,7 @@ pub struct Lab {
     /// thousands of sockets at once.
     pub request_slots: Semaphore,
     /// Running deliveries, so a reset or a crash can stop them.
-    tasks: Mutex<HashMap<u64, AbortHandle>>,
+    deliveries: deliveries::Deliveries,
     store: Store,
     /// This lab, for handing itself to the store's writer.
     this: Weak<Lab>,
@@ -102,13 +100,14 @@ impl Lab {
             state: Mutex::new(LabState {
                 record,
                 dead_letters,
-                log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id),
+                log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
+                    .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
                 active_unix_ms: unix_now_ms(),
                 deleted: false,
             }),
             request_slots: Semaphore::new(limits.max_concurrent_requests),
-            tasks: Mutex::new(HashMap::new()),
+            deliveries: Default::default(),
             store: registry.store.clone(),
             this,
             durable: watch::Sender::new(last_event_id),

@@ -19,11 +19,18 @@ use crate::store::{LoadedLab, Store};
 pub struct LabId(Uuid);
 
 impl LabId {
+    /// Only the canonical spelling (lowercase, hyphenated) names a lab: one lab, one URL, so
+    /// the same lab cannot be opened, cached or rate-limited under several names.
     pub fn parse(raw: &str) -> Result<Self, String> {
-        Uuid::parse_str(raw).map(LabId).map_err(|_| {
-            let shown: String = raw.chars().take(64).collect();
-            format!("'{shown}' is not a lab id (lab ids are UUIDs)")
-        })
+        Uuid::try_parse(raw).ok().filter(|id| id.hyphenated().to_string() == raw).map(LabId).ok_or_else(
+            || {
+                let shown: String = raw.chars().take(64).collect();
+                format!(
+                    "'{shown}' is not a lab id: lab ids are UUIDs written in lowercase with hyphens, \
+                     like 6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a"
+                )
+            },
+        )
     }
 }
 
@@ -116,5 +123,26 @@ impl Labs {
             }
         }
         idle.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LabId;
+
+    #[test]
+    fn a_lab_id_has_one_spelling() {
+        let canonical = "6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a";
+        assert_eq!(LabId::parse(canonical).unwrap().to_string(), canonical);
+        for other in [
+            "6F1C1C3E-9D5E-4A55-8F4A-3B3C2D1E0F9A",
+            "{6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a}",
+            "urn:uuid:6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a",
+            "6f1c1c3e9d5e4a558f4a3b3c2d1e0f9a",
+            " 6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a",
+        ] {
+            let refused = LabId::parse(other).unwrap_err();
+            assert!(refused.contains("lowercase with hyphens"), "{other}: {refused}");
+        }
     }
 }

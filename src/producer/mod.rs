@@ -88,7 +88,11 @@ impl Producer {
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
         let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
-        let mut rng = StdRng::from_rng(&mut rand::rng());
+        // A seeded policy draws each message's jitter from its own stream, so a run repeats.
+        let mut rng = match lab.policy().seed {
+            Some(seed) => StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            None => StdRng::from_rng(&mut rand::rng()),
+        };
         let mut previous_wait = resume.previous_wait_ms;
         let mut round_started_ms = resume.round_started_ms;
         if resume.delay_ms > 0 {

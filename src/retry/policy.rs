@@ -43,6 +43,9 @@ pub struct Policy {
     /// The client's retry budget over a sliding 10 s window; `None` for none.
     pub retry_budget: Option<BudgetSettings>,
     pub retry_after_mode: RetryAfterMode,
+    /// Seeds the jitter, so a run can be repeated draw for draw; `None` draws fresh
+    /// randomness.
+    pub seed: Option<u64>,
 }
 
 impl Default for Policy {
@@ -61,6 +64,7 @@ impl Default for Policy {
             breaker: None,
             retry_budget: None,
             retry_after_mode: RetryAfterMode::Floor,
+            seed: None,
         }
     }
 }
@@ -108,6 +112,10 @@ pub struct PolicyUpdate {
     #[schema(value_type = Option<BudgetSettings>)]
     pub retry_budget: Option<Option<BudgetSettings>>,
     pub retry_after_mode: Option<RetryAfterMode>,
+    /// `null` goes back to fresh randomness.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>)]
+    pub seed: Option<Option<u64>>,
 }
 
 /// Tells a field given as `null` (`Some(None)`) from one left out (`None`).
@@ -163,6 +171,7 @@ impl Policy {
             breaker: update.breaker.unwrap_or(self.breaker),
             retry_budget: update.retry_budget.unwrap_or(self.retry_budget),
             retry_after_mode: update.retry_after_mode.unwrap_or(self.retry_after_mode),
+            seed: update.seed.unwrap_or(self.seed),
         };
         next.validate()?;
         Ok(next)

@@ -244,17 +244,22 @@ pub struct Recovered {
     path = "/api/labs/{lab}/crash-client",
     tag = "labs",
     params(LabParam),
-    responses((status = 200, body = Recovered), LabErrors)
+    responses((status = 200, body = Recovered), LabErrors, StoreErrors)
 )]
 pub async fn crash_client(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
 ) -> Result<Json<Recovered>, AppError> {
-    let resumed = app
-        .producer
-        .crash_and_recover(&lab, &app.store)
-        .await
-        .map_err(|e| AppError::Internal(e.to_string()))?;
+    // One recovery at a time: two at once would start two delivery loops for one message.
+    let _turn = lab.recovery_turn().await;
+    let resumed = app.producer.crash_and_recover(&lab, &app.store).await.map_err(|e| {
+        tracing::warn!(error = %e.0, "could not read the lab back from the store");
+        AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s: 1,
+            detail: "the store did not answer in time; try again shortly".into(),
+        }
+    })?;
     Ok(Json(Recovered { resumed }))
 }
 

@@ -34,6 +34,7 @@ use crate::lab::{DownstreamAdmission as Admission, Lab};
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Injected failure or shed load, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
@@ -59,6 +60,13 @@ async fn serve(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
+    if !is_json(&headers) {
+        lab.downstream_refused(415, "body not sent as JSON");
+        return Err(AppError::Rejected {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            detail: "send the body with Content-Type: application/json (or another +json type)".into(),
+        });
+    }
     let refuse = |status: u16, detail: &'static str, error: AppError| {
         lab.downstream_refused(status, detail);
         error
@@ -232,6 +240,15 @@ impl Drop for Work {
             self.lab.downstream_work_finished(false);
         }
     }
+}
+
+/// Whether the request says its body is JSON: `application/json` or any `+json` type.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The stored answer, byte for byte, flagged when it is a replay.

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -16,7 +17,7 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use super::error::AppError;
+use super::error::{AppError, Problem};
 use super::responses::LabErrors;
 use super::{AppState, LabParam, LabPath};
 use crate::events::Published;
@@ -82,26 +83,42 @@ impl Drop for OpenStream {
     responses(
         (status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
         LabErrors,
+        (status = 429, description = "Too many open event streams: in this lab (max_subscribers_per_lab) or on the server (max_subscribers)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
     headers: HeaderMap,
-    Query(query): Query<StreamQuery>,
+    query: Result<Query<StreamQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let resume_after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok()?.trim().parse().ok())
         .or(query.last_event_id);
-    lab.add_subscriber().map_err(|max| AppError::Limit {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        limit: "max_subscribers_per_lab",
-        detail: format!(
-            "this lab already has {max} open event streams (max_subscribers_per_lab); close a tab"
-        ),
+    // The gauge counts every open stream on the server: it is the server-wide cap's count too.
+    let max = app.limits.max_subscribers;
+    if app.metrics.sse_subscribers.inc() >= i64::try_from(max).unwrap_or(i64::MAX) {
+        app.metrics.sse_subscribers.dec();
+        return Err(AppError::Limit {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            limit: "max_subscribers",
+            detail: format!(
+                "this server already has {max} open event streams (max_subscribers); try again later"
+            ),
+        });
+    }
+    lab.add_subscriber().map_err(|max| {
+        app.metrics.sse_subscribers.dec();
+        AppError::Limit {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            limit: "max_subscribers_per_lab",
+            detail: format!(
+                "this lab already has {max} open event streams (max_subscribers_per_lab); close a tab"
+            ),
+        }
     })?;
-    app.metrics.sse_subscribers.inc();
     let open = OpenStream { gauge: app.metrics.sse_subscribers.clone(), lab: lab.clone() };
     let subscriber = Subscriber::new(lab, resume_after, app.shutdown.clone(), open);
     let events = futures_util::stream::unfold(subscriber, |mut s| async move {

@@ -4,6 +4,7 @@
 
 mod access_log;
 mod api;
+mod connections;
 mod endpoint;
 pub mod error;
 mod events;
@@ -12,6 +13,7 @@ mod pages;
 mod rate_limit;
 mod responses;
 
+pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::RateLimiter;
 
 use std::ops::Deref;

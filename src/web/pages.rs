@@ -102,7 +102,10 @@ pub async fn asset(Path(file): Path<String>) -> Result<Response, AppError> {
 
 /// `GET /metrics`: Prometheus / OpenMetrics text.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text")))]
+    responses(
+        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text"),
+        (status = 404, description = "Served on --metrics-addr instead, or not at all on a public address without it", body = super::error::Problem, content_type = "application/problem+json"),
+    ))]
 pub async fn metrics(State(app): State<AppState>) -> Response {
     let text = app.metrics.render(&app.labs, &app.store.stats);
     let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";

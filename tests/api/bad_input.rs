@@ -57,7 +57,12 @@ async fn bad_input_on_every_route_is_a_clear_4xx_problem() {
         case(Method::POST, api("/dead-letters/replay"), r#"{"ids": "all"}"#, 422),
         case(Method::POST, api("/dead-letters/replay"), "nope", 400),
         // The downstream endpoint itself.
-        Case { content_type: None, ..case(Method::POST, format!("/labs/{lab}/downstream"), "{}", 400) },
+        case(Method::POST, format!("/labs/{lab}/downstream"), "{}", 400),
+        Case { content_type: None, ..case(Method::POST, format!("/labs/{lab}/downstream"), "{}", 415) },
+        Case {
+            content_type: Some("text/plain"),
+            ..case(Method::POST, format!("/labs/{lab}/downstream"), "{}", 415)
+        },
         case(Method::POST, format!("/labs/{lab}/downstream"), &huge, 413),
         // Unknown routes and methods.
         case(Method::GET, "/nowhere".into(), "", 404),

@@ -29,6 +29,16 @@ async fn the_dockerfile_and_fly_toml_agree_with_the_server() {
     assert!(dockerfile.contains(&format!("RETRYLAB_ADDR=0.0.0.0:{port}")), "and serves on it");
     assert_eq!(fly("RETRYLAB_ADDR"), format!("0.0.0.0:{port}"));
 
+    // Metrics on a port of their own, the one fly scrapes, in the image as in fly.toml.
+    let metrics = fly("RETRYLAB_METRICS_ADDR");
+    assert!(dockerfile.contains(&format!("RETRYLAB_METRICS_ADDR={metrics}")), "the image sets it too");
+    assert_eq!(metrics.rsplit_once(':').unwrap().1, fly("port"), "fly scrapes the metrics port");
+    assert_ne!(fly("port"), port, "never the public port");
+
+    // Behind fly's proxy every connection comes from the proxy: no per-address cap.
+    assert!(!fly("RETRYLAB_CLIENT_IP_HEADER").is_empty());
+    assert_eq!(fly("RETRYLAB_MAX_CONNECTIONS_PER_IP"), "0");
+
     let stop = fly("kill_signal");
     assert!(dockerfile.contains(&format!("STOPSIGNAL {stop}")), "one shutdown signal");
     let grace: u64 = fly("kill_timeout").trim_end_matches('s').parse().unwrap();

@@ -189,6 +189,7 @@ async fn retention_expires_keys_dead_letters_and_idle_labs() {
         app.client
             .post(app.url(&format!("/labs/{lab}/downstream")))
             .header("Idempotency-Key", "short-lived")
+            .header("content-type", "application/json")
             .body("{}")
             .send()
     };

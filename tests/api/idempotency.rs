@@ -37,7 +37,11 @@ async fn the_downstream_keeps_the_idempotency_contract() {
     let first = tokio::spawn({
         let (client, url) = (app.client.clone(), app.url(&format!("/labs/{lab}/downstream")));
         async move {
-            let response = client.post(url).header("Idempotency-Key", "order-1").body(r#"{"n": 1}"#).send();
+            let response = client
+                .post(url)
+                .header("Idempotency-Key", "order-1")
+                .header("content-type", "application/json");
+            let response = response.body(r#"{"n": 1}"#).send();
             let response = response.await.unwrap();
             (
                 response.status(),
@@ -79,6 +83,7 @@ async fn a_write_lands_even_when_the_client_hangs_up() {
         .client
         .post(app.url(&format!("/labs/{lab}/downstream")))
         .header("Idempotency-Key", "hang-up")
+        .header("content-type", "application/json")
         .body("{}")
         .timeout(Duration::from_millis(50))
         .send()

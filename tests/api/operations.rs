@@ -44,6 +44,7 @@ async fn the_control_api_is_rate_limited_per_client_with_retry_after() {
         .client
         .post(app.url(&format!("/labs/{lab}/downstream")))
         .header("Idempotency-Key", "k")
+        .header("content-type", "application/json")
         .body("{}")
         .send()
         .await

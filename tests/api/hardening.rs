@@ -1,0 +1,307 @@
+//! Hardening for running in public: what a public address shows, how recoveries take turns,
+//! slow and greedy connections, memory bounds, and input in the wrong spelling or type.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use retrylab::config::{Config, Limits};
+
+use crate::helpers::{TestApp, config, counter, messages};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A server listening on every interface (as with `--port`), reached over loopback.
+async fn spawn_public(config: Config) -> TestApp {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], 0))).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+    TestApp::at(format!("http://127.0.0.1:{port}"))
+}
+
+#[tokio::test]
+async fn a_public_address_without_a_metrics_address_does_not_serve_metrics() {
+    let app = spawn_public(config(Limits::default(), Default::default())).await;
+    let lab = app.new_lab().await;
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status(), StatusCode::NOT_FOUND, "lab ids stay off a public address");
+    let body = metrics.text().await.unwrap();
+    assert!(!body.contains(&lab), "{body}");
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+/// Attempt numbers of each round of each message: 1, 2, 3, ... with no repeats or gaps.
+fn assert_one_delivery_loop_per_message(snapshot: &serde_json::Value) {
+    for message in messages(snapshot) {
+        let mut rounds: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        for attempt in message["attempts"].as_array().unwrap() {
+            rounds
+                .entry(attempt["round"].as_u64().unwrap())
+                .or_default()
+                .push(attempt["n"].as_u64().unwrap());
+        }
+        for (round, numbers) in rounds {
+            let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
+            assert_eq!(numbers, expected, "message {} round {round}: {}", message["id"], message["attempts"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn concurrent_client_crashes_recover_one_at_a_time() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(&lab, "policy", r#"{"base_ms": 40, "cap_ms": 400, "timeout_ms": 1000}"#).await;
+    app.put(&lab, "downstream", r#"{"mode": "flaky", "latency_ms": [5, 20], "retry_after_s": 0}"#).await;
+    app.burst(&lab, 1000).await;
+    for _ in 0..2 {
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "in_flight") > 0).await;
+        let path = format!("/api/labs/{lab}/crash-client");
+        let crash = || app.call(Method::POST, &path, None);
+        let answers = futures_util::future::join_all((0..4).map(|_| crash())).await;
+        for (status, body) in answers {
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+    }
+    let settled = app
+        .wait_for(&lab, PATIENCE, |s| {
+            ["queued", "in_flight", "backing_off"].iter().all(|c| counter(s, c) == 0)
+        })
+        .await;
+    assert_eq!(messages(&settled).len(), 1000);
+    assert_eq!(counter(&settled, "delivered") + counter(&settled, "dead_letter"), 1000);
+    assert_eq!(counter(&settled, "applied_twice"), 0);
+    assert_one_delivery_loop_per_message(&settled);
+}
+
+/// Reads until the server closes the connection (or `limit` passes); returns what it sent
+/// and how long it took.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<(String, Duration)> {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(start + limit), stream.read(&mut buffer))
+            .await
+        {
+            Err(_) => return None, // still open
+            Ok(Ok(0) | Err(_)) => {
+                return Some((String::from_utf8_lossy(&received).into_owned(), start.elapsed()));
+            }
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+fn address(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_owned()
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_headers_is_closed() {
+    use tokio::io::AsyncWriteExt;
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.header_read_timeout_ms = 300;
+    let app = TestApp::spawn_config(config).await;
+    let mut slow = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    slow.write_all(b"GET /healthz HT").await.unwrap();
+    let closed = read_until_closed(&mut slow, Duration::from_secs(5)).await;
+    let (_, after) = closed.expect("the server closed the connection");
+    assert!(after >= Duration::from_millis(250) && after < Duration::from_secs(2), "closed after {after:?}");
+    // An idle connection that sends nothing at all goes the same way.
+    let mut idle = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    assert!(read_until_closed(&mut idle, Duration::from_secs(5)).await.is_some(), "idle is closed too");
+    // A client that sends its headers in time is served as before.
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn one_address_may_hold_only_so_many_connections() {
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.max_connections_per_ip = 3;
+    let app = TestApp::spawn_config(config).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(address(&app)).await.unwrap());
+    }
+    let mut fourth = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    let (answer, _) =
+        read_until_closed(&mut fourth, Duration::from_secs(5)).await.expect("refused and closed");
+    assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    assert!(answer.contains("content-type: application/problem+json"), "{answer}");
+    assert!(answer.contains(r#""limit":"max_connections_per_ip""#), "{answer}");
+    // A closed connection frees its place.
+    held.pop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_producer_is_not_held_to_the_per_client_cap() {
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.max_connections_per_ip = 2;
+    let app = TestApp::spawn_config(config).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"latency_ms": [50, 50]}"#).await;
+    app.burst(&lab, 50).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 50).await;
+    assert_eq!(counter(&done, "requests"), 50, "no attempt was refused a connection");
+}
+
+/// The first SSE block of a stream opened after `last_event_id`: `(event name, id)`.
+async fn first_event(app: &TestApp, lab: &str, last_event_id: u64) -> (Option<String>, u64) {
+    let response = app
+        .client
+        .get(app.url(&format!("/api/labs/{lab}/events")))
+        .header("Last-Event-ID", last_event_id.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut response = response;
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.unwrap().unwrap();
+        text.push_str(std::str::from_utf8(&chunk.expect("the stream stays open")).unwrap());
+    }
+    let block = &text[..text.find("\n\n").unwrap()];
+    let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+    (field("event:"), field("id:").unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_event_window_is_bounded_by_bytes() {
+    // Room for a few hundred bytes of events but thousands by count.
+    let limits = Limits { event_window_bytes: 1_500, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    for mode in ["down", "healthy", "down", "healthy", "down", "healthy"] {
+        app.set_mode(&lab, mode).await;
+    }
+    // 17 events (lab created, then 8 settings changes, each about 600 bytes with a small
+    // marker after it): only the last few are kept, so a resume from 4 needs a snapshot...
+    assert_eq!(first_event(&app, &lab, 4).await, (Some("snapshot".into()), 17));
+    // ...while a resume from 16 still gets exactly the missed event.
+    assert_eq!(first_event(&app, &lab, 16).await, (None, 17));
+}
+
+#[tokio::test]
+async fn event_streams_are_capped_server_wide() {
+    let limits = Limits { max_subscribers: 2, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let (one, two) = (app.new_lab().await, app.new_lab().await);
+    let open = |lab: &str| app.client.get(app.url(&format!("/api/labs/{lab}/events"))).send();
+    let first = open(&one).await.unwrap();
+    let _second = open(&two).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let refused = open(&one).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(problem["limit"], "max_subscribers", "{problem}");
+    // A stream that closes frees its place, on any lab.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(open(&two).await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_description_lists_what_the_routes_answer() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let spec: serde_json::Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let statuses = |path: &str, method: &str| -> Vec<String> {
+        spec["paths"][path][method]["responses"].as_object().unwrap().keys().cloned().collect()
+    };
+    assert!(statuses("/api/labs/{lab}/crash-client", "post").contains(&"503".into()));
+    let events = statuses("/api/labs/{lab}/events", "get");
+    assert!(events.contains(&"429".into()) && events.contains(&"400".into()), "{events:?}");
+    // Each event of the stream is described, the opening snapshot too.
+    let stream = &spec["paths"]["/api/labs/{lab}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"];
+    assert!(stream.to_string().contains("#/components/schemas/Snapshot"), "{stream}");
+    // A malformed query on the stream is a problem too, not plain text.
+    let bad =
+        app.client.get(app.url(&format!("/api/labs/{lab}/events?last_event_id=soon"))).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(bad.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn a_lab_id_has_one_spelling() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let upper = lab.to_uppercase();
+    let braces = format!("{{{lab}}}");
+    let urn = format!("urn:uuid:{lab}");
+    let bare = lab.replace('-', "");
+    for other in [upper.as_str(), braces.as_str(), urn.as_str(), bare.as_str()] {
+        let response = app.client.get(app.url(&format!("/api/labs/{other}"))).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{other}");
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert!(problem["detail"].as_str().unwrap().contains("lowercase with hyphens"), "{problem}");
+    }
+    assert_eq!(app.snapshot(&lab).await["id"], lab.as_str(), "the canonical spelling opens it");
+}
+
+#[tokio::test]
+async fn the_downstream_takes_only_json() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let url = app.url(&format!("/labs/{lab}/downstream"));
+    let send = |content_type: &'static str| {
+        app.client
+            .post(&url)
+            .header("Idempotency-Key", content_type.replace([' ', ';'], "_"))
+            .header("content-type", content_type)
+            .body("{}")
+            .send()
+    };
+    for refused in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
+        let response = send(refused).await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{refused}");
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+    }
+    for accepted in ["application/json", "application/json; charset=utf-8", "application/merge-patch+json"] {
+        assert_eq!(send(accepted).await.unwrap().status(), StatusCode::OK, "{accepted}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(
+        (counter(&snapshot, "requests"), counter(&snapshot, "applied")),
+        (6, 3),
+        "refusals are counted"
+    );
+}
+
+#[tokio::test]
+async fn in_flight_never_reads_past_the_connection_slots_after_a_crash() {
+    let limits = Limits { max_concurrent_requests: 4, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    // Four dead letters (1-4), to be replayed behind four attempts in flight (5-8).
+    app.put(&lab, "policy", r#"{"max_attempts": 1, "timeout_ms": 20000}"#).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 4).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 4).await;
+    app.put(&lab, "policy", r#"{"max_attempts": 4}"#).await;
+    app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [10000, 10000]}"#).await;
+    app.burst(&lab, 4).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "in_flight") == 4).await;
+    let (status, _) = app.replay(&lab, "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "queued") == 4).await;
+
+    let (status, body) = app.call(Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
+    assert_eq!((status, body["resumed"].as_u64()), (StatusCode::OK, Some(8)));
+    for _ in 0..10 {
+        let snapshot = app.snapshot(&lab).await;
+        let in_flight = counter(&snapshot, "in_flight");
+        assert!(in_flight <= 4, "{in_flight} in flight with 4 connection slots: {}", snapshot["counters"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,332 @@
+//! Failure modes and protections, measured on real requests: a throttled and an overloaded
+//! downstream, outage windows that end by themselves, the circuit breaker, the time and retry
+//! budgets, `Retry-After` as a floor or with jitter above it, and the load the downstream saw.
+//! Timings are small; assertions are bounds with margins, and randomness is seeded.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::helpers::{TestApp, counter, messages, round};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn attempts(snapshot: &Value) -> Vec<Value> {
+    messages(snapshot).iter().flat_map(|m| round(m, 0)).cloned().collect()
+}
+
+fn load_sum(snapshot: &Value, field: &str) -> u64 {
+    snapshot["load"]["bins"].as_array().unwrap().iter().map(|b| b[field].as_u64().unwrap()).sum()
+}
+
+fn settled(snapshot: &Value, count: u64) -> bool {
+    counter(snapshot, "delivered") + counter(snapshot, "dead_letter") == count
+}
+
+fn causes(snapshot: &Value) -> Vec<String> {
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    letters.iter().map(|d| d["cause"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_timed_setting_reverts_by_itself_and_marks_the_time_axis() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let set = app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 150}"#).await;
+    assert_eq!(set["mode"], "down");
+    assert_eq!(set["revert"]["to"]["mode"], "healthy");
+    let back = app.wait_for(&lab, PATIENCE, |s| s["downstream"]["mode"] == "healthy").await;
+    assert!(back["downstream"]["revert"].is_null());
+    let kinds: Vec<&str> =
+        back["markers"].as_array().unwrap().iter().map(|m| m["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.last(), Some(&"scheduled"), "{kinds:?}");
+    assert!(
+        kinds.iter().filter(|k| **k == "settings").count() >= 3,
+        "the fast settings and the outage: {kinds:?}"
+    );
+    let outage = &back["markers"].as_array().unwrap()[kinds.len() - 2];
+    let ended = &back["markers"].as_array().unwrap()[kinds.len() - 1];
+    let lasted = ended["at_ms"].as_u64().unwrap() - outage["at_ms"].as_u64().unwrap();
+    assert!((150..1_500).contains(&lasted), "the window lasted {lasted} ms");
+}
+
+#[tokio::test]
+async fn a_multiplier_of_one_waits_the_same_each_time() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    app.put(&lab, "policy", r#"{"multiplier": 1, "base_ms": 20, "jitter": "none"}"#).await;
+    app.burst(&lab, 3).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 3).await;
+    let planned: Vec<u64> = attempts(&done).iter().filter_map(|a| a["wait"]["planned_ms"].as_u64()).collect();
+    assert_eq!(planned, [20; 9], "3 equal waits for each of 3 messages");
+    assert_eq!(done["policy"]["bands"][2]["nominal_ms"], 20);
+}
+
+#[tokio::test]
+async fn the_time_and_retry_budgets_dead_letter_with_their_causes() {
+    let app = TestApp::spawn().await;
+    let timed = app.fast_lab().await;
+    app.set_mode(&timed, "down").await;
+    // Waits of 50, 100 ms: the second would start past 120 ms after the first attempt.
+    let policy = r#"{"base_ms": 50, "jitter": "none", "max_attempts": 10, "max_total_ms": 120}"#;
+    app.put(&timed, "policy", policy).await;
+    app.burst(&timed, 3).await;
+
+    let budgeted = app.fast_lab().await;
+    app.set_mode(&budgeted, "down").await;
+    // No ratio, and a floor of 0.1/s: one retry in the 10 s window for the whole client.
+    let policy = r#"{"retry_budget": {"ratio": 0, "min_per_s": 0.1}, "max_attempts": 4}"#;
+    app.put(&budgeted, "policy", policy).await;
+    app.burst(&budgeted, 5).await;
+
+    let timed = app.wait_for(&timed, PATIENCE, |s| counter(s, "dead_letter") == 3).await;
+    assert_eq!(causes(&timed), ["time_budget"; 3]);
+    for message in messages(&timed) {
+        assert_eq!(round(message, 0).len(), 2, "stopped before the wait that would overrun: {message}");
+    }
+    let letter = &timed["dead_letters"][0]["reason"];
+    assert!(letter.as_str().unwrap().starts_with("time budget"), "{letter}");
+
+    let budgeted = app.wait_for(&budgeted, PATIENCE, |s| counter(s, "dead_letter") == 5).await;
+    assert_eq!(causes(&budgeted), ["retry_budget"; 5]);
+    assert_eq!(counter(&budgeted, "requests"), 6, "five first attempts and the one retry allowed");
+    assert_eq!(load_sum(&budgeted, "requests"), 6, "the load bins add up to the requests");
+    assert_eq!(load_sum(&budgeted, "unavailable"), 6);
+}
+
+#[tokio::test]
+async fn a_breaker_fails_fast_through_an_outage_and_closes_through_half_open() {
+    let app = TestApp::spawn().await;
+    let (plain, guarded) = (app.fast_lab().await, app.fast_lab().await);
+    let policy = r#"{"base_ms": 10, "cap_ms": 40, "max_attempts": 8, "seed": 7}"#;
+    for lab in [&plain, &guarded] {
+        app.set_mode(lab, "down").await;
+        app.put(lab, "policy", policy).await;
+    }
+    let breaker = r#"{"breaker": {"failure_threshold": 3, "open_ms": 100, "half_open_probes": 1}}"#;
+    app.put(&guarded, "policy", breaker).await;
+    app.burst(&plain, 20).await;
+    app.burst(&guarded, 20).await;
+    let plain_done = app.wait_for(&plain, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let guarded_done = app.wait_for(&guarded, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let (without, with) = (counter(&plain_done, "requests"), counter(&guarded_done, "requests"));
+    assert_eq!(without, 160, "20 messages, 8 attempts each");
+    assert!(with * 2 <= without, "the breaker sent {with} requests, the plain client {without}");
+    let short = attempts(&guarded_done).iter().filter(|a| a["outcome"] == "short_circuited").count() as u64;
+    assert_eq!(short + with, 160, "every attempt not sent was short-circuited");
+    assert!(
+        attempts(&guarded_done).iter().all(|a| a["outcome"] != "short_circuited" || a["status"].is_null())
+    );
+    assert!(causes(&guarded_done).contains(&"circuit_open".to_owned()), "{:?}", causes(&guarded_done));
+    assert_eq!(guarded_done["breaker"]["state"], "open");
+
+    // The downstream recovers: the next burst meets the open breaker, a probe gets through,
+    // succeeds, and the breaker closes.
+    app.set_mode(&guarded, "healthy").await;
+    app.burst(&guarded, 10).await;
+    let healed = app.wait_for(&guarded, PATIENCE, |s| counter(s, "delivered") == 10).await;
+    assert_eq!(healed["breaker"]["state"], "closed");
+    let states: Vec<&str> = healed["breaker"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"].as_str().unwrap())
+        .collect();
+    let tail = &states[states.len() - 3..];
+    assert_eq!(tail, ["open", "half_open", "closed"], "{states:?}");
+}
+
+#[tokio::test]
+async fn honouring_retry_after_on_429_never_starts_early_and_ignoring_it_draws_more_429s() {
+    let app = TestApp::spawn().await;
+    let (polite, rude) = (app.fast_lab().await, app.fast_lab().await);
+    let throttled = r#"{"mode": "throttled", "rate_per_s": 5, "burst": 4}"#;
+    for (lab, honour) in [(&polite, true), (&rude, false)] {
+        app.put(lab, "downstream", throttled).await;
+        let policy = format!(r#"{{"honor_retry_after": {honour}, "max_attempts": 8, "seed": 3}}"#);
+        app.put(lab, "policy", &policy).await;
+    }
+    app.burst(&polite, 10).await;
+    app.burst(&rude, 10).await;
+    let polite = app.wait_for(&polite, PATIENCE, |s| settled(s, 10)).await;
+    let rude = app.wait_for(&rude, PATIENCE, |s| settled(s, 10)).await;
+    let throttled = |s: &Value| attempts(s).iter().filter(|a| a["status"] == 429).count();
+    assert!(throttled(&polite) > 0, "the limit was hit");
+    for attempt in attempts(&polite) {
+        let wait = &attempt["wait"];
+        if let (Some(floor), Some(actual)) = (wait["floor_ms"].as_u64(), wait["actual_ms"].as_u64()) {
+            assert!(actual + 1 >= floor, "started {actual} ms after a {floor} ms Retry-After");
+        }
+    }
+    assert_eq!(counter(&polite, "delivered"), 10, "patience gets every message through");
+    assert!(
+        throttled(&rude) > throttled(&polite) * 2,
+        "ignoring Retry-After drew {} 429s, honouring it {}",
+        throttled(&rude),
+        throttled(&polite)
+    );
+    assert_eq!(load_sum(&rude, "throttled") as usize, throttled(&rude));
+}
+
+/// When each retry of a burst started, in lab ms.
+fn retry_starts(snapshot: &Value) -> Vec<u64> {
+    attempts(snapshot).iter().filter(|a| a["n"] == 2).map(|a| a["started_ms"].as_u64().unwrap()).collect()
+}
+
+fn spread(times: &[u64]) -> u64 {
+    times.iter().max().unwrap() - times.iter().min().unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it() {
+    let app = TestApp::spawn().await;
+    let (floor, above) = (app.fast_lab().await, app.fast_lab().await);
+    // A 1 s Retry-After, longer than the [200, 400] ms band of the first wait.
+    for (lab, mode) in [(&floor, "floor"), (&above, "jitter_above")] {
+        app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+        let policy = format!(
+            r#"{{"base_ms": 400, "cap_ms": 1000, "max_attempts": 2, "retry_after_mode": "{mode}", "seed": 5}}"#
+        );
+        app.put(lab, "policy", &policy).await;
+    }
+    app.burst(&floor, 20).await;
+    app.burst(&above, 20).await;
+    let floor = app.wait_for(&floor, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let above = app.wait_for(&above, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let (together, spread_out) = (spread(&retry_starts(&floor)), spread(&retry_starts(&above)));
+    assert!(together < 100, "a plain floor sent the retries back within {together} ms");
+    assert!(spread_out > 120 && spread_out > together * 2, "jitter above spread them over {spread_out} ms");
+    for wait in attempts(&above).iter().filter_map(|a| a["wait"].as_object()) {
+        let planned = wait["planned_ms"].as_u64().unwrap();
+        assert!((1_200..=1_400).contains(&planned), "1 s plus the band: {planned}");
+    }
+}
+
+/// Requests per delivered message against an overloaded downstream, for one jitter and seed.
+async fn overload_cost(app: &TestApp, jitter: &str, seed: u64) -> f64 {
+    let lab = app.fast_lab().await;
+    let downstream =
+        r#"{"mode": "overloaded", "capacity": 4, "queue": 0, "latency_ms": [20, 20], "retry_after_s": 0}"#;
+    app.put(&lab, "downstream", downstream).await;
+    let policy = format!(
+        r#"{{"jitter": "{jitter}", "base_ms": 40, "cap_ms": 2000, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
+    );
+    app.put(&lab, "policy", &policy).await;
+    app.burst(&lab, 40).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| settled(s, 40)).await;
+    assert_eq!(counter(&done, "applied_twice"), 0);
+    assert_eq!(load_sum(&done, "requests"), counter(&done, "requests"));
+    counter(&done, "requests") as f64 / counter(&done, "delivered").max(1) as f64
+}
+
+#[tokio::test]
+async fn against_an_overloaded_downstream_full_jitter_costs_fewer_requests_than_none() {
+    let app = TestApp::spawn().await;
+    let mut costs = Vec::new();
+    for seed in [1, 2, 3] {
+        let none = overload_cost(&app, "none", seed).await;
+        let full = overload_cost(&app, "full", seed).await;
+        costs.push((seed, none, full));
+    }
+    for &(seed, none, full) in &costs {
+        assert!(full < none, "seed {seed}: full jitter {full:.2} requests per delivery, none {none:.2}");
+    }
+}
+
+/// Sends `count` messages every 100 ms for `for_ms`.
+async fn offer(app: &TestApp, lab: &str, count: u64, for_ms: u64) {
+    for _ in 0..for_ms / 100 {
+        app.burst(lab, count).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn after_a_short_outage_retries_keep_a_queued_downstream_overloaded_and_a_budget_drains_it() {
+    let app = TestApp::spawn().await;
+    let (storm, budget) = (app.fast_lab().await, app.fast_lab().await);
+    // Two workers of 20 ms (100 requests/s) behind a queue of 40: a full queue waits 400 ms,
+    // far past the client's 120 ms timeout. Retries without jitter, many of them.
+    let downstream =
+        r#"{"mode": "overloaded", "capacity": 2, "queue": 40, "latency_ms": [20, 20], "retry_after_s": 0}"#;
+    let policy = r#"{"jitter": "none", "base_ms": 10, "cap_ms": 80, "max_attempts": 10, "timeout_ms": 120, "honor_retry_after": false}"#;
+    for lab in [&storm, &budget] {
+        app.put(lab, "downstream", downstream).await;
+        app.put(lab, "policy", policy).await;
+    }
+    app.put(&budget, "policy", r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+
+    // About 70 % of the capacity, steadily (the downstream keeps up); then a 300 ms outage;
+    // then the same steady load again.
+    let run = |lab: String| {
+        let app = TestApp::at(app.base.clone());
+        async move {
+            offer(&app, &lab, 7, 500).await;
+            app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 300}"#).await;
+            offer(&app, &lab, 7, 2_500).await;
+            app.wait_for(&lab, PATIENCE, |s| settled(s, 7 * 30)).await
+        }
+    };
+    let (storm, budget) = tokio::join!(run(storm.clone()), run(budget.clone()));
+
+    // Long after the outage (from 1.5 s after it ended), what share of the work reached a
+    // client that was still waiting?
+    let window = |s: &Value| {
+        let ended = s["markers"].as_array().unwrap().iter().rev().find(|m| m["kind"] == "scheduled").unwrap()
+            ["at_ms"]
+            .as_u64()
+            .unwrap();
+        let bins = s["load"]["bins"].as_array().unwrap().clone();
+        let late: Vec<Value> =
+            bins.into_iter().filter(|b| b["t_ms"].as_u64().unwrap() >= ended + 1_500).collect();
+        let sum = |f: &str| late.iter().map(|b| b[f].as_u64().unwrap()).sum::<u64>();
+        (sum("ok"), sum("wasted"), sum("requests"))
+    };
+    let (storm_ok, storm_wasted, storm_requests) = window(&storm);
+    let (budget_ok, budget_wasted, budget_requests) = window(&budget);
+    assert!(
+        storm_wasted > storm_ok,
+        "long after the outage the storm still wastes more than it serves: ok {storm_ok}, wasted {storm_wasted}"
+    );
+    assert!(
+        budget_ok > budget_wasted * 2,
+        "the budget drained the queue: ok {budget_ok}, wasted {budget_wasted}"
+    );
+    assert!(storm_requests > budget_requests, "{storm_requests} vs {budget_requests} requests");
+    assert!(counter(&budget, "delivered") > counter(&storm, "delivered"));
+    for lab in [&storm, &budget] {
+        assert_eq!(counter(lab, "applied_twice"), 0);
+    }
+}
+
+#[tokio::test]
+async fn bad_settings_name_their_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    for (what, body, field) in [
+        ("downstream", r#"{"mode": "overloaded", "capacity": 0}"#, "capacity"),
+        ("downstream", r#"{"mode": "throttled", "rate_per_s": 0}"#, "rate_per_s"),
+        ("downstream", r#"{"burst": 0}"#, "burst"),
+        ("downstream", r#"{"mode": "down", "for_ms": 99999999999}"#, "for_ms"),
+        ("downstream", r#"{"capacity": 3, "workers": 2}"#, "workers"),
+        ("policy", r#"{"retry_budget": {"ratio": 1.5, "min_per_s": 1}}"#, "ratio"),
+        (
+            "policy",
+            r#"{"breaker": {"failure_threshold": 0, "open_ms": 10, "half_open_probes": 1}}"#,
+            "failure_threshold",
+        ),
+        ("policy", r#"{"breaker": {"failure_threshold": 1, "open_ms": 10}}"#, "half_open_probes"),
+        ("policy", r#"{"multiplier": 0.5}"#, "multiplier"),
+        ("policy", r#"{"retry_after_mode": "ceiling"}"#, "retry_after_mode"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert!(status.is_client_error(), "{body}: {status}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(field), "{body}: the problem names {field}: {detail}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(snapshot["downstream"]["mode"], "healthy", "nothing bad was applied");
+    assert!(snapshot["policy"]["breaker"].is_null());
+}
