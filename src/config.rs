@@ -35,6 +35,40 @@ pub struct Config {
 
     #[command(flatten)]
     pub exposure: Exposure,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What to do instead of serving.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Compares retry policies on one scenario without a browser: starts its own server on a
+    /// free loopback port with a temporary store, runs every policy at once, prints the table.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// outage, overload, throttled, flaky or metastable.
+    #[arg(long)]
+    pub scenario: String,
+    /// Messages each policy sends.
+    #[arg(long, default_value_t = 100)]
+    pub burst: usize,
+    /// A preset (fixed, none, full, equal, decorrelated, breaker, budget, ignore-retry-after)
+    /// or a custom policy as JSON: `{"name": "mine", "policy": {...}}`. Two to five.
+    #[arg(long = "policy", required = true)]
+    pub policies: Vec<String>,
+    /// Seeds every policy's jitter the same way.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Prints a JSON list, one object per policy, instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Gives up (and exits non-zero) when the comparison has not drained by then.
+    #[arg(long, default_value_t = 300)]
+    pub time_limit_s: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -116,6 +150,7 @@ impl Config {
             limits: Limits::default(),
             retention: Retention::default(),
             exposure: Exposure::default(),
+            command: None,
         }
     }
 

@@ -20,6 +20,7 @@
 //! web also names the types of dlq, domain, downstream and retry in its requests and answers.
 //! ```
 
+pub mod compare;
 pub mod config;
 pub mod dlq;
 pub mod domain;
@@ -72,9 +73,15 @@ pub async fn serve(
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;
     let labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
+    let reader = store.clone();
+    let comparisons = tokio::task::spawn_blocking(move || reader.load_comparisons())
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)?;
     let (stop, stopped) = watch::channel(false);
     let app = Arc::new(App {
         labs,
+        comparisons: compare::Comparisons::restore(comparisons),
         producer,
         store: store.clone(),
         metrics,

@@ -3,13 +3,22 @@
 use std::io::IsTerminal;
 
 use clap::Parser;
-use retrylab::config::{Config, LogFormat};
+use retrylab::config::{Command, Config, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let config = Config::parse();
-    init_logs(config.log_format);
+    let mut config = Config::parse();
+    if let Some(Command::Compare(args)) = config.command.take() {
+        // Its own server's lines would bury the progress: warnings only, unless asked.
+        init_logs(config.log_format, "warn");
+        raise_open_file_limit();
+        return retrylab::compare::cli::run(args).await.map_err(|e| {
+            eprintln!("retrylab compare: {e}");
+            std::process::exit(1)
+        });
+    }
+    init_logs(config.log_format, "info");
     raise_open_file_limit();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
@@ -25,8 +34,8 @@ async fn main() -> std::io::Result<()> {
 
 /// Log lines go to stderr: for people as text, coloured only on a terminal; for log
 /// collectors as JSON lines, each carrying its span's request id and lab id.
-fn init_logs(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+fn init_logs(format: LogFormat, default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),

@@ -169,6 +169,12 @@ impl Lab {
         self.lock().active_unix_ms
     }
 
+    /// Reads the lab's state and its dead letters, under the lock (keep `f` short).
+    pub fn read<R>(&self, f: impl FnOnce(&LabRecord, &DeadLetterQueue) -> R) -> R {
+        let state = self.lock();
+        f(&state.record, &state.dead_letters)
+    }
+
     /// Messages still owed a delivery.
     pub fn active_messages(&self) -> usize {
         self.lock().record.active_messages()

@@ -15,7 +15,7 @@ use crate::events::Event;
 use crate::store::{LoadedLab, Store};
 
 /// A lab's id: a random UUID v4, so a lab's URL cannot be guessed from another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct LabId(Uuid);
 
 impl LabId {
@@ -93,6 +93,13 @@ impl Labs {
         lab.change(|_, _| Some(((), Event::LabCreated)));
         labs.insert(id, lab.clone());
         Ok(lab)
+    }
+
+    /// Deletes a lab with everything it holds.
+    pub fn remove(&self, id: &LabId) {
+        if let Some(lab) = self.labs.write().unwrap_or_else(|p| p.into_inner()).remove(id) {
+            lab.delete();
+        }
     }
 
     pub fn get(&self, id: &LabId) -> Option<Arc<Lab>> {

@@ -20,7 +20,8 @@ use crate::downstream::{DownstreamView, KeyRow, Ledger, LedgerCounts};
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Versioned schema changes, applied in order; `PRAGMA user_version` remembers the last.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] =
+    &[include_str!("../../migrations/0001_init.sql"), include_str!("../../migrations/0002_comparisons.sql")];
 
 #[derive(Debug)]
 pub struct StoreError(pub String);
@@ -146,6 +147,26 @@ impl Store {
     pub fn load_messages(&self, lab_id: &str) -> Result<(Vec<Message>, Vec<DeadLetter>), StoreError> {
         let connection = connect(&self.path)?;
         Ok((load_messages(&connection, lab_id)?, load_dead_letters(&connection, lab_id)?))
+    }
+
+    /// Saves a comparison (blocking). A comparison is written once, when it starts: what it
+    /// measures lives in its labs.
+    pub fn save_comparison(&self, id: &str, created_unix_ms: u64, body: &str) -> Result<(), StoreError> {
+        let connection = connect(&self.path)?;
+        connection.execute(
+            "INSERT OR REPLACE INTO comparisons (id, created_unix_ms, body) VALUES (?1, ?2, ?3)",
+            params![id, created_unix_ms, body],
+        )?;
+        Ok(())
+    }
+
+    /// Every comparison, oldest first, as `(id, body)` (blocking).
+    pub fn load_comparisons(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let connection = connect(&self.path)?;
+        let mut statement =
+            connection.prepare("SELECT id, body FROM comparisons ORDER BY created_unix_ms")?;
+        let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Commits everything scheduled so far and stops the writer (blocking).

@@ -4,6 +4,7 @@
 
 mod access_log;
 mod api;
+mod compare;
 mod connections;
 mod endpoint;
 pub mod error;
@@ -37,6 +38,7 @@ use error::AppError;
 
 pub struct App {
     pub labs: Labs,
+    pub comparisons: crate::compare::Comparisons,
     pub producer: Producer,
     pub store: Store,
     pub metrics: Arc<Metrics>,
@@ -68,6 +70,10 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/labs/{lab}", get(pages::lab))
         .route("/labs/{lab}/downstream", post(endpoint::downstream))
         .route("/api/openapi.json", get(openapi::openapi_json))
+        .route("/compare", get(compare::form))
+        .route("/compare/{id}", get(compare::page))
+        .route("/api/comparisons", post(compare::create))
+        .route("/api/comparisons/{id}", get(compare::report))
         .route("/api/labs", post(api::create_lab))
         .route("/api/labs/{lab}", get(api::snapshot))
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))

@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, endpoint, events, pages};
+use super::{api, compare, endpoint, events, pages};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +28,8 @@ use super::{api, endpoint, events, pages};
         events::stream,
         endpoint::downstream,
         pages::metrics,
+        compare::create,
+        compare::report,
     )
 )]
 pub struct ApiDoc;

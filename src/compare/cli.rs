@@ -1,0 +1,176 @@
+//! `retrylab compare`: the same comparison as the `/compare` page, without a browser. It starts
+//! its own server on a free loopback port with a temporary store, asks it for the comparison
+//! over HTTP as the page would, shows progress on stderr while it runs, and prints the table
+//! (or JSON) when every policy has drained.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::scenario::{self, Scenario};
+use crate::config::{CompareArgs, Config};
+
+/// Runs a comparison from the command line; the error is what to tell the person.
+pub async fn run(args: CompareArgs) -> Result<(), String> {
+    Scenario::parse(&args.scenario)?;
+    let policies: Vec<Value> = args.policies.iter().map(|p| policy(p)).collect::<Result<_, _>>()?;
+    let dir = std::env::temp_dir().join(format!("retrylab-compare-{}", uuid::Uuid::new_v4()));
+    let result = compare(&args, policies, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// A preset's name, or a custom policy given as JSON.
+fn policy(raw: &str) -> Result<Value, String> {
+    if raw.trim_start().starts_with('{') {
+        let custom: Value =
+            serde_json::from_str(raw).map_err(|e| format!("--policy {raw}: not JSON: {e}"))?;
+        if !custom["name"].is_string() || !custom["policy"].is_object() {
+            return Err(format!(
+                "--policy {raw}: a custom policy is {{\"name\": \"...\", \"policy\": {{...}}}}"
+            ));
+        }
+        return Ok(custom);
+    }
+    scenario::preset(raw)?;
+    Ok(json!(raw))
+}
+
+async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+    let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let mut config = Config::new(dir.join("compare.db"));
+    config.limits.control_rate_per_s = 1_000;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crate::serve(listener, config, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let request =
+        json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "policies": policies});
+    let created = client
+        .post(format!("{base}/api/comparisons"))
+        .json(&request)
+        .send()
+        .await
+        .map_err(|e| format!("the comparison's server did not answer: {e}"))?;
+    let status = created.status();
+    let created: Value = created.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(created["detail"].as_str().unwrap_or("the comparison was refused").to_owned());
+    }
+    let url = format!("{base}/api/comparisons/{}", created["id"].as_str().unwrap_or_default());
+    let started = Instant::now();
+    let limit = Duration::from_secs(args.time_limit_s);
+    let report = loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let report: Value = client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        progress(&report, started.elapsed());
+        if report["done"] == true {
+            break report;
+        }
+        if started.elapsed() > limit {
+            eprintln!();
+            return Err(format!(
+                "the comparison did not drain within {} s (--time-limit-s); try a smaller --burst",
+                args.time_limit_s
+            ));
+        }
+    };
+    eprintln!();
+    let _ = stop.send(());
+    let _ = server.await;
+    let mut out = std::io::stdout();
+    let printed = if args.json {
+        serde_json::to_string_pretty(&rows(&report)).map(|j| j + "\n")
+    } else {
+        Ok(table(&report))
+    };
+    let _ = out.write_all(printed.map_err(|e| e.to_string())?.as_bytes());
+    Ok(())
+}
+
+/// One line on stderr, rewritten in place: each policy's settled messages so far.
+fn progress(report: &Value, elapsed: Duration) {
+    let columns = report["columns"].as_array().cloned().unwrap_or_default();
+    let parts: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            let f = &c["figures"];
+            let settled = f["delivered"].as_u64().unwrap_or(0) + f["dead_letter"].as_u64().unwrap_or(0);
+            format!("{} {settled}/{}", c["policy"].as_str().unwrap_or("?"), report["burst"])
+        })
+        .collect();
+    eprint!("\r{:>5.1} s  {}   ", elapsed.as_secs_f64(), parts.join("  "));
+}
+
+/// The JSON list: one object per policy.
+fn rows(report: &Value) -> Vec<Value> {
+    let columns = report["columns"].as_array().cloned().unwrap_or_default();
+    columns
+        .iter()
+        .map(|c| {
+            let f = &c["figures"];
+            json!({
+                "policy": c["policy"],
+                "messages": f["messages"],
+                "requests": f["requests"],
+                "requests_per_delivered": f["requests_per_delivered"],
+                "delivered": f["delivered"],
+                "dead_letter": f["dead_letter"],
+                "dead_letter_by_cause": f["dead_letter_by_cause"],
+                "drain_ms": f["drain_ms"],
+                "peak_requests_per_100ms": f["peak_requests_per_100ms"],
+                "wasted": f["wasted"],
+                "latency_p50_ms": f["latency_p50_ms"],
+                "latency_p99_ms": f["latency_p99_ms"],
+                "applied_twice": f["applied_twice"],
+            })
+        })
+        .collect()
+}
+
+/// The table: a row per figure, a column per policy, the best of each row marked with `*`.
+fn table(report: &Value) -> String {
+    let columns = report["columns"].as_array().cloned().unwrap_or_default();
+    let policies: Vec<&str> = columns.iter().map(|c| c["policy"].as_str().unwrap_or("?")).collect();
+    let mut lines = vec![format!(
+        "{} scenario, burst {}, seed {}",
+        report["scenario"].as_str().unwrap_or("?"),
+        report["burst"],
+        report["seed"]
+    )];
+    let width = policies.iter().map(|p| p.len()).max().unwrap_or(0).max(10) + 2;
+    let mut header = format!("{:<26}", "");
+    for policy in &policies {
+        header += &format!("{policy:>width$}");
+    }
+    lines.push(header);
+    for (row, _) in super::ROWS {
+        let best: Vec<&str> = report["best"][row]
+            .as_array()
+            .map(|b| b.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut line = format!("{row:<26}");
+        for (column, policy) in columns.iter().zip(&policies) {
+            let value = &column["figures"][row];
+            let shown = if value.is_null() { "-".to_owned() } else { value.to_string() };
+            let mark = if best.contains(policy) && policies.len() > 1 { "*" } else { " " };
+            line += &format!("{:>width$}", format!("{shown}{mark}"));
+        }
+        lines.push(line);
+    }
+    lines.push("* best on that row".into());
+    lines.join("\n") + "\n"
+}

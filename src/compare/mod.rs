@@ -1,0 +1,311 @@
+//! Retry policies compared side by side: the same scenario, several policies at once, each in
+//! a lab of its own against a downstream of its own, with the same seed, all started together.
+//! A comparison is saved when it starts and survives a restart like its labs do; its figures
+//! are measured from the labs whenever they are asked for.
+
+pub mod cli;
+pub mod report;
+pub mod scenario;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::downstream::DownstreamUpdate;
+use crate::lab::{Lab, LabId, Labs, unix_now_ms};
+use crate::producer::Producer;
+use crate::retry::PolicyUpdate;
+use crate::store::Store;
+pub use report::{Figures, ROWS};
+pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
+
+/// Most policies in one comparison.
+pub const MAX_POLICIES: usize = 5;
+
+/// A policy to compare: a preset's name, or a custom policy (the JSON of `PUT /policy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum PolicyChoice {
+    Preset(String),
+    Custom {
+        name: String,
+        #[schema(value_type = Object)]
+        policy: Value,
+    },
+}
+
+impl PolicyChoice {
+    pub fn name(&self) -> &str {
+        match self {
+            PolicyChoice::Preset(name) | PolicyChoice::Custom { name, .. } => name,
+        }
+    }
+
+    /// The policy update this choice makes over the scenario's base policy.
+    fn changes(&self) -> Result<Value, String> {
+        match self {
+            PolicyChoice::Preset(name) => scenario::preset(name),
+            PolicyChoice::Custom { policy, .. } => Ok(policy.clone()),
+        }
+    }
+}
+
+/// What to compare.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ComparisonRequest {
+    pub scenario: String,
+    pub burst: usize,
+    pub policies: Vec<PolicyChoice>,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+/// A comparison as it is saved: what was asked, and the lab each policy runs in.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Comparison {
+    pub id: Uuid,
+    pub scenario: Scenario,
+    pub burst: usize,
+    pub seed: u64,
+    pub columns: Vec<Column>,
+    pub created_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Column {
+    pub policy: String,
+    pub lab: LabId,
+    /// When the scenario started, in the lab's own time.
+    pub started_ms: u64,
+}
+
+/// A comparison's table, as `GET /api/comparisons/{id}` sends it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ComparisonReport {
+    pub id: String,
+    pub url: String,
+    #[schema(value_type = String)]
+    pub scenario: Scenario,
+    pub burst: usize,
+    pub seed: u64,
+    /// Every column has drained (or its lab is gone).
+    pub done: bool,
+    pub columns: Vec<ColumnReport>,
+    /// For each row, the policies that did best on it.
+    pub best: HashMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ColumnReport {
+    pub policy: String,
+    pub lab: String,
+    pub lab_url: String,
+    pub started_ms: u64,
+    pub done: bool,
+    /// The lab was deleted (idle too long, or evicted): nothing left to measure.
+    pub gone: bool,
+    pub figures: Figures,
+}
+
+/// Why a comparison was refused.
+#[derive(Debug)]
+pub enum Refusal {
+    Invalid(String),
+    Limit { limit: &'static str, detail: String },
+}
+
+/// Every comparison this server holds.
+#[derive(Default)]
+pub struct Comparisons {
+    all: RwLock<HashMap<Uuid, Comparison>>,
+}
+
+impl Comparisons {
+    /// The comparisons the store kept; unreadable rows are skipped with a warning.
+    pub fn restore(rows: Vec<(String, String)>) -> Comparisons {
+        let mut all = HashMap::new();
+        for (id, body) in rows {
+            match serde_json::from_str::<Comparison>(&body) {
+                Ok(comparison) => {
+                    all.insert(comparison.id, comparison);
+                }
+                Err(e) => tracing::warn!(comparison = %id, error = %e, "skipping an unreadable comparison"),
+            }
+        }
+        Comparisons { all: RwLock::new(all) }
+    }
+
+    pub fn get(&self, id: &Uuid) -> Option<Comparison> {
+        self.all.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    /// Sets up one lab per policy, saves the comparison, and starts the scenario in all of
+    /// them at once.
+    pub async fn start(
+        &self,
+        request: ComparisonRequest,
+        (labs, producer, store): (&Labs, &Producer, &Store),
+        max_burst: usize,
+    ) -> Result<Comparison, Refusal> {
+        let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
+        if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
+            return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
+        }
+        if request.burst == 0 || request.burst > max_burst {
+            return Err(Refusal::Limit {
+                limit: "max_burst",
+                detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
+            });
+        }
+        // Every policy is checked before any lab is made.
+        let mut setups = Vec::new();
+        for choice in &request.policies {
+            let changes = choice.changes().map_err(Refusal::Invalid)?;
+            let policy = scenario::merge(scenario.base_policy(request.seed), changes);
+            let policy: PolicyUpdate = serde_json::from_value(policy)
+                .map_err(|e| Refusal::Invalid(format!("policy '{}': {e}", choice.name())))?;
+            let downstream: DownstreamUpdate = serde_json::from_value(scenario.downstream(request.burst))
+                .expect("a scenario's downstream is valid");
+            setups.push((choice.name().to_owned(), policy, downstream));
+        }
+        let mut made: Vec<(String, Arc<Lab>)> = Vec::new();
+        for (name, policy, downstream) in setups {
+            let lab = match labs.create() {
+                Ok(lab) => lab,
+                Err(max) => {
+                    for (_, lab) in &made {
+                        labs.remove(&lab.id);
+                    }
+                    return Err(Refusal::Limit {
+                        limit: "max_labs",
+                        detail: format!("this server already holds {max} labs (max_labs); try again later"),
+                    });
+                }
+            };
+            lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
+            lab.set_downstream(&downstream).map_err(Refusal::Invalid)?;
+            made.push((name, lab));
+        }
+        let comparison = Comparison {
+            id: Uuid::new_v4(),
+            scenario,
+            burst: request.burst,
+            seed: request.seed,
+            columns: made
+                .iter()
+                .map(|(policy, lab)| Column { policy: policy.clone(), lab: lab.id, started_ms: lab.now_ms() })
+                .collect(),
+            created_unix_ms: unix_now_ms(),
+        };
+        for (_, lab) in &made {
+            lab.persisted()
+                .await
+                .map_err(|_| Refusal::Invalid("the store did not confirm in time".into()))?;
+        }
+        let body = serde_json::to_string(&comparison).expect("a comparison serializes");
+        let (writer, id, created) = (store.clone(), comparison.id.to_string(), comparison.created_unix_ms);
+        tokio::task::spawn_blocking(move || writer.save_comparison(&id, created, &body))
+            .await
+            .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?
+            .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?;
+        self.all.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, comparison.clone());
+        let script = scenario.script(request.burst);
+        for (_, lab) in made {
+            tokio::spawn(run(lab, producer.clone(), script.clone()));
+        }
+        Ok(comparison)
+    }
+
+    /// The comparison's table, measured now.
+    pub fn report(&self, comparison: &Comparison, labs: &Labs) -> ComparisonReport {
+        let columns: Vec<ColumnReport> = comparison
+            .columns
+            .iter()
+            .map(|column| {
+                let lab = labs.get(&column.lab);
+                let figures = lab
+                    .as_ref()
+                    .map(|lab| {
+                        lab.read(|record, letters| report::figures(record, letters, column.started_ms))
+                    })
+                    .unwrap_or_default();
+                let expected = comparison.burst as u64;
+                let done = lab.is_none() || (figures.drain_ms.is_some() && figures.messages >= expected);
+                ColumnReport {
+                    policy: column.policy.clone(),
+                    lab: column.lab.to_string(),
+                    lab_url: format!("/labs/{}", column.lab),
+                    started_ms: column.started_ms,
+                    done,
+                    gone: lab.is_none(),
+                    figures,
+                }
+            })
+            .collect();
+        ComparisonReport {
+            id: comparison.id.to_string(),
+            url: format!("/compare/{}", comparison.id),
+            scenario: comparison.scenario,
+            burst: comparison.burst,
+            seed: comparison.seed,
+            done: columns.iter().all(|c| c.done),
+            best: best(&columns),
+            columns,
+        }
+    }
+}
+
+/// For each row, the policies with the best value (ties share it); rows nobody has a value
+/// for yet are left out.
+fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
+    let mut best = HashMap::new();
+    for &(row, less_is_better) in ROWS {
+        let values: Vec<(f64, &str)> = columns
+            .iter()
+            .filter(|c| !c.gone)
+            .filter_map(|c| {
+                let value = serde_json::to_value(&c.figures).ok()?.get(row)?.as_f64()?;
+                Some((value, c.policy.as_str()))
+            })
+            .collect();
+        let pick = |a: f64, b: f64| if less_is_better { a.min(b) } else { a.max(b) };
+        let Some(top) = values.iter().map(|v| v.0).reduce(pick) else { continue };
+        let winners = values.iter().filter(|v| v.0 == top).map(|v| v.1.to_owned()).collect();
+        best.insert(row.to_owned(), winners);
+    }
+    best
+}
+
+/// Plays the scenario's script in one lab: bursts and downstream changes at their times.
+async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
+    let start = tokio::time::Instant::now();
+    for step in script {
+        tokio::time::sleep_until(start + Duration::from_millis(step.at_ms())).await;
+        match step {
+            Step::Burst { count, .. } => match lab.accept_burst(count) {
+                Ok(ids) => {
+                    if lab.persisted().await.is_ok() {
+                        producer.start(&lab, ids);
+                    }
+                }
+                Err(e) => tracing::warn!(lab = %lab.id, error = ?e, "a comparison's burst was refused"),
+            },
+            Step::Downstream { update, .. } => {
+                let update: DownstreamUpdate =
+                    serde_json::from_value(update).expect("a scenario's steps are valid");
+                if let Err(e) = lab.set_downstream(&update) {
+                    tracing::warn!(lab = %lab.id, error = %e, "a comparison's step was refused");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The figures of one column of a comparison, measured in its lab: what the policy cost the
+//! downstream and what it got for it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::dlq::{Cause, DeadLetterQueue};
+use crate::domain::{LabRecord, MessageState, Outcome};
+
+/// One policy's results so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Figures {
+    pub messages: u64,
+    /// Requests that reached the downstream.
+    pub requests: u64,
+    pub requests_per_delivered: Option<f64>,
+    pub delivered: u64,
+    pub dead_letter: u64,
+    /// Dead letters by what ended their round.
+    pub dead_letter_by_cause: BTreeMap<String, u64>,
+    /// From the start to the moment the last message was delivered or dead-lettered; `None`
+    /// while messages are still owed a delivery.
+    pub drain_ms: Option<u64>,
+    pub peak_requests_per_100ms: u64,
+    /// Work the downstream did for clients that had already given up.
+    pub wasted: u64,
+    /// From a message's creation to the end of the attempt that delivered it.
+    pub latency_p50_ms: Option<u64>,
+    pub latency_p99_ms: Option<u64>,
+    pub applied_twice: u64,
+}
+
+/// The figures of a lab whose comparison started at `started_ms` (lab time).
+pub fn figures(record: &LabRecord, letters: &DeadLetterQueue, started_ms: u64) -> Figures {
+    let counters = record.counters(letters.quarantined());
+    let messages = record.messages();
+    let mut latencies: Vec<u64> = Vec::new();
+    let mut last_end = started_ms;
+    for message in messages {
+        let Some(end) = message.attempts.last().and_then(|a| Some(a.started_ms + a.duration_ms?)) else {
+            continue;
+        };
+        if !message.state.is_active() {
+            last_end = last_end.max(end);
+        }
+        let delivered = message.attempts.last().is_some_and(|a| a.outcome == Some(Outcome::Ok));
+        if message.state == MessageState::Delivered && delivered {
+            latencies.push(end.saturating_sub(message.created_ms));
+        }
+    }
+    for letter in letters.letters() {
+        last_end = last_end.max(letter.dead_lettered_ms);
+    }
+    latencies.sort_unstable();
+    let mut by_cause = BTreeMap::new();
+    for letter in letters.letters() {
+        *by_cause.entry(cause_name(letter.cause).to_owned()).or_insert(0) += 1;
+    }
+    let bins = record.load.bins();
+    let settled = !messages.is_empty() && record.active_messages() == 0;
+    Figures {
+        messages: messages.len() as u64,
+        requests: counters.requests,
+        requests_per_delivered: (counters.delivered > 0)
+            .then(|| round2(counters.requests as f64 / counters.delivered as f64)),
+        delivered: counters.delivered,
+        dead_letter: counters.dead_letter,
+        dead_letter_by_cause: by_cause,
+        drain_ms: settled.then(|| last_end.saturating_sub(started_ms)),
+        peak_requests_per_100ms: bins.iter().map(|b| b.requests).max().unwrap_or(0),
+        wasted: bins.iter().map(|b| b.wasted).sum(),
+        latency_p50_ms: percentile(&latencies, 50),
+        latency_p99_ms: percentile(&latencies, 99),
+        applied_twice: counters.applied_twice,
+    }
+}
+
+fn cause_name(cause: Cause) -> &'static str {
+    match cause {
+        Cause::AttemptsUsedUp => "attempts_used_up",
+        Cause::TimeBudget => "time_budget",
+        Cause::CircuitOpen => "circuit_open",
+        Cause::RetryBudget => "retry_budget",
+        Cause::Permanent => "permanent",
+    }
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    Some(sorted[rank - 1])
+}
+
+fn round2(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
+}
+
+/// The rows of the table, with which way is better: `true` when less is better.
+pub const ROWS: &[(&str, bool)] = &[
+    ("requests", true),
+    ("requests_per_delivered", true),
+    ("delivered", false),
+    ("dead_letter", true),
+    ("drain_ms", true),
+    ("peak_requests_per_100ms", true),
+    ("wasted", true),
+    ("latency_p50_ms", true),
+    ("latency_p99_ms", true),
+    ("applied_twice", true),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 50), Some(50));
+        assert_eq!(percentile(&values, 99), Some(99));
+        assert_eq!(percentile(&[7], 99), Some(7));
+        assert_eq!(percentile(&[], 50), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! Comparisons of retry policies: `POST /api/comparisons` starts one, `GET
+//! /api/comparisons/{id}` measures it, and `/compare` and `/compare/{id}` are its pages.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::{AppError, Problem};
+use super::responses::{JsonBodyErrors, StoreErrors};
+use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
+
+/// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
+#[utoipa::path(
+    post,
+    path = "/api/comparisons",
+    tag = "comparisons",
+    request_body = ComparisonRequest,
+    responses(
+        (status = 201, body = ComparisonReport),
+        (status = 400, description = "A body that cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
+        JsonBodyErrors,
+        StoreErrors,
+    )
+)]
+pub async fn create(
+    State(app): State<AppState>,
+    payload: Result<Json<ComparisonRequest>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let Json(request) = payload?;
+    let parts = (&app.labs, &app.producer, &app.store);
+    let comparison =
+        app.comparisons.start(request, parts, app.limits.max_burst).await.map_err(|r| match r {
+            Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+            Refusal::Limit { limit: "max_labs", detail } => {
+                AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
+            }
+            Refusal::Limit { limit, detail } => {
+                AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
+            }
+        })?;
+    let report = app.comparisons.report(&comparison, &app.labs);
+    let url = report.url.clone();
+    Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
+}
+
+/// A comparison's table, measured now: every policy's figures and which did best on each row.
+#[utoipa::path(
+    get,
+    path = "/api/comparisons/{id}",
+    tag = "comparisons",
+    params(("id" = String, Path, description = "The comparison id (a UUID)")),
+    responses(
+        (status = 200, body = ComparisonReport),
+        (status = 400, description = "Not a comparison id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such comparison", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many control requests from this client", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn report(
+    State(app): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<ComparisonReport>, AppError> {
+    let id = parse_id(&raw)?;
+    let comparison = app
+        .comparisons
+        .get(&id)
+        .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
+    Ok(Json(app.comparisons.report(&comparison, &app.labs)))
+}
+
+fn parse_id(raw: &str) -> Result<Uuid, AppError> {
+    Uuid::parse_str(raw).ok().filter(|id| id.to_string() == raw).ok_or_else(|| {
+        AppError::BadRequest(format!(
+            "'{}' is not a comparison id (a lowercase UUID)",
+            raw.chars().take(64).collect::<String>()
+        ))
+    })
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "compare.html")]
+struct ComparePage {
+    /// Empty on the form; the comparison's id on its own page.
+    comparison_id: String,
+    scenarios: Vec<&'static str>,
+    presets: Vec<(&'static str, &'static str)>,
+}
+
+/// `GET /compare`: choose a scenario and policies, and start.
+pub async fn form() -> Response {
+    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: PRESETS.to_vec() }
+        .into_response()
+}
+
+/// `GET /compare/{id}`: a comparison's page, shareable.
+pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Result<Response, AppError> {
+    let id = parse_id(&raw)?;
+    app.comparisons
+        .get(&id)
+        .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
+    Ok(ComparePage {
+        comparison_id: id.to_string(),
+        scenarios: SCENARIOS.to_vec(),
+        presets: PRESETS.to_vec(),
+    }
+    .into_response())
+}
