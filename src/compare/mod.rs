@@ -171,7 +171,7 @@ impl Comparisons {
         for choice in &request.policies {
             let changes = choice.changes().map_err(Refusal::Invalid)?;
             let policy = scenario::merge(scenario.base_policy(request.seed), changes);
-            let policy: PolicyUpdate = serde_json::from_value(policy)
+            let policy = parse_policy(policy)
                 .map_err(|e| Refusal::Invalid(format!("policy '{}': {e}", choice.name())))?;
             let downstream: DownstreamUpdate = serde_json::from_value(scenario.downstream(request.burst))
                 .expect("a scenario's downstream is valid");
@@ -283,6 +283,20 @@ fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
         best.insert(row.to_owned(), winners);
     }
     best
+}
+
+/// Reads a policy update, naming the field that cannot be read.
+fn parse_policy(policy: Value) -> Result<PolicyUpdate, String> {
+    serde_json::from_value(policy.clone()).map_err(|error| {
+        let fields = policy.as_object().into_iter().flatten();
+        let culprit = fields
+            .map(|(name, value)| (name, serde_json::json!({ name: value })))
+            .find(|(_, alone)| serde_json::from_value::<PolicyUpdate>(alone.clone()).is_err());
+        match culprit {
+            Some((name, _)) => format!("{name}: {error}"),
+            None => error.to_string(),
+        }
+    })
 }
 
 /// Plays the scenario's script in one lab: bursts and downstream changes at their times.

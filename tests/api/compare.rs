@@ -1,0 +1,144 @@
+//! Comparisons of retry policies: through the API and through `retrylab compare`, each run to
+//! the end on real requests, every message accounted for, nothing applied twice, and full
+//! jitter cheaper than no jitter against an overloaded downstream.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, config, fresh_db};
+
+const PATIENCE: Duration = Duration::from_secs(90);
+
+async fn finished(app: &TestApp, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, report) = app.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+        assert_eq!(status, StatusCode::OK, "{report}");
+        if report["done"] == true {
+            return report;
+        }
+        assert!(start.elapsed() < PATIENCE, "the comparison did not finish: {report}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn figures<'a>(report: &'a Value, policy: &str) -> &'a Value {
+    let columns = report["columns"].as_array().unwrap();
+    &columns.iter().find(|c| c["policy"] == policy).unwrap_or_else(|| panic!("no {policy}: {report}"))["figures"]
+}
+
+fn accounted_for(figures: &Value, burst: u64) {
+    let settled = figures["delivered"].as_u64().unwrap() + figures["dead_letter"].as_u64().unwrap();
+    assert_eq!(settled, burst, "every message delivered or dead-lettered: {figures}");
+    assert_eq!(figures["applied_twice"], 0);
+}
+
+#[tokio::test]
+async fn a_comparison_runs_every_policy_to_the_end_and_full_jitter_costs_less() {
+    let db = fresh_db();
+    let app = TestApp::spawn_config(retrylab::config::Config::new(db.clone())).await;
+    let request =
+        json!({"scenario": "overload", "burst": 40, "seed": 2, "policies": ["none", "full", "breaker"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["url"], format!("/compare/{id}"));
+    let labs: Vec<String> = created["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["lab"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(labs.len(), 3);
+
+    let report = finished(&app, &id).await;
+    for policy in ["none", "full", "breaker"] {
+        accounted_for(figures(&report, policy), 40);
+    }
+    let cost = |p: &str| figures(&report, p)["requests_per_delivered"].as_f64().unwrap();
+    assert!(cost("full") < cost("none"), "full {} vs none {}", cost("full"), cost("none"));
+    assert!(report["best"]["requests_per_delivered"].as_array().unwrap().iter().all(|p| p != "none"));
+    // Each column is a real lab with the scenario's downstream and the policy's jitter.
+    let lab = app.snapshot(&labs[1]).await;
+    assert_eq!(lab["downstream"]["mode"], "overloaded");
+    assert_eq!(lab["policy"]["jitter"], "full");
+    assert_eq!(lab["policy"]["seed"], 2);
+
+    // The page and the report are still there after a restart.
+    let (page, _) = app.call(Method::GET, &format!("/compare/{id}"), None).await;
+    assert_eq!(page, StatusCode::OK);
+    let again = TestApp::spawn_config(retrylab::config::Config::new(db)).await;
+    let (status, reopened) = again.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(figures(&reopened, "full")["requests"], figures(&report, "full")["requests"]);
+}
+
+#[tokio::test]
+async fn bad_comparisons_are_refused_with_the_valid_names() {
+    let app = TestApp::spawn_config(config(Default::default(), Default::default())).await;
+    for (body, says) in [
+        (json!({"scenario": "meltdown", "burst": 5, "policies": ["none", "full"]}), "outage, overload"),
+        (json!({"scenario": "outage", "burst": 5, "policies": ["none", "yolo"]}), "decorrelated, breaker"),
+        (json!({"scenario": "outage", "burst": 5, "policies": ["none"]}), "2 to 5"),
+        (json!({"scenario": "outage", "burst": 0, "policies": ["none", "full"]}), "max_burst"),
+        (
+            json!({"scenario": "outage", "burst": 5, "policies": ["none", {"name": "x", "policy": {"jitter": "wobbly"}}]}),
+            "jitter",
+        ),
+    ] {
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert!(problem["detail"].as_str().unwrap().contains(says), "{body}: {problem}");
+    }
+    let (status, _) =
+        app.call(Method::GET, &format!("/api/comparisons/{}", uuid::Uuid::new_v4()), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = app.call(Method::GET, "/api/comparisons/not-an-id", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_command_line_prints_the_comparison_as_json() {
+    let output = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["compare", "--scenario", "overload", "--burst", "30", "--seed", "3"])
+            .args(["--policy", "none", "--policy", "full", "--json"])
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("none") && stderr.contains("/30"), "progress on stderr: {stderr}");
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        for field in [
+            "policy",
+            "messages",
+            "requests",
+            "delivered",
+            "dead_letter",
+            "drain_ms",
+            "peak_requests_per_100ms",
+            "applied_twice",
+        ] {
+            assert!(!row[field].is_null(), "{field} in {row}");
+        }
+        accounted_for(row, 30);
+    }
+    let cost = |i: usize| rows[i]["requests"].as_f64().unwrap() / rows[i]["delivered"].as_f64().unwrap();
+    assert!(cost(1) < cost(0), "full {} vs none {}", cost(1), cost(0));
+
+    let unknown = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["compare", "--scenario", "outage", "--policy", "none", "--policy", "yolo"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, none, full"));
+}
