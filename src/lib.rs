@@ -5,18 +5,20 @@
 //!
 //! ```text
 //! web         routes, pages, SSE, the JSON API, errors
-//!  |-> producer    the client: sends over HTTP, follows the policy, dead-letters
-//!  |    '-> lab, retry, domain, store
+//!  |-> compare     policies side by side: scenarios, presets, a lab each, the table; the CLI
+//!  |    '-> lab, producer, store, downstream, retry, dlq, domain
+//!  |-> producer    the client: sends over HTTP, follows the policy, its breaker and budget
+//!  |    '-> lab, retry, dlq, domain, store
 //!  '-> lab         one playground: holds its state, publishes its events, asks the store to persist
-//!       |-> domain      the lab's state and rules: messages, attempts, waits, counters
+//!       |-> domain      the lab's state and rules: messages, attempts, waits, counters, load
 //!       |-> dlq         the dead-letter queue: replay, quarantine, retention
-//!       |-> downstream  the fault-injectable modes and the idempotency ledger
+//!       |-> downstream  the fault-injectable modes, their rate limit and workers, the ledger
 //!       |-> events      the numbered log, its resume window, the broadcast
 //!       '-> store       persistence only: SQLite, migrations, the group-committing writer
 //!
 //! Below lab:  domain -> downstream, retry     dlq -> domain
 //!             events -> domain, dlq, downstream, retry     store -> domain, dlq, downstream
-//!             retry (pure backoff math) and downstream use nothing of ours.
+//!             retry (backoff math, breaker, budget: pure) and downstream use nothing of ours.
 //! web also names the types of dlq, domain, downstream and retry in its requests and answers.
 //! ```
 

@@ -3,14 +3,18 @@
 //! applies it to the state, publishes its event and schedules the store's commit under one
 //! lock, so event ids follow the order of the changes and a snapshot always matches an id.
 //!
-//! The other files each hold one seam of the lab: `snapshot` (the lab as one document),
+//! The other files each hold one seam of the lab: `settings` (its downstream and policy as
+//! they change, and the markers), `client` (its client's breaker and retry budget),
+//! `downstream` (its endpoint's gate and decisions), `snapshot` (the lab as one document),
 //! `subscribers` (who watches it), `flush` (how its changes reach the store), `deliveries`
-//! (its running tasks), `downstream` (its endpoint's decisions), `registry` (all labs).
+//! (its running tasks), `registry` (all labs).
 
+mod client;
 mod deliveries;
 mod downstream;
 mod flush;
 mod registry;
+mod settings;
 mod snapshot;
 mod subscribers;
 
@@ -22,10 +26,10 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
-use crate::domain::{AttemptEnd, Counters, LabRecord, Marker, MarkerKind, ResumePoint};
-use crate::downstream::{self as endpoint, DownstreamSettings, DownstreamUpdate, DownstreamView, Revert};
+use crate::domain::{AttemptEnd, Counters, LabRecord, ResumePoint};
+use crate::downstream::{self as endpoint, DownstreamSettings};
 use crate::events::{Event, EventLog, ReplayedMessage};
-use crate::retry::{Admission, Breaker, BreakerState, Policy, PolicyUpdate, Wait};
+use crate::retry::{Policy, Wait};
 use crate::store::Store;
 
 pub use downstream::Admission as DownstreamAdmission;
@@ -180,116 +184,6 @@ impl Lab {
         self.lock().record.active_messages()
     }
 
-    /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
-    /// lasts that long and then the downstream goes back by itself to what it was.
-    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        let record = &mut state.record;
-        let next = record.downstream.updated(update)?;
-        // Going back restores what was set before the first timed change, not a timed one.
-        let before = record.revert.map_or(record.downstream, |r| r.to);
-        record.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
-        let label = match update.for_ms {
-            Some(ms) => format!("{} for {ms} ms", describe(&next)),
-            None => describe(&next),
-        };
-        self.apply(&mut state, next, None, Marker { at_ms: now, kind: MarkerKind::Settings, label }, now);
-        let view = state.record.downstream_view();
-        drop(state);
-        if let Some(revert) = view.revert {
-            self.schedule_revert(revert);
-        }
-        Ok(view)
-    }
-
-    /// Changes the retry policy; absent fields keep their value.
-    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        let policy = state.record.policy.updated(update)?;
-        let label = format!("policy: {}", changed_fields(&state.record.policy, &policy));
-        let downstream = state.record.downstream;
-        self.apply(
-            &mut state,
-            downstream,
-            Some(policy),
-            Marker { at_ms: now, kind: MarkerKind::Settings, label },
-            now,
-        );
-        Ok(policy)
-    }
-
-    /// A timed setting ran out: the downstream goes back, unless another change replaced it.
-    fn revert_due(&self, at_ms: u64) {
-        let mut state = self.lock();
-        let Some(revert) = state.record.revert.filter(|r| r.at_ms == at_ms) else { return };
-        let now = self.now_ms();
-        state.record.revert = None;
-        let label = format!("back to {}", describe(&revert.to));
-        self.apply(
-            &mut state,
-            revert.to,
-            None,
-            Marker { at_ms: now, kind: MarkerKind::Scheduled, label },
-            now,
-        );
-    }
-
-    /// Arms the timer of a timed setting (again, after a restart).
-    pub fn schedule_revert(&self, revert: Revert) {
-        let Some(lab) = self.this.upgrade() else { return };
-        let delay = revert.at_ms.saturating_sub(self.now_ms());
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-            lab.revert_due(revert.at_ms);
-        });
-    }
-
-    /// The settings in force, and when a timed one goes back.
-    pub fn pending_revert(&self) -> Option<Revert> {
-        self.lock().record.revert
-    }
-
-    fn apply(
-        &self,
-        state: &mut LabState,
-        downstream: DownstreamSettings,
-        policy: Option<Policy>,
-        marker: Marker,
-        now: u64,
-    ) {
-        let record = &mut state.record;
-        record.downstream = downstream;
-        if let Some(policy) = policy {
-            if policy.breaker.is_none() && record.breaker.state() != BreakerState::Closed {
-                record.breaker = Breaker::default();
-                record.breaker_changed(BreakerState::Closed, now);
-                self.publish(state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
-            }
-            state.record.policy = policy;
-        }
-        let record = &mut state.record;
-        // A larger capacity, or another mode, lets the queue in front of the workers move.
-        let capacity =
-            if downstream.mode == endpoint::Mode::Overloaded { downstream.capacity } else { u32::MAX };
-        record.gate.admit_waiting(capacity);
-        record.markers.add(marker.clone());
-        let event =
-            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
-        self.publish(state, &event, now);
-        self.publish(state, &Event::Marker { marker }, now);
-    }
-
-    /// Adds a marker on the time axis (a crash, a restart).
-    pub fn mark(&self, kind: MarkerKind, label: &str) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        let marker = Marker { at_ms: now, kind, label: label.to_owned() };
-        state.record.markers.add(marker.clone());
-        self.publish(&mut state, &Event::Marker { marker }, now);
-    }
-
     /// Accepts a burst of `count` new messages; returns their ids.
     pub fn accept_burst(&self, count: usize) -> Result<Vec<u64>, BurstError> {
         if count == 0 || count > self.limits.max_burst {
@@ -377,47 +271,6 @@ impl Lab {
         Ok(ids)
     }
 
-    /// Asks the client's breaker whether the next attempt may be sent.
-    pub fn breaker_admit(&self) -> Admission {
-        let mut state = self.lock();
-        let Some(settings) = state.record.policy.breaker else { return Admission::Send };
-        let now = self.now_ms();
-        let (admission, changed) = state.record.breaker.admit(&settings, now);
-        if let Some(changed) = changed {
-            self.breaker_changed(&mut state, changed, now);
-        }
-        admission
-    }
-
-    /// Tells the client's breaker how a sent attempt ended.
-    pub fn breaker_record(&self, failed: bool) {
-        let mut state = self.lock();
-        let Some(settings) = state.record.policy.breaker else { return };
-        let now = self.now_ms();
-        if let Some(changed) = state.record.breaker.record(&settings, failed, now) {
-            self.breaker_changed(&mut state, changed, now);
-        }
-    }
-
-    fn breaker_changed(&self, state: &mut LabState, changed: BreakerState, now: u64) {
-        state.record.breaker_changed(changed, now);
-        self.publish(state, &Event::BreakerChanged { state: changed }, now);
-    }
-
-    /// Counts a first attempt in the retry budget's window.
-    pub fn budget_first_attempt(&self) {
-        let now = self.now_ms();
-        self.lock().record.budget.first_attempt(now);
-    }
-
-    /// Whether the retry budget allows a retry now (always, without one); counts it if so.
-    pub fn budget_allows_retry(&self) -> bool {
-        let now = self.now_ms();
-        let mut state = self.lock();
-        let Some(settings) = state.record.policy.retry_budget else { return true };
-        state.record.budget.try_retry(&settings, now)
-    }
-
     /// Stops every delivery and clears messages, dead letters and the ledger.
     pub fn reset(&self) {
         self.abort_deliveries();
@@ -481,30 +334,4 @@ impl Lab {
         state.deleted = true;
         self.schedule_flush(&mut state);
     }
-}
-
-/// A downstream setting in a few words, for its marker.
-fn describe(settings: &DownstreamSettings) -> String {
-    match settings.mode {
-        endpoint::Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
-        endpoint::Mode::Throttled => {
-            format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
-        }
-        endpoint::Mode::Overloaded => {
-            format!("overloaded (capacity {}, queue {})", settings.capacity, settings.queue)
-        }
-        mode => mode.as_str().to_owned(),
-    }
-}
-
-/// The policy fields a change touched, as `name value` pairs.
-fn changed_fields(before: &Policy, after: &Policy) -> String {
-    let (serde_json::Value::Object(before), serde_json::Value::Object(after)) =
-        (serde_json::json!(before), serde_json::json!(after))
-    else {
-        return String::new();
-    };
-    let changed: Vec<String> =
-        after.iter().filter(|(k, v)| before.get(*k) != Some(v)).map(|(k, v)| format!("{k} {v}")).collect();
-    if changed.is_empty() { "unchanged".into() } else { changed.join(", ") }
 }

@@ -1,0 +1,147 @@
+//! A lab's settings as they change: the downstream (for good, or for a while, going back by
+//! itself when the time is up) and the retry policy, each change an event and a marker on the
+//! time axis, as are crashes and restarts.
+
+use super::{Lab, LabState};
+use crate::domain::{Marker, MarkerKind};
+use crate::downstream::{self as endpoint, DownstreamSettings, DownstreamUpdate, DownstreamView, Revert};
+use crate::events::Event;
+use crate::retry::{Breaker, BreakerState, Policy, PolicyUpdate};
+
+impl Lab {
+    /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
+    /// lasts that long and then the downstream goes back by itself to what it was.
+    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let record = &mut state.record;
+        let next = record.downstream.updated(update)?;
+        // Going back restores what was set before the first timed change, not a timed one.
+        let before = record.revert.map_or(record.downstream, |r| r.to);
+        record.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
+        let label = match update.for_ms {
+            Some(ms) => format!("{} for {ms} ms", describe(&next)),
+            None => describe(&next),
+        };
+        self.apply(&mut state, next, None, Marker { at_ms: now, kind: MarkerKind::Settings, label }, now);
+        let view = state.record.downstream_view();
+        drop(state);
+        if let Some(revert) = view.revert {
+            self.schedule_revert(revert);
+        }
+        Ok(view)
+    }
+
+    /// Changes the retry policy; absent fields keep their value.
+    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let policy = state.record.policy.updated(update)?;
+        let label = format!("policy: {}", changed_fields(&state.record.policy, &policy));
+        let downstream = state.record.downstream;
+        self.apply(
+            &mut state,
+            downstream,
+            Some(policy),
+            Marker { at_ms: now, kind: MarkerKind::Settings, label },
+            now,
+        );
+        Ok(policy)
+    }
+
+    /// A timed setting ran out: the downstream goes back, unless another change replaced it.
+    fn revert_due(&self, at_ms: u64) {
+        let mut state = self.lock();
+        let Some(revert) = state.record.revert.filter(|r| r.at_ms == at_ms) else { return };
+        let now = self.now_ms();
+        state.record.revert = None;
+        let label = format!("back to {}", describe(&revert.to));
+        self.apply(
+            &mut state,
+            revert.to,
+            None,
+            Marker { at_ms: now, kind: MarkerKind::Scheduled, label },
+            now,
+        );
+    }
+
+    /// Arms the timer of a timed setting (again, after a restart).
+    pub fn schedule_revert(&self, revert: Revert) {
+        let Some(lab) = self.this.upgrade() else { return };
+        let delay = revert.at_ms.saturating_sub(self.now_ms());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            lab.revert_due(revert.at_ms);
+        });
+    }
+
+    /// The settings in force, and when a timed one goes back.
+    pub fn pending_revert(&self) -> Option<Revert> {
+        self.lock().record.revert
+    }
+
+    fn apply(
+        &self,
+        state: &mut LabState,
+        downstream: DownstreamSettings,
+        policy: Option<Policy>,
+        marker: Marker,
+        now: u64,
+    ) {
+        let record = &mut state.record;
+        record.downstream = downstream;
+        if let Some(policy) = policy {
+            if policy.breaker.is_none() && record.breaker.state() != BreakerState::Closed {
+                record.breaker = Breaker::default();
+                record.breaker_changed(BreakerState::Closed, now);
+                self.publish(state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
+            }
+            state.record.policy = policy;
+        }
+        let record = &mut state.record;
+        // A larger capacity, or another mode, lets the queue in front of the workers move.
+        let capacity =
+            if downstream.mode == endpoint::Mode::Overloaded { downstream.capacity } else { u32::MAX };
+        record.gate.admit_waiting(capacity);
+        record.markers.add(marker.clone());
+        let event =
+            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
+        self.publish(state, &event, now);
+        self.publish(state, &Event::Marker { marker }, now);
+    }
+
+    /// Adds a marker on the time axis (a crash, a restart).
+    pub fn mark(&self, kind: MarkerKind, label: &str) {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let marker = Marker { at_ms: now, kind, label: label.to_owned() };
+        state.record.markers.add(marker.clone());
+        self.publish(&mut state, &Event::Marker { marker }, now);
+    }
+}
+
+/// A downstream setting in a few words, for its marker.
+fn describe(settings: &DownstreamSettings) -> String {
+    match settings.mode {
+        endpoint::Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
+        endpoint::Mode::Throttled => {
+            format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
+        }
+        endpoint::Mode::Overloaded => {
+            format!("overloaded (capacity {}, queue {})", settings.capacity, settings.queue)
+        }
+        mode => mode.as_str().to_owned(),
+    }
+}
+
+/// The policy fields a change touched, as `name value` pairs.
+fn changed_fields(before: &Policy, after: &Policy) -> String {
+    let (serde_json::Value::Object(before), serde_json::Value::Object(after)) =
+        (serde_json::json!(before), serde_json::json!(after))
+    else {
+        return String::new();
+    };
+    let changed: Vec<String> =
+        after.iter().filter(|(k, v)| before.get(*k) != Some(v)).map(|(k, v)| format!("{k} {v}")).collect();
+    if changed.is_empty() { "unchanged".into() } else { changed.join(", ") }
+}
