@@ -69,8 +69,11 @@ impl Scenario {
                 json!({"mode": "throttled", "rate_per_s": (burst as f64 / 4.0).max(5.0), "burst": 5})
             }
             Scenario::Flaky => json!({"mode": "flaky", "failure_rate": 0.5, "retry_after_s": 0}),
+            // The burst arrives over 3 s; workers of 20 ms (50 requests/s each) enough to keep
+            // up at about 70 % busy, so only the outage tips it over.
             Scenario::Metastable => json!({
-                "mode": "overloaded", "capacity": 2, "queue": 60, "latency_ms": [20, 20], "retry_after_s": 0,
+                "mode": "overloaded", "capacity": (burst as f64 / 3.0 / 35.0).ceil().max(1.0) as u64,
+                "queue": 60, "latency_ms": [20, 20], "retry_after_s": 0,
             }),
         };
         merge(base, mode)

@@ -148,7 +148,11 @@ pub struct EventLog {
     /// a recovery, an expiry) can weigh megabytes each, so a count alone does not bound memory.
     window_bytes: usize,
     max_bytes: usize,
-    sender: broadcast::Sender<Published>,
+    /// How many events a subscriber may fall behind.
+    lag: usize,
+    /// Made when the first subscriber comes and dropped once none is left: its buffer of
+    /// `lag` slots is allocated up front, and a lab nobody watches should not pay for it.
+    sender: Option<broadcast::Sender<Published>>,
 }
 
 impl EventLog {
@@ -156,7 +160,6 @@ impl EventLog {
     /// is resynchronised with a snapshot.
     /// A log whose next event is `last_id + 1` (ids continue across restarts).
     pub fn new(capacity: usize, lag: usize, last_id: u64) -> Self {
-        let (sender, _) = broadcast::channel(lag.max(1));
         EventLog {
             last_id,
             last_counters: serde_json::Map::new(),
@@ -164,7 +167,8 @@ impl EventLog {
             capacity: capacity.max(1),
             window_bytes: 0,
             max_bytes: usize::MAX,
-            sender,
+            lag: lag.max(1),
+            sender: None,
         }
     }
 
@@ -193,8 +197,14 @@ impl EventLog {
             let Some(oldest) = self.window.pop_front() else { break };
             self.window_bytes -= oldest.data.len();
         }
-        // No subscribers is not an error: the event is still in the window.
-        let _ = self.sender.send(published.clone());
+        // Without subscribers the event is only kept in the window.
+        if let Some(sender) = &self.sender {
+            if sender.receiver_count() == 0 {
+                self.sender = None;
+            } else {
+                let _ = sender.send(published.clone());
+            }
+        }
         published
     }
 
@@ -211,8 +221,9 @@ impl EventLog {
     }
 
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
-    pub fn subscribe(&self, after: Option<u64>) -> (Start, broadcast::Receiver<Published>) {
-        let receiver = self.sender.subscribe();
+    pub fn subscribe(&mut self, after: Option<u64>) -> (Start, broadcast::Receiver<Published>) {
+        let lag = self.lag;
+        let receiver = self.sender.get_or_insert_with(|| broadcast::channel(lag).0).subscribe();
         let start = match after {
             Some(after) if after == self.last_id => Start::Resume(Vec::new()),
             Some(after)
@@ -275,6 +286,19 @@ mod tests {
         assert!(log.window.is_empty() && log.window_bytes == 0);
         assert!(matches!(log.subscribe(Some(5)).0, Start::Snapshot));
         assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn the_broadcast_exists_only_while_someone_listens() {
+        let mut log = EventLog::new(10, 8_192, 0);
+        publish_n(&mut log, 3);
+        assert!(log.sender.is_none(), "nobody has subscribed: no buffer");
+        let (_, mut receiver) = log.subscribe(Some(3));
+        publish_n(&mut log, 1);
+        assert_eq!(receiver.try_recv().unwrap().id, 4);
+        drop(receiver);
+        publish_n(&mut log, 1);
+        assert!(log.sender.is_none(), "the last subscriber left: the buffer goes");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub enum Opening {
 impl Lab {
     /// Subscribes to the lab's events, resuming after `last_event_id` when the window allows.
     pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, broadcast::Receiver<Published>) {
-        let state = self.lock();
+        let mut state = self.lock();
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
@@ -32,7 +32,7 @@ impl Lab {
     /// A fresh subscription that starts from a snapshot, for a subscriber that fell behind:
     /// the snapshot and the new receiver are taken under one lock, so nothing falls between.
     pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
-        let state = self.lock();
+        let mut state = self.lock();
         let (_, receiver) = state.log.subscribe(None);
         (state.log.last_id(), self.snapshot_json(&state), receiver)
     }
