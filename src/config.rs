@@ -211,6 +211,19 @@ pub struct Limits {
     /// Bytes of events kept per lab for resumes: the oldest go first past it.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
     pub event_window_bytes: usize,
+    /// Requests per second one outside client may send to a lab's endpoint, sustained (the
+    /// lab's own client is never limited by this).
+    #[arg(long, env = "RETRYLAB_ENDPOINT_RATE_PER_S", default_value_t = DEFAULT_LIMITS.endpoint_rate_per_s)]
+    pub endpoint_rate_per_s: u32,
+    /// Requests one outside client may send to the endpoint in a quick run before the rate applies.
+    #[arg(long, env = "RETRYLAB_ENDPOINT_BURST", default_value_t = DEFAULT_LIMITS.endpoint_burst)]
+    pub endpoint_burst: u32,
+    /// Idempotency keys one lab keeps for outside callers (each a digest and a stored answer).
+    #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_outside_keys_per_lab)]
+    pub max_outside_keys_per_lab: usize,
+    /// Idempotency keys all labs together keep for outside callers.
+    #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS", default_value_t = DEFAULT_LIMITS.max_outside_keys)]
+    pub max_outside_keys: usize,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
@@ -233,6 +246,10 @@ const DEFAULT_LIMITS: Limits = Limits {
     event_window: 10_000,
     event_window_bytes: 8 * 1024 * 1024,
     subscriber_lag: 8_192,
+    endpoint_rate_per_s: 50,
+    endpoint_burst: 200,
+    max_outside_keys_per_lab: 2_000,
+    max_outside_keys: 100_000,
 };
 
 impl Default for Limits {

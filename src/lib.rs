@@ -92,6 +92,11 @@ pub async fn serve(
             config.limits.control_burst,
             config.exposure.client_ip_header.clone(),
         ),
+        endpoint_limiter: web::RateLimiter::new(
+            config.limits.endpoint_rate_per_s,
+            config.limits.endpoint_burst,
+            config.exposure.client_ip_header.clone(),
+        ),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),
@@ -135,7 +140,7 @@ pub async fn serve(
             web::serve_connections(listener, router.clone(), public, stopped.clone()),
             web::serve_connections(
                 internal,
-                router,
+                router.layer(axum::Extension(web::InternalCaller)),
                 ConnectionLimits { max_per_ip: None, ..public },
                 stopped
             ),

@@ -1,4 +1,5 @@
-//! The downstream's idempotency ledger: for each key, the body it was first sent with, the
+//! The downstream's idempotency ledger: for each key, a digest of the body it was first sent
+//! with (enough to tell a repeat from a different body, without keeping the body), the
 //! stored answer once the write is applied, and how many times the write was applied (which
 //! must never exceed one: `applied_twice` is the lab's proof).
 //!
@@ -19,9 +20,51 @@ pub struct StoredResponse {
     pub body: bytes::Bytes,
 }
 
+/// The SHA-256 of a body's canonical JSON (object keys sorted, no whitespace): two bodies
+/// that are the same JSON value have the same digest, whatever their spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyDigest([u8; 32]);
+
+impl BodyDigest {
+    pub fn of(body: &Value) -> BodyDigest {
+        use sha2::Digest;
+        // serde_json's maps are sorted by key, so this is canonical.
+        let canonical = serde_json::to_vec(body).expect("a JSON value serializes");
+        BodyDigest(sha2::Sha256::digest(&canonical).into())
+    }
+
+    /// Reads a stored digest (`sha256:` and 64 hex digits), or, from rows written before
+    /// digests, the body itself.
+    pub fn parse_stored(stored: &str) -> Result<BodyDigest, String> {
+        let Some(hex) = stored.strip_prefix("sha256:") else {
+            let body: Value =
+                serde_json::from_str(stored).map_err(|e| format!("unreadable stored body: {e}"))?;
+            return Ok(BodyDigest::of(&body));
+        };
+        let mut digest = [0u8; 32];
+        if hex.len() != 64 {
+            return Err(format!("a digest has 64 hex digits: {stored}"));
+        }
+        for (i, byte) in digest.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| format!("{stored}: {e}"))?;
+        }
+        Ok(BodyDigest(digest))
+    }
+}
+
+impl std::fmt::Display for BodyDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("sha256:")?;
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
-    body: Value,
+    digest: BodyDigest,
+    /// Made by a caller from outside, not the lab's own client: these count against the
+    /// limits on outside keys.
+    outside: bool,
     response: Option<StoredResponse>,
     applied: u32,
     /// Wall-clock time the key was first applied, for the dedup window.
@@ -32,7 +75,8 @@ struct Entry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyRow {
     pub key: String,
-    pub body: Value,
+    pub digest: BodyDigest,
+    pub outside: bool,
     pub status: u16,
     pub response: bytes::Bytes,
     pub applied: u32,
@@ -62,6 +106,8 @@ pub struct Ledger {
     counts: LedgerCounts,
     /// Keys applied since the store last took them.
     unsaved: HashSet<String>,
+    /// Keys held for outside callers.
+    outside: usize,
 }
 
 impl Ledger {
@@ -72,40 +118,52 @@ impl Ledger {
             .map(|row| {
                 let response = StoredResponse { status: row.status, body: row.response };
                 let entry = Entry {
-                    body: row.body,
+                    digest: row.digest,
+                    outside: row.outside,
                     response: Some(response),
                     applied: row.applied,
                     applied_unix_ms: row.applied_unix_ms,
                 };
                 (row.key, entry)
             })
-            .collect();
-        Ledger { keys, counts, unsaved: HashSet::new() }
+            .collect::<HashMap<String, Entry>>();
+        let outside = keys.values().filter(|e| e.outside).count();
+        Ledger { keys, counts, unsaved: HashSet::new(), outside }
     }
 
     pub fn count_request(&mut self) {
         self.counts.requests += 1;
     }
 
-    /// Bodies are compared as JSON values, so key order and whitespace do not matter.
-    pub fn lookup(&self, key: &IdempotencyKey, body: &Value) -> Lookup {
+    /// Bodies are compared by the digest of their JSON value, so key order and whitespace do
+    /// not matter.
+    pub fn lookup(&self, key: &IdempotencyKey, digest: &BodyDigest) -> Lookup {
         match self.keys.get(key.as_str()) {
             None => Lookup::New,
-            Some(entry) if entry.body != *body => Lookup::BodyMismatch,
+            Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
             Some(Entry { response: Some(response), .. }) => Lookup::Done(response.clone()),
             Some(_) => Lookup::InProgress,
         }
     }
 
-    pub fn reserve(&mut self, key: &IdempotencyKey, body: Value) {
-        let entry = Entry { body, response: None, applied: 0, applied_unix_ms: 0 };
-        self.keys.insert(key.as_str().to_owned(), entry);
+    pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
+        let entry = Entry { digest, outside, response: None, applied: 0, applied_unix_ms: 0 };
+        if let Some(replaced) = self.keys.insert(key.as_str().to_owned(), entry) {
+            self.outside -= usize::from(replaced.outside);
+        }
+        self.outside += usize::from(outside);
+    }
+
+    /// Keys held for callers from outside.
+    pub fn outside_keys(&self) -> usize {
+        self.outside
     }
 
     /// Applies the write for a reserved key and saves its answer, in one step.
     pub fn complete(&mut self, key: &IdempotencyKey, now_ms: u64, unix_ms: u64) -> StoredResponse {
         let entry = self.keys.entry(key.as_str().to_owned()).or_insert_with(|| Entry {
-            body: Value::Null,
+            digest: BodyDigest([0; 32]),
+            outside: false,
             response: None,
             applied: 0,
             applied_unix_ms: unix_ms,
@@ -134,7 +192,9 @@ impl Ledger {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &expired {
-            self.keys.remove(key);
+            if let Some(gone) = self.keys.remove(key) {
+                self.outside -= usize::from(gone.outside);
+            }
             self.unsaved.remove(key);
         }
         expired
@@ -149,7 +209,8 @@ impl Ledger {
                 let entry = self.keys.get(&key)?;
                 let response = entry.response.as_ref()?;
                 Some(KeyRow {
-                    body: entry.body.clone(),
+                    digest: entry.digest,
+                    outside: entry.outside,
                     status: response.status,
                     response: response.body.clone(),
                     applied: entry.applied,
@@ -167,5 +228,21 @@ impl Ledger {
 
     pub fn counts(&self) -> LedgerCounts {
         self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_is_the_same_for_the_same_value_and_reads_back() {
+        let a = BodyDigest::of(&json!({"a": 1, "b": [1, 2]}));
+        let b = BodyDigest::of(&serde_json::from_str(r#"{ "b": [1,2], "a": 1 }"#).unwrap());
+        assert_eq!(a, b, "key order and whitespace do not matter");
+        assert_ne!(a, BodyDigest::of(&json!({"a": 2, "b": [1, 2]})));
+        assert_eq!(BodyDigest::parse_stored(&a.to_string()), Ok(a));
+        assert_eq!(BodyDigest::parse_stored(r#"{"b":[1,2],"a":1}"#), Ok(a), "rows from before digests");
+        assert!(a.to_string().starts_with("sha256:") && a.to_string().len() == 71);
     }
 }

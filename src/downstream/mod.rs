@@ -12,7 +12,7 @@ use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 pub use capacity::{Entry, Gate, Gcra};
-pub use ledger::{KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use ledger::{BodyDigest, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
@@ -205,6 +205,17 @@ pub enum Decision {
     Process { latency_ms: u64 },
     /// Slow mode: the write is already applied; the answer goes out after `answer_after_ms`.
     AppliedEarly { response: StoredResponse, answer_after_ms: u64 },
+    /// A new key from outside, past a limit on the keys kept for outside callers (507).
+    StorageFull { limit: &'static str },
+}
+
+/// Who is calling the endpoint, and whether a new key of theirs still fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The lab's own client: never held to the limits on outside callers.
+    Lab,
+    /// Anyone else; `Err(limit)` when their new keys are over the named limit.
+    Outside(Result<(), &'static str>),
 }
 
 /// Decides one request that got past the mode's gate (the rate limit, the workers). A new
@@ -214,26 +225,32 @@ pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
-    body: &serde_json::Value,
+    (digest, caller): (BodyDigest, Caller),
     (now_ms, unix_ms): (u64, u64),
     rng: &mut impl Rng,
 ) -> Decision {
-    match ledger.lookup(key, body) {
+    match ledger.lookup(key, &digest) {
         Lookup::Done(response) => return Decision::Replay(response),
         Lookup::InProgress => return Decision::InProgress,
         Lookup::BodyMismatch => return Decision::BodyMismatch,
         Lookup::New => {}
     }
     let unavailable = Decision::Unavailable { retry_after_s: settings.retry_after_s };
+    let outside = matches!(caller, Caller::Outside(_));
+    let full = match caller {
+        Caller::Outside(Err(limit)) => Some(Decision::StorageFull { limit }),
+        _ => None,
+    };
     match settings.mode {
         Mode::Down => unavailable,
         Mode::Flaky if rng.random_bool(settings.failure_rate) => unavailable,
+        _ if full.is_some() => full.expect("checked"),
         Mode::Healthy | Mode::Flaky | Mode::Throttled | Mode::Overloaded => {
-            ledger.reserve(key, body.clone());
+            ledger.reserve(key, digest, outside);
             Decision::Process { latency_ms: sample(settings.latency_ms, rng) }
         }
         Mode::Slow => {
-            ledger.reserve(key, body.clone());
+            ledger.reserve(key, digest, outside);
             let response = ledger.complete(key, now_ms, unix_ms);
             Decision::AppliedEarly { response, answer_after_ms: sample(settings.slow_ms, rng) }
         }
@@ -250,6 +267,37 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
     use serde_json::json;
+
+    fn lab(body: &serde_json::Value) -> (BodyDigest, Caller) {
+        (BodyDigest::of(body), Caller::Lab)
+    }
+
+    #[test]
+    fn an_outside_caller_over_its_key_limit_gets_no_new_key_but_its_repeats() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut ledger = Ledger::default();
+        let healthy = DownstreamSettings::default();
+        let (key, body) = (IdempotencyKey::parse("outside-1").unwrap(), json!({"n": 1}));
+        let outside = (BodyDigest::of(&body), Caller::Outside(Ok(())));
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &key, outside, (0, 0), &mut rng),
+            Decision::Process { .. }
+        ));
+        assert_eq!(ledger.outside_keys(), 1);
+        ledger.complete(&key, 1, 1);
+        let full = (BodyDigest::of(&body), Caller::Outside(Err("max_outside_keys_per_lab")));
+        let repeat = decide(&mut ledger, &healthy, &key, full, (2, 2), &mut rng);
+        assert!(matches!(repeat, Decision::Replay(_)), "a repeat still gets its stored answer");
+        let other = IdempotencyKey::parse("outside-2").unwrap();
+        let refused = decide(&mut ledger, &healthy, &other, full, (3, 3), &mut rng);
+        assert!(matches!(refused, Decision::StorageFull { limit: "max_outside_keys_per_lab" }));
+        assert_eq!(ledger.outside_keys(), 1, "nothing was kept for the refused key");
+        let mine = IdempotencyKey::parse("lab-1").unwrap();
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &mine, lab(&body), (4, 4), &mut rng),
+            Decision::Process { .. }
+        ));
+    }
 
     #[test]
     fn keys_must_be_short_visible_ascii() {
@@ -268,17 +316,21 @@ mod tests {
         let key = IdempotencyKey::parse("k1").unwrap();
         let body = json!({"n": 1});
         assert!(matches!(
-            decide(&mut ledger, &healthy, &key, &body, (0, 0), &mut rng),
+            decide(&mut ledger, &healthy, &key, lab(&body), (0, 0), &mut rng),
             Decision::Process { latency_ms: 60..=240 }
         ));
-        assert!(matches!(decide(&mut ledger, &healthy, &key, &body, (0, 0), &mut rng), Decision::InProgress));
+        assert!(matches!(
+            decide(&mut ledger, &healthy, &key, lab(&body), (0, 0), &mut rng),
+            Decision::InProgress
+        ));
         let first = ledger.complete(&key, 5, 0);
-        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, &body, (9, 0), &mut rng) else {
+        let Decision::Replay(again) = decide(&mut ledger, &healthy, &key, lab(&body), (9, 0), &mut rng)
+        else {
             panic!("expected a replay")
         };
         assert_eq!(again, first);
         assert!(matches!(
-            decide(&mut ledger, &healthy, &key, &json!({"n": 2}), (9, 0), &mut rng),
+            decide(&mut ledger, &healthy, &key, lab(&json!({"n": 2})), (9, 0), &mut rng),
             Decision::BodyMismatch
         ));
         assert_eq!(ledger.counts(), LedgerCounts { requests: 0, applied: 1, applied_twice: 0 });
@@ -291,7 +343,7 @@ mod tests {
         let down = DownstreamSettings { mode: Mode::Down, ..Default::default() };
         let key = IdempotencyKey::parse("k").unwrap();
         for _ in 0..3 {
-            let decision = decide(&mut ledger, &down, &key, &json!({}), (0, 0), &mut rng);
+            let decision = decide(&mut ledger, &down, &key, lab(&json!({})), (0, 0), &mut rng);
             assert!(matches!(decision, Decision::Unavailable { retry_after_s: 1 }));
         }
         assert_eq!(ledger.counts().applied, 0);
@@ -305,7 +357,7 @@ mod tests {
         let failures = (0..2_000)
             .filter(|i| {
                 let key = IdempotencyKey::parse(&format!("k{i}")).unwrap();
-                let decision = decide(&mut ledger, &flaky, &key, &json!({}), (0, 0), &mut rng);
+                let decision = decide(&mut ledger, &flaky, &key, lab(&json!({})), (0, 0), &mut rng);
                 matches!(decision, Decision::Unavailable { .. })
             })
             .count();

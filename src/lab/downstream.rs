@@ -3,11 +3,14 @@
 //! ledger and its write applied, all under the lab's lock, so a key can never be applied twice
 //! and every answer is an event in order with the client's own.
 
+use std::sync::atomic::Ordering;
+
 use tokio::sync::oneshot;
 
 use super::{Lab, unix_now_ms};
 use crate::domain::Answer;
-use crate::downstream::{self, Decision, Entry, IdempotencyKey, Mode, StoredResponse};
+
+use crate::downstream::{self, BodyDigest, Caller, Decision, Entry, IdempotencyKey, Mode, StoredResponse};
 use crate::events::Event;
 
 /// How a request gets past the mode's gate.
@@ -110,18 +113,39 @@ impl Lab {
 
     /// Decides a downstream request against the ledger; returns the decision and the epoch
     /// it was made in (a reset in between voids a pending write).
-    pub fn downstream_decide(&self, key: &IdempotencyKey, body: &serde_json::Value) -> (Decision, u64) {
+    /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
+    /// own client is never held to them.
+    pub fn downstream_decide(
+        &self,
+        key: &IdempotencyKey,
+        digest: BodyDigest,
+        outside: bool,
+    ) -> (Decision, u64) {
         let mut rng = rand::rng();
         self.change(|record, now| {
             let settings = record.downstream;
             let clock = (now, unix_now_ms());
-            let decision = downstream::decide(&mut record.ledger, &settings, key, body, clock, &mut rng);
+            let before = record.ledger.outside_keys();
+            let caller = match outside {
+                false => Caller::Lab,
+                true if before >= self.limits.max_outside_keys_per_lab => {
+                    Caller::Outside(Err("max_outside_keys_per_lab"))
+                }
+                true if self.outside_keys_total.load(Ordering::Relaxed) >= self.limits.max_outside_keys => {
+                    Caller::Outside(Err("max_outside_keys"))
+                }
+                true => Caller::Outside(Ok(())),
+            };
+            let decision =
+                downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
+            self.count_outside_keys(before, record.ledger.outside_keys());
             let (status, applied, replayed, detail) = match &decision {
                 Decision::Replay(r) => (r.status, false, true, None),
                 Decision::InProgress => (409, false, false, Some("key still being processed")),
                 Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
                 Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
                 Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
+                Decision::StorageFull { .. } => (507, false, false, Some("no room for another outside key")),
                 // Published when the write lands, in `downstream_complete`.
                 Decision::Process { .. } => return Some(((decision, record.epoch), None)),
             };

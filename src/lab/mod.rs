@@ -18,8 +18,8 @@ mod settings;
 mod snapshot;
 mod subscribers;
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
@@ -56,6 +56,8 @@ pub struct Lab {
     durable: watch::Sender<u64>,
     /// Open event streams.
     subscribers: AtomicUsize,
+    /// Idempotency keys kept for outside callers by every lab of this server.
+    outside_keys_total: Arc<AtomicUsize>,
     limits: Limits,
     retention: Retention,
 }
@@ -116,6 +118,7 @@ impl Lab {
             this,
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
+            outside_keys_total: registry.outside_keys.clone(),
             limits,
             retention: registry.retention.clone(),
         }
@@ -275,6 +278,7 @@ impl Lab {
     pub fn reset(&self) {
         self.abort_deliveries();
         let mut state = self.lock();
+        self.count_outside_keys(state.record.ledger.outside_keys(), 0);
         state.record.reset();
         state.dead_letters.clear();
         let now = self.now_ms();
@@ -317,7 +321,9 @@ impl Lab {
         let keys_before = now_unix_ms.saturating_sub(retention.key_ttl_s.saturating_mul(1000));
         let letters = state.dead_letters.expire(letters_before);
         state.record.remove_messages(&letters);
+        let outside_before = state.record.ledger.outside_keys();
         let keys = state.record.expire_keys(keys_before);
+        self.count_outside_keys(outside_before, state.record.ledger.outside_keys());
         if !letters.is_empty() || keys > 0 {
             let now = self.now_ms();
             let snapshot = self.snapshot_value(&state);
@@ -331,7 +337,19 @@ impl Lab {
     pub fn delete(&self) {
         self.abort_deliveries();
         let mut state = self.lock();
+        if !state.deleted {
+            self.count_outside_keys(state.record.ledger.outside_keys(), 0);
+        }
         state.deleted = true;
         self.schedule_flush(&mut state);
+    }
+
+    /// Moves the server-wide count of outside keys by this lab's change from `before` to `after`.
+    fn count_outside_keys(&self, before: usize, after: usize) {
+        if after > before {
+            self.outside_keys_total.fetch_add(after - before, Ordering::Relaxed);
+        } else if before > after {
+            self.outside_keys_total.fetch_sub(before - after, Ordering::Relaxed);
+        }
     }
 }

@@ -42,6 +42,8 @@ impl fmt::Display for LabId {
 
 pub struct Labs {
     labs: RwLock<HashMap<LabId, Arc<Lab>>>,
+    /// Idempotency keys kept for outside callers, all labs together.
+    pub(super) outside_keys: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) limits: Limits,
     pub(super) retention: Retention,
     pub(super) store: Store,
@@ -50,7 +52,13 @@ pub struct Labs {
 impl Labs {
     /// The registry, holding the labs the store loaded (their deliveries not yet resumed).
     pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
-        let labs = Labs { labs: RwLock::new(HashMap::new()), limits, retention, store };
+        let labs = Labs {
+            labs: RwLock::new(HashMap::new()),
+            outside_keys: Default::default(),
+            limits,
+            retention,
+            store,
+        };
         let mut map = HashMap::new();
         for LoadedLab { row, parts, dead_letters } in loaded {
             let Ok(id) = LabId::parse(&row.id) else {
@@ -58,6 +66,7 @@ impl Labs {
                 continue;
             };
             let state = (LabRecord::restore(parts), DeadLetterQueue::restore(dead_letters));
+            labs.outside_keys.fetch_add(state.0.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
             let lab = Arc::new_cyclic(|this| {
                 Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
             });

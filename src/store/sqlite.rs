@@ -14,14 +14,17 @@ use rusqlite::{Connection, Transaction, params};
 
 use crate::dlq::DeadLetter;
 use crate::domain::{Message, RecordChanges, RecordParts};
-use crate::downstream::{DownstreamView, KeyRow, Ledger, LedgerCounts};
+use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
 
 /// How long the writer pauses after a failed commit before trying again.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Versioned schema changes, applied in order; `PRAGMA user_version` remembers the last.
-const MIGRATIONS: &[&str] =
-    &[include_str!("../../migrations/0001_init.sql"), include_str!("../../migrations/0002_comparisons.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_init.sql"),
+    include_str!("../../migrations/0002_comparisons.sql"),
+    include_str!("../../migrations/0003_outside_keys.sql"),
+];
 
 #[derive(Debug)]
 pub struct StoreError(pub String);
@@ -360,17 +363,18 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
     }
     let mut upsert_key = tx.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
-         applied_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for key in &changes.keys {
         rows += upsert_key.execute(params![
             lab,
             key.key,
-            key.body.to_string(),
+            key.digest.to_string(),
             key.status,
             key.response.as_ref(),
             key.applied,
-            key.applied_unix_ms
+            key.applied_unix_ms,
+            key.outside
         ])? as u64;
     }
     let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
@@ -439,7 +443,8 @@ fn load_json<T: serde::de::DeserializeOwned>(
 
 fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT key, request_body, status, response, applied, applied_unix_ms FROM idempotency_keys WHERE lab_id = ?1",
+        "SELECT key, request_body, status, response, applied, applied_unix_ms, outside FROM idempotency_keys \
+         WHERE lab_id = ?1",
     )?;
     let rows = statement
         .query_map([lab], |r| {
@@ -450,14 +455,16 @@ fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreErr
                 r.get::<_, Vec<u8>>(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get::<_, bool>(6)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
-        .map(|(key, body, status, response, applied, applied_unix_ms)| {
+        .map(|(key, body, status, response, applied, applied_unix_ms, outside)| {
             Ok(KeyRow {
                 key,
-                body: serde_json::from_str(&body)?,
+                digest: BodyDigest::parse_stored(&body).map_err(StoreError)?,
+                outside,
                 status,
                 response: response.into(),
                 applied,

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -16,9 +17,9 @@ use rand::RngExt;
 use tokio::sync::oneshot;
 
 use super::error::{AppError, Problem};
-use super::{LabParam, LabPath};
+use super::{InternalCaller, LabParam, LabPath};
 use crate::domain::Answer;
-use crate::downstream::{Decision, IdempotencyKey, StoredResponse};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, StoredResponse};
 use crate::lab::{DownstreamAdmission as Admission, Lab};
 
 /// The fault-injectable endpoint, keeping the idempotency contract.
@@ -36,17 +37,19 @@ use crate::lab::{DownstreamAdmission as Admission, Lab};
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Throttled mode: over the rate limit; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Injected failure or shed load, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn downstream(
     LabPath(lab): LabPath,
+    internal: Option<Extension<InternalCaller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
     let visit = Visit { arrived: lab.downstream_arrived(), lab: lab.clone(), answered: false };
-    let answer = serve(lab, headers, body).await;
+    let answer = serve(lab, internal.is_none(), headers, body).await;
     let status = match &answer {
         Ok(response) => response.status(),
         Err(error) => error.status(),
@@ -57,6 +60,7 @@ pub async fn downstream(
 
 async fn serve(
     lab: Arc<Lab>,
+    outside: bool,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
@@ -88,6 +92,8 @@ async fn serve(
     let body: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
         refuse(400, "body is not JSON", AppError::BadRequest(format!("the body must be JSON: {e}")))
     })?;
+    // Only the digest is kept: enough to tell a repeat from another body.
+    let digest = BodyDigest::of(&body);
 
     match lab.downstream_admit(&key) {
         Admission::Open => {}
@@ -105,12 +111,12 @@ async fn serve(
                 detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
             });
         }
-        Admission::Worker => return overloaded(lab, key, body, None).await,
-        Admission::Queued(turn) => return overloaded(lab, key, body, Some(turn)).await,
+        Admission::Worker => return overloaded(lab, key, (digest, outside), None).await,
+        Admission::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
     }
 
     let _work = Work::start(&lab);
-    let (decision, epoch) = lab.downstream_decide(&key, &body);
+    let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
     match decision {
         Decision::Replay(stored) => Ok(answer(stored, true)),
         Decision::InProgress => Err(AppError::Conflict(
@@ -124,6 +130,7 @@ async fn serve(
             retry_after_s,
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
         }),
+        Decision::StorageFull { limit } => Err(storage_full(limit)),
         Decision::AppliedEarly { response, answer_after_ms } => {
             lab.persisted().await?;
             tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
@@ -154,7 +161,7 @@ async fn serve(
 async fn overloaded(
     lab: Arc<Lab>,
     key: IdempotencyKey,
-    body: serde_json::Value,
+    (digest, outside): (BodyDigest, bool),
     turn: Option<oneshot::Receiver<()>>,
 ) -> Result<Response, AppError> {
     let (reply, replied) = oneshot::channel();
@@ -168,7 +175,7 @@ async fn overloaded(
         let latency = lab.downstream_settings().latency_ms;
         let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-        let (decision, epoch) = lab.downstream_decide(&key, &body);
+        let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
         let outcome = match decision {
             Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
                 Some(stored) => lab.persisted().await.map(|()| answer(stored, false)).map_err(AppError::from),
@@ -181,6 +188,7 @@ async fn overloaded(
             Decision::BodyMismatch => Err(AppError::Unprocessable(
                 "this Idempotency-Key was first used with a different body".into(),
             )),
+            Decision::StorageFull { limit } => Err(storage_full(limit)),
             Decision::Unavailable { .. } | Decision::AppliedEarly { .. } => {
                 unreachable!("the overloaded mode neither fails nor answers slowly")
             }
@@ -192,6 +200,18 @@ async fn overloaded(
     replied
         .await
         .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
+}
+
+/// No room for another outside key: 507, naming the limit.
+fn storage_full(limit: &'static str) -> AppError {
+    AppError::Limit {
+        status: StatusCode::INSUFFICIENT_STORAGE,
+        limit,
+        detail: format!(
+            "this server keeps no more idempotency keys for outside callers ({limit}); nothing was \
+             applied; repeat a key you already used, or wait for the dedup window to expire old ones"
+        ),
+    }
 }
 
 /// A request that reached the endpoint; when dropped without an answer, its client hung up.

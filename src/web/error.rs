@@ -36,8 +36,10 @@ pub enum AppError {
         retry_after_s: u64,
         detail: String,
     },
-    /// The client made control requests faster than `control_rate_per_s` allows.
+    /// The client made requests faster than the named per-client rate allows
+    /// (`control_rate_per_s` on the control API, `endpoint_rate_per_s` on a lab's endpoint).
     RateLimited {
+        limit: &'static str,
         retry_after_s: u64,
     },
     Internal(String),
@@ -67,11 +69,17 @@ impl AppError {
             AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { status, detail, .. } => (*status, detail, None),
-            AppError::RateLimited { .. } => (
+            AppError::RateLimited { limit: "endpoint_rate_per_s", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests to this lab's endpoint from this client (endpoint_rate_per_s, \
+                 endpoint_burst); wait for the Retry-After",
+                Some("endpoint_rate_per_s"),
+            ),
+            AppError::RateLimited { limit, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \
                  wait for the Retry-After, as the lab teaches",
-                Some("control_rate_per_s"),
+                Some(limit),
             ),
             AppError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side", None)
@@ -101,7 +109,9 @@ impl IntoResponse for AppError {
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if let AppError::Unavailable { retry_after_s, .. } | AppError::RateLimited { retry_after_s } = self {
+        if let AppError::Unavailable { retry_after_s, .. } | AppError::RateLimited { retry_after_s, .. } =
+            self
+        {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
         response

@@ -15,7 +15,7 @@ mod rate_limit;
 mod responses;
 
 pub use connections::{ConnectionLimits, serve as serve_connections};
-pub use rate_limit::RateLimiter;
+pub use rate_limit::{InternalCaller, RateLimiter};
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub struct App {
     pub limits: Limits,
     pub retention: Retention,
     pub rate_limiter: RateLimiter,
+    /// Each outside client's rate on the labs' endpoints.
+    pub endpoint_limiter: RateLimiter,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -92,6 +94,10 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_control_requests))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rate_limit::limit_outside_endpoint_requests,
+        ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn(access_log::log_requests))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))

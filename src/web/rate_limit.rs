@@ -88,8 +88,42 @@ pub async fn limit_control_requests(State(app): State<AppState>, request: Reques
     if let Some(client) = client.filter(|_| is_control(&request))
         && let Err(wait) = app.rate_limiter.take(client, Instant::now())
     {
-        return AppError::RateLimited { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
-            .into_response();
+        return AppError::RateLimited {
+            limit: "control_rate_per_s",
+            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+        }
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// Marks requests that came in on the producer's own loopback listener: the lab's client,
+/// which the limits on outside callers never hold back.
+#[derive(Debug, Clone, Copy)]
+pub struct InternalCaller;
+
+/// Holds each outside client to `endpoint_rate_per_s` on the labs' endpoints: the one public
+/// route that writes, and so the one a flood would aim at.
+pub async fn limit_outside_endpoint_requests(
+    State(app): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let endpoint = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_some_and(|path| path.as_str() == "/labs/{lab}/downstream");
+    let outside = request.extensions().get::<InternalCaller>().is_none();
+    if endpoint
+        && outside
+        && let Some(client) = app.endpoint_limiter.client(&request)
+        && let Err(wait) = app.endpoint_limiter.take(client, Instant::now())
+    {
+        return AppError::RateLimited {
+            limit: "endpoint_rate_per_s",
+            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+        }
+        .into_response();
     }
     next.run(request).await
 }

@@ -11,6 +11,7 @@ mod helpers;
 mod idempotency;
 mod logs;
 mod operations;
+mod outside;
 mod pages;
 mod protections;
 mod retries;
