@@ -71,13 +71,25 @@ impl Producer {
     pub async fn crash_and_recover(&self, lab: &Arc<Lab>, store: &Store) -> Result<usize, StoreError> {
         lab.abort_deliveries();
         lab.mark(MarkerKind::Crash, "client crashed; recovering from the store");
-        lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
-        let (reader, id) = (store.clone(), lab.id.to_string());
-        let (messages, dead_letters) = tokio::task::spawn_blocking(move || reader.load_messages(&id))
-            .await
-            .map_err(|e| StoreError(format!("reading the store failed: {e}")))??;
-        lab.reload(messages, dead_letters);
-        Ok(self.resume(lab, "client crash"))
+        let read = async {
+            lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
+            let (reader, id) = (store.clone(), lab.id.to_string());
+            tokio::task::spawn_blocking(move || reader.load_messages(&id))
+                .await
+                .map_err(|e| StoreError(format!("reading the store failed: {e}")))?
+        };
+        match read.await {
+            Ok((messages, dead_letters)) => {
+                lab.reload(messages, dead_letters);
+                Ok(self.resume(lab, "client crash"))
+            }
+            Err(e) => {
+                // The deliveries must not stay stopped because the store could not be read:
+                // they resume from the lab's own record, and the caller hears of the failure.
+                self.resume(lab, "client crash");
+                Err(e)
+            }
+        }
     }
 
     /// Delivers one message from where it stands (its first attempt, or where a crash left it)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, params};
 
 use crate::dlq::DeadLetter;
 use crate::domain::{Message, RecordChanges, RecordParts};
@@ -128,7 +128,7 @@ impl Store {
         let writer_stats = stats.clone();
         thread::Builder::new()
             .name("retrylab-store".into())
-            .spawn(move || write_loop(connection, receiver, &writer_stats))
+            .spawn(move || supervise_writer(connection, receiver, &writer_stats))
             .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
         Ok((Store { jobs, path: path.to_owned(), stats }, labs))
     }
@@ -210,8 +210,27 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &StoreStats) {
+/// Runs the writer, restarting it if it panics outside a commit (in a lab's code, say): the
+/// labs it was writing for hand their rows back with their next change.
+fn supervise_writer(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &StoreStats) {
     let mut outage = Outage::default();
+    loop {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write_loop(&mut connection, &jobs, stats, &mut outage)
+        }));
+        match run {
+            Ok(()) => return,
+            Err(_) => tracing::error!("the store's writer panicked; it starts again"),
+        }
+    }
+}
+
+fn write_loop(
+    connection: &mut Connection,
+    jobs: &mpsc::Receiver<Job>,
+    stats: &StoreStats,
+    outage: &mut Outage,
+) {
     while let Ok(first) = jobs.recv() {
         // Group commit: everything that arrived while the last transaction ran goes in this one.
         let mut labs: Vec<Arc<dyn Flush>> = Vec::new();
@@ -227,13 +246,27 @@ fn write_loop(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &Sto
         let batches: Vec<(Arc<dyn Flush>, Batch)> =
             labs.into_iter().filter_map(|lab| lab.take_batch().map(|batch| (lab, batch))).collect();
         if !batches.is_empty() {
-            match commit(&mut connection, &batches) {
-                Ok(rows) => {
-                    outage.recovered();
+            // A panic mid-commit must not end durability for every lab: it counts as a failed
+            // commit (the transaction rolled back as it unwound) and the writer carries on.
+            let attempt =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit(connection, &batches)));
+            let result =
+                attempt.unwrap_or_else(|_| Err(StoreError("the store's writer panicked mid-commit".into())));
+            match result {
+                Ok((rows, failed)) => {
                     stats.commits.fetch_add(1, Ordering::Relaxed);
                     stats.rows.fetch_add(rows, Ordering::Relaxed);
-                    for (lab, batch) in &batches {
-                        lab.committed(batch.upto);
+                    match failed.first() {
+                        None => outage.recovered(),
+                        Some((_, e)) => outage.failed(e),
+                    }
+                    let failed: HashSet<usize> = failed.into_iter().map(|(index, _)| index).collect();
+                    for (index, (lab, batch)) in batches.into_iter().enumerate() {
+                        if failed.contains(&index) {
+                            lab.failed(batch); // only its own rows come back
+                        } else {
+                            lab.committed(batch.upto);
+                        }
                     }
                 }
                 Err(e) => {
@@ -296,17 +329,32 @@ impl Outage {
     }
 }
 
-fn commit(connection: &mut Connection, batches: &[(Arc<dyn Flush>, Batch)]) -> Result<u64, StoreError> {
-    let tx = connection.transaction()?;
+/// Writes every batch in one transaction, each inside a savepoint of its own: a batch that
+/// fails is rolled back alone and returned, so one lab's bad rows cannot fail every lab's.
+/// `Err` only when the transaction itself could not be committed.
+fn commit(
+    connection: &mut Connection,
+    batches: &[(Arc<dyn Flush>, Batch)],
+) -> Result<(u64, Vec<(usize, StoreError)>), StoreError> {
+    let mut tx = connection.transaction()?;
     let mut rows = 0;
-    for (_, batch) in batches {
-        rows += write_batch(&tx, batch)?;
+    let mut failed = Vec::new();
+    for (index, (_, batch)) in batches.iter().enumerate() {
+        let savepoint = tx.savepoint()?;
+        match write_batch(&savepoint, batch) {
+            Ok(written) => {
+                savepoint.commit()?;
+                rows += written;
+            }
+            // Dropping the savepoint rolls its writes back.
+            Err(e) => failed.push((index, e)),
+        }
     }
     tx.commit()?;
-    Ok(rows)
+    Ok((rows, failed))
 }
 
-fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
+fn write_batch(tx: &rusqlite::Savepoint<'_>, batch: &Batch) -> Result<u64, StoreError> {
     let lab = batch.lab_id.as_str();
     if batch.delete {
         tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
@@ -361,6 +409,11 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
     for (id, unix_ms, body) in &changes.dead_letters {
         rows += upsert_letter.execute(params![lab, id, unix_ms, body])? as u64;
     }
+    // Expired keys go first: a key applied again in the same commit must stay.
+    let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
+    for key in &changes.expired_keys {
+        rows += delete_key.execute(params![lab, key])? as u64;
+    }
     let mut upsert_key = tx.prepare_cached(
         "INSERT OR REPLACE INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
          applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -376,10 +429,6 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<u64, StoreError> {
             key.applied_unix_ms,
             key.outside
         ])? as u64;
-    }
-    let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
-    for key in &changes.expired_keys {
-        rows += delete_key.execute(params![lab, key])? as u64;
     }
     Ok(rows)
 }
@@ -505,6 +554,93 @@ mod tests {
         fn failed(&self, batch: Batch) {
             self.failed.lock().unwrap().extend(batch.changes.messages.iter().map(|(id, _)| *id));
         }
+    }
+
+    /// A lab whose batch is fine: its own row.
+    struct Good {
+        handed_out: Mutex<bool>,
+        committed: Mutex<Option<u64>>,
+    }
+
+    impl Flush for Good {
+        fn take_batch(&self) -> Option<Batch> {
+            let mut handed_out = self.handed_out.lock().unwrap();
+            if std::mem::replace(&mut *handed_out, true) {
+                return None;
+            }
+            let row = LabRow {
+                id: "good".into(),
+                origin_unix_ms: 0,
+                active_unix_ms: 0,
+                downstream: "{}".into(),
+                policy: "{}".into(),
+                counts: LedgerCounts::default(),
+                next_message_id: 0,
+                last_event_id: 5,
+                epoch: 0,
+            };
+            Some(Batch {
+                lab_id: "good".into(),
+                row: Some(row),
+                delete: false,
+                changes: Default::default(),
+                upto: 5,
+            })
+        }
+        fn committed(&self, upto: u64) {
+            *self.committed.lock().unwrap() = Some(upto);
+        }
+        fn failed(&self, _: Batch) {
+            panic!("the good lab's rows were fine");
+        }
+    }
+
+    #[test]
+    fn one_labs_bad_rows_do_not_fail_the_others() {
+        let store = Store::temporary();
+        let good = Arc::new(Good { handed_out: Mutex::new(false), committed: Mutex::new(None) });
+        let broken = Arc::new(Broken::default());
+        // Queued together, so they share one commit.
+        store.schedule(broken.clone());
+        store.schedule(good.clone());
+        for _ in 0..100 {
+            if good.committed.lock().unwrap().is_some() && !broken.failed.lock().unwrap().is_empty() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(*good.committed.lock().unwrap(), Some(5), "the good lab's commit went through");
+        assert_eq!(*broken.failed.lock().unwrap(), [7], "the broken lab took its rows back");
+    }
+
+    #[test]
+    fn a_key_expired_and_applied_again_in_one_commit_stays() {
+        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let mut connection = connect(&path).unwrap();
+        migrate(&mut connection).unwrap();
+        let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+        let mut batch = good.take_batch().unwrap();
+        let digest = crate::downstream::BodyDigest::of(&serde_json::json!({}));
+        let key = KeyRow {
+            key: "k".into(),
+            digest,
+            outside: false,
+            status: 200,
+            response: "{}".into(),
+            applied: 1,
+            applied_unix_ms: 9,
+        };
+        batch.changes.keys = vec![key];
+        batch.changes.expired_keys = vec!["k".into()];
+        let mut tx = connection.transaction().unwrap();
+        let savepoint = tx.savepoint().unwrap();
+        write_batch(&savepoint, &batch).unwrap();
+        savepoint.commit().unwrap();
+        tx.commit().unwrap();
+        let kept: u64 = connection
+            .query_row("SELECT COUNT(*) FROM idempotency_keys WHERE key = 'k'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1, "the re-applied key is on disk");
     }
 
     #[test]

@@ -118,7 +118,12 @@ async fn serve(
     let _work = Work::start(&lab);
     let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
     match decision {
-        Decision::Replay(stored) => Ok(answer(stored, true)),
+        Decision::Replay(stored) => {
+            // The first answer may not be committed yet: after a crash the key could be applied
+            // again, so its repeat waits for the commit too.
+            lab.persisted().await?;
+            Ok(answer(stored, true))
+        }
         Decision::InProgress => Err(AppError::Conflict(
             "a request with this Idempotency-Key is still being processed; retry later".into(),
         )),
@@ -181,7 +186,9 @@ async fn overloaded(
                 Some(stored) => lab.persisted().await.map(|()| answer(stored, false)).map_err(AppError::from),
                 None => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
             },
-            Decision::Replay(stored) => Ok(answer(stored, true)),
+            Decision::Replay(stored) => {
+                lab.persisted().await.map(|()| answer(stored, true)).map_err(AppError::from)
+            }
             Decision::InProgress => Err(AppError::Conflict(
                 "a request with this Idempotency-Key is still being processed; retry later".into(),
             )),
