@@ -87,6 +87,10 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),
+    ("compare.js", JS, include_str!("../../static/compare.js")),
+    ("compare-form.js", JS, include_str!("../../static/compare-form.js")),
+    ("compare-charts.js", JS, include_str!("../../static/compare-charts.js")),
+    ("compare-table.js", JS, include_str!("../../static/compare-table.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("../../static/style.css")),
 ];
 

@@ -6,6 +6,7 @@
 //! variable is set), where a missing browser is a failure: `.ci/run` installs it.
 
 mod cdp;
+mod compare;
 mod failure_modes;
 mod scale;
 

@@ -1,0 +1,123 @@
+//! The form on /compare: a scenario, 2 to 5 policies (presets and one custom policy), a burst
+//! and a seed. It posts to `POST /api/comparisons` and goes to the comparison's own address;
+//! a refusal's `detail` is shown under the form, as the server wrote it.
+//!
+//! A query string fills the form in (`?scenario=overload&burst=20&seed=1&policy=none&policy=full`),
+//! so a comparison's page can offer "change it and run again".
+
+const MIN_POLICIES = 2;
+const MAX_POLICIES = 5;
+
+export function createForm(form) {
+  const countEl = form.querySelector('[data-policy-count]');
+  const errorEl = form.querySelector('[data-form-error]');
+  const start = form.querySelector('[data-start]');
+  const customName = form.elements.namedItem('custom_name');
+  const customPolicy = form.elements.namedItem('custom_policy');
+  const presets = () => [...form.querySelectorAll('input[name="policy"]')];
+
+  prefill(form, new URLSearchParams(location.search));
+
+  /** The custom policy counts once it has a name or some JSON. */
+  const customUsed = () => customName.value.trim() !== '' || customPolicy.value.trim() !== '';
+  const chosen = () => presets().filter((p) => p.checked).length + (customUsed() ? 1 : 0);
+
+  function showCount() {
+    const n = chosen();
+    const ok = n >= MIN_POLICIES && n <= MAX_POLICIES;
+    countEl.textContent = `${n} chosen${ok ? '' : n < MIN_POLICIES ? `: choose at least ${MIN_POLICIES}` : `: at most ${MAX_POLICIES}`}`;
+    countEl.dataset.ok = String(ok);
+    countEl.dataset.count = String(n);
+  }
+
+  function showError(text) {
+    errorEl.textContent = text;
+    errorEl.hidden = !text;
+  }
+
+  form.addEventListener('input', () => {
+    showCount();
+    if (!errorEl.hidden) showError('');
+    customPolicy.removeAttribute('aria-invalid');
+  });
+  showCount();
+
+  /** The request body, or a sentence saying what to fix. */
+  function request() {
+    const data = new FormData(form);
+    const policies = presets().filter((p) => p.checked).map((p) => p.value);
+    if (customUsed()) {
+      const name = customName.value.trim();
+      if (!name) return { error: 'Give your own policy a name: it heads its column.' };
+      if (policies.includes(name)) return { error: `“${name}” is already a preset's name: choose another for your own policy.` };
+      let policy;
+      try {
+        policy = JSON.parse(customPolicy.value.trim() || '{}');
+      } catch (e) {
+        customPolicy.setAttribute('aria-invalid', 'true');
+        return { error: `Your own policy is not valid JSON: ${e.message}` };
+      }
+      if (policy === null || typeof policy !== 'object' || Array.isArray(policy)) {
+        customPolicy.setAttribute('aria-invalid', 'true');
+        return { error: 'Your own policy is a JSON object of policy fields, such as {"jitter": "full"}.' };
+      }
+      policies.push({ name, policy });
+    }
+    if (policies.length < MIN_POLICIES || policies.length > MAX_POLICIES) {
+      return { error: `Choose ${MIN_POLICIES} to ${MAX_POLICIES} policies; ${policies.length} are chosen.` };
+    }
+    const burst = Number(data.get('burst'));
+    const seed = Number(data.get('seed'));
+    if (!Number.isInteger(burst) || burst < 1) return { error: 'The burst is a whole number of messages, 1 or more.' };
+    if (!Number.isInteger(seed) || seed < 0) return { error: 'The seed is a whole number, 0 or more.' };
+    return { body: { scenario: data.get('scenario'), burst, seed, policies } };
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const { body, error } = request();
+    if (error) return showError(error);
+    showError('');
+    start.disabled = true;
+    start.setAttribute('aria-busy', 'true');
+    try {
+      const res = await fetch('/api/comparisons', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
+        body: JSON.stringify(body),
+      });
+      const json = await res.json().catch(() => null);
+      if (!res.ok) {
+        throw new Error(json?.detail || json?.title || `the server answered ${res.status}`);
+      }
+      location.assign(json?.url || res.headers.get('location'));
+    } catch (err) {
+      showError(`Not started: ${err.message}`);
+      start.disabled = false;
+      start.removeAttribute('aria-busy');
+    }
+  });
+}
+
+/** Fill the form in from a query string; unknown values are ignored. */
+function prefill(form, params) {
+  const scenario = params.get('scenario');
+  const radio = scenario && [...form.querySelectorAll('input[name="scenario"]')].find((r) => r.value === scenario);
+  if (radio) radio.checked = true;
+  const policies = params.getAll('policy');
+  if (policies.length) {
+    for (const box of form.querySelectorAll('input[name="policy"]')) box.checked = policies.includes(box.value);
+  }
+  for (const name of ['burst', 'seed']) {
+    const value = params.get(name);
+    if (value !== null && /^\d+$/.test(value)) form.elements.namedItem(name).value = value;
+  }
+}
+
+/** The query string that fills the form in with a comparison's choices (a custom policy's
+ *  name matches no preset, so it is left for the person to write again). */
+export function againQuery(report) {
+  const params = new URLSearchParams({ scenario: report.scenario, burst: String(report.burst), seed: String(report.seed) });
+  for (const column of report.columns) params.append('policy', column.policy);
+  return `?${params}`;
+}

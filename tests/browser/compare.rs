@@ -1,0 +1,208 @@
+//! The compare pages: the form refuses fewer than two policies and shows the server's own
+//! words when it refuses a policy, a started comparison gets its own address, its page follows
+//! every policy to the end with the figures in the table and the load drawn, and the address
+//! opens the same comparison again. Read from the DOM's data attributes, as a person sees it.
+
+use serde_json::{Value, json};
+
+use super::{Server, browser, list, wait_for};
+
+/// Chooses a scenario, the presets, the custom policy (name and JSON, or empty), a burst and a
+/// seed in the form, as typing and clicking would.
+async fn fill_form(
+    page: &super::cdp::Page,
+    scenario: &str,
+    presets: &[&str],
+    custom: (&str, &str),
+    burst: u64,
+) {
+    let script = format!(
+        "(() => {{ const f = document.getElementById('compare-form');
+            f.querySelector(`input[name=scenario][value=${{JSON.stringify({scenario})}}]`).checked = true;
+            for (const box of f.querySelectorAll('input[name=policy]')) box.checked = {presets}.includes(box.value);
+            f.querySelector('[data-custom]').open = true;
+            f.elements.namedItem('custom_name').value = {name};
+            f.elements.namedItem('custom_policy').value = {policy};
+            f.elements.namedItem('burst').value = '{burst}';
+            f.elements.namedItem('seed').value = '7';
+            f.dispatchEvent(new Event('input', {{ bubbles: true }}));
+            return true; }})()",
+        scenario = json!(scenario),
+        presets = json!(presets),
+        name = json!(custom.0),
+        policy = json!(custom.1),
+    );
+    page.eval(&script).await.unwrap();
+}
+
+/// Polls `expression` across a navigation (while the old document goes, an evaluation may
+/// fail) until it is a non-empty string.
+async fn wait_for_navigation(page: &super::cdp::Page, expression: &str) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(value) = page.eval(expression).await
+            && value.as_str().is_some_and(|s| !s.is_empty())
+        {
+            return value;
+        }
+        assert!(start.elapsed() < super::PATIENCE, "the comparison's page never opened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The error under the form, once it shows.
+async fn form_error(page: &super::cdp::Page) -> String {
+    let shown = wait_for(
+        page,
+        "the form's error",
+        "(e => !e.hidden && e.textContent)(document.querySelector('[data-form-error]'))",
+    )
+    .await;
+    shown.as_str().unwrap().to_owned()
+}
+
+/// Every cell of the table: policy -> row -> the raw value (null when none), plus the rows
+/// where the policy is marked best.
+const TABLE: &str = "(() => {
+    const out = {};
+    for (const td of document.querySelectorAll('[data-table] td[data-row][data-policy]')) {
+        const p = (out[td.dataset.policy] ??= { values: {}, best: [] });
+        p.values[td.dataset.row] = td.dataset.value === '' ? null : Number(td.dataset.value);
+        if (td.dataset.best === 'true') {
+            p.best.push(td.dataset.row);
+            if (!td.querySelector('strong') || !td.textContent.includes('best')) throw new Error('a best cell without its cues');
+        }
+    }
+    return out;
+})()";
+
+/// Every chart: policy -> [done, bars drawn, requests drawn].
+const CHARTS: &str = "Object.fromEntries([...document.querySelectorAll('[data-chart]')].map(c => {
+    const plot = c.querySelector('[data-load-plot]');
+    return [c.dataset.policy, [c.dataset.done === 'true', c.querySelectorAll('[data-load-bar]').length,
+        Number(plot.dataset.requests), plot.getAttribute('aria-label')]];
+}))";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_address() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/compare")).await;
+
+    // One policy is not a comparison: the page says so and stays.
+    fill_form(&page, "overload", &["none"], ("", ""), 20).await;
+    let count = page.eval("document.querySelector('[data-policy-count]').textContent").await.unwrap();
+    assert_eq!(count, "1 chosen: choose at least 2");
+    page.click("[data-start]").await;
+    let error = form_error(&page).await;
+    assert!(error.contains("2 to 5"), "{error}");
+
+    // A custom policy the server cannot use: its refusal, in its words, under the form.
+    fill_form(&page, "overload", &["none"], ("mine", r#"{"jitter": "sideways"}"#), 20).await;
+    page.click("[data-start]").await;
+    let error = form_error(&page).await;
+    assert!(error.starts_with("Not started: ") && error.contains("mine"), "{error}");
+    assert_eq!(page.eval("location.pathname").await.unwrap(), "/compare");
+    page.screenshot("compare-form-refused-1280").await;
+
+    // Two presets, a small overload: started, and on the comparison's own address.
+    fill_form(&page, "overload", &["none", "full"], ("", ""), 20).await;
+    page.click("[data-start]").await;
+    let path = wait_for_navigation(
+        &page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/compare/') \
+         && document.getElementById('compare')?.dataset.comparison && location.pathname",
+    )
+    .await;
+    let path = path.as_str().unwrap().to_owned();
+    let id = path.trim_start_matches("/compare/").to_owned();
+    wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
+
+    let table = page.eval(TABLE).await.unwrap();
+    let charts = page.eval(CHARTS).await.unwrap();
+    let report: Value = server
+        .http
+        .get(server.url(&format!("/api/comparisons/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["done"], true, "{report}");
+    for policy in ["none", "full"] {
+        let shown = &table[policy]["values"];
+        let column = report["columns"].as_array().unwrap().iter().find(|c| c["policy"] == policy).unwrap();
+        let figures = &column["figures"];
+        assert_eq!(shown["messages"], 20, "{policy}: {shown}");
+        let settled = shown["delivered"].as_u64().unwrap() + shown["dead_letter"].as_u64().unwrap();
+        assert_eq!(settled, 20, "{policy}: every message delivered or dead-lettered: {shown}");
+        assert!(shown["requests"].as_u64().unwrap() >= 20, "{policy}: {shown}");
+        assert!(shown["drain_ms"].as_u64().is_some(), "{policy} drained: {shown}");
+        assert_eq!(shown["applied_twice"], 0, "{policy}: {shown}");
+        // The table shows what the server measured.
+        for row in ["requests", "delivered", "dead_letter", "drain_ms", "peak_requests_per_100ms", "wasted"] {
+            assert_eq!(shown[row], figures[row], "{policy} {row}");
+        }
+        // The chart drew that lab's load: bars, and every request the table counts.
+        let chart = &charts[policy];
+        assert_eq!(chart[0], true, "{policy}'s chart is done: {chart}");
+        assert!(chart[1].as_u64().unwrap() > 0, "{policy} has load bars: {chart}");
+        assert_eq!(chart[2], shown["requests"], "{policy}'s chart counts its requests: {chart}");
+        assert!(chart[3].as_str().unwrap().contains("capacity: 2 at once"), "{chart}");
+    }
+    // The best of each row, as the server picked it, is marked for a person to see (unless
+    // every policy shares it).
+    for (row, winners) in report["best"].as_object().unwrap() {
+        let winners: Vec<&str> = winners.as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+        let marked: Vec<&str> = ["none", "full"]
+            .into_iter()
+            .filter(|p| table[p]["best"].as_array().unwrap().iter().any(|r| r == row))
+            .collect();
+        let expected = if winners.len() == 2 { vec![] } else { winners };
+        assert_eq!(marked, expected, "best on {row}");
+    }
+    let links = page
+        .eval("[...document.querySelectorAll('.cmp-col-name')].map(a => a.getAttribute('href'))")
+        .await
+        .unwrap();
+    let labs: Vec<Value> =
+        report["columns"].as_array().unwrap().iter().map(|c| c["lab_url"].clone()).collect();
+    assert_eq!(links, json!(labs), "each column links to its lab");
+    page.screenshot("compare-done-1280").await;
+
+    // The address opens the same comparison again, already done.
+    page.navigate(&server.url(&path)).await;
+    wait_for(&page, "the reopened comparison", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
+    // The counts are settled for good once done (measured times may still move by a few ms
+    // as the server re-measures them).
+    let reopened = page.eval(TABLE).await.unwrap();
+    for policy in ["none", "full"] {
+        for row in ["messages", "requests", "delivered", "dead_letter", "applied_twice"] {
+            let (then, now) = (&table[policy]["values"][row], &reopened[policy]["values"][row]);
+            assert_eq!(then, now, "{policy} {row} reopened");
+        }
+    }
+
+    // On a phone the page fits the width; the table scrolls within itself.
+    page.set_viewport(375, 812).await;
+    page.navigate(&server.url(&path)).await;
+    wait_for(
+        &page,
+        "the comparison on a phone",
+        "document.getElementById('compare').dataset.done === 'true'",
+    )
+    .await;
+    let widths = page.eval("[document.documentElement.scrollWidth, window.innerWidth]").await.unwrap();
+    assert!(widths[0].as_u64() <= Some(375), "the page scrolls sideways on a phone: {widths}");
+    page.screenshot("compare-done-phone-375").await;
+
+    // The refused start logged its 422 as a failed load; nothing else went wrong.
+    let errors = page.console_errors();
+    let unexpected: Vec<_> = errors.iter().filter(|e| e.source != "network").cloned().collect();
+    assert!(unexpected.is_empty(), "the page reported errors:\n{}", list(&unexpected));
+}
