@@ -8,7 +8,7 @@
 //! It reuses the lab page's load-chart styles; only the horizontal placement differs (a share
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
 
-import { ANSWERS } from './load-chart.js';
+import { ANSWERS, paintBar } from './load-chart.js';
 import { duration } from './model.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
@@ -134,17 +134,7 @@ export function createCharts(container, axisEl) {
     }
     bar.el.style.setProperty('--s', String(start - view.t0));
     bar.el.style.setProperty('--d', String(view.barMs));
-    const per = (n) => String(n / factor);
-    const other = Math.max(0, sum.requests - sum.ok - sum.unavailable - sum.throttled - sum.timed_out);
-    const counts = { ...sum, other };
-    for (const [kind] of ANSWERS) {
-      bar.parts[kind].style.setProperty('--n', per(counts[kind]));
-      bar.parts[kind].hidden = counts[kind] === 0;
-    }
-    bar.down.style.setProperty('--n', per(sum.wasted));
-    bar.down.hidden = sum.wasted === 0;
-    bar.peak.style.setProperty('--n', String(sum.peak));
-    bar.peak.hidden = sum.peak === 0;
+    const other = paintBar(bar, sum, factor);
     const d = bar.el.dataset;
     d.t = String(start);
     d.requests = String(sum.requests);

@@ -25,6 +25,26 @@ const MIN_BAR_PX = 3;
 /** The accessible summary is rewritten at most this often. */
 const SUMMARY_MS = 1000;
 
+/**
+ * Sizes one bar from a bin's sums: each kind of answer stacked up, wasted work below the line,
+ * the most in process as a tick. `factor` is requests per unit of height. Returns how many
+ * requests got another answer (a 400, a 409, a 422...).
+ */
+export function paintBar(bar, sum, factor) {
+  const per = (n) => String(n / factor);
+  const other = Math.max(0, sum.requests - sum.ok - sum.unavailable - sum.throttled - sum.timed_out);
+  const counts = { ...sum, other };
+  for (const [kind] of ANSWERS) {
+    bar.parts[kind].style.setProperty('--n', per(counts[kind]));
+    bar.parts[kind].hidden = counts[kind] === 0;
+  }
+  bar.down.style.setProperty('--n', per(sum.wasted));
+  bar.down.hidden = sum.wasted === 0;
+  bar.peak.style.setProperty('--n', String(sum.peak));
+  bar.peak.hidden = sum.peak === 0;
+  return other;
+}
+
 export function createLoadChart(state, miniTip) {
   const { root, model } = state;
   const plot = root.querySelector('[data-load-plot]');
@@ -111,17 +131,7 @@ export function createLoadChart(state, miniTip) {
       barsEl.append(el);
     }
     bar.sum = sum;
-    const per = (n) => String(n / factor);
-    const other = Math.max(0, sum.requests - sum.ok - sum.unavailable - sum.throttled - sum.timed_out);
-    const counts = { ...sum, other };
-    for (const [kind] of ANSWERS) {
-      bar.parts[kind].style.setProperty('--n', per(counts[kind]));
-      bar.parts[kind].hidden = counts[kind] === 0;
-    }
-    bar.down.style.setProperty('--n', per(sum.wasted));
-    bar.down.hidden = sum.wasted === 0;
-    bar.peak.style.setProperty('--n', String(sum.peak));
-    bar.peak.hidden = sum.peak === 0;
+    paintBar(bar, sum, factor);
     // The raw sums, for the tooltip and for tests.
     const d = bar.el.dataset;
     d.t = String(start);

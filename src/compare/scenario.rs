@@ -61,9 +61,11 @@ impl Scenario {
         let base = json!({"latency_ms": [10, 30], "retry_after_s": 1});
         let mode = match self {
             Scenario::Outage => json!({"mode": "healthy"}),
+            // Work of 40 ms, long beside the scheduling noise of a busy machine, so a wave of
+            // retries that arrives together really does meet the same few workers.
             Scenario::Overload => json!({
                 "mode": "overloaded", "capacity": (burst / 10).max(2), "queue": 0,
-                "latency_ms": [20, 20], "retry_after_s": 0,
+                "latency_ms": [40, 40], "retry_after_s": 0,
             }),
             Scenario::Throttled => {
                 json!({"mode": "throttled", "rate_per_s": (burst as f64 / 4.0).max(5.0), "burst": 5})
@@ -87,6 +89,8 @@ impl Scenario {
             "retry_budget": null, "retry_after_mode": "floor", "seed": seed,
         });
         match self {
+            // Waits that start at twice the work's 40 ms.
+            Scenario::Overload => merge(base, json!({"base_ms": 80})),
             // Short timeouts, many attempts: what tips a queued service over.
             Scenario::Metastable => {
                 merge(base, json!({"base_ms": 10, "cap_ms": 40, "max_attempts": 10, "timeout_ms": 100}))
