@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::config::Limits;
 use crate::downstream::DownstreamUpdate;
 use crate::lab::{Lab, LabId, Labs, unix_now_ms};
 use crate::producer::Producer;
@@ -154,8 +155,9 @@ impl Comparisons {
         &self,
         request: ComparisonRequest,
         (labs, producer, store): (&Labs, &Producer, &Store),
-        max_burst: usize,
+        limits: &Limits,
     ) -> Result<Comparison, Refusal> {
+        let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
         if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
@@ -164,6 +166,17 @@ impl Comparisons {
             return Err(Refusal::Limit {
                 limit: "max_burst",
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
+            });
+        }
+        let (active, adding) = (labs.active_messages(), request.burst * request.policies.len());
+        if active + adding > limits.max_active_messages {
+            return Err(Refusal::Limit {
+                limit: "max_active_messages",
+                detail: format!(
+                    "the server is delivering {active} messages and takes at most {} (max_active_messages); \
+                     this comparison would add {adding}: try a smaller burst or again in a few seconds",
+                    limits.max_active_messages
+                ),
             });
         }
         // Every policy is checked before any lab is made.

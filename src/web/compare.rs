@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::{AppError, Problem};
-use super::responses::{JsonBodyErrors, StoreErrors};
+use super::responses::JsonBodyErrors;
 use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
@@ -26,7 +26,7 @@ use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCEN
         (status = 400, description = "A body that cannot be read", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
         JsonBodyErrors,
-        StoreErrors,
+        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn create(
@@ -35,16 +35,15 @@ pub async fn create(
 ) -> Result<Response, AppError> {
     let Json(request) = payload?;
     let parts = (&app.labs, &app.producer, &app.store);
-    let comparison =
-        app.comparisons.start(request, parts, app.limits.max_burst).await.map_err(|r| match r {
-            Refusal::Invalid(detail) => AppError::Unprocessable(detail),
-            Refusal::Limit { limit: "max_labs", detail } => {
-                AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
-            }
-            Refusal::Limit { limit, detail } => {
-                AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
-            }
-        })?;
+    let comparison = app.comparisons.start(request, parts, &app.limits).await.map_err(|r| match r {
+        Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+        Refusal::Limit { limit: "max_labs", detail } => {
+            AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
+        }
+        Refusal::Limit { limit, detail } => {
+            AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
+        }
+    })?;
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
