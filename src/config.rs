@@ -27,6 +27,11 @@ pub struct Config {
     #[arg(long, env = "RETRYLAB_DB", default_value = "data/retrylab.db")]
     pub db: PathBuf,
 
+    /// The most the store's file may grow to, in bytes (0: as far as the disk allows). Past it
+    /// writes are refused as on a full disk, and the server says so.
+    #[arg(long, env = "RETRYLAB_MAX_DB_BYTES", default_value_t = 0)]
+    pub max_db_bytes: u64,
+
     #[command(flatten)]
     pub limits: Limits,
 
@@ -147,6 +152,7 @@ impl Config {
             port: None,
             log_format: LogFormat::Text,
             db,
+            max_db_bytes: 0,
             limits: Limits::default(),
             retention: Retention::default(),
             exposure: Exposure::default(),

@@ -70,7 +70,8 @@ pub async fn serve(
     let producer = Producer::new(self_url(internal.local_addr()?), metrics.clone(), slots)
         .map_err(std::io::Error::other)?;
     let db = config.db.clone();
-    let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db))
+    let max_db_bytes = config.max_db_bytes;
+    let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db, max_db_bytes))
         .await
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;

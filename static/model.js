@@ -96,7 +96,7 @@ export function applyEvent(model, id, ev) {
     model.anchorPerf = performance.now();
   }
   // These carry the whole lab as it now is (after a reset, a client restart, or retention).
-  if (ev.type === 'reset' || ev.type === 'recovered' || ev.type === 'expired') {
+  if (ev.type === 'reset' || ev.type === 'recovered' || ev.type === 'expired' || ev.type === 'withdrawn') {
     const changes = applySnapshot(model, ev.snapshot);
     model.lastEventId = id;
     return changes;

@@ -121,7 +121,12 @@ pub struct ColumnReport {
 #[derive(Debug)]
 pub enum Refusal {
     Invalid(String),
-    Limit { limit: &'static str, detail: String },
+    /// The store could not keep the comparison's labs (they were removed again).
+    Storage,
+    Limit {
+        limit: &'static str,
+        detail: String,
+    },
 }
 
 /// Every comparison this server holds.
@@ -319,11 +324,13 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
         tokio::time::sleep_until(start + Duration::from_millis(step.at_ms())).await;
         match step {
             Step::Burst { count, .. } => match lab.accept_burst(count) {
-                Ok(ids) => {
-                    if lab.persisted().await.is_ok() {
-                        producer.start(&lab, ids);
+                Ok(ids) => match lab.persisted().await {
+                    Ok(()) => producer.start(&lab, ids),
+                    Err(_) => {
+                        tracing::warn!(lab = %lab.id, "the store could not keep a comparison's burst; it was taken back");
+                        lab.withdraw_burst(&ids);
                     }
-                }
+                },
                 Err(e) => tracing::warn!(lab = %lab.id, error = ?e, "a comparison's burst was refused"),
             },
             Step::Downstream { update, .. } => {

@@ -131,12 +131,24 @@ impl DeadLetterQueue {
         Ok(ids)
     }
 
-    /// Takes the given letters out of the queue (they are being replayed or expired).
-    pub fn remove(&mut self, ids: &[u64]) {
+    /// Takes the given letters out of the queue (they are being replayed or expired); returns
+    /// them.
+    pub fn remove(&mut self, ids: &[u64]) -> Vec<DeadLetter> {
         let gone: HashSet<u64> = ids.iter().copied().collect();
-        self.letters.retain(|d| !gone.contains(&d.id));
+        let (removed, kept) =
+            std::mem::take(&mut self.letters).into_iter().partition(|d| gone.contains(&d.id));
+        self.letters = kept;
         self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
         self.dirty.extend(gone);
+        removed
+    }
+
+    /// Puts letters back where they were (a replay the store could not keep).
+    pub fn put_back(&mut self, letters: Vec<DeadLetter>) {
+        for letter in letters {
+            self.push(letter);
+        }
+        self.letters.sort_by_key(|d| (d.dead_lettered_unix_ms, d.id));
     }
 
     /// Removes letters older than the retention window; returns their ids.

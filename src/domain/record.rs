@@ -289,6 +289,21 @@ impl LabRecord {
             .collect()
     }
 
+    /// Takes a replay back: the message is a dead letter again, in the round it had.
+    pub fn return_to_dead_letters(&mut self, id: u64, round: u32) {
+        if let Some(message) = self.message_mut(id) {
+            message.round = round;
+        }
+        self.set_state(id, MessageState::DeadLetter);
+    }
+
+    /// Takes back a write the store could not keep; its row (if any) goes with the next commit.
+    pub fn unapply_key(&mut self, key: &crate::downstream::IdempotencyKey) {
+        if self.ledger.unapply(key) {
+            self.dirty.expired_keys.push(key.as_str().to_owned());
+        }
+    }
+
     /// Drops messages whose dead letters expired.
     pub fn remove_messages(&mut self, ids: &[u64]) {
         let gone: HashSet<u64> = ids.iter().copied().collect();

@@ -182,6 +182,20 @@ impl Ledger {
         response
     }
 
+    /// Takes back a write the store could not keep: the key is forgotten, as if it had never
+    /// been applied, so the client's retry applies it (once). Returns whether it was held.
+    pub fn unapply(&mut self, key: &IdempotencyKey) -> bool {
+        let Some(entry) = self.keys.remove(key.as_str()) else { return false };
+        self.outside -= usize::from(entry.outside);
+        self.unsaved.remove(key.as_str());
+        match entry.applied {
+            0 => {}
+            1 => self.counts.applied -= 1,
+            _ => self.counts.applied_twice -= 1,
+        }
+        true
+    }
+
     /// Forgets applied keys older than the dedup window; returns them so the store drops them
     /// too. After this a repeat of such a key is a new request, as the window promises.
     pub fn expire(&mut self, applied_before_unix_ms: u64) -> Vec<String> {

@@ -75,6 +75,12 @@ pub enum Event {
         #[schema(value_type = Object)]
         snapshot: serde_json::Value,
     },
+    /// A change the store could not keep was taken back (`what`: a burst, a replay).
+    Withdrawn {
+        what: &'static str,
+        #[schema(value_type = Object)]
+        snapshot: serde_json::Value,
+    },
     /// The client came back (after a restart or a crash) and picked up from the store.
     Recovered {
         reason: &'static str,

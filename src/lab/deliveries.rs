@@ -25,27 +25,35 @@ impl Lab {
         }
     }
 
-    /// Remembers a running delivery. A task is spawned before it is tracked, so it may already
-    /// have finished (and found nothing to untrack): its handle is not kept, or the lab would
-    /// look busy for ever and never be evicted.
-    pub fn track(&self, id: u64, task: AbortHandle) {
+    /// Starts the message's delivery with `spawn`, unless a delivery of it is already running:
+    /// every message has one sender. Spawning under the lock means the task cannot finish
+    /// (and untrack itself) before it is tracked. Returns whether it started one.
+    pub fn spawn_delivery(&self, id: u64, spawn: impl FnOnce() -> tokio::task::JoinHandle<()>) -> bool {
         let mut tasks = self.tasks_lock();
-        if !task.is_finished() {
-            tasks.insert(id, task);
+        if tasks.get(&id).is_some_and(|task| !task.is_finished()) {
+            return false;
         }
+        tasks.insert(id, spawn().abort_handle());
+        true
     }
 
-    /// Forgets a finished delivery, unless a newer one (a replay) has taken its place.
-    pub fn untrack(&self, id: u64, task: tokio::task::Id) {
+    /// A delivery task is done with its message: it untracks itself and returns `true`, unless
+    /// the message is owed a delivery again (a replay, or a recovery, that came while the task
+    /// was finishing and so left the message to it): then it returns `false` and goes on.
+    pub fn finish_delivery(&self, id: u64, task: tokio::task::Id) -> bool {
         let mut tasks = self.tasks_lock();
+        let owed = self.lock().record.message(id).is_some_and(|m| m.state.is_active());
+        if owed {
+            return false;
+        }
         if tasks.get(&id).is_some_and(|t| t.id() == task) {
             tasks.remove(&id);
         }
+        true
     }
 
-    /// Whether any delivery is still running. A task that untracked itself just before it was
-    /// tracked can still slip in (it is finishing, not finished, when `track` looks): finished
-    /// handles are dropped here, where it matters.
+    /// Whether any delivery is still running (an aborted task leaves a finished handle behind:
+    /// those are dropped here).
     pub fn has_deliveries(&self) -> bool {
         let mut tasks = self.tasks_lock();
         tasks.retain(|_, task| !task.is_finished());
@@ -69,33 +77,19 @@ mod tests {
     use crate::store::Store;
 
     #[tokio::test]
-    async fn a_delivery_that_finished_before_it_was_tracked_does_not_keep_the_lab_busy() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
-        let lab = labs.create().unwrap();
-        let inner = lab.clone();
-        // As `Producer::start` does: spawn, then track; here the task wins the race.
-        let task = tokio::spawn(async move { inner.untrack(7, tokio::task::id()) });
-        let handle = task.abort_handle();
-        task.await.unwrap();
-        lab.track(7, handle);
-        assert!(!lab.has_deliveries(), "a finished delivery is not a running one");
-    }
-
-    #[tokio::test]
-    async fn a_stale_handle_does_not_keep_the_lab_busy() {
+    async fn a_message_has_one_sender_however_often_it_is_started() {
         let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
         let lab = labs.create().unwrap();
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
-        let inner = lab.clone();
-        // Untracks itself, then lingers a moment, finishing only after it was tracked.
-        let task = tokio::spawn(async move {
-            inner.untrack(7, tokio::task::id());
-            let _ = wait.await;
+        let first = lab.spawn_delivery(7, || {
+            tokio::spawn(async move {
+                let _ = wait.await;
+            })
         });
-        tokio::task::yield_now().await; // lets it untrack first
-        lab.track(7, task.abort_handle());
+        let second =
+            lab.spawn_delivery(7, || tokio::spawn(async { panic!("a second sender for message 7") }));
+        assert!(first && !second, "the second start left the message to the first sender");
+        assert!(lab.has_deliveries());
         go.send(()).unwrap();
-        task.await.unwrap();
-        assert!(!lab.has_deliveries());
     }
 }

@@ -174,6 +174,25 @@ impl Lab {
         })
     }
 
+    /// Takes back a write the store could not keep, unless the lab was reset since: the key
+    /// is forgotten, so the client's retry applies it.
+    pub fn downstream_unapply(&self, key: &IdempotencyKey, epoch: u64) {
+        self.change(|record, _| {
+            if record.epoch != epoch {
+                return None;
+            }
+            record.unapply_key(key);
+            let event = Event::DownstreamRequest {
+                key: key.as_str().into(),
+                status: 503,
+                applied: false,
+                replayed: false,
+                detail: Some("write taken back: the store could not keep it"),
+            };
+            Some(((), Some(event)))
+        });
+    }
+
     /// Says that the downstream refused a request before reading its key or body.
     pub fn downstream_refused(&self, status: u16, detail: &'static str) {
         self.change(|_, _| {

@@ -10,9 +10,15 @@ use crate::store::{Batch, Flush, LabRow};
 /// How long a caller waits for the store to confirm a commit before answering 503.
 const STORE_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The store did not confirm a commit in time.
+/// The store did not confirm a commit: it failed (full, or another error), or did not answer
+/// in time.
 #[derive(Debug)]
-pub struct NotDurable;
+pub struct NotDurable {
+    /// Out of room: the disk, or `--max-db-bytes`.
+    pub full: bool,
+    /// Why the store's last commit failed; `None` when it simply took too long.
+    pub error: Option<String>,
+}
 
 impl Lab {
     /// Hands the lab to the store's writer, unless it already has it.
@@ -25,13 +31,27 @@ impl Lab {
         }
     }
 
-    /// Waits until every change made so far is committed to the store.
+    /// Waits until every change made so far is committed to the store. Gives up at once
+    /// when the store's commits are failing: the caller then takes its change back, so a
+    /// refusal leaves nothing behind.
     pub async fn persisted(&self) -> Result<(), NotDurable> {
         let target = self.lock().log.last_id();
         let mut durable = self.durable.subscribe();
-        match tokio::time::timeout(STORE_PATIENCE, durable.wait_for(|&d| d >= target)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(NotDurable),
+        let mut health = self.store.health();
+        tokio::select! {
+            done = durable.wait_for(|&d| d >= target) => match done {
+                Ok(_) => Ok(()),
+                Err(_) => Err(NotDurable { full: false, error: None }),
+            },
+            failing = health.wait_for(|h| h.failing.is_some()) => {
+                let health = failing.map(|h| h.clone()).unwrap_or_default();
+                // The commit that holds this change may have gone through just before.
+                if *self.durable.borrow() >= target {
+                    return Ok(());
+                }
+                Err(NotDurable { full: health.full, error: health.failing })
+            }
+            () = tokio::time::sleep(STORE_PATIENCE) => Err(NotDurable { full: false, error: None }),
         }
     }
 }

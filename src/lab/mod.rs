@@ -257,21 +257,48 @@ impl Lab {
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with
-    /// `None`), keeping their keys; returns their ids. Changes nothing when refused.
-    pub fn replay(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
+    /// `None`), keeping their keys; returns them as they were (to take the replay back with
+    /// `withdraw_replay`). Changes nothing when refused.
+    pub fn replay(
+        &self,
+        ids: Option<&[u64]>,
+        confirm_quarantined: bool,
+    ) -> Result<Vec<DeadLetter>, ReplayRefusal> {
         let mut state = self.lock();
         let chosen = state.dead_letters.choose(ids, confirm_quarantined)?;
         let (max, active) = (self.limits.max_active_messages_per_lab, state.record.active_messages());
         if active + chosen.len() > max {
             return Err(ReplayRefusal::TooManyActive { max, active, asked: chosen.len() });
         }
-        state.dead_letters.remove(&chosen);
+        let letters = state.dead_letters.remove(&chosen);
         let moved = state.record.requeue(&chosen);
-        let ids = moved.iter().map(|&(id, _)| id).collect();
         let messages = moved.into_iter().map(|(id, round)| ReplayedMessage { id, round }).collect();
         let now = self.now_ms();
         self.publish(&mut state, &Event::ReplayStarted { messages }, now);
-        Ok(ids)
+        Ok(letters)
+    }
+
+    /// Takes back a replay the store could not keep: the letters are dead letters again.
+    pub fn withdraw_replay(&self, letters: Vec<DeadLetter>) {
+        let mut state = self.lock();
+        for letter in &letters {
+            state.record.return_to_dead_letters(letter.id, letter.round);
+        }
+        state.dead_letters.put_back(letters);
+        self.publish_withdrawn(&mut state, "replay");
+    }
+
+    /// Takes back a burst the store could not keep: its messages are gone.
+    pub fn withdraw_burst(&self, ids: &[u64]) {
+        let mut state = self.lock();
+        state.record.remove_messages(ids);
+        self.publish_withdrawn(&mut state, "burst");
+    }
+
+    fn publish_withdrawn(&self, state: &mut LabState, what: &'static str) {
+        let now = self.now_ms();
+        let snapshot = self.snapshot_value(state);
+        self.publish(state, &Event::Withdrawn { what, snapshot }, now);
     }
 
     /// Stops every delivery and clears messages, dead letters and the ledger.

@@ -49,6 +49,28 @@ impl Lab {
         Ok(policy)
     }
 
+    /// The settings in force: the downstream, its timed change if any, the policy.
+    pub fn settings(&self) -> (DownstreamSettings, Option<Revert>, Policy) {
+        let state = self.lock();
+        (state.record.downstream, state.record.revert, state.record.policy)
+    }
+
+    /// Puts settings back as they were (a change the store could not keep), without a marker.
+    pub fn restore_settings(
+        &self,
+        (downstream, revert, policy): (DownstreamSettings, Option<Revert>, Policy),
+    ) {
+        let mut state = self.lock();
+        let record = &mut state.record;
+        record.downstream = downstream;
+        record.revert = revert;
+        record.policy = policy;
+        let event =
+            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
+        let now = self.now_ms();
+        self.publish(&mut state, &event, now);
+    }
+
     /// A timed setting ran out: the downstream goes back, unless another change replaced it.
     fn revert_due(&self, at_ms: u64) {
         let mut state = self.lock();

@@ -42,18 +42,25 @@ impl Producer {
     }
 
     /// Starts delivering the given messages, each in its own task the lab can stop.
+    /// A message whose delivery is already running is left to it: one sender per message,
+    /// even when a burst or a replay and a crash of the client meet.
     pub fn start(&self, lab: &Arc<Lab>, ids: Vec<u64>) {
         for id in ids {
             let (producer, lab_ref) = (self.clone(), lab.clone());
             let span = tracing::info_span!("delivery", lab = %lab.id, message = id);
-            let task = tokio::spawn(
-                async move {
-                    producer.deliver(&lab_ref, id).await;
-                    lab_ref.untrack(id, tokio::task::id());
-                }
-                .instrument(span),
-            );
-            lab.track(id, task.abort_handle());
+            lab.spawn_delivery(id, || {
+                tokio::spawn(
+                    async move {
+                        loop {
+                            producer.deliver(&lab_ref, id).await;
+                            if lab_ref.finish_delivery(id, tokio::task::id()) {
+                                break;
+                            }
+                        }
+                    }
+                    .instrument(span),
+                )
+            });
         }
     }
 

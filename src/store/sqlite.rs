@@ -110,34 +110,55 @@ pub struct Store {
     jobs: mpsc::Sender<Job>,
     path: PathBuf,
     pub stats: Arc<StoreStats>,
+    health: tokio::sync::watch::Receiver<Health>,
+}
+
+/// Whether the writer can write, as its last commit found out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Why the last commit failed; `None` while commits succeed.
+    pub failing: Option<String>,
+    /// The store is out of room: the disk, or `--max-db-bytes`.
+    pub full: bool,
 }
 
 impl Store {
     /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
     /// and starts the writer. Blocking: call it off the async workers.
-    pub fn open(path: &Path) -> Result<(Store, Vec<LoadedLab>), StoreError> {
+    /// `max_bytes` (0 for no limit) caps the database file, as a full disk would.
+    pub fn open(path: &Path, max_bytes: u64) -> Result<(Store, Vec<LoadedLab>), StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
         }
         let mut connection = connect(path)?;
         migrate(&mut connection)?;
+        if max_bytes > 0 {
+            let page_size: u64 = connection.pragma_query_value(None, "page_size", |r| r.get(0))?;
+            connection.pragma_update(None, "max_page_count", (max_bytes / page_size).max(1))?;
+        }
         let labs = load_labs(&connection)?;
         let (jobs, receiver) = mpsc::channel();
         let stats = Arc::new(StoreStats::default());
         let writer_stats = stats.clone();
+        let (health, watching) = tokio::sync::watch::channel(Health::default());
         thread::Builder::new()
             .name("retrylab-store".into())
-            .spawn(move || supervise_writer(connection, receiver, &writer_stats))
+            .spawn(move || supervise_writer(connection, receiver, &writer_stats, health))
             .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
-        Ok((Store { jobs, path: path.to_owned(), stats }, labs))
+        Ok((Store { jobs, path: path.to_owned(), stats, health: watching }, labs))
     }
 
     /// A store in a fresh file under the system's temporary folder, for unit tests.
     #[cfg(test)]
     pub fn temporary() -> Store {
         let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
-        Store::open(&path).expect("a temporary store opens").0
+        Store::open(&path, 0).expect("a temporary store opens").0
+    }
+
+    /// Whether the writer can write; changes as commits fail and succeed.
+    pub fn health(&self) -> tokio::sync::watch::Receiver<Health> {
+        self.health.clone()
     }
 
     /// Asks the writer to commit `lab`'s changes soon.
@@ -212,8 +233,13 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
 
 /// Runs the writer, restarting it if it panics outside a commit (in a lab's code, say): the
 /// labs it was writing for hand their rows back with their next change.
-fn supervise_writer(mut connection: Connection, jobs: mpsc::Receiver<Job>, stats: &StoreStats) {
-    let mut outage = Outage::default();
+fn supervise_writer(
+    mut connection: Connection,
+    jobs: mpsc::Receiver<Job>,
+    stats: &StoreStats,
+    health: tokio::sync::watch::Sender<Health>,
+) {
+    let mut outage = Outage { health: Some(health), ..Default::default() };
     loop {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             write_loop(&mut connection, &jobs, stats, &mut outage)
@@ -299,10 +325,17 @@ struct Outage {
     since: Option<std::time::Instant>,
     failures: u64,
     last_said: Option<std::time::Instant>,
+    /// Tells the health check and the waiting callers.
+    health: Option<tokio::sync::watch::Sender<Health>>,
 }
 
 impl Outage {
     fn failed(&mut self, error: &StoreError) {
+        if let Some(health) = &self.health {
+            // SQLITE_FULL says "database or disk is full".
+            let full = error.0.contains("full");
+            health.send_replace(Health { failing: Some(error.0.clone()), full });
+        }
         let now = std::time::Instant::now();
         self.failures += 1;
         match self.since {
@@ -324,7 +357,10 @@ impl Outage {
         if let Some(since) = self.since.take() {
             let for_ms = since.elapsed().as_millis() as u64;
             tracing::info!(failures = self.failures, for_ms, "store commits succeed again");
-            *self = Outage::default();
+            *self = Outage { health: self.health.take(), ..Default::default() };
+            if let Some(health) = &self.health {
+                health.send_replace(Health::default());
+            }
         }
     }
 }

@@ -37,7 +37,10 @@ pub struct Created {
 )]
 pub async fn create_lab(State(app): State<AppState>) -> Result<Response, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
-    lab.persisted().await?;
+    if let Err(refused) = lab.persisted().await {
+        app.labs.remove(&lab.id); // a refused lab leaves nothing behind
+        return Err(refused.into());
+    }
     let url = format!("/labs/{}", lab.id);
     let created = Created { id: lab.id.to_string(), url: url.clone() };
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
@@ -77,8 +80,12 @@ pub async fn set_downstream(
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
 ) -> Result<Json<DownstreamView>, AppError> {
     let Json(update) = payload?;
+    let before = lab.settings();
     let downstream = lab.set_downstream(&update).map_err(AppError::Unprocessable)?;
-    lab.persisted().await?;
+    if let Err(refused) = lab.persisted().await {
+        lab.restore_settings(before);
+        return Err(refused.into());
+    }
     Ok(Json(downstream))
 }
 
@@ -96,8 +103,12 @@ pub async fn set_policy(
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
 ) -> Result<Json<PolicyView>, AppError> {
     let Json(update) = payload?;
+    let before = lab.settings();
     let policy = lab.set_policy(&update).map_err(AppError::Unprocessable)?;
-    lab.persisted().await?;
+    if let Err(refused) = lab.persisted().await {
+        lab.restore_settings(before);
+        return Err(refused.into());
+    }
     Ok(Json(policy.view()))
 }
 
@@ -157,8 +168,12 @@ pub async fn burst(
             ),
         },
     })?;
-    // Accepted means committed: a crash after this answer cannot lose the messages.
-    lab.persisted().await?;
+    // Accepted means committed: a crash after this answer cannot lose the messages. Refused
+    // means nothing was created: a client that retries as told makes no duplicates.
+    if let Err(refused) = lab.persisted().await {
+        lab.withdraw_burst(&ids);
+        return Err(refused.into());
+    }
     app.producer.start(&lab, ids.clone());
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
@@ -195,7 +210,7 @@ pub async fn replay(
     let request: ReplayRequest = json_or_default(&body?)?;
     let asked = request.ids.as_ref().map_or(lab.counters().dead_letter as usize, Vec::len);
     check_overall_active(&app, asked)?;
-    let ids =
+    let letters =
         lab.replay(request.ids.as_deref(), request.confirm_quarantined).map_err(|refusal| match refusal {
             ReplayRefusal::NotDeadLetters(ids) => {
                 AppError::NotFound(format!("not in the dead-letter queue: {ids:?}; nothing was replayed"))
@@ -214,7 +229,11 @@ pub async fn replay(
                  \"confirm_quarantined\": true (nothing was replayed)"
             )),
         })?;
-    lab.persisted().await?;
+    let ids: Vec<u64> = letters.iter().map(|d| d.id).collect();
+    if let Err(refused) = lab.persisted().await {
+        lab.withdraw_replay(letters);
+        return Err(refused.into());
+    }
     app.producer.start(&lab, ids.clone());
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
@@ -225,12 +244,18 @@ pub async fn replay(
     path = "/api/labs/{lab}/reset",
     tag = "labs",
     params(LabParam),
-    responses((status = 200, body = crate::lab::SnapshotView), LabErrors, StoreErrors)
+    responses(
+        (status = 200, body = crate::lab::SnapshotView),
+        (status = 202, description = "Cleared, but the store cannot write it yet: it will when it can", body = crate::lab::SnapshotView),
+        LabErrors,
+    )
 )]
 pub async fn reset(LabPath(lab): LabPath) -> Result<Response, AppError> {
     lab.reset();
-    lab.persisted().await?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response())
+    // A reset cannot be taken back (what it cleared is gone from memory): when the store cannot
+    // write it yet, the answer says it was accepted, and the store writes it when it can.
+    let status = if lab.persisted().await.is_ok() { StatusCode::OK } else { StatusCode::ACCEPTED };
+    Ok((status, [(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response())
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

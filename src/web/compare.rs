@@ -37,6 +37,12 @@ pub async fn create(
     let parts = (&app.labs, &app.producer, &app.store);
     let comparison = app.comparisons.start(request, parts, &app.limits).await.map_err(|r| match r {
         Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+        Refusal::Storage => AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s: 1,
+            detail: "the store could not keep the comparison's labs: nothing was started; try again shortly"
+                .into(),
+        },
         Refusal::Limit { limit: "max_labs", detail } => {
             AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
         }

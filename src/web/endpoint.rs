@@ -137,7 +137,10 @@ async fn serve(
         }),
         Decision::StorageFull { limit } => Err(storage_full(limit)),
         Decision::AppliedEarly { response, answer_after_ms } => {
-            lab.persisted().await?;
+            if let Err(refused) = lab.persisted().await {
+                lab.downstream_unapply(&key, epoch);
+                return Err(refused.into());
+            }
             tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
             Ok(answer(response, false))
         }
@@ -147,8 +150,13 @@ async fn serve(
             let work = tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(latency_ms)).await;
                 let stored = lab.downstream_complete(&key, epoch)?;
-                // The key and its answer are committed with the write before anyone hears of it.
-                Some(lab.persisted().await.map(|()| stored))
+                // The key and its answer are committed with the write before anyone hears of it;
+                // a write the store cannot keep is taken back, so a 503 applied nothing.
+                let kept = lab.persisted().await;
+                if kept.is_err() {
+                    lab.downstream_unapply(&key, epoch);
+                }
+                Some(kept.map(|()| stored))
             });
             match work.await {
                 Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
@@ -183,7 +191,13 @@ async fn overloaded(
         let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
         let outcome = match decision {
             Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
-                Some(stored) => lab.persisted().await.map(|()| answer(stored, false)).map_err(AppError::from),
+                Some(stored) => match lab.persisted().await {
+                    Ok(()) => Ok(answer(stored, false)),
+                    Err(refused) => {
+                        lab.downstream_unapply(&key, epoch);
+                        Err(refused.into())
+                    }
+                },
                 None => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
             },
             Decision::Replay(stored) => {

@@ -151,11 +151,24 @@ fn too_large() -> AppError {
 }
 
 impl From<crate::lab::NotDurable> for AppError {
-    fn from(_: crate::lab::NotDurable) -> Self {
-        AppError::Unavailable {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            retry_after_s: 1,
-            detail: "the store did not confirm the write in time; try again shortly".into(),
-        }
+    fn from(refused: crate::lab::NotDurable) -> Self {
+        let (status, detail) = match refused {
+            crate::lab::NotDurable { full: true, .. } => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "the store is full (the disk, or max_db_bytes): nothing was changed; try again once \
+                 there is room"
+                    .to_owned(),
+            ),
+            crate::lab::NotDurable { error: Some(error), .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the store cannot write ({error}): nothing was changed; try again shortly"),
+            ),
+            crate::lab::NotDurable { error: None, .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the store did not confirm the write in time: nothing was changed; try again shortly"
+                    .to_owned(),
+            ),
+        };
+        AppError::Unavailable { status, retry_after_s: 1, detail }
     }
 }

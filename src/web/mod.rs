@@ -67,7 +67,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
     let routes = if with_metrics { metrics_routes() } else { Router::new() };
     routes
         .route("/", get(pages::new_lab))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/static/{file}", get(pages::asset))
         .route("/labs/{lab}", get(pages::lab))
         .route("/labs/{lab}/downstream", post(endpoint::downstream))
@@ -109,6 +109,22 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .layer(security_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(security_header(header::REFERRER_POLICY, "no-referrer"))
         .with_state(state)
+}
+
+/// `GET /healthz`: 200 while serving and the store writes; 503 naming the cause while its
+/// commits fail (a full disk, say), so a load balancer stops sending work that cannot be kept.
+async fn healthz(
+    axum::extract::State(app): axum::extract::State<AppState>,
+) -> Result<&'static str, AppError> {
+    let health = app.store.health().borrow().clone();
+    match health.failing {
+        None => Ok("ok"),
+        Some(error) => Err(AppError::Unavailable {
+            status: axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s: 1,
+            detail: format!("not ready: the store cannot write ({error})"),
+        }),
+    }
 }
 
 fn metrics_routes() -> Router<AppState> {

@@ -49,7 +49,10 @@ struct NotFoundPage {
 /// `GET /`: every visit starts a fresh lab.
 pub async fn new_lab(State(app): State<AppState>) -> Result<Redirect, AppError> {
     let lab = app.labs.create().map_err(lab_limit)?;
-    lab.persisted().await?;
+    if let Err(refused) = lab.persisted().await {
+        app.labs.remove(&lab.id);
+        return Err(refused.into());
+    }
     Ok(Redirect::to(&format!("/labs/{}", lab.id)))
 }
 

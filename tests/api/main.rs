@@ -6,6 +6,7 @@ mod compare;
 mod deployment;
 mod durability;
 mod events;
+mod full_store;
 mod hardening;
 mod helpers;
 mod idempotency;
