@@ -65,10 +65,46 @@ struct Entry {
     /// Made by a caller from outside, not the lab's own client: these count against the
     /// limits on outside keys.
     outside: bool,
-    response: Option<StoredResponse>,
+    /// The answer, once the write is applied.
+    answer: Option<Answer>,
     applied: u32,
     /// Wall-clock time the key was first applied, for the dedup window.
     applied_unix_ms: u64,
+}
+
+/// A key's answer, kept small: the answer the downstream writes is made from the key and the
+/// time it was applied, so those are all it keeps, and it writes the same bytes again for
+/// every repeat. An answer stored some other way is kept whole.
+#[derive(Debug)]
+enum Answer {
+    Applied { applied_at_ms: u64 },
+    Kept(Box<StoredResponse>),
+}
+
+impl Answer {
+    fn response(&self, key: &str) -> StoredResponse {
+        match self {
+            Answer::Applied { applied_at_ms } => applied_response(key, *applied_at_ms),
+            Answer::Kept(response) => (**response).clone(),
+        }
+    }
+
+    /// The smallest form that gives back exactly these bytes.
+    fn of(key: &str, response: StoredResponse) -> Answer {
+        let applied_at_ms = serde_json::from_slice::<Value>(&response.body)
+            .ok()
+            .and_then(|body| body.get("applied_at_ms")?.as_u64());
+        match applied_at_ms {
+            Some(at) if applied_response(key, at) == response => Answer::Applied { applied_at_ms: at },
+            _ => Answer::Kept(Box::new(response)),
+        }
+    }
+}
+
+/// The answer to a key's applied write.
+fn applied_response(key: &str, applied_at_ms: u64) -> StoredResponse {
+    let body = json!({ "key": key, "result": "applied", "applied_at_ms": applied_at_ms });
+    StoredResponse { status: 200, body: body.to_string().into() }
 }
 
 /// An applied key as the store keeps it.
@@ -102,7 +138,7 @@ pub struct LedgerCounts {
 
 #[derive(Debug, Default)]
 pub struct Ledger {
-    keys: HashMap<String, Entry>,
+    keys: HashMap<Box<str>, Entry>,
     counts: LedgerCounts,
     /// Keys applied since the store last took them.
     unsaved: HashSet<String>,
@@ -120,13 +156,13 @@ impl Ledger {
                 let entry = Entry {
                     digest: row.digest,
                     outside: row.outside,
-                    response: Some(response),
+                    answer: Some(Answer::of(&row.key, response)),
                     applied: row.applied,
                     applied_unix_ms: row.applied_unix_ms,
                 };
-                (row.key, entry)
+                (row.key.into_boxed_str(), entry)
             })
-            .collect::<HashMap<String, Entry>>();
+            .collect::<HashMap<Box<str>, Entry>>();
         let outside = keys.values().filter(|e| e.outside).count();
         Ledger { keys, counts, unsaved: HashSet::new(), outside }
     }
@@ -141,14 +177,14 @@ impl Ledger {
         match self.keys.get(key.as_str()) {
             None => Lookup::New,
             Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
-            Some(Entry { response: Some(response), .. }) => Lookup::Done(response.clone()),
+            Some(Entry { answer: Some(answer), .. }) => Lookup::Done(answer.response(key.as_str())),
             Some(_) => Lookup::InProgress,
         }
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        let entry = Entry { digest, outside, response: None, applied: 0, applied_unix_ms: 0 };
-        if let Some(replaced) = self.keys.insert(key.as_str().to_owned(), entry) {
+        let entry = Entry { digest, outside, answer: None, applied: 0, applied_unix_ms: 0 };
+        if let Some(replaced) = self.keys.insert(key.as_str().into(), entry) {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
@@ -161,10 +197,10 @@ impl Ledger {
 
     /// Applies the write for a reserved key and saves its answer, in one step.
     pub fn complete(&mut self, key: &IdempotencyKey, now_ms: u64, unix_ms: u64) -> StoredResponse {
-        let entry = self.keys.entry(key.as_str().to_owned()).or_insert_with(|| Entry {
+        let entry = self.keys.entry(key.as_str().into()).or_insert_with(|| Entry {
             digest: BodyDigest([0; 32]),
             outside: false,
-            response: None,
+            answer: None,
             applied: 0,
             applied_unix_ms: unix_ms,
         });
@@ -175,9 +211,8 @@ impl Ledger {
             2 => self.counts.applied_twice += 1,
             _ => {}
         }
-        let body = json!({ "key": key.as_str(), "result": "applied", "applied_at_ms": now_ms });
-        let response = StoredResponse { status: 200, body: body.to_string().into() };
-        entry.response = Some(response.clone());
+        let response = applied_response(key.as_str(), now_ms);
+        entry.answer = Some(Answer::Applied { applied_at_ms: now_ms });
         self.unsaved.insert(key.as_str().to_owned());
         response
     }
@@ -202,11 +237,11 @@ impl Ledger {
         let expired: Vec<String> = self
             .keys
             .iter()
-            .filter(|(_, e)| e.response.is_some() && e.applied_unix_ms < applied_before_unix_ms)
-            .map(|(k, _)| k.clone())
+            .filter(|(_, e)| e.answer.is_some() && e.applied_unix_ms < applied_before_unix_ms)
+            .map(|(k, _)| k.to_string())
             .collect();
         for key in &expired {
-            if let Some(gone) = self.keys.remove(key) {
+            if let Some(gone) = self.keys.remove(key.as_str()) {
                 self.outside -= usize::from(gone.outside);
             }
             self.unsaved.remove(key);
@@ -220,13 +255,13 @@ impl Ledger {
         unsaved
             .into_iter()
             .filter_map(|key| {
-                let entry = self.keys.get(&key)?;
-                let response = entry.response.as_ref()?;
+                let entry = self.keys.get(key.as_str())?;
+                let response = entry.answer.as_ref()?.response(&key);
                 Some(KeyRow {
                     digest: entry.digest,
                     outside: entry.outside,
                     status: response.status,
-                    response: response.body.clone(),
+                    response: response.body,
                     applied: entry.applied,
                     applied_unix_ms: entry.applied_unix_ms,
                     key,
@@ -248,6 +283,17 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_kept_small_and_given_back_byte_for_byte() {
+        let made = applied_response("k-1", 4_242);
+        assert!(matches!(Answer::of("k-1", made.clone()), Answer::Applied { applied_at_ms: 4_242 }));
+        assert_eq!(Answer::of("k-1", made.clone()).response("k-1"), made);
+        // Stored some other way (spacing, another shape): kept whole, still byte for byte.
+        let odd = StoredResponse { status: 200, body: r#"{ "applied_at_ms": 4242, "key": "k-1" }"#.into() };
+        assert!(matches!(Answer::of("k-1", odd.clone()), Answer::Kept(_)));
+        assert_eq!(Answer::of("k-1", odd.clone()).response("k-1"), odd);
+    }
 
     #[test]
     fn a_digest_is_the_same_for_the_same_value_and_reads_back() {
