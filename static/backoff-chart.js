@@ -150,19 +150,27 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
       g.push(el('rect', { class: 'bc-nominal-point', x: x(n) - half, y: y(v) - 1.5, width: half * 2, height: 3 }));
     }
 
-    // Sampled (hollow) and measured (filled) waits, joined when the floor lifted one.
+    // Sampled (hollow) and measured (filled) waits, joined when the floor lifted one. The
+    // filled mark is the timer's own wait; time then spent queueing for a connection slot is
+    // a dashed line above it, to the whole measured wait.
     for (const { m, a, w } of shown) {
       const cx = x(a.n) + offset(m, a);
-      if (w.actual_ms != null && Math.abs(w.actual_ms - w.chosen_ms) > 2) {
-        g.push(el('line', { class: 'bc-lift', x1: cx, x2: cx, y1: y(w.chosen_ms), y2: y(w.actual_ms) }));
+      const queued = w.queued_ms ?? 0;
+      const timer = w.actual_ms != null ? w.actual_ms - queued : null;
+      if (timer != null && Math.abs(timer - w.chosen_ms) > 2) {
+        g.push(el('line', { class: 'bc-lift', x1: cx, x2: cx, y1: y(w.chosen_ms), y2: y(timer) }));
+      }
+      if (timer != null && queued > 2) {
+        g.push(el('line', { class: 'bc-queued', x1: cx, x2: cx, y1: y(timer), y2: y(w.actual_ms) }));
       }
       g.push(el('circle', { class: 'bc-chosen', cx, cy: y(w.chosen_ms), r: 3 }));
-      if (w.actual_ms != null) {
+      if (timer != null) {
         const floor = w.reason === 'retry_after';
-        const title = `#${m.id} wait after attempt ${a.n}: measured ${w.actual_ms} ms, chosen ${w.chosen_ms} ms${floor ? `, Retry-After floor ${w.floor_ms} ms` : ''}`;
+        const slot = queued > 0 ? `, then ${queued} ms queued for a connection slot` : '';
+        const title = `#${m.id} wait after attempt ${a.n}: waited ${timer} ms${slot}, chosen ${w.chosen_ms} ms${floor ? `, Retry-After floor ${w.floor_ms} ms` : ''}`;
         g.push(floor
-          ? el('rect', { class: 'bc-actual bc-actual-floor', x: cx - 3.5, y: y(w.actual_ms) - 3.5, width: 7, height: 7 }, null, title)
-          : el('circle', { class: 'bc-actual', cx, cy: y(w.actual_ms), r: 3.5 }, null, title));
+          ? el('rect', { class: 'bc-actual bc-actual-floor', x: cx - 3.5, y: y(timer) - 3.5, width: 7, height: 7 }, null, title)
+          : el('circle', { class: 'bc-actual', cx, cy: y(timer), r: 3.5 }, null, title));
       }
     }
     // One string parsed at once costs far less than hundreds of DOM calls.
@@ -170,10 +178,12 @@ export function createBackoffChart(svg, caption, model, requestDraw) {
 
     const measured = shown.filter(({ w }) => w.actual_ms != null).length;
     const lifted = shown.filter(({ w }) => w.actual_ms != null && w.reason === 'retry_after').length;
+    const queuedWaits = shown.filter(({ w }) => (w.queued_ms ?? 0) > 2).length;
     let text = `${policy.jitter === 'none' ? 'no' : policy.jitter} jitter, base ${policy.base_ms} ms, cap ${policy.cap_ms} ms, ${policy.max_attempts} attempts. `;
     text += measured
       ? `${measured} measured wait${measured === 1 ? '' : 's'}${lifted ? `, ${lifted} set by Retry-After` : ''}.`
       : 'No measured waits yet: send traffic at a flaky or down endpoint.';
+    if (queuedWaits) text += ` ${queuedWaits} also queued for a connection slot (dashed, above the dot).`;
     if (ownBands) text += ' Decorrelated jitter: each wait has its own band, from base to 3 × the previous wait (thin vertical lines).';
     if (waits.length > shown.length) text += ` Showing the latest ${shown.length}.`;
     if (skipped) text += ` ${skipped} wait${skipped === 1 ? '' : 's'} from an earlier policy not shown.`;

@@ -127,7 +127,10 @@ export function applyEvent(model, id, ev) {
       if (!m) return null;
       const a = ev.attempt;
       const prev = findAttempt(m, a.round, a.n - 1);
-      if (prev && prev.wait && ev.waited_ms != null) prev.wait.actual_ms = ev.waited_ms;
+      if (prev && prev.wait && ev.waited_ms != null) {
+        prev.wait.actual_ms = ev.waited_ms;
+        prev.wait.queued_ms = ev.queued_ms ?? null;
+      }
       m.attempts.push(a);
       m.round = a.round;
       m.state = 'in_flight';

@@ -271,6 +271,12 @@ function waitLine(a, start) {
   if (a.wait.actual_ms == null) line.dataset.planned = 'true';
   line.style.setProperty('--s', String(start));
   line.style.setProperty('--d', String(a.wait.actual_ms ?? a.wait.planned_ms));
+  // The end of the wait spent queueing for a connection slot: a segment of its own.
+  const queued = a.wait.queued_ms ?? 0;
+  if (queued > 0) {
+    line.style.setProperty('--q', String(queued));
+    line.dataset.queued = String(queued);
+  }
   line.setAttribute('aria-hidden', 'true');
   return line;
 }
@@ -290,6 +296,7 @@ function attemptSummary(m, a) {
   if (a.wait) {
     const w = a.wait;
     text += w.actual_ms != null ? ` Then waited ${ms(w.actual_ms)}` : ` Waiting ${ms(w.planned_ms)}`;
+    if ((w.queued_ms ?? 0) > 0) text += ` (the last ${ms(w.queued_ms)} of it queued for a connection slot)`;
     text += w.reason === 'retry_after' ? ', set by Retry-After.' : ', jittered backoff.';
   }
   return text;

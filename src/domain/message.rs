@@ -45,6 +45,11 @@ pub struct WaitRecord {
     #[serde(flatten)]
     pub plan: Wait,
     pub actual_ms: Option<u64>,
+    /// Of `actual_ms`, the time spent waiting for a connection slot after the planned wait
+    /// ended (a burst larger than the slots queues for them); the timer's own error is
+    /// `actual - planned - queued`.
+    #[serde(default)]
+    pub queued_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -220,13 +220,21 @@ impl LabRecord {
     }
 
     /// Starts attempt `n` of the message's current round; returns it and the measured wait
-    /// that preceded it (stored on the previous attempt).
-    pub fn start_attempt(&mut self, id: u64, n: u32, now_ms: u64) -> Option<(Attempt, Option<u64>)> {
+    /// that preceded it (stored on the previous attempt, with `queued_ms`, the part of it
+    /// spent waiting for a connection slot after the planned wait was over).
+    pub fn start_attempt(
+        &mut self,
+        id: u64,
+        n: u32,
+        now_ms: u64,
+        queued_ms: u64,
+    ) -> Option<(Attempt, Option<u64>)> {
         let message = self.message_mut(id)?;
         let waited_ms = message.attempts.last_mut().and_then(|last| {
             let wait = last.wait.as_mut().filter(|_| last.round == message.round)?;
             let ended = last.started_ms + last.duration_ms.unwrap_or(0);
             wait.actual_ms = Some(now_ms.saturating_sub(ended));
+            wait.queued_ms = Some(queued_ms);
             wait.actual_ms
         });
         let attempt = Attempt {
@@ -260,7 +268,7 @@ impl LabRecord {
     /// Records the wait planned after the message's latest attempt; returns its (round, n).
     pub fn schedule_wait(&mut self, id: u64, plan: Wait) -> Option<(u32, u32)> {
         let attempt = self.message_mut(id)?.attempts.last_mut()?;
-        attempt.wait = Some(WaitRecord { plan, actual_ms: None });
+        attempt.wait = Some(WaitRecord { plan, actual_ms: None, queued_ms: None });
         let at = (attempt.round, attempt.n);
         self.set_state(id, MessageState::BackingOff);
         Some(at)

@@ -26,6 +26,9 @@ pub enum Event {
         attempt: StartedAttempt,
         /// The measured wait before this attempt; `None` for the first of a round.
         waited_ms: Option<u64>,
+        /// Of `waited_ms`, the time spent waiting for a connection slot.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        queued_ms: Option<u64>,
     },
     AttemptFinished {
         message_id: u64,

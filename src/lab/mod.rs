@@ -218,11 +218,13 @@ impl Lab {
         self.lock().record.resume_point(id, self.now_ms())
     }
 
-    pub fn attempt_started(&self, id: u64, n: u32) -> bool {
+    /// Attempt `n` starts, after `queued_ms` spent waiting for a connection slot.
+    pub fn attempt_started(&self, id: u64, n: u32, queued_ms: u64) -> bool {
         self.change(|record, now| {
-            let (attempt, waited_ms) = record.start_attempt(id, n, now)?;
+            let (attempt, waited_ms) = record.start_attempt(id, n, now, queued_ms)?;
             let attempt = (&attempt).into();
-            Some(((), Event::AttemptStarted { message_id: id, attempt, waited_ms }))
+            let queued_ms = waited_ms.map(|_| queued_ms);
+            Some(((), Event::AttemptStarted { message_id: id, attempt, waited_ms, queued_ms }))
         })
         .is_some()
     }

@@ -130,15 +130,16 @@ impl Producer {
             let sent = match lab.breaker_admit() {
                 Admission::ShortCircuit => {
                     // Fails fast: no slot, no socket, no request.
-                    if !lab.attempt_started(id, n) {
+                    if !lab.attempt_started(id, n, 0) {
                         return; // the lab was reset
                     }
                     Sent::short_circuited()
                 }
                 Admission::Send | Admission::Probe => {
+                    let queued = Instant::now();
                     let Ok(slot) = lab.request_slots.acquire().await else { return };
                     let Ok(overall) = self.slots.acquire().await else { return };
-                    if !lab.attempt_started(id, n) {
+                    if !lab.attempt_started(id, n, queued.elapsed().as_millis() as u64) {
                         return; // the lab was reset
                     }
                     if n == 1 {

@@ -205,13 +205,15 @@ async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it(
 }
 
 /// Requests per delivered message against an overloaded downstream, for one jitter and seed.
+/// The work takes 50 ms, long beside a busy machine's scheduling noise, so a wave of retries
+/// sent together really does meet the same four workers.
 async fn overload_cost(app: &TestApp, jitter: &str, seed: u64) -> f64 {
     let lab = app.fast_lab().await;
     let downstream =
-        r#"{"mode": "overloaded", "capacity": 4, "queue": 0, "latency_ms": [20, 20], "retry_after_s": 0}"#;
+        r#"{"mode": "overloaded", "capacity": 4, "queue": 0, "latency_ms": [50, 50], "retry_after_s": 0}"#;
     app.put(&lab, "downstream", downstream).await;
     let policy = format!(
-        r#"{{"jitter": "{jitter}", "base_ms": 40, "cap_ms": 2000, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
+        r#"{{"jitter": "{jitter}", "base_ms": 50, "cap_ms": 400, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
     );
     app.put(&lab, "policy", &policy).await;
     app.burst(&lab, 40).await;
@@ -230,48 +232,51 @@ async fn against_an_overloaded_downstream_full_jitter_costs_fewer_requests_than_
         let full = overload_cost(&app, "full", seed).await;
         costs.push((seed, none, full));
     }
+    println!("requests per delivery (seed, none, full): {costs:.2?}");
+    // Every seed, with a margin of a few percent for a noisy machine; and fewer over all three.
     for &(seed, none, full) in &costs {
-        assert!(full < none, "seed {seed}: full jitter {full:.2} requests per delivery, none {none:.2}");
+        assert!(
+            full < none * 1.05,
+            "seed {seed}: full jitter {full:.2} requests per delivery, none {none:.2}"
+        );
+    }
+    let (none, full): (f64, f64) = costs.iter().fold((0.0, 0.0), |(n, f), c| (n + c.1, f + c.2));
+    assert!(full < none, "over three seeds: full jitter {full:.2}, none {none:.2}");
+}
+
+/// Sends `count` messages every `every_ms` for `for_ms`.
+async fn offer(app: &TestApp, lab: &str, count: u64, every_ms: u64, for_ms: u64) {
+    for _ in 0..for_ms / every_ms {
+        app.burst(lab, count).await;
+        tokio::time::sleep(Duration::from_millis(every_ms)).await;
     }
 }
 
-/// Sends `count` messages every 100 ms for `for_ms`.
-async fn offer(app: &TestApp, lab: &str, count: u64, for_ms: u64) {
-    for _ in 0..for_ms / 100 {
-        app.burst(lab, count).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Runs the metastable scenario in a fresh lab: steady load at about 70 % of two 40 ms
+/// workers behind a queue of 60 (a full queue waits 1.2 s, far past the client's 200 ms
+/// timeout), a 300 ms outage, then the same steady load. Returns the settled snapshot.
+async fn tipped_over(app: &TestApp, extra_policy: &str) -> Value {
+    let lab = app.fast_lab().await;
+    let downstream =
+        r#"{"mode": "overloaded", "capacity": 2, "queue": 60, "latency_ms": [40, 40], "retry_after_s": 0}"#;
+    let policy = r#"{"jitter": "none", "base_ms": 10, "cap_ms": 40, "max_attempts": 10, "timeout_ms": 200, "honor_retry_after": false}"#;
+    app.put(&lab, "downstream", downstream).await;
+    app.put(&lab, "policy", policy).await;
+    app.put(&lab, "policy", extra_policy).await;
+    offer(app, &lab, 7, 200, 600).await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 300}"#).await;
+    offer(app, &lab, 7, 200, 2_800).await;
+    app.wait_for(&lab, PATIENCE, |s| settled(s, 7 * 17)).await
 }
 
 #[tokio::test]
 async fn after_a_short_outage_retries_keep_a_queued_downstream_overloaded_and_a_budget_drains_it() {
     let app = TestApp::spawn().await;
-    let (storm, budget) = (app.fast_lab().await, app.fast_lab().await);
-    // Two workers of 20 ms (100 requests/s) behind a queue of 40: a full queue waits 400 ms,
-    // far past the client's 120 ms timeout. Retries without jitter, many of them.
-    let downstream =
-        r#"{"mode": "overloaded", "capacity": 2, "queue": 40, "latency_ms": [20, 20], "retry_after_s": 0}"#;
-    let policy = r#"{"jitter": "none", "base_ms": 10, "cap_ms": 80, "max_attempts": 10, "timeout_ms": 120, "honor_retry_after": false}"#;
-    for lab in [&storm, &budget] {
-        app.put(lab, "downstream", downstream).await;
-        app.put(lab, "policy", policy).await;
-    }
-    app.put(&budget, "policy", r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+    // One after the other, so neither lab's load slows the other's.
+    let storm = tipped_over(&app, "{}").await;
+    let budget = tipped_over(&app, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
 
-    // About 70 % of the capacity, steadily (the downstream keeps up); then a 300 ms outage;
-    // then the same steady load again.
-    let run = |lab: String| {
-        let app = TestApp::at(app.base.clone());
-        async move {
-            offer(&app, &lab, 7, 500).await;
-            app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 300}"#).await;
-            offer(&app, &lab, 7, 2_500).await;
-            app.wait_for(&lab, PATIENCE, |s| settled(s, 7 * 30)).await
-        }
-    };
-    let (storm, budget) = tokio::join!(run(storm.clone()), run(budget.clone()));
-
-    // Long after the outage (from 1.5 s after it ended), what share of the work reached a
+    // Long after the outage (from 1.5 s after it ended), how much of the work reached a
     // client that was still waiting?
     let window = |s: &Value| {
         let ended = s["markers"].as_array().unwrap().iter().rev().find(|m| m["kind"] == "scheduled").unwrap()
@@ -286,13 +291,20 @@ async fn after_a_short_outage_retries_keep_a_queued_downstream_overloaded_and_a_
     };
     let (storm_ok, storm_wasted, storm_requests) = window(&storm);
     let (budget_ok, budget_wasted, budget_requests) = window(&budget);
+    println!(
+        "late window: storm ok {storm_ok} wasted {storm_wasted} requests {storm_requests}; budget ok {budget_ok} wasted {budget_wasted} requests {budget_requests}"
+    );
     assert!(
         storm_wasted > storm_ok,
         "long after the outage the storm still wastes more than it serves: ok {storm_ok}, wasted {storm_wasted}"
     );
     assert!(
-        budget_ok > budget_wasted * 2,
+        budget_ok > budget_wasted,
         "the budget drained the queue: ok {budget_ok}, wasted {budget_wasted}"
+    );
+    assert!(
+        budget_wasted * 2 < storm_wasted,
+        "wasted {budget_wasted} with the budget, {storm_wasted} without"
     );
     assert!(storm_requests > budget_requests, "{storm_requests} vs {budget_requests} requests");
     assert!(counter(&budget, "delivered") > counter(&storm, "delivered"));

@@ -187,3 +187,28 @@ async fn labs_are_isolated() {
     assert!(messages(&a_now).is_empty());
     assert_eq!(counter(&a_now, "requests"), 0);
 }
+
+#[tokio::test]
+async fn time_spent_queueing_for_a_connection_slot_is_measured_apart_from_the_wait() {
+    // One connection slot, attempts that hold it for their 50 ms timeout: a retry whose wait is
+    // over still waits its turn for the slot.
+    let limits = retrylab::config::Limits { max_concurrent_requests: 1, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"latency_ms": [200, 200]}"#).await;
+    app.put(&lab, "policy", r#"{"timeout_ms": 50, "base_ms": 10, "cap_ms": 20, "max_attempts": 3}"#).await;
+    app.burst(&lab, 5).await;
+    let done =
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") + counter(s, "dead_letter") == 5).await;
+    let waits = waits(&done);
+    assert!(!waits.is_empty());
+    let mut queued_total = 0;
+    for wait in &waits {
+        let field = |name: &str| wait[name].as_u64().unwrap_or_else(|| panic!("{name} in {wait}"));
+        let (planned, actual, queued) = (field("planned_ms"), field("actual_ms"), field("queued_ms"));
+        assert!(actual + 2 >= planned + queued, "queued time is part of the measured wait: {wait}");
+        assert!(actual <= planned + queued + 500, "the timer itself was not late by much: {wait}");
+        queued_total += queued;
+    }
+    assert!(queued_total >= 50, "retries queued for the one slot: {queued_total} ms in all");
+}
