@@ -23,7 +23,10 @@ impl Lab {
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
             Start::Snapshot => {
-                Opening::Snapshot { id: state.log.last_id(), json: self.snapshot_json(&state) }
+                // Copied under the lock, so it matches its id; written out after.
+                let captured = self.capture(&state);
+                drop(state);
+                Opening::Snapshot { id: captured.last_event_id, json: captured.json() }
             }
         };
         (opening, receiver)
@@ -34,7 +37,9 @@ impl Lab {
     pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
         let mut state = self.lock();
         let (_, receiver) = state.log.subscribe(None);
-        (state.log.last_id(), self.snapshot_json(&state), receiver)
+        let captured = self.capture(&state);
+        drop(state);
+        (captured.last_event_id, captured.json(), receiver)
     }
 
     /// Counts an open event stream, unless the lab already has `max_subscribers_per_lab`.

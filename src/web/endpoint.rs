@@ -184,6 +184,8 @@ async fn overloaded(
         {
             return; // the lab was reset, or its gate dropped the line
         }
+        // The worker goes back to the gate however this ends.
+        let _worker = Worker(lab.clone());
         let work = Work::start(&lab);
         let latency = lab.downstream_settings().latency_ms;
         let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
@@ -210,11 +212,21 @@ async fn overloaded(
                 "this Idempotency-Key was first used with a different body".into(),
             )),
             Decision::StorageFull { limit } => Err(storage_full(limit)),
-            Decision::Unavailable { .. } | Decision::AppliedEarly { .. } => {
-                unreachable!("the overloaded mode neither fails nor answers slowly")
-            }
+            // The mode changed while this request waited in line (an outage window began):
+            // it is answered by the mode now in force.
+            Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_s,
+                detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
+            }),
+            Decision::AppliedEarly { response, .. } => match lab.persisted().await {
+                Ok(()) => Ok(answer(response, false)),
+                Err(refused) => {
+                    lab.downstream_unapply(&key, epoch);
+                    Err(refused.into())
+                }
+            },
         };
-        lab.downstream_leave();
         let wasted = reply.send(outcome).is_err();
         work.finish(wasted);
     });
@@ -232,6 +244,15 @@ fn storage_full(limit: &'static str) -> AppError {
             "this server keeps no more idempotency keys for outside callers ({limit}); nothing was \
              applied; repeat a key you already used, or wait for the dedup window to expire old ones"
         ),
+    }
+}
+
+/// A worker of the overloaded downstream, handed back to its gate when dropped.
+struct Worker(Arc<Lab>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.downstream_leave();
     }
 }
 

@@ -342,3 +342,45 @@ async fn bad_settings_name_their_field() {
     assert_eq!(snapshot["downstream"]["mode"], "healthy", "nothing bad was applied");
     assert!(snapshot["policy"]["breaker"].is_null());
 }
+
+#[tokio::test]
+async fn requests_waiting_in_line_when_an_outage_begins_get_its_answer_and_free_their_worker() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(
+        &lab,
+        "downstream",
+        r#"{"mode": "overloaded", "capacity": 1, "queue": 5, "latency_ms": [150, 150]}"#,
+    )
+    .await;
+    let post = |key: String| {
+        let (client, url) = (app.client.clone(), app.url(&format!("/labs/{lab}/downstream")));
+        async move {
+            let response = client
+                .post(url)
+                .header("Idempotency-Key", key)
+                .header("Content-Type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            response.status().as_u16()
+        }
+    };
+    let waiting: Vec<_> = (0..3).map(|i| tokio::spawn(post(format!("line-{i}")))).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 200}"#).await;
+    let mut statuses = Vec::new();
+    for answer in waiting {
+        statuses.push(answer.await.unwrap());
+    }
+    statuses.sort_unstable();
+    // Each is decided when its work is done, by then in the outage: 503, nothing applied.
+    assert_eq!(statuses, [503, 503, 503]);
+    assert_eq!(counter(&app.snapshot(&lab).await, "applied"), 0);
+    // Back to overloaded by itself: the worker is free again, not lost with the line.
+    app.wait_for(&lab, PATIENCE, |s| s["downstream"]["mode"] == "overloaded").await;
+    let started = std::time::Instant::now();
+    assert_eq!(post("after".into()).await, 200);
+    assert!(started.elapsed() < Duration::from_secs(5), "served by the free worker");
+}
