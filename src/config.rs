@@ -19,6 +19,13 @@ pub struct Config {
     #[arg(long, env = "PORT")]
     pub port: Option<u16>,
 
+    /// This instance's name when several run (each with its own store): it becomes part of
+    /// every new lab id, and a request for another instance's lab is answered with
+    /// `fly-replay: instance=<owner>` so Fly's proxy replays it there. Defaults to Fly's
+    /// `FLY_MACHINE_ID` when Fly sets it; without either, one machine serves every lab.
+    #[arg(long, env = "RETRYLAB_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
     /// How log lines are written to stderr: `text` for people, `json` for log collectors.
     #[arg(long, env = "RETRYLAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -144,6 +151,14 @@ impl Exposure {
 }
 
 impl Config {
+    /// The instance's name: `--instance-id`, else Fly's machine id, else none.
+    pub fn instance(&self) -> Result<Option<crate::lab::Instance>, String> {
+        let name = self.instance_id.clone().or_else(|| std::env::var("FLY_MACHINE_ID").ok());
+        name.filter(|n| !n.is_empty())
+            .map(|n| crate::lab::Instance::parse(&n.to_ascii_lowercase()))
+            .transpose()
+    }
+
     /// Every setting at its default, serving from `db`: for tests, benchmarks and tools that
     /// start a server in-process.
     pub fn new(db: PathBuf) -> Config {
@@ -151,6 +166,7 @@ impl Config {
             addr: None,
             port: None,
             log_format: LogFormat::Text,
+            instance_id: None,
             db,
             max_db_bytes: 0,
             limits: Limits::default(),

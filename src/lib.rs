@@ -75,7 +75,8 @@ pub async fn serve(
         .await
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;
-    let labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
+    let mut labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
+    labs.instance = config.instance().map_err(std::io::Error::other)?;
     let reader = store.clone();
     let comparisons = tokio::task::spawn_blocking(move || reader.load_comparisons())
         .await

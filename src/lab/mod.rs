@@ -34,7 +34,7 @@ use crate::store::Store;
 
 pub use downstream::Admission as DownstreamAdmission;
 pub use flush::NotDurable;
-pub use registry::{LabId, Labs};
+pub use registry::{Instance, LabId, Labs};
 pub use snapshot::{SnapshotLimits, SnapshotView};
 pub use subscribers::Opening;
 

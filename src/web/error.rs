@@ -42,6 +42,10 @@ pub enum AppError {
         limit: &'static str,
         retry_after_s: u64,
     },
+    /// The lab belongs to another instance: Fly's proxy replays the request there.
+    ElsewhereInstance {
+        owner: String,
+    },
     Internal(String),
 }
 
@@ -81,6 +85,11 @@ impl AppError {
                  wait for the Retry-After, as the lab teaches",
                 Some(limit),
             ),
+            AppError::ElsewhereInstance { .. } => (
+                StatusCode::CONFLICT,
+                "this lab lives on another instance; the proxy replays the request there (fly-replay)",
+                None,
+            ),
             AppError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side", None)
             }
@@ -109,6 +118,11 @@ impl IntoResponse for AppError {
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let AppError::ElsewhereInstance { owner } = &self
+            && let Ok(value) = HeaderValue::from_str(&format!("instance={owner}"))
+        {
+            headers.insert("fly-replay", value);
+        }
         if let AppError::Unavailable { retry_after_s, .. } | AppError::RateLimited { retry_after_s, .. } =
             self
         {

@@ -140,6 +140,17 @@ fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLa
     SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
 }
 
+/// A lab made by another named instance is not here: Fly's proxy replays the request to
+/// its owner (`fly-replay`). Labs without an instance are served wherever they are.
+pub fn owned_here(app: &App, id: &LabId) -> Result<(), AppError> {
+    match id.instance() {
+        Some(owner) if Some(owner) != app.labs.instance => {
+            Err(AppError::ElsewhereInstance { owner: owner.to_string() })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The `{lab}` path segment, as the API description shows it.
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -160,6 +171,7 @@ impl FromRequestParts<AppState> for LabPath {
             .await
             .map_err(|e| AppError::BadRequest(e.body_text()))?;
         let id = LabId::parse(&raw).map_err(AppError::BadRequest)?;
+        owned_here(state, &id)?;
         state
             .labs
             .get(&id)

@@ -57,6 +57,11 @@ pub async fn new_lab(State(app): State<AppState>) -> Result<Redirect, AppError> 
 }
 
 pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Response {
+    if let Ok(id) = LabId::parse(&raw)
+        && let Err(elsewhere) = super::owned_here(&app, &id)
+    {
+        return elsewhere.into_response();
+    }
     let lab = LabId::parse(&raw).ok().and_then(|id| app.labs.get(&id));
     let Some(lab) = lab else {
         let detail = "There is no lab at this address: the link may be mistyped, or the lab was \

@@ -10,6 +10,7 @@ mod full_store;
 mod hardening;
 mod helpers;
 mod idempotency;
+mod instances;
 mod logs;
 mod operations;
 mod outside;
