@@ -8,7 +8,7 @@
 //! It reuses the lab page's load-chart styles; only the horizontal placement differs (a share
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
 
-import { ANSWERS, paintBar } from './load-chart.js';
+import { ANSWERS, fillBar, paintBar } from './load-chart.js';
 import { duration } from './model.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
@@ -114,20 +114,7 @@ export function createCharts(container, axisEl) {
       const el = document.createElement('div');
       el.className = 'load-bar';
       el.dataset.loadBar = '';
-      const up = document.createElement('span');
-      up.className = 'lb-up';
-      const parts = {};
-      for (const [kind] of ANSWERS) {
-        const part = document.createElement('i');
-        part.dataset.kind = kind;
-        up.append(part);
-        parts[kind] = part;
-      }
-      const down = document.createElement('span');
-      down.className = 'lb-down';
-      const peak = document.createElement('span');
-      peak.className = 'lb-peak';
-      el.append(up, down, peak);
+      const { parts, down, peak } = fillBar(el);
       bar = { el, parts, down, peak, text: '' };
       chart.bars.set(start, bar);
       chart.barsEl.append(el);

@@ -25,6 +25,25 @@ const MIN_BAR_PX = 3;
 /** The accessible summary is rewritten at most this often. */
 const SUMMARY_MS = 1000;
 
+/** Puts a bar's parts in `el`: one piece per kind of answer, wasted work below, the peak tick. */
+export function fillBar(el) {
+  const up = document.createElement('span');
+  up.className = 'lb-up';
+  const parts = {};
+  for (const [kind] of ANSWERS) {
+    const part = document.createElement('i');
+    part.dataset.kind = kind;
+    up.append(part);
+    parts[kind] = part;
+  }
+  const down = document.createElement('span');
+  down.className = 'lb-down';
+  const peak = document.createElement('span');
+  peak.className = 'lb-peak';
+  el.append(up, down, peak);
+  return { parts, down, peak };
+}
+
 /**
  * Sizes one bar from a bin's sums: each kind of answer stacked up, wasted work below the line,
  * the most in process as a tick. `factor` is requests per unit of height. Returns how many
@@ -112,20 +131,7 @@ export function createLoadChart(state, miniTip) {
       el.dataset.loadBar = '';
       el.style.setProperty('--s', String(start));
       el.style.setProperty('--d', String(barMs()));
-      const up = document.createElement('span');
-      up.className = 'lb-up';
-      const parts = {};
-      for (const [kind] of ANSWERS) {
-        const part = document.createElement('i');
-        part.dataset.kind = kind;
-        up.append(part);
-        parts[kind] = part;
-      }
-      const down = document.createElement('span');
-      down.className = 'lb-down';
-      const peak = document.createElement('span');
-      peak.className = 'lb-peak';
-      el.append(up, down, peak);
+      const { parts, down, peak } = fillBar(el);
       bar = { el, parts, down, peak, sum: null };
       bars.set(start, bar);
       barsEl.append(el);

@@ -82,10 +82,7 @@ pub async fn set_downstream(
     let Json(update) = payload?;
     let before = lab.settings();
     let downstream = lab.set_downstream(&update).map_err(AppError::Unprocessable)?;
-    if let Err(refused) = lab.persisted().await {
-        lab.restore_settings(before);
-        return Err(refused.into());
-    }
+    kept_or_restored(&lab, before).await?;
     Ok(Json(downstream))
 }
 
@@ -105,10 +102,7 @@ pub async fn set_policy(
     let Json(update) = payload?;
     let before = lab.settings();
     let policy = lab.set_policy(&update).map_err(AppError::Unprocessable)?;
-    if let Err(refused) = lab.persisted().await {
-        lab.restore_settings(before);
-        return Err(refused.into());
-    }
+    kept_or_restored(&lab, before).await?;
     Ok(Json(policy.view()))
 }
 
@@ -286,6 +280,18 @@ pub async fn crash_client(
         }
     })?;
     Ok(Json(Recovered { resumed }))
+}
+
+/// Waits for a settings change to be committed; when the store cannot keep it, puts the
+/// settings back as they were, so the refusal changes nothing.
+async fn kept_or_restored(
+    lab: &crate::lab::Lab,
+    before: (crate::downstream::DownstreamSettings, Option<crate::downstream::Revert>, crate::retry::Policy),
+) -> Result<(), AppError> {
+    lab.persisted().await.map_err(|refused| {
+        lab.restore_settings(before);
+        refused.into()
+    })
 }
 
 /// Refuses work that would take the whole server past `max_active_messages`.
