@@ -10,7 +10,9 @@ use axum::routing::post;
 
 async fn endpoint(headers: HeaderMap, Json(body): Json<serde_json::Value>) -> Json<serde_json::Value> {
     let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    Json(serde_json::json!({ "key": key, "result": "applied", "fields": body.as_object().map_or(0, |o| o.len()) }))
+    Json(
+        serde_json::json!({ "key": key, "result": "applied", "fields": body.as_object().map_or(0, |o| o.len()) }),
+    )
 }
 
 #[tokio::main]
