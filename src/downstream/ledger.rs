@@ -67,6 +67,9 @@ struct Entry {
     outside: bool,
     /// The answer, once the write is applied.
     answer: Option<Answer>,
+    /// The lab's event that applied it: once the store has committed that event, the key is
+    /// durable (0 for keys read back from the store).
+    applied_event: u64,
     applied: u32,
     /// Wall-clock time the key was first applied, for the dedup window.
     applied_unix_ms: u64,
@@ -157,6 +160,7 @@ impl Ledger {
                     digest: row.digest,
                     outside: row.outside,
                     answer: Some(Answer::of(&row.key, response)),
+                    applied_event: 0,
                     applied: row.applied,
                     applied_unix_ms: row.applied_unix_ms,
                 };
@@ -183,11 +187,24 @@ impl Ledger {
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        let entry = Entry { digest, outside, answer: None, applied: 0, applied_unix_ms: 0 };
+        let entry = Entry { digest, outside, answer: None, applied_event: 0, applied: 0, applied_unix_ms: 0 };
         if let Some(replaced) = self.keys.insert(key.as_str().into(), entry) {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
+    }
+
+    /// Notes the lab's event that applied `key` (see `applied_event`).
+    pub fn set_applied_event(&mut self, key: &IdempotencyKey, event: u64) {
+        if let Some(entry) = self.keys.get_mut(key.as_str()) {
+            entry.applied_event = event;
+        }
+    }
+
+    /// The lab's event that applied `key`: a repeat may be answered once it is committed
+    /// (`u64::MAX` for an instant after the write, before its event has a number).
+    pub fn applied_event(&self, key: &IdempotencyKey) -> u64 {
+        self.keys.get(key.as_str()).map_or(0, |e| e.applied_event)
     }
 
     /// Keys held for callers from outside.
@@ -201,11 +218,14 @@ impl Ledger {
             digest: BodyDigest([0; 32]),
             outside: false,
             answer: None,
+            applied_event: 0,
             applied: 0,
             applied_unix_ms: unix_ms,
         });
         entry.applied += 1;
         entry.applied_unix_ms = unix_ms;
+        // Unknown until the lab has published the event: until then, wait for everything.
+        entry.applied_event = u64::MAX;
         match entry.applied {
             1 => self.counts.applied += 1,
             2 => self.counts.applied_twice += 1,

@@ -122,56 +122,80 @@ impl Lab {
         outside: bool,
     ) -> (Decision, u64) {
         let mut rng = rand::rng();
-        self.change(|record, now| {
-            let settings = record.downstream;
-            let clock = (now, unix_now_ms());
-            let before = record.ledger.outside_keys();
-            let caller = match outside {
-                false => Caller::Lab,
-                true if before >= self.limits.max_outside_keys_per_lab => {
-                    Caller::Outside(Err("max_outside_keys_per_lab"))
-                }
-                true if self.outside_keys_total.load(Ordering::Relaxed) >= self.limits.max_outside_keys => {
-                    Caller::Outside(Err("max_outside_keys"))
-                }
-                true => Caller::Outside(Ok(())),
-            };
-            let decision =
-                downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
-            self.count_outside_keys(before, record.ledger.outside_keys());
-            let (status, applied, replayed, detail) = match &decision {
-                Decision::Replay(r) => (r.status, false, true, None),
-                Decision::InProgress => (409, false, false, Some("key still being processed")),
-                Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
-                Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
-                Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
-                Decision::StorageFull { .. } => (507, false, false, Some("no room for another outside key")),
-                // Published when the write lands, in `downstream_complete`.
-                Decision::Process { .. } => return Some(((decision, record.epoch), None)),
-            };
-            let event =
-                Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
-            Some(((decision, record.epoch), Some(event)))
-        })
-        .expect("a decision is always made")
+        let decided = self
+            .change(|record, now| {
+                let settings = record.downstream;
+                let clock = (now, unix_now_ms());
+                let before = record.ledger.outside_keys();
+                let caller = match outside {
+                    false => Caller::Lab,
+                    true if before >= self.limits.max_outside_keys_per_lab => {
+                        Caller::Outside(Err("max_outside_keys_per_lab"))
+                    }
+                    true if self.outside_keys_total.load(Ordering::Relaxed)
+                        >= self.limits.max_outside_keys =>
+                    {
+                        Caller::Outside(Err("max_outside_keys"))
+                    }
+                    true => Caller::Outside(Ok(())),
+                };
+                let decision =
+                    downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
+                self.count_outside_keys(before, record.ledger.outside_keys());
+                let (status, applied, replayed, detail) = match &decision {
+                    Decision::Replay(r) => (r.status, false, true, None),
+                    Decision::InProgress => (409, false, false, Some("key still being processed")),
+                    Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
+                    Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
+                    Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
+                    Decision::StorageFull { .. } => {
+                        (507, false, false, Some("no room for another outside key"))
+                    }
+                    // Published when the write lands, in `downstream_complete`.
+                    Decision::Process { .. } => return Some(((decision, record.epoch), None)),
+                };
+                let event =
+                    Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
+                Some(((decision, record.epoch), Some(event)))
+            })
+            .expect("a decision is always made");
+        if matches!(decided.0, Decision::AppliedEarly { .. }) {
+            let mut state = self.lock();
+            let applied_event = state.log.last_id();
+            state.record.ledger.set_applied_event(key, applied_event);
+        }
+        decided
     }
 
     /// Applies a reserved key's write, unless the lab was reset since it was reserved.
     pub fn downstream_complete(&self, key: &IdempotencyKey, epoch: u64) -> Option<StoredResponse> {
-        self.change(|record, now| {
-            if record.epoch != epoch {
-                return None;
-            }
-            let response = record.ledger.complete(key, now, unix_now_ms());
-            let event = Event::DownstreamRequest {
-                key: key.as_str().into(),
-                status: response.status,
-                applied: true,
-                replayed: false,
-                detail: None,
-            };
-            Some((response, Some(event)))
-        })
+        let mut state = self.lock();
+        if state.record.epoch != epoch {
+            return None;
+        }
+        let now = self.now_ms();
+        let response = state.record.ledger.complete(key, now, unix_now_ms());
+        let event = Event::DownstreamRequest {
+            key: key.as_str().into(),
+            status: response.status,
+            applied: true,
+            replayed: false,
+            detail: None,
+        };
+        self.publish(&mut state, &event, now);
+        let applied_event = state.log.last_id();
+        state.record.ledger.set_applied_event(key, applied_event);
+        Some(response)
+    }
+
+    /// Waits until the write that applied `key` is committed (a repeat must not be answered
+    /// before: after a crash the key could be applied again), and no longer than that.
+    pub async fn key_persisted(&self, key: &IdempotencyKey) -> Result<(), super::NotDurable> {
+        let applied_event = self.lock().record.ledger.applied_event(key);
+        match applied_event {
+            u64::MAX => self.persisted().await,
+            applied_event => self.persisted_through(applied_event).await,
+        }
     }
 
     /// Takes back a write the store could not keep, unless the lab was reset since: the key

@@ -36,6 +36,11 @@ impl Lab {
     /// refusal leaves nothing behind.
     pub async fn persisted(&self) -> Result<(), NotDurable> {
         let target = self.lock().log.last_id();
+        self.persisted_through(target).await
+    }
+
+    /// Waits until every change up to event `target` is committed (see `persisted`).
+    pub async fn persisted_through(&self, target: u64) -> Result<(), NotDurable> {
         let mut durable = self.durable.subscribe();
         let mut health = self.store.health();
         tokio::select! {

@@ -120,8 +120,8 @@ async fn serve(
     match decision {
         Decision::Replay(stored) => {
             // The first answer may not be committed yet: after a crash the key could be applied
-            // again, so its repeat waits for the commit too.
-            lab.persisted().await?;
+            // again, so its repeat waits for that commit too (and only for that one).
+            lab.key_persisted(&key).await?;
             Ok(answer(stored, true))
         }
         Decision::InProgress => Err(AppError::Conflict(
@@ -203,7 +203,7 @@ async fn overloaded(
                 None => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
             },
             Decision::Replay(stored) => {
-                lab.persisted().await.map(|()| answer(stored, true)).map_err(AppError::from)
+                lab.key_persisted(&key).await.map(|()| answer(stored, true)).map_err(AppError::from)
             }
             Decision::InProgress => Err(AppError::Conflict(
                 "a request with this Idempotency-Key is still being processed; retry later".into(),
