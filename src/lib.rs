@@ -16,6 +16,7 @@
 //!       |-> events      the numbered log, its resume window, the broadcast
 //!       '-> store       persistence only: SQLite, migrations, the group-committing writer
 //!
+//! Lab also uses retry (the policy, the breaker, the budget).
 //! Below lab:  domain -> downstream, retry     dlq -> domain
 //!             events -> domain, dlq, downstream, retry     store -> domain, dlq, downstream
 //!             retry (backoff math, breaker, budget: pure) and downstream use nothing of ours.

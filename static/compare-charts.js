@@ -8,7 +8,7 @@
 //! It reuses the lab page's load-chart styles; only the horizontal placement differs (a share
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
 
-import { ANSWERS, fillBar, paintBar } from './load-chart.js';
+import { ANSWERS, fillBar, limitOf, niceCeil, paintBar } from './load-chart.js';
 import { duration } from './model.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
@@ -75,19 +75,6 @@ export function createCharts(container, axisEl) {
     if (column.figures?.drain_ms != null) end = Math.max(end, column.figures.drain_ms);
     if (!column.done && column.snapshot) end = Math.max(end, column.snapshot.now_ms - column.started_ms);
     return end;
-  }
-
-  /** The line: an overloaded endpoint's capacity, or a throttled one's rate per bin. */
-  function limitOf(snapshot, binMs) {
-    const ds = snapshot?.downstream;
-    if (ds?.mode === 'overloaded' && ds.capacity != null) {
-      return { value: ds.capacity, text: `capacity: ${ds.capacity} at once` };
-    }
-    if (ds?.mode === 'throttled' && ds.rate_per_s != null) {
-      const per = (ds.rate_per_s * binMs) / 1000;
-      return { value: per, text: `rate limit: ${ds.rate_per_s}/s, ${round(per)} per ${duration(binMs)}` };
-    }
-    return null;
   }
 
   /** Sum a column's bins into bars of `barMs` starting at multiples of it from `t0`. */
@@ -199,7 +186,7 @@ export function createCharts(container, axisEl) {
       container.style.setProperty('--span', String(span));
       axisEl.style.setProperty('--span', String(span));
 
-      const limits = columns.map((c) => limitOf(c.snapshot, binMs));
+      const limits = columns.map((c) => limitOf(c.snapshot?.downstream, binMs));
       const sums = all.map((bins) => sumBars(bins, t0, barMs));
       let top = 4;
       sums.forEach((s, i) => {
@@ -247,17 +234,6 @@ function niceStep(x) {
   const p = 10 ** Math.floor(Math.log10(Math.max(x, 1)));
   for (const f of [1, 2, 5, 10]) if (f * p >= x) return f * p;
   return 10 * p;
-}
-
-/** 1, 2, 2.5, 5 × 10^n at or above `x`. */
-function niceCeil(x) {
-  const p = 10 ** Math.floor(Math.log10(x));
-  for (const f of [1, 2, 2.5, 5, 10]) if (f * p >= x) return f * p;
-  return 10 * p;
-}
-
-function round(x) {
-  return Number.isInteger(x) ? String(x) : x.toFixed(1);
 }
 
 /** A time on the shared axis: "0 s", "1.5 s", "-0.05 s". */

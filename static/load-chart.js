@@ -44,6 +44,19 @@ export function fillBar(el) {
   return { parts, down, peak };
 }
 
+/** The limit line for a downstream: an overloaded one's capacity, or a throttled one's rate
+ * per bin of `binMs`; `null` for the other modes. */
+export function limitOf(ds, binMs) {
+  if (ds?.mode === 'overloaded' && ds.capacity != null) {
+    return { value: ds.capacity, text: `capacity: ${ds.capacity} at once, ${ds.queue ?? 0} more may wait` };
+  }
+  if (ds?.mode === 'throttled' && ds.rate_per_s != null) {
+    const per = (ds.rate_per_s * binMs) / 1000;
+    return { value: per, text: `rate limit: ${ds.rate_per_s}/s, ${round(per)} per ${duration(binMs)}` };
+  }
+  return null;
+}
+
 /**
  * Sizes one bar from a bin's sums: each kind of answer stacked up, wasted work below the line,
  * the most in process as a tick. `factor` is requests per unit of height. Returns how many
@@ -165,14 +178,7 @@ export function createLoadChart(state, miniTip) {
 
   /** The line: the overloaded mode's capacity, or the throttled mode's rate per bin. */
   function drawLimit() {
-    const ds = model.downstream;
-    limit = null;
-    if (ds?.mode === 'overloaded' && ds.capacity != null) {
-      limit = { value: ds.capacity, text: `capacity: ${ds.capacity} at once, ${ds.queue ?? 0} more may wait` };
-    } else if (ds?.mode === 'throttled' && ds.rate_per_s != null) {
-      const per = (ds.rate_per_s * model.load.binMs) / 1000;
-      limit = { value: per, text: `rate limit: ${ds.rate_per_s}/s, ${round(per)} per ${duration(model.load.binMs)}` };
-    }
+    limit = limitOf(model.downstream, model.load.binMs);
     limitEl.hidden = !limit;
     plot.dataset.limit = limit ? String(limit.value) : '';
     if (!limit) return;
@@ -262,7 +268,7 @@ export function createLoadChart(state, miniTip) {
 }
 
 /** 1, 2, 2.5, 5 × 10^n at or above `x`. */
-function niceCeil(x) {
+export function niceCeil(x) {
   const p = 10 ** Math.floor(Math.log10(x));
   for (const f of [1, 2, 2.5, 5, 10]) if (f * p >= x) return f * p;
   return 10 * p;

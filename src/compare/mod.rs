@@ -285,16 +285,16 @@ impl Comparisons {
 /// For each row, the policies with the best value (ties share it); rows nobody has a value
 /// for yet are left out.
 fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
+    // Each column's figures as JSON once, read row by row below.
+    let figures: Vec<(Value, &str)> = columns
+        .iter()
+        .filter(|c| !c.gone)
+        .map(|c| (serde_json::to_value(&c.figures).unwrap_or_default(), c.policy.as_str()))
+        .collect();
     let mut best = HashMap::new();
     for &(row, less_is_better) in ROWS {
-        let values: Vec<(f64, &str)> = columns
-            .iter()
-            .filter(|c| !c.gone)
-            .filter_map(|c| {
-                let value = serde_json::to_value(&c.figures).ok()?.get(row)?.as_f64()?;
-                Some((value, c.policy.as_str()))
-            })
-            .collect();
+        let values: Vec<(f64, &str)> =
+            figures.iter().filter_map(|(f, policy)| Some((f.get(row)?.as_f64()?, *policy))).collect();
         let pick = |a: f64, b: f64| if less_is_better { a.min(b) } else { a.max(b) };
         let Some(top) = values.iter().map(|v| v.0).reduce(pick) else { continue };
         let winners = values.iter().filter(|v| v.0 == top).map(|v| v.1.to_owned()).collect();

@@ -126,10 +126,10 @@ pub struct Accepted {
     request_body = BurstRequest,
     responses(
         (status = 202, body = Accepted),
-        (status = 409, description = "The lab holds or owes too many messages", body = Problem, content_type = "application/problem+json"),
         LabErrors,
         JsonBodyErrors,
-        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
+        StoreErrors,
+        (status = 409, description = "The lab holds or owes too many messages, or lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn burst(
@@ -190,10 +190,10 @@ pub struct ReplayRequest {
     request_body(content = ReplayRequest, description = "Empty or `{}` replays every dead letter that is not quarantined"),
     responses(
         (status = 202, body = Accepted),
-        (status = 409, description = "Quarantined without confirmation, or too many owed", body = Problem, content_type = "application/problem+json"),
         LabErrors,
         JsonBodyErrors,
-        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
+        StoreErrors,
+        (status = 409, description = "Quarantined without confirmation, too many owed, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn replay(

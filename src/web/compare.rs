@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::{AppError, Problem};
-use super::responses::JsonBodyErrors;
+use super::responses::{JsonBodyErrors, StoreErrors};
 use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
@@ -26,7 +26,7 @@ use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCEN
         (status = 400, description = "A body that cannot be read", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
         JsonBodyErrors,
-        (status = 503, description = "The server owes too many messages (max_active_messages), or the store did not confirm in time", body = Problem, content_type = "application/problem+json"),
+        StoreErrors,
     )
 )]
 pub async fn create(

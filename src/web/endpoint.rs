@@ -33,13 +33,13 @@ use crate::lab::{DownstreamAdmission as Admission, Lab};
         (status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
         (status = 400, description = "No or malformed key, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The key's first request is still being processed", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The key's first request is still being processed, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Injected failure or shed load, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys)", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys), or the store is full (max_db_bytes, the disk)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn downstream(

@@ -21,7 +21,8 @@ fn set(answers: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
     answers.iter().map(|(status, description)| (status.to_string(), problem(description))).collect()
 }
 
-/// Every route under `/api/labs/{lab}`: a bad or unknown lab id, and the control rate limit.
+/// Every route under `/api/labs/{lab}`: a bad or unknown lab id, a lab another instance owns,
+/// and the control rate limit.
 pub struct LabErrors;
 
 impl IntoResponses for LabErrors {
@@ -29,6 +30,7 @@ impl IntoResponses for LabErrors {
         set(&[
             (400, "Not a lab id, or a body that cannot be read"),
             (404, "No such lab"),
+            (409, "The lab lives on another instance: answered with fly-replay, nothing done here"),
             (429, "Too many control requests from this client (control_rate_per_s); see Retry-After"),
         ])
     }
@@ -47,11 +49,18 @@ impl IntoResponses for JsonBodyErrors {
     }
 }
 
-/// Routes that answer only once their change is committed.
+/// Routes that answer only once their change is committed; a refused change is taken back.
 pub struct StoreErrors;
 
 impl IntoResponses for StoreErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        set(&[(503, "The store did not confirm the write in time; see Retry-After")])
+        set(&[
+            (
+                503,
+                "The store cannot write, or did not confirm in time (bursts, replays and comparisons: \
+                 or the server owes too many messages, max_active_messages); see Retry-After",
+            ),
+            (507, "The store is full (the disk, or max_db_bytes); nothing was changed"),
+        ])
     }
 }

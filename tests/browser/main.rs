@@ -97,6 +97,15 @@ fn browser() -> Option<Browser> {
 }
 
 /// Opens `/` as a person would (a new lab), gives the lab fast timings through the API, and
+/// Sends `count` messages into an outage, waits for them to be dead letters, then heals the
+/// downstream: the start of every replay story.
+async fn dead_letters_then_healthy(page: &Page, count: u64) {
+    choose_mode(page, "down").await;
+    page.click(&format!("[data-send=\"{count}\"]")).await;
+    wait_counter(page, "dead_letter", count).await;
+    choose_mode(page, "healthy").await;
+}
+
 /// waits until the page's stream is live. Returns the lab's id as the page shows it.
 async fn open_new_lab(page: &Page, server: &Server) -> String {
     page.navigate(&server.url("/")).await;
@@ -320,10 +329,7 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     page.set_viewport(375, 812).await;
     open_new_lab(&page, &server).await;
 
-    choose_mode(&page, "down").await;
-    page.click("[data-send=\"1\"]").await;
-    wait_counter(&page, "dead_letter", 1).await;
-    choose_mode(&page, "healthy").await;
+    dead_letters_then_healthy(&page, 1).await;
     page.click("[data-replay-all]").await;
     wait_counter(&page, "delivered", 1).await;
     assert_eq!(counter(&page, "applied_twice").await, 0);
@@ -383,10 +389,7 @@ async fn timeline_finds_zooms_pans_and_moves_by_keyboard() {
     page.set_viewport(1280, 900).await;
     let lab = open_new_lab(&page, &server).await;
     // Eight dead letters (#1-#8, four tries each), then one delivered at the first try (#9).
-    choose_mode(&page, "down").await;
-    page.click("[data-send=\"8\"]").await;
-    wait_counter(&page, "dead_letter", 8).await;
-    choose_mode(&page, "healthy").await;
+    dead_letters_then_healthy(&page, 8).await;
     page.click("[data-send=\"1\"]").await;
     wait_counter(&page, "delivered", 1).await;
     wait_for(&page, "nine rows", "document.querySelectorAll('#timeline .tl-row').length === 9").await;
@@ -485,10 +488,7 @@ async fn one_dead_letter_replays_from_its_own_row() {
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     open_new_lab(&page, &server).await;
-    choose_mode(&page, "down").await;
-    page.click("[data-send=\"1\"]").await;
-    wait_counter(&page, "dead_letter", 1).await;
-    choose_mode(&page, "healthy").await;
+    dead_letters_then_healthy(&page, 1).await;
 
     page.click("#dead-body button[data-replay-id=\"1\"]").await;
     wait_counter(&page, "delivered", 1).await;
