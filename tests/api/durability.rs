@@ -76,11 +76,20 @@ async fn flaky_lab(app: &TestApp) -> String {
     lab
 }
 
+/// The first burst may have settled by the time a crash lands on a fast machine; a second one
+/// of 50, against a downstream that is down and with waits of at least half a second, is
+/// certain to be mid-round (nine waits, 4.5 s or more) when it does.
+async fn burst_mid_round(app: &TestApp, lab: &str) {
+    app.put(lab, "policy", r#"{"base_ms": 1000, "cap_ms": 1000, "multiplier": 1, "max_attempts": 10}"#).await;
+    app.set_mode(lab, "down").await;
+    app.burst(lab, 50).await;
+}
+
 /// The end of both crash stories: the survivors settle, then a healthy replay delivers all.
-async fn finish_and_replay(app: &TestApp, lab: &str, db: &Path, dead_before: &[u64]) {
+async fn finish_and_replay(app: &TestApp, lab: &str, db: &Path, dead_before: &[u64], total: u64) {
     let settled = app.wait_for(lab, PATIENCE, settled).await;
-    assert_eq!(messages(&settled).len(), 1000, "no accepted message is lost");
-    assert_eq!(counter(&settled, "delivered") + counter(&settled, "dead_letter"), 1000);
+    assert_eq!(messages(&settled).len() as u64, total, "no accepted message is lost");
+    assert_eq!(counter(&settled, "delivered") + counter(&settled, "dead_letter"), total);
     assert_eq!(counter(&settled, "applied_twice"), 0);
     let dead_after = dead_letter_ids(&settled);
     assert!(dead_before.iter().all(|id| dead_after.contains(id)), "dead letters survive the crash");
@@ -88,13 +97,13 @@ async fn finish_and_replay(app: &TestApp, lab: &str, db: &Path, dead_before: &[u
     app.set_mode(lab, "healthy").await;
     let (status, _) = app.replay(lab, "{}").await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    let done = app.wait_for(lab, PATIENCE, |s| counter(s, "delivered") == 1000).await;
-    assert_eq!(counter(&done, "applied"), 1000);
+    let done = app.wait_for(lab, PATIENCE, |s| counter(s, "delivered") == total).await;
+    assert_eq!(counter(&done, "applied"), total);
     assert_eq!(counter(&done, "applied_twice"), 0);
     app.wait_for(lab, PATIENCE, |_| true).await;
     // Give the last commit a moment, then check the store itself.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_each_key_applied_once(db, 1000);
+    assert_each_key_applied_once(db, total);
 }
 
 #[tokio::test]
@@ -104,26 +113,28 @@ async fn a_sigkill_mid_burst_loses_nothing_and_applies_nothing_twice() {
     let lab = flaky_lab(&server.app).await;
     let accepted = server.app.burst(&lab, 1000).await;
     assert_eq!(accepted.len(), 1000);
-    let midway = server
+    server
         .app
         .wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1)
         .await;
-    assert!(!settled(&midway), "the kill lands mid-burst");
     let dead_before = dead_letter_ids(&server.app.snapshot(&lab).await);
+    burst_mid_round(&server.app, &lab).await;
     // A settings change is answered only once everything before it is committed.
     server.app.put(&lab, "policy", "{}").await;
     server.kill();
 
     let restarted = Server::start(&db);
     let resumed = restarted.app.snapshot(&lab).await;
-    assert_eq!(messages(&resumed).len(), 1000, "every accepted message is still there");
+    assert_eq!(messages(&resumed).len(), 1050, "every accepted message is still there");
+    assert!(!settled(&resumed), "the kill landed mid-round: {}", resumed["counters"]);
+    restarted.app.set_mode(&lab, "healthy").await;
     let interrupted = messages(&resumed)
         .iter()
         .flat_map(|m| m["attempts"].as_array().unwrap())
         .filter(|a| a["outcome"] == "interrupted")
         .count();
     println!("{interrupted} attempts were cut off by the kill");
-    finish_and_replay(&restarted.app, &lab, &db, &dead_before).await;
+    finish_and_replay(&restarted.app, &lab, &db, &dead_before, 1050).await;
 }
 
 #[tokio::test]
@@ -135,12 +146,13 @@ async fn crashing_the_client_resumes_from_the_store() {
     app.burst(&lab, 1000).await;
     app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") >= 200 && counter(s, "dead_letter") >= 1).await;
     let dead_before = dead_letter_ids(&app.snapshot(&lab).await);
-    app.put(&lab, "policy", "{}").await;
+    burst_mid_round(&app, &lab).await;
 
     let (status, body) = app.call(Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert!(body["resumed"].as_u64().unwrap() > 0, "some deliveries were cut off and resumed: {body}");
-    finish_and_replay(&app, &lab, &db, &dead_before).await;
+    assert!(body["resumed"].as_u64().unwrap() >= 50, "the second burst was cut off and resumed: {body}");
+    app.set_mode(&lab, "healthy").await;
+    finish_and_replay(&app, &lab, &db, &dead_before, 1050).await;
 }
 
 #[tokio::test]
