@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser};
 use serde::Serialize;
 
+/// See `Config::commit_delay_ms`.
+pub const DEFAULT_COMMIT_DELAY_MS: u64 = 20;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "retrylab", version, about = "Break an endpoint, send traffic, watch retries work.")]
 pub struct Config {
@@ -38,6 +41,13 @@ pub struct Config {
     /// writes are refused as on a full disk, and the server says so.
     #[arg(long, env = "RETRYLAB_MAX_DB_BYTES", default_value_t = 0)]
     pub max_db_bytes: u64,
+
+    /// How long the store may hold changes nobody waits for (a delivery's attempts, a repeat's
+    /// event) before it commits them, so that more fold into one commit; 0 commits at once. A
+    /// change someone waits for (an answer of the endpoint, a burst, a settings change) is
+    /// committed at once, whatever this says.
+    #[arg(long, env = "RETRYLAB_COMMIT_DELAY_MS", default_value_t = DEFAULT_COMMIT_DELAY_MS)]
+    pub commit_delay_ms: u64,
 
     #[command(flatten)]
     pub limits: Limits,
@@ -169,6 +179,7 @@ impl Config {
             instance_id: None,
             db,
             max_db_bytes: 0,
+            commit_delay_ms: DEFAULT_COMMIT_DELAY_MS,
             limits: Limits::default(),
             retention: Retention::default(),
             exposure: Exposure::default(),

@@ -47,7 +47,7 @@ use tokio::sync::watch;
 use config::{Config, MetricsAt};
 use lab::{Labs, unix_now_ms};
 use producer::Producer;
-use store::Store;
+use store::{Store, StoreSettings};
 use web::{App, AppState, ConnectionLimits};
 
 /// How long open requests may run on after a shutdown signal before they are cut off, so the
@@ -71,8 +71,11 @@ pub async fn serve(
     let producer = Producer::new(self_url(internal.local_addr()?), metrics.clone(), slots)
         .map_err(std::io::Error::other)?;
     let db = config.db.clone();
-    let max_db_bytes = config.max_db_bytes;
-    let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db, max_db_bytes))
+    let settings = StoreSettings {
+        max_bytes: config.max_db_bytes,
+        commit_delay: std::time::Duration::from_millis(config.commit_delay_ms),
+    };
+    let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db, settings))
         .await
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;

@@ -28,6 +28,23 @@ pub struct Counters {
     pub applied_twice: u64,
 }
 
+impl Counters {
+    /// Each counter with its name, as it serializes (a unit test holds the two together).
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("queued", self.queued),
+            ("in_flight", self.in_flight),
+            ("backing_off", self.backing_off),
+            ("delivered", self.delivered),
+            ("dead_letter", self.dead_letter),
+            ("quarantined", self.quarantined),
+            ("requests", self.requests),
+            ("applied", self.applied),
+            ("applied_twice", self.applied_twice),
+        ]
+    }
+}
+
 /// The rows a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
 pub struct RecordChanges {
@@ -398,6 +415,23 @@ impl LabRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_are_named_as_they_serialize() {
+        let counters = Counters {
+            queued: 1,
+            in_flight: 2,
+            backing_off: 3,
+            delivered: 4,
+            dead_letter: 5,
+            quarantined: 6,
+            requests: 7,
+            applied: 8,
+            applied_twice: 9,
+        };
+        let named: Vec<String> = counters.named().iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        assert_eq!(format!("{{{}}}", named.join(",")), serde_json::to_string(&counters).unwrap());
+    }
 
     #[test]
     fn changes_the_store_could_not_commit_come_back() {

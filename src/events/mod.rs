@@ -129,15 +129,27 @@ pub struct Published {
     pub data: Arc<str>,
 }
 
-#[derive(Serialize)]
-struct Envelope<'a> {
-    #[serde(flatten)]
-    event: &'a Event,
-    at_ms: u64,
-    /// Only the counters that moved since the previous event: most events move one or two,
-    /// and a burst of thousands should not repeat all nine thousands of times.
-    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
-    counters: serde_json::Map<String, serde_json::Value>,
+/// An event as sent: the event's own fields, then `at_ms`, then `counters`, only those that
+/// moved since the previous event (most events move one or two, and a burst of thousands
+/// should not repeat all nine thousands of times). Written by hand: this runs for every
+/// request the endpoint answers, and serde's `flatten` would buffer the whole event first.
+fn envelope(event: &Event, at_ms: u64, moved: &[(&'static str, u64)]) -> String {
+    use std::fmt::Write;
+    let mut data = serde_json::to_string(event).expect("events serialize: they hold only plain data");
+    // A tagged enum always serializes as an object: reopen it to add the envelope's fields.
+    debug_assert!(data.ends_with('}'));
+    data.pop();
+    let _ = write!(data, ",\"at_ms\":{at_ms}");
+    if !moved.is_empty() {
+        data.push_str(",\"counters\":{");
+        for (i, (name, value)) in moved.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            let _ = write!(data, "{comma}\"{name}\":{value}");
+        }
+        data.push('}');
+    }
+    data.push('}');
+    data
 }
 
 /// Where a new subscriber starts.
@@ -150,7 +162,8 @@ pub enum Start {
 
 pub struct EventLog {
     last_id: u64,
-    last_counters: serde_json::Map<String, serde_json::Value>,
+    /// The counters as of the last event; `None` before the first.
+    last_counters: Option<Counters>,
     window: VecDeque<Published>,
     capacity: usize,
     /// The window's size in bytes, and its bound: events that carry a whole snapshot (a reset,
@@ -171,7 +184,7 @@ impl EventLog {
     pub fn new(capacity: usize, lag: usize, last_id: u64) -> Self {
         EventLog {
             last_id,
-            last_counters: serde_json::Map::new(),
+            last_counters: None,
             window: VecDeque::new(),
             capacity: capacity.max(1),
             window_bytes: 0,
@@ -196,9 +209,8 @@ impl EventLog {
     /// handed out in the order the changes happened.
     pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Published {
         self.last_id += 1;
-        let counters = self.moved(counters);
-        let data = serde_json::to_string(&Envelope { event, at_ms, counters })
-            .expect("events serialize: they hold only plain data");
+        let moved = self.moved(counters);
+        let data = envelope(event, at_ms, &moved);
         let published = Published { id: self.last_id, data: data.into() };
         self.window_bytes += published.data.len();
         self.window.push_back(published.clone());
@@ -218,15 +230,13 @@ impl EventLog {
     }
 
     /// The counters that differ from the ones last published (all of them the first time).
-    fn moved(&mut self, counters: Counters) -> serde_json::Map<String, serde_json::Value> {
-        let serde_json::Value::Object(now) = serde_json::to_value(counters).expect("counters serialize")
-        else {
-            unreachable!("counters serialize as an object")
-        };
-        let moved = now.iter().filter(|(k, v)| self.last_counters.get(*k) != Some(v));
-        let moved = moved.map(|(k, v)| (k.clone(), v.clone())).collect();
-        self.last_counters = now;
-        moved
+    fn moved(&mut self, counters: Counters) -> Vec<(&'static str, u64)> {
+        let before = self.last_counters.replace(counters).map(|c| c.named());
+        let now = counters.named();
+        match before {
+            Some(before) => now.into_iter().zip(before).filter(|(n, b)| n.1 != b.1).map(|(n, _)| n).collect(),
+            None => now.to_vec(),
+        }
     }
 
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
@@ -249,6 +259,32 @@ impl EventLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_its_fields_then_its_time_then_the_counters_that_moved() {
+        let mut log = EventLog::new(10, 10, 0);
+        let event = Event::AttemptStarted {
+            message_id: 7,
+            attempt: StartedAttempt { n: 2, round: 0, started_ms: 40 },
+            waited_ms: Some(12),
+            queued_ms: None,
+        };
+        let first = log.publish(&event, 99, Counters { in_flight: 1, ..Default::default() });
+        let mut expected = serde_json::to_value(&event).unwrap();
+        expected["at_ms"] = 99.into();
+        expected["counters"] = serde_json::to_value(Counters { in_flight: 1, ..Default::default() }).unwrap();
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&first.data).unwrap(), expected);
+        assert!(first.data.starts_with(r#"{"type":"attempt_started""#), "{}", first.data);
+        let next = log.publish(
+            &Event::Delivered { message_id: 7 },
+            100,
+            Counters { delivered: 1, ..Default::default() },
+        );
+        assert_eq!(
+            &*next.data,
+            r#"{"type":"delivered","message_id":7,"at_ms":100,"counters":{"in_flight":0,"delivered":1}}"#
+        );
+    }
 
     fn publish_n(log: &mut EventLog, n: u64) {
         for id in 0..n {

@@ -41,6 +41,10 @@ impl Lab {
 
     /// Waits until every change up to event `target` is committed (see `persisted`).
     pub async fn persisted_through(&self, target: u64) -> Result<(), NotDurable> {
+        if *self.durable.borrow() >= target {
+            return Ok(()); // a repeat of a key committed long ago, most often
+        }
+        self.store.hurry();
         let mut durable = self.durable.subscribe();
         let mut health = self.store.health();
         tokio::select! {

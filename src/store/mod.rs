@@ -3,4 +3,4 @@
 
 mod sqlite;
 
-pub use sqlite::{Batch, Flush, Health, LabRow, LoadedLab, Store, StoreError, StoreStats};
+pub use sqlite::{Batch, Flush, Health, LabRow, LoadedLab, Store, StoreError, StoreSettings, StoreStats};

@@ -3,12 +3,16 @@
 //! asks each for the rows that changed, writes them all in one transaction, then tells each
 //! lab which event id is now durable. Callers that promise durability ("accepted", "applied")
 //! wait for that id before answering, and share the commit with everyone else waiting.
+//! When nobody waits (a delivery's attempts, a repeat's event), the writer holds the changes
+//! for up to `--commit-delay-ms` first, so one commit (one fsync) carries many more of them; a
+//! caller that waits says so (`Store::hurry`) and gets its commit at once.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
@@ -99,8 +103,19 @@ pub struct StoreStats {
     pub rows: AtomicU64,
 }
 
+/// How the store writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreSettings {
+    /// The most the file may grow to, in bytes (0: no limit of ours), as a full disk would.
+    pub max_bytes: u64,
+    /// How long changes nobody waits for may be held to fold more into one commit.
+    pub commit_delay: Duration,
+}
+
 enum Job {
     Flush(Arc<dyn Flush>),
+    /// Someone waits for a commit: make it now, without the delay.
+    Hurry,
     /// Commit what is pending, then stop and answer.
     Stop(mpsc::Sender<()>),
 }
@@ -126,7 +141,8 @@ impl Store {
     /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
     /// and starts the writer. Blocking: call it off the async workers.
     /// `max_bytes` (0 for no limit) caps the database file, as a full disk would.
-    pub fn open(path: &Path, max_bytes: u64) -> Result<(Store, Vec<LoadedLab>), StoreError> {
+    pub fn open(path: &Path, settings: StoreSettings) -> Result<(Store, Vec<LoadedLab>), StoreError> {
+        let max_bytes = settings.max_bytes;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
@@ -144,7 +160,10 @@ impl Store {
         let (health, watching) = tokio::sync::watch::channel(Health::default());
         thread::Builder::new()
             .name("retrylab-store".into())
-            .spawn(move || supervise_writer(connection, receiver, &writer_stats, health))
+            .spawn(move || {
+                let writer = Writer { jobs: receiver, stats: &writer_stats, delay: settings.commit_delay };
+                supervise_writer(connection, &writer, health)
+            })
             .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
         Ok((Store { jobs, path: path.to_owned(), stats, health: watching }, labs))
     }
@@ -153,7 +172,7 @@ impl Store {
     #[cfg(test)]
     pub fn temporary() -> Store {
         let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
-        Store::open(&path, 0).expect("a temporary store opens").0
+        Store::open(&path, StoreSettings::default()).expect("a temporary store opens").0
     }
 
     /// Whether the writer can write; changes as commits fail and succeed.
@@ -165,6 +184,11 @@ impl Store {
     pub fn schedule(&self, lab: Arc<dyn Flush>) {
         // The writer only stops at shutdown; changes after that are lost with the process anyway.
         let _ = self.jobs.send(Job::Flush(lab));
+    }
+
+    /// Someone waits for the changes scheduled so far: the writer commits them without delay.
+    pub fn hurry(&self) {
+        let _ = self.jobs.send(Job::Hurry);
     }
 
     /// Reads one lab's messages and dead letters back (blocking).
@@ -206,10 +230,11 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
     let connection = Connection::open(path)
         .map_err(|e| StoreError(format!("cannot open the store at {}: {e}", path.display())))?;
     // WAL lets the page read while the writer commits; FULL syncs each commit, which group
-    // commit keeps affordable; foreign keys make deleting a lab delete what it held.
+    // commit keeps affordable; foreign keys make deleting a lab delete what it held. The
+    // savepoint around each lab's batch keeps its undo pages in memory, not in a temporary file.
     connection.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
-         PRAGMA busy_timeout = 5000;",
+         PRAGMA busy_timeout = 5000; PRAGMA temp_store = MEMORY;",
     )?;
     Ok(connection)
 }
@@ -233,16 +258,11 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
 
 /// Runs the writer, restarting it if it panics outside a commit (in a lab's code, say): the
 /// labs it was writing for hand their rows back with their next change.
-fn supervise_writer(
-    mut connection: Connection,
-    jobs: mpsc::Receiver<Job>,
-    stats: &StoreStats,
-    health: tokio::sync::watch::Sender<Health>,
-) {
+fn supervise_writer(mut connection: Connection, writer: &Writer, health: tokio::sync::watch::Sender<Health>) {
     let mut outage = Outage { health: Some(health), ..Default::default() };
     loop {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            write_loop(&mut connection, &jobs, stats, &mut outage)
+            write_loop(&mut connection, writer, &mut outage)
         }));
         match run {
             Ok(()) => return,
@@ -251,22 +271,59 @@ fn supervise_writer(
     }
 }
 
-fn write_loop(
-    connection: &mut Connection,
-    jobs: &mpsc::Receiver<Job>,
-    stats: &StoreStats,
-    outage: &mut Outage,
-) {
-    while let Ok(first) = jobs.recv() {
-        // Group commit: everything that arrived while the last transaction ran goes in this one.
-        let mut labs: Vec<Arc<dyn Flush>> = Vec::new();
-        let mut stops = Vec::new();
-        for job in std::iter::once(first).chain(jobs.try_iter()) {
-            match job {
-                Job::Flush(lab) => labs.push(lab),
-                Job::Stop(done) => stops.push(done),
+/// What the writer thread works from.
+struct Writer<'a> {
+    jobs: mpsc::Receiver<Job>,
+    stats: &'a StoreStats,
+    delay: Duration,
+}
+
+impl Writer<'_> {
+    /// The labs to commit next, and whoever asked the writer to stop. Group commit: everything
+    /// that arrived while the last transaction ran goes in this one, and while nobody waits
+    /// for a commit, whatever arrives within the delay goes in too.
+    fn next_group(&self) -> Option<Group> {
+        let mut group = Group::default();
+        group.take(self.jobs.recv().ok()?);
+        self.jobs.try_iter().for_each(|job| group.take(job));
+        let until = Instant::now() + self.delay;
+        while !group.urgent {
+            let Some(left) = until.checked_duration_since(Instant::now()) else { break };
+            match self.jobs.recv_timeout(left) {
+                Ok(job) => group.take(job),
+                Err(_) => break, // the delay is over (or every sender is gone)
             }
         }
+        Some(group)
+    }
+}
+
+/// The labs one commit is for.
+#[derive(Default)]
+struct Group {
+    labs: Vec<Arc<dyn Flush>>,
+    /// Whoever asked the writer to stop once this commit is made.
+    stops: Vec<mpsc::Sender<()>>,
+    /// Someone waits for it.
+    urgent: bool,
+}
+
+impl Group {
+    fn take(&mut self, job: Job) {
+        match job {
+            Job::Flush(lab) => self.labs.push(lab),
+            Job::Hurry => self.urgent = true,
+            Job::Stop(done) => {
+                self.stops.push(done);
+                self.urgent = true;
+            }
+        }
+    }
+}
+
+fn write_loop(connection: &mut Connection, writer: &Writer, outage: &mut Outage) {
+    let stats = writer.stats;
+    while let Some(Group { mut labs, stops, .. }) = writer.next_group() {
         let mut seen = HashSet::new();
         labs.retain(|lab| seen.insert(Arc::as_ptr(lab) as *const () as usize));
         let batches: Vec<(Arc<dyn Flush>, Batch)> =
@@ -365,14 +422,22 @@ impl Outage {
     }
 }
 
-/// Writes every batch in one transaction, each inside a savepoint of its own: a batch that
-/// fails is rolled back alone and returned, so one lab's bad rows cannot fail every lab's.
+/// Writes every batch in one transaction, each inside a savepoint of its own when there are
+/// several: a batch that fails is rolled back alone and returned, so one lab's bad rows cannot
+/// fail every lab's.
 /// `Err` only when the transaction itself could not be committed.
 fn commit(
     connection: &mut Connection,
     batches: &[(Arc<dyn Flush>, Batch)],
 ) -> Result<(u64, Vec<(usize, StoreError)>), StoreError> {
     let mut tx = connection.transaction()?;
+    if let [(_, batch)] = batches {
+        // One batch alone needs no savepoint of its own: if it fails, so does the transaction.
+        return match write_batch(&tx, batch) {
+            Ok(rows) => tx.commit().map(|()| (rows, Vec::new())).map_err(StoreError::from),
+            Err(e) => Ok((0, vec![(0, e)])), // dropping the transaction rolls it back
+        };
+    }
     let mut rows = 0;
     let mut failed = Vec::new();
     for (index, (_, batch)) in batches.iter().enumerate() {
@@ -390,7 +455,7 @@ fn commit(
     Ok((rows, failed))
 }
 
-fn write_batch(tx: &rusqlite::Savepoint<'_>, batch: &Batch) -> Result<u64, StoreError> {
+fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     let lab = batch.lab_id.as_str();
     if batch.delete {
         tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
@@ -647,6 +712,47 @@ mod tests {
         }
         assert_eq!(*good.committed.lock().unwrap(), Some(5), "the good lab's commit went through");
         assert_eq!(*broken.failed.lock().unwrap(), [7], "the broken lab took its rows back");
+    }
+
+    fn good() -> Arc<Good> {
+        Arc::new(Good { handed_out: Mutex::new(false), committed: Mutex::new(None) })
+    }
+
+    fn store_with_delay(delay: Duration) -> Store {
+        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        Store::open(&path, StoreSettings { max_bytes: 0, commit_delay: delay }).unwrap().0
+    }
+
+    /// Waits up to 5 s for the lab's commit; returns how long after `since` it was seen.
+    fn committed_within(lab: &Good, since: Instant) -> Option<Duration> {
+        while since.elapsed() < Duration::from_secs(5) {
+            if lab.committed.lock().unwrap().is_some() {
+                return Some(since.elapsed());
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    #[test]
+    fn changes_nobody_waits_for_are_held_for_the_delay_then_committed() {
+        let store = store_with_delay(Duration::from_millis(400));
+        let lab = good();
+        let scheduled = Instant::now();
+        store.schedule(lab.clone());
+        let took = committed_within(&lab, scheduled).expect("committed after the delay");
+        assert!(took >= Duration::from_millis(390), "held for the delay, then committed: {took:?}");
+    }
+
+    #[test]
+    fn a_commit_someone_waits_for_is_made_at_once() {
+        let store = store_with_delay(Duration::from_secs(60));
+        let lab = good();
+        let scheduled = Instant::now();
+        store.schedule(lab.clone());
+        store.hurry();
+        let took = committed_within(&lab, scheduled).expect("committed long before the 60 s delay");
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 
     #[test]

@@ -4,11 +4,15 @@
 //! client talking to itself over loopback, and its 503s and 429s are the lab working as a
 //! person asked: those lines are DEBUG. ERROR is kept for what someone must act on.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
+use tower_http::request_id::{MakeRequestId, RequestId};
 use tracing::Instrument;
 
 /// The route of the fault-injectable endpoint.
@@ -42,4 +46,43 @@ pub async fn log_requests(request: Request, next: Next) -> Response {
         tracing::info!(status, latency_ms, "answered");
     }
     response
+}
+
+/// Request ids: a random prefix drawn once per process, then a count. Unique like a UUID per
+/// request, without asking the kernel for randomness on every request to the endpoint.
+#[derive(Clone)]
+pub struct RequestIds {
+    prefix: Arc<str>,
+    next: Arc<AtomicU64>,
+}
+
+impl RequestIds {
+    pub fn new() -> Self {
+        let prefix = uuid::Uuid::new_v4().simple().to_string()[..12].into();
+        RequestIds { prefix, next: Arc::new(AtomicU64::new(1)) }
+    }
+}
+
+impl MakeRequestId for RequestIds {
+    fn make_request_id<B>(&mut self, _request: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::try_from(format!("{}-{n}", self.prefix)).ok().map(RequestId::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_differ_within_and_across_processes() {
+        let request = axum::http::Request::new(());
+        let id = |ids: &mut RequestIds| {
+            ids.make_request_id(&request).unwrap().header_value().to_str().unwrap().to_owned()
+        };
+        let mut here = RequestIds::new();
+        let (a, b, c) = (id(&mut here), id(&mut here.clone()), id(&mut RequestIds::new()));
+        assert_ne!(a, b, "clones share the count");
+        assert_ne!(a.split('-').next(), c.split('-').next(), "each process draws its own prefix");
+    }
 }

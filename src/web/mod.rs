@@ -26,7 +26,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
 use tokio::sync::watch;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::{Limits, Retention};
@@ -100,7 +100,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn(access_log::log_requests))
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetRequestIdLayer::x_request_id(access_log::RequestIds::new()))
         .layer(security_header(
             header::CONTENT_SECURITY_POLICY,
             "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
