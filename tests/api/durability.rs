@@ -188,7 +188,7 @@ fn config_defaults() -> retrylab::config::Config {
 #[tokio::test]
 async fn retention_expires_keys_dead_letters_and_idle_labs() {
     let retention =
-        Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 2, sweep_interval_ms: 50 };
+        Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 4, sweep_interval_ms: 50 };
     let app = TestApp::spawn_config(config(Limits::default(), retention)).await;
     let lab = app.fast_lab().await;
     app.set_mode(&lab, "down").await;
@@ -208,8 +208,11 @@ async fn retention_expires_keys_dead_letters_and_idle_labs() {
     assert_eq!(post().await.unwrap().status(), StatusCode::OK);
     let gone = app.wait_for(&lab, PATIENCE, |s| s["dead_letters"].as_array().unwrap().is_empty()).await;
     assert!(messages(&gone).is_empty(), "expired dead letters go with their messages");
+    // The key was applied before the dead letters expired; it is at least 1.2 s old now, and
+    // the lab (whose last event was an expiry) has seconds left before it is idle for 4 s.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let fresh = post().await.unwrap();
+    assert_eq!(fresh.status(), StatusCode::OK, "the lab is still there");
     assert!(fresh.headers().get("idempotent-replayed").is_none(), "after the window the key is new again");
 
     // Nobody touches the lab now: after the idle window it is deleted.
@@ -219,7 +222,7 @@ async fn retention_expires_keys_dead_letters_and_idle_labs() {
         if status == StatusCode::NOT_FOUND {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "the idle lab was never purged");
+        assert!(start.elapsed() < Duration::from_secs(30), "the idle lab was never purged");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

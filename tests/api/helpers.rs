@@ -13,9 +13,10 @@ pub struct TestApp {
 }
 
 /// A policy and downstream fast enough for tests: a 10 ms base, tiny latencies, no
-/// `Retry-After` floor unless a test sets one.
+/// `Retry-After` floor unless a test sets one. The timeout is far past those latencies, so a
+/// busy machine does not turn a slow answer into an extra attempt the test did not plan.
 pub const FAST_POLICY: &str =
-    r#"{"base_ms": 10, "cap_ms": 200, "timeout_ms": 1000, "max_attempts": 4, "jitter": "equal"}"#;
+    r#"{"base_ms": 10, "cap_ms": 200, "timeout_ms": 5000, "max_attempts": 4, "jitter": "equal"}"#;
 pub const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [1, 5], "retry_after_s": 0}"#;
 
 impl TestApp {

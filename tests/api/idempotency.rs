@@ -27,13 +27,13 @@ fn problem_type(response: &reqwest::Response) -> &str {
 async fn the_downstream_keeps_the_idempotency_contract() {
     let app = TestApp::spawn().await;
     let lab = app.new_lab().await;
-    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [300, 300]}"#).await;
+    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [3000, 3000]}"#).await;
 
     let missing = post(&app, &lab, None, "{}").await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
     assert_eq!(problem_type(&missing), "application/problem+json");
 
-    // The first request is held for 300 ms; a second with the same key arrives meanwhile.
+    // The first request is held for 3 s; a second with the same key arrives meanwhile.
     let first = tokio::spawn({
         let (client, url) = (app.client.clone(), app.url(&format!("/labs/{lab}/downstream")));
         async move {
@@ -50,7 +50,12 @@ async fn the_downstream_keeps_the_idempotency_contract() {
             )
         }
     });
+    // Meanwhile for certain: the first has reached the endpoint (it is counted where it
+    // arrives, and its key is taken a moment later, with no wait in between)...
+    app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "requests") == 2).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // ...and is held for seconds more.
+    assert!(!first.is_finished(), "the first request is still being processed");
     let concurrent = post(&app, &lab, Some("order-1"), r#"{"n": 1}"#).await;
     assert_eq!(concurrent.status(), StatusCode::CONFLICT);
     assert_eq!(problem_type(&concurrent), "application/problem+json");
@@ -78,18 +83,23 @@ async fn the_downstream_keeps_the_idempotency_contract() {
 async fn a_write_lands_even_when_the_client_hangs_up() {
     let app = TestApp::spawn().await;
     let lab = app.new_lab().await;
-    app.put(&lab, "downstream", r#"{"latency_ms": [200, 200]}"#).await;
-    let gave_up = app
+    app.put(&lab, "downstream", r#"{"latency_ms": [1000, 1000]}"#).await;
+    let request = app
         .client
         .post(app.url(&format!("/labs/{lab}/downstream")))
         .header("Idempotency-Key", "hang-up")
         .header("content-type", "application/json")
         .body("{}")
-        .timeout(Duration::from_millis(50))
-        .send()
-        .await;
-    assert!(gave_up.unwrap_err().is_timeout());
-    let landed = app.wait_for(&lab, Duration::from_secs(5), |s| counter(s, "applied") == 1).await;
+        .send();
+    let waiting = tokio::spawn(request);
+    // The client hangs up once its request has certainly reached the endpoint (counted where
+    // it arrives, its write begun a moment later), while the answer is still a second away.
+    app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "requests") == 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "no answer yet when the client hangs up");
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    let landed = app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "applied") == 1).await;
     assert_eq!(counter(&landed, "applied_twice"), 0);
     let repeat = post(&app, &lab, Some("hang-up"), "{}").await;
     assert_eq!(repeat.headers()["idempotent-replayed"], "true");

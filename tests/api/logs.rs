@@ -33,8 +33,10 @@ async fn outage_logs(json: bool) -> (String, String) {
         Some(url) => url.trim_end_matches('/').to_owned(),
         // JSON mode: the banner is a log line in the file, not on stdout.
         None => {
+            // The binary opens its store before it serves: on a busy machine that takes a while.
             let mut url = None;
-            for _ in 0..100 {
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(30) {
                 let logged = std::fs::read_to_string(&log_path).unwrap();
                 url = logged.split(['"', ' ']).find(|w| w.starts_with("http://")).map(str::to_owned);
                 if url.is_some() {

@@ -69,8 +69,11 @@ async fn the_time_and_retry_budgets_dead_letter_with_their_causes() {
     let app = TestApp::spawn().await;
     let timed = app.fast_lab().await;
     app.set_mode(&timed, "down").await;
-    // Waits of 50, 100 ms: the second would start past 120 ms after the first attempt.
-    let policy = r#"{"base_ms": 50, "jitter": "none", "max_attempts": 10, "max_total_ms": 120}"#;
+    // Waits of 200, 400 ms: the second would start 600 ms or more after the first attempt, past
+    // the 500 ms budget, however fast the machine; the first fits unless an attempt of a down
+    // downstream takes 300 ms.
+    let policy =
+        r#"{"base_ms": 200, "cap_ms": 1000, "jitter": "none", "max_attempts": 10, "max_total_ms": 500}"#;
     app.put(&timed, "policy", policy).await;
     app.burst(&timed, 3).await;
 
@@ -123,7 +126,9 @@ async fn a_breaker_fails_fast_through_an_outage_and_closes_through_half_open() {
     assert_eq!(guarded_done["breaker"]["state"], "open");
 
     // The downstream recovers: the next burst meets the open breaker, a probe gets through,
-    // succeeds, and the breaker closes.
+    // succeeds, and the breaker closes. The breaker's last 100 ms open window is over first, so
+    // the probe goes out at once and every message has all its attempts left to get through.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     app.set_mode(&guarded, "healthy").await;
     app.burst(&guarded, 10).await;
     let healed = app.wait_for(&guarded, PATIENCE, |s| counter(s, "delivered") == 10).await;
@@ -183,11 +188,12 @@ fn spread(times: &[u64]) -> u64 {
 async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it() {
     let app = TestApp::spawn().await;
     let (floor, above) = (app.fast_lab().await, app.fast_lab().await);
-    // A 1 s Retry-After, longer than the [200, 400] ms band of the first wait.
+    // A 2 s Retry-After, longer than the [500, 1000] ms band of the first wait. The band is wide
+    // beside the tens of milliseconds a busy machine may add to when each retry starts.
     for (lab, mode) in [(&floor, "floor"), (&above, "jitter_above")] {
-        app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+        app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 2}"#).await;
         let policy = format!(
-            r#"{{"base_ms": 400, "cap_ms": 1000, "max_attempts": 2, "retry_after_mode": "{mode}", "seed": 5}}"#
+            r#"{{"base_ms": 1000, "cap_ms": 2000, "max_attempts": 2, "retry_after_mode": "{mode}", "seed": 5}}"#
         );
         app.put(lab, "policy", &policy).await;
     }
@@ -195,13 +201,19 @@ async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it(
     app.burst(&above, 20).await;
     let floor = app.wait_for(&floor, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
     let above = app.wait_for(&above, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
-    let (together, spread_out) = (spread(&retry_starts(&floor)), spread(&retry_starts(&above)));
-    assert!(together < 100, "a plain floor sent the retries back within {together} ms");
-    assert!(spread_out > 120 && spread_out > together * 2, "jitter above spread them over {spread_out} ms");
-    for wait in attempts(&above).iter().filter_map(|a| a["wait"].as_object()) {
-        let planned = wait["planned_ms"].as_u64().unwrap();
-        assert!((1_200..=1_400).contains(&planned), "1 s plus the band: {planned}");
+    let planned = |s: &Value| -> Vec<u64> {
+        attempts(s).iter().filter_map(|a| a["wait"]["planned_ms"].as_u64()).collect()
+    };
+    assert_eq!(planned(&floor), [2_000; 20], "a plain floor plans every retry for the same moment");
+    for wait in planned(&above) {
+        assert!((2_500..=3_000).contains(&wait), "2 s plus the band: {wait}");
     }
+    let (together, spread_out) = (spread(&retry_starts(&floor)), spread(&retry_starts(&above)));
+    println!(
+        "retries started within {together} ms after a plain floor, over {spread_out} ms with jitter above"
+    );
+    assert!(together < 200, "a plain floor sent the retries back within {together} ms");
+    assert!(spread_out > 300 && spread_out > together * 2, "jitter above spread them over {spread_out} ms");
 }
 
 /// Requests per delivered message against an overloaded downstream, for one jitter and seed.
@@ -350,7 +362,7 @@ async fn requests_waiting_in_line_when_an_outage_begins_get_its_answer_and_free_
     app.put(
         &lab,
         "downstream",
-        r#"{"mode": "overloaded", "capacity": 1, "queue": 5, "latency_ms": [150, 150]}"#,
+        r#"{"mode": "overloaded", "capacity": 1, "queue": 5, "latency_ms": [1000, 1000]}"#,
     )
     .await;
     let post = |key: String| {
@@ -368,8 +380,12 @@ async fn requests_waiting_in_line_when_an_outage_begins_get_its_answer_and_free_
         }
     };
     let waiting: Vec<_> = (0..3).map(|i| tokio::spawn(post(format!("line-{i}")))).collect();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 200}"#).await;
+    // All three are in for certain: one at the worker for 1 s, two in line (each is counted
+    // where it arrives and takes its place a moment later, with no wait in between).
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "requests") == 3).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The outage outlasts the work the line starts when it begins (1 s) by seconds.
+    app.put(&lab, "downstream", r#"{"mode": "down", "for_ms": 4000}"#).await;
     let mut statuses = Vec::new();
     for answer in waiting {
         statuses.push(answer.await.unwrap());

@@ -74,8 +74,9 @@ async fn slow_answers_are_recovered_from_the_stored_result() {
 async fn a_client_error_dead_letters_at_once() {
     let app = TestApp::spawn().await;
     let lab = app.fast_lab().await;
-    // Long enough waits to slip a conflicting write in between two attempts.
-    app.put(&lab, "policy", r#"{"base_ms": 400, "cap_ms": 400, "jitter": "none"}"#).await;
+    // Long enough waits to slip a conflicting write in between two attempts: 3 s, against
+    // the few milliseconds the two requests below take.
+    app.put(&lab, "policy", r#"{"base_ms": 3000, "cap_ms": 3000, "jitter": "none"}"#).await;
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 1).await;
     let waiting = app.wait_for(&lab, PATIENCE, |s| messages(s)[0]["state"] == "backing_off").await;
@@ -159,8 +160,8 @@ async fn unhonoured_waits_fall_inside_the_jitter_band() {
 async fn reset_stops_deliveries_and_clears_the_lab() {
     let app = TestApp::spawn().await;
     let lab = app.fast_lab().await;
-    // Every message fails once, then all wait 400 ms: reset lands while none is in flight.
-    app.put(&lab, "policy", r#"{"base_ms": 400, "cap_ms": 400, "jitter": "none"}"#).await;
+    // Every message fails once, then all wait 2 s: reset lands while none is in flight.
+    app.put(&lab, "policy", r#"{"base_ms": 2000, "cap_ms": 2000, "jitter": "none"}"#).await;
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 10).await;
     app.wait_for(&lab, PATIENCE, |s| counter(s, "backing_off") == 10).await;
@@ -168,7 +169,8 @@ async fn reset_stops_deliveries_and_clears_the_lab() {
     let (status, after) = app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
     assert_eq!(status, 200);
     assert!(messages(&after).is_empty());
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Past the time every retry was due: a delivery the reset missed would have sent it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let later = app.snapshot(&lab).await;
     assert!(messages(&later).is_empty(), "stopped deliveries leave nothing behind");
     assert_eq!(counter(&later, "requests"), 0, "no request after the reset");

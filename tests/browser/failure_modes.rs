@@ -15,7 +15,7 @@ async fn apply_policy_form(page: &cdp::Page, fields: Value) {
     wait_for(
         page,
         "the policy form to show the lab's policy",
-        "document.getElementById('policy-form').elements.namedItem('timeout_ms').value === '300'",
+        "document.getElementById('policy-form').elements.namedItem('timeout_ms').value === '1500'",
     )
     .await;
     let script = format!(
@@ -56,9 +56,10 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     assert_eq!(policy["breaker"], json!({"failure_threshold": 3, "open_ms": 400, "half_open_probes": 1}));
     assert_eq!(policy["base_ms"], 20, "the rest of the policy is kept: {policy}");
 
-    // An outage window: down for 2 s, then back to healthy by itself, counted down on the page.
+    // An outage window: down for 5 s, then back to healthy by itself, counted down on the page;
+    // long enough that the burst sent next meets it however busy the machine.
     page.eval(
-        "(s => { s.value = '2000'; s.dispatchEvent(new Event('change', { bubbles: true })); })(document.querySelector('[data-outage-for]'))",
+        "(s => { s.value = '5000'; s.dispatchEvent(new Event('change', { bubbles: true })); })(document.querySelector('[data-outage-for]'))",
     )
     .await
     .unwrap();
@@ -200,10 +201,22 @@ async fn metastable_preset_sets_up_the_lab_and_a_breaker_ends_it() {
     assert!(said.as_str().unwrap().contains("wasted"), "{said}");
 
     // The preset went through the real API: an overloaded endpoint, down for a short while.
+    // That while may be over by now on a busy machine: then it went back by itself.
     let snapshot = server.snapshot(&lab).await;
     let downstream = &snapshot["downstream"];
-    assert_eq!(downstream["mode"], "down", "{downstream}");
-    assert_eq!(downstream["revert"]["to"]["mode"], "overloaded", "{downstream}");
+    let markers = snapshot["markers"].as_array().unwrap();
+    assert!(
+        markers
+            .iter()
+            .any(|m| m["kind"] == "settings" && m["label"].as_str().unwrap().starts_with("down for")),
+        "the outage was set: {markers:?}"
+    );
+    if downstream["mode"] == "down" {
+        assert_eq!(downstream["revert"]["to"]["mode"], "overloaded", "{downstream}");
+    } else {
+        assert_eq!(downstream["mode"], "overloaded", "{downstream}");
+        assert!(markers.iter().any(|m| m["kind"] == "scheduled"), "it went back by itself: {markers:?}");
+    }
     assert_eq!(downstream["capacity"], 4);
     assert_eq!(downstream["queue"], 24);
     let policy = &snapshot["policy"];

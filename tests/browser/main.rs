@@ -21,8 +21,9 @@ use tokio::sync::oneshot;
 
 /// Generous: two shared cores run the server, the producer and Chromium at once.
 const PATIENCE: Duration = Duration::from_secs(30);
-/// Lab timings small enough that a whole story takes about a second of lab time.
-const FAST_POLICY: &str = r#"{"base_ms": 20, "cap_ms": 200, "timeout_ms": 300}"#;
+/// Lab timings small enough that a whole story takes about a second of lab time; a timeout
+/// far past the downstream's latency, so a busy machine does not add attempts to the story.
+const FAST_POLICY: &str = r#"{"base_ms": 20, "cap_ms": 200, "timeout_ms": 1500}"#;
 const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [5, 20], "retry_after_s": 0}"#;
 
 /// The real server, serving in this process until stopped.
@@ -260,8 +261,8 @@ async fn slow_answers_show_a_replayed_flag_on_the_timeline() {
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     let lab = open_new_lab(&page, &server).await;
-    // The write lands at once, the answer comes after the client's 300 ms timeout.
-    server.put(&lab, "downstream", r#"{"slow_ms": [400, 500]}"#).await;
+    // The write lands at once, the answer comes after the client's 1.5 s timeout.
+    server.put(&lab, "downstream", r#"{"slow_ms": [2000, 2500]}"#).await;
 
     choose_mode(&page, "slow").await;
     page.click("[data-send=\"1\"]").await;
