@@ -93,11 +93,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
             }
         })
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_control_requests))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            rate_limit::limit_outside_endpoint_requests,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_requests))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(axum::middleware::from_fn(access_log::log_requests))
         .layer(SetRequestIdLayer::x_request_id(access_log::RequestIds::new()))

@@ -1,6 +1,7 @@
-//! A token bucket per client on the control API: the lab applies its own lesson to itself.
-//! Each client may make `burst` control requests in a quick run and `rate` per second after
-//! that; past it, the answer is 429 with a `Retry-After` saying when a token will be back.
+//! A token bucket per client on the control API, and another on the labs' endpoints for outside
+//! callers: the lab applies its own lesson to itself. Each client may make `burst` requests in
+//! a quick run and `rate` per second after that; past it, the answer is 429 with a
+//! `Retry-After` saying when a token will be back.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -83,49 +84,37 @@ fn is_control(request: &Request) -> bool {
     }
 }
 
-pub async fn limit_control_requests(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let client = app.rate_limiter.client(&request);
-    if let Some(client) = client.filter(|_| is_control(&request))
-        && let Err(wait) = app.rate_limiter.take(client, Instant::now())
-    {
-        return AppError::RateLimited {
-            limit: "control_rate_per_s",
-            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
-        }
-        .into_response();
-    }
-    next.run(request).await
-}
-
 /// Marks requests that came in on the producer's own loopback listener: the lab's client,
 /// which the limits on outside callers never hold back.
 #[derive(Debug, Clone, Copy)]
 pub struct InternalCaller;
 
-/// Holds each outside client to `endpoint_rate_per_s` on the labs' endpoints: the one public
-/// route that writes, and so the one a flood would aim at.
-pub async fn limit_outside_endpoint_requests(
-    State(app): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// Holds each client to its rate, with one middleware for both limits: control requests to
+/// `control_rate_per_s`, and outside callers of the labs' endpoints (the one public route that
+/// writes, and so the one a flood would aim at) to `endpoint_rate_per_s`. The lab's own client
+/// is never held back.
+pub async fn limit_requests(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some((limiter, limit)) = limit_for(&app, &request)
+        && let Some(client) = limiter.client(&request)
+        && let Err(wait) = limiter.take(client, Instant::now())
+    {
+        return AppError::RateLimited { limit, retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
+            .into_response();
+    }
+    next.run(request).await
+}
+
+/// The limit a request is held to, if any, and its setting's name.
+fn limit_for<'a>(app: &'a AppState, request: &Request) -> Option<(&'a RateLimiter, &'static str)> {
+    if is_control(request) {
+        return Some((&app.rate_limiter, "control_rate_per_s"));
+    }
     let endpoint = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .is_some_and(|path| path.as_str() == "/labs/{lab}/downstream");
     let outside = request.extensions().get::<InternalCaller>().is_none();
-    if endpoint
-        && outside
-        && let Some(client) = app.endpoint_limiter.client(&request)
-        && let Err(wait) = app.endpoint_limiter.take(client, Instant::now())
-    {
-        return AppError::RateLimited {
-            limit: "endpoint_rate_per_s",
-            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
-        }
-        .into_response();
-    }
-    next.run(request).await
+    (endpoint && outside).then_some((&app.endpoint_limiter, "endpoint_rate_per_s"))
 }
 
 #[cfg(test)]
