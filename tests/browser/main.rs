@@ -8,6 +8,7 @@
 mod cdp;
 mod compare;
 mod failure_modes;
+mod open_large;
 mod scale;
 
 use std::net::SocketAddr;
