@@ -6,12 +6,19 @@
 //!
 //! `OPEN_RUNS=3` (the default) opens the page that many times, one after the other, in one tab;
 //! `OPEN_PROFILE=1` also records a CPU profile of the first opening and prints where it went.
+//! `OPEN_BASELINE_STATIC=DIR` opens, in turn with this page, the page whose `static/` files
+//! are in DIR (another commit's, from `git archive`), so the two are compared side by side
+//! on the same lab, server and browser.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use base64::Engine;
 
 use serde_json::{Value, json};
 
+use super::cdp::Page;
 use super::{PATIENCE, Server, browser};
 
 /// Delivered, then dead-lettered: 20,000 messages in all, in bursts of the default limit.
@@ -30,7 +37,7 @@ const RECORDER: &str = "(() => {
     const read = ReadableStreamDefaultReader.prototype.read;
     ReadableStreamDefaultReader.prototype.read = async function () {
         const result = await read.call(this);
-        if (typeof result.value === 'string') rec.chunks.push(result.value.length);
+        if (typeof result.value === 'string') rec.chunks.push([performance.now(), result.value.length]);
         return result;
     };
     new PerformanceObserver((list) => {
@@ -49,6 +56,18 @@ const RECORDER: &str = "(() => {
     requestAnimationFrame(step);
 })()";
 
+/// Where the time before the snapshot went: the page's own loading, then the event stream's
+/// request, its first bytes, and its chunks.
+const PHASES: &str = "(() => {
+    const r = Math.round;
+    const nav = performance.getEntriesByType('navigation')[0];
+    const loads = performance.getEntriesByType('resource').map((e) => `${e.name.split('/').pop()} ${r(e.startTime)}-${r(e.responseEnd)}`).join(', ');
+    const chunks = window.__open.chunks;
+    return `html ${r(nav.responseEnd)} ms, DOMContentLoaded ${r(nav.domContentLoadedEventEnd)} ms, `
+        + `loads ${loads}, `
+        + `chunks ${r(chunks[0]?.[0])}..${r(chunks[chunks.length - 1]?.[0])} ms`;
+})()";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: cargo test --release --test browser -- --ignored --nocapture open_large_lab"]
 async fn open_large_lab_interactive_within_1500_ms() {
@@ -60,6 +79,10 @@ async fn open_large_lab_interactive_within_1500_ms() {
 
     let runs: usize = std::env::var("OPEN_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     let profile = std::env::var_os("OPEN_PROFILE").is_some();
+    let mut pages = vec![Variant::Current];
+    if let Some(dir) = std::env::var_os("OPEN_BASELINE_STATIC") {
+        pages.insert(0, Variant::Baseline(PathBuf::from(dir)));
+    }
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     page.call("Page.addScriptToEvaluateOnNewDocument", json!({ "source": RECORDER })).await.unwrap();
@@ -70,37 +93,139 @@ async fn open_large_lab_interactive_within_1500_ms() {
     );
     for link in [Link::Loopback, Link::Emulated { mbps: 100.0, latency_ms: 20.0 }] {
         link.apply(&page).await;
-        let mut rows = Vec::new();
+        let mut rows: Vec<Vec<Opening>> = pages.iter().map(|_| Vec::new()).collect();
+        // Baseline and current take turns, so a busy moment of the machine hits both alike.
         for run in 1..=runs {
-            let profiling = profile && run == 1;
-            if profiling {
-                page.call("Profiler.enable", json!({})).await.unwrap();
-                page.call("Profiler.setSamplingInterval", json!({ "interval": 200 })).await.unwrap();
-                page.call("Profiler.start", json!({})).await.unwrap();
+            for (variant, rows) in pages.iter().zip(rows.iter_mut()) {
+                let label = format!("{link}, {variant}, run {run}");
+                let profiling = profile && run == 1;
+                let url = server.url(&format!("/labs/{lab}"));
+                // Both pages' static files come from disk through the same interception, so
+                // they load alike and only their code differs.
+                let events = page.events();
+                let patterns = json!({ "patterns": [{ "urlPattern": "*/static/*" }] });
+                page.call("Fetch.enable", patterns).await.unwrap();
+                let opened = tokio::select! {
+                    never = serve_static_from(&page, variant.dir(), events) => match never {},
+                    opened = open_once(&page, &url, &label, profiling) => opened,
+                };
+                page.call("Fetch.disable", json!({})).await.unwrap();
+                rows.push(opened);
             }
-            page.navigate(&server.url(&format!("/labs/{lab}"))).await;
-            let start = Instant::now();
-            let timing = loop {
-                let rec = page.eval("window.__open.smooth !== null && window.__open").await.unwrap();
-                if rec.is_object() {
-                    break rec;
-                }
-                assert!(start.elapsed() < PATIENCE, "the page never drew the snapshot");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            // Long tasks after the first smooth frame still count: give them time to show up.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let rec = page.eval("window.__open").await.unwrap();
-            if profiling {
-                let stopped = page.call("Profiler.stop", json!({})).await.unwrap();
-                print_profile(&link.to_string(), &stopped["profile"]);
-            }
-            let errors = page.console_errors();
-            assert!(errors.is_empty(), "the page reported errors: {errors:?}");
-            rows.push(Opening::new(&timing, &rec));
-            page.navigate("about:blank").await;
         }
-        print_table(&link.to_string(), &rows);
+        for (variant, rows) in pages.iter().zip(&rows) {
+            print_table(&format!("{link}, {variant}"), rows);
+        }
+    }
+}
+
+/// Opens the lab's page once and waits until it has drawn the snapshot and settled.
+async fn open_once(page: &Page, url: &str, label: &str, profiling: bool) -> Opening {
+    if profiling {
+        page.call("Profiler.enable", json!({})).await.unwrap();
+        page.call("Profiler.setSamplingInterval", json!({ "interval": 200 })).await.unwrap();
+        page.call("Profiler.start", json!({})).await.unwrap();
+    }
+    let before = main_thread(page).await;
+    page.navigate(url).await;
+    let start = Instant::now();
+    let timing = loop {
+        let rec = page.eval("window.__open.smooth !== null && window.__open").await.unwrap();
+        if rec.is_object() {
+            break rec;
+        }
+        assert!(start.elapsed() < PATIENCE, "the page never drew the snapshot");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Long tasks after the first smooth frame still count: give them time to show up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rec = page.eval("window.__open").await.unwrap();
+    let after = main_thread(page).await;
+    let phases = page.eval(PHASES).await.unwrap();
+    eprintln!("{label}: {phases}");
+    if profiling {
+        let stopped = page.call("Profiler.stop", json!({})).await.unwrap();
+        print_profile(label, &stopped["profile"]);
+    }
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+    page.navigate("about:blank").await;
+    let mut opened = Opening::new(&timing, &rec);
+    opened.script = after.0 - before.0;
+    opened.tasks = after.1 - before.1;
+    opened
+}
+
+/// Seconds the page's main thread has spent running script, and running tasks of any kind
+/// (script, style, layout, paint...), so far (CDP `Performance.getMetrics`).
+async fn main_thread(page: &Page) -> (f64, f64) {
+    page.call("Performance.enable", json!({})).await.unwrap();
+    let metrics = page.call("Performance.getMetrics", json!({})).await.unwrap();
+    let metric = |name: &str| {
+        metrics["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_f64())
+    };
+    (metric("ScriptDuration").unwrap_or(0.0), metric("TaskDuration").unwrap_or(0.0))
+}
+
+/// Which page is opened: this checkout's static files, or another commit's.
+enum Variant {
+    Current,
+    /// `git archive <commit> static | tar -x -C DIR`, then `OPEN_BASELINE_STATIC=DIR/static`.
+    Baseline(PathBuf),
+}
+
+impl Variant {
+    fn dir(&self) -> &Path {
+        match self {
+            Variant::Current => Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/static")),
+            Variant::Baseline(dir) => dir,
+        }
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Variant::Current => write!(f, "this page"),
+            Variant::Baseline(dir) => write!(f, "baseline {}", dir.display()),
+        }
+    }
+}
+
+/// Answers each request the Fetch domain paused (the page's `/static/*` files) with the file
+/// of that name in `dir`, past the emulated network. Runs until dropped.
+async fn serve_static_from(
+    page: &Page,
+    dir: &Path,
+    mut events: tokio::sync::broadcast::Receiver<(String, Value)>,
+) -> std::convert::Infallible {
+    loop {
+        let (method, params) = match events.recv().await {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => panic!("browser went away"),
+        };
+        if method != "Fetch.requestPaused" {
+            continue;
+        }
+        let request_id = params["requestId"].clone();
+        let url = params["request"]["url"].as_str().unwrap_or("");
+        let name = url.rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("");
+        let body =
+            std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name} in {}: {e}", dir.display()));
+        let kind = if name.ends_with(".css") { "text/css" } else { "text/javascript" };
+        let reply = json!({
+            "requestId": request_id,
+            "responseCode": 200,
+            "responseHeaders": [{ "name": "content-type", "value": kind }, { "name": "cache-control", "value": "no-cache" }],
+            "body": base64::engine::general_purpose::STANDARD.encode(body),
+        });
+        page.call("Fetch.fulfillRequest", reply).await.unwrap();
     }
 }
 
@@ -115,7 +240,7 @@ enum Link {
 }
 
 impl Link {
-    async fn apply(self, page: &super::cdp::Page) {
+    async fn apply(self, page: &Page) {
         let (latency, throughput) = match self {
             Link::Loopback => (0.0, -1.0),
             Link::Emulated { mbps, latency_ms } => (latency_ms, mbps * 1_000_000.0 / 8.0),
@@ -137,9 +262,9 @@ impl std::fmt::Display for Link {
 fn print_table(link: &str, rows: &[Opening]) {
     println!("\n{link}:");
     println!(
-        "| run | chunks read | snapshot drawn | first smooth frame | last long task ends | interactive | long tasks | longest | sum |"
+        "| run | chunks read | script | all tasks | snapshot drawn | first smooth frame | last long task ends | interactive | long tasks | longest | sum |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (i, row) in rows.iter().enumerate() {
         println!("{}", row.row(&(i + 1).to_string()));
     }
@@ -198,6 +323,9 @@ async fn settle(server: &Server, lab: &str, total: u64) {
 
 /// One opening, in ms from navigation start.
 struct Opening {
+    /// Main-thread time from navigation until two seconds after the first smooth frame, in s.
+    script: f64,
+    tasks: f64,
     /// How many pieces the page's stream reader handed over, snapshot and all.
     chunks: usize,
     drawn: f64,
@@ -218,6 +346,8 @@ impl Opening {
         let chunks = rec["chunks"].as_array().unwrap().len();
         let last_long_task_end = tasks.iter().map(|(s, d)| s + d).fold(0.0, f64::max);
         Opening {
+            script: 0.0,
+            tasks: 0.0,
             chunks,
             drawn,
             smooth,
@@ -231,8 +361,10 @@ impl Opening {
 
     fn row(&self, label: &str) -> String {
         format!(
-            "| {label} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {:.0} ms | {:.0} ms |",
+            "| {label} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} | {:.0} ms | {:.0} ms |",
             self.chunks,
+            self.script * 1000.0,
+            self.tasks * 1000.0,
             self.drawn,
             self.smooth,
             self.last_long_task_end,
