@@ -33,6 +33,14 @@ const BURST: u64 = 2_000;
 const RECORDER: &str = "(() => {
     const rec = { longTasks: [], drawn: null, smooth: null, last: 0, chunks: [] };
     window.__open = rec;
+    // When the page asks for its event stream, and when the answer's headers come.
+    const fetch = window.fetch;
+    window.fetch = async function (url, init) {
+        const asked = performance.now();
+        const response = await fetch.call(this, url, init);
+        if (String(url).endsWith('/events')) rec.stream = [asked, performance.now()];
+        return response;
+    };
     // Counts the text chunks the page reads, to tell how finely the snapshot arrives.
     const read = ReadableStreamDefaultReader.prototype.read;
     ReadableStreamDefaultReader.prototype.read = async function () {
@@ -61,10 +69,11 @@ const RECORDER: &str = "(() => {
 const PHASES: &str = "(() => {
     const r = Math.round;
     const nav = performance.getEntriesByType('navigation')[0];
-    const loads = performance.getEntriesByType('resource').map((e) => `${e.name.split('/').pop()} ${r(e.startTime)}-${r(e.responseEnd)}`).join(', ');
+    const modules = performance.getEntriesByType('resource').filter((e) => e.name.includes('/static/'));
+    const loaded = Math.max(...modules.map((e) => e.responseEnd));
     const chunks = window.__open.chunks;
-    return `html ${r(nav.responseEnd)} ms, DOMContentLoaded ${r(nav.domContentLoadedEventEnd)} ms, `
-        + `loads ${loads}, `
+    return `html ${r(nav.responseEnd)} ms, static files ${r(loaded)} ms, DOMContentLoaded ${r(nav.domContentLoadedEventEnd)} ms, `
+        + `stream asked ${r(window.__open.stream?.[0])} ms, headers ${r(window.__open.stream?.[1])} ms, `
         + `chunks ${r(chunks[0]?.[0])}..${r(chunks[chunks.length - 1]?.[0])} ms`;
 })()";
 
@@ -74,8 +83,10 @@ async fn open_large_lab_interactive_within_1500_ms() {
     let Some(browser) = browser() else { return };
     let server = Server::start().await;
     let lab = fill_lab(&server).await;
+    let asked = Instant::now();
     let bytes = server.http.get(server.url(&format!("/api/labs/{lab}"))).send().await.unwrap();
     let bytes = bytes.bytes().await.unwrap().len();
+    eprintln!("GET /api/labs/{{lab}}: {bytes} bytes in {:.1?}", asked.elapsed());
 
     let runs: usize = std::env::var("OPEN_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     let profile = std::env::var_os("OPEN_PROFILE").is_some();
@@ -394,10 +405,36 @@ fn print_profile(link: &str, profile: &Value) {
         .collect();
     let samples = profile["samples"].as_array().unwrap();
     let deltas = profile["timeDeltas"].as_array().unwrap();
-    let mut by_name: HashMap<&str, f64> = HashMap::new();
+    // Self time per node, then each node's total: its own plus its descendants'.
+    let mut own: HashMap<u64, f64> = HashMap::new();
     for (sample, delta) in samples.iter().zip(deltas.iter().skip(1).chain([&json!(0)])) {
-        let name = names[&sample.as_u64().unwrap()].as_str();
-        *by_name.entry(name).or_default() += delta.as_f64().unwrap() / 1000.0;
+        *own.entry(sample.as_u64().unwrap()).or_default() += delta.as_f64().unwrap() / 1000.0;
+    }
+    let children: HashMap<u64, Vec<u64>> = nodes
+        .iter()
+        .map(|n| {
+            let ids = n["children"].as_array().map(|c| c.iter().filter_map(Value::as_u64).collect());
+            (n["id"].as_u64().unwrap(), ids.unwrap_or_default())
+        })
+        .collect();
+    fn total(id: u64, own: &HashMap<u64, f64>, children: &HashMap<u64, Vec<u64>>) -> f64 {
+        own.get(&id).copied().unwrap_or(0.0)
+            + children[&id].iter().map(|c| total(*c, own, children)).sum::<f64>()
+    }
+    let mut by_name: HashMap<&str, f64> = HashMap::new();
+    let mut inclusive: HashMap<&str, f64> = HashMap::new();
+    for (id, name) in &names {
+        *by_name.entry(name.as_str()).or_default() += own.get(id).copied().unwrap_or(0.0);
+        // Only the page's own functions, and each only where it is not inside itself.
+        if name.contains(".js:") {
+            *inclusive.entry(name.as_str()).or_default() += total(*id, &own, &children);
+        }
+    }
+    let mut top: Vec<_> = inclusive.into_iter().collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    println!("\nCPU profile of the first opening, {link}, total time of the page's functions:");
+    for (name, ms) in top.into_iter().take(30) {
+        println!("{ms:>9.1} ms  {name}");
     }
     let mut top: Vec<_> = by_name.into_iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(&a.1));
