@@ -7,6 +7,7 @@
 
 mod cdp;
 mod compare;
+mod event_stream;
 mod failure_modes;
 mod open_large;
 mod scale;
