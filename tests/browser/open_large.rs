@@ -114,8 +114,11 @@ async fn open_large_lab_interactive_within_1500_ms() {
                 // Both pages' static files come from disk through the same interception, so
                 // they load alike and only their code differs.
                 let events = page.events();
-                let patterns = json!({ "patterns": [{ "urlPattern": "*/static/*" }] });
-                page.call("Fetch.enable", patterns).await.unwrap();
+                let mut patterns = vec![json!({ "urlPattern": "*/static/*" })];
+                if variant.without_preload() {
+                    patterns.push(json!({ "urlPattern": "*/labs/*", "resourceType": "Document", "requestStage": "Response" }));
+                }
+                page.call("Fetch.enable", json!({ "patterns": patterns })).await.unwrap();
                 let opened = tokio::select! {
                     never = serve_static_from(&page, variant.dir(), events) => match never {},
                     opened = open_once(&page, &url, &label, profiling) => opened,
@@ -191,6 +194,11 @@ enum Variant {
 }
 
 impl Variant {
+    /// The baseline predates the page's `modulepreload` links: its HTML is served without them.
+    fn without_preload(&self) -> bool {
+        matches!(self, Variant::Baseline(_))
+    }
+
     fn dir(&self) -> &Path {
         match self {
             Variant::Current => Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/static")),
@@ -208,8 +216,9 @@ impl std::fmt::Display for Variant {
     }
 }
 
-/// Answers each request the Fetch domain paused (the page's `/static/*` files) with the file
-/// of that name in `dir`, past the emulated network. Runs until dropped.
+/// Answers each request the Fetch domain paused: the page's `/static/*` files with the file of
+/// that name in `dir`, past the emulated network; the page's HTML, paused once the server has
+/// answered, with that answer less its `modulepreload` links. Runs until dropped.
 async fn serve_static_from(
     page: &Page,
     dir: &Path,
@@ -225,6 +234,28 @@ async fn serve_static_from(
             continue;
         }
         let request_id = params["requestId"].clone();
+        if let Some(status) = params["responseStatusCode"].as_u64() {
+            // The page's HTML as the server sent it, less the modulepreload links the baseline
+            // did not have yet.
+            let sent = page.call("Fetch.getResponseBody", json!({ "requestId": request_id })).await.unwrap();
+            let engine = base64::engine::general_purpose::STANDARD;
+            let html = match sent["base64Encoded"].as_bool() {
+                Some(true) => {
+                    String::from_utf8(engine.decode(sent["body"].as_str().unwrap()).unwrap()).unwrap()
+                }
+                _ => sent["body"].as_str().unwrap().to_owned(),
+            };
+            let html: String =
+                html.lines().filter(|l| !l.contains("modulepreload")).map(|l| format!("{l}\n")).collect();
+            let reply = json!({
+                "requestId": request_id,
+                "responseCode": status,
+                "responseHeaders": params["responseHeaders"],
+                "body": engine.encode(html),
+            });
+            page.call("Fetch.fulfillRequest", reply).await.unwrap();
+            continue;
+        }
         let url = params["request"]["url"].as_str().unwrap_or("");
         let name = url.rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("");
         let body =
