@@ -24,6 +24,23 @@ function schedule() {
   frame ||= requestAnimationFrame(draw);
 }
 
+// The connection pill, which the stream sets as soon as it starts.
+const pill = document.getElementById('conn');
+const retryButton = document.getElementById('conn-retry');
+let lastState = '';
+
+// Ask for the event stream before building the views: a big lab's snapshot takes the server a
+// while to put together, and the views can be built meanwhile. Nothing arrives from it before
+// this script has run to the end.
+const stream = connect(lab, model, {
+  onChanges(changes) {
+    mergeChanges(pending, changes);
+    schedule();
+  },
+  onEvent: (id, event) => trace.event(id, event),
+  onState: showState,
+});
+
 const controls = createControls(model, lab);
 const timeline = createTimeline(document.getElementById('timeline'), model, schedule);
 const chart = createBackoffChart(document.getElementById('backoff'), document.getElementById('backoff-caption'), model, schedule);
@@ -109,10 +126,6 @@ function draw() {
 
 // ---- the connection ---------------------------------------------------------------------------
 
-const pill = document.getElementById('conn');
-const retryButton = document.getElementById('conn-retry');
-let lastState = '';
-
 function showState(state, detail = {}) {
   pill.dataset.state = state;
   retryButton.hidden = state !== 'offline';
@@ -146,12 +159,4 @@ function showState(state, detail = {}) {
   schedule();
 }
 
-const stream = connect(lab, model, {
-  onChanges(changes) {
-    mergeChanges(pending, changes);
-    schedule();
-  },
-  onEvent: trace.event,
-  onState: showState,
-});
 retryButton.addEventListener('click', stream.retryNow);

@@ -86,20 +86,14 @@ export function connect(lab, model, hooks) {
   /** Split the byte stream into SSE events and queue them. */
   async function read(body, controller) {
     const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = '';
+    const parser = createEventParser((ev) => queue.push(ev));
     for (;;) {
       const { value, done } = await reader.read();
       if (done || reading !== controller) {
         reader.cancel().catch(() => {});
         return;
       }
-      buffer += value;
-      const blocks = buffer.split(/\r\n\r\n|\n\n|\r\r/);
-      buffer = blocks.pop();
-      for (const block of blocks) {
-        const ev = parseBlock(block);
-        if (ev) queue.push(ev);
-      }
+      parser.push(value);
       if (!pumping && queueStart < queue.length) {
         pumping = true;
         channel.port2.postMessage(null);
@@ -176,22 +170,66 @@ export function connect(lab, model, hooks) {
   return { retryNow };
 }
 
-/** One SSE event block: its `event` name, `id` and `data` lines; null for a comment alone. */
-function parseBlock(block) {
+/**
+ * An incremental reader of the SSE wire format
+ * (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation):
+ * give it the text as it arrives, in pieces of any size, and it calls `onEvent({ event, id,
+ * data })` for each event, once its blank line has come. Comments and blocks without data
+ * (keep-alives) produce nothing. Each piece is scanned once: a line that spans pieces is kept
+ * as a list of its parts and joined when it ends, so a snapshot of many megabytes in hundreds
+ * of pieces costs time in proportion to its size, not to its size times the number of pieces.
+ */
+export function createEventParser(onEvent) {
+  /** The parts of the line not yet ended. */
+  let parts = [];
+  /** The last piece ended with CR: an LF at the start of the next one ends nothing more. */
+  let afterCR = false;
   let event = 'message';
   let id = '';
-  const data = [];
-  for (const line of block.split(/\r\n|\n|\r/)) {
-    if (!line || line.startsWith(':')) continue;
-    const colon = line.indexOf(':');
-    const field = colon < 0 ? line : line.slice(0, colon);
-    let value = colon < 0 ? '' : line.slice(colon + 1);
-    if (value.startsWith(' ')) value = value.slice(1);
+  let data = [];
+
+  function line(text) {
+    if (text === '') {
+      if (data.length) onEvent({ event, id, data: data.join('\n') });
+      event = 'message';
+      id = '';
+      data = [];
+      return;
+    }
+    if (text.charCodeAt(0) === 0x3a) return; // ":" starts a comment
+    const colon = text.indexOf(':');
+    const field = colon < 0 ? text : text.slice(0, colon);
+    let value = colon < 0 ? '' : text.slice(colon + 1);
+    if (value.charCodeAt(0) === 0x20) value = value.slice(1);
     if (field === 'data') data.push(value);
     else if (field === 'event') event = value;
     else if (field === 'id') id = value;
   }
-  return data.length ? { event, id, data: data.join('\n') } : null;
+
+  // A line ends at CRLF, LF or CR.
+  const lineEnd = /\r\n?|\n/g;
+  return {
+    push(text) {
+      if (text === '') return;
+      let start = 0;
+      if (afterCR && text.charCodeAt(0) === 0x0a) start = 1;
+      afterCR = false;
+      lineEnd.lastIndex = start;
+      for (let m; (m = lineEnd.exec(text)); start = lineEnd.lastIndex) {
+        const tail = text.slice(start, m.index);
+        if (parts.length) {
+          parts.push(tail);
+          line(parts.join(''));
+          parts = [];
+        } else {
+          line(tail);
+        }
+        // A CR that ends the piece may be the first half of a CRLF split across two pieces.
+        if (lineEnd.lastIndex === text.length && m[0] === '\r') afterCR = true;
+      }
+      if (start < text.length) parts.push(text.slice(start));
+    },
+  };
 }
 
 function parse(data) {

@@ -160,13 +160,23 @@ export function createTrace(root, model, requestDraw) {
 
   /** The latest finished attempts of a snapshot, in the order they ended. */
   function history(s) {
-    const done = [];
+    // Only the newest few are retold: keep those in order as we go rather than sorting every
+    // attempt of a lab that may hold tens of thousands. Equal ends keep their snapshot order.
+    const shown = [];
+    let done = 0;
     for (const m of s.messages) {
-      for (const a of m.attempts) if (a.outcome != null) done.push({ id: m.id, a, end: a.started_ms + a.duration_ms });
+      for (const a of m.attempts) {
+        if (a.outcome == null) continue;
+        done += 1;
+        const end = a.started_ms + a.duration_ms;
+        if (shown.length === HISTORY_LINES && end < shown[0].end) continue;
+        let i = shown.length;
+        while (i > 0 && shown[i - 1].end > end) i -= 1;
+        shown.splice(i, 0, { id: m.id, a, end });
+        if (shown.length > HISTORY_LINES) shown.shift();
+      }
     }
-    done.sort((x, y) => x.end - y.end);
-    const shown = done.slice(-HISTORY_LINES);
-    if (shown.length < done.length) line(null, `… ${done.length - shown.length} earlier attempts not retold`, 'minor');
+    if (shown.length < done) line(null, `… ${done - shown.length} earlier attempts not retold`, 'minor');
     for (const { id, a, end } of shown) {
       const wait = a.wait ? `; ${waitText(a.wait, s.policy.jitter)}` : '';
       line(end, `${who(id, a)} → ${result(a)}${wait}`, a.outcome === 'ok' ? 'ok' : 'fail');

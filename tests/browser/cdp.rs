@@ -215,6 +215,11 @@ impl Page {
         }
     }
 
+    /// Every event the browser sends from now on, as `(method, params)`.
+    pub fn events(&self) -> broadcast::Receiver<(String, Value)> {
+        self.events.subscribe()
+    }
+
     /// Opens `url` and waits for its load event (scripts, including modules, have run).
     pub async fn navigate(&self, url: &str) {
         let mut events = self.events.subscribe();

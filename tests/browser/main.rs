@@ -7,7 +7,9 @@
 
 mod cdp;
 mod compare;
+mod event_stream;
 mod failure_modes;
+mod open_large;
 mod scale;
 
 use std::net::SocketAddr;
