@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::IdempotencyKey;
 
@@ -310,6 +310,8 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

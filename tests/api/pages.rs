@@ -68,3 +68,30 @@ async fn healthz_answers() {
     let response = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(response.status(), 200);
 }
+
+/// The modules `file` imports, and theirs, by name.
+fn imported_modules(file: &str, found: &mut BTreeSet<String>) {
+    let source = std::fs::read_to_string(format!("{}/static/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    for import in source.split("from './").skip(1) {
+        let name = import.split('\'').next().unwrap().to_owned();
+        if found.insert(name.clone()) {
+            imported_modules(&name, found);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_lab_page_preloads_every_module_it_imports() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let html = app.client.get(app.url(&format!("/labs/{lab}"))).send().await.unwrap().text().await.unwrap();
+    let preloaded: BTreeSet<String> = html
+        .split("<link rel=\"modulepreload\" href=\"/static/")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect();
+    let mut imported = BTreeSet::new();
+    imported_modules("app.js", &mut imported);
+    assert!(imported.contains("stream.js") && imported.len() > 10, "{imported:?}");
+    assert_eq!(preloaded, imported, "the page fetches its modules at once, not one level at a time");
+}
