@@ -55,14 +55,18 @@ pub struct RecordChanges {
     pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
     pub keys: Vec<KeyRow>,
-    pub expired_keys: Vec<String>,
+    /// Keys applied before this wall-clock time expired (the dedup window moved on).
+    pub keys_expired_before: Option<u64>,
+    /// Keys taken back one by one (the store could not keep their write).
+    pub removed_keys: Vec<String>,
 }
 
 #[derive(Debug, Default)]
 struct Dirty {
     cleared: bool,
     messages: HashSet<u64>,
-    expired_keys: Vec<String>,
+    keys_expired_before: Option<u64>,
+    removed_keys: Vec<String>,
 }
 
 /// One lab's whole state.
@@ -325,7 +329,7 @@ impl LabRecord {
     /// Takes back a write the store could not keep; its row (if any) goes with the next commit.
     pub fn unapply_key(&mut self, key: &crate::downstream::IdempotencyKey) {
         if self.ledger.unapply(key) {
-            self.dirty.expired_keys.push(key.as_str().to_owned());
+            self.dirty.removed_keys.push(key.as_str().to_owned());
         }
     }
 
@@ -339,9 +343,11 @@ impl LabRecord {
 
     /// Forgets applied keys older than the dedup window.
     pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
-        let expired = self.ledger.expire(applied_before_unix_ms);
-        let count = expired.len();
-        self.dirty.expired_keys.extend(expired);
+        let count = self.ledger.expire(applied_before_unix_ms).len();
+        if count > 0 {
+            // The store deletes by the same cutoff: its rows are in the order keys were applied.
+            self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(Some(applied_before_unix_ms));
+        }
         count
     }
 
@@ -366,7 +372,8 @@ impl LabRecord {
         let mut changes = RecordChanges {
             cleared: dirty.cleared,
             keys: self.ledger.take_unsaved(),
-            expired_keys: dirty.expired_keys,
+            keys_expired_before: dirty.keys_expired_before,
+            removed_keys: dirty.removed_keys,
             ..Default::default()
         };
         for id in dirty.messages {
@@ -383,7 +390,8 @@ impl LabRecord {
         self.dirty.cleared |= changes.cleared;
         let messages = changes.messages.into_iter().map(|(id, _)| id).chain(changes.deleted_messages);
         self.dirty.messages.extend(messages);
-        self.dirty.expired_keys.extend(changes.expired_keys);
+        self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(changes.keys_expired_before);
+        self.dirty.removed_keys.extend(changes.removed_keys);
         self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));
     }
 

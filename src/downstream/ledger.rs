@@ -158,7 +158,8 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// A ledger as the store left it.
+    /// A ledger as the store left it: `rows` in the order they were written, so when a key has
+    /// several, the last one counts.
     pub fn restore(counts: LedgerCounts, rows: Vec<KeyRow>) -> Self {
         let keys = rows
             .into_iter()
@@ -327,6 +328,23 @@ mod tests {
         let key = r#"odd "key" \ é"#;
         let before = json!({ "key": key, "result": "applied", "applied_at_ms": 7 }).to_string();
         assert_eq!(applied_response(key, 7).body, before.as_bytes());
+    }
+
+    #[test]
+    fn restored_from_several_rows_of_a_key_the_last_counts() {
+        let digest = BodyDigest::of(&json!({}));
+        let row = |applied| KeyRow {
+            key: "k".into(),
+            digest,
+            outside: false,
+            status: 200,
+            response: applied_response("k", 5).body,
+            applied,
+            applied_unix_ms: 5,
+        };
+        let ledger = Ledger::restore(LedgerCounts::default(), vec![row(1), row(2)]);
+        assert_eq!(ledger.keys.len(), 1);
+        assert_eq!(ledger.keys["k"].applied, 2);
     }
 
     #[test]

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_init.sql"),
     include_str!("../../migrations/0002_comparisons.sql"),
     include_str!("../../migrations/0003_outside_keys.sql"),
+    include_str!("../../migrations/0004_keys_in_order.sql"),
 ];
 
 #[derive(Debug)]
@@ -511,17 +512,23 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     for (id, unix_ms, body) in &changes.dead_letters {
         rows += upsert_letter.execute(params![lab, id, unix_ms, body])? as u64;
     }
-    // Expired keys go first: a key applied again in the same commit must stay.
+    // Expired and taken-back keys go first: a key applied again in the same commit must stay.
+    if let Some(before) = changes.keys_expired_before {
+        rows += tx
+            .prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms < ?2")?
+            .execute(params![lab, before])? as u64;
+    }
     let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
-    for key in &changes.expired_keys {
+    for key in &changes.removed_keys {
         rows += delete_key.execute(params![lab, key])? as u64;
     }
-    let mut upsert_key = tx.prepare_cached(
-        "INSERT OR REPLACE INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
+    // Appended: the table is in the order keys were applied (see migration 4).
+    let mut insert_key = tx.prepare_cached(
+        "INSERT INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
          applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for key in &changes.keys {
-        rows += upsert_key.execute(params![
+        rows += insert_key.execute(params![
             lab,
             key.key,
             key.digest.to_string(),
@@ -595,7 +602,7 @@ fn load_json<T: serde::de::DeserializeOwned>(
 fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreError> {
     let mut statement = connection.prepare_cached(
         "SELECT key, request_body, status, response, applied, applied_unix_ms, outside FROM idempotency_keys \
-         WHERE lab_id = ?1",
+         WHERE lab_id = ?1 ORDER BY rowid",
     )?;
     let rows = statement
         .query_map([lab], |r| {
@@ -776,7 +783,7 @@ mod tests {
             applied_unix_ms: 9,
         };
         batch.changes.keys = vec![key];
-        batch.changes.expired_keys = vec!["k".into()];
+        batch.changes.removed_keys = vec!["k".into()];
         let mut tx = connection.transaction().unwrap();
         let savepoint = tx.savepoint().unwrap();
         write_batch(&savepoint, &batch).unwrap();
@@ -786,6 +793,74 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM idempotency_keys WHERE key = 'k'", [], |r| r.get(0))
             .unwrap();
         assert_eq!(kept, 1, "the re-applied key is on disk");
+    }
+
+    fn key_row(key: &str, applied: u32, applied_unix_ms: u64) -> KeyRow {
+        let digest = crate::downstream::BodyDigest::of(&serde_json::json!({}));
+        KeyRow {
+            key: key.into(),
+            digest,
+            outside: false,
+            status: 200,
+            response: "{}".into(),
+            applied,
+            applied_unix_ms,
+        }
+    }
+
+    fn write(connection: &mut Connection, changes: RecordChanges) {
+        let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+        let batch = Batch { changes, ..good.take_batch().unwrap() };
+        let tx = connection.transaction().unwrap();
+        write_batch(&tx, &batch).unwrap();
+        tx.commit().unwrap();
+    }
+
+    #[test]
+    fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
+        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let mut connection = connect(&path).unwrap();
+        migrate(&mut connection).unwrap();
+        let keys = vec![key_row("a", 1, 1), key_row("b", 1, 5), key_row("c", 1, 9)];
+        write(&mut connection, RecordChanges { keys, ..Default::default() });
+        // The window moves past 6: a and b go; a is applied again in the same commit and stays.
+        let again = vec![key_row("a", 1, 10)];
+        write(
+            &mut connection,
+            RecordChanges { keys: again, keys_expired_before: Some(6), ..Default::default() },
+        );
+        write(&mut connection, RecordChanges { keys: vec![key_row("a", 2, 10)], ..Default::default() });
+        let loaded: Vec<(String, u32, u64)> = load_keys(&connection, "good")
+            .unwrap()
+            .into_iter()
+            .map(|k| (k.key, k.applied, k.applied_unix_ms))
+            .collect();
+        assert_eq!(
+            loaded,
+            [("c".into(), 1, 9), ("a".into(), 1, 10), ("a".into(), 2, 10)],
+            "in the order written"
+        );
+    }
+
+    #[test]
+    fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
+        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let mut connection = connect(&path).unwrap();
+        for sql in &MIGRATIONS[..3] {
+            connection.execute_batch(sql).unwrap();
+        }
+        connection.pragma_update(None, "user_version", 3).unwrap();
+        connection
+            .execute_batch(
+                "INSERT INTO labs VALUES ('good', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0); \
+                 INSERT INTO idempotency_keys VALUES ('good', 'zz', '{}', 200, X'7B7D', 1, 1, 1); \
+                 INSERT INTO idempotency_keys VALUES ('good', 'aa', '{}', 200, X'7B7D', 1, 2, 0);",
+            )
+            .unwrap();
+        migrate(&mut connection).unwrap();
+        let loaded: Vec<(String, bool)> =
+            load_keys(&connection, "good").unwrap().into_iter().map(|k| (k.key, k.outside)).collect();
+        assert_eq!(loaded, [("zz".into(), true), ("aa".into(), false)], "by time applied, not by name");
     }
 
     #[test]
