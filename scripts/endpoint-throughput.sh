@@ -21,30 +21,14 @@ lab="$(curl -s -X POST http://127.0.0.1:3997/api/labs | python3 -c 'import json,
 curl -s -X PUT -H 'content-type: application/json' -d '{"latency_ms": [0, 0]}' \
   "http://127.0.0.1:3997/api/labs/$lab/downstream" >/dev/null
 
-cat > "$work/new.lua" <<'LUA'
-local counter = 0
-request = function()
-  counter = counter + 1
-  local key = string.format("k-%d-%d-%d", math.random(1, 1000000000), os.time(), counter)
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Idempotency-Key"] = key},
-    '{"message_id": 1, "lab": "x"}')
-end
-LUA
-cat > "$work/replay.lua" <<'LUA'
-request = function()
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Idempotency-Key"] = "same-key"},
-    '{"message_id": 1, "lab": "x"}')
-end
-LUA
-
 rps() { wrk -t2 -c128 -d"${SECONDS_EACH:-10}s" -s "$1" "$2" | awk '/Requests\/sec/ {print $2}'; }
 # Rounds alternate the two servers, so a slow spell on this shared machine hits both.
 results=()
 for round in $(seq "${ROUNDS:-3}"); do
-  bare_new=$(rps "$work/new.lua" "http://127.0.0.1:3998/labs/$lab/downstream")
-  lab_new=$(rps "$work/new.lua" "http://127.0.0.1:3997/labs/$lab/downstream")
-  bare_replay=$(rps "$work/replay.lua" "http://127.0.0.1:3998/labs/$lab/downstream")
-  lab_replay=$(rps "$work/replay.lua" "http://127.0.0.1:3997/labs/$lab/downstream")
+  bare_new=$(rps scripts/wrk/new-keys.lua "http://127.0.0.1:3998/labs/$lab/downstream")
+  lab_new=$(rps scripts/wrk/new-keys.lua "http://127.0.0.1:3997/labs/$lab/downstream")
+  bare_replay=$(rps scripts/wrk/repeat.lua "http://127.0.0.1:3998/labs/$lab/downstream")
+  lab_replay=$(rps scripts/wrk/repeat.lua "http://127.0.0.1:3997/labs/$lab/downstream")
   results+=("$bare_new,$lab_new,$bare_replay,$lab_replay")
 done
 python3 - "${results[@]}" <<'PY'

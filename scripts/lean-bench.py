@@ -90,26 +90,9 @@ def wrk(url, script, seconds):
     return float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
 
 
-WORK = tempfile.mkdtemp(prefix="lean-bench-lua-")
-NEW_KEYS = os.path.join(WORK, "new.lua")
-REPEATS = os.path.join(WORK, "repeat.lua")
-with open(NEW_KEYS, "w") as f:
-    f.write("""
-local counter = 0
-request = function()
-  counter = counter + 1
-  local key = string.format("k-%d-%d-%d", math.random(1, 1000000000), os.time(), counter)
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Idempotency-Key"] = key},
-    '{"message_id": 1, "lab": "x"}')
-end
-""")
-with open(REPEATS, "w") as f:
-    f.write("""
-request = function()
-  return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Idempotency-Key"] = "same-key"},
-    '{"message_id": 1, "lab": "x"}')
-end
-""")
+HERE = os.path.dirname(os.path.abspath(__file__))
+NEW_KEYS = os.path.join(HERE, "wrk", "new-keys.lua")
+REPEATS = os.path.join(HERE, "wrk", "repeat.lua")
 
 
 def empty_lab_kb():
@@ -227,7 +210,6 @@ def main():
                 note(f"{messages:,} messages: waits measured", waits)
     finally:
         bare.terminate()
-        shutil.rmtree(WORK, ignore_errors=True)
 
     print(f"| {args.bin} | min | median | max |")
     print("| --- | ---: | ---: | ---: |")

@@ -81,6 +81,18 @@ impl Server {
         assert!(response.status().is_success(), "PUT {what}: {}", response.text().await.unwrap());
     }
 
+    /// `POST /api/labs/{lab}/bursts`, sent by the test rather than clicked; it must be accepted.
+    async fn burst(&self, lab: &str, count: u64) {
+        let response = self
+            .http
+            .post(self.url(&format!("/api/labs/{lab}/bursts")))
+            .json(&serde_json::json!({ "count": count }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+    }
+
     async fn snapshot(&self, lab: &str) -> Value {
         self.http.get(self.url(&format!("/api/labs/{lab}"))).send().await.unwrap().json().await.unwrap()
     }

@@ -335,14 +335,7 @@ async fn fill_lab(server: &Server) -> String {
         if sent == DELIVERED {
             server.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 0}"#).await;
         }
-        let response = server
-            .http
-            .post(server.url(&format!("/api/labs/{lab}/bursts")))
-            .json(&json!({ "count": BURST }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+        server.burst(&lab, BURST).await;
         settle(server, &lab, sent + BURST).await;
     }
     eprintln!("filled the lab in {:.1?}", filling.elapsed());

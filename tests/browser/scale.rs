@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Server, browser, open_new_lab, wait_for};
 
@@ -61,14 +61,7 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
     subscribed.await.unwrap();
     page.eval(START_RECORDER).await.unwrap();
     let sent = Instant::now();
-    let response = server
-        .http
-        .post(server.url(&format!("/api/labs/{lab}/bursts")))
-        .json(&json!({ "count": BURST }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+    server.burst(&lab, BURST).await;
     let shown =
         format!("document.querySelector('[data-counter=\"delivered\"]').textContent.trim() === '{BURST}'");
     wait_for(&page, "the page to show the whole burst delivered", &shown).await;
