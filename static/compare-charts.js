@@ -8,7 +8,7 @@
 //! It reuses the lab page's load-chart styles; only the horizontal placement differs (a share
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
 
-import { ANSWERS, fillBar, limitOf, niceCeil, paintBar } from './load-chart.js';
+import { ANSWERS, addToLoadSum, emptyLoadSum, fillBar, limitOf, niceCeil, paintBar } from './load-chart.js';
 import { duration } from './model.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
@@ -83,14 +83,8 @@ export function createCharts(container, axisEl) {
     for (const [x, b] of bins) {
       const start = t0 + Math.floor((x - t0) / barMs) * barMs;
       let sum = sums.get(start);
-      if (!sum) sums.set(start, (sum = { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0 }));
-      sum.requests += b.requests ?? 0;
-      sum.ok += b.ok ?? 0;
-      sum.unavailable += b.unavailable ?? 0;
-      sum.throttled += b.throttled ?? 0;
-      sum.timed_out += b.timed_out ?? 0;
-      sum.wasted += b.wasted ?? 0;
-      sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
+      if (!sum) sums.set(start, (sum = emptyLoadSum()));
+      addToLoadSum(sum, b);
     }
     return sums;
   }

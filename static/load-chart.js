@@ -77,6 +77,23 @@ export function paintBar(bar, sum, factor) {
   return other;
 }
 
+/** The sums of no bins yet: a bar (or a total) is built by adding bins to it. */
+export function emptyLoadSum() {
+  return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, bins: 0 };
+}
+
+/** Adds one load bin, as the server sends it, to a sum. */
+export function addToLoadSum(sum, b) {
+  sum.requests += b.requests ?? 0;
+  sum.ok += b.ok ?? 0;
+  sum.unavailable += b.unavailable ?? 0;
+  sum.throttled += b.throttled ?? 0;
+  sum.timed_out += b.timed_out ?? 0;
+  sum.wasted += b.wasted ?? 0;
+  sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
+  sum.bins += 1;
+}
+
 export function createLoadChart(state, miniTip) {
   const { root, model } = state;
   const plot = root.querySelector('[data-load-plot]');
@@ -105,32 +122,17 @@ export function createLoadChart(state, miniTip) {
     return 1e7;
   }
 
-  function emptySum() {
-    return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, bins: 0 };
-  }
-
-  function add(sum, b) {
-    sum.requests += b.requests ?? 0;
-    sum.ok += b.ok ?? 0;
-    sum.unavailable += b.unavailable ?? 0;
-    sum.throttled += b.throttled ?? 0;
-    sum.timed_out += b.timed_out ?? 0;
-    sum.wasted += b.wasted ?? 0;
-    sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
-    sum.bins += 1;
-  }
-
   function barStart(t) {
     return Math.floor(t / barMs()) * barMs();
   }
 
   /** Sum the bins of the bar that starts at `start`. */
   function sumBar(start) {
-    const sum = emptySum();
+    const sum = emptyLoadSum();
     const binMs = model.load.binMs;
     for (let t = start; t < start + barMs(); t += binMs) {
       const b = model.load.bins.get(t);
-      if (b) add(sum, b);
+      if (b) addToLoadSum(sum, b);
     }
     return sum;
   }
@@ -170,8 +172,8 @@ export function createLoadChart(state, miniTip) {
     for (const b of model.load.bins.values()) {
       const start = barStart(b.t_ms);
       let sum = sums.get(start);
-      if (!sum) sums.set(start, (sum = emptySum()));
-      add(sum, b);
+      if (!sum) sums.set(start, (sum = emptyLoadSum()));
+      addToLoadSum(sum, b);
     }
     for (const [start, sum] of sums) drawBar(start, sum);
   }
@@ -200,10 +202,10 @@ export function createLoadChart(state, miniTip) {
 
   function summarise() {
     summaryTimer = 0;
-    const total = emptySum();
+    const total = emptyLoadSum();
     let busiest = null;
     for (const b of model.load.bins.values()) {
-      add(total, b);
+      addToLoadSum(total, b);
       if (!busiest || b.requests > busiest.requests) busiest = b;
     }
     plot.dataset.bins = String(total.bins);

@@ -343,7 +343,7 @@ impl LabRecord {
 
     /// Forgets applied keys older than the dedup window.
     pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
-        let count = self.ledger.expire(applied_before_unix_ms).len();
+        let count = self.ledger.expire(applied_before_unix_ms);
         if count > 0 {
             // The store deletes by the same cutoff: its rows are in the order keys were applied.
             self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(Some(applied_before_unix_ms));

@@ -260,22 +260,21 @@ impl Ledger {
         true
     }
 
-    /// Forgets applied keys older than the dedup window; returns them so the store drops them
-    /// too. After this a repeat of such a key is a new request, as the window promises.
-    pub fn expire(&mut self, applied_before_unix_ms: u64) -> Vec<String> {
-        let expired: Vec<String> = self
-            .keys
-            .iter()
-            .filter(|(_, e)| e.answer.is_some() && e.applied_unix_ms < applied_before_unix_ms)
-            .map(|(k, _)| k.to_string())
-            .collect();
-        for key in &expired {
-            if let Some(gone) = self.keys.remove(key.as_str()) {
-                self.outside -= usize::from(gone.outside);
+    /// Forgets applied keys older than the dedup window (the store drops their rows by the
+    /// same cutoff); returns how many. After this a repeat of such a key is a new request, as
+    /// the window promises.
+    pub fn expire(&mut self, applied_before_unix_ms: u64) -> usize {
+        let before = self.keys.len();
+        let (unsaved, outside) = (&mut self.unsaved, &mut self.outside);
+        self.keys.retain(|key, entry| {
+            let expired = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
+            if expired {
+                *outside -= usize::from(entry.outside);
+                unsaved.remove(&**key);
             }
-            self.unsaved.remove(key);
-        }
-        expired
+            !expired
+        });
+        before - self.keys.len()
     }
 
     /// The applied keys not yet handed to the store, as rows.

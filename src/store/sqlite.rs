@@ -172,8 +172,7 @@ impl Store {
     /// A store in a fresh file under the system's temporary folder, for unit tests.
     #[cfg(test)]
     pub fn temporary() -> Store {
-        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
-        Store::open(&path, StoreSettings::default()).expect("a temporary store opens").0
+        Store::open(&temporary_path(), StoreSettings::default()).expect("a temporary store opens").0
     }
 
     /// Whether the writer can write; changes as commits fail and succeed.
@@ -225,6 +224,12 @@ impl Store {
             let _ = wait.recv();
         }
     }
+}
+
+/// A fresh file name under the system's temporary folder, for unit tests.
+#[cfg(test)]
+fn temporary_path() -> PathBuf {
+    std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()))
 }
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
@@ -729,7 +734,7 @@ mod tests {
     }
 
     fn store_with_delay(delay: Duration) -> Store {
-        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let path = temporary_path();
         Store::open(&path, StoreSettings { max_bytes: 0, commit_delay: delay }).unwrap().0
     }
 
@@ -767,7 +772,7 @@ mod tests {
 
     #[test]
     fn a_key_expired_and_applied_again_in_one_commit_stays() {
-        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let path = temporary_path();
         let mut connection = connect(&path).unwrap();
         migrate(&mut connection).unwrap();
         let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
@@ -818,7 +823,7 @@ mod tests {
 
     #[test]
     fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
-        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let path = temporary_path();
         let mut connection = connect(&path).unwrap();
         migrate(&mut connection).unwrap();
         let keys = vec![key_row("a", 1, 1), key_row("b", 1, 5), key_row("c", 1, 9)];
@@ -844,7 +849,7 @@ mod tests {
 
     #[test]
     fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
-        let path = std::env::temp_dir().join(format!("retrylab-unit-{}.db", uuid::Uuid::new_v4()));
+        let path = temporary_path();
         let mut connection = connect(&path).unwrap();
         for sql in &MIGRATIONS[..3] {
             connection.execute_batch(sql).unwrap();

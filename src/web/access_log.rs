@@ -15,19 +15,16 @@ use axum::response::Response;
 use tower_http::request_id::{MakeRequestId, RequestId};
 use tracing::{Instrument, Level};
 
-/// The route of the fault-injectable endpoint.
-const ENDPOINT_ROUTE: &str = "/labs/{lab}/downstream";
+use super::endpoint::ROUTE as ENDPOINT_ROUTE;
 
 pub async fn log_requests(request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>();
-    if matched.is_some_and(|path| path.as_str() == ENDPOINT_ROUTE) && !tracing::enabled!(Level::DEBUG) {
+    let matched = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let endpoint = matched == Some(ENDPOINT_ROUTE);
+    if endpoint && !tracing::enabled!(Level::DEBUG) {
         // The endpoint's lines are DEBUG: with DEBUG off, its requests skip the span entirely.
         return next.run(request).await;
     }
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "(no route)".to_owned(), |path| path.as_str().to_owned());
+    let route = matched.unwrap_or("(no route)").to_owned();
     let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
     let path = request.uri().path();
     let lab = path
@@ -43,7 +40,7 @@ pub async fn log_requests(request: Request, next: Next) -> Response {
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     let _entered = span.enter();
-    if route == ENDPOINT_ROUTE {
+    if endpoint {
         tracing::debug!(status, latency_ms, "answered");
     } else if response.status().is_server_error() {
         tracing::warn!(status, latency_ms, "answered");

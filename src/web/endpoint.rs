@@ -22,6 +22,9 @@ use crate::domain::Answer;
 use crate::downstream::{BodyDigest, Decision, IdempotencyKey, StoredResponse};
 use crate::lab::{DownstreamAdmission as Admission, Lab};
 
+/// The endpoint's route, as matched (the access log and the rate limits look for it).
+pub const ROUTE: &str = "/labs/{lab}/downstream";
+
 /// The fault-injectable endpoint, keeping the idempotency contract.
 #[utoipa::path(
     post,

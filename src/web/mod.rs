@@ -70,7 +70,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/healthz", get(healthz))
         .route("/static/{file}", get(pages::asset))
         .route("/labs/{lab}", get(pages::lab))
-        .route("/labs/{lab}/downstream", post(endpoint::downstream))
+        .route(endpoint::ROUTE, post(endpoint::downstream))
         .route("/api/openapi.json", get(openapi::openapi_json))
         .route("/compare", get(compare::form))
         .route("/compare/{id}", get(compare::page))

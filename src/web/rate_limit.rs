@@ -112,7 +112,7 @@ fn limit_for<'a>(app: &'a AppState, request: &Request) -> Option<(&'a RateLimite
     let endpoint = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .is_some_and(|path| path.as_str() == "/labs/{lab}/downstream");
+        .is_some_and(|path| path.as_str() == super::endpoint::ROUTE);
     let outside = request.extensions().get::<InternalCaller>().is_none();
     (endpoint && outside).then_some((&app.endpoint_limiter, "endpoint_rate_per_s"))
 }
