@@ -27,6 +27,12 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabel {
+    /// `whole` (in memory, answer and all) or `fingerprint` (the answer in the store).
+    held: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LabLabel {
     lab: String,
 }
@@ -85,7 +91,11 @@ impl Metrics {
         let depth_overall = Gauge::<i64>::default();
         let applied_twice = Counter::<u64>::default();
         let active = Gauge::<i64>::default();
+        let keys = Family::<HeldLabel, Gauge>::default();
         for lab in labs.all() {
+            let (whole, fingerprint) = lab.held_keys();
+            keys.get_or_create(&HeldLabel { held: "whole" }).inc_by(whole as i64);
+            keys.get_or_create(&HeldLabel { held: "fingerprint" }).inc_by(fingerprint as i64);
             let counters = lab.counters();
             depth.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(counters.dead_letter as i64);
             depth_overall.inc_by(counters.dead_letter as i64);
@@ -102,6 +112,7 @@ impl Metrics {
         now.register("dead_letter_depth_overall", "Dead letters waiting in all labs", depth_overall);
         now.register("applied_twice", "Idempotency keys applied more than once (must stay 0)", applied_twice);
         now.register("active_labs", "Labs this server holds", active);
+        now.register("idempotency_keys", "Applied idempotency keys in memory, by how they are held", keys);
         now.register("store_commits", "Transactions the store committed", commits);
         now.register("store_rows", "Rows the store wrote", rows);
 

@@ -6,8 +6,17 @@
 //! Only applied keys are made durable. A reservation (a key whose first request is still being
 //! processed) lives in memory alone: after a crash it is gone, and the client's retry processes
 //! the key afresh instead of meeting a 409 forever.
+//!
+//! The store is the ledger of record; memory holds only what is hot. A key applied recently
+//! (the last `hot_keys` of a lab, and every key not yet committed) is held whole. An older one
+//! is held *cold*: a 128-bit keyed fingerprint of its name, when it was applied and whether an
+//! outside caller made it, 24 bytes in all. A request whose key matches a cold fingerprint is
+//! looked up in the store (`Lookup::Stored`) and the key is held whole again; a new key matches
+//! nothing and costs no read. Keys read back after a restart start cold.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -137,6 +146,45 @@ pub enum Lookup {
     InProgress,
     Done(StoredResponse),
     BodyMismatch,
+    /// Applied at `applied_unix_ms` and held cold: read its row from the store (`recall`).
+    Stored {
+        applied_unix_ms: u64,
+    },
+}
+
+/// A key's name, reduced to 128 bits by SipHash under two keys drawn at random when the
+/// process starts: two names in one window share a fingerprint with odds of about 2^-90, and
+/// nobody outside can aim for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Fingerprint(u64, u64);
+
+impl Fingerprint {
+    fn of(key: &str) -> Fingerprint {
+        static HASHERS: OnceLock<[std::hash::RandomState; 2]> = OnceLock::new();
+        let [a, b] = HASHERS.get_or_init(|| [std::hash::RandomState::new(), std::hash::RandomState::new()]);
+        Fingerprint(a.hash_one(key), b.hash_one(key))
+    }
+}
+
+/// What memory keeps of a cold key: when it was applied, and (in the top bit) whether an
+/// outside caller made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cold(u64);
+
+impl Cold {
+    const OUTSIDE: u64 = 1 << 63;
+
+    fn new(applied_unix_ms: u64, outside: bool) -> Cold {
+        Cold((applied_unix_ms & !Self::OUTSIDE) | if outside { Self::OUTSIDE } else { 0 })
+    }
+
+    fn applied_unix_ms(self) -> u64 {
+        self.0 & !Self::OUTSIDE
+    }
+
+    fn outside(self) -> bool {
+        self.0 & Self::OUTSIDE != 0
+    }
 }
 
 /// The ledger's counters, kept with the lab.
@@ -149,35 +197,35 @@ pub struct LedgerCounts {
 
 #[derive(Debug, Default)]
 pub struct Ledger {
+    /// Keys held whole: reserved, recently applied, or recalled from the store.
     keys: HashMap<Box<str>, Entry>,
+    /// Applied keys held by fingerprint only; their rows are in the store.
+    cold: HashMap<Fingerprint, Cold>,
     counts: LedgerCounts,
     /// Keys applied since the store last took them.
     unsaved: HashSet<String>,
-    /// Keys held for outside callers.
+    /// Keys held for outside callers, hot and cold.
     outside: usize,
 }
 
 impl Ledger {
-    /// A ledger as the store left it: `rows` in the order they were written, so when a key has
-    /// several, the last one counts.
-    pub fn restore(counts: LedgerCounts, rows: Vec<KeyRow>) -> Self {
-        let keys = rows
-            .into_iter()
-            .map(|row| {
-                let response = StoredResponse { status: row.status, body: row.response };
-                let entry = Entry {
-                    digest: row.digest,
-                    outside: row.outside,
-                    answer: Some(Answer::of(&row.key, response)),
-                    applied_event: 0,
-                    applied: row.applied,
-                    applied_unix_ms: row.applied_unix_ms,
-                };
-                (row.key.into_boxed_str(), entry)
-            })
-            .collect::<HashMap<Box<str>, Entry>>();
-        let outside = keys.values().filter(|e| e.outside).count();
-        Ledger { keys, counts, unsaved: HashSet::new(), outside }
+    /// A ledger as the store left it, before its keys are added with `restore_key`.
+    pub fn restore(counts: LedgerCounts) -> Self {
+        Ledger { counts, ..Default::default() }
+    }
+
+    /// Adds a key read back from the store, cold. Keys come in the order they were written, so
+    /// when a key has several rows, the last one counts.
+    pub fn restore_key(&mut self, key: &str, applied_unix_ms: u64, outside: bool) {
+        if let Some(replaced) = self.cold.insert(Fingerprint::of(key), Cold::new(applied_unix_ms, outside)) {
+            self.outside -= usize::from(replaced.outside());
+        }
+        self.outside += usize::from(outside);
+    }
+
+    /// Keys held whole, and keys held by fingerprint only.
+    pub fn held(&self) -> (usize, usize) {
+        (self.keys.len(), self.cold.len())
     }
 
     pub fn count_request(&mut self) {
@@ -188,11 +236,76 @@ impl Ledger {
     /// not matter.
     pub fn lookup(&self, key: &IdempotencyKey, digest: &BodyDigest) -> Lookup {
         match self.keys.get(key.as_str()) {
-            None => Lookup::New,
+            None if self.cold.is_empty() => Lookup::New,
+            None => match self.cold.get(&Fingerprint::of(key.as_str())) {
+                Some(cold) => Lookup::Stored { applied_unix_ms: cold.applied_unix_ms() },
+                None => Lookup::New,
+            },
             Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
             Some(Entry { answer: Some(answer), .. }) => Lookup::Done(answer.response(key.as_str())),
             Some(_) => Lookup::InProgress,
         }
+    }
+
+    /// Takes the store's row for a cold key (`Lookup::Stored`): the key is held whole again.
+    /// `row` is `None` when the store has no row of it (it can only have been taken back or
+    /// expired meanwhile): the key is forgotten, and is new to the next lookup. A cold key
+    /// applied at another time than `applied_unix_ms` (recalled by a concurrent request, say)
+    /// is left as it is.
+    pub fn recall(&mut self, key: &IdempotencyKey, applied_unix_ms: u64, row: Option<KeyRow>) {
+        let fingerprint = Fingerprint::of(key.as_str());
+        let Some(cold) = self.cold.get(&fingerprint).copied() else { return };
+        if cold.applied_unix_ms() != applied_unix_ms {
+            return;
+        }
+        self.cold.remove(&fingerprint);
+        let Some(row) = row.filter(|row| row.key == key.as_str()) else {
+            self.outside -= usize::from(cold.outside());
+            return;
+        };
+        let response = StoredResponse { status: row.status, body: row.response };
+        let entry = Entry {
+            digest: row.digest,
+            outside: cold.outside(),
+            answer: Some(Answer::of(&row.key, response)),
+            applied_event: 0,
+            applied: row.applied,
+            applied_unix_ms: row.applied_unix_ms,
+        };
+        self.keys.insert(row.key.into_boxed_str(), entry);
+    }
+
+    /// Holds cold the applied keys past the newest `hot_keys` that are committed (their lab's
+    /// events through `committed_event` are in the store, and their rows with them). Runs only
+    /// once the hot keys are a quarter over `hot_keys`, so the pass over them is paid once per
+    /// that many new keys.
+    pub fn cool(&mut self, hot_keys: usize, committed_event: u64) -> usize {
+        if self.keys.len() <= hot_keys + hot_keys / 4 {
+            return 0;
+        }
+        let mut committed: Vec<(u64, &str)> = self
+            .keys
+            .iter()
+            .filter(|(key, entry)| {
+                entry.answer.is_some()
+                    && entry.applied_event <= committed_event
+                    && !self.unsaved.contains(&***key)
+            })
+            .map(|(key, entry)| (entry.applied_unix_ms, &**key))
+            .collect();
+        let excess = (self.keys.len() - hot_keys).min(committed.len());
+        if excess == 0 {
+            return 0;
+        }
+        if excess < committed.len() {
+            committed.select_nth_unstable(excess);
+        }
+        let cooled: Vec<Box<str>> = committed[..excess].iter().map(|(_, key)| (*key).into()).collect();
+        for key in cooled {
+            let entry = self.keys.remove(&key).expect("listed above");
+            self.cold.insert(Fingerprint::of(&key), Cold::new(entry.applied_unix_ms, entry.outside));
+        }
+        excess
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
@@ -264,7 +377,13 @@ impl Ledger {
     /// same cutoff); returns how many. After this a repeat of such a key is a new request, as
     /// the window promises.
     pub fn expire(&mut self, applied_before_unix_ms: u64) -> usize {
-        let before = self.keys.len();
+        let before = self.keys.len() + self.cold.len();
+        let outside = &mut self.outside;
+        self.cold.retain(|_, cold| {
+            let expired = cold.applied_unix_ms() < applied_before_unix_ms;
+            *outside -= usize::from(expired && cold.outside());
+            !expired
+        });
         let (unsaved, outside) = (&mut self.unsaved, &mut self.outside);
         self.keys.retain(|key, entry| {
             let expired = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
@@ -274,7 +393,7 @@ impl Ledger {
             }
             !expired
         });
-        before - self.keys.len()
+        before - self.keys.len() - self.cold.len()
     }
 
     /// The applied keys not yet handed to the store, as rows.
@@ -329,21 +448,108 @@ mod tests {
         assert_eq!(applied_response(key, 7).body, before.as_bytes());
     }
 
-    #[test]
-    fn restored_from_several_rows_of_a_key_the_last_counts() {
-        let digest = BodyDigest::of(&json!({}));
-        let row = |applied| KeyRow {
-            key: "k".into(),
-            digest,
+    fn row(key: &str, applied: u32, applied_unix_ms: u64) -> KeyRow {
+        KeyRow {
+            key: key.into(),
+            digest: BodyDigest::of(&json!({})),
             outside: false,
             status: 200,
-            response: applied_response("k", 5).body,
+            response: applied_response(key, applied_unix_ms).body,
             applied,
-            applied_unix_ms: 5,
-        };
-        let ledger = Ledger::restore(LedgerCounts::default(), vec![row(1), row(2)]);
-        assert_eq!(ledger.keys.len(), 1);
+            applied_unix_ms,
+        }
+    }
+
+    fn key(name: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(name).unwrap()
+    }
+
+    /// Applies `n` keys `k0`.. at times 0.., as a lab's client would, and hands them to the
+    /// store.
+    fn applied(n: u64) -> Ledger {
+        let mut ledger = Ledger::default();
+        for i in 0..n {
+            let k = key(&format!("k{i}"));
+            ledger.reserve(&k, BodyDigest::of(&json!({})), i % 2 == 0);
+            ledger.complete(&k, i, i);
+            ledger.set_applied_event(&k, i + 1);
+        }
+        ledger.take_unsaved();
+        ledger
+    }
+
+    #[test]
+    fn restored_keys_start_cold_and_the_last_row_of_a_key_counts() {
+        let mut ledger = Ledger::restore(LedgerCounts::default());
+        ledger.restore_key("k", 5, true);
+        ledger.restore_key("k", 9, false);
+        assert_eq!(ledger.held(), (0, 1));
+        assert_eq!(ledger.outside_keys(), 0, "the last row was the lab's own");
+        let digest = BodyDigest::of(&json!({}));
+        assert!(matches!(ledger.lookup(&key("k"), &digest), Lookup::Stored { applied_unix_ms: 9 }));
+        assert!(matches!(ledger.lookup(&key("other"), &digest), Lookup::New));
+    }
+
+    #[test]
+    fn a_recalled_key_is_held_whole_and_answers_byte_for_byte() {
+        let mut ledger = Ledger::restore(LedgerCounts::default());
+        ledger.restore_key("k", 9, true);
+        let digest = BodyDigest::of(&json!({}));
+        // Recalled for another time (a stale read): nothing changes.
+        ledger.recall(&key("k"), 8, Some(row("k", 1, 8)));
+        assert_eq!(ledger.held(), (0, 1));
+        ledger.recall(&key("k"), 9, Some(row("k", 2, 9)));
+        assert_eq!(ledger.held(), (1, 0));
+        assert_eq!(ledger.outside_keys(), 1, "still an outside caller's key");
+        let Lookup::Done(answer) = ledger.lookup(&key("k"), &digest) else { panic!("a repeat") };
+        assert_eq!(answer, applied_response("k", 9));
         assert_eq!(ledger.keys["k"].applied, 2);
+        assert!(matches!(ledger.lookup(&key("k"), &BodyDigest::of(&json!(1))), Lookup::BodyMismatch));
+        // The store had no row: the key is forgotten, and new.
+        ledger.restore_key("gone", 3, true);
+        ledger.recall(&key("gone"), 3, None);
+        assert!(matches!(ledger.lookup(&key("gone"), &digest), Lookup::New));
+        assert_eq!(ledger.outside_keys(), 1);
+    }
+
+    #[test]
+    fn only_committed_keys_past_the_newest_cool_and_the_oldest_first() {
+        let mut ledger = applied(10);
+        assert_eq!(ledger.cool(8, 10), 0, "within a quarter over, nothing moves");
+        assert_eq!(ledger.cool(4, 10), 6);
+        assert_eq!(ledger.held(), (4, 6));
+        let digest = BodyDigest::of(&json!({}));
+        for i in 0..6 {
+            let cold = ledger.lookup(&key(&format!("k{i}")), &digest);
+            assert!(matches!(cold, Lookup::Stored { applied_unix_ms } if applied_unix_ms == i), "k{i}");
+        }
+        assert!(matches!(ledger.lookup(&key("k6"), &digest), Lookup::Done(_)));
+        assert_eq!(ledger.outside_keys(), 5, "cold keys still count");
+
+        // Keys whose events are not committed, or whose rows the store has not taken, stay.
+        let mut ledger = applied(10);
+        ledger.complete(&key("k0"), 20, 20);
+        ledger.set_applied_event(&key("k0"), 20);
+        assert_eq!(ledger.cool(0, 5), 4, "k1 to k4 only: k0 was applied again, after event 5");
+        assert!(matches!(ledger.lookup(&key("k0"), &digest), Lookup::Done(_)));
+        let again = key("k9");
+        ledger.complete(&again, 30, 30);
+        assert_eq!(ledger.cool(0, u64::MAX - 1), 4, "k5 to k8; k0 and k9 are not yet in the store");
+        ledger.take_unsaved();
+        ledger.set_applied_event(&again, 31);
+        assert_eq!(ledger.cool(0, 31), 2);
+        assert_eq!(ledger.held(), (0, 10));
+    }
+
+    #[test]
+    fn cold_keys_expire_with_the_window() {
+        let mut ledger = applied(10);
+        ledger.cool(2, 10);
+        assert_eq!(ledger.expire(7), 7, "k0 to k6, all cold");
+        assert_eq!(ledger.held(), (2, 1));
+        assert_eq!(ledger.outside_keys(), 1, "k8 is an outside caller's");
+        let digest = BodyDigest::of(&json!({}));
+        assert!(matches!(ledger.lookup(&key("k3"), &digest), Lookup::New));
     }
 
     #[test]

@@ -207,6 +207,9 @@ pub enum Decision {
     AppliedEarly { response: StoredResponse, answer_after_ms: u64 },
     /// A new key from outside, past a limit on the keys kept for outside callers (507).
     StorageFull { limit: &'static str },
+    /// The key was applied at `applied_unix_ms` and is held cold: read its row from the store,
+    /// give it to the ledger (`Ledger::recall`), and decide again.
+    Recall { applied_unix_ms: u64 },
 }
 
 /// Who is calling the endpoint, and whether a new key of theirs still fits.
@@ -233,6 +236,7 @@ pub fn decide(
         Lookup::Done(response) => return Decision::Replay(response),
         Lookup::InProgress => return Decision::InProgress,
         Lookup::BodyMismatch => return Decision::BodyMismatch,
+        Lookup::Stored { applied_unix_ms } => return Decision::Recall { applied_unix_ms },
         Lookup::New => {}
     }
     let unavailable = Decision::Unavailable { retry_after_s: settings.retry_after_s };

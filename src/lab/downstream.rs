@@ -12,6 +12,7 @@ use crate::domain::Answer;
 
 use crate::downstream::{self, BodyDigest, Caller, Decision, Entry, IdempotencyKey, Mode, StoredResponse};
 use crate::events::Event;
+use crate::store::StoreError;
 
 /// How a request gets past the mode's gate.
 #[derive(Debug)]
@@ -112,15 +113,36 @@ impl Lab {
     }
 
     /// Decides a downstream request against the ledger; returns the decision and the epoch
-    /// it was made in (a reset in between voids a pending write).
-    /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
-    /// own client is never held to them.
-    pub fn downstream_decide(
+    /// it was made in (a reset in between voids a pending write). A key the ledger holds cold
+    /// is read back from the store first, off the lab's lock, then decided like any other.
+    pub async fn downstream_decide(
         &self,
         key: &IdempotencyKey,
         digest: BodyDigest,
         outside: bool,
-    ) -> (Decision, u64) {
+    ) -> Result<(Decision, u64), StoreError> {
+        // Once is enough, unless a concurrent request with the same key changed it meanwhile.
+        for _ in 0..3 {
+            let decided = self.decide_now(key, digest, outside);
+            let Decision::Recall { applied_unix_ms } = decided.0 else {
+                return Ok(decided);
+            };
+            let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
+            let row = tokio::task::spawn_blocking(move || store.recall_key(&lab, &name, applied_unix_ms))
+                .await
+                .map_err(|e| StoreError(format!("reading a key back: {e}")))??;
+            let mut state = self.lock();
+            let before = state.record.ledger.outside_keys();
+            state.record.ledger.recall(key, applied_unix_ms, row);
+            self.count_outside_keys(before, state.record.ledger.outside_keys());
+        }
+        Err(StoreError("the key changed each time it was read back from the store".into()))
+    }
+
+    /// Decides a request against the ledger as it is in memory.
+    /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
+    /// own client is never held to them.
+    fn decide_now(&self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) -> (Decision, u64) {
         let mut rng = rand::rng();
         let decided = self
             .change(|record, now| {
@@ -151,8 +173,11 @@ impl Lab {
                     Decision::StorageFull { .. } => {
                         (507, false, false, Some("no room for another outside key"))
                     }
-                    // Published when the write lands, in `downstream_complete`.
-                    Decision::Process { .. } => return Some(((decision, record.epoch), None)),
+                    // Published when the write lands, in `downstream_complete`, or once the key is
+                    // read back and decided again.
+                    Decision::Process { .. } | Decision::Recall { .. } => {
+                        return Some(((decision, record.epoch), None));
+                    }
                 };
                 let event =
                     Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };

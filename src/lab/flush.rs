@@ -74,6 +74,8 @@ impl Flush for Lab {
             return Some(Batch { lab_id, row: None, delete: true, changes: Default::default(), upto: 0 });
         }
         let state = &mut *state;
+        // Keys committed by an earlier batch may be held cold now: the store has their rows.
+        state.record.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
         let mut changes = state.record.take_changes();
         state.dead_letters.take_changes(&mut changes);
         let record = &state.record;

@@ -164,6 +164,11 @@ impl Lab {
         self.lock().counters()
     }
 
+    /// Applied keys in memory: held whole, and held by fingerprint only.
+    pub fn held_keys(&self) -> (usize, usize) {
+        self.lock().record.ledger.held()
+    }
+
     pub fn downstream_mode(&self) -> endpoint::Mode {
         self.lock().record.downstream.mode
     }

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,9 @@ enum Job {
 pub struct Store {
     jobs: mpsc::Sender<Job>,
     path: PathBuf,
+    /// A connection of its own for reading keys back, opened on first use; in WAL mode it reads
+    /// beside the writer without waiting for it.
+    reader: Arc<Mutex<Option<Connection>>>,
     pub stats: Arc<StoreStats>,
     health: tokio::sync::watch::Receiver<Health>,
 }
@@ -166,7 +169,8 @@ impl Store {
                 supervise_writer(connection, &writer, health)
             })
             .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
-        Ok((Store { jobs, path: path.to_owned(), stats, health: watching }, labs))
+        let reader = Arc::new(Mutex::new(None));
+        Ok((Store { jobs, path: path.to_owned(), reader, stats, health: watching }, labs))
     }
 
     /// A store in a fresh file under the system's temporary folder, for unit tests.
@@ -189,6 +193,33 @@ impl Store {
     /// Someone waits for the changes scheduled so far: the writer commits them without delay.
     pub fn hurry(&self) {
         let _ = self.jobs.send(Job::Hurry);
+    }
+
+    /// Reads back the row of `key`, applied at `applied_unix_ms` in `lab_id` (blocking): the
+    /// ledger holds such a key by fingerprint only. The index on (lab, time) finds it among
+    /// the few keys applied in that millisecond; `None` if the store has no such row.
+    pub fn recall_key(
+        &self,
+        lab_id: &str,
+        key: &str,
+        applied_unix_ms: u64,
+    ) -> Result<Option<KeyRow>, StoreError> {
+        let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if reader.is_none() {
+            *reader = Some(connect(&self.path)?);
+        }
+        let connection = reader.as_ref().expect("opened above");
+        let mut statement = connection.prepare_cached(
+            "SELECT key, request_body, status, response, applied, applied_unix_ms, outside \
+             FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms = ?2 AND key = ?3 \
+             ORDER BY rowid DESC LIMIT 1",
+        )?;
+        let row = statement.query_row(params![lab_id, applied_unix_ms, key], key_row);
+        match row {
+            Ok(row) => Ok(Some(row.map_err(StoreError)?)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Reads one lab's messages and dead letters back (blocking).
@@ -569,13 +600,14 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
         .map(|row| {
-            let keys = load_keys(connection, &row.id)?;
+            let mut ledger = Ledger::restore(row.counts);
+            load_keys(connection, &row.id, &mut ledger)?;
             let downstream: DownstreamView = serde_json::from_str(&row.downstream)?;
             let parts = RecordParts {
                 downstream: downstream.settings,
                 revert: downstream.revert,
                 policy: serde_json::from_str(&row.policy)?,
-                ledger: Ledger::restore(row.counts, keys),
+                ledger,
                 epoch: row.epoch,
                 next_message_id: row.next_message_id,
                 messages: load_messages(connection, &row.id)?,
@@ -604,37 +636,37 @@ fn load_json<T: serde::de::DeserializeOwned>(
     Ok(bodies.iter().map(|body| serde_json::from_str(body)).collect::<Result<_, _>>()?)
 }
 
-fn load_keys(connection: &Connection, lab: &str) -> Result<Vec<KeyRow>, StoreError> {
+/// Reads a lab's applied keys into its ledger, cold: their names, times and callers only, in
+/// the order written (see `Ledger::restore_key`). Their answers stay in the store until a
+/// repeat asks for one.
+fn load_keys(connection: &Connection, lab: &str, ledger: &mut Ledger) -> Result<(), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT key, request_body, status, response, applied, applied_unix_ms, outside FROM idempotency_keys \
-         WHERE lab_id = ?1 ORDER BY rowid",
+        "SELECT key, applied_unix_ms, outside FROM idempotency_keys WHERE lab_id = ?1 ORDER BY rowid",
     )?;
-    let rows = statement
-        .query_map([lab], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get(2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get::<_, bool>(6)?,
-            ))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter()
-        .map(|(key, body, status, response, applied, applied_unix_ms, outside)| {
-            Ok(KeyRow {
-                key,
-                digest: BodyDigest::parse_stored(&body).map_err(StoreError)?,
-                outside,
-                status,
-                response: response.into(),
-                applied,
-                applied_unix_ms,
-            })
-        })
-        .collect()
+    let mut rows = statement.query([lab])?;
+    while let Some(row) = rows.next()? {
+        let key = row.get_ref(0)?.as_str().map_err(|e| StoreError(format!("store: unreadable key: {e}")))?;
+        ledger.restore_key(key, row.get(1)?, row.get(2)?);
+    }
+    Ok(())
+}
+
+/// A key's whole row (`SELECT key, request_body, status, response, applied, applied_unix_ms,
+/// outside`); the inner error says why a stored digest is unreadable.
+fn key_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<KeyRow, String>> {
+    let digest = match BodyDigest::parse_stored(r.get_ref(1)?.as_str()?) {
+        Ok(digest) => digest,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Ok(KeyRow {
+        key: r.get(0)?,
+        digest,
+        outside: r.get(6)?,
+        status: r.get(2)?,
+        response: r.get::<_, Vec<u8>>(3)?.into(),
+        applied: r.get(4)?,
+        applied_unix_ms: r.get(5)?,
+    }))
 }
 
 #[cfg(test)]
@@ -800,7 +832,7 @@ mod tests {
         assert_eq!(kept, 1, "the re-applied key is on disk");
     }
 
-    fn key_row(key: &str, applied: u32, applied_unix_ms: u64) -> KeyRow {
+    fn applied_key(key: &str, applied: u32, applied_unix_ms: u64) -> KeyRow {
         let digest = crate::downstream::BodyDigest::of(&serde_json::json!({}));
         KeyRow {
             key: key.into(),
@@ -826,25 +858,44 @@ mod tests {
         let path = temporary_path();
         let mut connection = connect(&path).unwrap();
         migrate(&mut connection).unwrap();
-        let keys = vec![key_row("a", 1, 1), key_row("b", 1, 5), key_row("c", 1, 9)];
+        let keys = vec![applied_key("a", 1, 1), applied_key("b", 1, 5), applied_key("c", 1, 9)];
         write(&mut connection, RecordChanges { keys, ..Default::default() });
         // The window moves past 6: a and b go; a is applied again in the same commit and stays.
-        let again = vec![key_row("a", 1, 10)];
+        let again = vec![applied_key("a", 1, 10)];
         write(
             &mut connection,
             RecordChanges { keys: again, keys_expired_before: Some(6), ..Default::default() },
         );
-        write(&mut connection, RecordChanges { keys: vec![key_row("a", 2, 10)], ..Default::default() });
-        let loaded: Vec<(String, u32, u64)> = load_keys(&connection, "good")
+        write(&mut connection, RecordChanges { keys: vec![applied_key("a", 2, 10)], ..Default::default() });
+        let written: Vec<(String, u32, u64)> = connection
+            .prepare("SELECT key, applied, applied_unix_ms FROM idempotency_keys ORDER BY rowid")
             .unwrap()
-            .into_iter()
-            .map(|k| (k.key, k.applied, k.applied_unix_ms))
-            .collect();
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(
-            loaded,
+            written,
             [("c".into(), 1, 9), ("a".into(), 1, 10), ("a".into(), 2, 10)],
             "in the order written"
         );
+        let mut ledger = Ledger::default();
+        load_keys(&connection, "good", &mut ledger).unwrap();
+        assert_eq!(ledger.held(), (0, 2), "a and c, held cold");
+    }
+
+    #[test]
+    fn a_cold_key_is_read_back_by_its_name_and_time() {
+        let path = temporary_path();
+        let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
+        let mut connection = connect(&path).unwrap();
+        let keys = vec![applied_key("a", 1, 5), applied_key("b", 1, 5), applied_key("a", 2, 5)];
+        write(&mut connection, RecordChanges { keys, ..Default::default() });
+        let recalled = store.recall_key("good", "a", 5).unwrap().expect("a row");
+        assert_eq!(recalled.applied, 2, "the last row of a key counts");
+        assert_eq!(store.recall_key("good", "b", 5).unwrap(), Some(applied_key("b", 1, 5)));
+        assert_eq!(store.recall_key("good", "a", 6).unwrap(), None, "applied at another time");
+        assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
     }
 
     #[test]
@@ -863,9 +914,14 @@ mod tests {
             )
             .unwrap();
         migrate(&mut connection).unwrap();
-        let loaded: Vec<(String, bool)> =
-            load_keys(&connection, "good").unwrap().into_iter().map(|k| (k.key, k.outside)).collect();
-        assert_eq!(loaded, [("zz".into(), true), ("aa".into(), false)], "by time applied, not by name");
+        let moved: Vec<(String, bool)> = connection
+            .prepare("SELECT key, outside FROM idempotency_keys ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(moved, [("zz".into(), true), ("aa".into(), false)], "by time applied, not by name");
     }
 
     #[test]

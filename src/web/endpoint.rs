@@ -119,7 +119,7 @@ async fn serve(
     }
 
     let _work = Work::start(&lab);
-    let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
+    let (decision, epoch) = decide(&lab, &key, digest, outside).await?;
     match decision {
         Decision::Replay(stored) => {
             // The first answer may not be committed yet: after a crash the key could be applied
@@ -139,6 +139,7 @@ async fn serve(
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
         }),
         Decision::StorageFull { limit } => Err(storage_full(limit)),
+        Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
         Decision::AppliedEarly { response, answer_after_ms } => {
             if let Err(refused) = lab.persisted().await {
                 lab.downstream_unapply(&key, epoch);
@@ -193,41 +194,46 @@ async fn overloaded(
         let latency = lab.downstream_settings().latency_ms;
         let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-        let (decision, epoch) = lab.downstream_decide(&key, digest, outside);
-        let outcome = match decision {
-            Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
-                Some(stored) => match lab.persisted().await {
-                    Ok(()) => Ok(answer(stored, false)),
+        let outcome = match decide(&lab, &key, digest, outside).await {
+            Err(unreadable) => Err(unreadable),
+            Ok((decision, epoch)) => match decision {
+                Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
+                    Some(stored) => match lab.persisted().await {
+                        Ok(()) => Ok(answer(stored, false)),
+                        Err(refused) => {
+                            lab.downstream_unapply(&key, epoch);
+                            Err(refused.into())
+                        }
+                    },
+                    None => {
+                        Err(AppError::Conflict("the lab was reset while this request was processed".into()))
+                    }
+                },
+                Decision::Replay(stored) => {
+                    lab.key_persisted(&key).await.map(|()| answer(stored, true)).map_err(AppError::from)
+                }
+                Decision::InProgress => Err(AppError::Conflict(
+                    "a request with this Idempotency-Key is still being processed; retry later".into(),
+                )),
+                Decision::BodyMismatch => Err(AppError::Unprocessable(
+                    "this Idempotency-Key was first used with a different body".into(),
+                )),
+                Decision::StorageFull { limit } => Err(storage_full(limit)),
+                // The mode changed while this request waited in line (an outage window began):
+                // it is answered by the mode now in force.
+                Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    retry_after_s,
+                    detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
+                }),
+                Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
+                Decision::AppliedEarly { response, .. } => match lab.persisted().await {
+                    Ok(()) => Ok(answer(response, false)),
                     Err(refused) => {
                         lab.downstream_unapply(&key, epoch);
                         Err(refused.into())
                     }
                 },
-                None => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
-            },
-            Decision::Replay(stored) => {
-                lab.key_persisted(&key).await.map(|()| answer(stored, true)).map_err(AppError::from)
-            }
-            Decision::InProgress => Err(AppError::Conflict(
-                "a request with this Idempotency-Key is still being processed; retry later".into(),
-            )),
-            Decision::BodyMismatch => Err(AppError::Unprocessable(
-                "this Idempotency-Key was first used with a different body".into(),
-            )),
-            Decision::StorageFull { limit } => Err(storage_full(limit)),
-            // The mode changed while this request waited in line (an outage window began):
-            // it is answered by the mode now in force.
-            Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                retry_after_s,
-                detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
-            }),
-            Decision::AppliedEarly { response, .. } => match lab.persisted().await {
-                Ok(()) => Ok(answer(response, false)),
-                Err(refused) => {
-                    lab.downstream_unapply(&key, epoch);
-                    Err(refused.into())
-                }
             },
         };
         let wasted = reply.send(outcome).is_err();
@@ -236,6 +242,27 @@ async fn overloaded(
     replied
         .await
         .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
+}
+
+/// Decides the request against the lab's ledger, reading a cold key back from the store.
+async fn decide(
+    lab: &Lab,
+    key: &IdempotencyKey,
+    digest: BodyDigest,
+    outside: bool,
+) -> Result<(Decision, u64), AppError> {
+    lab.downstream_decide(key, digest, outside).await.map_err(|e| unreadable(&e.to_string()))
+}
+
+/// The store could not read a key back: 503, nothing applied.
+fn unreadable(why: &str) -> AppError {
+    AppError::Unavailable {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        retry_after_s: 1,
+        detail: format!(
+            "this key's answer could not be read back from the store ({why}); nothing was applied; try again shortly"
+        ),
+    }
 }
 
 /// No room for another outside key: 507, naming the limit.

@@ -122,3 +122,42 @@ async fn down_and_flaky_answer_503_with_retry_after() {
     app.put(&lab, "downstream", r#"{"failure_rate": 0.0, "latency_ms": [1, 1]}"#).await;
     assert_eq!(post(&app, &lab, Some("k"), "{}").await.status(), StatusCode::OK, "the key was never used up");
 }
+
+/// The count of applied keys the server holds `held` (`whole` or `fingerprint`), from /metrics.
+async fn keys_held(app: &TestApp, held: &str) -> u64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = format!("retrylab_idempotency_keys{{held=\"{held}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
+    let limits = retrylab::config::Limits { hot_keys_per_lab: 4, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    let mut answers = Vec::new();
+    for i in 0..40 {
+        let first = post(&app, &lab, Some(&format!("cold-{i}")), &format!(r#"{{"n": {i}}}"#)).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        answers.push(first.bytes().await.unwrap());
+    }
+    // Committed keys past the newest 4 are held by fingerprint (at the lab's next commit).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while keys_held(&app, "fingerprint").await < 30 {
+        assert!(std::time::Instant::now() < deadline, "keys were never held cold");
+        post(&app, &lab, Some("cold-0"), r#"{"n": 0}"#).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(keys_held(&app, "whole").await <= 10, "the newest few, whole");
+
+    let other_body = post(&app, &lab, Some("cold-1"), r#"{"n": 2}"#).await;
+    assert_eq!(other_body.status(), StatusCode::UNPROCESSABLE_ENTITY, "the digest came back from the store");
+    for (i, original) in answers.iter().enumerate() {
+        let repeat = post(&app, &lab, Some(&format!("cold-{i}")), &format!(r#"{{ "n" : {i} }}"#)).await;
+        assert_eq!(repeat.status(), StatusCode::OK, "cold-{i}");
+        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "cold-{i}");
+        assert_eq!(&repeat.bytes().await.unwrap(), original, "cold-{i}: the stored answer, byte for byte");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
+}
