@@ -27,6 +27,8 @@ parser.add_argument("--bare", default="target/release/examples/bare_endpoint")
 parser.add_argument("--runs", type=int, default=3)
 parser.add_argument("--seconds", type=int, default=5, help="length of each wrk run")
 parser.add_argument("--keys", type=int, default=150_000)
+parser.add_argument("--only", default="empty,keys,throughput,timer",
+                    help="which figures, comma-separated: empty, keys, throughput, timer")
 args = parser.parse_args()
 
 HELP = subprocess.run([args.bin, "--help"], capture_output=True, text=True).stdout
@@ -183,6 +185,7 @@ def timer(messages):
 
 
 def main():
+    only = args.only.split(",")
     bare = subprocess.Popen([args.bare, "127.0.0.1:3998"], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
     rows = {}
@@ -193,15 +196,18 @@ def main():
     try:
         for run in range(1, args.runs + 1):
             print(f"run {run} of {args.runs}", file=sys.stderr)
-            note("memory per empty lab (kB)", empty_lab_kb())
-            grown, applied = keys_mb()
-            note(f"RSS growth for {args.keys:,} applied keys (MB)", grown)
-            new_ratio, repeat_ratio, lab_new, lab_repeat = throughput("http://127.0.0.1:3998")
-            note("endpoint, new keys: lab / bare", new_ratio)
-            note("endpoint, repeats: lab / bare", repeat_ratio)
-            note("endpoint, new keys (requests/s)", lab_new)
-            note("endpoint, repeats (requests/s)", lab_repeat)
-            for messages in (1_000, 10_000):
+            if "empty" in only:
+                note("memory per empty lab (kB)", empty_lab_kb())
+            if "keys" in only:
+                grown, applied = keys_mb()
+                note(f"RSS growth for {args.keys:,} applied keys (MB)", grown)
+            if "throughput" in only:
+                new_ratio, repeat_ratio, lab_new, lab_repeat = throughput("http://127.0.0.1:3998")
+                note("endpoint, new keys: lab / bare", new_ratio)
+                note("endpoint, repeats: lab / bare", repeat_ratio)
+                note("endpoint, new keys (requests/s)", lab_new)
+                note("endpoint, repeats (requests/s)", lab_repeat)
+            for messages in (1_000, 10_000) if "timer" in only else ():
                 e50, e99, q50, q99, waits = timer(messages)
                 note(f"{messages:,} messages: timer error p50 (ms)", e50)
                 note(f"{messages:,} messages: timer error p99 (ms)", e99)

@@ -203,6 +203,9 @@ pub enum Decision {
     Unavailable { retry_after_s: u64 },
     /// The key is reserved; apply the write after `latency_ms`, then answer.
     Process { latency_ms: u64 },
+    /// No latency to wait out: the write was applied in the same step as the check; answer
+    /// once it is committed.
+    Applied(StoredResponse),
     /// Slow mode: the write is already applied; the answer goes out after `answer_after_ms`.
     AppliedEarly { response: StoredResponse, answer_after_ms: u64 },
     /// A new key from outside, past a limit on the keys kept for outside callers (507).
@@ -251,7 +254,10 @@ pub fn decide(
         _ if full.is_some() => full.expect("checked"),
         Mode::Healthy | Mode::Flaky | Mode::Throttled | Mode::Overloaded => {
             ledger.reserve(key, digest, outside);
-            Decision::Process { latency_ms: sample(settings.latency_ms, rng) }
+            match sample(settings.latency_ms, rng) {
+                0 => Decision::Applied(ledger.complete(key, now_ms, unix_ms)),
+                latency_ms => Decision::Process { latency_ms },
+            }
         }
         Mode::Slow => {
             ledger.reserve(key, digest, outside);
@@ -338,6 +344,24 @@ mod tests {
             Decision::BodyMismatch
         ));
         assert_eq!(ledger.counts(), LedgerCounts { requests: 0, applied: 1, applied_twice: 0 });
+    }
+
+    #[test]
+    fn with_no_latency_the_write_is_applied_in_the_decision() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut ledger = Ledger::default();
+        let instant = DownstreamSettings { latency_ms: [0, 0], ..Default::default() };
+        let key = IdempotencyKey::parse("k").unwrap();
+        let Decision::Applied(first) = decide(&mut ledger, &instant, &key, lab(&json!({})), (7, 0), &mut rng)
+        else {
+            panic!("applied at once")
+        };
+        let Decision::Replay(again) = decide(&mut ledger, &instant, &key, lab(&json!({})), (9, 0), &mut rng)
+        else {
+            panic!("then replayed")
+        };
+        assert_eq!(again, first);
+        assert_eq!(ledger.counts().applied, 1);
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl Lab {
                     Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
                     Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
                     Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
+                    Decision::Applied(r) => (r.status, true, false, None),
                     Decision::StorageFull { .. } => {
                         (507, false, false, Some("no room for another outside key"))
                     }
@@ -184,7 +185,7 @@ impl Lab {
                 Some(((decision, record.epoch), Some(event)))
             })
             .expect("a decision is always made");
-        if matches!(decided.0, Decision::AppliedEarly { .. }) {
+        if matches!(decided.0, Decision::AppliedEarly { .. } | Decision::Applied(_)) {
             let mut state = self.lock();
             let applied_event = state.log.last_id();
             state.record.ledger.set_applied_event(key, applied_event);

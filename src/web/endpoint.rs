@@ -141,13 +141,9 @@ async fn serve(
         Decision::StorageFull { limit } => Err(storage_full(limit)),
         Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
         Decision::AppliedEarly { response, answer_after_ms } => {
-            if let Err(refused) = lab.persisted().await {
-                lab.downstream_unapply(&key, epoch);
-                return Err(refused.into());
-            }
-            tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
-            Ok(answer(response, false))
+            once_committed(&lab, &key, epoch, response, answer_after_ms).await
         }
+        Decision::Applied(response) => once_committed(&lab, &key, epoch, response, 0).await,
         Decision::Process { latency_ms } => {
             // The write runs in its own task: axum drops this handler's future when the client
             // hangs up, and a write that has begun must still land with its key.
@@ -227,13 +223,9 @@ async fn overloaded(
                     detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
                 }),
                 Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
-                Decision::AppliedEarly { response, .. } => match lab.persisted().await {
-                    Ok(()) => Ok(answer(response, false)),
-                    Err(refused) => {
-                        lab.downstream_unapply(&key, epoch);
-                        Err(refused.into())
-                    }
-                },
+                Decision::AppliedEarly { response, .. } | Decision::Applied(response) => {
+                    once_committed(&lab, &key, epoch, response, 0).await
+                }
             },
         };
         let wasted = reply.send(outcome).is_err();
@@ -242,6 +234,25 @@ async fn overloaded(
     replied
         .await
         .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
+}
+
+/// A write applied in the decision itself, answered once it is committed and `answer_after_ms`
+/// later; a write the store cannot keep is taken back, so a 503 applied nothing.
+async fn once_committed(
+    lab: &Lab,
+    key: &IdempotencyKey,
+    epoch: u64,
+    response: StoredResponse,
+    answer_after_ms: u64,
+) -> Result<Response, AppError> {
+    if let Err(refused) = lab.persisted().await {
+        lab.downstream_unapply(key, epoch);
+        return Err(refused.into());
+    }
+    if answer_after_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
+    }
+    Ok(answer(response, false))
 }
 
 /// Decides the request against the lab's ledger, reading a cold key back from the store.
