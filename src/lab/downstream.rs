@@ -14,6 +14,17 @@ use crate::downstream::{self, BodyDigest, Caller, Decision, Entry, IdempotencyKe
 use crate::events::Event;
 use crate::store::StoreError;
 
+/// A request decided against the ledger.
+#[derive(Debug)]
+pub struct Decided {
+    pub decision: Decision,
+    /// The epoch it was decided in: a reset in between voids a pending write.
+    pub epoch: u64,
+    /// The lab's event that must be committed before the answer goes out: the write that
+    /// applied the key (for a repeat too: after a crash the key could be applied again).
+    pub durable_at: u64,
+}
+
 /// How a request gets past the mode's gate.
 #[derive(Debug)]
 pub enum Admission {
@@ -31,17 +42,13 @@ pub enum Admission {
 }
 
 impl Lab {
-    /// A request reached the endpoint: counts it; returns the load bin it is counted in.
-    pub fn downstream_arrived(&self) -> u64 {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        state.record.ledger.count_request();
-        state.record.load.arrive(now)
-    }
-
-    /// Lets a request past the mode's gate, or refuses it (and says so in an event).
-    pub fn downstream_admit(&self, key: &IdempotencyKey) -> Admission {
+    /// A request was read: counts it where it arrives and lets it past the mode's gate, or
+    /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
+    /// (for `downstream_done`). A request let straight on is counted in process until then.
+    pub fn downstream_admit(&self, key: &IdempotencyKey) -> (u64, Admission) {
         self.change(|record, now| {
+            record.ledger.count_request();
+            let arrived = record.load.arrive(now);
             let settings = record.downstream;
             let admission = match settings.mode {
                 Mode::Throttled => match record.throttle.check(settings.rate_per_s, settings.burst, now) {
@@ -59,7 +66,11 @@ impl Lab {
             let (status, detail) = match admission {
                 Admission::Throttled { .. } => (429, "over the rate limit, nothing applied"),
                 Admission::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
-                _ => return Some((admission, None)),
+                Admission::Open => {
+                    record.load.work_started(now);
+                    return Some(((arrived, admission), None));
+                }
+                _ => return Some(((arrived, admission), None)),
             };
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
@@ -68,7 +79,7 @@ impl Lab {
                 replayed: false,
                 detail: Some(detail),
             };
-            Some((admission, Some(event)))
+            Some(((arrived, admission), Some(event)))
         })
         .expect("an admission is always decided")
     }
@@ -80,9 +91,13 @@ impl Lab {
         state.record.gate.leave(capacity);
     }
 
-    /// How the request counted in bin `arrived_t_ms` was answered.
-    pub fn downstream_answered(&self, arrived_t_ms: u64, answer: Answer) {
+    /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
+    /// straight on (its work ends here too).
+    pub fn downstream_done(&self, arrived_t_ms: u64, answer: Answer, working: bool) {
         let mut state = self.lock();
+        if working {
+            state.record.load.work_finished();
+        }
         state.record.load.answer(arrived_t_ms, answer);
     }
 
@@ -120,11 +135,11 @@ impl Lab {
         key: &IdempotencyKey,
         digest: BodyDigest,
         outside: bool,
-    ) -> Result<(Decision, u64), StoreError> {
+    ) -> Result<Decided, StoreError> {
         // Once is enough, unless a concurrent request with the same key changed it meanwhile.
         for _ in 0..3 {
             let decided = self.decide_now(key, digest, outside);
-            let Decision::Recall { applied_unix_ms } = decided.0 else {
+            let Decision::Recall { applied_unix_ms } = decided.decision else {
                 return Ok(decided);
             };
             let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
@@ -142,59 +157,76 @@ impl Lab {
     /// Decides a request against the ledger as it is in memory.
     /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
     /// own client is never held to them.
-    fn decide_now(&self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) -> (Decision, u64) {
+    fn decide_now(&self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) -> Decided {
         let mut rng = rand::rng();
-        let decided = self
-            .change(|record, now| {
-                let settings = record.downstream;
-                let clock = (now, unix_now_ms());
-                let before = record.ledger.outside_keys();
-                let caller = match outside {
-                    false => Caller::Lab,
-                    true if before >= self.limits.max_outside_keys_per_lab => {
-                        Caller::Outside(Err("max_outside_keys_per_lab"))
-                    }
-                    true if self.outside_keys_total.load(Ordering::Relaxed)
-                        >= self.limits.max_outside_keys =>
-                    {
-                        Caller::Outside(Err("max_outside_keys"))
-                    }
-                    true => Caller::Outside(Ok(())),
-                };
-                let decision =
-                    downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
-                self.count_outside_keys(before, record.ledger.outside_keys());
-                let (status, applied, replayed, detail) = match &decision {
-                    Decision::Replay(r) => (r.status, false, true, None),
-                    Decision::InProgress => (409, false, false, Some("key still being processed")),
-                    Decision::BodyMismatch => (422, false, false, Some("key reused with another body")),
-                    Decision::Unavailable { .. } => (503, false, false, Some("unavailable, nothing applied")),
-                    Decision::AppliedEarly { .. } => (200, true, false, Some("applied; answering slowly")),
-                    Decision::Applied(r) => (r.status, true, false, None),
-                    Decision::StorageFull { .. } => {
-                        (507, false, false, Some("no room for another outside key"))
-                    }
-                    // Published when the write lands, in `downstream_complete`, or once the key is
-                    // read back and decided again.
-                    Decision::Process { .. } | Decision::Recall { .. } => {
-                        return Some(((decision, record.epoch), None));
-                    }
-                };
-                let event =
-                    Event::DownstreamRequest { key: key.as_str().into(), status, applied, replayed, detail };
-                Some(((decision, record.epoch), Some(event)))
-            })
-            .expect("a decision is always made");
-        if matches!(decided.0, Decision::AppliedEarly { .. } | Decision::Applied(_)) {
-            let mut state = self.lock();
-            let applied_event = state.log.last_id();
-            state.record.ledger.set_applied_event(key, applied_event);
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let (decision, event) = {
+            let record = &mut state.record;
+            let settings = record.downstream;
+            let clock = (now, unix_now_ms());
+            let before = record.ledger.outside_keys();
+            let caller = match outside {
+                false => Caller::Lab,
+                true if before >= self.limits.max_outside_keys_per_lab => {
+                    Caller::Outside(Err("max_outside_keys_per_lab"))
+                }
+                true if self.outside_keys_total.load(Ordering::Relaxed) >= self.limits.max_outside_keys => {
+                    Caller::Outside(Err("max_outside_keys"))
+                }
+                true => Caller::Outside(Ok(())),
+            };
+            let decision =
+                downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
+            self.count_outside_keys(before, record.ledger.outside_keys());
+            let said = match &decision {
+                Decision::Replay(r) => Some((r.status, false, true, None)),
+                Decision::InProgress => Some((409, false, false, Some("key still being processed"))),
+                Decision::BodyMismatch => Some((422, false, false, Some("key reused with another body"))),
+                Decision::Unavailable { .. } => {
+                    Some((503, false, false, Some("unavailable, nothing applied")))
+                }
+                Decision::AppliedEarly { .. } => Some((200, true, false, Some("applied; answering slowly"))),
+                Decision::Applied(r) => Some((r.status, true, false, None)),
+                Decision::StorageFull { .. } => {
+                    Some((507, false, false, Some("no room for another outside key")))
+                }
+                // Published when the write lands, in `downstream_complete`, or once the key is
+                // read back and decided again.
+                Decision::Process { .. } | Decision::Recall { .. } => None,
+            };
+            let event = said.map(|(status, applied, replayed, detail)| Event::DownstreamRequest {
+                key: key.as_str().into(),
+                status,
+                applied,
+                replayed,
+                detail,
+            });
+            (decision, event)
+        };
+        if let Some(event) = event {
+            self.publish(&mut state, &event, now);
         }
-        decided
+        let durable_at = match decision {
+            // The first answer may not be committed yet; `u64::MAX` is an instant after a
+            // write, before its event had a number: then everything so far.
+            Decision::Replay(_) => match state.record.ledger.applied_event(key) {
+                u64::MAX => state.log.last_id(),
+                applied_event => applied_event,
+            },
+            Decision::Applied(_) | Decision::AppliedEarly { .. } => {
+                let applied_event = state.log.last_id();
+                state.record.ledger.set_applied_event(key, applied_event);
+                applied_event
+            }
+            _ => 0,
+        };
+        Decided { decision, epoch: state.record.epoch, durable_at }
     }
 
-    /// Applies a reserved key's write, unless the lab was reset since it was reserved.
-    pub fn downstream_complete(&self, key: &IdempotencyKey, epoch: u64) -> Option<StoredResponse> {
+    /// Applies a reserved key's write, unless the lab was reset since it was reserved; returns
+    /// the answer and the event that applied it (to wait for its commit).
+    pub fn downstream_complete(&self, key: &IdempotencyKey, epoch: u64) -> Option<(StoredResponse, u64)> {
         let mut state = self.lock();
         if state.record.epoch != epoch {
             return None;
@@ -211,17 +243,7 @@ impl Lab {
         self.publish(&mut state, &event, now);
         let applied_event = state.log.last_id();
         state.record.ledger.set_applied_event(key, applied_event);
-        Some(response)
-    }
-
-    /// Waits until the write that applied `key` is committed (a repeat must not be answered
-    /// before: after a crash the key could be applied again), and no longer than that.
-    pub async fn key_persisted(&self, key: &IdempotencyKey) -> Result<(), super::NotDurable> {
-        let applied_event = self.lock().record.ledger.applied_event(key);
-        match applied_event {
-            u64::MAX => self.persisted().await,
-            applied_event => self.persisted_through(applied_event).await,
-        }
+        Some((response, applied_event))
     }
 
     /// Takes back a write the store could not keep, unless the lab was reset since: the key
@@ -243,9 +265,14 @@ impl Lab {
         });
     }
 
-    /// Says that the downstream refused a request before reading its key or body.
-    pub fn downstream_refused(&self, status: u16, detail: &'static str) {
-        self.change(|_, _| {
+    /// The downstream refused a request before reading its key or body: it is counted as it
+    /// arrived and answered, and said so in an event when there is a `detail`.
+    pub fn downstream_refused(&self, status: u16, detail: Option<&'static str>) {
+        self.change(|record, now| {
+            record.ledger.count_request();
+            let arrived = record.load.arrive(now);
+            record.load.answer(arrived, Answer::Status(status));
+            let detail = detail?;
             let event = Event::DownstreamRequest {
                 key: String::new(),
                 status,

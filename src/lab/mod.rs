@@ -32,7 +32,7 @@ use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::{Policy, Wait};
 use crate::store::Store;
 
-pub use downstream::Admission as DownstreamAdmission;
+pub use downstream::{Admission as DownstreamAdmission, Decided};
 pub use flush::NotDurable;
 pub use registry::{Instance, LabId, Labs};
 pub use snapshot::{SnapshotLimits, SnapshotView};

@@ -20,7 +20,7 @@ use super::error::{AppError, Problem};
 use super::{InternalCaller, LabParam, LabPath};
 use crate::domain::Answer;
 use crate::downstream::{BodyDigest, Decision, IdempotencyKey, StoredResponse};
-use crate::lab::{DownstreamAdmission as Admission, Lab};
+use crate::lab::{Decided, DownstreamAdmission as Admission, Lab};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -51,8 +51,11 @@ pub async fn downstream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
-    let visit = Visit { arrived: lab.downstream_arrived(), lab: lab.clone(), answered: false };
-    let answer = serve(lab, internal.is_none(), headers, body).await;
+    let (key, digest) = read(&lab, &headers, body)?;
+    let (arrived, admission) = lab.downstream_admit(&key);
+    let working = matches!(admission, Admission::Open);
+    let visit = Visit { lab: lab.clone(), arrived, working, answered: false };
+    let answer = admitted(lab, key, (digest, internal.is_none()), admission).await;
     let status = match &answer {
         Ok(response) => response.status(),
         Err(error) => error.status(),
@@ -61,44 +64,59 @@ pub async fn downstream(
     answer
 }
 
-async fn serve(
-    lab: Arc<Lab>,
-    outside: bool,
-    headers: HeaderMap,
+/// Reads the request's key and the digest of its JSON body; a request refused here is counted
+/// as it arrived and answered.
+fn read(
+    lab: &Lab,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, AppError> {
-    if !is_json(&headers) {
-        lab.downstream_refused(415, "body not sent as JSON");
-        return Err(AppError::Rejected {
-            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            detail: "send the body with Content-Type: application/json (or another +json type)".into(),
-        });
-    }
-    let refuse = |status: u16, detail: &'static str, error: AppError| {
+) -> Result<(IdempotencyKey, BodyDigest), AppError> {
+    let refuse = |status: u16, detail: Option<&'static str>, error: AppError| {
         lab.downstream_refused(status, detail);
         error
     };
-    let body = body?;
+    if !is_json(headers) {
+        return Err(refuse(
+            415,
+            Some("body not sent as JSON"),
+            AppError::Rejected {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                detail: "send the body with Content-Type: application/json (or another +json type)".into(),
+            },
+        ));
+    }
+    let body = body.map_err(|rejected| {
+        let error = AppError::from(rejected);
+        refuse(error.status().as_u16(), None, error)
+    })?;
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| {
             refuse(
                 400,
-                "no Idempotency-Key",
+                Some("no Idempotency-Key"),
                 AppError::BadRequest("the Idempotency-Key header is required".into()),
             )
         })?
         .to_str()
         .map_err(|_| "Idempotency-Key must be visible ASCII".to_owned())
         .and_then(IdempotencyKey::parse)
-        .map_err(|e| refuse(400, "malformed Idempotency-Key", AppError::BadRequest(e)))?;
+        .map_err(|e| refuse(400, Some("malformed Idempotency-Key"), AppError::BadRequest(e)))?;
     let body: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-        refuse(400, "body is not JSON", AppError::BadRequest(format!("the body must be JSON: {e}")))
+        refuse(400, Some("body is not JSON"), AppError::BadRequest(format!("the body must be JSON: {e}")))
     })?;
     // Only the digest is kept: enough to tell a repeat from another body.
-    let digest = BodyDigest::of(&body);
+    Ok((key, BodyDigest::of(&body)))
+}
 
-    match lab.downstream_admit(&key) {
+/// Answers a request by how it got past the mode's gate.
+async fn admitted(
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+    (digest, outside): (BodyDigest, bool),
+    admission: Admission,
+) -> Result<Response, AppError> {
+    match admission {
         Admission::Open => {}
         Admission::Throttled { retry_after_s } => {
             return Err(AppError::Unavailable {
@@ -117,14 +135,31 @@ async fn serve(
         Admission::Worker => return overloaded(lab, key, (digest, outside), None).await,
         Admission::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
     }
+    let decided = decide(&lab, &key, digest, outside).await?;
+    respond(lab, key, decided, Latency::ToWaitOut).await
+}
 
-    let _work = Work::start(&lab);
-    let (decision, epoch) = decide(&lab, &key, digest, outside).await?;
+/// Whether a request's latency is still to be waited out when it is decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Latency {
+    ToWaitOut,
+    /// The overloaded downstream's worker held the request for it before deciding.
+    WaitedOut,
+}
+
+/// Answers a decided request.
+async fn respond(
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+    Decided { decision, epoch, durable_at }: Decided,
+    latency: Latency,
+) -> Result<Response, AppError> {
+    let waited_out = |ms: u64| if latency == Latency::WaitedOut { 0 } else { ms };
     match decision {
         Decision::Replay(stored) => {
             // The first answer may not be committed yet: after a crash the key could be applied
             // again, so its repeat waits for that commit too (and only for that one).
-            lab.key_persisted(&key).await?;
+            lab.persisted_through(durable_at).await?;
             Ok(answer(stored, true))
         }
         Decision::InProgress => Err(AppError::Conflict(
@@ -133,6 +168,8 @@ async fn serve(
         Decision::BodyMismatch => {
             Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
         }
+        // Also when the mode changed while an overloaded request waited in line (an outage
+        // window began): it is answered by the mode now in force.
         Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
@@ -141,29 +178,39 @@ async fn serve(
         Decision::StorageFull { limit } => Err(storage_full(limit)),
         Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
         Decision::AppliedEarly { response, answer_after_ms } => {
-            once_committed(&lab, &key, epoch, response, answer_after_ms).await
+            once_committed(&lab, &key, (epoch, durable_at), response, waited_out(answer_after_ms)).await
         }
-        Decision::Applied(response) => once_committed(&lab, &key, epoch, response, 0).await,
-        Decision::Process { latency_ms } => {
-            // The write runs in its own task: axum drops this handler's future when the client
-            // hangs up, and a write that has begun must still land with its key.
-            let work = tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-                let stored = lab.downstream_complete(&key, epoch)?;
-                // The key and its answer are committed with the write before anyone hears of it;
-                // a write the store cannot keep is taken back, so a 503 applied nothing.
-                let kept = lab.persisted().await;
-                if kept.is_err() {
-                    lab.downstream_unapply(&key, epoch);
-                }
-                Some(kept.map(|()| stored))
-            });
-            match work.await {
-                Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
-                Ok(Some(Err(not_durable))) => Err(not_durable.into()),
-                _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
-            }
+        Decision::Applied(response) => once_committed(&lab, &key, (epoch, durable_at), response, 0).await,
+        Decision::Process { latency_ms } => process(lab, key, epoch, waited_out(latency_ms)).await,
+    }
+}
+
+/// Applies a reserved key's write after `latency_ms`, in a task of its own: axum drops the
+/// handler's future when the client hangs up, and a write that has begun must still land
+/// with its key.
+async fn process(
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+    epoch: u64,
+    latency_ms: u64,
+) -> Result<Response, AppError> {
+    let work = tokio::spawn(async move {
+        if latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
         }
+        let (stored, applied_event) = lab.downstream_complete(&key, epoch)?;
+        // The key and its answer are committed with the write before anyone hears of it; a
+        // write the store cannot keep is taken back, so a 503 applied nothing.
+        let kept = lab.persisted_through(applied_event).await;
+        if kept.is_err() {
+            lab.downstream_unapply(&key, epoch);
+        }
+        Some(kept.map(|()| stored))
+    });
+    match work.await {
+        Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
+        Ok(Some(Err(not_durable))) => Err(not_durable.into()),
+        _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
     }
 }
 
@@ -191,42 +238,8 @@ async fn overloaded(
         let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
         let outcome = match decide(&lab, &key, digest, outside).await {
+            Ok(decided) => respond(lab.clone(), key, decided, Latency::WaitedOut).await,
             Err(unreadable) => Err(unreadable),
-            Ok((decision, epoch)) => match decision {
-                Decision::Process { .. } => match lab.downstream_complete(&key, epoch) {
-                    Some(stored) => match lab.persisted().await {
-                        Ok(()) => Ok(answer(stored, false)),
-                        Err(refused) => {
-                            lab.downstream_unapply(&key, epoch);
-                            Err(refused.into())
-                        }
-                    },
-                    None => {
-                        Err(AppError::Conflict("the lab was reset while this request was processed".into()))
-                    }
-                },
-                Decision::Replay(stored) => {
-                    lab.key_persisted(&key).await.map(|()| answer(stored, true)).map_err(AppError::from)
-                }
-                Decision::InProgress => Err(AppError::Conflict(
-                    "a request with this Idempotency-Key is still being processed; retry later".into(),
-                )),
-                Decision::BodyMismatch => Err(AppError::Unprocessable(
-                    "this Idempotency-Key was first used with a different body".into(),
-                )),
-                Decision::StorageFull { limit } => Err(storage_full(limit)),
-                // The mode changed while this request waited in line (an outage window began):
-                // it is answered by the mode now in force.
-                Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
-                    status: StatusCode::SERVICE_UNAVAILABLE,
-                    retry_after_s,
-                    detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
-                }),
-                Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
-                Decision::AppliedEarly { response, .. } | Decision::Applied(response) => {
-                    once_committed(&lab, &key, epoch, response, 0).await
-                }
-            },
         };
         let wasted = reply.send(outcome).is_err();
         work.finish(wasted);
@@ -236,16 +249,17 @@ async fn overloaded(
         .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
 }
 
-/// A write applied in the decision itself, answered once it is committed and `answer_after_ms`
-/// later; a write the store cannot keep is taken back, so a 503 applied nothing.
+/// A write applied in the decision itself, answered once it is committed (its event,
+/// `durable_at`) and `answer_after_ms` later; a write the store cannot keep is taken back, so
+/// a 503 applied nothing.
 async fn once_committed(
     lab: &Lab,
     key: &IdempotencyKey,
-    epoch: u64,
+    (epoch, durable_at): (u64, u64),
     response: StoredResponse,
     answer_after_ms: u64,
 ) -> Result<Response, AppError> {
-    if let Err(refused) = lab.persisted().await {
+    if let Err(refused) = lab.persisted_through(durable_at).await {
         lab.downstream_unapply(key, epoch);
         return Err(refused.into());
     }
@@ -261,7 +275,7 @@ async fn decide(
     key: &IdempotencyKey,
     digest: BodyDigest,
     outside: bool,
-) -> Result<(Decision, u64), AppError> {
+) -> Result<Decided, AppError> {
     lab.downstream_decide(key, digest, outside).await.map_err(|e| unreadable(&e.to_string()))
 }
 
@@ -297,24 +311,26 @@ impl Drop for Worker {
     }
 }
 
-/// A request that reached the endpoint; when dropped without an answer, its client hung up.
+/// A request that was read and admitted; when dropped without an answer, its client hung up.
 struct Visit {
     lab: Arc<Lab>,
     arrived: u64,
+    /// Let straight on: counted in process until it is answered.
+    working: bool,
     answered: bool,
 }
 
 impl Visit {
     fn answered(mut self, status: StatusCode) {
         self.answered = true;
-        self.lab.downstream_answered(self.arrived, Answer::Status(status.as_u16()));
+        self.lab.downstream_done(self.arrived, Answer::Status(status.as_u16()), self.working);
     }
 }
 
 impl Drop for Visit {
     fn drop(&mut self) {
         if !self.answered {
-            self.lab.downstream_answered(self.arrived, Answer::TimedOut);
+            self.lab.downstream_done(self.arrived, Answer::TimedOut, self.working);
         }
     }
 }
