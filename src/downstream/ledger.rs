@@ -14,7 +14,7 @@
 //! looked up in the store (`Lookup::Stored`) and the key is held whole again; a new key matches
 //! nothing and costs no read. Keys read back after a restart start cold.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
@@ -63,8 +63,14 @@ impl BodyDigest {
 
 impl std::fmt::Display for BodyDigest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("sha256:")?;
-        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+        // By hand: the store writes one for every applied key, and `{:02x}` per byte is slow.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = *b"sha256:0000000000000000000000000000000000000000000000000000000000000000";
+        for (i, byte) in self.0.iter().enumerate() {
+            text[7 + 2 * i] = HEX[usize::from(byte >> 4)];
+            text[8 + 2 * i] = HEX[usize::from(byte & 0xf)];
+        }
+        f.write_str(std::str::from_utf8(&text).expect("ASCII"))
     }
 }
 
@@ -82,6 +88,8 @@ struct Entry {
     applied: u32,
     /// Wall-clock time the key was first applied, for the dedup window.
     applied_unix_ms: u64,
+    /// Applied since the store last took its row.
+    unsaved: bool,
 }
 
 /// A key's answer, kept small: the answer the downstream writes is made from the key and the
@@ -202,8 +210,9 @@ pub struct Ledger {
     /// Applied keys held by fingerprint only; their rows are in the store.
     cold: HashMap<Fingerprint, Cold>,
     counts: LedgerCounts,
-    /// Keys applied since the store last took them.
-    unsaved: HashSet<String>,
+    /// Keys applied since the store last took them, in the order applied; a key may be listed
+    /// twice, or be gone (its entry says whether its row is still owed).
+    unsaved: Vec<Box<str>>,
     /// Keys held for outside callers, hot and cold.
     outside: usize,
 }
@@ -271,6 +280,7 @@ impl Ledger {
             applied_event: 0,
             applied: row.applied,
             applied_unix_ms: row.applied_unix_ms,
+            unsaved: false,
         };
         self.keys.insert(row.key.into_boxed_str(), entry);
     }
@@ -286,10 +296,8 @@ impl Ledger {
         let mut committed: Vec<(u64, &str)> = self
             .keys
             .iter()
-            .filter(|(key, entry)| {
-                entry.answer.is_some()
-                    && entry.applied_event <= committed_event
-                    && !self.unsaved.contains(&***key)
+            .filter(|(_, entry)| {
+                entry.answer.is_some() && entry.applied_event <= committed_event && !entry.unsaved
             })
             .map(|(key, entry)| (entry.applied_unix_ms, &**key))
             .collect();
@@ -309,7 +317,15 @@ impl Ledger {
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        let entry = Entry { digest, outside, answer: None, applied_event: 0, applied: 0, applied_unix_ms: 0 };
+        let entry = Entry {
+            digest,
+            outside,
+            answer: None,
+            applied_event: 0,
+            applied: 0,
+            applied_unix_ms: 0,
+            unsaved: false,
+        };
         if let Some(replaced) = self.keys.insert(key.as_str().into(), entry) {
             self.outside -= usize::from(replaced.outside);
         }
@@ -343,6 +359,7 @@ impl Ledger {
             applied_event: 0,
             applied: 0,
             applied_unix_ms: unix_ms,
+            unsaved: false,
         });
         entry.applied += 1;
         entry.applied_unix_ms = unix_ms;
@@ -355,7 +372,9 @@ impl Ledger {
         }
         let response = applied_response(key.as_str(), now_ms);
         entry.answer = Some(Answer::Applied { applied_at_ms: now_ms });
-        self.unsaved.insert(key.as_str().to_owned());
+        if !std::mem::replace(&mut entry.unsaved, true) {
+            self.unsaved.push(key.as_str().into());
+        }
         response
     }
 
@@ -364,7 +383,6 @@ impl Ledger {
     pub fn unapply(&mut self, key: &IdempotencyKey) -> bool {
         let Some(entry) = self.keys.remove(key.as_str()) else { return false };
         self.outside -= usize::from(entry.outside);
-        self.unsaved.remove(key.as_str());
         match entry.applied {
             0 => {}
             1 => self.counts.applied -= 1,
@@ -384,26 +402,25 @@ impl Ledger {
             *outside -= usize::from(expired && cold.outside());
             !expired
         });
-        let (unsaved, outside) = (&mut self.unsaved, &mut self.outside);
-        self.keys.retain(|key, entry| {
+        let outside = &mut self.outside;
+        self.keys.retain(|_, entry| {
             let expired = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
-            if expired {
-                *outside -= usize::from(entry.outside);
-                unsaved.remove(&**key);
-            }
+            *outside -= usize::from(expired && entry.outside);
             !expired
         });
         before - self.keys.len() - self.cold.len()
     }
 
-    /// The applied keys not yet handed to the store, as rows.
+    /// The applied keys not yet handed to the store, as rows, in the order applied. A key
+    /// taken back or expired meanwhile is not among them.
     pub fn take_unsaved(&mut self) -> Vec<KeyRow> {
         let unsaved = std::mem::take(&mut self.unsaved);
         unsaved
             .into_iter()
             .filter_map(|key| {
-                let entry = self.keys.get(key.as_str())?;
+                let entry = self.keys.get_mut(&key).filter(|entry| entry.unsaved)?;
                 let response = entry.answer.as_ref()?.response(&key);
+                entry.unsaved = false;
                 Some(KeyRow {
                     digest: entry.digest,
                     outside: entry.outside,
@@ -411,7 +428,7 @@ impl Ledger {
                     response: response.body,
                     applied: entry.applied,
                     applied_unix_ms: entry.applied_unix_ms,
-                    key,
+                    key: key.into_string(),
                 })
             })
             .collect()
@@ -419,7 +436,13 @@ impl Ledger {
 
     /// Keys to hand to the store again (their last commit failed).
     pub fn mark_unsaved(&mut self, keys: impl IntoIterator<Item = String>) {
-        self.unsaved.extend(keys);
+        for key in keys {
+            if let Some(entry) = self.keys.get_mut(key.as_str())
+                && !std::mem::replace(&mut entry.unsaved, true)
+            {
+                self.unsaved.push(key.into_boxed_str());
+            }
+        }
     }
 
     pub fn counts(&self) -> LedgerCounts {
@@ -539,6 +562,24 @@ mod tests {
         ledger.set_applied_event(&again, 31);
         assert_eq!(ledger.cool(0, 31), 2);
         assert_eq!(ledger.held(), (0, 10));
+    }
+
+    #[test]
+    fn the_store_takes_each_applied_key_once_in_the_order_applied() {
+        let mut ledger = Ledger::default();
+        for name in ["b", "a", "c"] {
+            ledger.reserve(&key(name), BodyDigest::of(&json!({})), false);
+            ledger.complete(&key(name), 1, 1);
+        }
+        ledger.unapply(&key("c"));
+        ledger.complete(&key("b"), 2, 2); // applied again before the store took it
+        let taken: Vec<(String, u32)> =
+            ledger.take_unsaved().into_iter().map(|r| (r.key, r.applied)).collect();
+        assert_eq!(taken, [("b".into(), 2), ("a".into(), 1)]);
+        assert!(ledger.take_unsaved().is_empty());
+        // A failed commit hands its keys back; a key forgotten meanwhile is not written.
+        ledger.mark_unsaved(["a".to_owned(), "c".to_owned()]);
+        assert_eq!(ledger.take_unsaved().into_iter().map(|r| r.key).collect::<Vec<_>>(), ["a"]);
     }
 
     #[test]
