@@ -90,6 +90,9 @@ struct Entry {
     applied_unix_ms: u64,
     /// Applied since the store last took its row.
     unsaved: bool,
+    /// When it was last applied or read back from the store: the keys held whole longest
+    /// without either are the first held cold.
+    hot_since_unix_ms: u64,
 }
 
 /// A key's answer, kept small: the answer the downstream writes is made from the key and the
@@ -261,7 +264,13 @@ impl Ledger {
     /// expired meanwhile): the key is forgotten, and is new to the next lookup. A cold key
     /// applied at another time than `applied_unix_ms` (recalled by a concurrent request, say)
     /// is left as it is.
-    pub fn recall(&mut self, key: &IdempotencyKey, applied_unix_ms: u64, row: Option<KeyRow>) {
+    pub fn recall(
+        &mut self,
+        key: &IdempotencyKey,
+        applied_unix_ms: u64,
+        row: Option<KeyRow>,
+        now_unix_ms: u64,
+    ) {
         let fingerprint = Fingerprint::of(key.as_str());
         let Some(cold) = self.cold.get(&fingerprint).copied() else { return };
         if cold.applied_unix_ms() != applied_unix_ms {
@@ -281,6 +290,7 @@ impl Ledger {
             applied: row.applied,
             applied_unix_ms: row.applied_unix_ms,
             unsaved: false,
+            hot_since_unix_ms: now_unix_ms,
         };
         self.keys.insert(row.key.into_boxed_str(), entry);
     }
@@ -299,7 +309,7 @@ impl Ledger {
             .filter(|(_, entry)| {
                 entry.answer.is_some() && entry.applied_event <= committed_event && !entry.unsaved
             })
-            .map(|(key, entry)| (entry.applied_unix_ms, &**key))
+            .map(|(key, entry)| (entry.hot_since_unix_ms, &**key))
             .collect();
         let excess = (self.keys.len() - hot_keys).min(committed.len());
         if excess == 0 {
@@ -325,6 +335,7 @@ impl Ledger {
             applied: 0,
             applied_unix_ms: 0,
             unsaved: false,
+            hot_since_unix_ms: 0,
         };
         if let Some(replaced) = self.keys.insert(key.as_str().into(), entry) {
             self.outside -= usize::from(replaced.outside);
@@ -360,9 +371,11 @@ impl Ledger {
             applied: 0,
             applied_unix_ms: unix_ms,
             unsaved: false,
+            hot_since_unix_ms: unix_ms,
         });
         entry.applied += 1;
         entry.applied_unix_ms = unix_ms;
+        entry.hot_since_unix_ms = unix_ms;
         // Unknown until the lab has published the event: until then, wait for everything.
         entry.applied_event = u64::MAX;
         match entry.applied {
@@ -379,9 +392,16 @@ impl Ledger {
     }
 
     /// Takes back a write the store could not keep: the key is forgotten, as if it had never
-    /// been applied, so the client's retry applies it (once). Returns whether it was held.
+    /// been applied, so the client's retry applies it (once). Returns whether it was held (the
+    /// caller then deletes its row, if any). A key already held cold (its commit landed just as
+    /// its caller gave up on it) is forgotten too, so the store and the answer agree.
     pub fn unapply(&mut self, key: &IdempotencyKey) -> bool {
-        let Some(entry) = self.keys.remove(key.as_str()) else { return false };
+        let Some(entry) = self.keys.remove(key.as_str()) else {
+            let Some(cold) = self.cold.remove(&Fingerprint::of(key.as_str())) else { return false };
+            self.outside -= usize::from(cold.outside());
+            self.counts.applied = self.counts.applied.saturating_sub(1);
+            return true;
+        };
         self.outside -= usize::from(entry.outside);
         match entry.applied {
             0 => {}
@@ -419,8 +439,8 @@ impl Ledger {
             .into_iter()
             .filter_map(|key| {
                 let entry = self.keys.get_mut(&key).filter(|entry| entry.unsaved)?;
-                let response = entry.answer.as_ref()?.response(&key);
                 entry.unsaved = false;
+                let response = entry.answer.as_ref()?.response(&key);
                 Some(KeyRow {
                     digest: entry.digest,
                     outside: entry.outside,
@@ -437,7 +457,9 @@ impl Ledger {
     /// Keys to hand to the store again (their last commit failed).
     pub fn mark_unsaved(&mut self, keys: impl IntoIterator<Item = String>) {
         for key in keys {
-            if let Some(entry) = self.keys.get_mut(key.as_str())
+            // Only a key still applied: one taken back and reserved again meanwhile is owed a
+            // row when (if) it is applied again, not now.
+            if let Some(entry) = self.keys.get_mut(key.as_str()).filter(|entry| entry.answer.is_some())
                 && !std::mem::replace(&mut entry.unsaved, true)
             {
                 self.unsaved.push(key.into_boxed_str());
@@ -519,9 +541,9 @@ mod tests {
         ledger.restore_key("k", 9, true);
         let digest = BodyDigest::of(&json!({}));
         // Recalled for another time (a stale read): nothing changes.
-        ledger.recall(&key("k"), 8, Some(row("k", 1, 8)));
+        ledger.recall(&key("k"), 8, Some(row("k", 1, 8)), 100);
         assert_eq!(ledger.held(), (0, 1));
-        ledger.recall(&key("k"), 9, Some(row("k", 2, 9)));
+        ledger.recall(&key("k"), 9, Some(row("k", 2, 9)), 100);
         assert_eq!(ledger.held(), (1, 0));
         assert_eq!(ledger.outside_keys(), 1, "still an outside caller's key");
         let Lookup::Done(answer) = ledger.lookup(&key("k"), &digest) else { panic!("a repeat") };
@@ -530,7 +552,7 @@ mod tests {
         assert!(matches!(ledger.lookup(&key("k"), &BodyDigest::of(&json!(1))), Lookup::BodyMismatch));
         // The store had no row: the key is forgotten, and new.
         ledger.restore_key("gone", 3, true);
-        ledger.recall(&key("gone"), 3, None);
+        ledger.recall(&key("gone"), 3, None, 100);
         assert!(matches!(ledger.lookup(&key("gone"), &digest), Lookup::New));
         assert_eq!(ledger.outside_keys(), 1);
     }
@@ -580,6 +602,43 @@ mod tests {
         // A failed commit hands its keys back; a key forgotten meanwhile is not written.
         ledger.mark_unsaved(["a".to_owned(), "c".to_owned()]);
         assert_eq!(ledger.take_unsaved().into_iter().map(|r| r.key).collect::<Vec<_>>(), ["a"]);
+
+        // A key whose commit failed, taken back, and reserved again by the client's retry
+        // before the failed rows came back: its row is owed once the retry applies it.
+        ledger.complete(&key("a"), 3, 3);
+        let taken = ledger.take_unsaved();
+        ledger.unapply(&key("a"));
+        ledger.reserve(&key("a"), BodyDigest::of(&json!({})), false);
+        ledger.mark_unsaved(taken.into_iter().map(|row| row.key));
+        assert!(ledger.take_unsaved().is_empty(), "a reservation has no row");
+        ledger.complete(&key("a"), 4, 4);
+        assert_eq!(ledger.take_unsaved().into_iter().map(|r| r.key).collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn a_key_taken_back_after_it_was_held_cold_is_forgotten() {
+        let mut ledger = applied(3);
+        ledger.cool(0, 3);
+        assert_eq!(ledger.held(), (0, 3));
+        assert!(ledger.unapply(&key("k0")));
+        assert_eq!((ledger.counts().applied, ledger.outside_keys()), (2, 1));
+        assert!(matches!(ledger.lookup(&key("k0"), &BodyDigest::of(&json!({}))), Lookup::New));
+    }
+
+    #[test]
+    fn a_key_read_back_from_the_store_counts_as_hot_from_then() {
+        let mut ledger = applied(6);
+        ledger.cool(0, 6);
+        ledger.recall(&key("k0"), 0, Some(row("k0", 1, 0)), 100);
+        let k9 = key("k9");
+        ledger.reserve(&k9, BodyDigest::of(&json!({})), false);
+        ledger.complete(&k9, 50, 50);
+        ledger.take_unsaved();
+        ledger.set_applied_event(&k9, 7);
+        assert_eq!(ledger.cool(1, 7), 1);
+        let digest = BodyDigest::of(&json!({}));
+        assert!(matches!(ledger.lookup(&key("k0"), &digest), Lookup::Done(_)), "read back at 100");
+        assert!(matches!(ledger.lookup(&k9, &digest), Lookup::Stored { applied_unix_ms: 50 }));
     }
 
     #[test]

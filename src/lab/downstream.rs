@@ -148,7 +148,7 @@ impl Lab {
                 .map_err(|e| StoreError(format!("reading a key back: {e}")))??;
             let mut state = self.lock();
             let before = state.record.ledger.outside_keys();
-            state.record.ledger.recall(key, applied_unix_ms, row);
+            state.record.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
             self.count_outside_keys(before, state.record.ledger.outside_keys());
         }
         Err(StoreError("the key changed each time it was read back from the store".into()))

@@ -364,8 +364,22 @@ fn write_loop(connection: &mut Connection, writer: &Writer, outage: &mut Outage)
     while let Some(Group { mut labs, stops, .. }) = writer.next_group() {
         let mut seen = HashSet::new();
         labs.retain(|lab| seen.insert(Arc::as_ptr(lab) as *const () as usize));
-        let batches: Vec<(Arc<dyn Flush>, Batch)> =
-            labs.into_iter().filter_map(|lab| lab.take_batch().map(|batch| (lab, batch))).collect();
+        // A lab whose code panics while handing over its rows loses its own batch, not the
+        // batches already taken from the others (their keys would be held cold with no row).
+        let batches: Vec<(Arc<dyn Flush>, Batch)> = labs
+            .into_iter()
+            .filter_map(|lab| {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lab.take_batch())) {
+                    Ok(batch) => batch.map(|batch| (lab, batch)),
+                    Err(_) => {
+                        tracing::error!(
+                            "a lab panicked handing its rows to the store; the others' are written"
+                        );
+                        None
+                    }
+                }
+            })
+            .collect();
         if !batches.is_empty() {
             // A panic mid-commit must not end durability for every lab: it counts as a failed
             // commit (the transaction rolled back as it unwound) and the writer carries on.
@@ -759,6 +773,29 @@ mod tests {
         }
         assert_eq!(*good.committed.lock().unwrap(), Some(5), "the good lab's commit went through");
         assert_eq!(*broken.failed.lock().unwrap(), [7], "the broken lab took its rows back");
+    }
+
+    /// A lab whose code panics as it hands over its rows.
+    struct Panicky;
+
+    impl Flush for Panicky {
+        fn take_batch(&self) -> Option<Batch> {
+            panic!("a lab's bug");
+        }
+        fn committed(&self, _: u64) {}
+        fn failed(&self, _: Batch) {}
+    }
+
+    #[test]
+    fn a_lab_that_panics_handing_over_its_rows_loses_no_other_labs_rows() {
+        // Held for the delay, so both are in one commit, the good lab's rows taken first.
+        let store = store_with_delay(Duration::from_millis(300));
+        let lab = good();
+        let scheduled = Instant::now();
+        store.schedule(lab.clone());
+        store.schedule(Arc::new(Panicky));
+        committed_within(&lab, scheduled).expect("the good lab's rows were committed");
+        assert_eq!(*lab.committed.lock().unwrap(), Some(5));
     }
 
     fn good() -> Arc<Good> {
