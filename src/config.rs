@@ -257,8 +257,9 @@ pub struct Limits {
     /// Idempotency keys all labs together keep for outside callers.
     #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS", default_value_t = DEFAULT_LIMITS.max_outside_keys)]
     pub max_outside_keys: usize,
-    /// Applied idempotency keys one lab holds whole in memory, the newest first; older ones
-    /// are held as a 24-byte fingerprint, and a repeat of one reads its answer from the store.
+    /// Applied idempotency keys one lab holds whole in memory: those most recently applied or
+    /// read back. Others are held as a 24-byte fingerprint, and a repeat of one reads its
+    /// answer from the store.
     #[arg(long, env = "RETRYLAB_HOT_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.hot_keys_per_lab)]
     pub hot_keys_per_lab: usize,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.

@@ -6,6 +6,10 @@
 //! When nobody waits (a delivery's attempts, a repeat's event), the writer holds the changes
 //! for up to `--commit-delay-ms` first, so one commit (one fsync) carries many more of them; a
 //! caller that waits says so (`Store::hurry`) and gets its commit at once.
+//!
+//! Reads after start-up go through connections of their own; in WAL mode they never wait for the
+//! writer. The one on the request path reads back an idempotency key the ledger holds cold
+//! (`Store::recall_key`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
