@@ -5,14 +5,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The width of one bin, in ms of lab time.
 pub const BIN_MS: u64 = 100;
 /// Bins kept: the last hour of a lab's activity.
 const MAX_BINS: usize = 36_000;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LoadBin {
     /// The bin's start, ms of lab time.
     pub t_ms: u64,
@@ -47,10 +47,42 @@ pub struct Load {
     bins: BTreeMap<u64, LoadBin>,
     /// Bins changed since the last `take_changed`.
     changed: BTreeSet<u64>,
+    /// Bins changed since the store last took them.
+    unsaved: BTreeSet<u64>,
+    /// Bins before this were dropped (past `MAX_BINS`) since the store last heard.
+    dropped_before: Option<u64>,
     in_process: u64,
 }
 
+/// The bins changed since the store last took them: rows to write, and a cutoff below which
+/// rows go (bins dropped to keep the last hour).
+#[derive(Debug, Default, Clone)]
+pub struct BinChanges {
+    pub bins: Vec<LoadBin>,
+    pub dropped_before: Option<u64>,
+}
+
 impl Load {
+    /// Bins as the store kept them.
+    pub fn restore(bins: Vec<LoadBin>) -> Self {
+        Load { bins: bins.into_iter().map(|bin| (bin.t_ms, bin)).collect(), ..Default::default() }
+    }
+
+    /// The bins changed since the last call, for the store.
+    pub fn take_unsaved(&mut self) -> BinChanges {
+        let unsaved = std::mem::take(&mut self.unsaved);
+        BinChanges {
+            bins: unsaved.iter().filter_map(|t| self.bins.get(t).copied()).collect(),
+            dropped_before: self.dropped_before.take(),
+        }
+    }
+
+    /// The store could not keep these: they go with the next commit.
+    pub fn mark_unsaved(&mut self, changes: BinChanges) {
+        self.unsaved.extend(changes.bins.iter().map(|bin| bin.t_ms));
+        self.dropped_before = self.dropped_before.max(changes.dropped_before);
+    }
+
     /// A request reached the downstream at `now_ms`; returns the bin it is counted in.
     pub fn arrive(&mut self, now_ms: u64) -> u64 {
         let bin = self.bin(now_ms);
@@ -100,13 +132,19 @@ impl Load {
     pub fn clear(&mut self) {
         self.bins.clear();
         self.changed.clear();
+        self.unsaved.clear();
+        self.dropped_before = None;
     }
 
     fn bin(&mut self, at_ms: u64) -> &mut LoadBin {
         let t_ms = at_ms - at_ms % BIN_MS;
         self.changed.insert(t_ms);
-        if self.bins.len() >= MAX_BINS && !self.bins.contains_key(&t_ms) {
-            self.bins.pop_first();
+        self.unsaved.insert(t_ms);
+        if self.bins.len() >= MAX_BINS
+            && !self.bins.contains_key(&t_ms)
+            && let Some((dropped, _)) = self.bins.pop_first()
+        {
+            self.dropped_before = self.dropped_before.max(Some(dropped + 1));
         }
         let in_process = self.in_process;
         self.bins.entry(t_ms).or_insert(LoadBin { t_ms, peak_in_process: in_process, ..Default::default() })

@@ -7,7 +7,7 @@ mod marker;
 mod message;
 mod record;
 
-pub use load::{Answer, BIN_MS, Load, LoadBin};
+pub use load::{Answer, BIN_MS, BinChanges, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 pub use record::{BreakerChange, Counters, LabRecord, RecordChanges, RecordParts};

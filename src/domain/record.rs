@@ -4,10 +4,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::load::Load;
-use super::marker::Markers;
+use super::load::{BinChanges, Load, LoadBin};
+use super::marker::{Marker, Markers};
 use super::message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 use super::to_json;
 use crate::downstream::{DownstreamSettings, Gate, Gcra, KeyRow, Ledger, LedgerCounts, Revert};
@@ -59,6 +59,12 @@ pub struct RecordChanges {
     pub keys_expired_before: Option<u64>,
     /// Keys taken back one by one (the store could not keep their write).
     pub removed_keys: Vec<String>,
+    /// Load bins changed (and dropped).
+    pub load: BinChanges,
+    /// Every marker, as JSON, when they changed.
+    pub markers: Option<String>,
+    /// Every change of the breaker's state, as JSON, when there was a new one.
+    pub breaker_changes: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +73,7 @@ struct Dirty {
     messages: HashSet<u64>,
     keys_expired_before: Option<u64>,
     removed_keys: Vec<String>,
+    breaker_changes: bool,
 }
 
 /// One lab's whole state.
@@ -99,7 +106,7 @@ pub struct LabRecord {
 }
 
 /// The breaker changed state at `at_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BreakerChange {
     pub at_ms: u64,
     pub state: BreakerState,
@@ -115,6 +122,9 @@ pub struct RecordParts {
     pub epoch: u64,
     pub next_message_id: u64,
     pub messages: Vec<Message>,
+    pub load_bins: Vec<LoadBin>,
+    pub markers: Vec<Marker>,
+    pub breaker_changes: Vec<BreakerChange>,
 }
 
 impl LabRecord {
@@ -126,6 +136,9 @@ impl LabRecord {
             ledger: parts.ledger,
             epoch: parts.epoch,
             next_message_id: parts.next_message_id,
+            load: Load::restore(parts.load_bins),
+            markers: Markers::restore(parts.markers),
+            breaker_changes: parts.breaker_changes,
             ..Default::default()
         };
         record.replace_messages(parts.messages);
@@ -363,7 +376,7 @@ impl LabRecord {
         self.breaker_changes.clear();
         self.budget = RetryBudget::default();
         self.epoch += 1;
-        self.dirty = Dirty { cleared: true, ..Default::default() };
+        self.dirty = Dirty { cleared: true, breaker_changes: true, ..Default::default() };
     }
 
     /// The rows changed since the last call, ready for the store.
@@ -374,6 +387,11 @@ impl LabRecord {
             keys: self.ledger.take_unsaved(),
             keys_expired_before: dirty.keys_expired_before,
             removed_keys: dirty.removed_keys,
+            load: self.load.take_unsaved(),
+            markers: self.markers.take_unsaved(),
+            breaker_changes: dirty
+                .breaker_changes
+                .then(|| serde_json::to_string(&self.breaker_changes).expect("breaker changes serialize")),
             ..Default::default()
         };
         for id in dirty.messages {
@@ -393,6 +411,11 @@ impl LabRecord {
         self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(changes.keys_expired_before);
         self.dirty.removed_keys.extend(changes.removed_keys);
         self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));
+        self.load.mark_unsaved(changes.load);
+        if changes.markers.is_some() {
+            self.markers.mark_unsaved();
+        }
+        self.dirty.breaker_changes |= changes.breaker_changes.is_some();
     }
 
     /// Notes a change of the breaker's state.
@@ -402,6 +425,7 @@ impl LabRecord {
             self.breaker_changes.remove(0);
         }
         self.breaker_changes.push(BreakerChange { at_ms, state });
+        self.dirty.breaker_changes = true;
     }
 
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {

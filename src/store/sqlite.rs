@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_comparisons.sql"),
     include_str!("../../migrations/0003_outside_keys.sql"),
     include_str!("../../migrations/0004_keys_in_order.sql"),
+    include_str!("../../migrations/0005_lab_history.sql"),
 ];
 
 #[derive(Debug)]
@@ -542,9 +543,30 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     }
     let changes = &batch.changes;
     if changes.cleared {
-        for table in ["messages", "dead_letters", "idempotency_keys"] {
+        for table in ["messages", "dead_letters", "idempotency_keys", "load_bins"] {
             tx.execute(&format!("DELETE FROM {table} WHERE lab_id = ?1"), [lab])?;
         }
+    }
+    if let Some(markers) = &changes.markers {
+        rows += tx
+            .prepare_cached("UPDATE labs SET markers = ?2 WHERE id = ?1")?
+            .execute(params![lab, markers])? as u64;
+    }
+    if let Some(breaker) = &changes.breaker_changes {
+        rows += tx
+            .prepare_cached("UPDATE labs SET breaker_changes = ?2 WHERE id = ?1")?
+            .execute(params![lab, breaker])? as u64;
+    }
+    if let Some(before) = changes.load.dropped_before {
+        rows += tx
+            .prepare_cached("DELETE FROM load_bins WHERE lab_id = ?1 AND t_ms < ?2")?
+            .execute(params![lab, before])? as u64;
+    }
+    let mut upsert_bin =
+        tx.prepare_cached("INSERT OR REPLACE INTO load_bins (lab_id, t_ms, body) VALUES (?1, ?2, ?3)")?;
+    for bin in &changes.load.bins {
+        let body = serde_json::to_string(bin).expect("a load bin serializes");
+        rows += upsert_bin.execute(params![lab, bin.t_ms, body])? as u64;
     }
     let mut delete_message = tx.prepare_cached("DELETE FROM messages WHERE lab_id = ?1 AND id = ?2")?;
     for id in &changes.deleted_messages {
@@ -599,11 +621,11 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
 fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
-         next_message_id, last_event_id, epoch FROM labs",
+         next_message_id, last_event_id, epoch, markers, breaker_changes FROM labs",
     )?;
     let rows = statement
         .query_map([], |r| {
-            Ok(LabRow {
+            let row = LabRow {
                 id: r.get(0)?,
                 origin_unix_ms: r.get(1)?,
                 active_unix_ms: r.get(2)?,
@@ -613,11 +635,12 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
                 next_message_id: r.get(8)?,
                 last_event_id: r.get(9)?,
                 epoch: r.get(10)?,
-            })
+            };
+            Ok((row, r.get::<_, String>(11)?, r.get::<_, String>(12)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
-        .map(|row| {
+        .map(|(row, markers, breaker_changes)| {
             let mut ledger = Ledger::restore(row.counts);
             load_keys(connection, &row.id, &mut ledger)?;
             let downstream: DownstreamView = serde_json::from_str(&row.downstream)?;
@@ -629,6 +652,13 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
                 epoch: row.epoch,
                 next_message_id: row.next_message_id,
                 messages: load_messages(connection, &row.id)?,
+                load_bins: load_json(
+                    connection,
+                    "SELECT body FROM load_bins WHERE lab_id = ?1 ORDER BY t_ms",
+                    &row.id,
+                )?,
+                markers: serde_json::from_str(&markers)?,
+                breaker_changes: serde_json::from_str(&breaker_changes)?,
             };
             let dead_letters = load_dead_letters(connection, &row.id)?;
             Ok(LoadedLab { row, parts, dead_letters })

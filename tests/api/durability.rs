@@ -181,6 +181,52 @@ async fn an_applied_key_is_replayed_from_the_store_after_a_restart() {
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (1, 0));
 }
 
+#[tokio::test]
+async fn what_a_lab_measured_and_marked_survives_a_restart() {
+    let config = config(Limits::default(), Retention::default());
+    let db = config.db.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (first, server) = TestApp::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
+    let lab = first.fast_lab().await;
+    let breaker = r#"{"breaker": {"failure_threshold": 3, "open_ms": 60000, "half_open_probes": 1}}"#;
+    first.put(&lab, "policy", breaker).await;
+    first.set_mode(&lab, "down").await;
+    first.burst(&lab, 10).await;
+    let measured = first
+        .wait_for(&lab, PATIENCE, |s| {
+            settled(s) && counter(s, "dead_letter") == 10 && s["breaker"]["state"] == "open"
+        })
+        .await;
+    assert!(!measured["load"]["bins"].as_array().unwrap().is_empty());
+    assert!(!measured["breaker"]["changes"].as_array().unwrap().is_empty());
+    let marked = measured["markers"].as_array().unwrap().clone();
+    assert!(marked.iter().any(|m| m["kind"] == "settings"), "{marked:?}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let again = retrylab::config::Config { db: db.clone(), ..config_defaults() };
+    let (second, server) = TestApp::spawn_until(again, async move { stopped.await.unwrap_or(()) }).await;
+    let restored = second.snapshot(&lab).await;
+    assert_eq!(restored["load"]["bins"], measured["load"]["bins"], "the load chart, bin for bin");
+    assert_eq!(restored["breaker"]["changes"], measured["breaker"]["changes"], "the breaker's history");
+    let markers = restored["markers"].as_array().unwrap();
+    assert_eq!(markers[..marked.len()], marked[..], "the markers from before");
+    assert_eq!(markers.last().unwrap()["kind"], "restart", "and the restart's own");
+
+    // A reset clears all of it, in the store too.
+    let (status, _) = second.call(Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
+    assert!(status.is_success(), "{status}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let third = TestApp::spawn_config(retrylab::config::Config { db, ..config_defaults() }).await;
+    let cleared = third.snapshot(&lab).await;
+    let kinds: Vec<&Value> = cleared["markers"].as_array().unwrap().iter().map(|m| &m["kind"]).collect();
+    assert_eq!(kinds, ["restart"], "only the last restart's marker");
+    assert!(cleared["load"]["bins"].as_array().unwrap().is_empty(), "{cleared}");
+    assert!(cleared["breaker"]["changes"].as_array().unwrap().is_empty());
+}
+
 fn config_defaults() -> retrylab::config::Config {
     config(Limits::default(), Retention::default())
 }
