@@ -29,9 +29,9 @@ const pill = document.getElementById('conn');
 const retryButton = document.getElementById('conn-retry');
 let lastState = '';
 
-// Ask for the event stream before building the views: a big lab's snapshot takes the server a
-// while to put together, and the views can be built meanwhile. Nothing arrives from it before
-// this script has run to the end.
+// Ask for the snapshot and the event stream before building the views: a big lab's snapshot
+// takes the server a while to put together, and the views can be built meanwhile. Nothing
+// arrives from them before this script has run to the end.
 const stream = connect(lab, model, {
   onChanges(changes) {
     mergeChanges(pending, changes);

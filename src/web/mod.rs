@@ -27,6 +27,8 @@ use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
 use tokio::sync::watch;
 use tower::ServiceBuilder;
+use tower_http::CompressionLevel;
+use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
@@ -69,7 +71,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
     routes
         .route("/", get(pages::new_lab))
         .route("/healthz", get(healthz))
-        .route("/static/{file}", get(pages::asset))
+        .route("/static/{file}", get(pages::asset).layer(compressed()))
         .route("/labs/{lab}", get(pages::lab))
         .route(endpoint::ROUTE, post(endpoint::downstream))
         .route("/api/openapi.json", get(openapi::openapi_json))
@@ -78,7 +80,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/comparisons", post(compare::create))
         .route("/api/comparisons/{id}", get(compare::report))
         .route("/api/labs", post(api::create_lab))
-        .route("/api/labs/{lab}", get(api::snapshot))
+        .route("/api/labs/{lab}", get(api::snapshot).layer(compressed()))
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))
         .route("/api/labs/{lab}/policy", put(api::set_policy))
         .route("/api/labs/{lab}/bursts", post(api::burst))
@@ -127,6 +129,15 @@ async fn healthz(
             detail: format!("not ready: the store cannot write ({error})"),
         }),
     }
+}
+
+/// Gzip, for a browser that accepts it, on the routes that send a lot: a big lab's snapshot (the
+/// page starts from one: many megabytes of JSON that shrink about tenfold) and the page's
+/// scripts. Fastest level: the snapshot is made fresh for each request. Never on the event
+/// stream (a compressor holds events back) nor on the endpoint (its answers are small and
+/// are kept byte for byte).
+fn compressed() -> CompressionLayer {
+    CompressionLayer::new().quality(CompressionLevel::Fastest)
 }
 
 fn metrics_routes() -> Router<AppState> {

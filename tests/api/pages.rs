@@ -95,3 +95,39 @@ async fn the_lab_page_preloads_every_module_it_imports() {
     assert!(imported.contains("stream.js") && imported.len() > 10, "{imported:?}");
     assert_eq!(preloaded, imported, "the page fetches its modules at once, not one level at a time");
 }
+
+#[tokio::test]
+async fn the_snapshot_and_the_scripts_are_compressed_the_stream_and_the_endpoint_are_not() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.burst(&lab, 200).await;
+    app.wait_for(&lab, std::time::Duration::from_secs(30), |s| {
+        crate::helpers::counter(s, "delivered") == 200
+    })
+    .await;
+    let get = |path: String| app.client.get(app.url(&path)).header("accept-encoding", "gzip").send();
+    let plain = app.client.get(app.url(&format!("/api/labs/{lab}"))).send().await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none(), "only for a client that accepts it");
+    let plain = plain.bytes().await.unwrap();
+    let packed = get(format!("/api/labs/{lab}")).await.unwrap();
+    assert_eq!(packed.headers()["content-encoding"], "gzip");
+    let packed = packed.bytes().await.unwrap();
+    assert_eq!(packed[..2], [0x1f, 0x8b], "a gzip stream");
+    assert!(packed.len() * 5 < plain.len(), "{} of {} bytes", packed.len(), plain.len());
+    let script = get("/static/app.js".into()).await.unwrap();
+    assert_eq!(script.headers()["content-encoding"], "gzip");
+
+    let stream = get(format!("/api/labs/{lab}/events")).await.unwrap();
+    assert!(stream.headers().get("content-encoding").is_none(), "events go out as they happen");
+    let endpoint = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("accept-encoding", "gzip")
+        .header("content-type", "application/json")
+        .header("idempotency-key", "plain")
+        .body(format!(r#"{{"pad": "{}"}}"#, "x".repeat(2000)))
+        .send()
+        .await
+        .unwrap();
+    assert!(endpoint.headers().get("content-encoding").is_none(), "answers kept byte for byte");
+}
