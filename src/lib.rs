@@ -109,6 +109,7 @@ pub async fn serve(
     });
     for lab in app.labs.all() {
         lab.mark(domain::MarkerKind::Restart, "server restarted");
+        lab.breaker_restarted();
         if let Some(revert) = lab.pending_revert() {
             lab.schedule_revert(revert);
         }
@@ -163,6 +164,10 @@ pub async fn serve(
         } => tracing::warn!("open requests outlived the shutdown grace period; cutting them off"),
     }
     stop_deliveries(&app.labs);
+    // The load bins changed since the last periodic `load` event go with the last commit too.
+    for lab in app.labs.all() {
+        lab.publish_load();
+    }
     tokio::task::spawn_blocking(move || store.close()).await.map_err(std::io::Error::other)?;
     Ok(())
 }

@@ -81,7 +81,6 @@ export function connect(lab, model, hooks) {
       retryLater('the server sent no stream');
       return;
     }
-    fresh = false;
     failures = 0;
     hooks.onState('live');
     try {
@@ -162,6 +161,8 @@ export function connect(lab, model, hooks) {
     if (event === 'snapshot') {
       if (!parsed) return resync();
       hooks.onChanges(applySnapshot(model, parsed));
+      // From here a new stream can resume after it, without another snapshot.
+      fresh = false;
       hooks.onEvent(model.lastEventId, { type: 'snapshot', at_ms: parsed.now_ms, snapshot: parsed });
       return true;
     }

@@ -133,6 +133,17 @@ impl Lab {
     }
 
     /// Adds a marker on the time axis (a crash, a restart).
+    /// The server restarted: the breaker starts closed again, and its history says so.
+    pub fn breaker_restarted(&self) {
+        let mut state = self.lock();
+        let last = state.record.breaker_changes.last().map(|change| change.state);
+        if last.is_some_and(|last| last != BreakerState::Closed) {
+            let now = self.now_ms();
+            state.record.breaker_changed(BreakerState::Closed, now);
+            self.publish(&mut state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
+        }
+    }
+
     pub fn mark(&self, kind: MarkerKind, label: &str) {
         let mut state = self.lock();
         let now = self.now_ms();

@@ -209,7 +209,12 @@ async fn what_a_lab_measured_and_marked_survives_a_restart() {
     let (second, server) = TestApp::spawn_until(again, async move { stopped.await.unwrap_or(()) }).await;
     let restored = second.snapshot(&lab).await;
     assert_eq!(restored["load"]["bins"], measured["load"]["bins"], "the load chart, bin for bin");
-    assert_eq!(restored["breaker"]["changes"], measured["breaker"]["changes"], "the breaker's history");
+    let changes = restored["breaker"]["changes"].as_array().unwrap();
+    let before = measured["breaker"]["changes"].as_array().unwrap();
+    assert_eq!(changes[..before.len()], before[..], "the breaker's history");
+    assert_eq!(changes[before.len()..].len(), 1, "{changes:?}");
+    assert_eq!(changes.last().unwrap()["state"], "closed", "a restarted client's breaker starts closed");
+    assert_eq!(restored["breaker"]["state"], "closed");
     let markers = restored["markers"].as_array().unwrap();
     assert_eq!(markers[..marked.len()], marked[..], "the markers from before");
     assert_eq!(markers.last().unwrap()["kind"], "restart", "and the restart's own");
