@@ -26,45 +26,5 @@ pub struct Marker {
     pub label: String,
 }
 
-#[derive(Debug, Default)]
-pub struct Markers {
-    all: Vec<Marker>,
-    /// Changed since the store last took them.
-    unsaved: bool,
-}
-
-impl Markers {
-    /// Markers as the store kept them.
-    pub fn restore(all: Vec<Marker>) -> Self {
-        Markers { all, unsaved: false }
-    }
-
-    pub fn add(&mut self, marker: Marker) {
-        if self.all.len() >= MAX_MARKERS {
-            self.all.remove(0);
-        }
-        self.all.push(marker);
-        self.unsaved = true;
-    }
-
-    pub fn all(&self) -> &[Marker] {
-        &self.all
-    }
-
-    pub fn clear(&mut self) {
-        self.all.clear();
-        self.unsaved = true;
-    }
-
-    /// All of them as JSON, if they changed since the last call (they are written whole:
-    /// a short list that changes seldom).
-    pub fn take_unsaved(&mut self) -> Option<String> {
-        std::mem::take(&mut self.unsaved)
-            .then(|| serde_json::to_string(&self.all).expect("markers serialize"))
-    }
-
-    /// The store could not keep them: they go with the next commit.
-    pub fn mark_unsaved(&mut self) {
-        self.unsaved = true;
-    }
-}
+/// A lab's markers, the newest `MAX_MARKERS`.
+pub type Markers = super::history::History<Marker, MAX_MARKERS>;

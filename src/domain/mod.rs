@@ -2,6 +2,7 @@
 //! machine, attempts and waits, counters, and the record that holds one lab's state in memory
 //! and notes what each change touched, so the store can persist exactly the rows that changed.
 
+mod history;
 mod load;
 mod marker;
 mod message;

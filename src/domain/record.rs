@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::history::History;
 use super::load::{BinChanges, Load, LoadBin};
 use super::marker::{Marker, Markers};
 use super::message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
@@ -73,7 +74,6 @@ struct Dirty {
     messages: HashSet<u64>,
     keys_expired_before: Option<u64>,
     removed_keys: Vec<String>,
-    breaker_changes: bool,
 }
 
 /// One lab's whole state.
@@ -93,7 +93,7 @@ pub struct LabRecord {
     pub markers: Markers,
     /// The client's circuit breaker, and every change of its state.
     pub breaker: Breaker,
-    pub breaker_changes: Vec<BreakerChange>,
+    pub breaker_changes: BreakerChanges,
     /// The client's retry budget's window.
     pub budget: RetryBudget,
     /// Bumped by every reset, so work begun before it cannot write into the fresh state.
@@ -104,6 +104,12 @@ pub struct LabRecord {
     by_state: [u64; STATES],
     dirty: Dirty,
 }
+
+/// The breaker's changes of state kept per lab; the oldest go first.
+const MAX_BREAKER_CHANGES: usize = 1_000;
+
+/// A lab's breaker history, the newest `MAX_BREAKER_CHANGES`.
+pub type BreakerChanges = History<BreakerChange, MAX_BREAKER_CHANGES>;
 
 /// The breaker changed state at `at_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -138,7 +144,7 @@ impl LabRecord {
             next_message_id: parts.next_message_id,
             load: Load::restore(parts.load_bins),
             markers: Markers::restore(parts.markers),
-            breaker_changes: parts.breaker_changes,
+            breaker_changes: BreakerChanges::restore(parts.breaker_changes),
             ..Default::default()
         };
         record.replace_messages(parts.messages);
@@ -376,7 +382,7 @@ impl LabRecord {
         self.breaker_changes.clear();
         self.budget = RetryBudget::default();
         self.epoch += 1;
-        self.dirty = Dirty { cleared: true, breaker_changes: true, ..Default::default() };
+        self.dirty = Dirty { cleared: true, ..Default::default() };
     }
 
     /// The rows changed since the last call, ready for the store.
@@ -389,9 +395,7 @@ impl LabRecord {
             removed_keys: dirty.removed_keys,
             load: self.load.take_unsaved(),
             markers: self.markers.take_unsaved(),
-            breaker_changes: dirty
-                .breaker_changes
-                .then(|| serde_json::to_string(&self.breaker_changes).expect("breaker changes serialize")),
+            breaker_changes: self.breaker_changes.take_unsaved(),
             ..Default::default()
         };
         for id in dirty.messages {
@@ -415,17 +419,14 @@ impl LabRecord {
         if changes.markers.is_some() {
             self.markers.mark_unsaved();
         }
-        self.dirty.breaker_changes |= changes.breaker_changes.is_some();
+        if changes.breaker_changes.is_some() {
+            self.breaker_changes.mark_unsaved();
+        }
     }
 
     /// Notes a change of the breaker's state.
     pub fn breaker_changed(&mut self, state: BreakerState, at_ms: u64) {
-        const MAX_CHANGES: usize = 1_000;
-        if self.breaker_changes.len() >= MAX_CHANGES {
-            self.breaker_changes.remove(0);
-        }
         self.breaker_changes.push(BreakerChange { at_ms, state });
-        self.dirty.breaker_changes = true;
     }
 
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {

@@ -95,6 +95,22 @@ struct Entry {
     hot_since_unix_ms: u64,
 }
 
+impl Entry {
+    /// A key reserved by a request that has not applied its write yet.
+    fn reserved(digest: BodyDigest, outside: bool) -> Entry {
+        Entry {
+            digest,
+            outside,
+            answer: None,
+            applied_event: 0,
+            applied: 0,
+            applied_unix_ms: 0,
+            unsaved: false,
+            hot_since_unix_ms: 0,
+        }
+    }
+}
+
 /// A key's answer, kept small: the answer the downstream writes is made from the key and the
 /// time it was applied, so those are all it keeps, and it writes the same bytes again for
 /// every repeat. An answer stored some other way is kept whole.
@@ -283,14 +299,11 @@ impl Ledger {
         };
         let response = StoredResponse { status: row.status, body: row.response };
         let entry = Entry {
-            digest: row.digest,
-            outside: cold.outside(),
             answer: Some(Answer::of(&row.key, response)),
-            applied_event: 0,
             applied: row.applied,
             applied_unix_ms: row.applied_unix_ms,
-            unsaved: false,
             hot_since_unix_ms: now_unix_ms,
+            ..Entry::reserved(row.digest, cold.outside())
         };
         self.keys.insert(row.key.into_boxed_str(), entry);
     }
@@ -327,17 +340,7 @@ impl Ledger {
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        let entry = Entry {
-            digest,
-            outside,
-            answer: None,
-            applied_event: 0,
-            applied: 0,
-            applied_unix_ms: 0,
-            unsaved: false,
-            hot_since_unix_ms: 0,
-        };
-        if let Some(replaced) = self.keys.insert(key.as_str().into(), entry) {
+        if let Some(replaced) = self.keys.insert(key.as_str().into(), Entry::reserved(digest, outside)) {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
@@ -363,16 +366,10 @@ impl Ledger {
 
     /// Applies the write for a reserved key and saves its answer, in one step.
     pub fn complete(&mut self, key: &IdempotencyKey, now_ms: u64, unix_ms: u64) -> StoredResponse {
-        let entry = self.keys.entry(key.as_str().into()).or_insert_with(|| Entry {
-            digest: BodyDigest([0; 32]),
-            outside: false,
-            answer: None,
-            applied_event: 0,
-            applied: 0,
-            applied_unix_ms: unix_ms,
-            unsaved: false,
-            hot_since_unix_ms: unix_ms,
-        });
+        let entry = self
+            .keys
+            .entry(key.as_str().into())
+            .or_insert_with(|| Entry::reserved(BodyDigest([0; 32]), false));
         entry.applied += 1;
         entry.applied_unix_ms = unix_ms;
         entry.hot_since_unix_ms = unix_ms;

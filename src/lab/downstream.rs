@@ -127,9 +127,8 @@ impl Lab {
         }
     }
 
-    /// Decides a downstream request against the ledger; returns the decision and the epoch
-    /// it was made in (a reset in between voids a pending write). A key the ledger holds cold
-    /// is read back from the store first, off the lab's lock, then decided like any other.
+    /// Decides a downstream request against the ledger (see `Decided`). A key the ledger holds
+    /// cold is read back from the store first, off the lab's lock, then decided like any other.
     pub async fn downstream_decide(
         &self,
         key: &IdempotencyKey,

@@ -125,18 +125,17 @@ impl Lab {
         let capacity =
             if downstream.mode == endpoint::Mode::Overloaded { downstream.capacity } else { u32::MAX };
         record.gate.admit_waiting(capacity);
-        record.markers.add(marker.clone());
+        record.markers.push(marker.clone());
         let event =
             Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
         self.publish(state, &event, now);
         self.publish(state, &Event::Marker { marker }, now);
     }
 
-    /// Adds a marker on the time axis (a crash, a restart).
     /// The server restarted: the breaker starts closed again, and its history says so.
     pub fn breaker_restarted(&self) {
         let mut state = self.lock();
-        let last = state.record.breaker_changes.last().map(|change| change.state);
+        let last = state.record.breaker_changes.all().last().map(|change| change.state);
         if last.is_some_and(|last| last != BreakerState::Closed) {
             let now = self.now_ms();
             state.record.breaker_changed(BreakerState::Closed, now);
@@ -144,11 +143,12 @@ impl Lab {
         }
     }
 
+    /// Adds a marker on the time axis (a crash, a restart).
     pub fn mark(&self, kind: MarkerKind, label: &str) {
         let mut state = self.lock();
         let now = self.now_ms();
         let marker = Marker { at_ms: now, kind, label: label.to_owned() };
-        state.record.markers.add(marker.clone());
+        state.record.markers.push(marker.clone());
         self.publish(&mut state, &Event::Marker { marker }, now);
     }
 }

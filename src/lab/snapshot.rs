@@ -61,7 +61,7 @@ impl Lab {
             downstream: record.downstream_view(),
             policy: record.policy.view(),
             counters: state.counters(),
-            breaker: BreakerView { state: record.breaker.state(), changes: &record.breaker_changes },
+            breaker: BreakerView { state: record.breaker.state(), changes: record.breaker_changes.all() },
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
@@ -91,7 +91,7 @@ impl Lab {
             downstream: record.downstream_view(),
             policy: record.policy.view(),
             counters: state.counters(),
-            breaker: (record.breaker.state(), record.breaker_changes.clone()),
+            breaker: (record.breaker.state(), record.breaker_changes.all().to_vec()),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),

@@ -41,7 +41,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Injected failure or shed load, or the store did not confirm in time; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure or shed load, or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys), or the store is full (max_db_bytes, the disk)", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -159,8 +159,7 @@ async fn crashing_the_client_resumes_from_the_store() {
 async fn an_applied_key_is_replayed_from_the_store_after_a_restart() {
     let config = config(Limits::default(), Retention::default());
     let db = config.db.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (first, server) = TestApp::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
+    let (first, server) = TestApp::spawn_stoppable(config).await;
     let lab = first.new_lab().await;
     first.put(&lab, "downstream", r#"{"latency_ms": [1, 1]}"#).await;
     let url = format!("/labs/{lab}/downstream");
@@ -170,8 +169,7 @@ async fn an_applied_key_is_replayed_from_the_store_after_a_restart() {
     let original = send(&first).await.unwrap();
     assert_eq!(original.status(), StatusCode::OK);
     let original = original.bytes().await.unwrap();
-    stop.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    server.stop().await;
 
     let second = TestApp::spawn_config(retrylab::config::Config { db, ..config_defaults() }).await;
     let repeat = send(&second).await.unwrap();
@@ -185,8 +183,7 @@ async fn an_applied_key_is_replayed_from_the_store_after_a_restart() {
 async fn what_a_lab_measured_and_marked_survives_a_restart() {
     let config = config(Limits::default(), Retention::default());
     let db = config.db.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (first, server) = TestApp::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
+    let (first, server) = TestApp::spawn_stoppable(config).await;
     let lab = first.fast_lab().await;
     let breaker = r#"{"breaker": {"failure_threshold": 3, "open_ms": 60000, "half_open_probes": 1}}"#;
     first.put(&lab, "policy", breaker).await;
@@ -201,12 +198,10 @@ async fn what_a_lab_measured_and_marked_survives_a_restart() {
     assert!(!measured["breaker"]["changes"].as_array().unwrap().is_empty());
     let marked = measured["markers"].as_array().unwrap().clone();
     assert!(marked.iter().any(|m| m["kind"] == "settings"), "{marked:?}");
-    stop.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    server.stop().await;
 
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let again = retrylab::config::Config { db: db.clone(), ..config_defaults() };
-    let (second, server) = TestApp::spawn_until(again, async move { stopped.await.unwrap_or(()) }).await;
+    let (second, server) = TestApp::spawn_stoppable(again).await;
     let restored = second.snapshot(&lab).await;
     assert_eq!(restored["load"]["bins"], measured["load"]["bins"], "the load chart, bin for bin");
     let changes = restored["breaker"]["changes"].as_array().unwrap();
@@ -222,8 +217,7 @@ async fn what_a_lab_measured_and_marked_survives_a_restart() {
     // A reset clears all of it, in the store too.
     let (status, _) = second.call(Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
     assert!(status.is_success(), "{status}");
-    stop.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    server.stop().await;
     let third = TestApp::spawn_config(retrylab::config::Config { db, ..config_defaults() }).await;
     let cleared = third.snapshot(&lab).await;
     let kinds: Vec<&Value> = cleared["markers"].as_array().unwrap().iter().map(|m| &m["kind"]).collect();

@@ -48,6 +48,13 @@ impl TestApp {
         (TestApp { base: format!("http://{address}"), client }, server)
     }
 
+    /// A server to stop gracefully (as SIGTERM does) with `Stoppable::stop`.
+    pub async fn spawn_stoppable(config: Config) -> (Self, Stoppable) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (app, server) = Self::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
+        (app, Stoppable { stop, server })
+    }
+
     /// Talks to a server started some other way (the real binary).
     pub fn at(base: String) -> Self {
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -128,6 +135,20 @@ impl TestApp {
 }
 
 /// A configuration with its own fresh database file.
+/// A server started by `TestApp::spawn_stoppable`.
+pub struct Stoppable {
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Stoppable {
+    /// Stops the server gracefully and waits until it has committed and let go of its store.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
 pub fn config(limits: Limits, retention: Retention) -> Config {
     Config { limits, retention, ..Config::new(fresh_db()) }
 }
