@@ -265,6 +265,17 @@ pub struct Limits {
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
+    /// Delivered messages a lab keeps, the newest: older ones leave memory and the store (they
+    /// stay counted in `delivered` and the load chart), so steady traffic can run for hours.
+    /// Dead letters are kept whatever this says, until replayed or past their TTL.
+    #[arg(long, env = "RETRYLAB_SETTLED_WINDOW", default_value_t = DEFAULT_LIMITS.settled_window)]
+    pub settled_window: usize,
+    /// The highest rate of steady traffic a lab may be given, new messages per second.
+    #[arg(long, env = "RETRYLAB_MAX_TRAFFIC_RATE_PER_S", default_value_t = DEFAULT_LIMITS.max_traffic_rate_per_s)]
+    pub max_traffic_rate_per_s: f64,
+    /// The longest steady traffic may be set to run for (`for_ms`), in milliseconds.
+    #[arg(long, env = "RETRYLAB_MAX_TRAFFIC_FOR_MS", default_value_t = DEFAULT_LIMITS.max_traffic_for_ms)]
+    pub max_traffic_for_ms: u64,
 }
 
 /// The defaults, in one place for the command line and for tests.
@@ -289,6 +300,9 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_outside_keys_per_lab: 2_000,
     max_outside_keys: 100_000,
     hot_keys_per_lab: 4_096,
+    settled_window: 5_000,
+    max_traffic_rate_per_s: 5_000.0,
+    max_traffic_for_ms: 60 * 60 * 1000,
 };
 
 impl Default for Limits {

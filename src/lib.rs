@@ -117,6 +117,13 @@ pub async fn serve(
         if resumed > 0 {
             tracing::info!(lab = %lab.id, resumed, "resumed deliveries after a restart");
         }
+        // Steady traffic goes on at its rate; one whose time ran out while down ends now.
+        if let Some(traffic) = lab.traffic() {
+            match traffic.until_ms {
+                Some(until) if until <= lab.now_ms() => lab.traffic_ended(traffic),
+                _ => app.producer.drive_traffic(&lab),
+            }
+        }
     }
     tokio::spawn(apply_retention(app.clone()));
     tokio::spawn(publish_load(app.clone()));
@@ -175,6 +182,7 @@ pub async fn serve(
 /// Stops every delivery where it stands; what was recorded resumes on the next start.
 fn stop_deliveries(labs: &Labs) {
     for lab in labs.all() {
+        lab.stop_traffic_task();
         lab.abort_deliveries();
     }
 }

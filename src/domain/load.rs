@@ -13,6 +13,7 @@ pub const BIN_MS: u64 = 100;
 const MAX_BINS: usize = 36_000;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
 pub struct LoadBin {
     /// The bin's start, ms of lab time.
     pub t_ms: u64,
@@ -32,6 +33,12 @@ pub struct LoadBin {
     pub wasted: u64,
     /// The most requests in process at once during this bin.
     pub peak_in_process: u64,
+    /// New messages created in this bin (a burst's, or steady traffic's): the offered load.
+    pub offered: u64,
+    /// Messages the client delivered in this bin: the goodput.
+    pub delivered: u64,
+    /// Arrivals of steady traffic refused at the source in this bin (the lab owed too many).
+    pub refused: u64,
 }
 
 /// How a request that reached the downstream ended.
@@ -105,6 +112,25 @@ impl Load {
     /// Work was finished at `now_ms` for a client that had already given up.
     pub fn wasted(&mut self, now_ms: u64) {
         self.bin(now_ms).wasted += 1;
+    }
+
+    /// `count` new messages were created at `now_ms`.
+    pub fn offered(&mut self, now_ms: u64, count: u64) {
+        if count > 0 {
+            self.bin(now_ms).offered += count;
+        }
+    }
+
+    /// A message was delivered at `now_ms`.
+    pub fn delivered(&mut self, now_ms: u64) {
+        self.bin(now_ms).delivered += 1;
+    }
+
+    /// `count` arrivals were refused at the source at `now_ms`.
+    pub fn refused(&mut self, now_ms: u64, count: u64) {
+        if count > 0 {
+            self.bin(now_ms).refused += count;
+        }
     }
 
     pub fn work_started(&mut self, now_ms: u64) {

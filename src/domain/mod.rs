@@ -7,11 +7,16 @@ mod load;
 mod marker;
 mod message;
 mod record;
+mod traffic;
 
 pub use load::{Answer, BIN_MS, BinChanges, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 pub use record::{BreakerChange, Counters, LabRecord, RecordChanges, RecordParts};
+pub use traffic::{
+    Arrivals, Lateness, Schedule, Traffic, TrafficCaps, TrafficRefusal, TrafficSettings, TrafficUpdate,
+    TrafficView,
+};
 
 /// A record as the store keeps it: JSON.
 pub fn to_json(value: &impl serde::Serialize) -> String {

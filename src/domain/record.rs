@@ -98,6 +98,8 @@ pub struct LabRecord {
     pub budget: RetryBudget,
     /// Bumped by every reset, so work begun before it cannot write into the fresh state.
     pub epoch: u64,
+    /// Delivered messages that left the window of settled messages: still counted.
+    pub forgotten_delivered: u64,
     messages: Vec<Message>,
     index: HashMap<u64, usize>,
     next_message_id: u64,
@@ -131,6 +133,7 @@ pub struct RecordParts {
     pub load_bins: Vec<LoadBin>,
     pub markers: Vec<Marker>,
     pub breaker_changes: Vec<BreakerChange>,
+    pub forgotten_delivered: u64,
 }
 
 impl LabRecord {
@@ -145,6 +148,7 @@ impl LabRecord {
             load: Load::restore(parts.load_bins),
             markers: Markers::restore(parts.markers),
             breaker_changes: BreakerChanges::restore(parts.breaker_changes),
+            forgotten_delivered: parts.forgotten_delivered,
             ..Default::default()
         };
         record.replace_messages(parts.messages);
@@ -174,7 +178,7 @@ impl LabRecord {
             queued,
             in_flight,
             backing_off,
-            delivered,
+            delivered: delivered + self.forgotten_delivered,
             dead_letter,
             quarantined,
             requests,
@@ -203,6 +207,7 @@ impl LabRecord {
 
     /// Creates `count` queued messages, each with a fresh, stable idempotency key.
     pub fn create_messages(&mut self, count: usize, now_ms: u64) -> Vec<Message> {
+        self.load.offered(now_ms, count as u64);
         (0..count)
             .map(|_| {
                 self.next_message_id += 1;
@@ -360,6 +365,28 @@ impl LabRecord {
         self.dirty.messages.extend(gone);
     }
 
+    /// Keeps the newest `keep` delivered messages (by creation) and lets the older ones go,
+    /// from memory and, with the next commit, from the store; they stay counted in
+    /// `delivered` and in the load bins. Dead letters are never let go here. Runs only once
+    /// the window is over by a margin, so the list is rebuilt now and then, not per delivery.
+    /// Returns the ids that left.
+    pub fn forget_delivered(&mut self, keep: usize) -> Vec<u64> {
+        let delivered = self.by_state[MessageState::Delivered as usize] as usize;
+        if delivered <= keep + (keep / 8).max(16) {
+            return Vec::new();
+        }
+        let gone: Vec<u64> = self
+            .messages
+            .iter()
+            .filter(|m| m.state == MessageState::Delivered)
+            .take(delivered - keep)
+            .map(|m| m.id)
+            .collect();
+        self.forgotten_delivered += gone.len() as u64;
+        self.remove_messages(&gone);
+        gone
+    }
+
     /// Forgets applied keys older than the dedup window.
     pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
         let count = self.ledger.expire(applied_before_unix_ms);
@@ -381,6 +408,7 @@ impl LabRecord {
         self.breaker = Breaker::default();
         self.breaker_changes.clear();
         self.budget = RetryBudget::default();
+        self.forgotten_delivered = 0;
         self.epoch += 1;
         self.dirty = Dirty { cleared: true, ..Default::default() };
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::dlq::DeadLetter;
-use crate::domain::{Attempt, Counters, LoadBin, Marker, Message};
+use crate::domain::{Attempt, Counters, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView, Wait};
 
@@ -73,6 +73,16 @@ pub enum Event {
     /// Load bins that changed since the last `load` event, whole.
     Load {
         bins: Vec<LoadBin>,
+    },
+    /// The steady traffic was set, stopped or ended, or has sent (or refused) more since the
+    /// last `traffic` event (at most one every 250 ms).
+    Traffic {
+        traffic: TrafficView,
+    },
+    /// Delivered messages that left the window of settled messages (`--settled-window`):
+    /// they are gone from the lab, and stay counted in `delivered` and the load bins.
+    MessagesForgotten {
+        message_ids: Vec<u64>,
     },
     Reset {
         #[schema(value_type = Object)]

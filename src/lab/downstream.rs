@@ -118,13 +118,15 @@ impl Lab {
     }
 
     /// Publishes the load bins that changed since the last call, if any.
+    /// Also what the steady traffic did meanwhile.
     pub fn publish_load(&self) {
         let mut state = self.lock();
+        let now = self.now_ms();
         let bins = state.record.load.take_changed();
         if !bins.is_empty() {
-            let now = self.now_ms();
             self.publish(&mut state, &Event::Load { bins }, now);
         }
+        self.publish_traffic(&mut state, now);
     }
 
     /// Decides a downstream request against the ledger (see `Decided`). A key the ledger holds

@@ -93,6 +93,8 @@ impl Flush for Lab {
             next_message_id: record.next_message_id(),
             last_event_id: state.log.last_id(),
             epoch: record.epoch,
+            traffic: serde_json::to_string(&state.traffic.settings).expect("traffic settings serialize"),
+            forgotten_delivered: record.forgotten_delivered,
         };
         Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
     }

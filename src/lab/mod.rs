@@ -17,6 +17,7 @@ mod registry;
 mod settings;
 mod snapshot;
 mod subscribers;
+mod traffic;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -49,6 +50,8 @@ pub struct Lab {
     pub request_slots: Semaphore,
     /// Running deliveries, so a reset or a crash can stop them.
     deliveries: deliveries::Deliveries,
+    /// The task that creates the steady traffic's arrivals, while it runs.
+    traffic_task: Mutex<Option<tokio::task::AbortHandle>>,
     store: Store,
     /// This lab, for handing itself to the store's writer.
     this: Weak<Lab>,
@@ -64,6 +67,7 @@ pub struct Lab {
 
 struct LabState {
     record: LabRecord,
+    traffic: crate::domain::Traffic,
     dead_letters: DeadLetterQueue,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
@@ -105,6 +109,7 @@ impl Lab {
             origin_unix_ms,
             state: Mutex::new(LabState {
                 record,
+                traffic: Default::default(),
                 dead_letters,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
@@ -114,6 +119,7 @@ impl Lab {
             }),
             request_slots: Semaphore::new(limits.max_concurrent_requests),
             deliveries: Default::default(),
+            traffic_task: Mutex::new(None),
             store: registry.store.clone(),
             this,
             durable: watch::Sender::new(last_event_id),
@@ -249,7 +255,17 @@ impl Lab {
     }
 
     pub fn delivered(&self, id: u64) {
-        self.change(|record, _| record.deliver(id).then_some(((), Event::Delivered { message_id: id })));
+        let mut state = self.lock();
+        let now = self.now_ms();
+        if !state.record.deliver(id) {
+            return;
+        }
+        state.record.load.delivered(now);
+        self.publish(&mut state, &Event::Delivered { message_id: id }, now);
+        let forgotten = state.record.forget_delivered(self.limits.settled_window);
+        if !forgotten.is_empty() {
+            self.publish(&mut state, &Event::MessagesForgotten { message_ids: forgotten }, now);
+        }
     }
 
     /// Gives up on a message: it moves to the dead-letter queue with its reason.
@@ -308,10 +324,12 @@ impl Lab {
         self.publish(state, &Event::Withdrawn { what, snapshot }, now);
     }
 
-    /// Stops every delivery and clears messages, dead letters and the ledger.
+    /// Stops the traffic and every delivery and clears messages, dead letters and the ledger.
     pub fn reset(&self) {
         self.abort_deliveries();
+        self.stop_traffic_task();
         let mut state = self.lock();
+        state.traffic = Default::default();
         self.count_outside_keys(state.record.ledger.outside_keys(), 0);
         state.record.reset();
         state.dead_letters.clear();
@@ -370,6 +388,7 @@ impl Lab {
     /// Marks the lab deleted; its rows go with the next commit.
     pub fn delete(&self) {
         self.abort_deliveries();
+        self.stop_traffic_task();
         let mut state = self.lock();
         if !state.deleted {
             self.count_outside_keys(state.record.ledger.outside_keys(), 0);

@@ -143,7 +143,13 @@ impl Labs {
             let lab = Arc::new_cyclic(|this| {
                 Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
             });
-            lab.lock().active_unix_ms = row.active_unix_ms;
+            let mut state = lab.lock();
+            state.active_unix_ms = row.active_unix_ms;
+            state.traffic.settings = serde_json::from_str(&row.traffic).unwrap_or_else(|e| {
+                tracing::warn!(lab = %row.id, error = %e, "the stored traffic is unreadable; it stays off");
+                None
+            });
+            drop(state);
             map.insert(id, lab);
         }
         *labs.labs.write().unwrap_or_else(|p| p.into_inner()) = map;

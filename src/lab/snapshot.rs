@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::{Lab, LabId, LabState};
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message};
+use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -23,6 +23,7 @@ pub struct SnapshotView<'a> {
     policy: PolicyView,
     counters: Counters,
     breaker: BreakerView<'a>,
+    traffic: TrafficView,
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
@@ -62,6 +63,7 @@ impl Lab {
             policy: record.policy.view(),
             counters: state.counters(),
             breaker: BreakerView { state: record.breaker.state(), changes: record.breaker_changes.all() },
+            traffic: state.traffic.view(),
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
@@ -92,6 +94,7 @@ impl Lab {
             policy: record.policy.view(),
             counters: state.counters(),
             breaker: (record.breaker.state(), record.breaker_changes.all().to_vec()),
+            traffic: state.traffic.view(),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
@@ -117,6 +120,7 @@ pub(super) struct Captured {
     policy: PolicyView,
     counters: Counters,
     breaker: (BreakerState, Vec<BreakerChange>),
+    traffic: TrafficView,
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
@@ -135,6 +139,7 @@ impl Captured {
             policy: self.policy,
             counters: self.counters,
             breaker: BreakerView { state: self.breaker.0, changes: &self.breaker.1 },
+            traffic: self.traffic,
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },

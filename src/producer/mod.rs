@@ -3,6 +3,8 @@
 //! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
 //! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
 
+mod traffic;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_outside_keys.sql"),
     include_str!("../../migrations/0004_keys_in_order.sql"),
     include_str!("../../migrations/0005_lab_history.sql"),
+    include_str!("../../migrations/0006_traffic.sql"),
 ];
 
 #[derive(Debug)]
@@ -71,6 +72,9 @@ pub struct LabRow {
     pub next_message_id: u64,
     pub last_event_id: u64,
     pub epoch: u64,
+    /// The lab's steady traffic as JSON (`null` when none runs).
+    pub traffic: String,
+    pub forgotten_delivered: u64,
 }
 
 /// Everything one lab changed since its last commit.
@@ -522,9 +526,11 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     if let Some(row) = &batch.row {
         tx.prepare_cached(
             "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
-             applied_twice, next_message_id, last_event_id, epoch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+             applied_twice, next_message_id, last_event_id, epoch, traffic, forgotten_delivered) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
              ON CONFLICT (id) DO UPDATE SET active_unix_ms = ?3, downstream = ?4, policy = ?5, requests = ?6, \
-             applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, epoch = ?11",
+             applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, epoch = ?11, \
+             traffic = ?12, forgotten_delivered = ?13",
         )?
         .execute(params![
             row.id,
@@ -537,7 +543,9 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
             row.counts.applied_twice,
             row.next_message_id,
             row.last_event_id,
-            row.epoch
+            row.epoch,
+            row.traffic,
+            row.forgotten_delivered
         ])?;
         rows += 1;
     }
@@ -621,7 +629,7 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
 fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
-         next_message_id, last_event_id, epoch, markers, breaker_changes FROM labs",
+         next_message_id, last_event_id, epoch, markers, breaker_changes, traffic, forgotten_delivered FROM labs",
     )?;
     let rows = statement
         .query_map([], |r| {
@@ -635,6 +643,8 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
                 next_message_id: r.get(8)?,
                 last_event_id: r.get(9)?,
                 epoch: r.get(10)?,
+                traffic: r.get(13)?,
+                forgotten_delivered: r.get(14)?,
             };
             Ok((row, r.get::<_, String>(11)?, r.get::<_, String>(12)?))
         })?
@@ -659,6 +669,7 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
                 )?,
                 markers: serde_json::from_str(&markers)?,
                 breaker_changes: serde_json::from_str(&breaker_changes)?,
+                forgotten_delivered: row.forgotten_delivered,
             };
             let dead_letters = load_dead_letters(connection, &row.id)?;
             Ok(LoadedLab { row, parts, dead_letters })
@@ -772,6 +783,8 @@ mod tests {
                 next_message_id: 0,
                 last_event_id: 5,
                 epoch: 0,
+                traffic: "null".into(),
+                forgotten_delivered: 0,
             };
             Some(Batch {
                 lab_id: "good".into(),

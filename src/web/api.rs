@@ -14,6 +14,7 @@ use super::error::{AppError, Problem};
 use super::responses::{JsonBodyErrors, LabErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::dlq::ReplayRefusal;
+use crate::domain::{TrafficUpdate, TrafficView};
 use crate::downstream::{DownstreamUpdate, DownstreamView};
 use crate::lab::BurstError;
 use crate::retry::{PolicyUpdate, PolicyView};
@@ -104,6 +105,36 @@ pub async fn set_policy(
     let policy = lab.set_policy(&update).map_err(AppError::Unprocessable)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(policy.view()))
+}
+
+/// Sets the steady traffic: new messages at `rate_per_s` (0 stops it), Poisson or even
+/// arrivals drawn from the policy's seed, for `for_ms` or until stopped.
+#[utoipa::path(
+    put,
+    path = "/api/labs/{lab}/traffic",
+    tag = "labs",
+    params(LabParam),
+    request_body = TrafficUpdate,
+    responses((status = 200, body = TrafficView), LabErrors, JsonBodyErrors, StoreErrors)
+)]
+pub async fn set_traffic(
+    State(app): State<AppState>,
+    LabPath(lab): LabPath,
+    payload: Result<Json<TrafficUpdate>, JsonRejection>,
+) -> Result<Json<TrafficView>, AppError> {
+    let Json(update) = payload?;
+    let (traffic, before) = lab.set_traffic(&update).map_err(|refusal| AppError::Limit {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        limit: refusal.limit,
+        detail: refusal.detail,
+    })?;
+    if let Err(refused) = lab.persisted().await {
+        lab.restore_traffic(before);
+        app.producer.drive_traffic(&lab);
+        return Err(refused.into());
+    }
+    app.producer.drive_traffic(&lab);
+    Ok(Json(traffic))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -84,6 +84,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))
         .route("/api/labs/{lab}/policy", put(api::set_policy))
         .route("/api/labs/{lab}/bursts", post(api::burst))
+        .route("/api/labs/{lab}/traffic", put(api::set_traffic))
         .route("/api/labs/{lab}/dead-letters/replay", post(api::replay))
         .route("/api/labs/{lab}/reset", post(api::reset))
         .route("/api/labs/{lab}/crash-client", post(api::crash_client))

@@ -22,6 +22,7 @@ use super::{api, compare, endpoint, events, pages};
         api::set_downstream,
         api::set_policy,
         api::burst,
+        api::set_traffic,
         api::replay,
         api::reset,
         api::crash_client,
