@@ -231,12 +231,15 @@ async fn overloaded(
         {
             return; // the lab was reset, or its gate dropped the line
         }
-        // The worker goes back to the gate however this ends.
-        let _worker = Worker(lab.clone());
+        // The worker goes back to the gate however this ends, and once its `latency_ms` of
+        // work is done: waiting for the store to commit the write is not the worker's, so the
+        // capacity is `capacity / latency_ms` whatever the store's pace.
+        let worker = Worker(lab.clone());
         let work = Work::start(&lab);
         let latency = lab.downstream_settings().latency_ms;
         let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
         tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        drop(worker);
         let outcome = match decide(&lab, &key, digest, outside).await {
             Ok(decided) => respond(lab.clone(), key, decided, Latency::WaitedOut).await,
             Err(unreadable) => Err(unreadable),

@@ -12,6 +12,7 @@ mod helpers;
 mod idempotency;
 mod instances;
 mod logs;
+mod metastable;
 mod operations;
 mod outside;
 mod pages;

@@ -1,0 +1,144 @@
+//! A metastable failure, for real (Bronson et al., HotOS 2021): an open system (steady
+//! traffic at about 70 % of the endpoint's capacity), a queue in front of the endpoint, and a
+//! client timeout shorter than a full queue takes to drain. A short latency spike tips it
+//! into a state that outlasts the spike: the queue stays full of work for clients that gave
+//! up, fed by their retries, and goodput stays near zero while new messages keep arriving.
+//! Without the spike the same set-up stays healthy; a retry budget or the breaker, turned on
+//! while it is stuck, ends it.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{TestApp, counter};
+
+/// Eight workers of 200 ms: 40 requests/s. A queue of 40: a full queue takes 1 s to drain,
+/// twice the client's 500 ms timeout. Healthy waits are a few tens of ms: the margin to the
+/// timeout is wide, so a busy machine's hiccups do not tip the control over, and the rates
+/// are low enough that the machine's load is not what is measured.
+const DOWNSTREAM: &str =
+    r#"{"mode": "overloaded", "capacity": 8, "queue": 40, "latency_ms": [200, 200], "retry_after_s": 0}"#;
+/// The naive client: retries at once, without jitter, five attempts, a 500 ms timeout.
+const NAIVE: &str = r#"{"jitter": "none", "base_ms": 10, "cap_ms": 40, "multiplier": 2, "max_attempts": 5, "timeout_ms": 500, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 19}"#;
+/// 70 % of capacity.
+const TRAFFIC: &str = r#"{"rate_per_s": 28, "arrivals": "poisson"}"#;
+/// The trigger: the work takes five times as long for 2 s.
+const SPIKE: &str = r#"{"latency_ms": [1000, 1000], "for_ms": 2000}"#;
+const SETTLE_MS: u64 = 2_000;
+
+async fn set_up(app: &TestApp) -> String {
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", DOWNSTREAM).await;
+    app.put(&lab, "policy", NAIVE).await;
+    app.put(&lab, "traffic", TRAFFIC).await;
+    lab
+}
+
+/// Offered load and goodput (messages created and delivered) in `[from, to)` ms of lab time.
+fn window(snapshot: &Value, from: u64, to: u64) -> (u64, u64) {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let inside = bins.iter().filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()));
+    inside
+        .fold((0, 0), |(o, d), b| (o + b["offered"].as_u64().unwrap(), d + b["delivered"].as_u64().unwrap()))
+}
+
+fn marker_at(snapshot: &Value, label: &str) -> u64 {
+    let markers = snapshot["markers"].as_array().unwrap();
+    let found = markers.iter().rev().find(|m| m["label"].as_str().is_some_and(|l| l.starts_with(label)));
+    found.unwrap_or_else(|| panic!("no marker '{label}': {markers:?}"))["at_ms"].as_u64().unwrap()
+}
+
+/// Goodput per second over `[from, to)`, as (offered, delivered) pairs, for the failure message.
+fn seconds(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64)> {
+    (from..to).step_by(1_000).map(|t| window(snapshot, t, (t + 1_000).min(to))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_control_without_the_trigger_stays_healthy() {
+    let app = TestApp::spawn().await;
+    let lab = set_up(&app).await;
+    tokio::time::sleep(Duration::from_millis(SETTLE_MS + 2_000 + 6_000)).await;
+    let snapshot = app.snapshot(&lab).await;
+    let start = marker_at(&snapshot, "traffic:");
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    // Two-second windows, the last one whole and a second before now; each message is
+    // delivered a little after it arrives (200 ms of work), so goodput is read 300 ms later.
+    let mut t = start + 1_000;
+    while t + 2_000 <= now - 1_000 {
+        let (offered, _) = window(&snapshot, t, t + 2_000);
+        let (_, delivered) = window(&snapshot, t + 300, t + 2_300);
+        assert!(offered >= 30, "traffic arrived: {offered} in 2 s");
+        let gap = offered.abs_diff(delivered) as f64;
+        assert!(
+            gap <= offered as f64 * 0.10 + 3.0,
+            "goodput within 10 % of offered load from {t} ms: offered {offered}, delivered {delivered}; per second {:?}",
+            seconds(&snapshot, start, now)
+        );
+        t += 2_000;
+    }
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+/// Runs the trigger and holds on until 11 s after it ended; returns the lab and when it ended.
+async fn stuck(app: &TestApp) -> (String, u64) {
+    let lab = set_up(app).await;
+    tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
+    app.put(&lab, "downstream", SPIKE).await;
+    let ended = app.wait_for(&lab, Duration::from_secs(30), |s| s["downstream"]["revert"].is_null()).await;
+    let ended_ms = marker_at(&ended, "back to");
+    let snapshot = app
+        .wait_for(&lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= ended_ms + 11_000)
+        .await;
+    let trigger = ended_ms - 2_000;
+    let (before_o, before_d) = window(&snapshot, trigger - SETTLE_MS + 500, trigger - 400);
+    assert!(
+        before_d as f64 >= before_o as f64 * 0.8,
+        "healthy before the trigger: offered {before_o}, delivered {before_d}"
+    );
+    // From half a second after the trigger ended, for ten seconds: every second's goodput
+    // below half of what was offered in it.
+    let after = seconds(&snapshot, ended_ms + 500, ended_ms + 10_500);
+    for (i, &(offered, delivered)) in after.iter().enumerate() {
+        assert!(offered >= 8, "traffic kept arriving: {after:?}");
+        assert!(
+            delivered * 2 < offered,
+            "second {i} after the trigger ended: goodput {delivered} of {offered} offered; per second {after:?}"
+        );
+    }
+    println!("after the trigger, per second: {after:?}");
+    (lab, ended_ms)
+}
+
+/// Turns `fix` on while stuck; goodput must be back within 5 s, while traffic keeps arriving.
+/// (The budget takes longest: new messages still arrive at 70 % of capacity, so the queue of
+/// work for clients long gone drains at what is left, about 10 a second.)
+async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
+    let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
+    app.put(lab, "policy", fix).await;
+    let snapshot =
+        app.wait_for(lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 9_000).await;
+    let (offered, delivered) = window(&snapshot, at + 5_000, at + 8_000);
+    println!("around the fix, per second: {:?}", seconds(&snapshot, at - 2_000, at + 9_000));
+    assert!(offered >= 45, "traffic kept arriving: {offered} in 3 s");
+    assert!(
+        delivered as f64 >= offered as f64 * 0.9,
+        "goodput back from 5 s after the fix: offered {offered}, delivered {delivered}; per second {:?}",
+        seconds(&snapshot, at - 2_000, at + 9_000)
+    );
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    fixed_by(&app, &lab, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_spike_leaves_it_stuck_and_the_breaker_ends_it() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    fixed_by(&app, &lab, r#"{"breaker": {"failure_threshold": 5, "open_ms": 500, "half_open_probes": 2}}"#)
+        .await;
+}
