@@ -11,6 +11,7 @@ import { createBackoffChart } from './backoff-chart.js';
 import { createDeadLetters } from './dead-letters.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
+import { createTraffic } from './traffic.js';
 
 const main = document.getElementById('lab');
 const lab = main.dataset.lab;
@@ -52,7 +53,13 @@ const deadLetters = createDeadLetters(
   controls.replay,
 );
 const trace = createTrace(document.getElementById('trace'), model, schedule);
-createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls);
+const traffic = createTraffic(model, controls);
+const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model);
+// The live figures' window moves on with the lab clock, as does what a preset says live.
+setInterval(() => {
+  traffic.tick();
+  presets.tick();
+}, 500);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');
@@ -109,6 +116,7 @@ function draw() {
   // A snapshot is where the page starts from; only changes after it are worth telling.
   if (changes.counters && !changes.all) summariseLater();
   controls.sync(changes);
+  traffic.update(changes);
   timeline.render(changes);
   let behind = deadLetters.render(changes);
   chart.render(changes);

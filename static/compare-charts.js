@@ -95,8 +95,7 @@ export function createCharts(container, axisEl) {
       const el = document.createElement('div');
       el.className = 'load-bar';
       el.dataset.loadBar = '';
-      const { parts, down, peak } = fillBar(el);
-      bar = { el, parts, down, peak, text: '' };
+      bar = { el, ...fillBar(el), text: '' };
       chart.bars.set(start, bar);
       chart.barsEl.append(el);
     }
@@ -108,6 +107,8 @@ export function createCharts(container, axisEl) {
     d.requests = String(sum.requests);
     d.wasted = String(sum.wasted);
     d.peak = String(sum.peak);
+    d.offered = String(sum.offered);
+    d.delivered = String(sum.delivered);
     const text = `${seconds(start)} + ${duration(view.barMs)}: ${sum.requests} requests (${sum.ok} 2xx, ${sum.unavailable} 503, `
       + `${sum.throttled} 429, ${sum.timed_out} client had timed out${other ? `, ${other} other` : ''}); `
       + `${sum.wasted} wasted; at most ${sum.peak} in process at once`;

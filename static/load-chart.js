@@ -2,7 +2,9 @@
 //! 100 ms of lab time, the requests that reached the downstream, stacked by the answer they got
 //! (2xx, 503, 429, and those whose client had already timed out), the work the downstream did
 //! for clients that had given up (below the baseline), the most requests in process at once
-//! (a tick), and the overloaded mode's capacity or the throttled mode's rate as a line.
+//! (a tick), and the overloaded mode's capacity or the throttled mode's rate as a line. Over
+//! the bars, two step lines on the same axis: the offered load (new messages per bin) and the
+//! goodput (messages delivered per bin), which part when retries sustain an overload.
 //!
 //! Bins come from the server (`load` in the snapshot and the `load` event). Zoomed out, bins
 //! are summed into wider bars (2, 5, 10… bins) so a bar is never thinner than a few pixels, and
@@ -40,8 +42,14 @@ export function fillBar(el) {
   down.className = 'lb-down';
   const peak = document.createElement('span');
   peak.className = 'lb-peak';
-  el.append(up, down, peak);
-  return { parts, down, peak };
+  const offered = document.createElement('span');
+  offered.className = 'lb-line';
+  offered.dataset.line = 'offered';
+  const goodput = document.createElement('span');
+  goodput.className = 'lb-line';
+  goodput.dataset.line = 'goodput';
+  el.append(up, down, peak, offered, goodput);
+  return { parts, down, peak, offered, goodput };
 }
 
 /** The limit line for a downstream: an overloaded one's capacity, or a throttled one's rate
@@ -74,12 +82,16 @@ export function paintBar(bar, sum, factor) {
   bar.down.hidden = sum.wasted === 0;
   bar.peak.style.setProperty('--n', String(sum.peak));
   bar.peak.hidden = sum.peak === 0;
+  if (bar.offered) {
+    bar.offered.style.setProperty('--n', per(sum.offered));
+    bar.goodput.style.setProperty('--n', per(sum.delivered));
+  }
   return other;
 }
 
 /** The sums of no bins yet: a bar (or a total) is built by adding bins to it. */
 export function emptyLoadSum() {
-  return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, bins: 0 };
+  return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, offered: 0, delivered: 0, refused: 0, bins: 0 };
 }
 
 /** Adds one load bin, as the server sends it, to a sum. */
@@ -91,6 +103,9 @@ export function addToLoadSum(sum, b) {
   sum.timed_out += b.timed_out ?? 0;
   sum.wasted += b.wasted ?? 0;
   sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
+  sum.offered += b.offered ?? 0;
+  sum.delivered += b.delivered ?? 0;
+  sum.refused += b.refused ?? 0;
   sum.bins += 1;
 }
 
@@ -146,8 +161,7 @@ export function createLoadChart(state, miniTip) {
       el.dataset.loadBar = '';
       el.style.setProperty('--s', String(start));
       el.style.setProperty('--d', String(barMs()));
-      const { parts, down, peak } = fillBar(el);
-      bar = { el, parts, down, peak, sum: null };
+      bar = { el, ...fillBar(el), sum: null };
       bars.set(start, bar);
       barsEl.append(el);
     }
@@ -163,6 +177,9 @@ export function createLoadChart(state, miniTip) {
     d.timedOut = String(sum.timed_out);
     d.wasted = String(sum.wasted);
     d.peak = String(sum.peak);
+    d.offered = String(sum.offered);
+    d.delivered = String(sum.delivered);
+    d.refused = String(sum.refused);
   }
 
   function rebuild() {
@@ -191,7 +208,7 @@ export function createLoadChart(state, miniTip) {
   /** The top of the scale: the highest bar or tick, and room above the line. */
   function rescale() {
     let top = 4;
-    for (const { sum } of bars.values()) top = Math.max(top, sum.requests / factor, sum.peak);
+    for (const { sum } of bars.values()) top = Math.max(top, sum.requests / factor, sum.offered / factor, sum.peak);
     if (limit) top = Math.max(top, limit.value * 1.25);
     const next = niceCeil(top);
     if (next === ymax) return;
@@ -210,6 +227,8 @@ export function createLoadChart(state, miniTip) {
     }
     plot.dataset.bins = String(total.bins);
     plot.dataset.requests = String(total.requests);
+    plot.dataset.offered = String(total.offered);
+    plot.dataset.delivered = String(total.delivered);
     if (!total.bins) {
       plot.setAttribute('aria-label', 'Load on the downstream: no requests yet.');
       return;
@@ -217,7 +236,8 @@ export function createLoadChart(state, miniTip) {
     const parts = [`${total.ok} answered 2xx`, `${total.unavailable} 503`, `${total.throttled} 429`, `${total.timed_out} after the client had timed out`];
     plot.setAttribute(
       'aria-label',
-      `Load on the downstream: ${total.requests} requests, ${parts.join(', ')}; ${total.wasted} done for clients that had given up. `
+      `Load on the downstream: ${total.requests} requests, ${parts.join(', ')}; ${total.wasted} done for clients that had given up; `
+        + `${total.offered} new messages offered, ${total.delivered} delivered. `
         + `Busiest ${duration(model.load.binMs)}: ${busiest.requests} requests at ${labTime(busiest.t_ms)}, at most ${total.peak} in process at once.`
         + (limit ? ` The line is the ${limit.text}.` : ''),
     );
@@ -237,7 +257,8 @@ export function createLoadChart(state, miniTip) {
     const per = factor > 1 ? ` (over ${factor} bins of ${duration(model.load.binMs)})` : '';
     const other = Math.max(0, s.requests - s.ok - s.unavailable - s.throttled - s.timed_out);
     const text = `${s.requests} requests${per}: ${s.ok} 2xx, ${s.unavailable} 503, ${s.throttled} 429, `
-      + `${s.timed_out} client timed out${other ? `, ${other} other` : ''}; ${s.wasted} wasted; at most ${s.peak} in process at once`;
+      + `${s.timed_out} client timed out${other ? `, ${other} other` : ''}; ${s.wasted} wasted; at most ${s.peak} in process at once; `
+      + `${s.offered} new messages offered${s.refused ? ` (${s.refused} more refused at the source)` : ''}, ${s.delivered} delivered`;
     const r = plot.getBoundingClientRect();
     miniTip.show(e.clientX, r.top, span, text, true);
   });

@@ -22,6 +22,8 @@ export function emptyModel() {
     breaker: { state: 'closed', changes: [] },
     /** Settings changes (by hand or by schedule), crashes, restarts: { at_ms, kind, label }. */
     markers: [],
+    /** Steady traffic: its rate (0: none), arrivals, end, what it sent and refused. */
+    traffic: { rate_per_s: 0, arrivals: 'poisson', until_ms: null, sent: 0, refused: 0, late_ms_p99: null },
     /** What reached the downstream per bin of lab time: bin start (ms) -> LOAD_BIN. */
     load: { binMs: 100, bins: new Map() },
     // The lab clock: lab ms = anchorLab + (performance.now() - anchorPerf).
@@ -40,6 +42,7 @@ export function noChanges() {
     counters: false,
     breaker: false,
     markers: false,
+    traffic: false,
     /** Starts (ms) of the load bins that changed. */
     load: new Set(),
   };
@@ -53,6 +56,7 @@ export function mergeChanges(a, b) {
   a.counters ||= b.counters;
   a.breaker ||= b.breaker;
   a.markers ||= b.markers;
+  a.traffic ||= b.traffic;
   for (const id of b.messages) a.messages.add(id);
   for (const t of b.load) a.load.add(t);
   return a;
@@ -77,6 +81,7 @@ export function applySnapshot(model, snap) {
   // An older server sends none of these three: the page then draws them empty.
   model.breaker = { state: snap.breaker?.state ?? 'closed', changes: [...(snap.breaker?.changes ?? [])] };
   model.markers = [...(snap.markers ?? [])];
+  if (snap.traffic) model.traffic = snap.traffic;
   model.load = { binMs: snap.load?.bin_ms ?? 100, bins: new Map((snap.load?.bins ?? []).map((b) => [b.t_ms, b])) };
   model.anchorLab = snap.now_ms;
   model.anchorPerf = performance.now();
@@ -211,6 +216,17 @@ export function applyEvent(model, id, ev) {
         model.load.bins.set(bin.t_ms, bin);
         changes.load.add(bin.t_ms);
       }
+      break;
+
+    case 'traffic':
+      model.traffic = ev.traffic;
+      changes.traffic = true;
+      break;
+
+    case 'messages_forgotten':
+      // Delivered messages that left the server's window: they stay counted, not drawn.
+      for (const messageId of ev.message_ids) model.messages.delete(messageId);
+      changes.all = true;
       break;
 
     case 'downstream_request':

@@ -5,6 +5,8 @@
 //! metastable failure, ends it), so the two can be compared on the same timeline.
 
 import { say } from './controls.js';
+import { labNow } from './model.js';
+import { metastableSentence } from './traffic.js';
 
 /** Every protection off, so one preset does not inherit the last one's breaker. */
 const PLAIN = {
@@ -115,24 +117,24 @@ export const PRESETS = [
   {
     id: 'metastable',
     name: 'metastable failure',
-    what: 'an overloaded endpoint with a queue, a short timeout, many attempts, no jitter, and a 1.5 s outage',
-    policy: { ...PLAIN, jitter: 'none', base_ms: 200, multiplier: 2, cap_ms: 1000, max_attempts: 12, timeout_ms: 600 },
-    downstream: [
-      { mode: 'overloaded', capacity: 4, queue: 24, latency_ms: [150, 250], retry_after_s: 1 },
-      { mode: 'down', for_ms: 1500 },
-    ],
-    burst: 80,
-    look: 'The outage ends at the ↩ flag, yet the endpoint stays swamped: its queue is full of requests whose clients already timed out (the wasted work below the baseline), and their retries keep it full. Now end it with one of the buttons.',
+    what: 'steady traffic at 70 % of an endpoint with a queue, a 500 ms timeout, quick retries; a 2 s slowdown',
+    // The same set-up as the `metastable` compare scenario and tests/api/metastable.rs.
+    policy: { ...PLAIN, jitter: 'none', base_ms: 10, multiplier: 2, cap_ms: 40, max_attempts: 5, timeout_ms: 500 },
+    downstream: [{ mode: 'overloaded', capacity: 8, queue: 40, latency_ms: [200, 200], retry_after_s: 0 }],
+    traffic: { rate_per_s: 28, arrivals: 'poisson' },
+    // Once the load has settled, the trigger: the work takes five times as long for 2 s.
+    later: { after_ms: 3000, downstream: { latency_ms: [1000, 1000], for_ms: 2000 } },
+    look: 'New messages arrive at 28 a second, 70 % of what the 8 workers can do, and each is delivered: the goodput line follows the offered line. After 3 s the work slows five-fold for 2 s (the ↩ flag marks its end). The goodput line falls to the floor and stays there after the flag, while the offered line holds: the queue is full of requests whose clients already timed out (the wasted work below the baseline), and their retries keep it full. End it with one of the buttons.',
     then: [
       {
-        label: 'end it with a circuit breaker',
-        policy: { breaker: { failure_threshold: 5, open_ms: 1500, half_open_probes: 2 } },
-        look: 'The breaker opens after a run of failures (the red band): attempts stop reaching the endpoint, its queue drains, a half-open probe succeeds and it closes again. Messages cut short wait in the dead-letter queue for a replay.',
+        label: 'end it with a retry budget',
+        policy: { retry_budget: { ratio: 0.1, min_per_s: 0.5 } },
+        look: 'Retries may now be at most a tenth of the first attempts (plus one every 2 s): the queue drains while new messages keep arriving, and within a few seconds the goodput line is back on the offered line. Messages refused a retry go to the dead-letter queue.',
       },
       {
-        label: 'end it with a retry budget',
-        policy: { retry_budget: { ratio: 0.1, min_per_s: 2 } },
-        look: 'Retries may now be at most a tenth of the requests (plus 2 a second): the load falls under the capacity line, the queue clears, and the answers come in time again. Messages refused a retry go to the dead-letter queue.',
+        label: 'end it with a circuit breaker',
+        policy: { breaker: { failure_threshold: 5, open_ms: 500, half_open_probes: 2 } },
+        look: 'The breaker opens after a run of failures (the red band): attempts stop reaching the endpoint, its queue drains, a half-open probe succeeds and it closes again, and the goodput line is back on the offered line while new messages keep arriving. Messages cut short wait in the dead-letter queue for a replay.',
       },
     ],
   },
@@ -142,8 +144,12 @@ export const PRESETS = [
  * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
  * (`api`) and the busy-while-calling wrapper (`act`).
  */
-export function createPresets(root, look, controls) {
+export function createPresets(root, look, controls, model) {
   const { api, act } = controls;
+  const live = look.querySelector('[data-look-live]');
+  /** The running preset's delayed trigger, and when (lab ms) the preset began. */
+  let trigger = 0;
+  let began = 0;
   const drawer = root.closest('details');
   const name = look.querySelector('[data-look-name]');
   const text = look.querySelector('[data-look-text]');
@@ -159,7 +165,7 @@ export function createPresets(root, look, controls) {
     title.textContent = preset.name;
     const what = document.createElement('span');
     what.className = 'preset-what';
-    what.textContent = `${preset.what}; a burst of ${preset.burst}`;
+    what.textContent = preset.traffic ? preset.what : `${preset.what}; a burst of ${preset.burst}`;
     button.append(title, what);
     button.addEventListener('click', () => start(button, preset));
     root.append(button);
@@ -169,22 +175,36 @@ export function createPresets(root, look, controls) {
     look.hidden = true;
   });
 
-  /** Apply one step: the policy, then each downstream update in order, then the burst. */
+  /**
+   * Apply one step: the policy, then each downstream update in order, then the steady traffic
+   * or the burst; a `later` downstream update (a trigger) follows after its delay.
+   */
   async function run(step) {
     if (step.policy) await api('PUT', '/policy', step.policy);
     for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
+    if (step.traffic) await api('PUT', '/traffic', step.traffic);
     if (step.burst) await api('POST', '/bursts', { count: step.burst });
+    if (step.later) {
+      trigger = setTimeout(() => {
+        trigger = 0;
+        api('PUT', '/downstream', step.later.downstream).catch((err) => say(`Could not start the trigger: ${err.message}`, 'error'));
+      }, step.later.after_ms);
+    }
   }
 
   function start(button, preset) {
+    clearTimeout(trigger);
+    trigger = 0;
     return act(button, `Could not set up "${preset.name}"`, async () => {
       await api('POST', '/reset');
+      began = labNow(model);
       await run(preset);
       // Out of the way, so the timeline and its load chart come into view.
       if (drawer) drawer.open = false;
       show(preset.name, preset.look, preset);
       // The status line is the polite live region: it reads out what to look for.
-      say(`${preset.name}: sent ${preset.burst} messages. ${preset.look}`);
+      const sent = preset.traffic ? `steady traffic of ${preset.traffic.rate_per_s} messages a second` : `sent ${preset.burst} messages`;
+      say(`${preset.name}: ${sent}. ${preset.look}`);
     });
   }
 
@@ -212,5 +232,15 @@ export function createPresets(root, look, controls) {
       }),
     );
     look.hidden = false;
+    tick();
   }
+
+  /** What the metastable preset says live, from the load bins as they come in. */
+  function tick() {
+    const text = !look.hidden && look.dataset.preset === 'metastable' ? metastableSentence(model, labNow(model), began) : null;
+    live.hidden = !text;
+    if (text && live.textContent !== text) live.textContent = text;
+  }
+
+  return { tick };
 }

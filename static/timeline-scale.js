@@ -1,6 +1,8 @@
 //! The timeline's time window and its scale: lab time on the x axis, the axis ticks, and the
 //! zoom and pan buttons. The window is either "fit" (all of lab time, growing with the lab) or
-//! one the person chose by zooming and panning, held inside "fit".
+//! one the person chose by zooming and panning, held inside "fit". While steady traffic runs the
+//! window "follows": the last 20 s, moving on with the lab clock, the newest rows in view. It is
+//! on by default and goes off when the person pans, zooms or scrolls away; "follow" turns it on.
 //!
 //! Positions are CSS custom properties in lab milliseconds (`--s` start, `--d` length); the
 //! stylesheet turns them into pixels with the timeline's `--t0` and `--k` (px per ms), so a
@@ -21,6 +23,9 @@ export const PAN_STEP = 0.25;
 const TICK_SPACING_PX = 90;
 /** "Fit" starts this long before the first message (fixed, so the window does not creep). */
 const LEAD_MS = 250;
+/** What "follow" shows: the last this much of lab time, moving on in whole steps. */
+const FOLLOW_SPAN_MS = 20_000;
+const FOLLOW_STEP_MS = 1000;
 /** Below this many px per second the outcome marks above the bars would overlap. */
 const DENSE_PX_PER_S = 24;
 
@@ -37,6 +42,7 @@ export function createScale(state) {
     fit: control('zoom', 'fit'),
     earlier: control('pan', 'earlier'),
     later: control('pan', 'later'),
+    follow: document.querySelector('[data-follow]'),
   };
   const rangeEl = document.querySelector('[data-view-range]');
 
@@ -44,6 +50,11 @@ export function createScale(state) {
   let extent = { first: Infinity, end: -Infinity };
   /** The window the person chose, { t0, span } in lab ms, or null for "fit". */
   let chosen = null;
+  /** Follow the newest messages while traffic runs (until the person pans, zooms or scrolls). */
+  let follow = true;
+  /** Messages when the rows were last scrolled to the newest; our own scroll is not the person's. */
+  let followedSize = 0;
+  let ownScroll = false;
 
   /** Widen "fit" to take in a message (it only ever grows until the next snapshot). */
   function grow(m) {
@@ -88,15 +99,45 @@ export function createScale(state) {
     return { t0: Math.min(Math.max(w.t0, fit.t0), fit.t0 + fit.span - span), span };
   }
 
+  /** Whether the window follows the newest messages now. */
+  function following(fit = fitWindow()) {
+    return follow && chosen == null && model.traffic?.rate_per_s > 0 && fit.span > FOLLOW_SPAN_MS;
+  }
+
   /** The window the next frame will show: what the person chose, held inside "fit". */
   function current() {
     const fit = fitWindow();
+    if (following(fit)) {
+      const t0 = Math.floor((labNow(model) - FOLLOW_SPAN_MS * 0.9) / FOLLOW_STEP_MS) * FOLLOW_STEP_MS;
+      return { t0: Math.max(fit.t0, t0), span: FOLLOW_SPAN_MS };
+    }
     return chosen ? clampWindow(chosen, fit) : fit;
   }
+
+  /** While following, keep the newest rows in view as messages arrive. */
+  function followRows() {
+    if (!following() || model.messages.size === followedSize) return;
+    followedSize = model.messages.size;
+    ownScroll = true;
+    scroller.scrollTop = scroller.scrollHeight;
+  }
+
+  scroller.addEventListener('scroll', () => {
+    if (ownScroll) {
+      ownScroll = false;
+      return;
+    }
+    // The person scrolled up, away from the newest rows: stop following.
+    if (following() && scroller.scrollTop + scroller.clientHeight < scroller.scrollHeight - 40) {
+      follow = false;
+      requestDraw();
+    }
+  });
 
   /** Apply the window for this frame: write `--t0` and `--k` only when they change. */
   function update() {
     if (model.messages.size === 0) return;
+    followRows();
     // After a reset or a new snapshot a chosen window may now hold everything: that is "fit".
     if (chosen && chosen.span >= fitWindow().span) chosen = null;
     const { t0, span } = current();
@@ -138,18 +179,25 @@ export function createScale(state) {
     const fit = fitWindow();
     // aria-disabled rather than disabled, so a button keeps the focus when it runs out.
     const off = (button, value) => button.setAttribute('aria-disabled', String(value));
-    controls.fit.setAttribute('aria-pressed', String(chosen == null));
+    const followed = following(fit);
+    controls.fit.setAttribute('aria-pressed', String(chosen == null && !followed));
+    if (controls.follow) {
+      controls.follow.setAttribute('aria-pressed', String(follow && chosen == null));
+      controls.follow.dataset.following = String(followed);
+    }
     off(controls.out, chosen == null);
     off(controls.in, view.span <= MIN_VIEW_MS);
     off(controls.earlier, chosen == null || view.t0 <= fit.t0);
     off(controls.later, chosen == null || view.t0 + view.span >= fit.t0 + fit.span);
     const digits = view.span >= 10_000 ? 1 : view.span >= 1000 ? 2 : 3;
     const text = `${(view.t0 / 1000).toFixed(digits)}–${((view.t0 + view.span) / 1000).toFixed(digits)} s`;
-    rangeEl.textContent = chosen ? text : `${text}, all`;
+    rangeEl.textContent = followed ? `${text}, following` : chosen ? text : `${text}, all`;
   }
 
   /** Show `span` ms with lab time `at` staying `atPx` px from the track's left edge. */
   function zoomTo(span, at, atPx) {
+    if (following()) chosen = current();
+    follow = false;
     const fit = fitWindow();
     const next = Math.max(MIN_VIEW_MS, span);
     chosen = next >= fit.span ? null : clampWindow({ t0: at - (atPx / box.track) * next, span: next }, fit);
@@ -163,13 +211,15 @@ export function createScale(state) {
 
   /** Move a chosen window to start at lab time `t0` (held inside "fit"). */
   function panTo(t0) {
+    if (following()) chosen = current();
+    follow = false;
     if (!chosen) return;
     chosen = clampWindow({ t0, span: chosen.span }, fitWindow());
     requestDraw();
   }
 
   function panBy(deltaMs) {
-    if (!chosen) return;
+    if (!chosen && !following()) return;
     panTo(current().t0 + deltaMs);
   }
 
@@ -184,6 +234,7 @@ export function createScale(state) {
   /** Back to "fit": all of lab time. */
   function fit() {
     chosen = null;
+    follow = false;
     requestDraw();
   }
 
@@ -201,6 +252,12 @@ export function createScale(state) {
   step('fit', fit);
   step('earlier', () => panBy(-current().span * PAN_STEP));
   step('later', () => panBy(current().span * PAN_STEP));
+  controls.follow?.addEventListener('click', () => {
+    chosen = null;
+    follow = true;
+    followedSize = 0;
+    requestDraw();
+  });
 
   return {
     /** Forget the extent and take it again from every message (a new snapshot). */
@@ -221,6 +278,8 @@ export function createScale(state) {
     timeAt,
     /** Whether the person chose a window (zoomed), rather than "fit". */
     zoomed: () => chosen != null,
+    /** Whether the window follows the newest messages (traffic runs, the person let it). */
+    following: () => following(),
   };
 }
 

@@ -92,6 +92,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("timeline-marks.js", JS, include_str!("../../static/timeline-marks.js")),
     ("load-chart.js", JS, include_str!("../../static/load-chart.js")),
     ("presets.js", JS, include_str!("../../static/presets.js")),
+    ("traffic.js", JS, include_str!("../../static/traffic.js")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),

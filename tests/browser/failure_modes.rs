@@ -183,7 +183,7 @@ async fn modes_traffic_counters_and_the_timeline_top_fit_a_1280_by_800_screen() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metastable_preset_sets_up_the_lab_and_a_breaker_ends_it() {
+async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_budget() {
     let Some(browser) = browser() else { return };
     let server = Server::start().await;
     let page = browser.page().await;
@@ -200,47 +200,146 @@ async fn metastable_preset_sets_up_the_lab_and_a_breaker_ends_it() {
     .await;
     assert!(said.as_str().unwrap().contains("wasted"), "{said}");
 
-    // The preset went through the real API: an overloaded endpoint, down for a short while.
-    // That while may be over by now on a busy machine: then it went back by itself.
+    // The preset went through the real API: steady traffic at an overloaded endpoint.
     let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["traffic"]["rate_per_s"], 28.0);
     let downstream = &snapshot["downstream"];
-    let markers = snapshot["markers"].as_array().unwrap();
-    assert!(
-        markers
-            .iter()
-            .any(|m| m["kind"] == "settings" && m["label"].as_str().unwrap().starts_with("down for")),
-        "the outage was set: {markers:?}"
-    );
-    if downstream["mode"] == "down" {
-        assert_eq!(downstream["revert"]["to"]["mode"], "overloaded", "{downstream}");
-    } else {
-        assert_eq!(downstream["mode"], "overloaded", "{downstream}");
-        assert!(markers.iter().any(|m| m["kind"] == "scheduled"), "it went back by itself: {markers:?}");
-    }
-    assert_eq!(downstream["capacity"], 4);
-    assert_eq!(downstream["queue"], 24);
-    let policy = &snapshot["policy"];
-    assert_eq!(
-        (policy["jitter"].clone(), policy["max_attempts"].clone()),
-        (json!("none"), json!(12)),
-        "{policy}"
-    );
-    assert_eq!(policy["breaker"], Value::Null);
-    assert_eq!(snapshot["messages"].as_array().unwrap().len(), 80);
+    assert_eq!((downstream["capacity"].as_u64(), downstream["queue"].as_u64()), (Some(8), Some(40)));
+    assert_eq!(snapshot["policy"]["timeout_ms"], 500);
 
-    page.click("[data-preset-step=\"metastable/1\"]").await;
-    wait_for(
+    // The trigger comes and goes; some seconds after it ended the page says the endpoint is
+    // still overloaded, and that is what the server measured.
+    let stuck = wait_for(
         &page,
-        "the breaker to be on",
-        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+        "the page to say it is still overloaded 5 s after the trigger",
+        "(l => !l.hidden && /ended ([5-9]|\\d\\d) s ago; the endpoint is still overloaded/.test(l.textContent) && l.textContent)(document.querySelector('[data-look-live]'))",
     )
     .await;
+    let stuck = stuck.as_str().unwrap().to_owned();
+    eprintln!("the page says: {stuck}");
+    let (delivered, offered) = said_goodput(&stuck);
+    assert!(offered > 0 && delivered * 2 < offered, "{stuck}");
+    let measured = server.snapshot(&lab).await;
+    let ended = measured["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["kind"] == "scheduled")
+        .unwrap()["at_ms"]
+        .as_u64()
+        .unwrap();
+    let now = measured["now_ms"].as_u64().unwrap();
+    let bins: Vec<&Value> = measured["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| (ended + 1_000..now.saturating_sub(100)).contains(&b["t_ms"].as_u64().unwrap()))
+        .collect();
+    let sum = |f: &str| bins.iter().map(|b| b[f].as_u64().unwrap()).sum::<u64>();
+    assert!(
+        sum("delivered") * 2 < sum("offered"),
+        "the server measured it too: {} of {}",
+        sum("delivered"),
+        sum("offered")
+    );
+    // The chart draws it: the goodput line under the offered line, amplification above 1.
+    let drawn = page
+        .eval("[...document.querySelectorAll('[data-load-bar]')].reduce((s, b) => [s[0] + Number(b.dataset.offered), s[1] + Number(b.dataset.delivered)], [0, 0])")
+        .await
+        .unwrap();
+    assert!(
+        drawn[0].as_u64().unwrap() > drawn[1].as_u64().unwrap(),
+        "offered over goodput on the chart: {drawn}"
+    );
+    let amplification = page
+        .eval("Number(document.querySelector('[data-live=\"amplification\"]').dataset.value)")
+        .await
+        .unwrap();
+    assert!(amplification.as_f64().unwrap() > 1.5, "retries multiply the load: {amplification}");
+    page.screenshot_viewport("metastable-stuck-1280x800").await;
+
+    // The fix, while traffic keeps arriving: goodput comes back, and the page says so.
+    page.click("[data-preset-step=\"metastable/1\"]").await;
+    let back = wait_for(
+        &page,
+        "the page to say goodput is back",
+        "(l => !l.hidden && l.textContent.includes('goodput is back') && l.textContent)(document.querySelector('[data-look-live]'))",
+    )
+    .await;
+    let back = back.as_str().unwrap().to_owned();
+    let (delivered, offered) = said_goodput(&back);
+    assert!(delivered * 2 >= offered && offered > 0, "{back}");
     let policy = server.snapshot(&lab).await["policy"].clone();
-    assert!(policy["breaker"].is_object(), "{policy}");
-    assert_eq!(policy["max_attempts"], 12, "the rest of the preset's policy stays: {policy}");
+    assert!(policy["retry_budget"].is_object(), "{policy}");
     // Stop the load, so the other tests on these two cores keep their pace.
     page.click("[data-reset]").await;
     wait_for(&page, "an empty lab", "document.querySelector('[data-filter-count]').dataset.total === '0'")
         .await;
+    assert_no_console_errors(&page);
+}
+
+/// "X of Y new messages delivered in the last 2 s", read back from what the page said.
+fn said_goodput(text: &str) -> (u64, u64) {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "of").expect("X of Y");
+    (words[at - 1].parse().unwrap(), words[at + 1].parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    page.eval(
+        "(f => { f.elements.namedItem('rate_per_s').value = '40'; f.elements.namedItem('arrivals').value = 'even'; })(document.getElementById('traffic-form'))",
+    )
+    .await
+    .unwrap();
+    page.click("[data-traffic-start]").await;
+    wait_for(
+        &page,
+        "the traffic to run",
+        "document.querySelector('#traffic-form').dataset.running === 'true'",
+    )
+    .await;
+    // Past the 20 s that "follow" shows, the window moves on with the newest messages.
+    let following = wait_for(
+        &page,
+        "the timeline to follow",
+        "document.querySelector('[data-follow]').dataset.following === 'true' && document.querySelector('[data-view-range]').textContent",
+    )
+    .await;
+    assert!(following.as_str().unwrap().ends_with("following"), "{following}");
+    let sent = server.snapshot(&lab).await["traffic"]["sent"].as_u64().unwrap();
+    assert!(sent >= 600, "20 s at 40/s: {sent}");
+    // The newest row is on screen, the first is not.
+    let seen = page
+        .eval("(() => { const ids = [...document.querySelectorAll('.tl-row[data-message-id]')].map(r => Number(r.dataset.messageId)); return [Math.min(...ids), Math.max(...ids)]; })()")
+        .await
+        .unwrap();
+    assert!(seen[0].as_u64().unwrap() > 1, "scrolled down to the newest rows: {seen}");
+    // A zoom ends following; "follow" brings it back.
+    page.click("[data-zoom=\"in\"]").await;
+    wait_for(
+        &page,
+        "follow off",
+        "document.querySelector('[data-follow]').getAttribute('aria-pressed') === 'false'",
+    )
+    .await;
+    page.click("[data-follow]").await;
+    wait_for(&page, "follow on", "document.querySelector('[data-follow]').dataset.following === 'true'")
+        .await;
+    page.click("[data-traffic-stop]").await;
+    wait_for(
+        &page,
+        "the traffic to stop",
+        "document.querySelector('#traffic-form').dataset.running === 'false'",
+    )
+    .await;
+    let status = page.eval("document.querySelector('[data-traffic-status]').textContent").await.unwrap();
+    assert!(status.as_str().unwrap().starts_with("stopped; sent"), "{status}");
     assert_no_console_errors(&page);
 }
