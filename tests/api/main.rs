@@ -18,4 +18,5 @@ mod outside;
 mod pages;
 mod protections;
 mod retries;
+mod stored;
 mod traffic;
