@@ -1,0 +1,257 @@
+//! Steady traffic, measured. Two parts, one command:
+//!
+//! 1. **One lab.** Steady traffic (even arrivals) against a healthy 0-latency endpoint, at
+//!    rising rates, each in a fresh lab for a while: how late the arrivals were against their
+//!    schedule (p99), how far a 10 ms timer overshot meanwhile (p99, the baseline of what the
+//!    machine's scheduler allows), and whether the lab kept up (every arrival accepted, and
+//!    delivered by the end). The answer is the highest rate sustained with both p99s within
+//!    10 ms.
+//! 2. **Many labs.** 100 labs at 10 messages/s each, each with an open event stream read by
+//!    this process: how long an event took from the lab to its reader (p99), and the RSS of
+//!    the process (server and readers) now and then.
+//!
+//! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
+//! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
+//! `-- --many-s N` to choose how long the many-labs part runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use retrylab::config::{Config, Limits};
+use serde_json::{Value, json};
+
+struct Plan {
+    rates: Vec<f64>,
+    per_rate: Duration,
+    labs: usize,
+    lab_rate: f64,
+    many_for: Duration,
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
+    let plan = if quick {
+        Plan {
+            rates: vec![100.0, 400.0],
+            per_rate: Duration::from_secs(1),
+            labs: 5,
+            lab_rate: 10.0,
+            many_for: Duration::from_secs(many_s.unwrap_or(3)),
+        }
+    } else {
+        Plan {
+            rates: vec![500.0, 1_000.0, 2_000.0, 3_000.0, 4_000.0],
+            per_rate: Duration::from_secs(10),
+            labs: 100,
+            lab_rate: 10.0,
+            many_for: Duration::from_secs(many_s.unwrap_or(600)),
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("retrylab-traffic-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A small window of settled messages, so the many labs reach their steady size within a
+    // minute; the limits on labs and requests are the defaults.
+    let limits = Limits { settled_window: 500, control_rate_per_s: 10_000, control_burst: 10_000, ..Limits::default() };
+    let config = Config { limits, ..Config::new(dir.join("traffic.db")) };
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    println!("## One lab: the highest steady rate\n");
+    println!("| rate/s | for | sent | refused | delivered by the end | arrivals late p99 | 10 ms timer late p99 | kept up |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let mut best = None;
+    for &rate in &plan.rates {
+        let lab = new_lab(&client, &base).await;
+        put(&client, &lab, "downstream", json!({"mode": "healthy", "latency_ms": [0, 0]})).await;
+        let timer = Timer::start();
+        put(&client, &lab, "traffic", json!({"rate_per_s": rate, "arrivals": "even", "for_ms": plan.per_rate.as_millis() as u64})).await;
+        let ended = wait(&client, &lab, Duration::from_secs(120), |s| {
+            s["traffic"]["rate_per_s"] == 0.0 && s["counters"]["queued"] == 0 && s["counters"]["in_flight"] == 0 && s["counters"]["backing_off"] == 0
+        })
+        .await;
+        let timer_p99 = timer.stop();
+        let t = &ended["traffic"];
+        let (sent, refused) = (t["sent"].as_u64().unwrap(), t["refused"].as_u64().unwrap());
+        let delivered = ended["counters"]["delivered"].as_u64().unwrap();
+        let late = t["late_ms_p99"].as_f64().unwrap_or(f64::NAN);
+        let expected = rate * plan.per_rate.as_secs_f64();
+        let kept_up = refused == 0 && delivered == sent && sent as f64 >= expected * 0.98 && late <= 10.0 && timer_p99 <= 10.0;
+        if kept_up {
+            best = Some(rate);
+        }
+        println!(
+            "| {rate} | {} s | {sent} | {refused} | {delivered} | {late:.1} ms | {timer_p99:.1} ms | {} |",
+            plan.per_rate.as_secs(),
+            if kept_up { "yes" } else { "no" }
+        );
+        assert_eq!(ended["counters"]["applied_twice"], 0);
+    }
+    match best {
+        Some(rate) => println!("\nHighest sustained: {rate} new messages/s.\n"),
+        None => println!("\nNo rate sustained within 10 ms.\n"),
+    }
+
+    println!("## Many labs: {} labs at {} messages/s, each with an open event stream\n", plan.labs, plan.lab_rate);
+    let mut labs = Vec::new();
+    for _ in 0..plan.labs {
+        let lab = new_lab(&client, &base).await;
+        put(&client, &lab, "downstream", json!({"mode": "healthy", "latency_ms": [5, 20]})).await;
+        labs.push(lab);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for lab in &labs {
+        readers.push(tokio::spawn(read_stream(client.clone(), format!("{lab}/events"), stop.clone())));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for lab in &labs {
+        put(&client, lab, "traffic", json!({"rate_per_s": plan.lab_rate})).await;
+    }
+    println!("| after | RSS |");
+    println!("| ---: | ---: |");
+    let started = Instant::now();
+    let every = (plan.many_for / 10).max(Duration::from_secs(1));
+    let mut rss = Vec::new();
+    while started.elapsed() < plan.many_for {
+        tokio::time::sleep(every.min(plan.many_for.saturating_sub(started.elapsed()))).await;
+        let now = rss_mib();
+        rss.push(now);
+        println!("| {:.0} s | {now:.0} MiB |", started.elapsed().as_secs_f64());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for lab in &labs {
+        put(&client, lab, "traffic", json!({"rate_per_s": 0})).await;
+    }
+    let mut delays = Vec::new();
+    let mut events = 0;
+    for reader in readers {
+        let (n, mut d) = reader.await.unwrap();
+        events += n;
+        delays.append(&mut d);
+    }
+    delays.sort_by(f64::total_cmp);
+    let p = |q: f64| delays.get(((delays.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    let half = rss.len() / 2;
+    let growth = match (rss.get(half), rss.last()) {
+        (Some(mid), Some(last)) => last - mid,
+        _ => f64::NAN,
+    };
+    println!(
+        "\n{events} events read over {:.0} s; delivery p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; RSS over the second half {:+.0} MiB.",
+        plan.many_for.as_secs_f64(),
+        p(0.5),
+        p(0.99),
+        delays.last().copied().unwrap_or(f64::NAN),
+        growth
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn new_lab(client: &reqwest::Client, base: &str) -> String {
+    let lab: Value = client.post(format!("{base}/api/labs")).send().await.unwrap().json().await.unwrap();
+    format!("{base}/api/labs/{}", lab["id"].as_str().unwrap())
+}
+
+async fn put(client: &reqwest::Client, lab: &str, what: &str, body: Value) {
+    let response = client.put(format!("{lab}/{what}")).json(&body).send().await.unwrap();
+    assert!(response.status().is_success(), "PUT {what}: {}", response.text().await.unwrap());
+}
+
+async fn wait(client: &reqwest::Client, lab: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let snapshot: Value = client.get(lab).send().await.unwrap().json().await.unwrap();
+        if done(&snapshot) || start.elapsed() > limit {
+            return snapshot;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A task that sleeps 10 ms again and again and notes how late each wake-up was: what the
+/// machine allows any timer, to read the arrivals' lateness against.
+struct Timer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<f64>>,
+}
+
+impl Timer {
+    fn start() -> Timer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut late = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                late.push((asked.elapsed().as_secs_f64() * 1000.0 - 10.0).max(0.0));
+            }
+            late
+        });
+        Timer { stop, task }
+    }
+
+    fn stop(self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut late = futures_block(self.task);
+        late.sort_by(f64::total_cmp);
+        late.get(((late.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN)
+    }
+}
+
+fn futures_block<T: Send + 'static>(task: tokio::task::JoinHandle<T>) -> T {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(task)).unwrap()
+}
+
+/// Reads one lab's event stream until told to stop: how many events, and for each event after
+/// the opening snapshot, how long after its `at_ms` it arrived here (ms).
+async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>) -> (usize, Vec<f64>) {
+    let mut response = client.get(&url).send().await.unwrap();
+    let mut buffer = String::new();
+    let mut offset_ms: Option<f64> = None;
+    let (mut events, mut delays) = (0, Vec::new());
+    while !stop.load(Ordering::Relaxed) {
+        let chunk = match tokio::time::timeout(Duration::from_millis(500), response.chunk()).await {
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(_) => break,
+            Err(_) => continue,
+        };
+        let received = unix_ms();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else { continue };
+            let Ok(event) = serde_json::from_str::<Value>(data.trim()) else { continue };
+            events += 1;
+            // The lab's clock is the wall clock less its origin: the snapshot's `now_ms`,
+            // read as it arrives, gives the origin (within that one delivery's delay).
+            if let Some(now_ms) = event.get("now_ms").and_then(Value::as_f64).filter(|_| offset_ms.is_none()) {
+                offset_ms = Some(received - now_ms);
+            } else if let (Some(offset), Some(at_ms)) = (offset_ms, event.get("at_ms").and_then(Value::as_f64)) {
+                delays.push((received - offset - at_ms).max(0.0));
+            }
+        }
+    }
+    (events, delays)
+}
+
+fn unix_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    kib / 1024.0
+}
