@@ -80,7 +80,11 @@ pub async fn serve(
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;
     let mut labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
-    labs.instance = config.instance().map_err(std::io::Error::other)?;
+    labs.instance = config
+        .instance_name()
+        .map(|n| domain::Instance::parse(&n))
+        .transpose()
+        .map_err(std::io::Error::other)?;
     let reader = store.clone();
     let comparisons = tokio::task::spawn_blocking(move || reader.load_comparisons())
         .await

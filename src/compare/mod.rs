@@ -16,8 +16,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::Limits;
+use crate::domain::LabId;
 use crate::downstream::DownstreamUpdate;
-use crate::lab::{Lab, LabId, Labs, unix_now_ms};
+use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;

@@ -3,11 +3,13 @@
 //! and notes what each change touched, so the store can persist exactly the rows that changed.
 
 mod history;
+mod ids;
 mod load;
 mod marker;
 mod message;
 mod record;
 
+pub use ids::{Instance, LabId};
 pub use load::{Answer, BIN_MS, BinChanges, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};

@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
-use crate::domain::{AttemptEnd, Counters, LabRecord, ResumePoint};
+use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, ResumePoint};
 use crate::downstream::{self as endpoint, DownstreamSettings};
 use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::{Policy, Wait};
@@ -34,7 +34,7 @@ use crate::store::Store;
 
 pub use downstream::{Admission as DownstreamAdmission, Decided};
 pub use flush::NotDurable;
-pub use registry::{Instance, LabId, Labs};
+pub use registry::Labs;
 pub use snapshot::{SnapshotLimits, SnapshotView};
 pub use subscribers::Opening;
 

@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use super::{Lab, LabId, LabState};
+use super::{Lab, LabState};
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message};
+use crate::domain::{BIN_MS, BreakerChange, Counters, LabId, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -26,7 +26,7 @@ pub struct SnapshotView<'a> {
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
-    retention: &'a Retention,
+    retention: RetentionView,
     messages: &'a [Message],
     dead_letters: &'a [DeadLetter],
 }
@@ -43,6 +43,32 @@ pub struct BreakerView<'a> {
 pub struct LoadView {
     bin_ms: u64,
     bins: Vec<LoadBin>,
+}
+
+/// How long things are kept, as the page shows it: its own type, so renaming a flag cannot
+/// change the API.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[schema(as = Retention)]
+pub struct RetentionView {
+    /// The dedup window: an applied idempotency key is remembered this long, in seconds.
+    key_ttl_s: u64,
+    /// Dead letters are kept this long for a person to look at and replay, in seconds.
+    dead_letter_ttl_s: u64,
+    /// A lab nobody has touched for this long is deleted, in seconds.
+    idle_lab_ttl_s: u64,
+    /// How often the retention windows are applied, in milliseconds.
+    sweep_interval_ms: u64,
+}
+
+impl From<&Retention> for RetentionView {
+    fn from(retention: &Retention) -> Self {
+        RetentionView {
+            key_ttl_s: retention.key_ttl_s,
+            dead_letter_ttl_s: retention.dead_letter_ttl_s,
+            idle_lab_ttl_s: retention.idle_lab_ttl_s,
+            sweep_interval_ms: retention.sweep_interval_ms,
+        }
+    }
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -68,7 +94,7 @@ impl Lab {
                 max_burst: self.limits.max_burst,
                 max_messages_per_lab: self.limits.max_messages_per_lab,
             },
-            retention: &self.retention,
+            retention: (&self.retention).into(),
             messages: record.messages(),
             dead_letters: state.dead_letters.letters(),
         }
@@ -95,7 +121,7 @@ impl Lab {
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
-            retention: self.retention.clone(),
+            retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
             dead_letters: state.dead_letters.letters().to_vec(),
         }
@@ -120,7 +146,7 @@ pub(super) struct Captured {
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
-    retention: Retention,
+    retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
 }
@@ -138,7 +164,7 @@ impl Captured {
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
-            retention: &self.retention,
+            retention: self.retention,
             messages: &self.messages,
             dead_letters: &self.dead_letters,
         };

@@ -33,7 +33,8 @@ use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::config::{Limits, Retention};
-use crate::lab::{Lab, LabId, Labs};
+use crate::domain::LabId;
+use crate::lab::{Lab, Labs};
 use crate::metrics::Metrics;
 use crate::producer::Producer;
 use crate::store::Store;

@@ -11,7 +11,7 @@ use super::AppState;
 use super::api::lab_limit;
 use super::error::AppError;
 use crate::domain::Counters;
-use crate::lab::LabId;
+use crate::domain::LabId;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "lab.html")]
