@@ -3,7 +3,6 @@
 //! A comparison is saved when it starts and survives a restart like its labs do; its figures
 //! are measured from the labs whenever they are asked for.
 
-pub mod cli;
 pub mod report;
 pub mod scenario;
 

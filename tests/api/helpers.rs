@@ -39,7 +39,7 @@ impl TestApp {
     ) -> (Self, tokio::task::JoinHandle<std::io::Result<()>>) {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let server = tokio::spawn(retrylab::serve(listener, config, stop));
+        let server = tokio::spawn(retrylab::server::serve(listener, config, stop));
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

@@ -50,7 +50,7 @@ impl Server {
         let address = listener.local_addr().unwrap();
         let config = Config::new(db.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(retrylab::serve(listener, config, async {
+        let serving = tokio::spawn(retrylab::server::serve(listener, config, async {
             let _ = stopped.await;
         }));
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
