@@ -24,6 +24,7 @@
 //! ```
 
 pub mod cli;
+pub mod client;
 pub mod compare;
 pub mod config;
 pub mod dlq;

@@ -253,7 +253,9 @@ impl Comparisons {
                 let figures = lab
                     .as_ref()
                     .map(|lab| {
-                        lab.read(|record, letters| report::figures(record, letters, column.started_ms))
+                        lab.read(|record, letters, counters| {
+                            report::figures(record, letters, counters, column.started_ms)
+                        })
                     })
                     .unwrap_or_default();
                 let expected = comparison.burst as u64;

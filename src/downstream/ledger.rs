@@ -74,6 +74,22 @@ impl std::fmt::Display for BodyDigest {
     }
 }
 
+/// How many applied keys a ledger holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldKeys {
+    /// Held whole: the key, its body's digest, its answer.
+    pub whole: usize,
+    /// Held cold, by fingerprint only: the store has the rest.
+    pub fingerprint: usize,
+}
+
+/// Against `(whole, fingerprint)`, for short comparisons.
+impl PartialEq<(usize, usize)> for HeldKeys {
+    fn eq(&self, &(whole, fingerprint): &(usize, usize)) -> bool {
+        self.whole == whole && self.fingerprint == fingerprint
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     digest: BodyDigest,
@@ -252,8 +268,8 @@ impl Ledger {
     }
 
     /// Keys held whole, and keys held by fingerprint only.
-    pub fn held(&self) -> (usize, usize) {
-        (self.keys.len(), self.cold.len())
+    pub fn held(&self) -> HeldKeys {
+        HeldKeys { whole: self.keys.len(), fingerprint: self.cold.len() }
     }
 
     pub fn count_request(&mut self) {

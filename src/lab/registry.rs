@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::{Lab, unix_now_ms};
+use super::{Lab, Parts, unix_now_ms};
+use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
-use crate::domain::{Instance, LabId, LabRecord};
+use crate::domain::{Instance, LabId, LabRecord, StoredRecord};
+use crate::downstream::{DownstreamView, Endpoint};
 use crate::events::Event;
-use crate::store::{LoadedLab, Store};
+use crate::store::{LoadedLab, RecordParts, Store};
 
 pub struct Labs {
     labs: RwLock<HashMap<LabId, Arc<Lab>>>,
@@ -38,8 +40,9 @@ impl Labs {
                 tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
                 continue;
             };
-            let state = (LabRecord::restore(parts), DeadLetterQueue::restore(dead_letters));
-            labs.outside_keys.fetch_add(state.0.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
+            let state = restore(parts, dead_letters);
+            labs.outside_keys
+                .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
             let lab = Arc::new_cyclic(|this| {
                 Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
             });
@@ -112,5 +115,27 @@ impl Labs {
             }
         }
         idle.len()
+    }
+}
+
+/// A lab's parts as the store kept them, each handed to its owner.
+fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Parts {
+    let RecordParts {
+        downstream,
+        revert,
+        policy,
+        ledger,
+        epoch,
+        next_message_id,
+        messages,
+        load_bins,
+        markers,
+        breaker_changes,
+    } = parts;
+    Parts {
+        record: LabRecord::restore(StoredRecord { epoch, next_message_id, messages, load_bins, markers }),
+        endpoint: Endpoint::restore(DownstreamView { settings: downstream, revert }, ledger),
+        client: ClientState::restore(policy, breaker_changes),
+        dead_letters: DeadLetterQueue::restore(dead_letters),
     }
 }

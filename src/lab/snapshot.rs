@@ -5,9 +5,10 @@
 use serde::Serialize;
 
 use super::{Lab, LabState};
+use crate::client::BreakerChange;
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{BIN_MS, BreakerChange, Counters, LabId, LoadBin, Marker, Message};
+use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -84,10 +85,13 @@ impl Lab {
             id: &self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: BreakerView { state: record.breaker.state(), changes: record.breaker_changes.all() },
+            breaker: BreakerView {
+                state: state.client.breaker_state(),
+                changes: state.client.breaker_changes(),
+            },
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
@@ -114,10 +118,10 @@ impl Lab {
             id: self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: (record.breaker.state(), record.breaker_changes.all().to_vec()),
+            breaker: (state.client.breaker_state(), state.client.breaker_changes().to_vec()),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
+use super::{RecordChanges, RecordParts};
 use crate::dlq::DeadLetter;
-use crate::domain::{Message, RecordChanges, RecordParts};
+use crate::domain::Message;
 use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
 
 /// How long the writer pauses after a failed commit before trying again.
