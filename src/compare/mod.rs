@@ -16,7 +16,6 @@ use uuid::Uuid;
 
 use crate::config::Limits;
 use crate::domain::LabId;
-use crate::downstream::DownstreamUpdate;
 use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
@@ -47,10 +46,10 @@ impl PolicyChoice {
     }
 
     /// The policy update this choice makes over the scenario's base policy.
-    fn changes(&self) -> Result<Value, String> {
+    fn changes(&self) -> Result<PolicyUpdate, String> {
         match self {
             PolicyChoice::Preset(name) => scenario::preset(name),
-            PolicyChoice::Custom { policy, .. } => Ok(policy.clone()),
+            PolicyChoice::Custom { policy, .. } => parse_policy(policy.clone()),
         }
     }
 }
@@ -187,12 +186,12 @@ impl Comparisons {
         // Every policy is checked before any lab is made.
         let mut setups = Vec::new();
         for choice in &request.policies {
-            let changes = choice.changes().map_err(Refusal::Invalid)?;
-            let policy = scenario::merge(scenario.base_policy(request.seed), changes);
-            let policy = parse_policy(policy)
-                .map_err(|e| Refusal::Invalid(format!("policy '{}': {e}", choice.name())))?;
-            let downstream: DownstreamUpdate = serde_json::from_value(scenario.downstream(request.burst))
-                .expect("a scenario's downstream is valid");
+            let changes = choice.changes().map_err(|e| match choice {
+                PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
+            })?;
+            let policy = scenario.base_policy(request.seed).then(changes);
+            let downstream = scenario.downstream(request.burst);
             setups.push((choice.name().to_owned(), policy, downstream));
         }
         let mut made: Vec<(String, Arc<Lab>)> = Vec::new();
@@ -336,8 +335,6 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
                 Err(e) => tracing::warn!(lab = %lab.id, error = ?e, "a comparison's burst was refused"),
             },
             Step::Downstream { update, .. } => {
-                let update: DownstreamUpdate =
-                    serde_json::from_value(update).expect("a scenario's steps are valid");
                 if let Err(e) = lab.set_downstream(&update) {
                     tracing::warn!(lab = %lab.id, error = %e, "a comparison's step was refused");
                 }

@@ -110,7 +110,7 @@ pub struct DownstreamView {
 }
 
 /// A partial update: absent fields keep their value.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownstreamUpdate {
     pub mode: Option<Mode>,
