@@ -134,7 +134,6 @@ impl TestApp {
     }
 }
 
-/// A configuration with its own fresh database file.
 /// A server started by `TestApp::spawn_stoppable`.
 pub struct Stoppable {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -149,6 +148,7 @@ impl Stoppable {
     }
 }
 
+/// A configuration with its own fresh database file.
 pub fn config(limits: Limits, retention: Retention) -> Config {
     Config { limits, retention, ..Config::new(fresh_db()) }
 }

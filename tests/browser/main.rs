@@ -121,7 +121,8 @@ async fn dead_letters_then_healthy(page: &Page, count: u64) {
     choose_mode(page, "healthy").await;
 }
 
-/// waits until the page's stream is live. Returns the lab's id as the page shows it.
+/// Opens the front page, which makes a new lab and shows it, and waits until the page's
+/// stream is live. Returns the lab's id as the page shows it.
 async fn open_new_lab(page: &Page, server: &Server) -> String {
     page.navigate(&server.url("/")).await;
     let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
