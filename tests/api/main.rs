@@ -18,3 +18,4 @@ mod outside;
 mod pages;
 mod protections;
 mod retries;
+mod stored;
