@@ -56,24 +56,40 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     // A small window of settled messages, so the many labs reach their steady size within a
     // minute; the limits on labs and requests are the defaults.
-    let limits = Limits { settled_window: 500, control_rate_per_s: 10_000, control_burst: 10_000, ..Limits::default() };
+    let limits = Limits {
+        settled_window: 500,
+        control_rate_per_s: 10_000,
+        control_burst: 10_000,
+        ..Limits::default()
+    };
     let config = Config { limits, ..Config::new(dir.join("traffic.db")) };
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+    tokio::spawn(retrylab::server::serve(listener, config, std::future::pending()));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
     println!("## One lab: the highest steady rate\n");
-    println!("| rate/s | for | sent | refused | delivered by the end | arrivals late p99 | 10 ms timer late p99 | kept up |");
+    println!(
+        "| rate/s | for | sent | refused | delivered by the end | arrivals late p99 | 10 ms timer late p99 | kept up |"
+    );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut best = None;
     for &rate in &plan.rates {
         let lab = new_lab(&client, &base).await;
         put(&client, &lab, "downstream", json!({"mode": "healthy", "latency_ms": [0, 0]})).await;
         let timer = Timer::start();
-        put(&client, &lab, "traffic", json!({"rate_per_s": rate, "arrivals": "even", "for_ms": plan.per_rate.as_millis() as u64})).await;
+        put(
+            &client,
+            &lab,
+            "traffic",
+            json!({"rate_per_s": rate, "arrivals": "even", "for_ms": plan.per_rate.as_millis() as u64}),
+        )
+        .await;
         let ended = wait(&client, &lab, Duration::from_secs(120), |s| {
-            s["traffic"]["rate_per_s"] == 0.0 && s["counters"]["queued"] == 0 && s["counters"]["in_flight"] == 0 && s["counters"]["backing_off"] == 0
+            s["traffic"]["rate_per_s"] == 0.0
+                && s["counters"]["queued"] == 0
+                && s["counters"]["in_flight"] == 0
+                && s["counters"]["backing_off"] == 0
         })
         .await;
         let timer_p99 = timer.stop();
@@ -82,7 +98,11 @@ async fn main() {
         let delivered = ended["counters"]["delivered"].as_u64().unwrap();
         let late = t["late_ms_p99"].as_f64().unwrap_or(f64::NAN);
         let expected = rate * plan.per_rate.as_secs_f64();
-        let kept_up = refused == 0 && delivered == sent && sent as f64 >= expected * 0.98 && late <= 10.0 && timer_p99 <= 10.0;
+        let kept_up = refused == 0
+            && delivered == sent
+            && sent as f64 >= expected * 0.98
+            && late <= 10.0
+            && timer_p99 <= 10.0;
         if kept_up {
             best = Some(rate);
         }
@@ -98,7 +118,10 @@ async fn main() {
         None => println!("\nNo rate sustained within 10 ms.\n"),
     }
 
-    println!("## Many labs: {} labs at {} messages/s, each with an open event stream\n", plan.labs, plan.lab_rate);
+    println!(
+        "## Many labs: {} labs at {} messages/s, each with an open event stream\n",
+        plan.labs, plan.lab_rate
+    );
     let mut labs = Vec::new();
     for _ in 0..plan.labs {
         let lab = new_lab(&client, &base).await;
@@ -137,7 +160,9 @@ async fn main() {
         delays.append(&mut d);
     }
     delays.sort_by(f64::total_cmp);
-    let p = |q: f64| delays.get(((delays.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    let p = |q: f64| {
+        delays.get(((delays.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN)
+    };
     let half = rss.len() / 2;
     let growth = match (rss.get(half), rss.last()) {
         (Some(mid), Some(last)) => last - mid,
@@ -232,9 +257,12 @@ async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>
             events += 1;
             // The lab's clock is the wall clock less its origin: the snapshot's `now_ms`,
             // read as it arrives, gives the origin (within that one delivery's delay).
-            if let Some(now_ms) = event.get("now_ms").and_then(Value::as_f64).filter(|_| offset_ms.is_none()) {
+            if let Some(now_ms) = event.get("now_ms").and_then(Value::as_f64).filter(|_| offset_ms.is_none())
+            {
                 offset_ms = Some(received - now_ms);
-            } else if let (Some(offset), Some(at_ms)) = (offset_ms, event.get("at_ms").and_then(Value::as_f64)) {
+            } else if let (Some(offset), Some(at_ms)) =
+                (offset_ms, event.get("at_ms").and_then(Value::as_f64))
+            {
                 delays.push((received - offset - at_ms).max(0.0));
             }
         }

@@ -4,10 +4,11 @@
 
 use serde::Serialize;
 
-use super::{Lab, LabId, LabState};
+use super::{Lab, LabState};
+use crate::client::BreakerChange;
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message, TrafficView};
+use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -27,7 +28,7 @@ pub struct SnapshotView<'a> {
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
-    retention: &'a Retention,
+    retention: RetentionView,
     messages: &'a [Message],
     dead_letters: &'a [DeadLetter],
 }
@@ -46,6 +47,32 @@ pub struct LoadView {
     bins: Vec<LoadBin>,
 }
 
+/// How long things are kept, as the page shows it: its own type, so renaming a flag cannot
+/// change the API.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[schema(as = Retention)]
+pub struct RetentionView {
+    /// The dedup window: an applied idempotency key is remembered this long, in seconds.
+    key_ttl_s: u64,
+    /// Dead letters are kept this long for a person to look at and replay, in seconds.
+    dead_letter_ttl_s: u64,
+    /// A lab nobody has touched for this long is deleted, in seconds.
+    idle_lab_ttl_s: u64,
+    /// How often the retention windows are applied, in milliseconds.
+    sweep_interval_ms: u64,
+}
+
+impl From<&Retention> for RetentionView {
+    fn from(retention: &Retention) -> Self {
+        RetentionView {
+            key_ttl_s: retention.key_ttl_s,
+            dead_letter_ttl_s: retention.dead_letter_ttl_s,
+            idle_lab_ttl_s: retention.idle_lab_ttl_s,
+            sweep_interval_ms: retention.sweep_interval_ms,
+        }
+    }
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SnapshotLimits {
     max_burst: usize,
@@ -59,10 +86,13 @@ impl Lab {
             id: &self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: BreakerView { state: record.breaker.state(), changes: record.breaker_changes.all() },
+            breaker: BreakerView {
+                state: state.client.breaker_state(),
+                changes: state.client.breaker_changes(),
+            },
             traffic: state.traffic.view(),
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
@@ -70,7 +100,7 @@ impl Lab {
                 max_burst: self.limits.max_burst,
                 max_messages_per_lab: self.limits.max_messages_per_lab,
             },
-            retention: &self.retention,
+            retention: (&self.retention).into(),
             messages: record.messages(),
             dead_letters: state.dead_letters.letters(),
         }
@@ -90,15 +120,15 @@ impl Lab {
             id: self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: (record.breaker.state(), record.breaker_changes.all().to_vec()),
+            breaker: (state.client.breaker_state(), state.client.breaker_changes().to_vec()),
             traffic: state.traffic.view(),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
-            retention: self.retention.clone(),
+            retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
             dead_letters: state.dead_letters.letters().to_vec(),
         }
@@ -124,7 +154,7 @@ pub(super) struct Captured {
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
-    retention: Retention,
+    retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
 }
@@ -143,7 +173,7 @@ impl Captured {
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
-            retention: &self.retention,
+            retention: self.retention,
             messages: &self.messages,
             dead_letters: &self.dead_letters,
         };

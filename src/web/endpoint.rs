@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 use super::error::{AppError, Problem};
 use super::{InternalCaller, LabParam, LabPath};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, StoredResponse};
-use crate::lab::{Decided, DownstreamAdmission as Admission, Lab};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Passage, StoredResponse};
+use crate::lab::{Arrival, Decided, Lab};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -52,8 +52,8 @@ pub async fn downstream(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
     let (key, digest) = read(&lab, &headers, body)?;
-    let (arrived, admission) = lab.downstream_admit(&key);
-    let working = matches!(admission, Admission::Open);
+    let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
+    let working = matches!(admission, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false };
     let answer = admitted(lab, key, (digest, internal.is_none()), admission).await;
     let status = match &answer {
@@ -114,26 +114,26 @@ async fn admitted(
     lab: Arc<Lab>,
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
-    admission: Admission,
+    admission: Passage,
 ) -> Result<Response, AppError> {
     match admission {
-        Admission::Open => {}
-        Admission::Throttled { retry_after_s } => {
+        Passage::Open => {}
+        Passage::Throttled { retry_after_s } => {
             return Err(AppError::Unavailable {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 retry_after_s,
                 detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
             });
         }
-        Admission::Shed { retry_after_s } => {
+        Passage::Shed { retry_after_s } => {
             return Err(AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 retry_after_s,
                 detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
             });
         }
-        Admission::Worker => return overloaded(lab, key, (digest, outside), None).await,
-        Admission::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
+        Passage::Worker => return overloaded(lab, key, (digest, outside), None).await,
+        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
     }
     let decided = decide(&lab, &key, digest, outside).await?;
     respond(lab, key, decided, Latency::ToWaitOut).await

@@ -11,6 +11,7 @@ mod hardening;
 mod helpers;
 mod idempotency;
 mod instances;
+mod layout;
 mod logs;
 mod metastable;
 mod operations;

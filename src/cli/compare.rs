@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::scenario::{self, Scenario};
+use crate::compare::ROWS;
+use crate::compare::scenario::{self, Scenario};
 use crate::config::{CompareArgs, Config};
+use crate::server::serve;
 
 /// Runs a comparison from the command line; the error is what to tell the person.
 pub async fn run(args: CompareArgs) -> Result<(), String> {
@@ -46,7 +48,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let mut config = Config::new(dir.join("compare.db"));
     config.limits.control_rate_per_s = 1_000;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(crate::serve(listener, config, async {
+    let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
@@ -157,7 +159,7 @@ fn table(report: &Value) -> String {
         header += &format!("{policy:>width$}");
     }
     lines.push(header);
-    for (row, _) in super::ROWS {
+    for (row, _) in ROWS {
         let best: Vec<&str> = report["best"][row]
             .as_array()
             .map(|b| b.iter().filter_map(Value::as_str).collect())
