@@ -12,7 +12,7 @@
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
-//! `-- --many-s N` to choose how long the many-labs part runs.
+//! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +34,7 @@ struct Plan {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let many_only = args.iter().any(|a| a == "--many-only");
     let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
     let plan = if quick {
         Plan {
@@ -74,7 +75,7 @@ async fn main() {
     );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut best = None;
-    for &rate in &plan.rates {
+    for &rate in plan.rates.iter().filter(|_| !many_only) {
         let lab = new_lab(&client, &base).await;
         put(&client, &lab, "downstream", json!({"mode": "healthy", "latency_ms": [0, 0]})).await;
         let timer = Timer::start();
@@ -152,16 +153,28 @@ async fn main() {
     for lab in &labs {
         put(&client, lab, "traffic", json!({"rate_per_s": 0})).await;
     }
-    let mut delays = Vec::new();
+    let mut delays = vec![0u64; DELAY_BUCKETS];
     let mut events = 0;
     for reader in readers {
-        let (n, mut d) = reader.await.unwrap();
+        let (n, d) = reader.await.unwrap();
         events += n;
-        delays.append(&mut d);
+        for (total, count) in delays.iter_mut().zip(d) {
+            *total += count;
+        }
     }
-    delays.sort_by(f64::total_cmp);
+    let counted: u64 = delays.iter().sum();
     let p = |q: f64| {
-        delays.get(((delays.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN)
+        let rank = ((counted as f64 * q).ceil() as u64).max(1);
+        let mut seen = 0;
+        delays.iter().position(|&c| {
+            seen += c;
+            seen >= rank
+        })
+    };
+    let shown = |bucket: Option<usize>| match bucket {
+        Some(b) if b == DELAY_BUCKETS - 1 => format!("≥ {} ms", DELAY_BUCKETS - 1),
+        Some(b) => format!("{b} ms"),
+        None => "-".into(),
     };
     let half = rss.len() / 2;
     let growth = match (rss.get(half), rss.last()) {
@@ -169,11 +182,11 @@ async fn main() {
         _ => f64::NAN,
     };
     println!(
-        "\n{events} events read over {:.0} s; delivery p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; RSS over the second half {:+.0} MiB.",
+        "\n{events} events read over {:.0} s; delivery p50 {}, p99 {}, max {} (1 ms buckets); RSS over the second half {:+.0} MiB.",
         plan.many_for.as_secs_f64(),
-        p(0.5),
-        p(0.99),
-        delays.last().copied().unwrap_or(f64::NAN),
+        shown(p(0.5)),
+        shown(p(0.99)),
+        shown(delays.iter().rposition(|&c| c > 0)),
         growth
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -235,13 +248,18 @@ fn futures_block<T: Send + 'static>(task: tokio::task::JoinHandle<T>) -> T {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(task)).unwrap()
 }
 
+/// Delays are counted in 1 ms buckets up to this; later ones in the last bucket.
+const DELAY_BUCKETS: usize = 10_000;
+
 /// Reads one lab's event stream until told to stop: how many events, and for each event after
-/// the opening snapshot, how long after its `at_ms` it arrived here (ms).
-async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>) -> (usize, Vec<f64>) {
+/// the opening snapshot, how long after its `at_ms` it arrived here, as 1 ms buckets. It reads
+/// only the two numbers it needs from each event and keeps no event, so that the reader is
+/// not what falls behind.
+async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>) -> (usize, Vec<u64>) {
     let mut response = client.get(&url).send().await.unwrap();
-    let mut buffer = String::new();
+    let mut pending: Vec<u8> = Vec::new();
     let mut offset_ms: Option<f64> = None;
-    let (mut events, mut delays) = (0, Vec::new());
+    let (mut events, mut delays) = (0, vec![0u64; DELAY_BUCKETS]);
     while !stop.load(Ordering::Relaxed) {
         let chunk = match tokio::time::timeout(Duration::from_millis(500), response.chunk()).await {
             Ok(Ok(Some(chunk))) => chunk,
@@ -249,25 +267,41 @@ async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>
             Err(_) => continue,
         };
         let received = unix_ms();
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let Some(data) = block.lines().find_map(|l| l.strip_prefix("data:")) else { continue };
-            let Ok(event) = serde_json::from_str::<Value>(data.trim()) else { continue };
+        pending.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(end) = find(&pending[start..], b"\n\n") {
+            let block = &pending[start..start + end];
+            start += end + 2;
+            if !block.windows(5).any(|w| w == b"data:") {
+                continue; // a keep-alive comment
+            }
             events += 1;
             // The lab's clock is the wall clock less its origin: the snapshot's `now_ms`,
             // read as it arrives, gives the origin (within that one delivery's delay).
-            if let Some(now_ms) = event.get("now_ms").and_then(Value::as_f64).filter(|_| offset_ms.is_none())
-            {
-                offset_ms = Some(received - now_ms);
-            } else if let (Some(offset), Some(at_ms)) =
-                (offset_ms, event.get("at_ms").and_then(Value::as_f64))
-            {
-                delays.push((received - offset - at_ms).max(0.0));
+            if offset_ms.is_none() {
+                if let Some(now_ms) = number_after(block, b"\"now_ms\":") {
+                    offset_ms = Some(received - now_ms);
+                }
+            } else if let (Some(offset), Some(at_ms)) = (offset_ms, number_after(block, b"\"at_ms\":")) {
+                let delay = (received - offset - at_ms).max(0.0) as usize;
+                delays[delay.min(DELAY_BUCKETS - 1)] += 1;
             }
         }
+        pending.drain(..start);
     }
     (events, delays)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The number that follows `key` in `block`, if any.
+fn number_after(block: &[u8], key: &[u8]) -> Option<f64> {
+    let at = find(block, key)? + key.len();
+    let digits: Vec<u8> =
+        block[at..].iter().copied().take_while(|b| b.is_ascii_digit() || *b == b'.').collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 fn unix_ms() -> f64 {

@@ -122,3 +122,43 @@ impl ClientState {
         self.breaker_changes.push(BreakerChange { at_ms: now_ms, state });
     }
 }
+
+/// How many clients' breakers stand in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BreakerCounts {
+    pub closed: u32,
+    pub open: u32,
+    pub half_open: u32,
+}
+
+impl BreakerCounts {
+    pub fn of<'a>(clients: impl IntoIterator<Item = &'a ClientState>) -> Self {
+        let mut counts = BreakerCounts::default();
+        for client in clients {
+            match client.breaker_state() {
+                BreakerState::Closed => counts.closed += 1,
+                BreakerState::Open => counts.open += 1,
+                BreakerState::HalfOpen => counts.half_open += 1,
+            }
+        }
+        counts
+    }
+}
+
+/// The clients' breakers at `at_ms`, after one of them changed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BreakerShare {
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub counts: BreakerCounts,
+}
+
+/// The shares kept per lab; the oldest go first.
+pub type BreakerShares = History<BreakerShare, MAX_BREAKER_CHANGES>;
+
+impl ClientState {
+    /// A fresh client following `policy`: its breaker closed, its budget full.
+    pub fn following(policy: Policy) -> Self {
+        ClientState { policy, ..Default::default() }
+    }
+}

@@ -271,6 +271,10 @@ pub struct Limits {
     /// The highest rate of steady traffic a lab may be given, new messages per second.
     #[arg(long, env = "RETRYLAB_MAX_TRAFFIC_RATE_PER_S", default_value_t = DEFAULT_LIMITS.max_traffic_rate_per_s)]
     pub max_traffic_rate_per_s: f64,
+    /// The most clients one lab's policy may run at once (`clients`), each with its own
+    /// breaker, retry budget and jitter stream.
+    #[arg(long, env = "RETRYLAB_MAX_CLIENTS", default_value_t = DEFAULT_LIMITS.max_clients)]
+    pub max_clients: u32,
     /// The longest steady traffic may be set to run for (`for_ms`), in milliseconds.
     #[arg(long, env = "RETRYLAB_MAX_TRAFFIC_FOR_MS", default_value_t = DEFAULT_LIMITS.max_traffic_for_ms)]
     pub max_traffic_for_ms: u64,
@@ -301,6 +305,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     settled_window: 5_000,
     max_traffic_rate_per_s: 5_000.0,
     max_traffic_for_ms: 60 * 60 * 1000,
+    max_clients: 1_000,
 };
 
 impl Default for Limits {

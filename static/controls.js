@@ -208,6 +208,7 @@ export function createControls(model, lab) {
       max_total_ms: num(policy, 'max_total_ms'),
       timeout_ms: num(policy, 'timeout_ms'),
       quarantine_after: num(policy, 'quarantine_after'),
+      clients: num(policy, 'clients'),
       honor_retry_after: checked(policy, 'honor_retry_after'),
       retry_after_mode: policy.elements.namedItem('retry_after_mode').value,
       retry_after_cap_ms: num(policy, 'retry_after_cap_ms'),
@@ -288,6 +289,7 @@ export function createControls(model, lab) {
       });
       fill(policy, {
         ...pol,
+        clients: pol.clients ?? 1,
         multiplier: pol.multiplier ?? 2,
         max_total_ms: pol.max_total_ms ?? 0,
         retry_after_mode: pol.retry_after_mode ?? 'floor',

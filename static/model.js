@@ -22,6 +22,8 @@ export function emptyModel() {
     breaker: { state: 'closed', changes: [] },
     /** Settings changes (by hand or by schedule), crashes, restarts: { at_ms, kind, label }. */
     markers: [],
+    /** The policy's clients: how many, their breakers now, and the counts after each change. */
+    clients: { count: 1, breakers: { closed: 1, open: 0, half_open: 0 }, changes: [] },
     /** Steady traffic: its rate (0: none), arrivals, end, what it sent and refused. */
     traffic: { rate_per_s: 0, arrivals: 'poisson', until_ms: null, sent: 0, refused: 0, late_ms_p99: null },
     /** What reached the downstream per bin of lab time: bin start (ms) -> LOAD_BIN. */
@@ -43,6 +45,7 @@ export function noChanges() {
     breaker: false,
     markers: false,
     traffic: false,
+    clients: false,
     /** Starts (ms) of the load bins that changed. */
     load: new Set(),
   };
@@ -57,6 +60,7 @@ export function mergeChanges(a, b) {
   a.breaker ||= b.breaker;
   a.markers ||= b.markers;
   a.traffic ||= b.traffic;
+  a.clients ||= b.clients;
   for (const id of b.messages) a.messages.add(id);
   for (const t of b.load) a.load.add(t);
   return a;
@@ -82,6 +86,7 @@ export function applySnapshot(model, snap) {
   model.breaker = { state: snap.breaker?.state ?? 'closed', changes: [...(snap.breaker?.changes ?? [])] };
   model.markers = [...(snap.markers ?? [])];
   if (snap.traffic) model.traffic = snap.traffic;
+  if (snap.clients) model.clients = snap.clients;
   model.load = { binMs: snap.load?.bin_ms ?? 100, bins: new Map((snap.load?.bins ?? []).map((b) => [b.t_ms, b])) };
   model.anchorLab = snap.now_ms;
   model.anchorPerf = performance.now();
@@ -221,6 +226,11 @@ export function applyEvent(model, id, ev) {
     case 'traffic':
       model.traffic = ev.traffic;
       changes.traffic = true;
+      break;
+
+    case 'clients':
+      model.clients = ev.clients;
+      changes.clients = true;
       break;
 
     case 'messages_forgotten':

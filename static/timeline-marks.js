@@ -40,7 +40,55 @@ export function createMarks(state, scale, miniTip) {
 
   // ---- the breaker ------------------------------------------------------------------------
 
+  /** With several clients: the share of clients whose breaker is open, as a band that is as
+   * tall as that share, with "k of n open" written in it. */
+  function drawShares() {
+    const { count, breakers, changes } = model.clients;
+    const on = model.policy?.breaker != null;
+    const segments = [];
+    let from = 0;
+    let open = 0;
+    let half = 0;
+    for (const c of changes) {
+      if (c.at_ms > from) segments.push({ from, to: c.at_ms, open, half });
+      ({ at_ms: from, open, half_open: half } = c);
+    }
+    segments.push({ from, to: null, open, half });
+    band.replaceChildren(
+      ...segments.map((s) => {
+        const el = document.createElement('span');
+        el.className = 'tl-bk';
+        el.dataset.breakerSegment = '';
+        el.dataset.state = s.open > 0 ? 'open' : s.half > 0 ? 'half_open' : 'closed';
+        el.dataset.open = String(s.open);
+        el.dataset.from = String(s.from);
+        el.style.setProperty('--s', String(s.from));
+        el.style.setProperty('--share', String(Math.max(s.open, s.half) / count));
+        if (s.to == null) el.classList.add('is-current');
+        else el.style.setProperty('--d', String(s.to - s.from));
+        if (s.open > 0) el.textContent = `${s.open} of ${count} open`;
+        return el;
+      }),
+    );
+    band.classList.add('is-share');
+    band.dataset.breakerState = breakers.open > 0 ? 'open' : breakers.half_open > 0 ? 'half_open' : 'closed';
+    band.dataset.breakerOn = String(on);
+    band.dataset.open = String(breakers.open);
+    band.classList.toggle('is-off', !on && changes.length === 0);
+    band.setAttribute(
+      'aria-label',
+      on || changes.length
+        ? `Circuit breakers of ${count} clients: ${breakers.open} open, ${breakers.half_open} half-open, ${breakers.closed} closed now.`
+        : `Circuit breakers: off in this policy (${count} clients).`,
+    );
+    nowEl.textContent = on || changes.length ? `${breakers.open} of ${count} open` : 'off';
+    nowEl.dataset.state = breakers.open > 0 ? 'open' : on ? 'closed' : 'off';
+  }
+
   function drawBreaker() {
+    if (model.clients?.count > 1) return drawShares();
+    band.classList.remove('is-share');
+    delete band.dataset.open;
     const { state: current, changes } = model.breaker;
     const on = model.policy?.breaker != null;
     const segments = [];
@@ -184,7 +232,7 @@ export function createMarks(state, scale, miniTip) {
     /** Draw what changed; called once per animation frame. */
     render(changes) {
       const fresh = model.markers.length - drawnMarkers;
-      if (changes.all || changes.breaker || changes.settings) drawBreaker();
+      if (changes.all || changes.breaker || changes.settings || changes.clients) drawBreaker();
       if (changes.all || changes.markers) drawMarkers(changes.all);
       // A snapshot is where the page starts from: only what happens after it is told.
       if (changes.all) return;

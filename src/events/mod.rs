@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::client::{BreakerCounts, BreakerShare};
 use crate::dlq::DeadLetter;
 use crate::domain::{Attempt, Counters, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
@@ -79,6 +80,11 @@ pub enum Event {
     Traffic {
         traffic: TrafficView,
     },
+    /// With more than one client (`clients`): one of their breakers changed state; how many
+    /// stand in each state now (and every such change, oldest first).
+    Clients {
+        clients: ClientsView,
+    },
     /// Delivered messages that left the window of settled messages (`--settled-window`):
     /// they are gone from the lab, and stay counted in `delivered` and the load bins.
     MessagesForgotten {
@@ -110,6 +116,16 @@ pub enum Event {
         snapshot: serde_json::Value,
     },
     LabCreated,
+}
+
+/// The lab's clients: how many, how many breakers stand in each state, and the counts after
+/// each change of one of them, oldest first (only with more than one client; in memory, so a
+/// restart starts them afresh).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ClientsView {
+    pub count: u32,
+    pub breakers: BreakerCounts,
+    pub changes: Vec<BreakerShare>,
 }
 
 /// An attempt as it starts.

@@ -81,7 +81,12 @@ struct Parts {
 struct LabState {
     record: LabRecord,
     endpoint: Endpoint,
+    /// The first client: its breaker's history is the one the store keeps and the band draws.
     client: ClientState,
+    /// The other clients, when the policy runs more than one (`clients`), in order.
+    others: Vec<ClientState>,
+    /// How many clients' breakers were open after each change, with more than one client.
+    shares: crate::client::BreakerShares,
     traffic: crate::domain::Traffic,
     dead_letters: DeadLetterQueue,
     log: EventLog,
@@ -127,6 +132,8 @@ impl Lab {
         registry: &Labs,
     ) -> Self {
         let limits = registry.limits.clone();
+        // The other clients are live state only: after a restart they start fresh.
+        let others = (1..client.policy.clients).map(|_| ClientState::following(client.policy)).collect();
         Lab {
             id,
             origin_unix_ms,
@@ -134,6 +141,8 @@ impl Lab {
                 record,
                 endpoint,
                 client,
+                others,
+                shares: Default::default(),
                 traffic: Default::default(),
                 dead_letters,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
@@ -357,6 +366,10 @@ impl Lab {
         state.record.reset();
         state.endpoint.reset();
         state.client.reset();
+        for other in &mut state.others {
+            other.reset();
+        }
+        state.shares.clear();
         state.dead_letters.clear();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
@@ -385,6 +398,9 @@ impl Lab {
         }
         // Probes that were cut off never answer.
         state.client.forget_probes();
+        for other in &mut state.others {
+            other.forget_probes();
+        }
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active

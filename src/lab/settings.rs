@@ -45,6 +45,10 @@ impl Lab {
         let mut state = self.lock();
         let now = self.now_ms();
         let policy = state.client.policy.updated(update)?;
+        let max = self.limits.max_clients;
+        if policy.clients > max {
+            return Err(format!("clients must be 1 to {max} (max_clients)"));
+        }
         let label = format!("policy: {}", changed_fields(&state.client.policy, &policy));
         let downstream = state.endpoint.settings;
         self.apply(
@@ -73,9 +77,10 @@ impl Lab {
         state.endpoint.settings = downstream;
         state.endpoint.revert = revert;
         state.client.policy = policy;
+        let now = self.now_ms();
+        self.sync_clients(&mut state, now);
         let event =
             Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
-        let now = self.now_ms();
         self.publish(&mut state, &event, now);
     }
 
@@ -122,6 +127,7 @@ impl Lab {
         if let Some(policy) = policy {
             let closed = state.client.set_policy(policy, now);
             self.breaker_changed(state, closed, now);
+            self.sync_clients(state, now);
         }
         state.record.markers.push(marker.clone());
         let event =

@@ -10,6 +10,7 @@ use crate::config::Retention;
 use crate::dlq::DeadLetter;
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
+use crate::events::ClientsView;
 use crate::retry::{BreakerState, PolicyView};
 
 /// Everything about a lab: settings, counters, every message with every attempt, dead letters.
@@ -25,6 +26,7 @@ pub struct SnapshotView<'a> {
     counters: Counters,
     breaker: BreakerView<'a>,
     traffic: TrafficView,
+    clients: ClientsView,
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
@@ -94,6 +96,7 @@ impl Lab {
                 changes: state.client.breaker_changes(),
             },
             traffic: state.traffic.view(),
+            clients: super::client::clients_view(state),
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
@@ -125,6 +128,7 @@ impl Lab {
             counters: state.counters(),
             breaker: (state.client.breaker_state(), state.client.breaker_changes().to_vec()),
             traffic: state.traffic.view(),
+            clients: super::client::clients_view(state),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
@@ -151,6 +155,7 @@ pub(super) struct Captured {
     counters: Counters,
     breaker: (BreakerState, Vec<BreakerChange>),
     traffic: TrafficView,
+    clients: ClientsView,
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
@@ -170,6 +175,7 @@ impl Captured {
             counters: self.counters,
             breaker: BreakerView { state: self.breaker.0, changes: &self.breaker.1 },
             traffic: self.traffic,
+            clients: self.clients,
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },

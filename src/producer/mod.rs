@@ -109,9 +109,13 @@ impl Producer {
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
         let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
-        // A seeded policy draws each message's jitter from its own stream, so a run repeats.
+        // A seeded policy draws each message's jitter from its own stream, so a run repeats;
+        // each client's streams are its own (the first client's are those of a lone client).
+        let client = lab.client_of(id) as u64;
         let mut rng = match lab.policy().seed {
-            Some(seed) => StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            Some(seed) => StdRng::seed_from_u64(
+                seed ^ client.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
             None => StdRng::from_rng(&mut rand::rng()),
         };
         let mut previous_wait = resume.previous_wait_ms;
@@ -129,7 +133,7 @@ impl Producer {
                 self.dead_letter(lab, id, (Cause::AttemptsUsedUp, reason));
                 break;
             }
-            let sent = match lab.breaker_admit() {
+            let sent = match lab.breaker_admit(id) {
                 Admission::ShortCircuit => {
                     // Fails fast: no slot, no socket, no request.
                     if !lab.attempt_started(id, n, 0) {
@@ -145,13 +149,13 @@ impl Producer {
                         return; // the lab was reset
                     }
                     if n == 1 {
-                        lab.budget_first_attempt();
+                        lab.budget_first_attempt(id);
                     }
                     let started = Instant::now();
                     let mut sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
                     sent.duration_ms = started.elapsed().as_millis() as u64;
                     drop((slot, overall));
-                    lab.breaker_record(sent.result.is_failure());
+                    lab.breaker_record(id, sent.result.is_failure());
                     self.metrics.attempt(sent.label());
                     sent
                 }
@@ -206,7 +210,7 @@ impl Producer {
                         self.dead_letter(lab, id, (Cause::TimeBudget, reason));
                         break;
                     }
-                    if !lab.budget_allows_retry() {
+                    if !lab.budget_allows_retry(id) {
                         let reason =
                             format!("retry budget spent: the client retried too much in 10 s; last: {last}");
                         self.dead_letter(lab, id, (Cause::RetryBudget, reason));

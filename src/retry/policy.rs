@@ -46,6 +46,10 @@ pub struct Policy {
     /// Seeds the jitter, so a run can be repeated draw for draw; `None` draws fresh
     /// randomness.
     pub seed: Option<u64>,
+    /// How many independent clients run this policy, as the instances of a scaled-out service
+    /// would: each message belongs to one (round-robin), and each has its own breaker, retry
+    /// budget and jitter stream. 1 is one client for every message.
+    pub clients: u32,
 }
 
 impl Default for Policy {
@@ -65,6 +69,7 @@ impl Default for Policy {
             retry_budget: None,
             retry_after_mode: RetryAfterMode::Floor,
             seed: None,
+            clients: 1,
         }
     }
 }
@@ -116,6 +121,8 @@ pub struct PolicyUpdate {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>)]
     pub seed: Option<Option<u64>>,
+    /// 1 to `--max-clients`.
+    pub clients: Option<u32>,
 }
 
 impl PolicyUpdate {
@@ -136,6 +143,7 @@ impl PolicyUpdate {
             retry_budget: over.retry_budget.or(self.retry_budget),
             retry_after_mode: over.retry_after_mode.or(self.retry_after_mode),
             seed: over.seed.or(self.seed),
+            clients: over.clients.or(self.clients),
         }
     }
 }
@@ -194,12 +202,16 @@ impl Policy {
             retry_budget: update.retry_budget.unwrap_or(self.retry_budget),
             retry_after_mode: update.retry_after_mode.unwrap_or(self.retry_after_mode),
             seed: update.seed.unwrap_or(self.seed),
+            clients: update.clients.unwrap_or(self.clients),
         };
         next.validate()?;
         Ok(next)
     }
 
     fn validate(&self) -> Result<(), String> {
+        if self.clients == 0 {
+            return Err("clients must be at least 1".into());
+        }
         if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
             return Err(format!("max_attempts must be 1 to {MAX_ATTEMPTS}"));
         }

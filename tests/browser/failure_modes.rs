@@ -343,3 +343,38 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
     assert!(status.as_str().unwrap().starts_with("stopped; sent"), "{status}");
     assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_many_clients_the_breaker_band_shows_the_share_open() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    let policy = r#"{"clients": 10, "max_attempts": 1, "breaker": {"failure_threshold": 2, "open_ms": 60000, "half_open_probes": 1}}"#;
+    server.put(&lab, "policy", policy).await;
+    server.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    // Twelve messages, one attempt each: the first two clients fail twice, the others once.
+    server.burst(&lab, 10).await;
+    wait_counter(&page, "dead_letter", 10).await;
+    server.burst(&lab, 2).await;
+    wait_counter(&page, "dead_letter", 12).await;
+    let said = wait_for(
+        &page,
+        "the band to show 2 of 10 open",
+        "(b => b.dataset.open === '2' && b.querySelector('[data-breaker-segment][data-open=\"2\"]')?.textContent)(document.querySelector('[data-breaker]'))",
+    )
+    .await;
+    assert_eq!(said, "2 of 10 open");
+    let now = page.eval("document.querySelector('[data-breaker-now]').textContent").await.unwrap();
+    assert_eq!(now, "2 of 10 open");
+    let server_says = server.snapshot(&lab).await["clients"]["breakers"].clone();
+    assert_eq!(server_says, json!({"closed": 8, "open": 2, "half_open": 0}));
+    // The form shows the policy's clients.
+    let clients = page
+        .eval("document.getElementById('policy-form').elements.namedItem('clients').value")
+        .await
+        .unwrap();
+    assert_eq!(clients, "10");
+    assert_no_console_errors(&page);
+}
