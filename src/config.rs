@@ -84,6 +84,11 @@ pub struct CompareArgs {
     /// Seeds every policy's jitter the same way.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Runs each policy this many times, each with a seed derived from `--seed`; the table
+    /// then shows each figure's median with its range, and marks a policy best only when it
+    /// beats the others beyond their ranges.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
     /// Prints a JSON list, one object per policy, instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -275,6 +280,9 @@ pub struct Limits {
     /// breaker, retry budget and jitter stream.
     #[arg(long, env = "RETRYLAB_MAX_CLIENTS", default_value_t = DEFAULT_LIMITS.max_clients)]
     pub max_clients: u32,
+    /// The most runs of each policy one comparison may ask for (`runs`, `--runs`).
+    #[arg(long, env = "RETRYLAB_MAX_COMPARE_RUNS", default_value_t = DEFAULT_LIMITS.max_compare_runs)]
+    pub max_compare_runs: u32,
     /// The longest steady traffic may be set to run for (`for_ms`), in milliseconds.
     #[arg(long, env = "RETRYLAB_MAX_TRAFFIC_FOR_MS", default_value_t = DEFAULT_LIMITS.max_traffic_for_ms)]
     pub max_traffic_for_ms: u64,
@@ -306,6 +314,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_traffic_rate_per_s: 5_000.0,
     max_traffic_for_ms: 60 * 60 * 1000,
     max_clients: 1_000,
+    max_compare_runs: 5,
 };
 
 impl Default for Limits {

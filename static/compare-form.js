@@ -68,9 +68,11 @@ export function createForm(form) {
     }
     const burst = Number(data.get('burst'));
     const seed = Number(data.get('seed'));
+    const runs = Number(data.get('runs') ?? 1);
     if (!Number.isInteger(burst) || burst < 1) return { error: 'The burst is a whole number of messages, 1 or more.' };
     if (!Number.isInteger(seed) || seed < 0) return { error: 'The seed is a whole number, 0 or more.' };
-    return { body: { scenario: data.get('scenario'), burst, seed, policies } };
+    if (!Number.isInteger(runs) || runs < 1) return { error: 'Runs is a whole number, 1 or more.' };
+    return { body: { scenario: data.get('scenario'), burst, seed, runs, policies } };
   }
 
   form.addEventListener('submit', async (e) => {
@@ -108,7 +110,7 @@ function prefill(form, params) {
   if (policies.length) {
     for (const box of form.querySelectorAll('input[name="policy"]')) box.checked = policies.includes(box.value);
   }
-  for (const name of ['burst', 'seed']) {
+  for (const name of ['burst', 'seed', 'runs']) {
     const value = params.get(name);
     if (value !== null && /^\d+$/.test(value)) form.elements.namedItem(name).value = value;
   }
@@ -117,7 +119,7 @@ function prefill(form, params) {
 /** The query string that fills the form in with a comparison's choices (a custom policy's
  *  name matches no preset, so it is left for the person to write again). */
 export function againQuery(report) {
-  const params = new URLSearchParams({ scenario: report.scenario, burst: String(report.burst), seed: String(report.seed) });
+  const params = new URLSearchParams({ scenario: report.scenario, burst: String(report.burst), seed: String(report.seed), runs: String(report.runs ?? 1) });
   for (const column of report.columns) params.append('policy', column.policy);
   return `?${params}`;
 }

@@ -42,6 +42,7 @@ async function getJSON(url) {
 function watch(id) {
   const statusEl = main.querySelector('[data-status]');
   const whatEl = main.querySelector('[data-what]');
+  const machineEl = main.querySelector('[data-machine]');
   const again = main.querySelector('[data-again]');
   const charts = createCharts(main.querySelector('[data-charts]'), main.querySelector('[data-axis]'));
   const table = createTable(main.querySelector('[data-table]'), main.querySelector('[data-table-hint]'));
@@ -101,7 +102,15 @@ function watch(id) {
       return;
     }
 
-    whatEl.textContent = `· ${report.scenario}, burst of ${report.burst}, seed ${report.seed}`;
+    const load = report.scenario === 'metastable' ? 'steady traffic' : `burst of ${report.burst}`;
+    const runs = (report.runs ?? 1) > 1 ? `, ${report.runs} runs each` : '';
+    whatEl.textContent = `· ${report.scenario}, ${load}, seed ${report.seed}${runs}`;
+    const machine = report.machine ?? {};
+    machineEl.hidden = machine.late_ms_p99 == null;
+    machineEl.dataset.warning = String(Boolean(machine.warning));
+    machineEl.textContent = machine.warning
+      ? `Warning: ${machine.warning}.`
+      : `Machine load: steps and arrivals ran ${machine.late_ms_p99} ms behind their schedule (p99).`;
     again.hidden = false;
     again.querySelector('[data-again-link]').href = `/compare${againQuery(report)}`;
     const columns = report.columns.map((c) => ({ ...c, snapshot: labs.get(c.lab)?.snapshot ?? null }));

@@ -52,8 +52,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let request =
-        json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "policies": policies});
+    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "policies": policies});
     let created = client
         .post(format!("{base}/api/comparisons"))
         .json(&request)
@@ -100,6 +99,9 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         Ok(table(&report))
     };
     let _ = out.write_all(printed.map_err(|e| e.to_string())?.as_bytes());
+    if let Some(warning) = report["machine"]["warning"].as_str() {
+        eprintln!("warning: {warning}");
+    }
     Ok(())
 }
 
@@ -111,21 +113,28 @@ fn progress(report: &Value, elapsed: Duration) {
         .map(|c| {
             let f = &c["figures"];
             let settled = f["delivered"].as_u64().unwrap_or(0) + f["dead_letter"].as_u64().unwrap_or(0);
-            format!("{} {settled}/{}", c["policy"].as_str().unwrap_or("?"), report["burst"])
+            let of = if report["scenario"] == "metastable" {
+                f["messages"].clone()
+            } else {
+                report["burst"].clone()
+            };
+            format!("{} {settled}/{of}", c["policy"].as_str().unwrap_or("?"))
         })
         .collect();
     eprint!("\r{:>5.1} s  {}   ", elapsed.as_secs_f64(), parts.join("  "));
 }
 
-/// The JSON list: one object per policy.
+/// The JSON list: one object per policy (per run of a policy, with `--runs`), then, with
+/// `--runs`, one per policy with each row's median, least and most.
 fn rows(report: &Value) -> Vec<Value> {
     let columns = report["columns"].as_array().cloned().unwrap_or_default();
-    columns
+    let mut rows: Vec<Value> = columns
         .iter()
         .map(|c| {
             let f = &c["figures"];
             json!({
                 "policy": c["policy"],
+                "run": c["run"],
                 "messages": f["messages"],
                 "requests": f["requests"],
                 "requests_per_delivered": f["requests_per_delivered"],
@@ -137,26 +146,58 @@ fn rows(report: &Value) -> Vec<Value> {
                 "wasted": f["wasted"],
                 "latency_p50_ms": f["latency_p50_ms"],
                 "latency_p99_ms": f["latency_p99_ms"],
+                "offered": f["offered"],
+                "goodput_after_trigger": f["goodput_after_trigger"],
                 "applied_twice": f["applied_twice"],
             })
         })
-        .collect()
+        .collect();
+    if report["runs"].as_u64().unwrap_or(1) > 1 {
+        for summary in report["policies"].as_array().into_iter().flatten() {
+            rows.push(
+                json!({"policy": summary["policy"], "runs": summary["runs"], "spread": summary["figures"]}),
+            );
+        }
+    }
+    rows
 }
 
-/// The table: a row per figure, a column per policy, the best of each row marked with `*`.
+/// The table: a row per figure, a column per policy, the best of each row marked: `*` when it
+/// beat the others beyond their ranges, `=` on each of the policies tied for it. With several
+/// runs a cell is the median and, in brackets, the least and most.
 fn table(report: &Value) -> String {
-    let columns = report["columns"].as_array().cloned().unwrap_or_default();
-    let policies: Vec<&str> = columns.iter().map(|c| c["policy"].as_str().unwrap_or("?")).collect();
+    let policies = report["policies"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = policies.iter().map(|p| p["policy"].as_str().unwrap_or("?")).collect();
+    let runs = report["runs"].as_u64().unwrap_or(1);
+    let load = if report["scenario"] == "metastable" {
+        "steady traffic".to_owned()
+    } else {
+        format!("burst {}", report["burst"])
+    };
     let mut lines = vec![format!(
-        "{} scenario, burst {}, seed {}",
+        "{} scenario, {load}, seed {}{}",
         report["scenario"].as_str().unwrap_or("?"),
-        report["burst"],
-        report["seed"]
+        report["seed"],
+        if runs > 1 { format!(", {runs} runs each (median [min-max])") } else { String::new() }
     )];
-    let width = policies.iter().map(|p| p.len()).max().unwrap_or(0).max(10) + 2;
+    let cell = |spread: &Value| -> String {
+        if spread.is_null() {
+            return "-".into();
+        }
+        let (median, min, max) = (number(&spread["median"]), number(&spread["min"]), number(&spread["max"]));
+        if runs > 1 { format!("{median} [{min}-{max}]") } else { median }
+    };
+    let width = policies
+        .iter()
+        .flat_map(|p| ROWS.iter().map(move |(row, _)| cell(&p["figures"][row]).len()))
+        .chain(names.iter().map(|n| n.len()))
+        .max()
+        .unwrap_or(0)
+        .max(10)
+        + 3;
     let mut header = format!("{:<26}", "");
-    for policy in &policies {
-        header += &format!("{policy:>width$}");
+    for name in &names {
+        header += &format!("{name:>width$}");
     }
     lines.push(header);
     for (row, _) in ROWS {
@@ -165,14 +206,34 @@ fn table(report: &Value) -> String {
             .map(|b| b.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let mut line = format!("{row:<26}");
-        for (column, policy) in columns.iter().zip(&policies) {
-            let value = &column["figures"][row];
-            let shown = if value.is_null() { "-".to_owned() } else { value.to_string() };
-            let mark = if best.contains(policy) && policies.len() > 1 { "*" } else { " " };
-            line += &format!("{:>width$}", format!("{shown}{mark}"));
+        for (policy, name) in policies.iter().zip(&names) {
+            let mark = match () {
+                _ if names.len() < 2 || !best.contains(name) => " ",
+                _ if best.len() == 1 => "*",
+                _ => "=",
+            };
+            line += &format!("{:>width$}", format!("{}{mark}", cell(&policy["figures"][row])));
         }
         lines.push(line);
     }
-    lines.push("* best on that row".into());
+    lines.push("* best on that row, beyond the others' range; = tied (their ranges overlap)".into());
+    match report["machine"]["late_ms_p99"].as_f64() {
+        Some(late) => {
+            lines.push(format!("machine load: steps and arrivals {late:.1} ms behind schedule (p99)"))
+        }
+        None => lines.push("machine load: not measured".into()),
+    }
+    if let Some(warning) = report["machine"]["warning"].as_str() {
+        lines.push(format!("warning: {warning}"));
+    }
     lines.join("\n") + "\n"
+}
+
+/// A figure as shown: whole numbers without decimals, others with up to two.
+fn number(value: &Value) -> String {
+    match value.as_f64() {
+        Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
+        Some(x) => format!("{}", (x * 100.0).round() / 100.0),
+        None => "-".into(),
+    }
 }

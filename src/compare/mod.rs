@@ -1,13 +1,18 @@
 //! Retry policies compared side by side: the same scenario, several policies at once, each in
 //! a lab of its own against a downstream of its own, with the same seed, all started together.
 //! A comparison is saved when it starts and survives a restart like its labs do; its figures
-//! are measured from the labs whenever they are asked for.
+//! are measured from the labs whenever they are asked for. With `runs` above 1 each policy runs
+//! that many times with seeds derived from the one given, and the table gives each figure's
+//! median with its range: a policy is best on a row only when it beats the others beyond their
+//! ranges, else the policies whose ranges overlap the best one's are tied. How late the
+//! script's steps and the traffic's arrivals ran against their schedule says how busy the
+//! machine was, and the report warns when that was too busy for the figures to mean much.
 
 pub mod report;
 pub mod scenario;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +20,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::config::Limits;
-use crate::domain::LabId;
+use crate::domain::{LabId, Lateness};
 use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
@@ -25,6 +30,9 @@ pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
 
 /// Most policies in one comparison.
 pub const MAX_POLICIES: usize = 5;
+/// Past this lateness (p99, ms) of the script's steps or the traffic's arrivals, the report
+/// warns that the machine was too busy for the figures to mean much.
+pub const BUSY_LATE_MS: f64 = 20.0;
 
 /// A policy to compare: a preset's name, or a custom policy (the JSON of `PUT /policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -59,14 +67,34 @@ impl PolicyChoice {
 #[serde(deny_unknown_fields)]
 pub struct ComparisonRequest {
     pub scenario: String,
+    /// Messages each policy sends, for the scenarios whose load is a burst (not `metastable`,
+    /// whose load is steady traffic).
+    #[serde(default = "default_burst")]
     pub burst: usize,
     pub policies: Vec<PolicyChoice>,
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// How many times each policy runs, each with its own seed derived from `seed`: 1 to
+    /// `--max-compare-runs`.
+    #[serde(default = "one")]
+    pub runs: u32,
 }
 
 fn default_seed() -> u64 {
     1
+}
+
+fn default_burst() -> usize {
+    100
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The seed of run `run` (0-based): the first run has the seed given.
+pub fn run_seed(seed: u64, run: u32) -> u64 {
+    seed.wrapping_add(u64::from(run).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// A comparison as it is saved: what was asked, and the lab each policy runs in.
@@ -76,6 +104,8 @@ pub struct Comparison {
     pub scenario: Scenario,
     pub burst: usize,
     pub seed: u64,
+    #[serde(default = "one")]
+    pub runs: u32,
     pub columns: Vec<Column>,
     pub created_unix_ms: u64,
 }
@@ -83,6 +113,9 @@ pub struct Comparison {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Column {
     pub policy: String,
+    /// Which run of the policy this is, 0-based.
+    #[serde(default)]
+    pub run: u32,
     pub lab: LabId,
     /// When the scenario started, in the lab's own time.
     pub started_ms: u64,
@@ -97,16 +130,46 @@ pub struct ComparisonReport {
     pub scenario: Scenario,
     pub burst: usize,
     pub seed: u64,
+    pub runs: u32,
     /// Every column has drained (or its lab is gone).
     pub done: bool,
+    /// One per lab: each run of each policy.
     pub columns: Vec<ColumnReport>,
-    /// For each row, the policies that did best on it.
+    /// One per policy: each row's median over its runs, with the range.
+    pub policies: Vec<PolicySummary>,
+    /// For each row, the policies that did best on it: one when it beat the others beyond
+    /// their ranges, several when their ranges overlap (a tie).
     pub best: HashMap<String, Vec<String>>,
+    pub machine: MachineLoad,
+}
+
+/// One policy over its runs: for each row with a value, the median, the least and the most.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PolicySummary {
+    pub policy: String,
+    pub runs: u32,
+    pub figures: HashMap<String, Spread>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// How busy the machine was while the comparison ran: how late its script's steps and its
+/// traffic's arrivals were against their schedule (p99, ms), and a warning past 20 ms.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MachineLoad {
+    pub late_ms_p99: Option<f64>,
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ColumnReport {
     pub policy: String,
+    pub run: u32,
     pub lab: String,
     pub lab_url: String,
     pub started_ms: u64,
@@ -132,6 +195,8 @@ pub enum Refusal {
 #[derive(Default)]
 pub struct Comparisons {
     all: RwLock<HashMap<Uuid, Comparison>>,
+    /// How late each running comparison's script steps were (in memory: a restart forgets).
+    steps_late: RwLock<HashMap<Uuid, Arc<Mutex<Lateness>>>>,
 }
 
 impl Comparisons {
@@ -146,7 +211,7 @@ impl Comparisons {
                 Err(e) => tracing::warn!(comparison = %id, error = %e, "skipping an unreadable comparison"),
             }
         }
-        Comparisons { all: RwLock::new(all) }
+        Comparisons { all: RwLock::new(all), steps_late: Default::default() }
     }
 
     pub fn get(&self, id: &Uuid) -> Option<Comparison> {
@@ -166,13 +231,22 @@ impl Comparisons {
         if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
         }
+        let max_runs = limits.max_compare_runs;
+        if !(1..=max_runs).contains(&request.runs) {
+            return Err(Refusal::Limit {
+                limit: "max_compare_runs",
+                detail: format!("runs must be 1 to {max_runs} (max_compare_runs)"),
+            });
+        }
+        let runs = request.runs;
         if request.burst == 0 || request.burst > max_burst {
             return Err(Refusal::Limit {
                 limit: "max_burst",
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
             });
         }
-        let (active, adding) = (labs.active_messages(), request.burst * request.policies.len());
+        let columns = request.policies.len() * runs as usize;
+        let (active, adding) = (labs.active_messages(), request.burst * columns);
         if active + adding > limits.max_active_messages {
             return Err(Refusal::Limit {
                 limit: "max_active_messages",
@@ -190,12 +264,14 @@ impl Comparisons {
                 PolicyChoice::Preset(_) => Refusal::Invalid(e),
                 PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
             })?;
-            let policy = scenario.base_policy(request.seed).then(changes);
-            let downstream = scenario.downstream(request.burst);
-            setups.push((choice.name().to_owned(), policy, downstream));
+            for run in 0..runs {
+                let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes.clone());
+                let downstream = scenario.downstream(request.burst);
+                setups.push(((choice.name().to_owned(), run), policy, downstream));
+            }
         }
-        let mut made: Vec<(String, Arc<Lab>)> = Vec::new();
-        for (name, policy, downstream) in setups {
+        let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
+        for ((name, run), policy, downstream) in setups {
             let lab = match labs.create() {
                 Ok(lab) => lab,
                 Err(max) => {
@@ -210,16 +286,22 @@ impl Comparisons {
             };
             lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
             lab.set_downstream(&downstream).map_err(Refusal::Invalid)?;
-            made.push((name, lab));
+            made.push(((name, run), lab));
         }
         let comparison = Comparison {
             id: Uuid::new_v4(),
             scenario,
             burst: request.burst,
             seed: request.seed,
+            runs,
             columns: made
                 .iter()
-                .map(|(policy, lab)| Column { policy: policy.clone(), lab: lab.id, started_ms: lab.now_ms() })
+                .map(|((policy, run), lab)| Column {
+                    policy: policy.clone(),
+                    run: *run,
+                    lab: lab.id,
+                    started_ms: lab.now_ms(),
+                })
                 .collect(),
             created_unix_ms: unix_now_ms(),
         };
@@ -236,14 +318,19 @@ impl Comparisons {
             .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?;
         self.all.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, comparison.clone());
         let script = scenario.script(request.burst);
+        let late = Arc::new(Mutex::new(Lateness::default()));
+        self.steps_late.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, late.clone());
         for (_, lab) in made {
-            tokio::spawn(run(lab, producer.clone(), script.clone()));
+            tokio::spawn(run(lab, producer.clone(), script.clone(), late.clone()));
         }
         Ok(comparison)
     }
 
     /// The comparison's table, measured now.
     pub fn report(&self, comparison: &Comparison, labs: &Labs) -> ComparisonReport {
+        let scenario = comparison.scenario;
+        let ends_ms = scenario.script_ends_ms(comparison.burst);
+        let mut traffic_late: Vec<f64> = Vec::new();
         let columns: Vec<ColumnReport> = comparison
             .columns
             .iter()
@@ -257,10 +344,22 @@ impl Comparisons {
                         })
                     })
                     .unwrap_or_default();
-                let expected = comparison.burst as u64;
-                let done = lab.is_none() || (figures.drain_ms.is_some() && figures.messages >= expected);
+                let done = match &lab {
+                    None => true,
+                    // Steady traffic: done once its script has run to the end and drained.
+                    Some(lab) if scenario.has_traffic() => {
+                        figures.drain_ms.is_some()
+                            && lab.traffic().is_none()
+                            && lab.now_ms() >= column.started_ms + ends_ms
+                    }
+                    Some(_) => figures.drain_ms.is_some() && figures.messages >= comparison.burst as u64,
+                };
+                if let Some(late) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
+                    traffic_late.push(late);
+                }
                 ColumnReport {
                     policy: column.policy.clone(),
+                    run: column.run,
                     lab: column.lab.to_string(),
                     lab_url: format!("/labs/{}", column.lab),
                     started_ms: column.started_ms,
@@ -270,35 +369,91 @@ impl Comparisons {
                 }
             })
             .collect();
+        let policies = summaries(&columns);
+        let steps = self.steps_late.read().unwrap_or_else(|p| p.into_inner()).get(&comparison.id).cloned();
+        let steps_p99 = steps.and_then(|late| late.lock().unwrap_or_else(|p| p.into_inner()).p99_ms());
+        let late_ms_p99 = traffic_late.into_iter().chain(steps_p99).reduce(f64::max);
+        let warning = late_ms_p99.filter(|&late| late > BUSY_LATE_MS).map(|late| {
+            format!(
+                "the machine was busy: arrivals and steps ran up to {late:.0} ms behind their schedule \
+                 (p99), so these figures measure the machine as much as the policies; run again on a \
+                 quieter machine, or with --runs to see the spread"
+            )
+        });
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
-            scenario: comparison.scenario,
+            scenario,
             burst: comparison.burst,
             seed: comparison.seed,
+            runs: comparison.runs,
             done: columns.iter().all(|c| c.done),
-            best: best(&columns),
+            best: best(&policies),
+            policies,
+            machine: MachineLoad { late_ms_p99, warning },
             columns,
         }
     }
 }
 
-/// For each row, the policies with the best value (ties share it); rows nobody has a value
-/// for yet are left out.
-fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
-    // Each column's figures as JSON once, read row by row below.
-    let figures: Vec<(Value, &str)> = columns
-        .iter()
-        .filter(|c| !c.gone)
-        .map(|c| (serde_json::to_value(&c.figures).unwrap_or_default(), c.policy.as_str()))
-        .collect();
+/// Each policy's rows over its runs (labs that are gone left out): median, least, most.
+fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
+    let mut order: Vec<&str> = Vec::new();
+    for column in columns {
+        if !order.contains(&column.policy.as_str()) {
+            order.push(&column.policy);
+        }
+    }
+    order
+        .into_iter()
+        .map(|policy| {
+            let runs: Vec<Value> = columns
+                .iter()
+                .filter(|c| c.policy == policy && !c.gone)
+                .map(|c| serde_json::to_value(&c.figures).unwrap_or_default())
+                .collect();
+            let mut figures = HashMap::new();
+            for &(row, _) in ROWS {
+                let mut values: Vec<f64> = runs.iter().filter_map(|f| f.get(row)?.as_f64()).collect();
+                if values.is_empty() {
+                    continue;
+                }
+                values.sort_by(f64::total_cmp);
+                let n = values.len();
+                let median =
+                    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
+                figures.insert(row.to_owned(), Spread { median, min: values[0], max: values[n - 1] });
+            }
+            let runs = columns.iter().filter(|c| c.policy == policy).count() as u32;
+            PolicySummary { policy: policy.to_owned(), runs, figures }
+        })
+        .collect()
+}
+
+/// For each row, the policy whose median is best, alone when its range is clear of every
+/// other's (it beat them beyond their spread), or with every policy whose range overlaps its
+/// own (a tie); rows nobody has a value for yet are left out. With one run each, a range is a
+/// point: the best alone, or the policies tied on the same value.
+fn best(policies: &[PolicySummary]) -> HashMap<String, Vec<String>> {
     let mut best = HashMap::new();
     for &(row, less_is_better) in ROWS {
-        let values: Vec<(f64, &str)> =
-            figures.iter().filter_map(|(f, policy)| Some((f.get(row)?.as_f64()?, *policy))).collect();
-        let pick = |a: f64, b: f64| if less_is_better { a.min(b) } else { a.max(b) };
-        let Some(top) = values.iter().map(|v| v.0).reduce(pick) else { continue };
-        let winners = values.iter().filter(|v| v.0 == top).map(|v| v.1.to_owned()).collect();
+        let spreads: Vec<(&Spread, &str)> =
+            policies.iter().filter_map(|p| Some((p.figures.get(row)?, p.policy.as_str()))).collect();
+        let better = |a: f64, b: f64| if less_is_better { a < b } else { a > b };
+        let Some(&(top, _)) =
+            spreads.iter().reduce(|a, b| if better(b.0.median, a.0.median) { b } else { a })
+        else {
+            continue;
+        };
+        // Another policy ties with the top one when it is not beaten beyond the spread: its
+        // best run reaches the top one's worst.
+        let worst_of_top = if less_is_better { top.max } else { top.min };
+        let reach = |s: &Spread| if less_is_better { s.min } else { s.max };
+        let winners = spreads
+            .iter()
+            .filter(|(s, _)| std::ptr::eq(*s, top) || !better(worst_of_top, reach(s)))
+            .map(|(_, policy)| (*policy).to_owned())
+            .collect();
         best.insert(row.to_owned(), winners);
     }
     best
@@ -318,12 +473,22 @@ fn parse_policy(policy: Value) -> Result<PolicyUpdate, String> {
     })
 }
 
-/// Plays the scenario's script in one lab: bursts and downstream changes at their times.
-async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
+/// Plays the scenario's script in one lab: bursts, traffic and downstream changes at their
+/// times, noting how late each step came against its plan.
+async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, late: Arc<Mutex<Lateness>>) {
     let start = tokio::time::Instant::now();
     for step in script {
-        tokio::time::sleep_until(start + Duration::from_millis(step.at_ms())).await;
+        let due = start + Duration::from_millis(step.at_ms());
+        tokio::time::sleep_until(due).await;
+        let behind = due.elapsed().as_secs_f64() * 1000.0;
+        late.lock().unwrap_or_else(|p| p.into_inner()).record(behind);
         match step {
+            Step::Traffic { update, .. } => match lab.set_traffic(&update) {
+                Ok(_) => producer.drive_traffic(&lab),
+                Err(e) => {
+                    tracing::warn!(lab = %lab.id, error = %e.detail, "a comparison's traffic was refused")
+                }
+            },
             Step::Burst { count, .. } => match lab.accept_burst(count) {
                 Ok(ids) => match lab.persisted().await {
                     Ok(()) => producer.start(&lab, ids),
@@ -340,5 +505,45 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(policy: &str, row: &str, (median, min, max): (f64, f64, f64)) -> PolicySummary {
+        let figures = HashMap::from([(row.to_owned(), Spread { median, min, max })]);
+        PolicySummary { policy: policy.into(), runs: 3, figures }
+    }
+
+    #[test]
+    fn best_only_beyond_the_spread_and_ties_when_the_ranges_overlap() {
+        // Fewer requests is better. "a" beats "b" beyond both ranges: best alone.
+        let clear =
+            [summary("a", "requests", (100.0, 90.0, 110.0)), summary("b", "requests", (150.0, 120.0, 170.0))];
+        assert_eq!(best(&clear)["requests"], ["a"]);
+        // "a" has the better median, but "b"'s best run is within "a"'s range: a tie.
+        let overlap =
+            [summary("a", "requests", (100.0, 90.0, 130.0)), summary("b", "requests", (140.0, 120.0, 170.0))];
+        assert_eq!(best(&overlap)["requests"], ["a", "b"]);
+        // More delivered is better: the same rule the other way round.
+        let more =
+            [summary("a", "delivered", (80.0, 70.0, 85.0)), summary("b", "delivered", (95.0, 90.0, 99.0))];
+        assert_eq!(best(&more)["delivered"], ["b"]);
+        // One run each: a range is a point, so only equal values tie.
+        let points = [
+            summary("a", "wasted", (3.0, 3.0, 3.0)),
+            summary("b", "wasted", (3.0, 3.0, 3.0)),
+            summary("c", "wasted", (4.0, 4.0, 4.0)),
+        ];
+        assert_eq!(best(&points)["wasted"], ["a", "b"]);
+    }
+
+    #[test]
+    fn the_first_run_keeps_the_seed_and_the_others_differ() {
+        assert_eq!(run_seed(7, 0), 7);
+        let seeds: std::collections::HashSet<u64> = (0..5).map(|run| run_seed(7, run)).collect();
+        assert_eq!(seeds.len(), 5);
     }
 }

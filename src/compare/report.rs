@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::dlq::{Cause, DeadLetterQueue};
-use crate::domain::{Counters, LabRecord, MessageState, Outcome};
+use crate::domain::{Counters, LabRecord, MarkerKind, MessageState, Outcome};
 
 /// One policy's results so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
@@ -28,8 +28,17 @@ pub struct Figures {
     /// From a message's creation to the end of the attempt that delivered it.
     pub latency_p50_ms: Option<u64>,
     pub latency_p99_ms: Option<u64>,
+    /// New messages created (a burst's or the traffic's): the offered load.
+    pub offered: u64,
+    /// Over the 10 s after the trigger ended (the last timed setting going back), messages
+    /// delivered per new message offered: near 1 when the endpoint recovered with it, near 0
+    /// when it stayed overloaded. `None` without a trigger or without traffic after it.
+    pub goodput_after_trigger: Option<f64>,
     pub applied_twice: u64,
 }
+
+/// The window `goodput_after_trigger` is measured over.
+const AFTER_TRIGGER_MS: u64 = 10_000;
 
 /// The figures of a lab whose comparison started at `started_ms` (lab time).
 pub fn figures(
@@ -63,8 +72,19 @@ pub fn figures(
     }
     let bins = record.load.bins();
     let settled = !messages.is_empty() && record.active_messages() == 0;
+    // The end of a timed downstream setting ("back to ..."), not the traffic's own end.
+    let trigger_ended =
+        record.markers.all().iter().rev().find(|m| {
+            m.kind == MarkerKind::Scheduled && m.at_ms >= started_ms && m.label.starts_with("back to")
+        });
+    let goodput_after_trigger = trigger_ended.and_then(|ended| {
+        let after = bins.iter().filter(|b| (ended.at_ms..ended.at_ms + AFTER_TRIGGER_MS).contains(&b.t_ms));
+        let (offered, delivered) = after.fold((0, 0), |(o, d), b| (o + b.offered, d + b.delivered));
+        (offered > 0).then(|| round2(delivered as f64 / offered as f64))
+    });
     Figures {
-        messages: messages.len() as u64,
+        // Every message created, those that left the window of settled messages included.
+        messages: record.next_message_id(),
         requests: counters.requests,
         requests_per_delivered: (counters.delivered > 0)
             .then(|| round2(counters.requests as f64 / counters.delivered as f64)),
@@ -76,6 +96,8 @@ pub fn figures(
         wasted: bins.iter().map(|b| b.wasted).sum(),
         latency_p50_ms: percentile(&latencies, 50),
         latency_p99_ms: percentile(&latencies, 99),
+        offered: bins.iter().map(|b| b.offered).sum(),
+        goodput_after_trigger,
         applied_twice: counters.applied_twice,
     }
 }
@@ -114,6 +136,7 @@ pub const ROWS: &[(&str, bool)] = &[
     ("wasted", true),
     ("latency_p50_ms", true),
     ("latency_p99_ms", true),
+    ("goodput_after_trigger", false),
     ("applied_twice", true),
 ];
 

@@ -1,9 +1,11 @@
 //! The scenarios a comparison runs and the policy presets it compares. A scenario sets up the
 //! downstream, a base policy with small, watchable timings, and a script of what happens when
-//! (bursts, outages); a preset changes only what makes it that policy.
+//! (bursts, steady traffic, outages and slowdowns); a preset changes only what makes it that
+//! policy.
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::{Arrivals, TrafficUpdate};
 use crate::downstream::{DownstreamUpdate, Mode};
 use crate::retry::{BreakerSettings, BudgetSettings, Jitter, PolicyUpdate, RetryAfterMode};
 
@@ -19,7 +21,8 @@ pub enum Scenario {
     Throttled,
     /// Half of all new requests fail.
     Flaky,
-    /// An overloaded downstream with a queue, under steady load, tipped over by a short outage.
+    /// An overloaded downstream with a queue under steady traffic at 70 % of its capacity,
+    /// tipped over by a short slowdown (tests/api/metastable.rs holds the same set-up).
     Metastable,
 }
 
@@ -40,17 +43,36 @@ pub const PRESETS: &[(&str, &str)] = &[
 /// One step of a scenario's script, `at_ms` after the start.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    Burst { at_ms: u64, count: usize },
-    Downstream { at_ms: u64, update: DownstreamUpdate },
+    Burst {
+        at_ms: u64,
+        count: usize,
+    },
+    Downstream {
+        at_ms: u64,
+        update: DownstreamUpdate,
+    },
+    /// Steady traffic from then on (for its `for_ms`, or until the next traffic step).
+    Traffic {
+        at_ms: u64,
+        update: TrafficUpdate,
+    },
 }
 
 impl Step {
     pub fn at_ms(&self) -> u64 {
         match self {
-            Step::Burst { at_ms, .. } | Step::Downstream { at_ms, .. } => *at_ms,
+            Step::Burst { at_ms, .. } | Step::Downstream { at_ms, .. } | Step::Traffic { at_ms, .. } => {
+                *at_ms
+            }
         }
     }
 }
+
+/// The metastable scenario's traffic: 28 new messages a second (70 % of eight workers of
+/// 200 ms) for 16 s; after 3 s the work takes five times as long for 2 s.
+const METASTABLE_RATE_PER_S: f64 = 28.0;
+const METASTABLE_FOR_MS: u64 = 16_000;
+const METASTABLE_TRIGGER_AT_MS: u64 = 3_000;
 
 impl Scenario {
     pub fn parse(name: &str) -> Result<Scenario, String> {
@@ -86,13 +108,13 @@ impl Scenario {
                 retry_after_s: Some(0),
                 ..base
             },
-            // The burst arrives over 3 s; workers of 20 ms (50 requests/s each) enough to keep
-            // up at about 70 % busy, so only the outage tips it over.
+            // A queue of 40 before eight workers of 200 ms (40 requests/s): a full queue takes
+            // 1 s to drain, twice the client's 500 ms timeout.
             Scenario::Metastable => DownstreamUpdate {
                 mode: Some(Mode::Overloaded),
-                capacity: Some((burst as f64 / 3.0 / 35.0).ceil().max(1.0) as u32),
-                queue: Some(60),
-                latency_ms: Some([20, 20]),
+                capacity: Some(8),
+                queue: Some(40),
+                latency_ms: Some([200, 200]),
                 retry_after_s: Some(0),
                 ..base
             },
@@ -119,20 +141,22 @@ impl Scenario {
         match self {
             // Waits that start at twice the work's 40 ms.
             Scenario::Overload => PolicyUpdate { base_ms: Some(80), ..base },
-            // Short timeouts, many attempts: what tips a queued service over.
+            // A timeout shorter than a full queue takes to drain, quick retries: what keeps a
+            // queued service overloaded once it is.
             Scenario::Metastable => PolicyUpdate {
                 base_ms: Some(10),
                 cap_ms: Some(40),
-                max_attempts: Some(10),
-                timeout_ms: Some(100),
+                max_attempts: Some(5),
+                timeout_ms: Some(500),
+                honor_retry_after: Some(false),
                 ..base
             },
             _ => base,
         }
     }
 
-    /// What happens when. The metastable scenario offers its burst steadily, a share every
-    /// 100 ms over 3 s, and takes the downstream down for 300 ms after half a second.
+    /// What happens when. The metastable scenario has no burst: steady traffic, and a
+    /// slowdown once the load has settled.
     pub fn script(self, burst: usize) -> Vec<Step> {
         let down_for =
             |ms| DownstreamUpdate { mode: Some(Mode::Down), for_ms: Some(ms), ..Default::default() };
@@ -141,24 +165,44 @@ impl Scenario {
                 Step::Downstream { at_ms: 0, update: down_for(1500) },
                 Step::Burst { at_ms: 0, count: burst },
             ],
-            Scenario::Metastable => {
-                const STEPS: usize = 30;
-                let mut steps: Vec<Step> = (0..STEPS)
-                    .map(|i| Step::Burst { at_ms: i as u64 * 100, count: share(burst, STEPS, i) })
-                    .filter(|s| !matches!(s, Step::Burst { count: 0, .. }))
-                    .collect();
-                steps.push(Step::Downstream { at_ms: 500, update: down_for(300) });
-                steps.sort_by_key(Step::at_ms);
-                steps
-            }
+            Scenario::Metastable => vec![
+                Step::Traffic {
+                    at_ms: 0,
+                    update: TrafficUpdate {
+                        rate_per_s: METASTABLE_RATE_PER_S,
+                        arrivals: Arrivals::Poisson,
+                        for_ms: Some(METASTABLE_FOR_MS),
+                    },
+                },
+                Step::Downstream {
+                    at_ms: METASTABLE_TRIGGER_AT_MS,
+                    update: DownstreamUpdate {
+                        latency_ms: Some([1000, 1000]),
+                        for_ms: Some(2000),
+                        ..Default::default()
+                    },
+                },
+            ],
             _ => vec![Step::Burst { at_ms: 0, count: burst }],
         }
     }
-}
 
-/// The `i`-th of `parts` near-equal shares of `total`.
-fn share(total: usize, parts: usize, i: usize) -> usize {
-    total / parts + usize::from(i < total % parts)
+    /// Whether its load is steady traffic rather than a burst (then `burst` is not used).
+    pub fn has_traffic(self) -> bool {
+        self.script(1).iter().any(|s| matches!(s, Step::Traffic { .. }))
+    }
+
+    /// When the script's last step ends (a traffic's `for_ms` included), ms after the start.
+    pub fn script_ends_ms(self, burst: usize) -> u64 {
+        self.script(burst)
+            .iter()
+            .map(|s| match s {
+                Step::Traffic { at_ms, update } => at_ms + update.for_ms.unwrap_or(0),
+                step => step.at_ms(),
+            })
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// What a preset changes over the base policy; an unknown name is an error listing them all.
@@ -206,13 +250,17 @@ mod tests {
     }
 
     #[test]
-    fn the_metastable_script_offers_the_whole_burst_steadily() {
+    fn the_metastable_script_is_steady_traffic_and_a_slowdown_after_it_settles() {
         let steps = Scenario::Metastable.script(100);
-        let sent: usize =
-            steps.iter().map(|s| if let Step::Burst { count, .. } = s { *count } else { 0 }).sum();
-        assert_eq!(sent, 100);
-        assert!(steps.windows(2).all(|w| w[0].at_ms() <= w[1].at_ms()));
-        assert!(steps.iter().any(|s| matches!(s, Step::Downstream { at_ms: 500, .. })));
+        assert!(Scenario::Metastable.has_traffic() && !Scenario::Outage.has_traffic());
+        let Step::Traffic { at_ms: 0, update } = &steps[0] else { panic!("traffic first: {steps:?}") };
+        assert_eq!(update.rate_per_s, 28.0);
+        assert!(
+            matches!(&steps[1], Step::Downstream { at_ms: 3_000, update } if update.for_ms == Some(2_000))
+        );
+        assert_eq!(Scenario::Metastable.script_ends_ms(100), 16_000);
+        let caps = crate::domain::TrafficCaps { max_rate_per_s: 5_000.0, max_for_ms: 3_600_000 };
+        update.settings(caps, 0).unwrap();
     }
 
     #[test]

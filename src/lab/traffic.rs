@@ -61,6 +61,11 @@ impl Lab {
         self.publish(state, &Event::Marker { marker }, now);
     }
 
+    /// The traffic as the snapshot shows it.
+    pub fn traffic_view(&self) -> TrafficView {
+        self.lock().traffic.view()
+    }
+
     /// The traffic in force, if any.
     pub fn traffic(&self) -> Option<TrafficSettings> {
         self.lock().traffic.settings

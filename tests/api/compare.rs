@@ -142,3 +142,77 @@ async fn the_command_line_prints_the_comparison_as_json() {
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, none, full"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastable_comparison_runs_steady_traffic_and_only_the_budget_recovers() {
+    let app = TestApp::spawn().await;
+    let request = json!({"scenario": "metastable", "seed": 19, "policies": ["none", "budget"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let report = finished(&app, created["id"].as_str().unwrap()).await;
+    let (naive, budget) = (figures(&report, "none"), figures(&report, "budget"));
+    println!("none: {naive}\nbudget: {budget}\nmachine: {}", report["machine"]);
+    // 16 s of 28 messages a second, from the traffic, not a burst.
+    for f in [naive, budget] {
+        let offered = f["offered"].as_u64().unwrap();
+        assert!((300..=600).contains(&offered), "{f}");
+        assert_eq!(f["messages"], f["offered"]);
+        assert_eq!(f["applied_twice"], 0);
+    }
+    let after = |f: &Value| f["goodput_after_trigger"].as_f64().unwrap();
+    // Over the 10 s after the slowdown: next to nothing delivered without protection; with
+    // the budget the queue drains within a few seconds and the rest is delivered.
+    assert!(after(naive) < 0.25, "stuck after the slowdown without protection: {naive}");
+    assert!(after(budget) > 0.5, "the budget drained it: {budget}");
+    assert_eq!(report["best"]["goodput_after_trigger"], json!(["budget"]));
+    assert!(report["machine"]["late_ms_p99"].as_f64().is_some(), "{}", report["machine"]);
+}
+
+#[tokio::test]
+async fn runs_repeat_each_policy_with_derived_seeds_and_report_the_spread() {
+    let app = TestApp::spawn().await;
+    let request =
+        json!({"scenario": "flaky", "burst": 10, "seed": 3, "runs": 3, "policies": ["none", "full"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let report = finished(&app, created["id"].as_str().unwrap()).await;
+    let columns = report["columns"].as_array().unwrap();
+    assert_eq!(columns.len(), 6, "two policies, three runs each");
+    let mut seeds = Vec::new();
+    for column in columns {
+        let lab = column["lab"].as_str().unwrap();
+        seeds.push(app.snapshot(lab).await["policy"]["seed"].as_u64().unwrap());
+        accounted_for(&column["figures"], 10);
+    }
+    seeds.sort_unstable();
+    seeds.dedup();
+    assert_eq!(seeds.len(), 3, "each run its own seed, the same for both policies: {seeds:?}");
+    assert!(seeds.contains(&3), "the first run keeps the seed given");
+    let summaries = report["policies"].as_array().unwrap();
+    assert_eq!(summaries.len(), 2);
+    for summary in summaries {
+        assert_eq!(summary["runs"], 3);
+        let requests = &summary["figures"]["requests"];
+        let (median, min, max) = (
+            requests["median"].as_f64().unwrap(),
+            requests["min"].as_f64().unwrap(),
+            requests["max"].as_f64().unwrap(),
+        );
+        assert!(min <= median && median <= max, "{requests}");
+        let measured: Vec<f64> = columns
+            .iter()
+            .filter(|c| c["policy"] == summary["policy"])
+            .map(|c| c["figures"]["requests"].as_f64().unwrap())
+            .collect();
+        assert_eq!(min, measured.iter().copied().fold(f64::INFINITY, f64::min));
+        assert_eq!(max, measured.iter().copied().fold(0.0, f64::max));
+    }
+    // "delivered" is 10 of 10 for every run of both: a tie, shown as one.
+    assert_eq!(report["best"]["delivered"], json!(["none", "full"]));
+    for runs in [0, 6] {
+        let bad = json!({"scenario": "flaky", "burst": 10, "runs": runs, "policies": ["none", "full"]});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&bad.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+        assert_eq!(problem["limit"], "max_compare_runs", "{problem}");
+    }
+}
