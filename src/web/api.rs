@@ -263,7 +263,7 @@ pub async fn replay(
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
-/// Clears messages, dead letters and the ledger; settings stay.
+/// Stops the steady traffic and clears messages, dead letters and the ledger; settings stay.
 #[utoipa::path(
     post,
     path = "/api/labs/{lab}/reset",
