@@ -263,6 +263,9 @@ pub struct Limits {
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
+    /// The fastest a redrive may replay dead letters, per second.
+    #[arg(long, env = "RETRYLAB_MAX_REDRIVE_RATE_PER_S", default_value_t = DEFAULT_LIMITS.max_redrive_rate_per_s)]
+    pub max_redrive_rate_per_s: u32,
 }
 
 /// The defaults, in one place for the command line and for tests.
@@ -287,6 +290,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_outside_keys_per_lab: 2_000,
     max_outside_keys: 100_000,
     hot_keys_per_lab: 4_096,
+    max_redrive_rate_per_s: 500,
 };
 
 impl Default for Limits {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::{Lab, LabState};
 use crate::client::BreakerChange;
 use crate::config::Retention;
-use crate::dlq::DeadLetter;
+use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
@@ -30,6 +30,8 @@ pub struct SnapshotView<'a> {
     retention: RetentionView,
     messages: &'a [Message],
     dead_letters: &'a [DeadLetter],
+    /// A redrive at a rate in progress; null when none runs.
+    redrive: Option<Redrive>,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -101,6 +103,7 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages(),
             dead_letters: state.dead_letters.letters(),
+            redrive: state.dead_letters.redrive(),
         }
     }
 
@@ -128,6 +131,7 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
             dead_letters: state.dead_letters.letters().to_vec(),
+            redrive: state.dead_letters.redrive(),
         }
     }
 
@@ -153,6 +157,7 @@ pub(super) struct Captured {
     retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
+    redrive: Option<Redrive>,
 }
 
 impl Captured {
@@ -171,6 +176,7 @@ impl Captured {
             retention: self.retention,
             messages: &self.messages,
             dead_letters: &self.dead_letters,
+            redrive: self.redrive,
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }

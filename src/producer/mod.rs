@@ -3,6 +3,8 @@
 //! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
 //! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
 
+mod redrive;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +71,7 @@ impl Producer {
         let ids = lab.recover(reason);
         let count = ids.len();
         self.start(lab, ids);
+        self.redrive(lab);
         count
     }
 
