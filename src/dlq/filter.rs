@@ -28,7 +28,8 @@ pub struct Filter {
     pub since_ms: Option<u64>,
     /// Dead-lettered at or before this lab time, in ms.
     pub until_ms: Option<u64>,
-    /// A message id (`12` or `#12`) or the start of its idempotency key.
+    /// A message id (`#12`, only the id), or text that is a message id or the start of an
+    /// idempotency key (`12`, `3f2a`).
     pub q: Option<String>,
     /// Whether the downstream's ledger holds the write as applied.
     pub applied: Option<bool>,
@@ -139,9 +140,27 @@ pub struct Selection {
     replays: Option<u32>,
     since_ms: Option<u64>,
     until_ms: Option<u64>,
-    q: Option<String>,
+    q: Option<Find>,
     applied: Option<bool>,
     quarantined: Option<bool>,
+}
+
+/// What `q` looks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Find {
+    /// `#12`: that message only.
+    Id(u64),
+    /// A message id, or the start of a key (lowercase, as keys are written).
+    Text(String),
+}
+
+impl Find {
+    fn matches(&self, letter: &DeadLetter) -> bool {
+        match self {
+            Find::Id(id) => letter.id == *id,
+            Find::Text(text) => letter.id.to_string() == *text || letter.key.starts_with(text.as_str()),
+        }
+    }
 }
 
 impl Filter {
@@ -163,14 +182,23 @@ impl Filter {
                 detail: format!("until_ms ({until}) is before since_ms ({since}): the range holds nothing"),
             });
         }
-        let q = self.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
+        let q = match self.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+            None => None,
+            Some(q) => Some(match q.strip_prefix('#') {
+                Some(id) => Find::Id(id.parse().map_err(|_| FilterError {
+                    field: "q",
+                    detail: format!("q: {q:?} is not a message id (#12), nor text without the #"),
+                })?),
+                None => Find::Text(q.to_lowercase()),
+            }),
+        };
         Ok(Selection {
             causes,
             statuses,
             replays: self.replays,
             since_ms: self.since_ms,
             until_ms: self.until_ms,
-            q: q.map(|q| q.trim_start_matches('#').to_lowercase()),
+            q,
             applied: self.applied,
             quarantined: self.quarantined,
         })
@@ -223,7 +251,7 @@ impl Selection {
             && self.since_ms.is_none_or(|t| letter.dead_lettered_ms >= t)
             && self.until_ms.is_none_or(|t| letter.dead_lettered_ms <= t)
             && self.quarantined.is_none_or(|q| letter.quarantined == q)
-            && self.q.as_deref().is_none_or(|q| letter.id.to_string() == q || letter.key.starts_with(q))
+            && self.q.as_ref().is_none_or(|q| q.matches(letter))
             && self.applied.is_none_or(|a| applied(&letter.key) == a)
     }
 }

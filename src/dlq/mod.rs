@@ -147,7 +147,8 @@ impl DeadLetterQueue {
         removed
     }
 
-    /// Moves letters into quarantine (`true`) or out of it; returns those whose flag changed.
+    /// Moves letters into quarantine (`true`) or out of it; returns those whose flag changed, in
+    /// id order.
     pub fn set_quarantined(&mut self, ids: &[u64], quarantined: bool) -> Vec<u64> {
         let chosen: HashSet<u64> = ids.iter().copied().collect();
         let mut changed = Vec::new();
@@ -159,6 +160,7 @@ impl DeadLetterQueue {
             changed.push(letter.id);
         }
         self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
+        changed.sort_unstable();
         changed
     }
 

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod compare;
+mod dead_letters;
 mod deployment;
 mod durability;
 mod events;
