@@ -127,6 +127,17 @@ impl Cause {
         }
     }
 
+    /// The cause in words, as the page names it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Cause::AttemptsUsedUp => "attempts used up",
+            Cause::TimeBudget => "time budget",
+            Cause::CircuitOpen => "circuit open",
+            Cause::RetryBudget => "retry budget",
+            Cause::Permanent => "permanent error",
+        }
+    }
+
     fn parse(raw: &str) -> Option<Cause> {
         Cause::ALL.into_iter().find(|c| c.as_str() == raw)
     }

@@ -27,6 +27,8 @@ pub struct Listing {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Detail {
     pub dead_letter: DeadLetter,
+    /// The body the client sends on every attempt, with the key as `Idempotency-Key`.
+    pub body: String,
     /// The downstream's ledger holds the key as applied: a replay will be answered from the
     /// stored result and apply nothing.
     pub applied: bool,
@@ -132,6 +134,7 @@ impl Lab {
             applied: state.endpoint.ledger.is_applied(&letter.key),
             replays: letter.round,
             last_status: crate::dlq::LastStatus::of(&letter).to_string(),
+            body: crate::domain::Message::body(&self.id, letter.id),
             dead_letter: letter,
         })
     }

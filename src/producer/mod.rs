@@ -109,7 +109,7 @@ impl Producer {
         let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
-        let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
+        let body = crate::domain::Message::body(&lab.id, id);
         // A seeded policy draws each message's jitter from its own stream, so a run repeats.
         let mut rng = match lab.policy().seed {
             Some(seed) => StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
