@@ -238,6 +238,13 @@ pub struct Limits {
     /// Control requests one client may make in a quick run before the rate applies.
     #[arg(long, env = "RETRYLAB_CONTROL_BURST", default_value_t = DEFAULT_LIMITS.control_burst)]
     pub control_burst: u32,
+    /// Labs one client may create per hour, sustained (opening `/` creates one): well below
+    /// what it would take one address to cycle the whole store through `--max-labs`.
+    #[arg(long, env = "RETRYLAB_LAB_CREATES_PER_HOUR", default_value_t = DEFAULT_LIMITS.lab_creates_per_hour)]
+    pub lab_creates_per_hour: u32,
+    /// Labs one client may create in a quick run before the hourly rate applies.
+    #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
+    pub lab_create_burst: u32,
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
@@ -281,6 +288,8 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_subscribers: 2_000,
     control_rate_per_s: 20,
     control_burst: 100,
+    lab_creates_per_hour: 60,
+    lab_create_burst: 20,
     event_window: 10_000,
     event_window_bytes: 8 * 1024 * 1024,
     subscriber_lag: 8_192,

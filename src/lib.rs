@@ -103,6 +103,11 @@ pub async fn serve(
             config.limits.endpoint_burst,
             config.exposure.client_ip_header.clone(),
         ),
+        create_limiter: web::RateLimiter::per_hour(
+            config.limits.lab_creates_per_hour,
+            config.limits.lab_create_burst,
+            config.exposure.client_ip_header.clone(),
+        ),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),

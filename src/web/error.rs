@@ -79,6 +79,12 @@ impl AppError {
                  endpoint_burst); wait for the Retry-After",
                 Some("endpoint_rate_per_s"),
             ),
+            AppError::RateLimited { limit: "lab_creates_per_hour", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has created too many labs lately (lab_creates_per_hour, lab_create_burst); \
+                 use the labs it has, or wait for the Retry-After",
+                Some("lab_creates_per_hour"),
+            ),
             AppError::RateLimited { limit, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \

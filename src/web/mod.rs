@@ -50,6 +50,8 @@ pub struct App {
     pub rate_limiter: RateLimiter,
     /// Each outside client's rate on the labs' endpoints.
     pub endpoint_limiter: RateLimiter,
+    /// Each client's rate of creating labs.
+    pub create_limiter: RateLimiter,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }

@@ -43,6 +43,14 @@ impl RateLimiter {
         }
     }
 
+    /// A bucket that refills `rate_per_hour` tokens an hour: for what a client does rarely.
+    pub fn per_hour(rate_per_hour: u32, burst: u32, client_ip_header: Option<String>) -> Self {
+        RateLimiter {
+            rate_per_s: f64::from(rate_per_hour.max(1)) / 3600.0,
+            ..Self::new(1, burst, client_ip_header)
+        }
+    }
+
     /// Who sent the request: the trusted proxy's header when configured, else the peer.
     fn client(&self, request: &Request) -> Option<IpAddr> {
         let from_proxy = self.client_ip_header.as_deref().and_then(|name| {
@@ -101,7 +109,23 @@ pub async fn limit_requests(State(app): State<AppState>, request: Request, next:
         return AppError::RateLimited { limit, retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
             .into_response();
     }
+    if creates_lab(&request)
+        && let Some(client) = app.create_limiter.client(&request)
+        && let Err(wait) = app.create_limiter.take(client, Instant::now())
+    {
+        let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+        return AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s }.into_response();
+    }
     next.run(request).await
+}
+
+/// Requests that create a lab: `POST /api/labs`, and opening `/`.
+fn creates_lab(request: &Request) -> bool {
+    match (request.method(), request.uri().path()) {
+        (&Method::POST, "/api/labs") => true,
+        (&Method::GET | &Method::HEAD, "/") => true,
+        _ => false,
+    }
 }
 
 /// The limit a request is held to, if any, and its setting's name.

@@ -17,3 +17,4 @@ mod outside;
 mod pages;
 mod protections;
 mod retries;
+mod sweeps;
