@@ -140,8 +140,11 @@ impl Labs {
             };
             let state = (LabRecord::restore(parts), DeadLetterQueue::restore(dead_letters));
             labs.outside_keys.fetch_add(state.0.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
+            // Ids past the last committed one may have reached a page before a crash: the
+            // events of this run are numbered after every one of them.
+            let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);
             let lab = Arc::new_cyclic(|this| {
-                Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
+                Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, &labs)
             });
             lab.lock().active_unix_ms = row.active_unix_ms;
             map.insert(id, lab);

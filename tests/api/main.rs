@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod compare;
+mod crash_ids;
 mod deployment;
 mod durability;
 mod events;
