@@ -187,6 +187,26 @@ impl Config {
         }
     }
 
+    /// Refuses settings under which the lab would break its own promises, saying why.
+    /// The dedup window must outlast the longest a message may still send its key within one
+    /// round, with a margin of a tenth (the reference's rule: dedup window >= max retry
+    /// duration + margin); the keys of dead letters are kept as long as the dead letters, and
+    /// those of messages owed a delivery until they are delivered, whatever the window.
+    pub fn refuse_unsafe(&self) -> Result<(), String> {
+        let window_ms = self.retention.key_ttl_s.saturating_mul(1000);
+        let longest = self.limits.max_retry_duration_ms;
+        let needed = longest.saturating_add(longest / 10);
+        if window_ms < needed {
+            return Err(format!(
+                "the dedup window (--key-ttl-s {}) must be at least the longest retry duration \
+                 (--max-retry-duration-ms {longest}) plus a tenth, {needed} ms: a retry after the \
+                 window would apply its write again. Raise --key-ttl-s or lower --max-retry-duration-ms",
+                self.retention.key_ttl_s
+            ));
+        }
+        Ok(())
+    }
+
     pub fn listen_addr(&self) -> SocketAddr {
         if let Some(addr) = self.addr {
             return addr;
@@ -269,6 +289,11 @@ pub struct Limits {
     /// answer from the store.
     #[arg(long, env = "RETRYLAB_HOT_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.hot_keys_per_lab)]
     pub hot_keys_per_lab: usize,
+    /// The longest one round of a message's delivery may last, in milliseconds: no attempt
+    /// starts later than this after the round's first (a policy's `max_total_ms` may end it
+    /// sooner). The dedup window (`--key-ttl-s`) must cover it with a margin.
+    #[arg(long, env = "RETRYLAB_MAX_RETRY_DURATION_MS", default_value_t = DEFAULT_LIMITS.max_retry_duration_ms)]
+    pub max_retry_duration_ms: u64,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
@@ -298,6 +323,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_outside_keys_per_lab: 2_000,
     max_outside_keys: 100_000,
     hot_keys_per_lab: 4_096,
+    max_retry_duration_ms: 60 * 60 * 1000,
 };
 
 impl Default for Limits {
@@ -341,6 +367,20 @@ impl Default for Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dedup_window_shorter_than_a_retry_is_refused() {
+        let mut config = Config::new("x.db".into());
+        assert_eq!(config.refuse_unsafe(), Ok(()), "the defaults hold");
+        config.retention.key_ttl_s = 3;
+        let refused = config.refuse_unsafe().unwrap_err();
+        assert!(
+            refused.contains("--key-ttl-s 3") && refused.contains("--max-retry-duration-ms"),
+            "{refused}"
+        );
+        config.limits.max_retry_duration_ms = 2_700;
+        assert_eq!(config.refuse_unsafe(), Ok(()));
+    }
 
     #[test]
     fn metrics_stay_off_a_public_address_unless_given_their_own() {

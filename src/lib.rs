@@ -62,6 +62,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    config.refuse_unsafe().map_err(std::io::Error::other)?;
     let address = listener.local_addr()?;
     // The producer calls the lab's own downstream route through a loopback listener of its own,
     // so its hundreds of connections do not count against the per-client cap of the public one.

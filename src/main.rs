@@ -25,6 +25,10 @@ async fn main() -> std::io::Result<()> {
         });
     }
     init_logs(config.log_format, "info");
+    if let Err(refused) = config.refuse_unsafe() {
+        eprintln!("retrylab: {refused}");
+        std::process::exit(1);
+    }
     raise_open_file_limit();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {

@@ -56,8 +56,10 @@ pub struct RecordChanges {
     pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
     pub keys: Vec<KeyRow>,
-    /// Keys applied before this wall-clock time expired (the dedup window moved on).
+    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     pub keys_expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    pub keys_kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     pub removed_keys: Vec<String>,
     /// Load bins changed (and dropped).
@@ -73,6 +75,7 @@ struct Dirty {
     cleared: bool,
     messages: HashSet<u64>,
     keys_expired_before: Option<u64>,
+    keys_kept: Vec<String>,
     removed_keys: Vec<String>,
 }
 
@@ -360,12 +363,27 @@ impl LabRecord {
         self.dirty.messages.extend(gone);
     }
 
-    /// Forgets applied keys older than the dedup window.
+    /// Forgets applied keys older than the dedup window, but never the key of a message that
+    /// may still send it (owed a delivery, or a dead letter a person may replay): a key lives
+    /// at least as long as its message can use it.
     pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
-        let count = self.ledger.expire(applied_before_unix_ms);
+        let needed: Vec<&str> = self
+            .messages
+            .iter()
+            .filter(|m| m.state.is_active() || m.state == MessageState::DeadLetter)
+            .map(|m| m.key.as_str())
+            .collect();
+        let count = self.ledger.expire(applied_before_unix_ms, needed.iter().copied());
         if count > 0 {
-            // The store deletes by the same cutoff: its rows are in the order keys were applied.
+            // The store expires by the same cutoff (its rows are in the order keys were
+            // applied), sparing the same keys: those of them as old as the cutoff are named.
+            let kept = needed
+                .into_iter()
+                .filter(|key| self.ledger.applied_unix_ms(key).is_some_and(|at| at < applied_before_unix_ms))
+                .map(str::to_owned)
+                .collect();
             self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(Some(applied_before_unix_ms));
+            self.dirty.keys_kept = kept;
         }
         count
     }
@@ -392,6 +410,7 @@ impl LabRecord {
             cleared: dirty.cleared,
             keys: self.ledger.take_unsaved(),
             keys_expired_before: dirty.keys_expired_before,
+            keys_kept: dirty.keys_kept,
             removed_keys: dirty.removed_keys,
             load: self.load.take_unsaved(),
             markers: self.markers.take_unsaved(),
@@ -412,6 +431,10 @@ impl LabRecord {
         self.dirty.cleared |= changes.cleared;
         let messages = changes.messages.into_iter().map(|(id, _)| id).chain(changes.deleted_messages);
         self.dirty.messages.extend(messages);
+        if self.dirty.keys_expired_before.is_none() {
+            // A later expiry's list of kept keys is the newer one; else these come back.
+            self.dirty.keys_kept = changes.keys_kept;
+        }
         self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(changes.keys_expired_before);
         self.dirty.removed_keys.extend(changes.removed_keys);
         self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));

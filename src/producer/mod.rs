@@ -196,10 +196,10 @@ impl Producer {
                         &mut rng,
                     );
                     let next_at = lab.now_ms() + wait.planned_ms;
-                    if policy.max_total_ms > 0 && next_at > round_started_ms + policy.max_total_ms {
+                    let (budget_ms, budget) = lab.round_budget(&policy);
+                    if next_at > round_started_ms.saturating_add(budget_ms) {
                         let reason = format!(
-                            "time budget: the next attempt would start past {} ms (max_total_ms); last: {last}",
-                            policy.max_total_ms
+                            "time budget: the next attempt would start past {budget_ms} ms ({budget}); last: {last}"
                         );
                         self.dead_letter(lab, id, (Cause::TimeBudget, reason));
                         break;

@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_outside_keys.sql"),
     include_str!("../../migrations/0004_keys_in_order.sql"),
     include_str!("../../migrations/0005_lab_history.sql"),
+    include_str!("../../migrations/0006_expired_keys.sql"),
 ];
 
 #[derive(Debug)]
@@ -217,7 +218,7 @@ impl Store {
         let mut statement = connection.prepare_cached(
             "SELECT key, request_body, status, response, applied, applied_unix_ms, outside \
              FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms = ?2 AND key = ?3 \
-             ORDER BY rowid DESC LIMIT 1",
+             AND expired = 0 ORDER BY rowid DESC LIMIT 1",
         )?;
         let row = statement.query_row(params![lab_id, applied_unix_ms, key], key_row);
         match row {
@@ -590,11 +591,11 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     }
     // Expired and taken-back keys go first: a key applied again in the same commit must stay.
     if let Some(before) = changes.keys_expired_before {
-        rows += tx
-            .prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms < ?2")?
-            .execute(params![lab, before])? as u64;
+        rows += expire_keys(tx, lab, before, &changes.keys_kept)?;
     }
-    let mut delete_key = tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2")?;
+    // An expired row stays: it is what counts a second application after the window.
+    let mut delete_key =
+        tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0")?;
     for key in &changes.removed_keys {
         rows += delete_key.execute(params![lab, key])? as u64;
     }
@@ -616,6 +617,25 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
         ])? as u64;
     }
     Ok(rows)
+}
+
+/// Marks the keys applied before `before` expired, all but `kept` (the keys of messages that
+/// may still send them), and drops their answers; returns how many.
+fn expire_keys(tx: &Connection, lab: &str, before: u64, kept: &[String]) -> Result<u64, StoreError> {
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS kept_keys (key TEXT PRIMARY KEY); DELETE FROM temp.kept_keys;",
+    )?;
+    let mut keep = tx.prepare_cached("INSERT OR IGNORE INTO temp.kept_keys (key) VALUES (?1)")?;
+    for key in kept {
+        keep.execute([key])?;
+    }
+    let expired = tx
+        .prepare_cached(
+            "UPDATE idempotency_keys SET expired = 1, response = X'' WHERE lab_id = ?1 \
+             AND applied_unix_ms < ?2 AND expired = 0 AND key NOT IN (SELECT key FROM temp.kept_keys)",
+        )?
+        .execute(params![lab, before])?;
+    Ok(expired as u64)
 }
 
 fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
@@ -689,12 +709,15 @@ fn load_json<T: serde::de::DeserializeOwned>(
 /// repeat asks for one.
 fn load_keys(connection: &Connection, lab: &str, ledger: &mut Ledger) -> Result<(), StoreError> {
     let mut statement = connection.prepare_cached(
-        "SELECT key, applied_unix_ms, outside FROM idempotency_keys WHERE lab_id = ?1 ORDER BY rowid",
+        "SELECT key, applied_unix_ms, outside, expired FROM idempotency_keys WHERE lab_id = ?1 ORDER BY rowid",
     )?;
     let mut rows = statement.query([lab])?;
     while let Some(row) = rows.next()? {
         let key = row.get_ref(0)?.as_str().map_err(|e| StoreError(format!("store: unreadable key: {e}")))?;
-        ledger.restore_key(key, row.get(1)?, row.get(2)?);
+        match row.get::<_, bool>(3)? {
+            true => ledger.restore_expired(key),
+            false => ledger.restore_key(key, row.get(1)?, row.get(2)?),
+        }
     }
     Ok(())
 }
@@ -939,7 +962,9 @@ mod tests {
         );
         write(&mut connection, RecordChanges { keys: vec![applied_key("a", 2, 10)], ..Default::default() });
         let written: Vec<(String, u32, u64)> = connection
-            .prepare("SELECT key, applied, applied_unix_ms FROM idempotency_keys ORDER BY rowid")
+            .prepare(
+                "SELECT key, applied, applied_unix_ms FROM idempotency_keys WHERE expired = 0 ORDER BY rowid",
+            )
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()

@@ -121,11 +121,10 @@ pub async fn limit_requests(State(app): State<AppState>, request: Request, next:
 
 /// Requests that create a lab: `POST /api/labs`, and opening `/`.
 fn creates_lab(request: &Request) -> bool {
-    match (request.method(), request.uri().path()) {
-        (&Method::POST, "/api/labs") => true,
-        (&Method::GET | &Method::HEAD, "/") => true,
-        _ => false,
-    }
+    matches!(
+        (request.method(), request.uri().path()),
+        (&Method::POST, "/api/labs") | (&Method::GET | &Method::HEAD, "/")
+    )
 }
 
 /// The limit a request is held to, if any, and its setting's name.

@@ -43,12 +43,14 @@ impl Drop for Server {
     }
 }
 
-/// What the page keeps of each message: its state and its attempts by (round, n), with their
-/// outcomes once finished.
+/// A message's state and its attempts by (round, n), with their outcomes once finished.
+type Seen = (String, BTreeMap<(u64, u64), Value>);
+
+/// What the page keeps of each message.
 #[derive(Default)]
 struct Model {
     last_id: Option<u64>,
-    messages: BTreeMap<u64, (String, BTreeMap<(u64, u64), Value>)>,
+    messages: BTreeMap<u64, Seen>,
 }
 
 impl Model {

@@ -4,6 +4,7 @@
 mod bad_input;
 mod compare;
 mod crash_ids;
+mod dedup_window;
 mod deployment;
 mod durability;
 mod events;
