@@ -79,11 +79,13 @@ impl Producer {
         lab.abort_deliveries();
         lab.mark(MarkerKind::Crash, "client crashed; recovering from the store");
         let read = async {
-            lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
+            lab.persisted()
+                .await
+                .map_err(|_| StoreError::Failed("the store did not confirm in time".into()))?;
             let (reader, id) = (store.clone(), lab.id.to_string());
             tokio::task::spawn_blocking(move || reader.load_messages(&id))
                 .await
-                .map_err(|e| StoreError(format!("reading the store failed: {e}")))?
+                .map_err(|e| StoreError::Failed(format!("reading the store failed: {e}")))?
         };
         match read.await {
             Ok((messages, dead_letters)) => {

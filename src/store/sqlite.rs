@@ -37,12 +37,36 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0006_expired_keys.sql"),
 ];
 
+/// Why the store could not do what it was asked.
 #[derive(Debug)]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// Out of room: the disk, or `--max-db-bytes` (the database and its write-ahead log).
+    Full(String),
+    /// The file could not be opened, or is not one this build can write: what to do is said.
+    Open { path: PathBuf, detail: String },
+    /// A stored row could not be read back.
+    Unreadable(String),
+    /// Anything else: a failed commit, a writer that could not start.
+    Failed(String),
+}
+
+impl StoreError {
+    /// Whether the store is out of room (answered 507 rather than 503).
+    pub fn is_full(&self) -> bool {
+        matches!(self, StoreError::Full(_))
+    }
+}
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            StoreError::Full(detail) => write!(f, "store: {detail}"),
+            StoreError::Open { path, detail } => {
+                write!(f, "cannot use the store at {}: {detail}", path.display())
+            }
+            StoreError::Unreadable(detail) => write!(f, "store: unreadable row: {detail}"),
+            StoreError::Failed(detail) => write!(f, "store: {detail}"),
+        }
     }
 }
 
@@ -50,13 +74,16 @@ impl std::error::Error for StoreError {}
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError(format!("store: {e}"))
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
+            _ => StoreError::Failed(e.to_string()),
+        }
     }
 }
 
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
-        StoreError(format!("store: unreadable row: {e}"))
+        StoreError::Unreadable(e.to_string())
     }
 }
 
@@ -154,16 +181,12 @@ impl Store {
     pub fn open(path: &Path, settings: StoreSettings) -> Result<(Store, Vec<LoadedLab>), StoreError> {
         let max_bytes = settings.max_bytes;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+                path: path.to_owned(),
+                detail: format!("cannot create its folder {}: {e}", dir.display()),
+            })?;
         }
-        let mut connection = connect(path)?;
-        migrate(&mut connection)?;
-        if max_bytes > 0 {
-            let page_size: u64 = connection.pragma_query_value(None, "page_size", |r| r.get(0))?;
-            connection.pragma_update(None, "max_page_count", (max_bytes / page_size).max(1))?;
-        }
-        let labs = load_labs(&connection)?;
+        let (connection, wal, labs) = open_and_load(path, max_bytes).map_err(|e| opening_failed(path, e))?;
         let (jobs, receiver) = mpsc::channel();
         let stats = Arc::new(StoreStats::default());
         let writer_stats = stats.clone();
@@ -171,10 +194,11 @@ impl Store {
         thread::Builder::new()
             .name("retrylab-store".into())
             .spawn(move || {
-                let writer = Writer { jobs: receiver, stats: &writer_stats, delay: settings.commit_delay };
+                let writer =
+                    Writer { jobs: receiver, stats: &writer_stats, delay: settings.commit_delay, wal };
                 supervise_writer(connection, &writer, health)
             })
-            .map_err(|e| StoreError(format!("cannot start the store's writer: {e}")))?;
+            .map_err(|e| StoreError::Failed(format!("cannot start the store's writer: {e}")))?;
         let reader = Arc::new(Mutex::new(None));
         Ok((Store { jobs, path: path.to_owned(), reader, stats, health: watching }, labs))
     }
@@ -222,7 +246,7 @@ impl Store {
         )?;
         let row = statement.query_row(params![lab_id, applied_unix_ms, key], key_row);
         match row {
-            Ok(row) => Ok(Some(row.map_err(StoreError)?)),
+            Ok(row) => Ok(Some(row.map_err(StoreError::Unreadable)?)),
             Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -263,6 +287,102 @@ impl Store {
     }
 }
 
+/// Opens the file, refuses one this process cannot write, brings its schema up to date, bounds
+/// it by `max_bytes` and reads every lab back.
+fn open_and_load(
+    path: &Path,
+    max_bytes: u64,
+) -> Result<(Connection, Option<WalBound>, Vec<LoadedLab>), StoreError> {
+    let mut connection = connect(path)?;
+    if connection.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(StoreError::Open {
+            path: path.to_owned(),
+            detail: "the file is read-only: every write would be refused".into(),
+        });
+    }
+    // Writing the header proves the file (and its folder, for the WAL) can be written.
+    connection.execute_batch("BEGIN IMMEDIATE; COMMIT;")?;
+    migrate(&mut connection)?;
+    let wal = match max_bytes {
+        0 => None,
+        _ => Some(bound(&connection, path, max_bytes)?),
+    };
+    let labs = load_labs(&connection)?;
+    Ok((connection, wal, labs))
+}
+
+/// Says what went wrong opening the store, naming the file and what to do.
+fn opening_failed(path: &Path, error: StoreError) -> StoreError {
+    let detail = match error {
+        StoreError::Open { detail, .. } if detail.contains("read-only") => {
+            format!(
+                "{detail}; make it writable by the user retrylab runs as, or choose another file with --db"
+            )
+        }
+        StoreError::Open { path, detail } => return StoreError::Open { path, detail },
+        StoreError::Full(detail) => format!("{detail}; free some room on its disk, or raise --max-db-bytes"),
+        StoreError::Unreadable(detail) | StoreError::Failed(detail)
+            if detail.contains("readonly") || detail.contains("read-only") =>
+        {
+            format!(
+                "the file is read-only ({detail}): every write would be refused; make the file and \
+                 its folder writable by the user retrylab runs as, or choose another file with --db"
+            )
+        }
+        StoreError::Unreadable(detail) | StoreError::Failed(detail) => format!(
+            "{detail}; it is not a retrylab store this build can read: move it aside (or restore a \
+             backup) to start with an empty one, or choose another file with --db"
+        ),
+    };
+    StoreError::Open { path: path.to_owned(), detail }
+}
+
+/// The write-ahead log's share of `--max-db-bytes`: the database gets the rest (as
+/// `max_page_count`), and the writer checkpoints the log back into it, truncating the file,
+/// whenever it grows past half its share, so the two files stay within the limit.
+struct WalBound {
+    path: PathBuf,
+    /// The most the log may hold before a commit, in bytes.
+    budget: u64,
+}
+
+/// An eighth of the limit for the log (at least 16 pages), the rest for the database.
+fn bound(connection: &Connection, path: &Path, max_bytes: u64) -> Result<WalBound, StoreError> {
+    let page_size: u64 = connection.pragma_query_value(None, "page_size", |r| r.get(0))?;
+    let budget = (max_bytes / 8).max(16 * page_size);
+    let pages = (max_bytes.saturating_sub(budget) / page_size).max(1);
+    connection.pragma_update(None, "max_page_count", pages)?;
+    connection.pragma_update(None, "journal_size_limit", budget / 2)?;
+    connection.pragma_update(None, "wal_autocheckpoint", (budget / 2 / page_size).max(1))?;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    Ok(WalBound { path: PathBuf::from(wal), budget })
+}
+
+impl WalBound {
+    fn size(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len())
+    }
+
+    /// Checkpoints the log into the database and truncates it once it holds more than half its
+    /// share; refuses (as a full disk would) when it cannot be brought within its share.
+    fn keep(&self, connection: &Connection) -> Result<(), StoreError> {
+        if self.size() <= self.budget / 2 {
+            return Ok(());
+        }
+        // A reader still on an older snapshot can keep the checkpoint from finishing.
+        let _ = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        match self.size() {
+            size if size <= self.budget => Ok(()),
+            size => Err(StoreError::Full(format!(
+                "the write-ahead log holds {size} bytes and cannot be checkpointed within its share \
+                 ({} bytes) of max_db_bytes",
+                self.budget
+            ))),
+        }
+    }
+}
+
 /// A fresh file name under the system's temporary folder, for unit tests.
 #[cfg(test)]
 fn temporary_path() -> PathBuf {
@@ -271,7 +391,7 @@ fn temporary_path() -> PathBuf {
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
     let connection = Connection::open(path)
-        .map_err(|e| StoreError(format!("cannot open the store at {}: {e}", path.display())))?;
+        .map_err(|e| StoreError::Open { path: path.to_owned(), detail: e.to_string() })?;
     // WAL lets the page read while the writer commits; FULL syncs each commit, which group
     // commit keeps affordable; foreign keys make deleting a lab delete what it held. The
     // savepoint around each lab's batch keeps its undo pages in memory, not in a temporary file;
@@ -286,7 +406,7 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     let version: usize = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
     if version > MIGRATIONS.len() {
-        return Err(StoreError(format!(
+        return Err(StoreError::Failed(format!(
             "the store is at schema version {version}, newer than this build knows ({}); use a newer retrylab",
             MIGRATIONS.len()
         )));
@@ -320,6 +440,8 @@ struct Writer<'a> {
     jobs: mpsc::Receiver<Job>,
     stats: &'a StoreStats,
     delay: Duration,
+    /// The log's share of `--max-db-bytes`, when there is a limit.
+    wal: Option<WalBound>,
 }
 
 impl Writer<'_> {
@@ -389,10 +511,12 @@ fn write_loop(connection: &mut Connection, writer: &Writer, outage: &mut Outage)
         if !batches.is_empty() {
             // A panic mid-commit must not end durability for every lab: it counts as a failed
             // commit (the transaction rolled back as it unwound) and the writer carries on.
-            let attempt =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit(connection, &batches)));
-            let result =
-                attempt.unwrap_or_else(|_| Err(StoreError("the store's writer panicked mid-commit".into())));
+            let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &writer.wal {
+                Some(wal) => wal.keep(connection).and_then(|()| commit(connection, &batches)),
+                None => commit(connection, &batches),
+            }));
+            let result = attempt
+                .unwrap_or_else(|_| Err(StoreError::Failed("the store's writer panicked mid-commit".into())));
             match result {
                 Ok((rows, failed)) => {
                     stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -447,9 +571,7 @@ struct Outage {
 impl Outage {
     fn failed(&mut self, error: &StoreError) {
         if let Some(health) = &self.health {
-            // SQLITE_FULL says "database or disk is full".
-            let full = error.0.contains("full");
-            health.send_replace(Health { failing: Some(error.0.clone()), full });
+            health.send_replace(Health { failing: Some(error.to_string()), full: error.is_full() });
         }
         let now = std::time::Instant::now();
         self.failures += 1;
@@ -713,7 +835,7 @@ fn load_keys(connection: &Connection, lab: &str, ledger: &mut Ledger) -> Result<
     )?;
     let mut rows = statement.query([lab])?;
     while let Some(row) = rows.next()? {
-        let key = row.get_ref(0)?.as_str().map_err(|e| StoreError(format!("store: unreadable key: {e}")))?;
+        let key = row.get_ref(0)?.as_str().map_err(|e| StoreError::Unreadable(format!("a key: {e}")))?;
         match row.get::<_, bool>(3)? {
             true => ledger.restore_expired(key),
             false => ledger.restore_key(key, row.get(1)?, row.get(2)?),

@@ -272,7 +272,7 @@ pub async fn crash_client(
     // One recovery at a time: two at once would start two delivery loops for one message.
     let _turn = lab.recovery_turn().await;
     let resumed = app.producer.crash_and_recover(&lab, &app.store).await.map_err(|e| {
-        tracing::warn!(error = %e.0, "could not read the lab back from the store");
+        tracing::warn!(error = %e, "could not read the lab back from the store");
         AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s: 1,

@@ -42,6 +42,8 @@ pub enum AppError {
         limit: &'static str,
         retry_after_s: u64,
     },
+    /// 507: the store is out of room (the disk, or `max_db_bytes`), with `Retry-After`.
+    StoreFull,
     /// The lab belongs to another instance: Fly's proxy replays the request there.
     ElsewhereInstance {
         owner: String,
@@ -91,6 +93,12 @@ impl AppError {
                  wait for the Retry-After, as the lab teaches",
                 Some(limit),
             ),
+            AppError::StoreFull => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "the store is full (the disk, or max_db_bytes, which covers the database and its \
+                 write-ahead log): nothing was changed; try again once there is room",
+                Some("max_db_bytes"),
+            ),
             AppError::ElsewhereInstance { .. } => (
                 StatusCode::CONFLICT,
                 "this lab lives on another instance; the proxy replays the request there (fly-replay)",
@@ -134,6 +142,9 @@ impl IntoResponse for AppError {
         {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
+        if let AppError::StoreFull = self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(1));
+        }
         response
     }
 }
@@ -173,12 +184,7 @@ fn too_large() -> AppError {
 impl From<crate::lab::NotDurable> for AppError {
     fn from(refused: crate::lab::NotDurable) -> Self {
         let (status, detail) = match refused {
-            crate::lab::NotDurable { full: true, .. } => (
-                StatusCode::INSUFFICIENT_STORAGE,
-                "the store is full (the disk, or max_db_bytes): nothing was changed; try again once \
-                 there is room"
-                    .to_owned(),
-            ),
+            crate::lab::NotDurable { full: true, .. } => return AppError::StoreFull,
             crate::lab::NotDurable { error: Some(error), .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the store cannot write ({error}): nothing was changed; try again shortly"),
