@@ -265,6 +265,17 @@ pub struct Limits {
     /// Labs one client may create in a quick run before the hourly rate applies.
     #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
     pub lab_create_burst: u32,
+    /// Bytes of snapshots (`GET /api/labs/{lab}`, and an event stream that starts from one) one
+    /// client may read per second, sustained; then 429.
+    #[arg(long, env = "RETRYLAB_SNAPSHOT_BYTES_PER_S", default_value_t = DEFAULT_LIMITS.snapshot_bytes_per_s)]
+    pub snapshot_bytes_per_s: u64,
+    /// Bytes of snapshots one client may read in a quick run before the rate applies.
+    #[arg(long, env = "RETRYLAB_SNAPSHOT_BURST_BYTES", default_value_t = DEFAULT_LIMITS.snapshot_burst_bytes)]
+    pub snapshot_burst_bytes: u64,
+    /// Bytes of snapshots the server builds at once, for every client together; past it a
+    /// read is answered 429, so big labs read many times over cannot slow the other labs.
+    #[arg(long, env = "RETRYLAB_MAX_SNAPSHOT_BYTES_BUILDING", default_value_t = DEFAULT_LIMITS.max_snapshot_bytes_building)]
+    pub max_snapshot_bytes_building: u64,
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
@@ -314,6 +325,9 @@ const DEFAULT_LIMITS: Limits = Limits {
     control_rate_per_s: 20,
     control_burst: 100,
     lab_creates_per_hour: 60,
+    snapshot_bytes_per_s: 16 * 1024 * 1024,
+    snapshot_burst_bytes: 64 * 1024 * 1024,
+    max_snapshot_bytes_building: 32 * 1024 * 1024,
     lab_create_burst: 20,
     event_window: 10_000,
     event_window_bytes: 8 * 1024 * 1024,

@@ -131,6 +131,7 @@ pub async fn serve_opened(
             config.limits.lab_create_burst,
             config.exposure.client_ip_header.clone(),
         ),
+        snapshot_gate: web::SnapshotGate::new(&config.limits, config.exposure.client_ip_header.clone()),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),

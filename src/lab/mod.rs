@@ -56,6 +56,8 @@ pub struct Lab {
     durable: watch::Sender<u64>,
     /// Open event streams.
     subscribers: AtomicUsize,
+    /// The size of the last snapshot made of this lab, in bytes: what the next will cost.
+    snapshot_bytes: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
     limits: Limits,
@@ -118,6 +120,7 @@ impl Lab {
             this,
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
+            snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
             limits,
             retention: registry.retention.clone(),

@@ -60,7 +60,11 @@ pub fn lab_limit(max: usize) -> AppError {
     path = "/api/labs/{lab}",
     tag = "labs",
     params(LabParam),
-    responses((status = 200, body = crate::lab::SnapshotView), LabErrors)
+    responses(
+        (status = 200, body = crate::lab::SnapshotView),
+        LabErrors,
+        (status = 429, description = "Too many bytes of snapshots: read by this client (snapshot_bytes_per_s) or being built at once (max_snapshot_bytes_building)", body = super::error::Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()

@@ -87,6 +87,18 @@ impl AppError {
                  use the labs it has, or wait for the Retry-After",
                 Some("lab_creates_per_hour"),
             ),
+            AppError::RateLimited { limit: "snapshot_bytes_per_s", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has read too many bytes of snapshots lately (snapshot_bytes_per_s, \
+                 snapshot_burst_bytes); wait for the Retry-After, or follow the event stream instead",
+                Some("snapshot_bytes_per_s"),
+            ),
+            AppError::RateLimited { limit: "max_snapshot_bytes_building", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "the server is building as many bytes of snapshots as it allows at once \
+                 (max_snapshot_bytes_building); try again after the Retry-After",
+                Some("max_snapshot_bytes_building"),
+            ),
             AppError::RateLimited { limit, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \

@@ -13,9 +13,11 @@ mod openapi;
 mod pages;
 mod rate_limit;
 mod responses;
+mod snapshot_limit;
 
 pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::{InternalCaller, RateLimiter};
+pub use snapshot_limit::SnapshotGate;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -52,6 +54,8 @@ pub struct App {
     pub endpoint_limiter: RateLimiter,
     /// Each client's rate of creating labs.
     pub create_limiter: RateLimiter,
+    /// Snapshot reads: bytes per client, and bytes being built at once.
+    pub snapshot_gate: snapshot_limit::SnapshotGate,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }

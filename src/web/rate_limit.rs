@@ -43,6 +43,15 @@ impl RateLimiter {
         }
     }
 
+    /// A bucket of bytes: `rate_per_s` a second after a run of `burst` (see `take_n`).
+    pub fn bytes(rate_per_s: u64, burst: u64, client_ip_header: Option<String>) -> Self {
+        RateLimiter {
+            rate_per_s: rate_per_s.max(1) as f64,
+            burst: burst.max(1) as f64,
+            ..Self::new(1, 1, client_ip_header)
+        }
+    }
+
     /// A bucket that refills `rate_per_hour` tokens an hour: for what a client does rarely.
     pub fn per_hour(rate_per_hour: u32, burst: u32, client_ip_header: Option<String>) -> Self {
         RateLimiter {
@@ -52,7 +61,7 @@ impl RateLimiter {
     }
 
     /// Who sent the request: the trusted proxy's header when configured, else the peer.
-    fn client(&self, request: &Request) -> Option<IpAddr> {
+    pub fn client(&self, request: &Request) -> Option<IpAddr> {
         let from_proxy = self.client_ip_header.as_deref().and_then(|name| {
             let value = request.headers().get(name)?.to_str().ok()?;
             value.split(',').next()?.trim().parse().ok()
@@ -62,18 +71,24 @@ impl RateLimiter {
 
     /// Takes a token for `client`, or says how long until one is back.
     pub fn take(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        self.take_n(client, 1.0, now)
+    }
+
+    /// Takes `n` tokens for `client` (at most a burst), or says how long until they are back.
+    pub fn take_n(&self, client: IpAddr, n: f64, now: Instant) -> Result<(), Duration> {
+        let n = n.min(self.burst);
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         if buckets.len() >= MAX_TRACKED_CLIENTS {
             buckets.retain(|_, b| self.refilled(*b, now) < self.burst);
         }
         let bucket = buckets.entry(client).or_insert(Bucket { tokens: self.burst, updated: now });
         let tokens = self.refilled(*bucket, now);
-        if tokens >= 1.0 {
-            *bucket = Bucket { tokens: tokens - 1.0, updated: now };
+        if tokens >= n {
+            *bucket = Bucket { tokens: tokens - n, updated: now };
             Ok(())
         } else {
             *bucket = Bucket { tokens, updated: now };
-            Err(Duration::from_secs_f64((1.0 - tokens) / self.rate_per_s))
+            Err(Duration::from_secs_f64((n - tokens) / self.rate_per_s))
         }
     }
 
@@ -116,7 +131,36 @@ pub async fn limit_requests(State(app): State<AppState>, request: Request, next:
         let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
         return AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s }.into_response();
     }
+    // Held while the snapshot is built: the handler builds it whole before it answers.
+    let _building = match reads_snapshot(&app, &request) {
+        Some(bytes) => match app.snapshot_gate.limiter().client(&request) {
+            Some(client) => match app.snapshot_gate.admit(client, bytes) {
+                Ok(permit) => Some(permit),
+                Err(refused) => return refused.into_response(),
+            },
+            None => None,
+        },
+        None => None,
+    };
     next.run(request).await
+}
+
+/// The estimated size of the snapshot a request reads, if it reads one: `GET /api/labs/{lab}`,
+/// or an event stream that starts from a snapshot (no `Last-Event-ID`).
+fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
+    if request.method() != Method::GET {
+        return None;
+    }
+    let matched = request.extensions().get::<axum::extract::MatchedPath>()?.as_str();
+    let stream_from_start = matched == "/api/labs/{lab}/events"
+        && !request.headers().contains_key("last-event-id")
+        && !request.uri().query().is_some_and(|q| q.contains("last_event_id="));
+    if matched != "/api/labs/{lab}" && !stream_from_start {
+        return None;
+    }
+    let raw = request.uri().path().strip_prefix("/api/labs/")?.split('/').next()?;
+    let lab = app.labs.get(&crate::lab::LabId::parse(raw).ok()?)?;
+    Some(lab.snapshot_estimate())
 }
 
 /// Requests that create a lab: `POST /api/labs`, and opening `/`.
