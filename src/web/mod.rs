@@ -6,6 +6,7 @@ mod access_log;
 mod api;
 mod compare;
 mod connections;
+mod early_errors;
 mod endpoint;
 pub mod error;
 mod events;
