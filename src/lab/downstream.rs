@@ -84,6 +84,17 @@ impl Lab {
         .expect("an admission is always decided")
     }
 
+    /// The overloaded downstream takes `key` into its line; false when a request with that key
+    /// is already in line or in work there (its repeat is answered 409 at once).
+    pub fn downstream_line_enter(&self, key: &IdempotencyKey) -> bool {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).insert(key.as_str().to_owned())
+    }
+
+    /// The request with `key` has left the overloaded downstream's line and work.
+    pub fn downstream_line_leave(&self, key: &IdempotencyKey) {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).remove(key.as_str());
+    }
+
     /// An overloaded downstream's worker is done: it goes to the next in line.
     pub fn downstream_leave(&self) {
         let mut state = self.lock();

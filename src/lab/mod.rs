@@ -58,6 +58,9 @@ pub struct Lab {
     subscribers: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
+    /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
+    /// reserves them: a repeat meanwhile is answered 409 at once.
+    keys_in_line: Mutex<std::collections::HashSet<String>>,
     limits: Limits,
     retention: Retention,
 }
@@ -119,6 +122,7 @@ impl Lab {
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
+            keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
         }
