@@ -91,6 +91,9 @@ pub struct CompareArgs {
     /// Gives up (and exits non-zero) when the comparison has not drained by then.
     #[arg(long, default_value_t = 300)]
     pub time_limit_s: u64,
+    /// Prints no progress on stderr (errors still go there).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

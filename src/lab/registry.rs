@@ -82,6 +82,11 @@ impl LabId {
         Ok(LabId { uuid, instance })
     }
 
+    /// A new random id, owned by `instance` (a comparison's id is made the same way).
+    pub fn new(instance: Option<Instance>) -> LabId {
+        LabId { uuid: Uuid::new_v4(), instance }
+    }
+
     /// The instance that owns the lab, if it was made by a named one.
     pub fn instance(&self) -> Option<Instance> {
         self.instance
@@ -169,7 +174,7 @@ impl Labs {
                 evicted.delete();
             }
         }
-        let id = LabId { uuid: Uuid::new_v4(), instance: self.instance };
+        let id = LabId::new(self.instance);
         let lab =
             Arc::new_cyclic(|this| Lab::build(this.clone(), id, unix_now_ms(), Default::default(), 0, self));
         lab.change(|_, _| Some(((), Event::LabCreated)));

@@ -141,6 +141,11 @@ pub async fn burst(
     let count = usize::try_from(request.count).unwrap_or(usize::MAX);
     check_overall_active(&app, count.min(app.limits.max_burst))?;
     let ids = lab.accept_burst(count).map_err(|e| match e {
+        BurstError::Count { max } if count == 0 => AppError::Limit {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            limit: "max_burst",
+            detail: format!("count must be at least 1 (and at most {max}, max_burst)"),
+        },
         BurstError::Count { max } => AppError::Limit {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             limit: "max_burst",
