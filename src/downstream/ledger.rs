@@ -275,6 +275,14 @@ impl Ledger {
         }
     }
 
+    /// Whether `key` was applied: held whole with its answer, or by fingerprint (cold).
+    pub fn is_applied(&self, key: &str) -> bool {
+        match self.keys.get(key) {
+            Some(entry) => entry.answer.is_some(),
+            None => self.cold.contains_key(&Fingerprint::of(key)),
+        }
+    }
+
     /// Takes the store's row for a cold key (`Lookup::Stored`): the key is held whole again.
     /// `row` is `None` when the store has no row of it (it can only have been taken back or
     /// expired meanwhile): the key is forgotten, and is new to the next lookup. A cold key

@@ -262,7 +262,8 @@ impl Lab {
         let now = self.now_ms();
         let quarantine_after = state.record.policy.quarantine_after;
         let Some(message) = state.record.dead_letter(id) else { return };
-        let letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        letter.applied = state.record.ledger.is_applied(&letter.key);
         state.dead_letters.push(letter.clone());
         self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }

@@ -2,6 +2,8 @@
 //! letters. Sent by `GET /api/labs/{lab}`, first on every event stream, and with the events
 //! that replace the page's whole view (a reset, a recovery, an expiry).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::{Lab, LabId, LabState};
@@ -28,7 +30,8 @@ pub struct SnapshotView<'a> {
     limits: SnapshotLimits,
     retention: &'a Retention,
     messages: &'a [Message],
-    dead_letters: &'a [DeadLetter],
+    #[schema(value_type = Vec<DeadLetter>)]
+    dead_letters: Cow<'a, [DeadLetter]>,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -70,7 +73,7 @@ impl Lab {
             },
             retention: &self.retention,
             messages: record.messages(),
-            dead_letters: state.dead_letters.letters(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
         }
     }
 
@@ -97,7 +100,7 @@ impl Lab {
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
             retention: self.retention.clone(),
             messages: record.messages().to_vec(),
-            dead_letters: state.dead_letters.letters().to_vec(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
         }
     }
 
@@ -106,6 +109,20 @@ impl Lab {
         let captured = self.capture(&self.lock());
         captured.json()
     }
+}
+
+/// The dead letters with `applied` as the ledger has it now (a write can land after its
+/// message was given up on); copied only when one differs.
+fn with_ledger<'a>(state: &LabState, letters: Cow<'a, [DeadLetter]>) -> Cow<'a, [DeadLetter]> {
+    let ledger = &state.record.ledger;
+    if letters.iter().all(|l| l.applied == ledger.is_applied(&l.key)) {
+        return letters;
+    }
+    let mut letters = letters.into_owned();
+    for letter in &mut letters {
+        letter.applied = ledger.is_applied(&letter.key);
+    }
+    Cow::Owned(letters)
 }
 
 /// A snapshot's contents, copied out of the lab.
@@ -140,7 +157,7 @@ impl Captured {
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
             retention: &self.retention,
             messages: &self.messages,
-            dead_letters: &self.dead_letters,
+            dead_letters: Cow::Borrowed(&self.dead_letters),
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }
