@@ -15,5 +15,6 @@ mod logs;
 mod operations;
 mod outside;
 mod pages;
+mod presets;
 mod protections;
 mod retries;
