@@ -61,9 +61,12 @@ export async function createPresets(root, look, controls) {
       // Out of the way, so the timeline and its load chart come into view.
       if (drawer) drawer.open = false;
       show(preset.name, preset.look, preset);
+      // The pressed button went away with the drawer: the keyboard goes on from what to look
+      // for, with the follow-ups right after it.
+      look.focus();
       // What to look for is said once, in the box above the timeline (a polite live region,
       // so it is read out too); the status line only confirms what was done.
-      say(`${preset.name}: sent ${preset.burst} messages.`);
+      say(`${preset.name}: sent ${preset.burst} messages. What to look for is above the timeline.`);
     });
   }
 
