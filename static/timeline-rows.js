@@ -202,8 +202,8 @@ export function createRows(state, { filled }) {
     drawWindow();
   }
 
-  /** Scroll so that row `index` is the top one in view. */
-  function scrollToTop(index) {
+  /** Scroll so that row `index` is the top one in view (or as near the top as it goes). */
+  function scrollToRow(index) {
     box.top = Math.max(0, index * ROW_H);
     scroller.scrollTop = box.top;
     box.top = scroller.scrollTop;
@@ -211,7 +211,7 @@ export function createRows(state, { filled }) {
   }
 
   return {
-    scrollToTop,
+    scrollToRow,
     /** Drop every drawn row (a new snapshot): the next draw builds them afresh. */
     clear() {
       for (const row of drawn.values()) row.el.remove();

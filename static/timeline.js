@@ -55,7 +55,7 @@ export function createTimeline(root, model, requestDraw) {
     const ids = scale.latest();
     if (!ids.length) return;
     const first = Math.min(...ids.map((id) => state.list.indexOf(id)).filter((i) => i >= 0));
-    if (Number.isFinite(first)) rows.scrollToTop(first);
+    if (Number.isFinite(first)) rows.scrollToRow(first);
   });
 
   /** Draw what changed; called once per animation frame. */
