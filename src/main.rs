@@ -19,7 +19,7 @@ async fn main() -> std::io::Result<()> {
         // Its own server's lines would bury the progress: warnings only, unless asked.
         init_logs(config.log_format, "warn");
         raise_open_file_limit();
-        return retrylab::compare::cli::run(args).await.map_err(|e| {
+        return retrylab::cli::compare::run(args).await.map_err(|e| {
             eprintln!("retrylab compare: {e}");
             std::process::exit(1)
         });
@@ -33,7 +33,7 @@ async fn main() -> std::io::Result<()> {
     let shown = listener.local_addr()?;
     let format = config.log_format;
     say(format, &format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
-    retrylab::serve(listener, config, shutdown_signal()).await?;
+    retrylab::server::serve(listener, config, shutdown_signal()).await?;
     say(format, "retrylab stopped");
     Ok(())
 }

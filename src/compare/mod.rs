@@ -3,7 +3,6 @@
 //! A comparison is saved when it starts and survives a restart like its labs do; its figures
 //! are measured from the labs whenever they are asked for.
 
-pub mod cli;
 pub mod report;
 pub mod scenario;
 
@@ -15,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Limits;
-use crate::downstream::DownstreamUpdate;
-use crate::lab::{Lab, LabId, Labs, unix_now_ms};
+use crate::domain::LabId;
+use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
@@ -67,10 +66,10 @@ impl PolicyChoice {
     }
 
     /// The policy update this choice makes over the scenario's base policy.
-    fn changes(&self) -> Result<Value, String> {
+    fn changes(&self) -> Result<PolicyUpdate, String> {
         match self {
             PolicyChoice::Preset(name) => scenario::preset(name),
-            PolicyChoice::Custom { policy, .. } => Ok(policy.clone()),
+            PolicyChoice::Custom { policy, .. } => parse_policy(policy.clone()),
         }
     }
 }
@@ -216,12 +215,12 @@ impl Comparisons {
         // Every policy is checked before any lab is made.
         let mut setups = Vec::new();
         for choice in &request.policies {
-            let changes = choice.changes().map_err(Refusal::Invalid)?;
-            let policy = scenario::merge(scenario.base_policy(request.seed), changes);
-            let policy = parse_policy(policy)
-                .map_err(|e| Refusal::Invalid(format!("policy '{}': {e}", choice.name())))?;
-            let downstream: DownstreamUpdate = serde_json::from_value(scenario.downstream(request.burst))
-                .expect("a scenario's downstream is valid");
+            let changes = choice.changes().map_err(|e| match choice {
+                PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
+            })?;
+            let policy = scenario.base_policy(request.seed).then(changes);
+            let downstream = scenario.downstream(request.burst);
             setups.push((choice.name().to_owned(), policy, downstream));
         }
         let mut made: Vec<(String, Arc<Lab>)> = Vec::new();
@@ -282,7 +281,9 @@ impl Comparisons {
                 let figures = lab
                     .as_ref()
                     .map(|lab| {
-                        lab.read(|record, letters| report::figures(record, letters, column.started_ms))
+                        lab.read(|record, letters, counters| {
+                            report::figures(record, letters, counters, column.started_ms)
+                        })
                     })
                     .unwrap_or_default();
                 let expected = comparison.burst as u64;
@@ -367,8 +368,6 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
                 Err(e) => tracing::warn!(lab = %lab.id, error = ?e, "a comparison's burst was refused"),
             },
             Step::Downstream { update, .. } => {
-                let update: DownstreamUpdate =
-                    serde_json::from_value(update).expect("a scenario's steps are valid");
                 if let Err(e) = lab.set_downstream(&update) {
                     tracing::warn!(lab = %lab.id, error = %e, "a comparison's step was refused");
                 }

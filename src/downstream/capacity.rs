@@ -8,7 +8,8 @@ use tokio::sync::oneshot;
 /// The Generic Cell Rate Algorithm: one timestamp, the "theoretical arrival time" of the next
 /// request if they came exactly at the rate. A request is allowed when it is no earlier than
 /// that time minus the burst tolerance, and each allowed request pushes the time on by one
-/// emission interval. Shared by every caller of the lab's endpoint.
+/// emission interval. The throttled endpoint keeps one for every caller; the server's own rate
+/// limits one per client.
 #[derive(Debug, Default)]
 pub struct Gcra {
     tat_ms: f64,
@@ -27,6 +28,11 @@ impl Gcra {
         }
         self.tat_ms = tat + interval;
         Ok(())
+    }
+
+    /// Whether a whole burst would be allowed at `now_ms`: nothing is left to remember.
+    pub fn is_idle(&self, now_ms: u64) -> bool {
+        self.tat_ms <= now_ms as f64
     }
 }
 

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
+use super::{RecordChanges, RecordParts};
 use crate::dlq::DeadLetter;
-use crate::domain::{Message, RecordChanges, RecordParts};
+use crate::domain::Message;
 use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
 
 /// How long the writer pauses after a failed commit before trying again.
@@ -149,7 +150,7 @@ pub struct Health {
 impl Store {
     /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
     /// and starts the writer. Blocking: call it off the async workers.
-    /// `max_bytes` (0 for no limit) caps the database file, as a full disk would.
+    /// `settings.max_bytes` (0 for no limit) caps the database file, as a full disk would.
     pub fn open(path: &Path, settings: StoreSettings) -> Result<(Store, Vec<LoadedLab>), StoreError> {
         let max_bytes = settings.max_bytes;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -598,7 +599,8 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
     for key in &changes.removed_keys {
         rows += delete_key.execute(params![lab, key])? as u64;
     }
-    // Appended: the table is in the order keys were applied (see migration 4).
+    // Appended: the table is in the order keys were applied (see migration 4). The column
+    // `request_body` holds the body's digest (`BodyDigest`), not the body: its name is older.
     let mut insert_key = tx.prepare_cached(
         "INSERT INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
          applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -289,10 +289,7 @@ pub async fn crash_client(
 
 /// Waits for a settings change to be committed; when the store cannot keep it, puts the
 /// settings back as they were, so the refusal changes nothing.
-async fn kept_or_restored(
-    lab: &crate::lab::Lab,
-    before: (crate::downstream::DownstreamSettings, Option<crate::downstream::Revert>, crate::retry::Policy),
-) -> Result<(), AppError> {
+async fn kept_or_restored(lab: &crate::lab::Lab, before: crate::lab::Settings) -> Result<(), AppError> {
     lab.persisted().await.map_err(|refused| {
         lab.restore_settings(before);
         refused.into()

@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 use super::error::{AppError, Problem};
 use super::{InternalCaller, LabParam, LabPath};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, StoredResponse};
-use crate::lab::{Decided, DownstreamAdmission as Admission, Lab};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, Passage, StoredResponse};
+use crate::lab::{Arrival, Decided, Lab};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -54,7 +54,7 @@ pub async fn downstream(
     let (key, digest) = read(&lab, &headers, body)?;
     // The overloaded downstream holds a request in line and in work before its key is
     // reserved in the ledger: a repeat meanwhile is 409 at once, as in every other mode.
-    let in_line = match lab.downstream_mode() {
+    let in_line = match lab.downstream_settings().mode {
         Mode::Overloaded => match InLine::enter(&lab, &key) {
             Some(held) => Some(held),
             None => {
@@ -64,8 +64,8 @@ pub async fn downstream(
         },
         _ => None,
     };
-    let (arrived, admission) = lab.downstream_admit(&key);
-    let working = matches!(admission, Admission::Open);
+    let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
+    let working = matches!(admission, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false };
     let answer = admitted(lab, key, (digest, internal.is_none()), (admission, in_line)).await;
     let status = match &answer {
@@ -126,26 +126,26 @@ async fn admitted(
     lab: Arc<Lab>,
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
-    (admission, in_line): (Admission, Option<InLine>),
+    (admission, in_line): (Passage, Option<InLine>),
 ) -> Result<Response, AppError> {
     match admission {
-        Admission::Open => {}
-        Admission::Throttled { retry_after_s } => {
+        Passage::Open => {}
+        Passage::Throttled { retry_after_s } => {
             return Err(AppError::Unavailable {
                 status: StatusCode::TOO_MANY_REQUESTS,
                 retry_after_s,
                 detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
             });
         }
-        Admission::Shed { retry_after_s } => {
+        Passage::Shed { retry_after_s } => {
             return Err(AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 retry_after_s,
                 detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
             });
         }
-        Admission::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
-        Admission::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
+        Passage::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
+        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
     }
     let decided = decide(&lab, &key, digest, outside).await?;
     respond(lab, key, decided, Latency::ToWaitOut).await

@@ -4,6 +4,7 @@
 
 mod access_log;
 mod api;
+mod app;
 mod compare;
 mod connections;
 mod endpoint;
@@ -14,10 +15,10 @@ mod pages;
 mod rate_limit;
 mod responses;
 
+pub use app::{App, AppState};
 pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::{InternalCaller, RateLimiter};
 
-use std::ops::Deref;
 use std::sync::Arc;
 
 use axum::Router;
@@ -25,44 +26,15 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
-use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::config::{Limits, Retention};
-use crate::lab::{Lab, LabId, Labs};
-use crate::metrics::Metrics;
-use crate::producer::Producer;
-use crate::store::Store;
+use crate::domain::LabId;
+use crate::lab::Lab;
 use error::AppError;
-
-pub struct App {
-    pub labs: Labs,
-    pub comparisons: crate::compare::Comparisons,
-    pub producer: Producer,
-    pub store: Store,
-    pub metrics: Arc<Metrics>,
-    pub limits: Limits,
-    pub retention: Retention,
-    pub rate_limiter: RateLimiter,
-    /// Each outside client's rate on the labs' endpoints.
-    pub endpoint_limiter: RateLimiter,
-    /// Flips to `true` when the server is shutting down, so open event streams end.
-    pub shutdown: watch::Receiver<bool>,
-}
-
-#[derive(Clone)]
-pub struct AppState(pub Arc<App>);
-
-impl Deref for AppState {
-    type Target = App;
-    fn deref(&self) -> &App {
-        &self.0
-    }
-}
 
 /// The whole route table; `/metrics` only when it is not served on an address of its own.
 pub fn router(state: AppState, with_metrics: bool) -> Router {

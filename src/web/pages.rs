@@ -11,7 +11,7 @@ use super::AppState;
 use super::api::lab_limit;
 use super::error::AppError;
 use crate::domain::Counters;
-use crate::lab::LabId;
+use crate::domain::LabId;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "lab.html")]
@@ -80,7 +80,7 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
                       deleted after a week without use.";
         return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
     };
-    let mode = lab.downstream_mode().as_str().to_owned();
+    let mode = lab.downstream_settings().mode.as_str().to_owned();
     let retention = RetentionText {
         keys: span(app.retention.key_ttl_s),
         dead_letters: span(app.retention.dead_letter_ttl_s),

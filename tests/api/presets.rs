@@ -321,15 +321,18 @@ async fn a_fixed_interval_keeps_the_load_up_and_doubling_thins_it_at_a_price() {
     let f = figures(&done, &first, back);
     // "For the whole outage the load chart shows the same column every 400 ms": every 400 ms
     // of the outage, about one request per message, the last as many as the first.
+    // Per second of the outage, a column of the 30 messages every 400 ms is 75 requests; most
+    // of that every second (a loaded machine smears a column over a window's edge), and the
+    // last second about as busy as the rest.
     let sent = f.bins[0]["t_ms"].as_u64().unwrap();
-    let windows: Vec<u64> = (0..(back - sent) / 400)
-        .map(|k| sent + k * 400)
-        .map(|at| sum(&f.bins, "requests", at..at + 400))
+    let seconds: Vec<u64> = (0..(back - sent) / 1000)
+        .map(|k| sent + k * 1000)
+        .map(|at| sum(&f.bins, "requests", at..at + 1000))
         .collect();
-    assert!(windows.len() >= 8, "{windows:?}");
-    // Most of the 30 messages in each (a loaded machine smears a column over two windows).
-    assert!(windows.iter().all(|&w| w >= 18), "a column of the messages every 400 ms: {windows:?}");
-    assert!(*windows.last().unwrap() * 5 >= windows[0] * 3, "the load never falls: {windows:?}");
+    assert!(seconds.len() >= 3, "{seconds:?}");
+    assert!(seconds.iter().all(|&n| n >= 50), "a column of the messages every 400 ms: {seconds:?}");
+    let mean = seconds.iter().sum::<u64>() / seconds.len() as u64;
+    assert!(*seconds.last().unwrap() * 3 >= mean * 2, "the load never falls: {seconds:?}");
     assert_eq!(figures(&done, &first, u64::MAX).dead, 0, "twelve attempts outlast the outage");
     says(&preset["then"][0], "Doubling thins the columns out");
     says(&preset["then"][0], "some messages become dead letters (the fixed interval had none)");

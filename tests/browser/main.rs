@@ -51,7 +51,7 @@ impl Server {
         let address = listener.local_addr().unwrap();
         let config = Config::new(db.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(retrylab::serve(listener, config, async {
+        let serving = tokio::spawn(retrylab::server::serve(listener, config, async {
             let _ = stopped.await;
         }));
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -122,7 +122,8 @@ async fn dead_letters_then_healthy(page: &Page, count: u64) {
     choose_mode(page, "healthy").await;
 }
 
-/// waits until the page's stream is live. Returns the lab's id as the page shows it.
+/// Opens the front page, which makes a new lab and shows it, and waits until the page's
+/// stream is live. Returns the lab's id as the page shows it.
 async fn open_new_lab(page: &Page, server: &Server) -> String {
     page.navigate(&server.url("/")).await;
     let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();

@@ -9,16 +9,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::scenario::{self, Scenario};
+use crate::compare::ROWS;
+use crate::compare::scenario::{self, Scenario};
 use crate::config::{CompareArgs, Config};
+use crate::server::serve;
 
 /// Runs a comparison from the command line; the error is what to tell the person.
 pub async fn run(args: CompareArgs) -> Result<(), String> {
     Scenario::parse(&args.scenario)?;
     let policies: Vec<Value> = args.policies.iter().map(|p| policy(p)).collect::<Result<_, _>>()?;
     let names = policies.iter().map(|p| p.as_str().or_else(|| p["name"].as_str()).unwrap_or_default());
-    if let Some(name) = super::duplicate_name(names) {
-        return Err(super::duplicate_refusal(name));
+    if let Some(name) = crate::compare::duplicate_name(names) {
+        return Err(crate::compare::duplicate_refusal(name));
     }
     let dir = std::env::temp_dir().join(format!("retrylab-compare-{}", uuid::Uuid::new_v4()));
     let result = compare(&args, policies, &dir).await;
@@ -50,7 +52,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let mut config = Config::new(dir.join("compare.db"));
     config.limits.control_rate_per_s = 1_000;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(crate::serve(listener, config, async {
+    let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
@@ -210,7 +212,7 @@ fn table(report: &Value) -> String {
         header += &format!("{policy:>width$}");
     }
     lines.push(header);
-    for (row, _) in super::ROWS {
+    for (row, _) in ROWS {
         let best: Vec<&str> = report["best"][row]
             .as_array()
             .map(|b| b.iter().filter_map(Value::as_str).collect())
@@ -231,7 +233,7 @@ fn table(report: &Value) -> String {
     }
     lines.push(format!(
         "* best on that row, by more than {:.0} %; = the same for all, within it",
-        super::BEST_TOLERANCE * 100.0
+        crate::compare::BEST_TOLERANCE * 100.0
     ));
     lines.join("\n") + "\n"
 }
