@@ -33,7 +33,7 @@ async fn main() {
     let config = Config { limits, ..Config::new(dir.join("burst.db")) };
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+    tokio::spawn(retrylab::server::serve(listener, config, std::future::pending()));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
     let lab: Value = client.post(format!("{base}/api/labs")).send().await.unwrap().json().await.unwrap();

@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser};
-use serde::Serialize;
 
 /// See `Config::commit_delay_ms`.
 pub const DEFAULT_COMMIT_DELAY_MS: u64 = 20;
@@ -91,6 +90,9 @@ pub struct CompareArgs {
     /// Gives up (and exits non-zero) when the comparison has not drained by then.
     #[arg(long, default_value_t = 300)]
     pub time_limit_s: u64,
+    /// Prints no progress on stderr (errors still go there).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -161,12 +163,11 @@ impl Exposure {
 }
 
 impl Config {
-    /// The instance's name: `--instance-id`, else Fly's machine id, else none.
-    pub fn instance(&self) -> Result<Option<crate::lab::Instance>, String> {
+    /// The instance's name as given, lowercased: `--instance-id`, else Fly's machine id, else
+    /// none. `domain::Instance::parse` checks it.
+    pub fn instance_name(&self) -> Option<String> {
         let name = self.instance_id.clone().or_else(|| std::env::var("FLY_MACHINE_ID").ok());
-        name.filter(|n| !n.is_empty())
-            .map(|n| crate::lab::Instance::parse(&n.to_ascii_lowercase()))
-            .transpose()
+        name.filter(|n| !n.is_empty()).map(|n| n.to_ascii_lowercase())
     }
 
     /// Every setting at its default, serving from `db`: for tests, benchmarks and tools that
@@ -347,7 +348,7 @@ impl Default for Limits {
 }
 
 /// How long things are kept. Each window is shown on the page.
-#[derive(Debug, Clone, Args, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Args)]
 pub struct Retention {
     /// The dedup window: an applied idempotency key is remembered this long, in seconds.
     #[arg(long, env = "RETRYLAB_KEY_TTL_S", default_value_t = DEFAULT_RETENTION.key_ttl_s)]

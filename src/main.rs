@@ -27,7 +27,7 @@ async fn run() -> std::io::Result<()> {
         // Its own server's lines would bury the progress: warnings only, unless asked.
         init_logs(config.log_format, "warn");
         raise_open_file_limit();
-        return retrylab::compare::cli::run(args).await.map_err(|e| {
+        return retrylab::cli::compare::run(args).await.map_err(|e| {
             eprintln!("retrylab compare: {e}");
             std::process::exit(1)
         });
@@ -44,13 +44,13 @@ async fn run() -> std::io::Result<()> {
     })?;
     let shown = listener.local_addr()?;
     // The store first: one that cannot be used ends the server before it says it serves.
-    let opened = retrylab::open_store(&config).await.unwrap_or_else(|e| {
+    let opened = retrylab::server::open_store(&config).await.unwrap_or_else(|e| {
         eprintln!("retrylab: {e}");
         std::process::exit(1)
     });
     let format = config.log_format;
     say(format, &format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
-    retrylab::serve_opened(listener, config, opened, shutdown_signal()).await?;
+    retrylab::server::serve_opened(listener, config, opened, shutdown_signal()).await?;
     say(format, "retrylab stopped");
     Ok(())
 }

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::downstream::HeldKeys;
 use crate::lab::Labs;
 use crate::store::StoreStats;
 
@@ -93,7 +94,7 @@ impl Metrics {
         let active = Gauge::<i64>::default();
         let keys = Family::<HeldLabel, Gauge>::default();
         for lab in labs.all() {
-            let (whole, fingerprint) = lab.held_keys();
+            let HeldKeys { whole, fingerprint } = lab.held_keys();
             keys.get_or_create(&HeldLabel { held: "whole" }).inc_by(whole as i64);
             keys.get_or_create(&HeldLabel { held: "fingerprint" }).inc_by(fingerprint as i64);
             let counters = lab.counters();

@@ -61,6 +61,18 @@ export function createDeadLetters(tbody, emptyEl, moreEl, model, replay) {
     }
     const reason = document.createElement('span');
     reason.textContent = d.reason;
+    if (d.applied) {
+      // The ledger holds the key as applied: the write landed though no answer came in time.
+      tr.dataset.applied = 'true';
+      const mark = document.createElement('strong');
+      mark.className = 'applied-badge';
+      mark.textContent = 'write applied';
+      const why = document.createElement('small');
+      why.className = 'applied-why';
+      why.textContent = 'The endpoint applied this write; no answer came in time. A replay is answered from the stored result and applies nothing again.';
+      reason.prepend(mark, ' ');
+      reason.append(why);
+    }
     if (d.quarantined) {
       const badge = document.createElement('strong');
       badge.className = 'q-badge';

@@ -3,7 +3,6 @@
 //! A comparison is saved when it starts and survives a restart like its labs do; its figures
 //! are measured from the labs whenever they are asked for.
 
-pub mod cli;
 pub mod report;
 pub mod scenario;
 
@@ -13,11 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::config::Limits;
-use crate::downstream::DownstreamUpdate;
-use crate::lab::{Lab, LabId, Labs, unix_now_ms};
+use crate::domain::LabId;
+use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
@@ -26,6 +24,27 @@ pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
 
 /// Most policies in one comparison.
 pub const MAX_POLICIES: usize = 5;
+
+/// A row's best is marked only when it is better than the others by more than this share;
+/// values closer than that are a tie (a 3 ms difference in a 2 s drain says nothing).
+pub const BEST_TOLERANCE: f64 = 0.05;
+
+/// A comparison's id: made like a lab's (a random UUID, then the instance that owns it past
+/// one machine), so a request for it can be sent on to that instance.
+pub type ComparisonId = LabId;
+
+/// The first name two of `names` share, if any: a column per name, so names must differ.
+pub fn duplicate_name<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
+}
+
+/// What to say about a policy name used twice.
+pub fn duplicate_refusal(name: &str) -> String {
+    format!(
+        "the policy name '{name}' is used more than once: each policy is a column named by it, so give each a name of its own"
+    )
+}
 
 /// A policy to compare: a preset's name, or a custom policy (the JSON of `PUT /policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -47,10 +66,10 @@ impl PolicyChoice {
     }
 
     /// The policy update this choice makes over the scenario's base policy.
-    fn changes(&self) -> Result<Value, String> {
+    fn changes(&self) -> Result<PolicyUpdate, String> {
         match self {
             PolicyChoice::Preset(name) => scenario::preset(name),
-            PolicyChoice::Custom { policy, .. } => Ok(policy.clone()),
+            PolicyChoice::Custom { policy, .. } => parse_policy(policy.clone()),
         }
     }
 }
@@ -73,7 +92,7 @@ fn default_seed() -> u64 {
 /// A comparison as it is saved: what was asked, and the lab each policy runs in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
-    pub id: Uuid,
+    pub id: ComparisonId,
     pub scenario: Scenario,
     pub burst: usize,
     pub seed: u64,
@@ -132,7 +151,7 @@ pub enum Refusal {
 /// Every comparison this server holds.
 #[derive(Default)]
 pub struct Comparisons {
-    all: RwLock<HashMap<Uuid, Comparison>>,
+    all: RwLock<HashMap<ComparisonId, Comparison>>,
 }
 
 impl Comparisons {
@@ -150,7 +169,7 @@ impl Comparisons {
         Comparisons { all: RwLock::new(all) }
     }
 
-    pub fn get(&self, id: &Uuid) -> Option<Comparison> {
+    pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
         self.all.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
@@ -167,7 +186,16 @@ impl Comparisons {
         if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
         }
-        if request.burst == 0 || request.burst > max_burst {
+        if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
+            return Err(Refusal::Invalid(duplicate_refusal(name)));
+        }
+        if request.burst == 0 {
+            return Err(Refusal::Limit {
+                limit: "max_burst",
+                detail: format!("burst must be at least 1 (and at most {max_burst}, max_burst)"),
+            });
+        }
+        if request.burst > max_burst {
             return Err(Refusal::Limit {
                 limit: "max_burst",
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
@@ -187,12 +215,12 @@ impl Comparisons {
         // Every policy is checked before any lab is made.
         let mut setups = Vec::new();
         for choice in &request.policies {
-            let changes = choice.changes().map_err(Refusal::Invalid)?;
-            let policy = scenario::merge(scenario.base_policy(request.seed), changes);
-            let policy = parse_policy(policy)
-                .map_err(|e| Refusal::Invalid(format!("policy '{}': {e}", choice.name())))?;
-            let downstream: DownstreamUpdate = serde_json::from_value(scenario.downstream(request.burst))
-                .expect("a scenario's downstream is valid");
+            let changes = choice.changes().map_err(|e| match choice {
+                PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
+            })?;
+            let policy = scenario.base_policy(request.seed).then(changes);
+            let downstream = scenario.downstream(request.burst);
             setups.push((choice.name().to_owned(), policy, downstream));
         }
         let mut made: Vec<(String, Arc<Lab>)> = Vec::new();
@@ -214,7 +242,7 @@ impl Comparisons {
             made.push((name, lab));
         }
         let comparison = Comparison {
-            id: Uuid::new_v4(),
+            id: LabId::new(labs.instance),
             scenario,
             burst: request.burst,
             seed: request.seed,
@@ -253,7 +281,9 @@ impl Comparisons {
                 let figures = lab
                     .as_ref()
                     .map(|lab| {
-                        lab.read(|record, letters| report::figures(record, letters, column.started_ms))
+                        lab.read(|record, letters, counters| {
+                            report::figures(record, letters, counters, column.started_ms)
+                        })
                     })
                     .unwrap_or_default();
                 let expected = comparison.burst as u64;
@@ -269,21 +299,24 @@ impl Comparisons {
                 }
             })
             .collect();
+        let done = columns.iter().all(|c| c.done);
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
             scenario: comparison.scenario,
             burst: comparison.burst,
             seed: comparison.seed,
-            done: columns.iter().all(|c| c.done),
-            best: best(&columns),
+            done,
+            // A best among runs still going would crown whoever is ahead for now.
+            best: if done { best(&columns) } else { HashMap::new() },
             columns,
         }
     }
 }
 
-/// For each row, the policies with the best value (ties share it); rows nobody has a value
-/// for yet are left out.
+/// For each row, the policies with the best value, and every policy within `BEST_TOLERANCE`
+/// of it (a tie shares it; a row every policy shares is "the same for all"); rows nobody has
+/// a value for yet are left out.
 fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
     // Each column's figures as JSON once, read row by row below.
     let figures: Vec<(Value, &str)> = columns
@@ -297,7 +330,8 @@ fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
             figures.iter().filter_map(|(f, policy)| Some((f.get(row)?.as_f64()?, *policy))).collect();
         let pick = |a: f64, b: f64| if less_is_better { a.min(b) } else { a.max(b) };
         let Some(top) = values.iter().map(|v| v.0).reduce(pick) else { continue };
-        let winners = values.iter().filter(|v| v.0 == top).map(|v| v.1.to_owned()).collect();
+        let close = |v: f64| (v - top).abs() <= BEST_TOLERANCE * v.abs().max(top.abs());
+        let winners = values.iter().filter(|v| close(v.0)).map(|v| v.1.to_owned()).collect();
         best.insert(row.to_owned(), winners);
     }
     best
@@ -334,12 +368,45 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
                 Err(e) => tracing::warn!(lab = %lab.id, error = ?e, "a comparison's burst was refused"),
             },
             Step::Downstream { update, .. } => {
-                let update: DownstreamUpdate =
-                    serde_json::from_value(update).expect("a scenario's steps are valid");
                 if let Err(e) = lab.set_downstream(&update) {
                     tracing::warn!(lab = %lab.id, error = %e, "a comparison's step was refused");
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(policy: &str, drain_ms: u64, requests: u64) -> ColumnReport {
+        ColumnReport {
+            policy: policy.into(),
+            lab: String::new(),
+            lab_url: String::new(),
+            started_ms: 0,
+            done: true,
+            gone: false,
+            figures: Figures { drain_ms: Some(drain_ms), requests, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn a_best_within_the_tolerance_of_another_is_a_tie() {
+        // A 3 ms difference in a 2 s drain is a tie; 300 requests against 400 is not.
+        let columns = [column("none", 2_000, 300), column("full", 2_003, 400), column("equal", 2_600, 300)];
+        let best = best(&columns);
+        assert_eq!(best["drain_ms"], ["none", "full"]);
+        assert_eq!(best["requests"], ["none", "equal"]);
+        let close = [column("a", 1_000, 300), column("b", 1_040, 310)];
+        let best = super::best(&close);
+        assert_eq!((best["drain_ms"].len(), best["requests"].len()), (2, 2), "the same for all: {best:?}");
+    }
+
+    #[test]
+    fn a_name_used_twice_is_found() {
+        assert_eq!(duplicate_name(["none", "full", "none"]), Some("none"));
+        assert_eq!(duplicate_name(["none", "full"]), None);
     }
 }

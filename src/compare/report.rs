@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::dlq::{Cause, DeadLetterQueue};
-use crate::domain::{LabRecord, MessageState, Outcome};
+use crate::domain::{Counters, LabRecord, MessageState, Outcome};
 
 /// One policy's results so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
@@ -32,8 +32,12 @@ pub struct Figures {
 }
 
 /// The figures of a lab whose comparison started at `started_ms` (lab time).
-pub fn figures(record: &LabRecord, letters: &DeadLetterQueue, started_ms: u64) -> Figures {
-    let counters = record.counters(letters.quarantined());
+pub fn figures(
+    record: &LabRecord,
+    letters: &DeadLetterQueue,
+    counters: Counters,
+    started_ms: u64,
+) -> Figures {
     let messages = record.messages();
     let mut latencies: Vec<u64> = Vec::new();
     let mut last_end = started_ms;

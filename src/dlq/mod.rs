@@ -8,7 +8,15 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Attempt, Message, RecordChanges, to_json};
+use crate::domain::{Attempt, Message, to_json};
+
+/// The dead letters' rows a set of changes touched, serialized for the store.
+#[derive(Debug, Default)]
+pub struct DeadLetterChanges {
+    /// (id, when dead-lettered in wall-clock ms, the letter as JSON).
+    pub dead_letters: Vec<(u64, u64, String)>,
+    pub deleted_dead_letters: Vec<u64>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeadLetter {
@@ -27,6 +35,11 @@ pub struct DeadLetter {
     pub dead_lettered_unix_ms: u64,
     /// Dead-lettered again after too many replays: "replay all" leaves it for a person.
     pub quarantined: bool,
+    /// The downstream's ledger holds the key as applied (a timeout whose write landed): a
+    /// replay is answered from the stored result and applies nothing. Read from the ledger
+    /// when a snapshot is made, so a write that landed after the letter was made counts too.
+    #[serde(default)]
+    pub applied: bool,
 }
 
 /// What ended a round without a delivery.
@@ -65,6 +78,7 @@ impl DeadLetter {
             dead_lettered_ms: now_ms,
             dead_lettered_unix_ms: unix_ms,
             quarantined: message.round >= quarantine_after,
+            applied: false,
         }
     }
 }
@@ -178,7 +192,7 @@ impl DeadLetterQueue {
     }
 
     /// Adds the rows changed since the last call to `changes`.
-    pub fn take_changes(&mut self, changes: &mut RecordChanges) {
+    pub fn take_changes(&mut self, changes: &mut DeadLetterChanges) {
         let dirty = std::mem::take(&mut self.dirty);
         if dirty.is_empty() {
             return;
@@ -193,7 +207,7 @@ impl DeadLetterQueue {
     }
 
     /// Takes back rows the store could not commit, so the next `take_changes` has them.
-    pub fn restore_changes(&mut self, changes: &RecordChanges) {
+    pub fn restore_changes(&mut self, changes: &DeadLetterChanges) {
         let letters = changes.dead_letters.iter().map(|(id, _, _)| *id);
         self.dirty.extend(letters.chain(changes.deleted_dead_letters.iter().copied()));
     }
@@ -227,14 +241,14 @@ mod tests {
     fn rows_the_store_could_not_commit_come_back() {
         let mut queue = DeadLetterQueue::default();
         queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "gave up".into()), (5, 5), 3));
-        let mut first = RecordChanges::default();
+        let mut first = DeadLetterChanges::default();
         queue.take_changes(&mut first);
         assert_eq!(first.dead_letters.len(), 1);
-        let mut none = RecordChanges::default();
+        let mut none = DeadLetterChanges::default();
         queue.take_changes(&mut none);
         assert!(none.dead_letters.is_empty(), "taken once");
         queue.restore_changes(&first);
-        let mut again = RecordChanges::default();
+        let mut again = DeadLetterChanges::default();
         queue.take_changes(&mut again);
         assert_eq!(again.dead_letters.len(), 1);
     }

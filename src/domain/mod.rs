@@ -1,17 +1,21 @@
 //! The lab's state and rules, with no I/O and no clock of its own: messages and their state
-//! machine, attempts and waits, counters, and the record that holds one lab's state in memory
-//! and notes what each change touched, so the store can persist exactly the rows that changed.
+//! machine, attempts and waits, counters, load, markers, lab ids, and the record that holds one
+//! lab's messages in memory and notes what each change touched, so the store can persist
+//! exactly the rows that changed.
 
 mod history;
+mod ids;
 mod load;
 mod marker;
 mod message;
 mod record;
 
+pub use history::History;
+pub use ids::{Instance, LabId};
 pub use load::{Answer, BIN_MS, BinChanges, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
-pub use record::{BreakerChange, Counters, LabRecord, RecordChanges, RecordParts};
+pub use record::{Counters, LabRecord, MessageChanges, StoredRecord};
 
 /// A record as the store keeps it: JSON.
 pub fn to_json(value: &impl serde::Serialize) -> String {

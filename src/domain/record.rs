@@ -1,18 +1,17 @@
-//! One lab's state in memory: settings, messages with every attempt, and the downstream's
-//! ledger. Every change goes through a method here, which also notes what it touched, so the
-//! store can persist exactly the rows that changed. The dead letters live beside it, in `dlq`.
+//! One lab's messages in memory, with every attempt, and what its endpoint measured. Every
+//! change goes through a method here, which also notes what it touched, so the store can
+//! persist exactly the rows that changed. The dead letters live beside it, in `dlq`; the
+//! endpoint's state in `downstream::Endpoint`; the client's in `client::ClientState`.
 
 use std::collections::{HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::history::History;
 use super::load::{BinChanges, Load, LoadBin};
 use super::marker::{Marker, Markers};
 use super::message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 use super::to_json;
-use crate::downstream::{DownstreamSettings, Gate, Gcra, KeyRow, Ledger, LedgerCounts, Revert};
-use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
+use crate::retry::Wait;
 
 const STATES: usize = MessageState::COUNT;
 
@@ -46,59 +45,33 @@ impl Counters {
     }
 }
 
-/// The rows a set of changes touched, serialized for the store.
+/// The rows of messages, load and markers a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
-pub struct RecordChanges {
+pub struct MessageChanges {
     /// Everything of the lab's was deleted first (a reset).
     pub cleared: bool,
     pub messages: Vec<(u64, String)>,
     pub deleted_messages: Vec<u64>,
-    pub dead_letters: Vec<(u64, u64, String)>,
-    pub deleted_dead_letters: Vec<u64>,
-    pub keys: Vec<KeyRow>,
-    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
-    pub keys_expired_before: Option<u64>,
-    /// ...but for these, whose messages may still send them.
-    pub keys_kept: Vec<String>,
-    /// Keys taken back one by one (the store could not keep their write).
-    pub removed_keys: Vec<String>,
     /// Load bins changed (and dropped).
     pub load: BinChanges,
     /// Every marker, as JSON, when they changed.
     pub markers: Option<String>,
-    /// Every change of the breaker's state, as JSON, when there was a new one.
-    pub breaker_changes: Option<String>,
 }
 
 #[derive(Debug, Default)]
 struct Dirty {
     cleared: bool,
     messages: HashSet<u64>,
-    keys_expired_before: Option<u64>,
-    keys_kept: Vec<String>,
-    removed_keys: Vec<String>,
 }
 
-/// One lab's whole state.
+/// One lab's messages with their state machine, what its endpoint measured and its markers.
+/// The endpoint's own state is `downstream::Endpoint`'s, the client's `client::ClientState`'s;
+/// the lab holds the three side by side.
 #[derive(Debug, Default)]
 pub struct LabRecord {
-    pub downstream: DownstreamSettings,
-    /// While a timed setting lasts: when and to what the downstream goes back.
-    pub revert: Option<Revert>,
-    pub policy: Policy,
-    pub ledger: Ledger,
-    /// The throttled downstream's rate limit.
-    pub throttle: Gcra,
-    /// The overloaded downstream's workers and queue.
-    pub gate: Gate,
     /// What the downstream measured, per 100 ms.
     pub load: Load,
     pub markers: Markers,
-    /// The client's circuit breaker, and every change of its state.
-    pub breaker: Breaker,
-    pub breaker_changes: BreakerChanges,
-    /// The client's retry budget's window.
-    pub budget: RetryBudget,
     /// Bumped by every reset, so work begun before it cannot write into the fresh state.
     pub epoch: u64,
     messages: Vec<Message>,
@@ -108,46 +81,23 @@ pub struct LabRecord {
     dirty: Dirty,
 }
 
-/// The breaker's changes of state kept per lab; the oldest go first.
-const MAX_BREAKER_CHANGES: usize = 1_000;
-
-/// A lab's breaker history, the newest `MAX_BREAKER_CHANGES`.
-pub type BreakerChanges = History<BreakerChange, MAX_BREAKER_CHANGES>;
-
-/// The breaker changed state at `at_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct BreakerChange {
-    pub at_ms: u64,
-    pub state: BreakerState,
-}
-
 /// What the store keeps of a lab record.
-#[derive(Debug)]
-pub struct RecordParts {
-    pub downstream: DownstreamSettings,
-    pub revert: Option<Revert>,
-    pub policy: Policy,
-    pub ledger: Ledger,
+#[derive(Debug, Default)]
+pub struct StoredRecord {
     pub epoch: u64,
     pub next_message_id: u64,
     pub messages: Vec<Message>,
     pub load_bins: Vec<LoadBin>,
     pub markers: Vec<Marker>,
-    pub breaker_changes: Vec<BreakerChange>,
 }
 
 impl LabRecord {
-    pub fn restore(parts: RecordParts) -> Self {
+    pub fn restore(parts: StoredRecord) -> Self {
         let mut record = LabRecord {
-            downstream: parts.downstream,
-            revert: parts.revert,
-            policy: parts.policy,
-            ledger: parts.ledger,
             epoch: parts.epoch,
             next_message_id: parts.next_message_id,
             load: Load::restore(parts.load_bins),
             markers: Markers::restore(parts.markers),
-            breaker_changes: BreakerChanges::restore(parts.breaker_changes),
             ..Default::default()
         };
         record.replace_messages(parts.messages);
@@ -165,25 +115,11 @@ impl LabRecord {
         self.messages = messages;
     }
 
-    pub fn downstream_view(&self) -> crate::downstream::DownstreamView {
-        crate::downstream::DownstreamView { settings: self.downstream, revert: self.revert }
-    }
-
-    /// The counters; `quarantined` comes from the dead-letter queue.
+    /// The messages' counters; `quarantined` comes from the dead-letter queue. The endpoint's
+    /// (`requests`, `applied`, `applied_twice`) are its ledger's, zero here.
     pub fn counters(&self, quarantined: u64) -> Counters {
         let [queued, in_flight, backing_off, delivered, dead_letter] = self.by_state;
-        let LedgerCounts { requests, applied, applied_twice } = self.ledger.counts();
-        Counters {
-            queued,
-            in_flight,
-            backing_off,
-            delivered,
-            dead_letter,
-            quarantined,
-            requests,
-            applied,
-            applied_twice,
-        }
+        Counters { queued, in_flight, backing_off, delivered, dead_letter, quarantined, ..Default::default() }
     }
 
     pub fn messages(&self) -> &[Message] {
@@ -348,13 +284,6 @@ impl LabRecord {
         self.set_state(id, MessageState::DeadLetter);
     }
 
-    /// Takes back a write the store could not keep; its row (if any) goes with the next commit.
-    pub fn unapply_key(&mut self, key: &crate::downstream::IdempotencyKey) {
-        if self.ledger.unapply(key) {
-            self.dirty.removed_keys.push(key.as_str().to_owned());
-        }
-    }
-
     /// Drops messages whose dead letters expired.
     pub fn remove_messages(&mut self, ids: &[u64]) {
         let gone: HashSet<u64> = ids.iter().copied().collect();
@@ -363,58 +292,24 @@ impl LabRecord {
         self.dirty.messages.extend(gone);
     }
 
-    /// Forgets applied keys older than the dedup window, but never the key of a message that
-    /// may still send it (owed a delivery, or a dead letter a person may replay): a key lives
-    /// at least as long as its message can use it.
-    pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
-        let needed: Vec<&str> = self
-            .messages
-            .iter()
-            .filter(|m| m.state.is_active() || m.state == MessageState::DeadLetter)
-            .map(|m| m.key.as_str())
-            .collect();
-        let count = self.ledger.expire(applied_before_unix_ms, needed.iter().copied());
-        if count > 0 {
-            // The store expires by the same cutoff (its rows are in the order keys were
-            // applied), sparing the same keys: those of them as old as the cutoff are named.
-            let kept = needed
-                .into_iter()
-                .filter(|key| self.ledger.applied_unix_ms(key).is_some_and(|at| at < applied_before_unix_ms))
-                .map(str::to_owned)
-                .collect();
-            self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(Some(applied_before_unix_ms));
-            self.dirty.keys_kept = kept;
-        }
-        count
-    }
-
-    /// Clears messages, the ledger and what was measured; settings stay.
+    /// Clears messages and what was measured.
     pub fn reset(&mut self) {
         self.messages.clear();
         self.index.clear();
-        self.ledger = Ledger::default();
         self.by_state = [0; STATES];
         self.load.clear();
         self.markers.clear();
-        self.breaker = Breaker::default();
-        self.breaker_changes.clear();
-        self.budget = RetryBudget::default();
         self.epoch += 1;
         self.dirty = Dirty { cleared: true, ..Default::default() };
     }
 
     /// The rows changed since the last call, ready for the store.
-    pub fn take_changes(&mut self) -> RecordChanges {
+    pub fn take_changes(&mut self) -> MessageChanges {
         let dirty = std::mem::take(&mut self.dirty);
-        let mut changes = RecordChanges {
+        let mut changes = MessageChanges {
             cleared: dirty.cleared,
-            keys: self.ledger.take_unsaved(),
-            keys_expired_before: dirty.keys_expired_before,
-            keys_kept: dirty.keys_kept,
-            removed_keys: dirty.removed_keys,
             load: self.load.take_unsaved(),
             markers: self.markers.take_unsaved(),
-            breaker_changes: self.breaker_changes.take_unsaved(),
             ..Default::default()
         };
         for id in dirty.messages {
@@ -427,29 +322,14 @@ impl LabRecord {
     }
 
     /// Takes back changes the store could not commit, so the next `take_changes` has them.
-    pub fn restore_changes(&mut self, changes: RecordChanges) {
+    pub fn restore_changes(&mut self, changes: MessageChanges) {
         self.dirty.cleared |= changes.cleared;
         let messages = changes.messages.into_iter().map(|(id, _)| id).chain(changes.deleted_messages);
         self.dirty.messages.extend(messages);
-        if self.dirty.keys_expired_before.is_none() {
-            // A later expiry's list of kept keys is the newer one; else these come back.
-            self.dirty.keys_kept = changes.keys_kept;
-        }
-        self.dirty.keys_expired_before = self.dirty.keys_expired_before.max(changes.keys_expired_before);
-        self.dirty.removed_keys.extend(changes.removed_keys);
-        self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));
         self.load.mark_unsaved(changes.load);
         if changes.markers.is_some() {
             self.markers.mark_unsaved();
         }
-        if changes.breaker_changes.is_some() {
-            self.breaker_changes.mark_unsaved();
-        }
-    }
-
-    /// Notes a change of the breaker's state.
-    pub fn breaker_changed(&mut self, state: BreakerState, at_ms: u64) {
-        self.breaker_changes.push(BreakerChange { at_ms, state });
     }
 
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {

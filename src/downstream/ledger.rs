@@ -74,14 +74,30 @@ impl std::fmt::Display for BodyDigest {
     }
 }
 
+/// How many applied keys a ledger holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldKeys {
+    /// Held whole: the key, its body's digest, its answer.
+    pub whole: usize,
+    /// Held cold, by fingerprint only: the store has the rest.
+    pub fingerprint: usize,
+}
+
+/// Against `(whole, fingerprint)`, for short comparisons.
+impl PartialEq<(usize, usize)> for HeldKeys {
+    fn eq(&self, &(whole, fingerprint): &(usize, usize)) -> bool {
+        self.whole == whole && self.fingerprint == fingerprint
+    }
+}
+
 #[derive(Debug)]
-struct Entry {
+struct KeyEntry {
     digest: BodyDigest,
     /// Made by a caller from outside, not the lab's own client: these count against the
     /// limits on outside keys.
     outside: bool,
     /// The answer, once the write is applied.
-    answer: Option<Answer>,
+    answer: Option<KeptAnswer>,
     /// The lab's event that applied it: once the store has committed that event, the key is
     /// durable (0 for keys read back from the store).
     applied_event: u64,
@@ -95,10 +111,10 @@ struct Entry {
     hot_since_unix_ms: u64,
 }
 
-impl Entry {
+impl KeyEntry {
     /// A key reserved by a request that has not applied its write yet.
-    fn reserved(digest: BodyDigest, outside: bool) -> Entry {
-        Entry {
+    fn reserved(digest: BodyDigest, outside: bool) -> KeyEntry {
+        KeyEntry {
             digest,
             outside,
             answer: None,
@@ -115,27 +131,27 @@ impl Entry {
 /// time it was applied, so those are all it keeps, and it writes the same bytes again for
 /// every repeat. An answer stored some other way is kept whole.
 #[derive(Debug)]
-enum Answer {
+enum KeptAnswer {
     Applied { applied_at_ms: u64 },
     Kept(Box<StoredResponse>),
 }
 
-impl Answer {
+impl KeptAnswer {
     fn response(&self, key: &str) -> StoredResponse {
         match self {
-            Answer::Applied { applied_at_ms } => applied_response(key, *applied_at_ms),
-            Answer::Kept(response) => (**response).clone(),
+            KeptAnswer::Applied { applied_at_ms } => applied_response(key, *applied_at_ms),
+            KeptAnswer::Kept(response) => (**response).clone(),
         }
     }
 
     /// The smallest form that gives back exactly these bytes.
-    fn of(key: &str, response: StoredResponse) -> Answer {
+    fn of(key: &str, response: StoredResponse) -> KeptAnswer {
         let applied_at_ms = serde_json::from_slice::<Value>(&response.body)
             .ok()
             .and_then(|body| body.get("applied_at_ms")?.as_u64());
         match applied_at_ms {
-            Some(at) if applied_response(key, at) == response => Answer::Applied { applied_at_ms: at },
-            _ => Answer::Kept(Box::new(response)),
+            Some(at) if applied_response(key, at) == response => KeptAnswer::Applied { applied_at_ms: at },
+            _ => KeptAnswer::Kept(Box::new(response)),
         }
     }
 }
@@ -225,7 +241,7 @@ pub struct LedgerCounts {
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// Keys held whole: reserved, recently applied, or recalled from the store.
-    keys: HashMap<Box<str>, Entry>,
+    keys: HashMap<Box<str>, KeyEntry>,
     /// Applied keys held by fingerprint only; their rows are in the store.
     cold: HashMap<Fingerprint, Cold>,
     counts: LedgerCounts,
@@ -275,8 +291,8 @@ impl Ledger {
     }
 
     /// Keys held whole, and keys held by fingerprint only.
-    pub fn held(&self) -> (usize, usize) {
-        (self.keys.len(), self.cold.len())
+    pub fn held(&self) -> HeldKeys {
+        HeldKeys { whole: self.keys.len(), fingerprint: self.cold.len() }
     }
 
     pub fn count_request(&mut self) {
@@ -293,8 +309,16 @@ impl Ledger {
                 None => Lookup::New,
             },
             Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
-            Some(Entry { answer: Some(answer), .. }) => Lookup::Done(answer.response(key.as_str())),
+            Some(KeyEntry { answer: Some(answer), .. }) => Lookup::Done(answer.response(key.as_str())),
             Some(_) => Lookup::InProgress,
+        }
+    }
+
+    /// Whether `key` was applied: held whole with its answer, or by fingerprint (cold).
+    pub fn is_applied(&self, key: &str) -> bool {
+        match self.keys.get(key) {
+            Some(entry) => entry.answer.is_some(),
+            None => self.cold.contains_key(&Fingerprint::of(key)),
         }
     }
 
@@ -321,12 +345,12 @@ impl Ledger {
             return;
         };
         let response = StoredResponse { status: row.status, body: row.response };
-        let entry = Entry {
-            answer: Some(Answer::of(&row.key, response)),
+        let entry = KeyEntry {
+            answer: Some(KeptAnswer::of(&row.key, response)),
             applied: row.applied,
             applied_unix_ms: row.applied_unix_ms,
             hot_since_unix_ms: now_unix_ms,
-            ..Entry::reserved(row.digest, cold.outside())
+            ..KeyEntry::reserved(row.digest, cold.outside())
         };
         self.keys.insert(row.key.into_boxed_str(), entry);
     }
@@ -363,7 +387,7 @@ impl Ledger {
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        if let Some(replaced) = self.keys.insert(key.as_str().into(), Entry::reserved(digest, outside)) {
+        if let Some(replaced) = self.keys.insert(key.as_str().into(), KeyEntry::reserved(digest, outside)) {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
@@ -392,7 +416,7 @@ impl Ledger {
         let entry = self
             .keys
             .entry(key.as_str().into())
-            .or_insert_with(|| Entry::reserved(BodyDigest([0; 32]), false));
+            .or_insert_with(|| KeyEntry::reserved(BodyDigest([0; 32]), false));
         entry.applied += 1;
         if entry.applied == 1
             && !self.expired.is_empty()
@@ -411,7 +435,7 @@ impl Ledger {
             _ => {}
         }
         let response = applied_response(key.as_str(), now_ms);
-        entry.answer = Some(Answer::Applied { applied_at_ms: now_ms });
+        entry.answer = Some(KeptAnswer::Applied { applied_at_ms: now_ms });
         if !std::mem::replace(&mut entry.unsaved, true) {
             self.unsaved.push(key.as_str().into());
         }
@@ -521,12 +545,12 @@ mod tests {
     #[test]
     fn an_answer_is_kept_small_and_given_back_byte_for_byte() {
         let made = applied_response("k-1", 4_242);
-        assert!(matches!(Answer::of("k-1", made.clone()), Answer::Applied { applied_at_ms: 4_242 }));
-        assert_eq!(Answer::of("k-1", made.clone()).response("k-1"), made);
+        assert!(matches!(KeptAnswer::of("k-1", made.clone()), KeptAnswer::Applied { applied_at_ms: 4_242 }));
+        assert_eq!(KeptAnswer::of("k-1", made.clone()).response("k-1"), made);
         // Stored some other way (spacing, another shape): kept whole, still byte for byte.
         let odd = StoredResponse { status: 200, body: r#"{ "applied_at_ms": 4242, "key": "k-1" }"#.into() };
-        assert!(matches!(Answer::of("k-1", odd.clone()), Answer::Kept(_)));
-        assert_eq!(Answer::of("k-1", odd.clone()).response("k-1"), odd);
+        assert!(matches!(KeptAnswer::of("k-1", odd.clone()), KeptAnswer::Kept(_)));
+        assert_eq!(KeptAnswer::of("k-1", odd.clone()).response("k-1"), odd);
         // The bytes are those answers have always had, so keys stored before still match.
         let key = r#"odd "key" \ é"#;
         let before = json!({ "key": key, "result": "applied", "applied_at_ms": 7 }).to_string();

@@ -6,13 +6,15 @@
 //! refused; a repeat while the first is still being processed is told to come back later.
 
 mod capacity;
+mod endpoint;
 mod ledger;
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 pub use capacity::{Entry, Gate, Gcra};
-pub use ledger::{BodyDigest, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use endpoint::{Clock, Endpoint, KeyChanges, Passage, Request};
+pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
@@ -108,7 +110,7 @@ pub struct DownstreamView {
 }
 
 /// A partial update: absent fields keep their value.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownstreamUpdate {
     pub mode: Option<Mode>,
@@ -231,8 +233,8 @@ pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
-    (digest, caller): (BodyDigest, Caller),
-    (now_ms, unix_ms): (u64, u64),
+    Request { digest, caller }: Request,
+    Clock { now_ms, unix_ms }: Clock,
     rng: &mut impl Rng,
 ) -> Decision {
     match ledger.lookup(key, &digest) {
@@ -277,6 +279,18 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
     use serde_json::json;
+
+    /// `super::decide` with the request and the clock as pairs, for short tests.
+    fn decide(
+        ledger: &mut Ledger,
+        settings: &DownstreamSettings,
+        key: &IdempotencyKey,
+        (digest, caller): (BodyDigest, Caller),
+        (now_ms, unix_ms): (u64, u64),
+        rng: &mut impl Rng,
+    ) -> Decision {
+        super::decide(ledger, settings, key, Request { digest, caller }, Clock { now_ms, unix_ms }, rng)
+    }
 
     fn lab(body: &serde_json::Value) -> (BodyDigest, Caller) {
         (BodyDigest::of(body), Caller::Lab)

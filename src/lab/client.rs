@@ -1,5 +1,6 @@
 //! The lab's client's shared protections: one circuit breaker and one retry budget for all
-//! its messages, as a real service has one per dependency.
+//! its messages, as a real service has one per dependency. The state is the client's own
+//! (`client::ClientState`); here each change of the breaker becomes an event.
 
 use super::{Lab, LabState};
 use crate::events::Event;
@@ -9,42 +10,37 @@ impl Lab {
     /// Asks the client's breaker whether the next attempt may be sent.
     pub fn breaker_admit(&self) -> Admission {
         let mut state = self.lock();
-        let Some(settings) = state.record.policy.breaker else { return Admission::Send };
         let now = self.now_ms();
-        let (admission, changed) = state.record.breaker.admit(&settings, now);
-        if let Some(changed) = changed {
-            self.breaker_changed(&mut state, changed, now);
-        }
+        let (admission, changed) = state.client.admit(now);
+        self.breaker_changed(&mut state, changed, now);
         admission
     }
 
     /// Tells the client's breaker how a sent attempt ended.
     pub fn breaker_record(&self, failed: bool) {
         let mut state = self.lock();
-        let Some(settings) = state.record.policy.breaker else { return };
         let now = self.now_ms();
-        if let Some(changed) = state.record.breaker.record(&settings, failed, now) {
-            self.breaker_changed(&mut state, changed, now);
-        }
+        let changed = state.client.record(failed, now);
+        self.breaker_changed(&mut state, changed, now);
     }
 
-    fn breaker_changed(&self, state: &mut LabState, changed: BreakerState, now: u64) {
-        state.record.breaker_changed(changed, now);
-        self.publish(state, &Event::BreakerChanged { state: changed }, now);
+    /// Publishes the breaker's new state, if it changed.
+    pub(super) fn breaker_changed(&self, state: &mut LabState, changed: Option<BreakerState>, now: u64) {
+        if let Some(changed) = changed {
+            self.publish(state, &Event::BreakerChanged { state: changed }, now);
+        }
     }
 
     /// Counts a first attempt in the retry budget's window.
     pub fn budget_first_attempt(&self) {
         let now = self.now_ms();
-        self.lock().record.budget.first_attempt(now);
+        self.lock().client.first_attempt(now);
     }
 
     /// Whether the retry budget allows a retry now (always, without one); counts it if so.
     pub fn budget_allows_retry(&self) -> bool {
         let now = self.now_ms();
-        let mut state = self.lock();
-        let Some(settings) = state.record.policy.retry_budget else { return true };
-        state.record.budget.try_retry(&settings, now)
+        self.lock().client.allows_retry(now)
     }
 
     /// How long one round may last, and the setting that says so: the policy's `max_total_ms`

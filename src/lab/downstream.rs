@@ -5,14 +5,21 @@
 
 use std::sync::atomic::Ordering;
 
-use tokio::sync::oneshot;
-
-use super::{Lab, unix_now_ms};
+use super::{Lab, LabState, unix_now_ms};
 use crate::domain::Answer;
-
-use crate::downstream::{self, BodyDigest, Caller, Decision, Entry, IdempotencyKey, Mode, StoredResponse};
+use crate::downstream::{
+    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Passage, Request, StoredResponse,
+};
 use crate::events::Event;
 use crate::store::StoreError;
+
+/// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`)
+/// and how it got past the mode's gate.
+#[derive(Debug)]
+pub struct Arrival {
+    pub arrived_t_ms: u64,
+    pub passage: Passage,
+}
 
 /// A request decided against the ledger.
 #[derive(Debug)]
@@ -25,52 +32,23 @@ pub struct Decided {
     pub durable_at: u64,
 }
 
-/// How a request gets past the mode's gate.
-#[derive(Debug)]
-pub enum Admission {
-    /// Straight on.
-    Open,
-    /// A worker of the overloaded downstream is this request's; give it back with
-    /// `downstream_leave`.
-    Worker,
-    /// Wait in line for a worker (it is this request's when the receiver fires).
-    Queued(oneshot::Receiver<()>),
-    /// Over the rate limit: 429.
-    Throttled { retry_after_s: u64 },
-    /// No worker and no room in the queue: 503 at once.
-    Shed { retry_after_s: u64 },
-}
-
 impl Lab {
     /// A request was read: counts it where it arrives and lets it past the mode's gate, or
     /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
     /// (for `downstream_done`). A request let straight on is counted in process until then.
-    pub fn downstream_admit(&self, key: &IdempotencyKey) -> (u64, Admission) {
-        self.change(|record, now| {
-            record.ledger.count_request();
+    pub fn downstream_admit(&self, key: &IdempotencyKey) -> Arrival {
+        self.change(|LabState { record, endpoint, .. }, now| {
+            endpoint.ledger.count_request();
             let arrived = record.load.arrive(now);
-            let settings = record.downstream;
-            let admission = match settings.mode {
-                Mode::Throttled => match record.throttle.check(settings.rate_per_s, settings.burst, now) {
-                    Ok(()) => Admission::Open,
-                    // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
-                    Err(wait_ms) => Admission::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) },
-                },
-                Mode::Overloaded => match record.gate.enter(settings.capacity, settings.queue) {
-                    Entry::Now => Admission::Worker,
-                    Entry::Queued(turn) => Admission::Queued(turn),
-                    Entry::Full => Admission::Shed { retry_after_s: settings.retry_after_s },
-                },
-                _ => Admission::Open,
-            };
-            let (status, detail) = match admission {
-                Admission::Throttled { .. } => (429, "over the rate limit, nothing applied"),
-                Admission::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
-                Admission::Open => {
+            let passage = endpoint.pass(now);
+            let (status, detail) = match passage {
+                Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
+                Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
+                Passage::Open => {
                     record.load.work_started(now);
-                    return Some(((arrived, admission), None));
+                    return Some((Arrival { arrived_t_ms: arrived, passage }, None));
                 }
-                _ => return Some(((arrived, admission), None)),
+                _ => return Some((Arrival { arrived_t_ms: arrived, passage }, None)),
             };
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
@@ -79,16 +57,25 @@ impl Lab {
                 replayed: false,
                 detail: Some(detail),
             };
-            Some(((arrived, admission), Some(event)))
+            Some((Arrival { arrived_t_ms: arrived, passage }, Some(event)))
         })
         .expect("an admission is always decided")
     }
 
+    /// The overloaded downstream takes `key` into its line; false when a request with that key
+    /// is already in line or in work there (its repeat is answered 409 at once).
+    pub fn downstream_line_enter(&self, key: &IdempotencyKey) -> bool {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).insert(key.as_str().to_owned())
+    }
+
+    /// The request with `key` has left the overloaded downstream's line and work.
+    pub fn downstream_line_leave(&self, key: &IdempotencyKey) {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).remove(key.as_str());
+    }
+
     /// An overloaded downstream's worker is done: it goes to the next in line.
     pub fn downstream_leave(&self) {
-        let mut state = self.lock();
-        let capacity = state.record.downstream.capacity;
-        state.record.gate.leave(capacity);
+        self.lock().endpoint.leave();
     }
 
     /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
@@ -146,9 +133,9 @@ impl Lab {
                 .await
                 .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
             let mut state = self.lock();
-            let before = state.record.ledger.outside_keys();
-            state.record.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
-            self.count_outside_keys(before, state.record.ledger.outside_keys());
+            let before = state.endpoint.ledger.outside_keys();
+            state.endpoint.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
+            self.count_outside_keys(before, state.endpoint.ledger.outside_keys());
         }
         Err(StoreError::Failed("the key changed each time it was read back from the store".into()))
     }
@@ -161,10 +148,9 @@ impl Lab {
         let mut state = self.lock();
         let now = self.now_ms();
         let (decision, event) = {
-            let record = &mut state.record;
-            let settings = record.downstream;
-            let clock = (now, unix_now_ms());
-            let before = record.ledger.outside_keys();
+            let endpoint = &mut state.endpoint;
+            let clock = Clock { now_ms: now, unix_ms: unix_now_ms() };
+            let before = endpoint.ledger.outside_keys();
             let caller = match outside {
                 false => Caller::Lab,
                 true if before >= self.limits.max_outside_keys_per_lab => {
@@ -175,9 +161,8 @@ impl Lab {
                 }
                 true => Caller::Outside(Ok(())),
             };
-            let decision =
-                downstream::decide(&mut record.ledger, &settings, key, (digest, caller), clock, &mut rng);
-            self.count_outside_keys(before, record.ledger.outside_keys());
+            let decision = endpoint.decide(key, Request { digest, caller }, clock, &mut rng);
+            self.count_outside_keys(before, endpoint.ledger.outside_keys());
             let said = match &decision {
                 Decision::Replay(r) => Some((r.status, false, true, None)),
                 Decision::InProgress => Some((409, false, false, Some("key still being processed"))),
@@ -209,13 +194,13 @@ impl Lab {
         let durable_at = match decision {
             // The first answer may not be committed yet; `u64::MAX` is an instant after a
             // write, before its event had a number: then everything so far.
-            Decision::Replay(_) => match state.record.ledger.applied_event(key) {
+            Decision::Replay(_) => match state.endpoint.ledger.applied_event(key) {
                 u64::MAX => state.log.last_id(),
                 applied_event => applied_event,
             },
             Decision::Applied(_) | Decision::AppliedEarly { .. } => {
                 let applied_event = state.log.last_id();
-                state.record.ledger.set_applied_event(key, applied_event);
+                state.endpoint.ledger.set_applied_event(key, applied_event);
                 applied_event
             }
             _ => 0,
@@ -231,7 +216,7 @@ impl Lab {
             return None;
         }
         let now = self.now_ms();
-        let response = state.record.ledger.complete(key, now, unix_now_ms());
+        let response = state.endpoint.ledger.complete(key, now, unix_now_ms());
         let event = Event::DownstreamRequest {
             key: key.as_str().into(),
             status: response.status,
@@ -241,18 +226,18 @@ impl Lab {
         };
         self.publish(&mut state, &event, now);
         let applied_event = state.log.last_id();
-        state.record.ledger.set_applied_event(key, applied_event);
+        state.endpoint.ledger.set_applied_event(key, applied_event);
         Some((response, applied_event))
     }
 
     /// Takes back a write the store could not keep, unless the lab was reset since: the key
     /// is forgotten, so the client's retry applies it.
     pub fn downstream_unapply(&self, key: &IdempotencyKey, epoch: u64) {
-        self.change(|record, _| {
+        self.change(|LabState { record, endpoint, .. }, _| {
             if record.epoch != epoch {
                 return None;
             }
-            record.unapply_key(key);
+            endpoint.unapply(key);
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
                 status: 503,
@@ -267,8 +252,8 @@ impl Lab {
     /// The downstream refused a request before reading its key or body: it is counted as it
     /// arrived and answered, and said so in an event when there is a `detail`.
     pub fn downstream_refused(&self, status: u16, detail: Option<&'static str>) {
-        self.change(|record, now| {
-            record.ledger.count_request();
+        self.change(|LabState { record, endpoint, .. }, now| {
+            endpoint.ledger.count_request();
             let arrived = record.load.arrive(now);
             record.load.answer(arrived, Answer::Status(status));
             let detail = detail?;

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use super::{Lab, LabState};
-use crate::store::{Batch, Flush, LabRow};
+use crate::dlq::DeadLetterChanges;
+use crate::domain::MessageChanges;
+use crate::downstream::KeyChanges;
+use crate::store::{Batch, Flush, LabRow, RecordChanges};
 
 /// How long a caller waits for the store to confirm a commit before answering 503.
 const STORE_PATIENCE: Duration = Duration::from_secs(10);
@@ -79,17 +82,16 @@ impl Flush for Lab {
         }
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
-        state.record.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
-        let mut changes = state.record.take_changes();
-        state.dead_letters.take_changes(&mut changes);
+        state.endpoint.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
+        let changes = state.take_changes();
         let record = &state.record;
         let row = LabRow {
             id: lab_id.clone(),
             origin_unix_ms: self.origin_unix_ms,
             active_unix_ms: state.active_unix_ms,
-            downstream: serde_json::to_string(&record.downstream_view()).expect("settings serialize"),
-            policy: serde_json::to_string(&record.policy).expect("a policy serializes"),
-            counts: record.ledger.counts(),
+            downstream: serde_json::to_string(&state.endpoint.view()).expect("settings serialize"),
+            policy: serde_json::to_string(&state.client.policy).expect("a policy serializes"),
+            counts: state.endpoint.ledger.counts(),
             next_message_id: record.next_message_id(),
             last_event_id: state.log.last_id(),
             epoch: record.epoch,
@@ -102,8 +104,7 @@ impl Flush for Lab {
         if batch.delete {
             state.deleted = true;
         } else {
-            state.dead_letters.restore_changes(&batch.changes);
-            state.record.restore_changes(batch.changes);
+            state.restore_changes(batch.changes);
         }
         self.schedule_flush(&mut state);
     }
@@ -116,5 +117,60 @@ impl Flush for Lab {
             }
             newer
         });
+    }
+}
+
+impl LabState {
+    /// Everything the store is owed, from each part: the messages, the dead letters, the
+    /// endpoint's keys and the client's breaker history.
+    fn take_changes(&mut self) -> RecordChanges {
+        let MessageChanges { cleared, messages, deleted_messages, load, markers } =
+            self.record.take_changes();
+        let mut letters = DeadLetterChanges::default();
+        self.dead_letters.take_changes(&mut letters);
+        let KeyChanges { keys, expired_before, kept, removed } = self.endpoint.take_changes();
+        RecordChanges {
+            cleared,
+            messages,
+            deleted_messages,
+            dead_letters: letters.dead_letters,
+            deleted_dead_letters: letters.deleted_dead_letters,
+            keys,
+            keys_expired_before: expired_before,
+            keys_kept: kept,
+            removed_keys: removed,
+            load,
+            markers,
+            breaker_changes: self.client.take_changes(),
+        }
+    }
+
+    /// Hands changes the store could not commit back to the parts they came from.
+    fn restore_changes(&mut self, changes: RecordChanges) {
+        let RecordChanges {
+            cleared,
+            messages,
+            deleted_messages,
+            dead_letters,
+            deleted_dead_letters,
+            keys,
+            keys_expired_before,
+            keys_kept,
+            removed_keys,
+            load,
+            markers,
+            breaker_changes,
+        } = changes;
+        self.dead_letters.restore_changes(&DeadLetterChanges { dead_letters, deleted_dead_letters });
+        self.record.restore_changes(MessageChanges { cleared, messages, deleted_messages, load, markers });
+        self.endpoint.restore_changes(KeyChanges {
+            keys,
+            expired_before: keys_expired_before,
+            kept: keys_kept,
+            removed: removed_keys,
+        });
+        if breaker_changes.is_some() {
+            self.client.changes_not_saved();
+        }
     }
 }

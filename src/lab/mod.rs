@@ -24,17 +24,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
 
+use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
-use crate::domain::{AttemptEnd, Counters, LabRecord, ResumePoint};
-use crate::downstream::{self as endpoint, DownstreamSettings};
+use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, Message, ResumePoint};
+use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::{Policy, Wait};
 use crate::store::Store;
 
-pub use downstream::{Admission as DownstreamAdmission, Decided};
+pub use downstream::{Arrival, Decided};
 pub use flush::NotDurable;
-pub use registry::{Instance, LabId, Labs};
+pub use registry::Labs;
+pub use settings::Settings;
 pub use snapshot::{SnapshotLimits, SnapshotView};
 pub use subscribers::Opening;
 
@@ -60,12 +62,28 @@ pub struct Lab {
     snapshot_bytes: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
+    /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
+    /// reserves them: a repeat meanwhile is answered 409 at once.
+    keys_in_line: Mutex<std::collections::HashSet<String>>,
     limits: Limits,
     retention: Retention,
 }
 
+/// A lab's parts as they start: fresh, or as the store kept them.
+#[derive(Default)]
+struct Parts {
+    record: LabRecord,
+    endpoint: Endpoint,
+    client: ClientState,
+    dead_letters: DeadLetterQueue,
+}
+
+/// The lab's state: its messages, its endpoint's state and its client's, each owned by its own
+/// type, side by side, with what the store has yet to be told.
 struct LabState {
     record: LabRecord,
+    endpoint: Endpoint,
+    client: ClientState,
     dead_letters: DeadLetterQueue,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
@@ -76,8 +94,16 @@ struct LabState {
 
 impl LabState {
     fn counters(&self) -> Counters {
-        self.record.counters(self.dead_letters.quarantined())
+        let LedgerCounts { requests, applied, applied_twice } = self.endpoint.ledger.counts();
+        Counters { requests, applied, applied_twice, ..self.record.counters(self.dead_letters.quarantined()) }
     }
+}
+
+/// What the retention windows took from a lab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub dead_letters: usize,
+    pub keys: usize,
 }
 
 /// Why a burst was refused.
@@ -97,7 +123,7 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        (record, dead_letters): (LabRecord, DeadLetterQueue),
+        Parts { record, endpoint, client, dead_letters }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
@@ -107,6 +133,8 @@ impl Lab {
             origin_unix_ms,
             state: Mutex::new(LabState {
                 record,
+                endpoint,
+                client,
                 dead_letters,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
@@ -122,6 +150,7 @@ impl Lab {
             subscribers: AtomicUsize::new(0),
             snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
+            keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
         }
@@ -141,11 +170,11 @@ impl Lab {
     /// commit. The closure returns `None` to change nothing, and may yield no event.
     fn change<R, E: Into<Option<Event>>>(
         &self,
-        f: impl FnOnce(&mut LabRecord, u64) -> Option<(R, E)>,
+        f: impl FnOnce(&mut LabState, u64) -> Option<(R, E)>,
     ) -> Option<R> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let (result, event) = f(&mut state.record, now)?;
+        let (result, event) = f(&mut state, now)?;
         if let Some(event) = event.into() {
             self.publish(&mut state, &event, now);
         }
@@ -160,7 +189,7 @@ impl Lab {
     }
 
     pub fn policy(&self) -> Policy {
-        self.lock().record.policy
+        self.lock().client.policy
     }
 
     pub fn counters(&self) -> Counters {
@@ -168,26 +197,23 @@ impl Lab {
     }
 
     /// Applied keys in memory: held whole, and held by fingerprint only.
-    pub fn held_keys(&self) -> (usize, usize) {
-        self.lock().record.ledger.held()
-    }
-
-    pub fn downstream_mode(&self) -> endpoint::Mode {
-        self.lock().record.downstream.mode
+    pub fn held_keys(&self) -> HeldKeys {
+        self.lock().endpoint.ledger.held()
     }
 
     pub fn downstream_settings(&self) -> DownstreamSettings {
-        self.lock().record.downstream
+        self.lock().endpoint.settings
     }
 
     pub fn active_unix_ms(&self) -> u64 {
         self.lock().active_unix_ms
     }
 
-    /// Reads the lab's state and its dead letters, under the lock (keep `f` short).
-    pub fn read<R>(&self, f: impl FnOnce(&LabRecord, &DeadLetterQueue) -> R) -> R {
+    /// Reads the lab's messages, its dead letters and its counters, under the lock (keep `f`
+    /// short).
+    pub fn read<R>(&self, f: impl FnOnce(&LabRecord, &DeadLetterQueue, Counters) -> R) -> R {
         let state = self.lock();
-        f(&state.record, &state.dead_letters)
+        f(&state.record, &state.dead_letters, state.counters())
     }
 
     /// Messages still owed a delivery.
@@ -203,7 +229,7 @@ impl Lab {
         let max = self.limits.max_messages_per_lab;
         let max_active = self.limits.max_active_messages_per_lab;
         let mut full = None;
-        let ids = self.change(|record, now| {
+        let ids = self.change(|LabState { record, .. }, now| {
             let held = record.messages().len();
             if held + count > max {
                 full = Some(BurstError::LabFull { max, held });
@@ -228,7 +254,7 @@ impl Lab {
 
     /// Attempt `n` starts, after `queued_ms` spent waiting for a connection slot.
     pub fn attempt_started(&self, id: u64, n: u32, queued_ms: u64) -> bool {
-        self.change(|record, now| {
+        self.change(|LabState { record, .. }, now| {
             let (attempt, waited_ms) = record.start_attempt(id, n, now, queued_ms)?;
             let attempt = (&attempt).into();
             let queued_ms = waited_ms.map(|_| queued_ms);
@@ -238,30 +264,33 @@ impl Lab {
     }
 
     pub fn attempt_finished(&self, id: u64, end: AttemptEnd) {
-        self.change(|record, _| {
+        self.change(|LabState { record, .. }, _| {
             let attempt = record.finish_attempt(id, end)?;
             Some(((), Event::AttemptFinished { message_id: id, attempt }))
         });
     }
 
     pub fn wait_scheduled(&self, id: u64, wait: Wait) {
-        self.change(|record, _| {
+        self.change(|LabState { record, .. }, _| {
             let (round, n) = record.schedule_wait(id, wait)?;
             Some(((), Event::WaitScheduled { message_id: id, round, n, wait }))
         });
     }
 
     pub fn delivered(&self, id: u64) {
-        self.change(|record, _| record.deliver(id).then_some(((), Event::Delivered { message_id: id })));
+        self.change(|LabState { record, .. }, _| {
+            record.deliver(id).then_some(((), Event::Delivered { message_id: id }))
+        });
     }
 
     /// Gives up on a message: it moves to the dead-letter queue with its reason.
     pub fn dead_lettered(&self, id: u64, reason: (Cause, String)) {
         let mut state = self.lock();
         let now = self.now_ms();
-        let quarantine_after = state.record.policy.quarantine_after;
+        let quarantine_after = state.client.policy.quarantine_after;
         let Some(message) = state.record.dead_letter(id) else { return };
-        let letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        letter.applied = state.endpoint.ledger.is_applied(&letter.key);
         state.dead_letters.push(letter.clone());
         self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
@@ -315,8 +344,10 @@ impl Lab {
     pub fn reset(&self) {
         self.abort_deliveries();
         let mut state = self.lock();
-        self.count_outside_keys(state.record.ledger.outside_keys(), 0);
+        self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
         state.record.reset();
+        state.endpoint.reset();
+        state.client.reset();
         state.dead_letters.clear();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
@@ -324,7 +355,7 @@ impl Lab {
     }
 
     /// Replaces the messages and dead letters with the store's copy (after a client crash).
-    pub fn reload(&self, messages: Vec<crate::domain::Message>, dead_letters: Vec<DeadLetter>) {
+    pub fn reload(&self, messages: Vec<Message>, dead_letters: Vec<DeadLetter>) {
         let mut state = self.lock();
         state.record.replace_messages(messages);
         state.dead_letters.replace(dead_letters);
@@ -344,30 +375,38 @@ impl Lab {
             state.record.interrupt(id, now);
         }
         // Probes that were cut off never answer.
-        state.record.breaker.forget_probes();
+        state.client.forget_probes();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active
     }
 
     /// Applies the retention windows; returns how many dead letters and keys expired.
-    pub fn expire(&self, now_unix_ms: u64) -> (usize, usize) {
+    pub fn expire(&self, now_unix_ms: u64) -> Expired {
         let retention = &self.retention;
         let mut state = self.lock();
         let letters_before = now_unix_ms.saturating_sub(retention.dead_letter_ttl_s.saturating_mul(1000));
         let keys_before = now_unix_ms.saturating_sub(retention.key_ttl_s.saturating_mul(1000));
         let letters = state.dead_letters.expire(letters_before);
         state.record.remove_messages(&letters);
-        let outside_before = state.record.ledger.outside_keys();
-        let keys = state.record.expire_keys(keys_before);
-        self.count_outside_keys(outside_before, state.record.ledger.outside_keys());
+        let outside_before = state.endpoint.ledger.outside_keys();
+        let state = &mut *state;
+        let needed: Vec<&str> = state
+            .record
+            .messages()
+            .iter()
+            .filter(|m| m.state.is_active() || m.state == crate::domain::MessageState::DeadLetter)
+            .map(|m| m.key.as_str())
+            .collect();
+        let keys = state.endpoint.expire_keys(keys_before, &needed);
+        self.count_outside_keys(outside_before, state.endpoint.ledger.outside_keys());
         if !letters.is_empty() || keys > 0 {
             let now = self.now_ms();
-            let snapshot = self.snapshot_value(&state);
+            let snapshot = self.snapshot_value(state);
             let event = Event::Expired { dead_letters: letters.clone(), keys, snapshot };
-            self.publish(&mut state, &event, now);
+            self.publish(state, &event, now);
         }
-        (letters.len(), keys)
+        Expired { dead_letters: letters.len(), keys }
     }
 
     /// Marks the lab deleted; its rows go with the next commit.
@@ -375,7 +414,7 @@ impl Lab {
         self.abort_deliveries();
         let mut state = self.lock();
         if !state.deleted {
-            self.count_outside_keys(state.record.ledger.outside_keys(), 0);
+            self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
         }
         state.deleted = true;
         self.schedule_flush(&mut state);

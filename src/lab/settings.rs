@@ -4,9 +4,17 @@
 
 use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
-use crate::downstream::{self as endpoint, DownstreamSettings, DownstreamUpdate, DownstreamView, Revert};
+use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
-use crate::retry::{Breaker, BreakerState, Policy, PolicyUpdate};
+use crate::retry::{Policy, PolicyUpdate};
+
+/// The settings in force: the downstream, its timed change if any, and the client's policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    pub downstream: DownstreamSettings,
+    pub revert: Option<Revert>,
+    pub policy: Policy,
+}
 
 impl Lab {
     /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
@@ -14,17 +22,17 @@ impl Lab {
     pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let record = &mut state.record;
-        let next = record.downstream.updated(update)?;
+        let endpoint = &mut state.endpoint;
+        let next = endpoint.settings.updated(update)?;
         // Going back restores what was set before the first timed change, not a timed one.
-        let before = record.revert.map_or(record.downstream, |r| r.to);
-        record.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
+        let before = endpoint.revert.map_or(endpoint.settings, |r| r.to);
+        endpoint.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
         let label = match update.for_ms {
             Some(ms) => format!("{} for {ms} ms", describe(&next)),
             None => describe(&next),
         };
         self.apply(&mut state, next, None, Marker { at_ms: now, kind: MarkerKind::Settings, label }, now);
-        let view = state.record.downstream_view();
+        let view = state.endpoint.view();
         drop(state);
         if let Some(revert) = view.revert {
             self.schedule_revert(revert);
@@ -36,9 +44,9 @@ impl Lab {
     pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let policy = state.record.policy.updated(update)?;
-        let label = format!("policy: {}", changed_fields(&state.record.policy, &policy));
-        let downstream = state.record.downstream;
+        let policy = state.client.policy.updated(update)?;
+        let label = format!("policy: {}", changed_fields(&state.client.policy, &policy));
+        let downstream = state.endpoint.settings;
         self.apply(
             &mut state,
             downstream,
@@ -50,23 +58,23 @@ impl Lab {
     }
 
     /// The settings in force: the downstream, its timed change if any, the policy.
-    pub fn settings(&self) -> (DownstreamSettings, Option<Revert>, Policy) {
+    pub fn settings(&self) -> Settings {
         let state = self.lock();
-        (state.record.downstream, state.record.revert, state.record.policy)
+        Settings {
+            downstream: state.endpoint.settings,
+            revert: state.endpoint.revert,
+            policy: state.client.policy,
+        }
     }
 
     /// Puts settings back as they were (a change the store could not keep), without a marker.
-    pub fn restore_settings(
-        &self,
-        (downstream, revert, policy): (DownstreamSettings, Option<Revert>, Policy),
-    ) {
+    pub fn restore_settings(&self, Settings { downstream, revert, policy }: Settings) {
         let mut state = self.lock();
-        let record = &mut state.record;
-        record.downstream = downstream;
-        record.revert = revert;
-        record.policy = policy;
+        state.endpoint.settings = downstream;
+        state.endpoint.revert = revert;
+        state.client.policy = policy;
         let event =
-            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
+            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
         let now = self.now_ms();
         self.publish(&mut state, &event, now);
     }
@@ -74,9 +82,9 @@ impl Lab {
     /// A timed setting ran out: the downstream goes back, unless another change replaced it.
     fn revert_due(&self, at_ms: u64) {
         let mut state = self.lock();
-        let Some(revert) = state.record.revert.filter(|r| r.at_ms == at_ms) else { return };
+        let Some(revert) = state.endpoint.revert.filter(|r| r.at_ms == at_ms) else { return };
         let now = self.now_ms();
-        state.record.revert = None;
+        state.endpoint.revert = None;
         let label = format!("back to {}", describe(&revert.to));
         self.apply(
             &mut state,
@@ -99,7 +107,7 @@ impl Lab {
 
     /// The settings in force, and when a timed one goes back.
     pub fn pending_revert(&self) -> Option<Revert> {
-        self.lock().record.revert
+        self.lock().endpoint.revert
     }
 
     fn apply(
@@ -110,24 +118,14 @@ impl Lab {
         marker: Marker,
         now: u64,
     ) {
-        let record = &mut state.record;
-        record.downstream = downstream;
+        state.endpoint.apply(downstream);
         if let Some(policy) = policy {
-            if policy.breaker.is_none() && record.breaker.state() != BreakerState::Closed {
-                record.breaker = Breaker::default();
-                record.breaker_changed(BreakerState::Closed, now);
-                self.publish(state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
-            }
-            state.record.policy = policy;
+            let closed = state.client.set_policy(policy, now);
+            self.breaker_changed(state, closed, now);
         }
-        let record = &mut state.record;
-        // A larger capacity, or another mode, lets the queue in front of the workers move.
-        let capacity =
-            if downstream.mode == endpoint::Mode::Overloaded { downstream.capacity } else { u32::MAX };
-        record.gate.admit_waiting(capacity);
-        record.markers.push(marker.clone());
+        state.record.markers.push(marker.clone());
         let event =
-            Event::SettingsChanged { downstream: record.downstream_view(), policy: record.policy.view() };
+            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
         self.publish(state, &event, now);
         self.publish(state, &Event::Marker { marker }, now);
     }
@@ -135,12 +133,9 @@ impl Lab {
     /// The server restarted: the breaker starts closed again, and its history says so.
     pub fn breaker_restarted(&self) {
         let mut state = self.lock();
-        let last = state.record.breaker_changes.all().last().map(|change| change.state);
-        if last.is_some_and(|last| last != BreakerState::Closed) {
-            let now = self.now_ms();
-            state.record.breaker_changed(BreakerState::Closed, now);
-            self.publish(&mut state, &Event::BreakerChanged { state: BreakerState::Closed }, now);
-        }
+        let now = self.now_ms();
+        let closed = state.client.restarted(now);
+        self.breaker_changed(&mut state, closed, now);
     }
 
     /// Adds a marker on the time axis (a crash, a restart).
@@ -156,11 +151,11 @@ impl Lab {
 /// A downstream setting in a few words, for its marker.
 fn describe(settings: &DownstreamSettings) -> String {
     match settings.mode {
-        endpoint::Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
-        endpoint::Mode::Throttled => {
+        Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
+        Mode::Throttled => {
             format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
         }
-        endpoint::Mode::Overloaded => {
+        Mode::Overloaded => {
             format!("overloaded (capacity {}, queue {})", settings.capacity, settings.queue)
         }
         mode => mode.as_str().to_owned(),

@@ -2,12 +2,15 @@
 //! letters. Sent by `GET /api/labs/{lab}`, first on every event stream, and with the events
 //! that replace the page's whole view (a reset, a recovery, an expiry).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
-use super::{Lab, LabId, LabState};
+use super::{Lab, LabState};
+use crate::client::BreakerChange;
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
-use crate::domain::{BIN_MS, BreakerChange, Counters, LoadBin, Marker, Message};
+use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -26,9 +29,10 @@ pub struct SnapshotView<'a> {
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
-    retention: &'a Retention,
+    retention: RetentionView,
     messages: &'a [Message],
-    dead_letters: &'a [DeadLetter],
+    #[schema(value_type = Vec<DeadLetter>)]
+    dead_letters: Cow<'a, [DeadLetter]>,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -45,6 +49,32 @@ pub struct LoadView {
     bins: Vec<LoadBin>,
 }
 
+/// How long things are kept, as the page shows it: its own type, so renaming a flag cannot
+/// change the API.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[schema(as = Retention)]
+pub struct RetentionView {
+    /// The dedup window: an applied idempotency key is remembered this long, in seconds.
+    key_ttl_s: u64,
+    /// Dead letters are kept this long for a person to look at and replay, in seconds.
+    dead_letter_ttl_s: u64,
+    /// A lab nobody has touched for this long is deleted, in seconds.
+    idle_lab_ttl_s: u64,
+    /// How often the retention windows are applied, in milliseconds.
+    sweep_interval_ms: u64,
+}
+
+impl From<&Retention> for RetentionView {
+    fn from(retention: &Retention) -> Self {
+        RetentionView {
+            key_ttl_s: retention.key_ttl_s,
+            dead_letter_ttl_s: retention.dead_letter_ttl_s,
+            idle_lab_ttl_s: retention.idle_lab_ttl_s,
+            sweep_interval_ms: retention.sweep_interval_ms,
+        }
+    }
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SnapshotLimits {
     max_burst: usize,
@@ -58,19 +88,22 @@ impl Lab {
             id: &self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: BreakerView { state: record.breaker.state(), changes: record.breaker_changes.all() },
+            breaker: BreakerView {
+                state: state.client.breaker_state(),
+                changes: state.client.breaker_changes(),
+            },
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
                 max_burst: self.limits.max_burst,
                 max_messages_per_lab: self.limits.max_messages_per_lab,
             },
-            retention: &self.retention,
+            retention: (&self.retention).into(),
             messages: record.messages(),
-            dead_letters: state.dead_letters.letters(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
         }
     }
 
@@ -88,16 +121,16 @@ impl Lab {
             id: self.id,
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
-            downstream: record.downstream_view(),
-            policy: record.policy.view(),
+            downstream: state.endpoint.view(),
+            policy: state.client.policy.view(),
             counters: state.counters(),
-            breaker: (record.breaker.state(), record.breaker_changes.all().to_vec()),
+            breaker: (state.client.breaker_state(), state.client.breaker_changes().to_vec()),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
-            retention: self.retention.clone(),
+            retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
-            dead_letters: state.dead_letters.letters().to_vec(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
         }
     }
 
@@ -119,6 +152,20 @@ impl Lab {
     }
 }
 
+/// The dead letters with `applied` as the ledger has it now (a write can land after its
+/// message was given up on); copied only when one differs.
+fn with_ledger<'a>(state: &LabState, letters: Cow<'a, [DeadLetter]>) -> Cow<'a, [DeadLetter]> {
+    let ledger = &state.endpoint.ledger;
+    if letters.iter().all(|l| l.applied == ledger.is_applied(&l.key)) {
+        return letters;
+    }
+    let mut letters = letters.into_owned();
+    for letter in &mut letters {
+        letter.applied = ledger.is_applied(&letter.key);
+    }
+    Cow::Owned(letters)
+}
+
 /// A snapshot's contents, copied out of the lab.
 pub(super) struct Captured {
     id: LabId,
@@ -131,7 +178,7 @@ pub(super) struct Captured {
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
-    retention: Retention,
+    retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
 }
@@ -149,9 +196,9 @@ impl Captured {
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
-            retention: &self.retention,
+            retention: self.retention,
             messages: &self.messages,
-            dead_letters: &self.dead_letters,
+            dead_letters: Cow::Borrowed(&self.dead_letters),
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }

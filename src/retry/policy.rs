@@ -118,6 +118,28 @@ pub struct PolicyUpdate {
     pub seed: Option<Option<u64>>,
 }
 
+impl PolicyUpdate {
+    /// This update with every field `over` gives written over it.
+    pub fn then(self, over: PolicyUpdate) -> PolicyUpdate {
+        PolicyUpdate {
+            jitter: over.jitter.or(self.jitter),
+            base_ms: over.base_ms.or(self.base_ms),
+            cap_ms: over.cap_ms.or(self.cap_ms),
+            max_attempts: over.max_attempts.or(self.max_attempts),
+            timeout_ms: over.timeout_ms.or(self.timeout_ms),
+            honor_retry_after: over.honor_retry_after.or(self.honor_retry_after),
+            retry_after_cap_ms: over.retry_after_cap_ms.or(self.retry_after_cap_ms),
+            quarantine_after: over.quarantine_after.or(self.quarantine_after),
+            multiplier: over.multiplier.or(self.multiplier),
+            max_total_ms: over.max_total_ms.or(self.max_total_ms),
+            breaker: over.breaker.or(self.breaker),
+            retry_budget: over.retry_budget.or(self.retry_budget),
+            retry_after_mode: over.retry_after_mode.or(self.retry_after_mode),
+            seed: over.seed.or(self.seed),
+        }
+    }
+}
+
 /// Tells a field given as `null` (`Some(None)`) from one left out (`None`).
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)

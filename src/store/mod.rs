@@ -11,10 +11,11 @@
 //! writer. The one on the request path reads back an idempotency key the ledger holds cold
 //! (`Store::recall_key`).
 //!
-//! The files: `schema` (the file, its migrations, its bound), `writer` (the group-committing
-//! writer thread), `rows` (what a lab's batch writes and how a lab is read back), and
-//! `comparisons` (comparisons, written once).
+//! The files: `changes` (what a lab owes the store and gets back), `schema` (the file, its
+//! migrations, its bound), `writer` (the group-committing writer thread), `rows` (what a lab's
+//! batch writes and how a lab is read back), and `comparisons` (comparisons, written once).
 
+mod changes;
 mod comparisons;
 mod rows;
 mod schema;
@@ -34,6 +35,7 @@ use crate::dlq::DeadLetter;
 use crate::domain::Message;
 use crate::downstream::KeyRow;
 
+pub use changes::{RecordChanges, RecordParts};
 pub use rows::{Batch, LabRow, LoadedLab};
 use rows::{key_row, load_dead_letters, load_messages};
 use schema::{connect, open_and_load, opening_failed};
@@ -138,7 +140,8 @@ pub struct Health {
 impl Store {
     /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
     /// and starts the writer. Blocking: call it off the async workers.
-    /// `max_bytes` (0 for no limit) caps the database file, as a full disk would.
+    /// `settings.max_bytes` (0 for no limit) caps the database and its write-ahead log, as a
+    /// full disk would.
     pub fn open(path: &Path, settings: StoreSettings) -> Result<(Store, Vec<LoadedLab>), StoreError> {
         let max_bytes = settings.max_bytes;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

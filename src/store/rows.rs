@@ -3,8 +3,9 @@
 use rusqlite::{Connection, params};
 
 use super::StoreError;
+use super::{RecordChanges, RecordParts};
 use crate::dlq::DeadLetter;
-use crate::domain::{Message, RecordChanges, RecordParts};
+use crate::domain::Message;
 use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
 
 /// A lab's own row.
@@ -126,7 +127,8 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     for key in &changes.removed_keys {
         rows += delete_key.execute(params![lab, key])? as u64;
     }
-    // Appended: the table is in the order keys were applied (see migration 4).
+    // Appended: the table is in the order keys were applied (see migration 4). The column
+    // `request_body` holds the body's digest (`BodyDigest`), not the body: its name is older.
     let mut insert_key = tx.prepare_cached(
         "INSERT INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
          applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

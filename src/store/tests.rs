@@ -12,7 +12,6 @@ use rusqlite::Connection;
 use super::rows::{load_keys, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
-use crate::domain::RecordChanges;
 use crate::downstream::{Ledger, LedgerCounts};
 
 /// A lab whose batch breaks a constraint: messages of a lab that does not exist.

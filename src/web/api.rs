@@ -145,6 +145,11 @@ pub async fn burst(
     let count = usize::try_from(request.count).unwrap_or(usize::MAX);
     check_overall_active(&app, count.min(app.limits.max_burst))?;
     let ids = lab.accept_burst(count).map_err(|e| match e {
+        BurstError::Count { max } if count == 0 => AppError::Limit {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            limit: "max_burst",
+            detail: format!("count must be at least 1 (and at most {max}, max_burst)"),
+        },
         BurstError::Count { max } => AppError::Limit {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             limit: "max_burst",
@@ -288,10 +293,7 @@ pub async fn crash_client(
 
 /// Waits for a settings change to be committed; when the store cannot keep it, puts the
 /// settings back as they were, so the refusal changes nothing.
-async fn kept_or_restored(
-    lab: &crate::lab::Lab,
-    before: (crate::downstream::DownstreamSettings, Option<crate::downstream::Revert>, crate::retry::Policy),
-) -> Result<(), AppError> {
+async fn kept_or_restored(lab: &crate::lab::Lab, before: crate::lab::Settings) -> Result<(), AppError> {
     lab.persisted().await.map_err(|refused| {
         lab.restore_settings(before);
         refused.into()

@@ -113,7 +113,7 @@ impl AppError {
             ),
             AppError::ElsewhereInstance { .. } => (
                 StatusCode::CONFLICT,
-                "this lab lives on another instance; the proxy replays the request there (fly-replay)",
+                "this lab (or comparison) lives on another instance; the proxy replays the request there (fly-replay)",
                 None,
             ),
             AppError::Internal(_) => {

@@ -4,6 +4,7 @@
 
 mod access_log;
 mod api;
+mod app;
 mod compare;
 mod connections;
 mod early_errors;
@@ -16,11 +17,11 @@ mod rate_limit;
 mod responses;
 mod snapshot_limit;
 
+pub use app::{App, AppState};
 pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::{InternalCaller, RateLimiter};
 pub use snapshot_limit::SnapshotGate;
 
-use std::ops::Deref;
 use std::sync::Arc;
 
 use axum::Router;
@@ -28,48 +29,15 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
-use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::config::{Limits, Retention};
-use crate::lab::{Lab, LabId, Labs};
-use crate::metrics::Metrics;
-use crate::producer::Producer;
-use crate::store::Store;
+use crate::domain::LabId;
+use crate::lab::Lab;
 use error::AppError;
-
-pub struct App {
-    pub labs: Labs,
-    pub comparisons: crate::compare::Comparisons,
-    pub producer: Producer,
-    pub store: Store,
-    pub metrics: Arc<Metrics>,
-    pub limits: Limits,
-    pub retention: Retention,
-    pub rate_limiter: RateLimiter,
-    /// Each outside client's rate on the labs' endpoints.
-    pub endpoint_limiter: RateLimiter,
-    /// Each client's rate of creating labs.
-    pub create_limiter: RateLimiter,
-    /// Snapshot reads: bytes per client, and bytes being built at once.
-    pub snapshot_gate: snapshot_limit::SnapshotGate,
-    /// Flips to `true` when the server is shutting down, so open event streams end.
-    pub shutdown: watch::Receiver<bool>,
-}
-
-#[derive(Clone)]
-pub struct AppState(pub Arc<App>);
-
-impl Deref for AppState {
-    type Target = App;
-    fn deref(&self) -> &App {
-        &self.0
-    }
-}
 
 /// The whole route table; `/metrics` only when it is not served on an address of its own.
 pub fn router(state: AppState, with_metrics: bool) -> Router {

@@ -11,16 +11,28 @@ use super::AppState;
 use super::api::lab_limit;
 use super::error::AppError;
 use crate::domain::Counters;
-use crate::lab::LabId;
+use crate::domain::LabId;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "lab.html")]
 struct LabPage {
     lab_id: String,
     mode: String,
+    modes: &'static [(&'static str, &'static str)],
     counters: Counters,
     retention: RetentionText,
 }
+
+/// The downstream's modes, one button each, with what each does at the default settings (the
+/// page rewrites the words from the lab's own settings once it has them).
+const MODES: &[(&str, &str)] = &[
+    ("healthy", "answers 200 after 60–240 ms"),
+    ("flaky", "half get 503 with Retry-After 1 s, the rest answer like healthy"),
+    ("slow", "applies the write, answers after 2.6–3.5 s, past the 2 s timeout"),
+    ("down", "503 with Retry-After 1 s every time, applies nothing"),
+    ("throttled", "a rate limit shared by every caller; over it, 429 with Retry-After"),
+    ("overloaded", "works on a few at once, queues a few more, turns the rest away with 503"),
+];
 
 /// The retention windows in words, for the page.
 struct RetentionText {
@@ -68,13 +80,14 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
                       deleted after a week without use.";
         return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
     };
-    let mode = lab.downstream_mode().as_str().to_owned();
+    let mode = lab.downstream_settings().mode.as_str().to_owned();
     let retention = RetentionText {
         keys: span(app.retention.key_ttl_s),
         dead_letters: span(app.retention.dead_letter_ttl_s),
         idle_labs: span(app.retention.idle_lab_ttl_s),
     };
-    LabPage { lab_id: lab.id.to_string(), mode, counters: lab.counters(), retention }.into_response()
+    LabPage { lab_id: lab.id.to_string(), mode, modes: MODES, counters: lab.counters(), retention }
+        .into_response()
 }
 
 /// Every file under `static/`, with its content type.
@@ -92,6 +105,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("timeline-marks.js", JS, include_str!("../../static/timeline-marks.js")),
     ("load-chart.js", JS, include_str!("../../static/load-chart.js")),
     ("presets.js", JS, include_str!("../../static/presets.js")),
+    ("presets.json", "application/json", include_str!("../../static/presets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),

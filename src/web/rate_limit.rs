@@ -1,7 +1,8 @@
-//! A token bucket per client on the control API, and another on the labs' endpoints for outside
-//! callers: the lab applies its own lesson to itself. Each client may make `burst` requests in
-//! a quick run and `rate` per second after that; past it, the answer is 429 with a
-//! `Retry-After` saying when a token will be back.
+//! A rate limit per client on the control API, and another on the labs' endpoints for outside
+//! callers: the lab applies its own lesson to itself, with the throttled endpoint's own
+//! algorithm (`downstream::Gcra`), one per client. Each client may make `burst` requests in a
+//! quick run and `rate` per second after that; past it, the answer is 429 with a
+//! `Retry-After` saying when the next request would be allowed.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -15,31 +16,29 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::AppError;
+use crate::downstream::Gcra;
 
-/// Buckets kept before full (idle) ones are dropped, so many clients cannot grow memory.
+/// Clients kept before idle ones are dropped, so many clients cannot grow memory.
 const MAX_TRACKED_CLIENTS: usize = 10_000;
 
 pub struct RateLimiter {
     rate_per_s: f64,
-    burst: f64,
+    burst: u32,
     /// A trusted proxy's header naming the client, if configured.
     client_ip_header: Option<String>,
-    buckets: Mutex<HashMap<IpAddr, Bucket>>,
-}
-
-#[derive(Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    updated: Instant,
+    /// The limiter's clock: each client's `Gcra` counts milliseconds since this instant.
+    origin: Instant,
+    clients: Mutex<HashMap<IpAddr, Gcra>>,
 }
 
 impl RateLimiter {
     pub fn new(rate_per_s: u32, burst: u32, client_ip_header: Option<String>) -> Self {
         RateLimiter {
             rate_per_s: f64::from(rate_per_s.max(1)),
-            burst: f64::from(burst.max(1)),
+            burst: burst.max(1),
             client_ip_header,
-            buckets: Mutex::default(),
+            origin: Instant::now(),
+            clients: Mutex::default(),
         }
     }
 
@@ -47,7 +46,7 @@ impl RateLimiter {
     pub fn bytes(rate_per_s: u64, burst: u64, client_ip_header: Option<String>) -> Self {
         RateLimiter {
             rate_per_s: rate_per_s.max(1) as f64,
-            burst: burst.max(1) as f64,
+            burst: u32::try_from(burst).unwrap_or(u32::MAX).max(1),
             ..Self::new(1, 1, client_ip_header)
         }
     }
@@ -69,32 +68,23 @@ impl RateLimiter {
         from_proxy.or_else(|| request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
     }
 
-    /// Takes a token for `client`, or says how long until one is back.
+    /// Lets a request of `client` through, or says how long until one would be.
     pub fn take(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
-        self.take_n(client, 1.0, now)
+        self.take_n(client, 1, now)
     }
 
-    /// Takes `n` tokens for `client` (at most a burst), or says how long until they are back.
-    pub fn take_n(&self, client: IpAddr, n: f64, now: Instant) -> Result<(), Duration> {
-        let n = n.min(self.burst);
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if buckets.len() >= MAX_TRACKED_CLIENTS {
-            buckets.retain(|_, b| self.refilled(*b, now) < self.burst);
+    /// Lets a request of `client` that costs `cost` (bytes, say; at most a burst) through, or
+    /// says how long until it would be.
+    pub fn take_n(&self, client: IpAddr, cost: u32, now: Instant) -> Result<(), Duration> {
+        let now_ms = now.saturating_duration_since(self.origin).as_millis() as u64;
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if clients.len() >= MAX_TRACKED_CLIENTS {
+            clients.retain(|_, limit| !limit.is_idle(now_ms));
         }
-        let bucket = buckets.entry(client).or_insert(Bucket { tokens: self.burst, updated: now });
-        let tokens = self.refilled(*bucket, now);
-        if tokens >= n {
-            *bucket = Bucket { tokens: tokens - n, updated: now };
-            Ok(())
-        } else {
-            *bucket = Bucket { tokens, updated: now };
-            Err(Duration::from_secs_f64((n - tokens) / self.rate_per_s))
-        }
-    }
-
-    fn refilled(&self, bucket: Bucket, now: Instant) -> f64 {
-        let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
-        (bucket.tokens + elapsed * self.rate_per_s).min(self.burst)
+        let limit = clients.entry(client).or_default();
+        limit
+            .check_n(self.rate_per_s, self.burst, cost.min(self.burst), now_ms)
+            .map_err(Duration::from_millis)
     }
 }
 
@@ -159,7 +149,7 @@ fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
         return None;
     }
     let raw = request.uri().path().strip_prefix("/api/labs/")?.split('/').next()?;
-    let lab = app.labs.get(&crate::lab::LabId::parse(raw).ok()?)?;
+    let lab = app.labs.get(&crate::domain::LabId::parse(raw).ok()?)?;
     Some(lab.snapshot_estimate())
 }
 

@@ -45,12 +45,12 @@ impl SnapshotGate {
     /// so it can still be read alone.
     pub fn admit(&self, client: IpAddr, bytes: usize) -> Result<OwnedSemaphorePermit, AppError> {
         let bytes = (bytes as u64).min(self.burst_bytes);
-        self.per_client.take_n(client, bytes as f64, Instant::now()).map_err(|wait| {
-            AppError::RateLimited {
+        self.per_client.take_n(client, u32::try_from(bytes).unwrap_or(u32::MAX), Instant::now()).map_err(
+            |wait| AppError::RateLimited {
                 limit: "snapshot_bytes_per_s",
                 retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
-            }
-        })?;
+            },
+        )?;
         let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.max_building_kib);
         self.building
             .clone()

@@ -331,3 +331,17 @@ async fn sigterm_exits_cleanly_within_five_seconds() {
     assert_eq!(messages(&snapshot).len(), 20);
     assert_eq!(counter(&snapshot, "applied"), 20, "slow mode had applied every write before the answer");
 }
+
+/// docs/events.md is the page's contract: what it says survives a restart must be what
+/// `what_a_lab_measured_and_marked_survives_a_restart` shows surviving.
+#[test]
+fn the_events_doc_says_the_breaker_markers_and_load_survive_a_restart() {
+    let doc = include_str!("../../docs/events.md").replace('\n', " ");
+    assert!(!doc.contains("live in memory"), "docs/events.md says breaker, markers or load live in memory");
+    assert!(!doc.contains("starts them afresh"), "docs/events.md says a restart starts them afresh");
+    assert!(
+        doc.contains("Breaker changes, markers and load bins are stored with the lab")
+            && doc.contains("survive a restart"),
+        "docs/events.md says what survives a restart"
+    );
+}

@@ -15,7 +15,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 async fn spawn_public(config: Config) -> TestApp {
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([0, 0, 0, 0], 0))).await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(retrylab::serve(listener, config, std::future::pending()));
+    tokio::spawn(retrylab::server::serve(listener, config, std::future::pending()));
     TestApp::at(format!("http://127.0.0.1:{port}"))
 }
 

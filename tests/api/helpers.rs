@@ -39,7 +39,7 @@ impl TestApp {
     ) -> (Self, tokio::task::JoinHandle<std::io::Result<()>>) {
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let server = tokio::spawn(retrylab::serve(listener, config, stop));
+        let server = tokio::spawn(retrylab::server::serve(listener, config, stop));
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -134,7 +134,6 @@ impl TestApp {
     }
 }
 
-/// A configuration with its own fresh database file.
 /// A server started by `TestApp::spawn_stoppable`.
 pub struct Stoppable {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -149,6 +148,7 @@ impl Stoppable {
     }
 }
 
+/// A configuration with its own fresh database file.
 pub fn config(limits: Limits, retention: Retention) -> Config {
     Config { limits, retention, ..Config::new(fresh_db()) }
 }

@@ -1,0 +1,3 @@
+//! The binary's commands beyond serving: `retrylab compare`.
+
+pub mod compare;

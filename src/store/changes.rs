@@ -1,0 +1,47 @@
+//! What the store is owed by a lab and what it gives back: the rows changed since the last
+//! commit, and a lab's parts as they were kept. The lab composes them from its messages, its
+//! dead letters, its endpoint and its client.
+
+use crate::client::BreakerChange;
+use crate::domain::{BinChanges, LoadBin, Marker, Message};
+use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
+use crate::retry::Policy;
+
+/// The rows a set of changes touched, serialized for the store.
+#[derive(Debug, Default)]
+pub struct RecordChanges {
+    /// Everything of the lab's was deleted first (a reset).
+    pub cleared: bool,
+    pub messages: Vec<(u64, String)>,
+    pub deleted_messages: Vec<u64>,
+    pub dead_letters: Vec<(u64, u64, String)>,
+    pub deleted_dead_letters: Vec<u64>,
+    pub keys: Vec<KeyRow>,
+    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
+    pub keys_expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    pub keys_kept: Vec<String>,
+    /// Keys taken back one by one (the store could not keep their write).
+    pub removed_keys: Vec<String>,
+    /// Load bins changed (and dropped).
+    pub load: BinChanges,
+    /// Every marker, as JSON, when they changed.
+    pub markers: Option<String>,
+    /// Every change of the breaker's state, as JSON, when there was a new one.
+    pub breaker_changes: Option<String>,
+}
+
+/// What the store keeps of a lab's state.
+#[derive(Debug)]
+pub struct RecordParts {
+    pub downstream: DownstreamSettings,
+    pub revert: Option<Revert>,
+    pub policy: Policy,
+    pub ledger: Ledger,
+    pub epoch: u64,
+    pub next_message_id: u64,
+    pub messages: Vec<Message>,
+    pub load_bins: Vec<LoadBin>,
+    pub markers: Vec<Marker>,
+    pub breaker_changes: Vec<BreakerChange>,
+}
