@@ -150,6 +150,21 @@ export function createDeadLetters(panel, model, { replayOne, openDetail }) {
       badge.textContent = 'quarantined';
       cause.prepend(badge, ' ');
     }
+    if (d.applied) {
+      // The ledger holds the key as applied: the write landed though no answer came in time.
+      tr.dataset.applied = 'true';
+      const why = 'The endpoint applied this write; no answer came in time. A replay is answered from the stored result and applies nothing again.';
+      const mark = document.createElement('strong');
+      mark.className = 'applied-badge';
+      mark.textContent = 'write applied';
+      mark.title = why;
+      // The row keeps its height: the sentence is read out, shown in full in the letter's detail.
+      const said = document.createElement('span');
+      said.className = 'visually-hidden';
+      said.textContent = ` ${why}`;
+      cause.prepend(mark, ' ');
+      cause.append(said);
+    }
     const button = document.createElement('button');
     button.type = 'button';
     button.className = 'secondary small';

@@ -77,6 +77,8 @@ export function applySnapshot(model, snap) {
   model.messages = new Map(snap.messages.map((m) => [m.id, m]));
   model.deadLetters = new Map(snap.dead_letters.map((d) => [d.id, d]));
   model.redrive = snap.redrive ?? null;
+  /** Message id by idempotency key, built when first needed. */
+  model.idByKey = null;
   // An older server sends none of these three: the page then draws them empty.
   model.breaker = { state: snap.breaker?.state ?? 'closed', changes: [...(snap.breaker?.changes ?? [])] };
   model.markers = [...(snap.markers ?? [])];
@@ -121,6 +123,7 @@ export function applyEvent(model, id, ev) {
     case 'messages_created':
       for (const m of ev.messages) {
         model.messages.set(m.id, m);
+        model.idByKey?.set(m.key, m.id);
         changes.messages.add(m.id);
       }
       break;
@@ -239,7 +242,18 @@ export function applyEvent(model, id, ev) {
       }
       break;
 
-    case 'downstream_request':
+    case 'downstream_request': {
+      // A write that lands after its message was given up on makes that dead letter applied:
+      // its replay will be answered from the stored result.
+      if (!ev.applied || !ev.key) break;
+      const letter = deadLetterOfKey(model, ev.key);
+      if (letter && !letter.applied) {
+        model.deadLetters.set(letter.id, { ...letter, applied: true });
+        changes.deadLetters = true;
+      }
+      break;
+    }
+
     case 'lab_created':
       // Only the trace console shows these; the counters above already changed.
       break;
@@ -250,6 +264,13 @@ export function applyEvent(model, id, ev) {
   }
   model.lastEventId = id;
   return changes;
+}
+
+/** The dead letter whose message has idempotency key `key`, if any. */
+function deadLetterOfKey(model, key) {
+  if (model.deadLetters.size === 0) return null;
+  if (!model.idByKey) model.idByKey = new Map([...model.messages.values()].map((m) => [m.key, m.id]));
+  return model.deadLetters.get(model.idByKey.get(key)) ?? null;
 }
 
 export function findAttempt(message, round, n) {

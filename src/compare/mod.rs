@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::config::Limits;
 use crate::domain::LabId;
@@ -25,6 +24,27 @@ pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
 
 /// Most policies in one comparison.
 pub const MAX_POLICIES: usize = 5;
+
+/// A row's best is marked only when it is better than the others by more than this share;
+/// values closer than that are a tie (a 3 ms difference in a 2 s drain says nothing).
+pub const BEST_TOLERANCE: f64 = 0.05;
+
+/// A comparison's id: made like a lab's (a random UUID, then the instance that owns it past
+/// one machine), so a request for it can be sent on to that instance.
+pub type ComparisonId = LabId;
+
+/// The first name two of `names` share, if any: a column per name, so names must differ.
+pub fn duplicate_name<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
+}
+
+/// What to say about a policy name used twice.
+pub fn duplicate_refusal(name: &str) -> String {
+    format!(
+        "the policy name '{name}' is used more than once: each policy is a column named by it, so give each a name of its own"
+    )
+}
 
 /// A policy to compare: a preset's name, or a custom policy (the JSON of `PUT /policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -72,7 +92,7 @@ fn default_seed() -> u64 {
 /// A comparison as it is saved: what was asked, and the lab each policy runs in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
-    pub id: Uuid,
+    pub id: ComparisonId,
     pub scenario: Scenario,
     pub burst: usize,
     pub seed: u64,
@@ -131,7 +151,7 @@ pub enum Refusal {
 /// Every comparison this server holds.
 #[derive(Default)]
 pub struct Comparisons {
-    all: RwLock<HashMap<Uuid, Comparison>>,
+    all: RwLock<HashMap<ComparisonId, Comparison>>,
 }
 
 impl Comparisons {
@@ -149,7 +169,7 @@ impl Comparisons {
         Comparisons { all: RwLock::new(all) }
     }
 
-    pub fn get(&self, id: &Uuid) -> Option<Comparison> {
+    pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
         self.all.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
@@ -166,7 +186,16 @@ impl Comparisons {
         if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
         }
-        if request.burst == 0 || request.burst > max_burst {
+        if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
+            return Err(Refusal::Invalid(duplicate_refusal(name)));
+        }
+        if request.burst == 0 {
+            return Err(Refusal::Limit {
+                limit: "max_burst",
+                detail: format!("burst must be at least 1 (and at most {max_burst}, max_burst)"),
+            });
+        }
+        if request.burst > max_burst {
             return Err(Refusal::Limit {
                 limit: "max_burst",
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
@@ -213,7 +242,7 @@ impl Comparisons {
             made.push((name, lab));
         }
         let comparison = Comparison {
-            id: Uuid::new_v4(),
+            id: LabId::new(labs.instance),
             scenario,
             burst: request.burst,
             seed: request.seed,
@@ -270,21 +299,24 @@ impl Comparisons {
                 }
             })
             .collect();
+        let done = columns.iter().all(|c| c.done);
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
             scenario: comparison.scenario,
             burst: comparison.burst,
             seed: comparison.seed,
-            done: columns.iter().all(|c| c.done),
-            best: best(&columns),
+            done,
+            // A best among runs still going would crown whoever is ahead for now.
+            best: if done { best(&columns) } else { HashMap::new() },
             columns,
         }
     }
 }
 
-/// For each row, the policies with the best value (ties share it); rows nobody has a value
-/// for yet are left out.
+/// For each row, the policies with the best value, and every policy within `BEST_TOLERANCE`
+/// of it (a tie shares it; a row every policy shares is "the same for all"); rows nobody has
+/// a value for yet are left out.
 fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
     // Each column's figures as JSON once, read row by row below.
     let figures: Vec<(Value, &str)> = columns
@@ -298,7 +330,8 @@ fn best(columns: &[ColumnReport]) -> HashMap<String, Vec<String>> {
             figures.iter().filter_map(|(f, policy)| Some((f.get(row)?.as_f64()?, *policy))).collect();
         let pick = |a: f64, b: f64| if less_is_better { a.min(b) } else { a.max(b) };
         let Some(top) = values.iter().map(|v| v.0).reduce(pick) else { continue };
-        let winners = values.iter().filter(|v| v.0 == top).map(|v| v.1.to_owned()).collect();
+        let close = |v: f64| (v - top).abs() <= BEST_TOLERANCE * v.abs().max(top.abs());
+        let winners = values.iter().filter(|v| close(v.0)).map(|v| v.1.to_owned()).collect();
         best.insert(row.to_owned(), winners);
     }
     best
@@ -340,5 +373,40 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(policy: &str, drain_ms: u64, requests: u64) -> ColumnReport {
+        ColumnReport {
+            policy: policy.into(),
+            lab: String::new(),
+            lab_url: String::new(),
+            started_ms: 0,
+            done: true,
+            gone: false,
+            figures: Figures { drain_ms: Some(drain_ms), requests, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn a_best_within_the_tolerance_of_another_is_a_tie() {
+        // A 3 ms difference in a 2 s drain is a tie; 300 requests against 400 is not.
+        let columns = [column("none", 2_000, 300), column("full", 2_003, 400), column("equal", 2_600, 300)];
+        let best = best(&columns);
+        assert_eq!(best["drain_ms"], ["none", "full"]);
+        assert_eq!(best["requests"], ["none", "equal"]);
+        let close = [column("a", 1_000, 300), column("b", 1_040, 310)];
+        let best = super::best(&close);
+        assert_eq!((best["drain_ms"].len(), best["requests"].len()), (2, 2), "the same for all: {best:?}");
+    }
+
+    #[test]
+    fn a_name_used_twice_is_found() {
+        assert_eq!(duplicate_name(["none", "full", "none"]), Some("none"));
+        assert_eq!(duplicate_name(["none", "full"]), None);
     }
 }

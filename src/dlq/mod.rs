@@ -46,6 +46,11 @@ pub struct DeadLetter {
 
     /// Dead-lettered again after too many replays: "replay all" leaves it for a person.
     pub quarantined: bool,
+    /// The downstream's ledger holds the key as applied (a timeout whose write landed): a
+    /// replay is answered from the stored result and applies nothing. Read from the ledger
+    /// when a snapshot is made, so a write that landed after the letter was made counts too.
+    #[serde(default)]
+    pub applied: bool,
 }
 
 /// What ended a round without a delivery.
@@ -85,6 +90,7 @@ impl DeadLetter {
             dead_lettered_unix_ms: unix_ms,
             redrive: None,
             quarantined: message.round >= quarantine_after,
+            applied: false,
         }
     }
 }

@@ -2,6 +2,8 @@
 //! letters. Sent by `GET /api/labs/{lab}`, first on every event stream, and with the events
 //! that replace the page's whole view (a reset, a recovery, an expiry).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::{Lab, LabState};
@@ -29,7 +31,8 @@ pub struct SnapshotView<'a> {
     limits: SnapshotLimits,
     retention: RetentionView,
     messages: &'a [Message],
-    dead_letters: &'a [DeadLetter],
+    #[schema(value_type = Vec<DeadLetter>)]
+    dead_letters: Cow<'a, [DeadLetter]>,
     /// A redrive at a rate in progress; null when none runs.
     redrive: Option<Redrive>,
 }
@@ -102,7 +105,7 @@ impl Lab {
             },
             retention: (&self.retention).into(),
             messages: record.messages(),
-            dead_letters: state.dead_letters.letters(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
             redrive: state.dead_letters.redrive(),
         }
     }
@@ -130,7 +133,7 @@ impl Lab {
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
             retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
-            dead_letters: state.dead_letters.letters().to_vec(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
             redrive: state.dead_letters.redrive(),
         }
     }
@@ -138,8 +141,33 @@ impl Lab {
     /// The whole lab as JSON.
     pub fn snapshot(&self) -> String {
         let captured = self.capture(&self.lock());
-        captured.json()
+        let json = captured.json();
+        self.snapshot_bytes.store(json.len(), std::sync::atomic::Ordering::Relaxed);
+        json
     }
+
+    /// About how many bytes the next snapshot of this lab will be: the last one's size, or a
+    /// guess from its messages before the first.
+    pub fn snapshot_estimate(&self) -> usize {
+        match self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 4096 + 400 * self.lock().record.messages().len(),
+            known => known,
+        }
+    }
+}
+
+/// The dead letters with `applied` as the ledger has it now (a write can land after its
+/// message was given up on); copied only when one differs.
+fn with_ledger<'a>(state: &LabState, letters: Cow<'a, [DeadLetter]>) -> Cow<'a, [DeadLetter]> {
+    let ledger = &state.endpoint.ledger;
+    if letters.iter().all(|l| l.applied == ledger.is_applied(&l.key)) {
+        return letters;
+    }
+    let mut letters = letters.into_owned();
+    for letter in &mut letters {
+        letter.applied = ledger.is_applied(&letter.key);
+    }
+    Cow::Owned(letters)
 }
 
 /// A snapshot's contents, copied out of the lab.
@@ -175,7 +203,7 @@ impl Captured {
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
             retention: self.retention,
             messages: &self.messages,
-            dead_letters: &self.dead_letters,
+            dead_letters: Cow::Borrowed(&self.dead_letters),
             redrive: self.redrive,
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")

@@ -57,7 +57,11 @@ pub fn lab_limit(max: usize) -> AppError {
     path = "/api/labs/{lab}",
     tag = "labs",
     params(LabParam),
-    responses((status = 200, body = crate::lab::SnapshotView), LabErrors)
+    responses(
+        (status = 200, body = crate::lab::SnapshotView),
+        LabErrors,
+        (status = 429, description = "Too many bytes of snapshots: read by this client (snapshot_bytes_per_s) or being built at once (max_snapshot_bytes_building)", body = super::error::Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
@@ -138,6 +142,11 @@ pub async fn burst(
     let count = usize::try_from(request.count).unwrap_or(usize::MAX);
     check_overall_active(&app, count.min(app.limits.max_burst))?;
     let ids = lab.accept_burst(count).map_err(|e| match e {
+        BurstError::Count { max } if count == 0 => AppError::Limit {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            limit: "max_burst",
+            detail: format!("count must be at least 1 (and at most {max}, max_burst)"),
+        },
         BurstError::Count { max } => AppError::Limit {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             limit: "max_burst",
@@ -209,7 +218,7 @@ pub async fn crash_client(
     // One recovery at a time: two at once would start two delivery loops for one message.
     let _turn = lab.recovery_turn().await;
     let resumed = app.producer.crash_and_recover(&lab, &app.store).await.map_err(|e| {
-        tracing::warn!(error = %e.0, "could not read the lab back from the store");
+        tracing::warn!(error = %e, "could not read the lab back from the store");
         AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s: 1,

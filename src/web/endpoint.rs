@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use super::error::{AppError, Problem};
 use super::{InternalCaller, LabParam, LabPath};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Passage, StoredResponse};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, Passage, StoredResponse};
 use crate::lab::{Arrival, Decided, Lab};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
@@ -36,7 +36,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         (status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
         (status = 400, description = "No or malformed key, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The key's first request is still being processed, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The key's first request is still being processed (in line or in work, in every mode; see Retry-After), or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
@@ -52,10 +52,22 @@ pub async fn downstream(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
     let (key, digest) = read(&lab, &headers, body)?;
+    // The overloaded downstream holds a request in line and in work before its key is
+    // reserved in the ledger: a repeat meanwhile is 409 at once, as in every other mode.
+    let in_line = match lab.downstream_settings().mode {
+        Mode::Overloaded => match InLine::enter(&lab, &key) {
+            Some(held) => Some(held),
+            None => {
+                lab.downstream_refused(409, Some("key still being processed"));
+                return Err(in_flight());
+            }
+        },
+        _ => None,
+    };
     let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
     let working = matches!(admission, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false };
-    let answer = admitted(lab, key, (digest, internal.is_none()), admission).await;
+    let answer = admitted(lab, key, (digest, internal.is_none()), (admission, in_line)).await;
     let status = match &answer {
         Ok(response) => response.status(),
         Err(error) => error.status(),
@@ -89,6 +101,14 @@ fn read(
         let error = AppError::from(rejected);
         refuse(error.status().as_u16(), None, error)
     })?;
+    if headers.get_all("idempotency-key").iter().nth(1).is_some() {
+        // A proxy that keeps the last one would disagree with us keeping the first.
+        return Err(refuse(
+            400,
+            Some("two Idempotency-Key headers"),
+            AppError::BadRequest("send one Idempotency-Key header, not several".into()),
+        ));
+    }
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| {
@@ -114,7 +134,7 @@ async fn admitted(
     lab: Arc<Lab>,
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
-    admission: Passage,
+    (admission, in_line): (Passage, Option<InLine>),
 ) -> Result<Response, AppError> {
     match admission {
         Passage::Open => {}
@@ -132,8 +152,8 @@ async fn admitted(
                 detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
             });
         }
-        Passage::Worker => return overloaded(lab, key, (digest, outside), None).await,
-        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
+        Passage::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
+        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
     }
     let decided = decide(&lab, &key, digest, outside).await?;
     respond(lab, key, decided, Latency::ToWaitOut).await
@@ -162,9 +182,7 @@ async fn respond(
             lab.persisted_through(durable_at).await?;
             Ok(answer(stored, true))
         }
-        Decision::InProgress => Err(AppError::Conflict(
-            "a request with this Idempotency-Key is still being processed; retry later".into(),
-        )),
+        Decision::InProgress => Err(in_flight()),
         Decision::BodyMismatch => {
             Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
         }
@@ -223,9 +241,12 @@ async fn overloaded(
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
     turn: Option<oneshot::Receiver<()>>,
+    in_line: Option<InLine>,
 ) -> Result<Response, AppError> {
     let (reply, replied) = oneshot::channel();
     tokio::spawn(async move {
+        // The key stays taken until this work ends, whether or not its client still waits.
+        let _in_line = in_line;
         if let Some(turn) = turn
             && turn.await.is_err()
         {
@@ -299,6 +320,35 @@ fn storage_full(limit: &'static str) -> AppError {
             "this server keeps no more idempotency keys for outside callers ({limit}); nothing was \
              applied; repeat a key you already used, or wait for the dedup window to expire old ones"
         ),
+    }
+}
+
+/// 409 for a key whose first request is still in line or in work, with a `Retry-After`: the
+/// first answer is due within about a second, and the client is told when to ask again.
+fn in_flight() -> AppError {
+    AppError::Unavailable {
+        status: StatusCode::CONFLICT,
+        retry_after_s: 1,
+        detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
+            .into(),
+    }
+}
+
+/// A key taken in the overloaded downstream's line, given back when dropped.
+struct InLine {
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+}
+
+impl InLine {
+    fn enter(lab: &Arc<Lab>, key: &IdempotencyKey) -> Option<InLine> {
+        lab.downstream_line_enter(key).then(|| InLine { lab: lab.clone(), key: key.clone() })
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.lab.downstream_line_leave(&self.key);
     }
 }
 

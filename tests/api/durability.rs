@@ -234,7 +234,9 @@ fn config_defaults() -> retrylab::config::Config {
 async fn retention_expires_keys_dead_letters_and_idle_labs() {
     let retention =
         Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 4, sweep_interval_ms: 50 };
-    let app = TestApp::spawn_config(config(Limits::default(), retention)).await;
+    // A one-second dedup window covers rounds of at most 0.9 s.
+    let limits = Limits { max_retry_duration_ms: 900, ..Default::default() };
+    let app = TestApp::spawn_config(config(limits, retention)).await;
     let lab = app.fast_lab().await;
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 2).await;
@@ -328,4 +330,18 @@ async fn sigterm_exits_cleanly_within_five_seconds() {
     let snapshot = restarted.app.snapshot(&lab).await;
     assert_eq!(messages(&snapshot).len(), 20);
     assert_eq!(counter(&snapshot, "applied"), 20, "slow mode had applied every write before the answer");
+}
+
+/// docs/events.md is the page's contract: what it says survives a restart must be what
+/// `what_a_lab_measured_and_marked_survives_a_restart` shows surviving.
+#[test]
+fn the_events_doc_says_the_breaker_markers_and_load_survive_a_restart() {
+    let doc = include_str!("../../docs/events.md").replace('\n', " ");
+    assert!(!doc.contains("live in memory"), "docs/events.md says breaker, markers or load live in memory");
+    assert!(!doc.contains("starts them afresh"), "docs/events.md says a restart starts them afresh");
+    assert!(
+        doc.contains("Breaker changes, markers and load bins are stored with the lab")
+            && doc.contains("survive a restart"),
+        "docs/events.md says what survives a restart"
+    );
 }

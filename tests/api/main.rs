@@ -2,8 +2,11 @@
 //! with small lab timings (milliseconds, not seconds) so the suite stays fast.
 
 mod bad_input;
+mod broken_store;
 mod compare;
+mod crash_ids;
 mod dead_letters;
+mod dedup_window;
 mod deployment;
 mod durability;
 mod events;
@@ -17,6 +20,8 @@ mod logs;
 mod operations;
 mod outside;
 mod pages;
+mod presets;
 mod protections;
 mod retries;
 mod stored;
+mod sweeps;

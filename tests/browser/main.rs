@@ -10,6 +10,7 @@ mod compare;
 mod dead_letters;
 mod event_stream;
 mod failure_modes;
+mod new_user;
 mod open_large;
 mod scale;
 
@@ -364,6 +365,27 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     let widths = page.eval("[document.documentElement.scrollWidth, window.innerWidth]").await.unwrap();
     assert!(widths[0].as_u64() <= Some(375), "the page scrolls sideways on a phone: {widths}");
     page.screenshot("story-phone-375").await;
+    // Every drawer open, each in turn: no panel, fieldset or control reaches past 375 px.
+    let drawers = page.eval("document.querySelectorAll('details.drawer').length").await.unwrap();
+    assert!(drawers.as_u64() >= Some(3), "{drawers}");
+    for i in 0..drawers.as_u64().unwrap() {
+        let script = format!(
+            "(() => {{ const all = [...document.querySelectorAll('details.drawer')];
+                all.forEach((d, j) => d.open = j === {i});
+                const d = all[{i}];
+                const wide = [...d.querySelectorAll('*')].filter(e => e.getClientRects().length)
+                    .map(e => [e.tagName + (e.name ? '[' + e.name + ']' : '') + (e.textContent.trim().slice(0, 20)), Math.round(e.getBoundingClientRect().right)])
+                    .filter(([, right]) => right > 375);
+                return {{ drawer: d.querySelector('summary').textContent, scroll: document.documentElement.scrollWidth, wide }};
+            }})()"
+        );
+        let shown = page.eval(&script).await.unwrap();
+        assert!(
+            shown["scroll"].as_u64() <= Some(375) && shown["wide"].as_array().unwrap().is_empty(),
+            "an open drawer overflows 375 px: {shown}"
+        );
+        page.screenshot(&format!("drawer-{i}-phone-375")).await;
+    }
     assert_no_console_errors(&page);
 }
 
