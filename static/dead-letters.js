@@ -53,6 +53,7 @@ export function createDeadLetters(panel, model, { replayOne, openDetail }) {
       status: data.get('status') ?? '',
       replays: String(data.get('replays') ?? '').trim(),
       quarantined: data.get('quarantined') ?? '',
+      applied: data.get('applied') ?? '',
       q: String(data.get('q') ?? ''),
     };
     selected.clear();

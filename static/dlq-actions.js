@@ -4,7 +4,7 @@
 //! letter says how many it takes; a replay shows the server's dry run first (how many would
 //! go, how many quarantined stay, the endpoint's state and a warning when it is failing).
 
-import { isEmpty, toQuery, toServer } from './dlq-filter.js';
+import { emptyFilter, isEmpty, toQuery, toServer } from './dlq-filter.js';
 import { say } from './controls.js';
 
 /** `table` is the dead-letter table (its scope); `controls` calls the API. */
@@ -150,7 +150,7 @@ export function createActions(panel, model, lab, table, controls) {
     button.addEventListener('click', () => {
       const count = [...model.deadLetters.values()].filter((d) => !d.quarantined).length;
       if (count === 0) return say('Nothing to replay: no dead letter outside quarantine. Replay quarantined ones one by one, after finding the cause.');
-      replay(button, { filter: { cause: '', status: '', replays: '', quarantined: '', q: '' }, count }, null);
+      replay(button, { filter: emptyFilter(), count }, null);
     });
   }
 

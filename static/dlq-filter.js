@@ -1,5 +1,6 @@
 //! Which dead letters a person means, worked out in the page as the server does it
-//! (src/dlq/filter.rs): by cause, last status, replays, quarantine and id or key prefix; and
+//! (src/dlq/filter.rs): by cause, last status, replays, quarantine, whether the write was
+//! applied (the ledger's word, as the snapshot and its events carry it) and id or key prefix; and
 //! the counts per cause and per last status of the whole queue. The same filter goes to the
 //! server for an action on everything it matches.
 
@@ -32,11 +33,11 @@ export function lastStatus(d) {
 }
 
 export function emptyFilter() {
-  return { cause: '', status: '', replays: '', quarantined: '', q: '' };
+  return { cause: '', status: '', replays: '', quarantined: '', applied: '', q: '' };
 }
 
 export function isEmpty(f) {
-  return !f.cause && !f.status && f.replays === '' && !f.quarantined && !f.q.trim();
+  return !f.cause && !f.status && f.replays === '' && !f.quarantined && !f.applied && !f.q.trim();
 }
 
 /** A test for one letter. */
@@ -49,6 +50,7 @@ export function matcher(f) {
     if (f.status && lastStatus(d) !== f.status) return false;
     if (replays != null && d.round !== replays) return false;
     if (f.quarantined && String(d.quarantined) !== f.quarantined) return false;
+    if (f.applied && String(!!d.applied) !== f.applied) return false;
     if (idOnly) return d.id === Number(idOnly[1]);
     if (q) return String(d.id) === q || d.key.startsWith(q);
     return true;
@@ -62,6 +64,7 @@ export function toServer(f) {
   if (f.status) out.status = f.status;
   if (f.replays !== '') out.replays = Number(f.replays);
   if (f.quarantined) out.quarantined = f.quarantined === 'true';
+  if (f.applied) out.applied = f.applied === 'true';
   if (f.q.trim()) out.q = f.q.trim();
   return out;
 }

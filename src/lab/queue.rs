@@ -80,6 +80,12 @@ impl LabState {
         |key| self.endpoint.ledger.is_applied(key)
     }
 
+    /// A copy of the letter with `applied` as the ledger has it now (a write can land after
+    /// its message was given up on).
+    fn as_ledger_says(&self, letter: &DeadLetter) -> DeadLetter {
+        DeadLetter { applied: self.endpoint.ledger.is_applied(&letter.key), ..letter.clone() }
+    }
+
     pub(super) fn select(&self, target: &Target, guard: (bool, bool)) -> Result<Chosen, ReplayRefusal> {
         self.dead_letters.select(target, guard, self.applied())
     }
@@ -92,7 +98,11 @@ impl Lab {
         let letters = state.dead_letters.letters();
         let ids = matching(letters, selection, state.applied());
         let (shown, next) = page(&ids, after, limit);
-        let dead_letters = shown.iter().filter_map(|&id| state.dead_letters.get(id).cloned()).collect();
+        let dead_letters = shown
+            .iter()
+            .filter_map(|&id| state.dead_letters.get(id))
+            .map(|d| state.as_ledger_says(d))
+            .collect();
         Listing {
             dead_letters,
             facets: Facets::of(letters),
@@ -116,22 +126,18 @@ impl Lab {
         matching(state.dead_letters.letters(), selection, state.applied())
     }
 
-    /// The letters with these ids still in the queue, in the order asked, each with whether
-    /// the ledger holds its write as applied.
-    pub fn dead_letters_for_export(&self, ids: &[u64]) -> Vec<(DeadLetter, bool)> {
+    /// The letters with these ids still in the queue, in the order asked, each with `applied`
+    /// as the ledger has it now.
+    pub fn dead_letters_for_export(&self, ids: &[u64]) -> Vec<DeadLetter> {
         let state = self.lock();
-        let applied = state.applied();
-        ids.iter()
-            .filter_map(|&id| state.dead_letters.get(id))
-            .map(|d| (d.clone(), applied(&d.key)))
-            .collect()
+        ids.iter().filter_map(|&id| state.dead_letters.get(id)).map(|d| state.as_ledger_says(d)).collect()
     }
 
     pub fn dead_letter_detail(&self, id: u64) -> Option<Detail> {
         let state = self.lock();
-        let letter = state.dead_letters.get(id)?.clone();
+        let letter = state.as_ledger_says(state.dead_letters.get(id)?);
         Some(Detail {
-            applied: state.endpoint.ledger.is_applied(&letter.key),
+            applied: letter.applied,
             replays: letter.round,
             last_status: crate::dlq::LastStatus::of(&letter).to_string(),
             body: crate::domain::Message::body(&self.id, letter.id),

@@ -70,7 +70,7 @@ const TEXT_FIELDS: [&str; 4] = ["cause", "status", "q", "format"];
     responses(
         (status = 200, content(
             (Listing = "application/json"),
-            (ExportLine = "application/x-ndjson"),
+            (crate::dlq::DeadLetter = "application/x-ndjson"),
         )),
         LabErrors,
         (status = 422, description = "A filter field, limit or format with an unusable value; `field` names it", body = Problem, content_type = "application/problem+json"),
@@ -109,14 +109,6 @@ pub async fn list(
     Ok(Json(lab.dead_letters_page(&selection, after, limit)).into_response())
 }
 
-/// One line of an export: a dead letter with every attempt, and whether its write was applied.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ExportLine {
-    #[serde(flatten)]
-    dead_letter: crate::dlq::DeadLetter,
-    applied: bool,
-}
-
 /// Streams the matching letters, read from the lab `EXPORT_CHUNK` at a time: the ids are taken
 /// at the start (8 bytes each), the letters as the stream goes, so memory stays bounded however
 /// large the queue. A letter replayed or deleted meanwhile is left out.
@@ -130,9 +122,8 @@ fn export(lab: std::sync::Arc<Lab>, selection: &Selection) -> Response {
         async move {
             let chunk = chunk?;
             let mut text = String::new();
-            for (dead_letter, applied) in lab.dead_letters_for_export(&chunk) {
-                let line = ExportLine { dead_letter, applied };
-                text.push_str(&serde_json::to_string(&line).expect("a dead letter serializes"));
+            for letter in lab.dead_letters_for_export(&chunk) {
+                text.push_str(&serde_json::to_string(&letter).expect("a dead letter serializes"));
                 text.push('\n');
             }
             Some((Ok::<_, std::convert::Infallible>(Bytes::from(text)), from + chunk.len()))

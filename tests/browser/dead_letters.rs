@@ -87,6 +87,17 @@ async fn an_operator_filters_dry_runs_inspects_and_redrives_at_a_rate() {
         .map(|d| d["id"].as_u64().unwrap())
         .collect();
     assert_eq!(serde_json::from_value::<Vec<u64>>(rows).unwrap(), timed_out);
+    // The same two by whether their writes were applied (the ledger's word).
+    page.click("[data-facet=\"status\"][data-value=\"timeout\"]").await;
+    set_filter(&page, "applied", "true").await;
+    wait_for(
+        &page,
+        "2 applied of 8",
+        "document.querySelector('[data-dlq-matched]').textContent === '2 of 8 match'",
+    )
+    .await;
+    set_filter(&page, "applied", "").await;
+    set_filter(&page, "status", "timeout").await;
 
     // One in detail, from the table: its key, its attempt, its write applied.
     let id = timed_out[0];
