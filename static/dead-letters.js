@@ -9,6 +9,11 @@ import { CAUSE_TEXT, emptyFilter, facets, isEmpty, lastStatus, matcher } from '.
 
 /** Every row is this tall (style.css holds it to it), so a row's place is its index times it. */
 export const ROW_H = 34;
+/**
+ * The scroller's most height (style.css's max-height for .dlq-scroll): the window is drawn for
+ * it, not for the height the scroller has now, which a short list of a moment ago shrank.
+ */
+const VIEW_H = 420;
 /** Rows drawn beyond the visible ones, above and below, so a scroll does not show a gap. */
 const OVERSCAN = 6;
 /** One formatter for every row: making one per call is slow. */
@@ -198,7 +203,7 @@ export function createDeadLetters(panel, model, { replayOne, openDetail }) {
 
   /** Draws the rows in view, with spacers standing in for the others. */
   function drawWindow() {
-    const height = scroller.clientHeight || ROW_H * 12;
+    const height = VIEW_H;
     const first = Math.max(0, Math.floor(scroller.scrollTop / ROW_H) - OVERSCAN);
     const last = Math.min(list.length, Math.ceil((scroller.scrollTop + height) / ROW_H) + OVERSCAN);
     const key = `${first}:${last}:${list.length}`;
