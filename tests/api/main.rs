@@ -23,4 +23,6 @@ mod presets;
 mod protections;
 mod retries;
 mod stored;
+#[path = "../support/mod.rs"]
+mod support;
 mod sweeps;
