@@ -13,6 +13,7 @@ mod client;
 mod deliveries;
 mod downstream;
 mod flush;
+mod outside;
 mod registry;
 mod settings;
 mod snapshot;
@@ -24,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
 
+use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
@@ -60,6 +62,8 @@ pub struct Lab {
     subscribers: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
+    /// Outside messages (a caller's key) kept by every lab of this server.
+    outside_messages_total: Arc<AtomicUsize>,
     /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
     /// reserves them: a repeat meanwhile is answered 409 at once.
     keys_in_line: Mutex<std::collections::HashSet<String>>,
@@ -74,6 +78,7 @@ struct Parts {
     endpoint: Endpoint,
     client: ClientState,
     dead_letters: DeadLetterQueue,
+    callers: Callers,
 }
 
 /// The lab's state: its messages, its endpoint's state and its client's, each owned by its own
@@ -83,6 +88,8 @@ struct LabState {
     endpoint: Endpoint,
     client: ClientState,
     dead_letters: DeadLetterQueue,
+    /// What the endpoint observed of outside callers.
+    callers: Callers,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
@@ -121,7 +128,7 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        Parts { record, endpoint, client, dead_letters }: Parts,
+        Parts { record, endpoint, client, dead_letters, callers }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
@@ -134,6 +141,7 @@ impl Lab {
                 endpoint,
                 client,
                 dead_letters,
+                callers,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
@@ -147,6 +155,7 @@ impl Lab {
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
+            outside_messages_total: registry.outside_messages.clone(),
             keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
@@ -346,6 +355,8 @@ impl Lab {
         state.endpoint.reset();
         state.client.reset();
         state.dead_letters.clear();
+        self.forget_outside(&state);
+        state.callers.reset();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Reset { snapshot }, now);
@@ -404,6 +415,7 @@ impl Lab {
         let mut state = self.lock();
         if !state.deleted {
             self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
+            self.forget_outside(&state);
         }
         state.deleted = true;
         self.schedule_flush(&mut state);

@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_outside_keys.sql"),
     include_str!("../../migrations/0004_keys_in_order.sql"),
     include_str!("../../migrations/0005_lab_history.sql"),
+    include_str!("../../migrations/0006_outside_messages.sql"),
 ];
 
 #[derive(Debug)]
@@ -548,6 +549,14 @@ fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
             tx.execute(&format!("DELETE FROM {table} WHERE lab_id = ?1"), [lab])?;
         }
     }
+    if changes.outside.cleared {
+        tx.execute("DELETE FROM outside_messages WHERE lab_id = ?1", [lab])?;
+    }
+    let mut upsert_outside =
+        tx.prepare_cached("INSERT OR REPLACE INTO outside_messages (lab_id, id, body) VALUES (?1, ?2, ?3)")?;
+    for (id, body) in &changes.outside.messages {
+        rows += upsert_outside.execute(params![lab, id, body])? as u64;
+    }
     if let Some(markers) = &changes.markers {
         rows += tx
             .prepare_cached("UPDATE labs SET markers = ?2 WHERE id = ?1")?
@@ -661,6 +670,11 @@ fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
                 )?,
                 markers: serde_json::from_str(&markers)?,
                 breaker_changes: serde_json::from_str(&breaker_changes)?,
+                outside_messages: load_json(
+                    connection,
+                    "SELECT body FROM outside_messages WHERE lab_id = ?1 ORDER BY id",
+                    &row.id,
+                )?,
             };
             let dead_letters = load_dead_letters(connection, &row.id)?;
             Ok(LoadedLab { row, parts, dead_letters })
