@@ -13,8 +13,10 @@ use super::{OutsideAttempt, OutsideMessage};
 pub const RETRY_AFTER_SLACK_MS: u64 = 25;
 /// A key's waits grow when its last wait after a failure is at least this many times its first.
 pub const BACKOFF_GROWTH: f64 = 1.25;
-/// Failing answers this close together count as keys that failed together.
-pub const TOGETHER_MS: u64 = 100;
+/// Failing answers this close together count as keys that failed together (at one instant, as
+/// an outage or a rate limit makes them), judged when at least `TOGETHER_KEYS` were sent again.
+pub const TOGETHER_MS: u64 = 50;
+pub const TOGETHER_KEYS: usize = 3;
 /// Waits of keys that failed together came back at one instant when they spread less than
 /// this, or than `JITTER_SHARE` of their median, whichever is more.
 pub const JITTER_MIN_SPREAD_MS: u64 = 10;
@@ -226,7 +228,7 @@ fn jitter(messages: &[&OutsideMessage]) -> Check {
         }
     }
     let (mut spread, mut together) = (Vec::new(), Vec::new());
-    for group in groups.iter().filter(|g| g.len() >= 2) {
+    for group in groups.iter().filter(|g| g.len() >= TOGETHER_KEYS) {
         let mut waits: Vec<u64> = group.iter().map(|f| f.1).collect();
         waits.sort_unstable();
         let (low, high, median) = (waits[0], waits[waits.len() - 1], waits[waits.len() / 2]);
@@ -250,7 +252,10 @@ fn jitter(messages: &[&OutsideMessage]) -> Check {
         (JITTER_SHARE * 100.0) as u32
     );
     match (spread.len(), together.len()) {
-        (0, 0) => check(Verdict::NotSeen, "no two keys failed together and were both sent again"),
+        (0, 0) => check(
+            Verdict::NotSeen,
+            format!("never did {TOGETHER_KEYS} keys fail within {TOGETHER_MS} ms and all come again"),
+        ),
         (n, 0) => check(
             Verdict::Pass,
             format!("{n} times keys that failed together spread out ({rule}): {}", some(&spread)),
@@ -458,12 +463,18 @@ mod tests {
                 "2",
                 &[(0, 12, down, Some(1)), (1_012, 1_022, down, Some(1)), (2_022, 2_032, Some(200), None)],
             ),
+            message(
+                3,
+                "c",
+                "3",
+                &[(0, 14, down, Some(1)), (1_014, 1_024, down, Some(1)), (2_024, 2_034, Some(200), None)],
+            ),
         ];
         let checks = checks(&messages);
         assert_eq!(checks.retry_after.verdict, Verdict::Pass, "{:?}", checks.retry_after);
         assert_eq!(checks.backoff.verdict, Verdict::Fail, "{:?}", checks.backoff);
         assert_eq!(checks.jitter.verdict, Verdict::Fail, "{:?}", checks.jitter);
-        assert!(checks.jitter.evidence.contains("a, b"), "{}", checks.jitter.evidence);
+        assert!(checks.jitter.evidence.contains("a, b, c"), "{}", checks.jitter.evidence);
         assert_eq!(checks.key_reused.verdict, Verdict::Pass);
         assert_eq!(checks.attempts_capped.verdict, Verdict::Pass);
         assert_eq!(checks.no_retry_on_4xx.verdict, Verdict::NotSeen);
@@ -502,6 +513,7 @@ mod tests {
         let messages = [
             message(1, "a", "1", &[(0, 5, f, None), (105, 110, f, None), (330, 335, f, None)]),
             message(2, "b", "2", &[(0, 5, f, None), (165, 170, f, None), (470, 475, f, None)]),
+            message(3, "c", "3", &[(0, 5, f, None), (140, 145, f, None), (400, 405, f, None)]),
         ];
         let checks = checks(&messages);
         assert_eq!(checks.backoff.verdict, Verdict::Pass, "{:?}", checks.backoff);

@@ -91,7 +91,7 @@ pub async fn downstream(
     let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
     let working = matches!(admission, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
-    let answer = admitted(lab, key, (digest, caller.is_none()), (admission, in_line)).await;
+    let answer = admitted(lab, key, (digest, caller.is_some()), (admission, in_line)).await;
     // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
     let response = answer.unwrap_or_else(IntoResponse::into_response);
     visit.answered(&response);

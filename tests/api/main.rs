@@ -2,6 +2,7 @@
 //! with small lab timings (milliseconds, not seconds) so the suite stays fast.
 
 mod bad_input;
+mod callers;
 mod compare;
 mod deployment;
 mod durability;
