@@ -20,4 +20,5 @@ mod pages;
 mod presets;
 mod protections;
 mod retries;
+mod snippets;
 mod stored;
