@@ -14,6 +14,14 @@ use crate::domain::{Attempt, Counters, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView, Wait};
 
+/// How far a lab's event ids jump when the server starts again: events reach subscribers
+/// before the store commits them, so after a crash ids up to this many past the last committed
+/// one may have been seen by a page. Numbering the next run's events past them means an id a
+/// subscriber saw is never given to another event, and a page that reconnects with one gets a
+/// snapshot of what the server really holds. 2^32 events uncommitted is more than a lab can
+/// publish in a day at its fastest; 2^21 restarts still fit a JavaScript number exactly.
+pub const RESTART_GAP: u64 = 1 << 32;
+
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -131,13 +131,13 @@ impl Lab {
             let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
             let row = tokio::task::spawn_blocking(move || store.recall_key(&lab, &name, applied_unix_ms))
                 .await
-                .map_err(|e| StoreError(format!("reading a key back: {e}")))??;
+                .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
             let mut state = self.lock();
             let before = state.endpoint.ledger.outside_keys();
             state.endpoint.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
             self.count_outside_keys(before, state.endpoint.ledger.outside_keys());
         }
-        Err(StoreError("the key changed each time it was read back from the store".into()))
+        Err(StoreError::Failed("the key changed each time it was read back from the store".into()))
     }
 
     /// Decides a request against the ledger as it is in memory.

@@ -128,7 +128,7 @@ impl LabState {
             self.record.take_changes();
         let mut letters = DeadLetterChanges::default();
         self.dead_letters.take_changes(&mut letters);
-        let KeyChanges { keys, expired_before, removed } = self.endpoint.take_changes();
+        let KeyChanges { keys, expired_before, kept, removed } = self.endpoint.take_changes();
         RecordChanges {
             cleared,
             messages,
@@ -137,6 +137,7 @@ impl LabState {
             deleted_dead_letters: letters.deleted_dead_letters,
             keys,
             keys_expired_before: expired_before,
+            keys_kept: kept,
             removed_keys: removed,
             load,
             markers,
@@ -155,6 +156,7 @@ impl LabState {
             deleted_dead_letters,
             keys,
             keys_expired_before,
+            keys_kept,
             removed_keys,
             load,
             markers,
@@ -167,6 +169,7 @@ impl LabState {
         self.endpoint.restore_changes(KeyChanges {
             keys,
             expired_before: keys_expired_before,
+            kept: keys_kept,
             removed: removed_keys,
         });
         if breaker_changes.is_some() {

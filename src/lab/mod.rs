@@ -60,6 +60,8 @@ pub struct Lab {
     durable: watch::Sender<u64>,
     /// Open event streams.
     subscribers: AtomicUsize,
+    /// The size of the last snapshot made of this lab, in bytes: what the next will cost.
+    snapshot_bytes: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
     /// Outside messages (a caller's key) kept by every lab of this server.
@@ -154,6 +156,7 @@ impl Lab {
             this,
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
+            snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
             outside_messages_total: registry.outside_messages.clone(),
             keys_in_line: Default::default(),
@@ -398,13 +401,21 @@ impl Lab {
         let letters = state.dead_letters.expire(letters_before);
         state.record.remove_messages(&letters);
         let outside_before = state.endpoint.ledger.outside_keys();
-        let keys = state.endpoint.expire_keys(keys_before);
+        let state = &mut *state;
+        let needed: Vec<&str> = state
+            .record
+            .messages()
+            .iter()
+            .filter(|m| m.state.is_active() || m.state == crate::domain::MessageState::DeadLetter)
+            .map(|m| m.key.as_str())
+            .collect();
+        let keys = state.endpoint.expire_keys(keys_before, &needed);
         self.count_outside_keys(outside_before, state.endpoint.ledger.outside_keys());
         if !letters.is_empty() || keys > 0 {
             let now = self.now_ms();
-            let snapshot = self.snapshot_value(&state);
+            let snapshot = self.snapshot_value(state);
             let event = Event::Expired { dead_letters: letters.clone(), keys, snapshot };
-            self.publish(&mut state, &event, now);
+            self.publish(state, &event, now);
         }
         Expired { dead_letters: letters.len(), keys }
     }

@@ -49,8 +49,11 @@ impl Labs {
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
             labs.outside_messages
                 .fetch_add(state.callers.messages().len(), std::sync::atomic::Ordering::Relaxed);
+            // Ids past the last committed one may have reached a page before a crash: the
+            // events of this run are numbered after every one of them.
+            let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);
             let lab = Arc::new_cyclic(|this| {
-                Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
+                Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, &labs)
             });
             lab.lock().active_unix_ms = row.active_unix_ms;
             map.insert(id, lab);
@@ -59,15 +62,16 @@ impl Labs {
         labs
     }
 
-    /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching and
-    /// that owes no deliveries makes room; if every lab is in use, the answer is no. The new
-    /// lab is durable once `persisted()` returns.
+    /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching, that
+    /// owes no deliveries and holds no dead letters (they are kept for their whole retention)
+    /// makes room; if every lab is in use, the answer is no. The new lab is durable once
+    /// `persisted()` returns.
     pub fn create(&self) -> Result<Arc<Lab>, usize> {
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         if labs.len() >= self.limits.max_labs {
             let unused = labs
                 .values()
-                .filter(|lab| !lab.has_deliveries() && !lab.has_subscribers())
+                .filter(|lab| lab.evictable())
                 .min_by_key(|lab| lab.active_unix_ms())
                 .map(|lab| lab.id);
             let Some(unused) = unused else {
@@ -106,13 +110,15 @@ impl Labs {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
-    /// Deletes labs idle for longer than the retention window, with everything they hold.
+    /// Deletes labs idle for longer than the retention window, with everything they hold. A
+    /// lab somebody watches is not idle, and a lab holding dead letters is kept until the last
+    /// of them expires (their retention wins over the idle window).
     pub fn purge_idle(&self, now_unix_ms: u64) -> usize {
         let idle_before = now_unix_ms.saturating_sub(self.retention.idle_lab_ttl_s.saturating_mul(1000));
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         let idle: Vec<LabId> = labs
             .values()
-            .filter(|lab| lab.active_unix_ms() < idle_before && !lab.has_deliveries())
+            .filter(|lab| lab.active_unix_ms() < idle_before && lab.evictable())
             .map(|lab| lab.id)
             .collect();
         for id in &idle {

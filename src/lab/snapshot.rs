@@ -167,7 +167,18 @@ impl Lab {
     /// The whole lab as JSON.
     pub fn snapshot(&self) -> String {
         let captured = self.capture(&self.lock());
-        captured.json()
+        let json = captured.json();
+        self.snapshot_bytes.store(json.len(), std::sync::atomic::Ordering::Relaxed);
+        json
+    }
+
+    /// About how many bytes the next snapshot of this lab will be: the last one's size, or a
+    /// guess from its messages before the first.
+    pub fn snapshot_estimate(&self) -> usize {
+        match self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 4096 + 400 * self.lock().record.messages().len(),
+            known => known,
+        }
     }
 }
 

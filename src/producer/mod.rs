@@ -79,11 +79,13 @@ impl Producer {
         lab.abort_deliveries();
         lab.mark(MarkerKind::Crash, "client crashed; recovering from the store");
         let read = async {
-            lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
+            lab.persisted()
+                .await
+                .map_err(|_| StoreError::Failed("the store did not confirm in time".into()))?;
             let (reader, id) = (store.clone(), lab.id.to_string());
             tokio::task::spawn_blocking(move || reader.load_messages(&id))
                 .await
-                .map_err(|e| StoreError(format!("reading the store failed: {e}")))?
+                .map_err(|e| StoreError::Failed(format!("reading the store failed: {e}")))?
         };
         match read.await {
             Ok((messages, dead_letters)) => {
@@ -196,10 +198,10 @@ impl Producer {
                         &mut rng,
                     );
                     let next_at = lab.now_ms() + wait.planned_ms;
-                    if policy.max_total_ms > 0 && next_at > round_started_ms + policy.max_total_ms {
+                    let (budget_ms, budget) = lab.round_budget(&policy);
+                    if next_at > round_started_ms.saturating_add(budget_ms) {
                         let reason = format!(
-                            "time budget: the next attempt would start past {} ms (max_total_ms); last: {last}",
-                            policy.max_total_ms
+                            "time budget: the next attempt would start past {budget_ms} ms ({budget}); last: {last}"
                         );
                         self.dead_letter(lab, id, (Cause::TimeBudget, reason));
                         break;

@@ -18,8 +18,10 @@ pub struct RecordChanges {
     pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
     pub keys: Vec<KeyRow>,
-    /// Keys applied before this wall-clock time expired (the dedup window moved on).
+    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     pub keys_expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    pub keys_kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     pub removed_keys: Vec<String>,
     /// Load bins changed (and dropped).

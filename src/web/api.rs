@@ -60,7 +60,11 @@ pub fn lab_limit(max: usize) -> AppError {
     path = "/api/labs/{lab}",
     tag = "labs",
     params(LabParam),
-    responses((status = 200, body = crate::lab::SnapshotView), LabErrors)
+    responses(
+        (status = 200, body = crate::lab::SnapshotView),
+        LabErrors,
+        (status = 429, description = "Too many bytes of snapshots: read by this client (snapshot_bytes_per_s) or being built at once (max_snapshot_bytes_building)", body = super::error::Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
@@ -277,7 +281,7 @@ pub async fn crash_client(
     // One recovery at a time: two at once would start two delivery loops for one message.
     let _turn = lab.recovery_turn().await;
     let resumed = app.producer.crash_and_recover(&lab, &app.store).await.map_err(|e| {
-        tracing::warn!(error = %e.0, "could not read the lab back from the store");
+        tracing::warn!(error = %e, "could not read the lab back from the store");
         AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s: 1,

@@ -143,6 +143,14 @@ fn read(
         let error = AppError::from(rejected);
         refuse(error.status().as_u16(), None, error)
     })?;
+    if headers.get_all("idempotency-key").iter().nth(1).is_some() {
+        // A proxy that keeps the last one would disagree with us keeping the first.
+        return Err(refuse(
+            400,
+            Some("two Idempotency-Key headers"),
+            AppError::BadRequest("send one Idempotency-Key header, not several".into()),
+        ));
+    }
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| {

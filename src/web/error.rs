@@ -42,6 +42,8 @@ pub enum AppError {
         limit: &'static str,
         retry_after_s: u64,
     },
+    /// 507: the store is out of room (the disk, or `max_db_bytes`), with `Retry-After`.
+    StoreFull,
     /// The lab belongs to another instance: Fly's proxy replays the request there.
     ElsewhereInstance {
         owner: String,
@@ -79,11 +81,35 @@ impl AppError {
                  endpoint_burst); wait for the Retry-After",
                 Some("endpoint_rate_per_s"),
             ),
+            AppError::RateLimited { limit: "lab_creates_per_hour", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has created too many labs lately (lab_creates_per_hour, lab_create_burst); \
+                 use the labs it has, or wait for the Retry-After",
+                Some("lab_creates_per_hour"),
+            ),
+            AppError::RateLimited { limit: "snapshot_bytes_per_s", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has read too many bytes of snapshots lately (snapshot_bytes_per_s, \
+                 snapshot_burst_bytes); wait for the Retry-After, or follow the event stream instead",
+                Some("snapshot_bytes_per_s"),
+            ),
+            AppError::RateLimited { limit: "max_snapshot_bytes_building", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "the server is building as many bytes of snapshots as it allows at once \
+                 (max_snapshot_bytes_building); try again after the Retry-After",
+                Some("max_snapshot_bytes_building"),
+            ),
             AppError::RateLimited { limit, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \
                  wait for the Retry-After, as the lab teaches",
                 Some(limit),
+            ),
+            AppError::StoreFull => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "the store is full (the disk, or max_db_bytes, which covers the database and its \
+                 write-ahead log): nothing was changed; try again once there is room",
+                Some("max_db_bytes"),
             ),
             AppError::ElsewhereInstance { .. } => (
                 StatusCode::CONFLICT,
@@ -128,6 +154,9 @@ impl IntoResponse for AppError {
         {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
+        if let AppError::StoreFull = self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(1));
+        }
         response
     }
 }
@@ -167,12 +196,7 @@ fn too_large() -> AppError {
 impl From<crate::lab::NotDurable> for AppError {
     fn from(refused: crate::lab::NotDurable) -> Self {
         let (status, detail) = match refused {
-            crate::lab::NotDurable { full: true, .. } => (
-                StatusCode::INSUFFICIENT_STORAGE,
-                "the store is full (the disk, or max_db_bytes): nothing was changed; try again once \
-                 there is room"
-                    .to_owned(),
-            ),
+            crate::lab::NotDurable { full: true, .. } => return AppError::StoreFull,
             crate::lab::NotDurable { error: Some(error), .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the store cannot write ({error}): nothing was changed; try again shortly"),

@@ -8,6 +8,7 @@ mod app;
 mod callers;
 mod compare;
 mod connections;
+mod early_errors;
 mod endpoint;
 pub mod error;
 mod events;
@@ -15,10 +16,12 @@ mod openapi;
 mod pages;
 mod rate_limit;
 mod responses;
+mod snapshot_limit;
 
 pub use app::{App, AppState};
 pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::{InternalCaller, RateLimiter};
+pub use snapshot_limit::SnapshotGate;
 
 use std::sync::Arc;
 

@@ -234,7 +234,9 @@ fn config_defaults() -> retrylab::config::Config {
 async fn retention_expires_keys_dead_letters_and_idle_labs() {
     let retention =
         Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 4, sweep_interval_ms: 50 };
-    let app = TestApp::spawn_config(config(Limits::default(), retention)).await;
+    // A one-second dedup window covers rounds of at most 0.9 s.
+    let limits = Limits { max_retry_duration_ms: 900, ..Default::default() };
+    let app = TestApp::spawn_config(config(limits, retention)).await;
     let lab = app.fast_lab().await;
     app.set_mode(&lab, "down").await;
     app.burst(&lab, 2).await;

@@ -162,6 +162,27 @@ async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
 }
 
+#[tokio::test]
+async fn two_idempotency_key_headers_are_refused_naming_the_header() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let response = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("content-type", "application/json")
+        .header("Idempotency-Key", "first")
+        .header("Idempotency-Key", "second")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert!(problem["detail"].as_str().unwrap().contains("Idempotency-Key"), "{problem}");
+    assert_eq!(counter(&app.snapshot(&lab).await, "applied"), 0, "neither key was applied");
+}
+
 /// Sends one request with `key` in a task of its own, so the test can act while it is held.
 fn send_held(app: &TestApp, lab: &str, key: &str) -> tokio::task::JoinHandle<(StatusCode, bool)> {
     let request = app

@@ -2,8 +2,11 @@
 //! with small lab timings (milliseconds, not seconds) so the suite stays fast.
 
 mod bad_input;
+mod broken_store;
 mod callers;
 mod compare;
+mod crash_ids;
+mod dedup_window;
 mod deployment;
 mod durability;
 mod events;
@@ -22,3 +25,4 @@ mod protections;
 mod retries;
 mod snippets;
 mod stored;
+mod sweeps;

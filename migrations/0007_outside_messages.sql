@@ -1,4 +1,4 @@
--- retrylab schema, version 6: what the endpoint observed of outside callers survives a restart.
+-- retrylab schema, version 7: what the endpoint observed of outside callers survives a restart.
 --
 -- One row per outside message (the requests one caller sent with one Idempotency-Key), its
 -- caller, key and every attempt as JSON, rewritten while the key is in use.
