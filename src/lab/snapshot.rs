@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use super::{Lab, LabState};
+use crate::callers::{OutsideMessage, Untracked};
 use crate::client::BreakerChange;
 use crate::config::Retention;
 use crate::dlq::DeadLetter;
@@ -33,6 +34,18 @@ pub struct SnapshotView<'a> {
     messages: &'a [Message],
     #[schema(value_type = Vec<DeadLetter>)]
     dead_letters: Cow<'a, [DeadLetter]>,
+    outside: OutsideView<'a>,
+}
+
+/// What the endpoint observed of outside callers: a message per caller and key, in the order
+/// first seen, and the requests not kept because a bound was reached.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct OutsideView<'a> {
+    messages: &'a [OutsideMessage],
+    untracked: Untracked,
+    max_callers_per_lab: usize,
+    max_outside_keys_per_lab: usize,
+    max_outside_attempts_per_key: usize,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -104,6 +117,17 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
+            outside: self.outside_view(state.callers.messages(), state.callers.untracked()),
+        }
+    }
+
+    fn outside_view<'a>(&self, messages: &'a [OutsideMessage], untracked: Untracked) -> OutsideView<'a> {
+        OutsideView {
+            messages,
+            untracked,
+            max_callers_per_lab: self.limits.max_callers_per_lab,
+            max_outside_keys_per_lab: self.limits.max_outside_keys_per_lab,
+            max_outside_attempts_per_key: self.limits.max_outside_attempts_per_key,
         }
     }
 
@@ -131,6 +155,12 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
+            outside: (state.callers.messages().to_vec(), state.callers.untracked()),
+            outside_limits: [
+                self.limits.max_callers_per_lab,
+                self.limits.max_outside_keys_per_lab,
+                self.limits.max_outside_attempts_per_key,
+            ],
         }
     }
 
@@ -181,6 +211,8 @@ pub(super) struct Captured {
     retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
+    outside: (Vec<OutsideMessage>, Untracked),
+    outside_limits: [usize; 3],
 }
 
 impl Captured {
@@ -199,6 +231,13 @@ impl Captured {
             retention: self.retention,
             messages: &self.messages,
             dead_letters: Cow::Borrowed(&self.dead_letters),
+            outside: OutsideView {
+                messages: &self.outside.0,
+                untracked: self.outside.1,
+                max_callers_per_lab: self.outside_limits[0],
+                max_outside_keys_per_lab: self.outside_limits[1],
+                max_outside_attempts_per_key: self.outside_limits[2],
+            },
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }

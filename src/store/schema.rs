@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_keys_in_order.sql"),
     include_str!("../../migrations/0005_lab_history.sql"),
     include_str!("../../migrations/0006_expired_keys.sql"),
+    include_str!("../../migrations/0007_outside_messages.sql"),
 ];
 
 /// Opens the file, refuses one this process cannot write, brings its schema up to date, bounds

@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, compare, endpoint, events, pages};
+use super::{api, callers, compare, endpoint, events, pages};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -25,6 +25,7 @@ use super::{api, compare, endpoint, events, pages};
         api::replay,
         api::reset,
         api::crash_client,
+        callers::callers,
         events::stream,
         endpoint::downstream,
         pages::metrics,
