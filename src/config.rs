@@ -296,6 +296,13 @@ pub struct Limits {
     /// Idempotency keys all labs together keep for outside callers.
     #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS", default_value_t = DEFAULT_LIMITS.max_outside_keys)]
     pub max_outside_keys: usize,
+    /// Outside callers one lab tells apart (by X-Client-Name, User-Agent or address); the
+    /// requests of callers past it are answered but not kept, and counted.
+    #[arg(long, env = "RETRYLAB_MAX_CALLERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_callers_per_lab)]
+    pub max_callers_per_lab: usize,
+    /// Requests kept per outside caller's key; later ones are answered and counted, not kept.
+    #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_ATTEMPTS_PER_KEY", default_value_t = DEFAULT_LIMITS.max_outside_attempts_per_key)]
+    pub max_outside_attempts_per_key: usize,
     /// Applied idempotency keys one lab holds whole in memory: those most recently applied or
     /// read back. Others are held as a 24-byte fingerprint, and a repeat of one reads its
     /// answer from the store.
@@ -340,6 +347,8 @@ const DEFAULT_LIMITS: Limits = Limits {
     endpoint_burst: 200,
     max_outside_keys_per_lab: 2_000,
     max_outside_keys: 100_000,
+    max_callers_per_lab: 20,
+    max_outside_attempts_per_key: 100,
     hot_keys_per_lab: 4_096,
     max_redrive_rate_per_s: 500,
     max_retry_duration_ms: 60 * 60 * 1000,

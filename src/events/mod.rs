@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::callers::{OutsideMessage, Untracked};
 use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{Attempt, Counters, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
@@ -121,6 +122,17 @@ pub enum Event {
         snapshot: serde_json::Value,
     },
     LabCreated,
+    /// A request of an outside caller ended (answered, or its client hung up): its outside
+    /// message whole, with every attempt so far.
+    OutsideAttempt {
+        message: OutsideMessage,
+    },
+    /// A request of an outside caller was answered but not kept: `limit` was reached.
+    OutsideUntracked {
+        caller: String,
+        limit: &'static str,
+        untracked: Untracked,
+    },
 }
 
 /// An attempt as it starts.

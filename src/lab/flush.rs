@@ -142,6 +142,7 @@ impl LabState {
             load,
             markers,
             breaker_changes: self.client.take_changes(),
+            outside: self.callers.take_changes(),
         }
     }
 
@@ -160,7 +161,9 @@ impl LabState {
             load,
             markers,
             breaker_changes,
+            outside,
         } = changes;
+        self.callers.restore_changes(&outside);
         self.dead_letters.restore_changes(&DeadLetterChanges { dead_letters, deleted_dead_letters });
         self.record.restore_changes(MessageChanges { cleared, messages, deleted_messages, load, markers });
         self.endpoint.restore_changes(KeyChanges {

@@ -13,6 +13,7 @@ mod client;
 mod deliveries;
 mod downstream;
 mod flush;
+mod outside;
 mod queue;
 mod registry;
 mod settings;
@@ -25,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
 
+use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
@@ -64,6 +66,8 @@ pub struct Lab {
     snapshot_bytes: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
+    /// Outside messages (a caller's key) kept by every lab of this server.
+    outside_messages_total: Arc<AtomicUsize>,
     /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
     /// reserves them: a repeat meanwhile is answered 409 at once.
     keys_in_line: Mutex<std::collections::HashSet<String>>,
@@ -78,6 +82,7 @@ struct Parts {
     endpoint: Endpoint,
     client: ClientState,
     dead_letters: DeadLetterQueue,
+    callers: Callers,
 }
 
 /// The lab's state: its messages, its endpoint's state and its client's, each owned by its own
@@ -87,6 +92,8 @@ struct LabState {
     endpoint: Endpoint,
     client: ClientState,
     dead_letters: DeadLetterQueue,
+    /// What the endpoint observed of outside callers.
+    callers: Callers,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
@@ -125,7 +132,7 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        Parts { record, endpoint, client, dead_letters }: Parts,
+        Parts { record, endpoint, client, dead_letters, callers }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
@@ -138,6 +145,7 @@ impl Lab {
                 endpoint,
                 client,
                 dead_letters,
+                callers,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
@@ -152,6 +160,7 @@ impl Lab {
             subscribers: AtomicUsize::new(0),
             snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
+            outside_messages_total: registry.outside_messages.clone(),
             keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
@@ -351,6 +360,8 @@ impl Lab {
         state.endpoint.reset();
         state.client.reset();
         state.dead_letters.clear();
+        self.forget_outside(&state);
+        state.callers.reset();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Reset { snapshot }, now);
@@ -417,6 +428,7 @@ impl Lab {
         let mut state = self.lock();
         if !state.deleted {
             self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
+            self.forget_outside(&state);
         }
         state.deleted = true;
         self.schedule_flush(&mut state);

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use super::{Lab, Parts, unix_now_ms};
+use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
@@ -18,6 +19,8 @@ pub struct Labs {
     pub instance: Option<Instance>,
     /// Idempotency keys kept for outside callers, all labs together.
     pub(super) outside_keys: Arc<std::sync::atomic::AtomicUsize>,
+    /// Outside messages kept, all labs together (held to `max_outside_keys` too).
+    pub(super) outside_messages: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) limits: Limits,
     pub(super) retention: Retention,
     pub(super) store: Store,
@@ -30,6 +33,7 @@ impl Labs {
             labs: RwLock::new(HashMap::new()),
             instance: None,
             outside_keys: Default::default(),
+            outside_messages: Default::default(),
             limits,
             retention,
             store,
@@ -43,6 +47,8 @@ impl Labs {
             let state = restore(parts, dead_letters);
             labs.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
+            labs.outside_messages
+                .fetch_add(state.callers.messages().len(), std::sync::atomic::Ordering::Relaxed);
             // Ids past the last committed one may have reached a page before a crash: the
             // events of this run are numbered after every one of them.
             let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);
@@ -137,11 +143,13 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
         load_bins,
         markers,
         breaker_changes,
+        outside_messages,
     } = parts;
     Parts {
         record: LabRecord::restore(StoredRecord { epoch, next_message_id, messages, load_bins, markers }),
         endpoint: Endpoint::restore(DownstreamView { settings: downstream, revert }, ledger),
         client: ClientState::restore(policy, breaker_changes),
         dead_letters: DeadLetterQueue::restore(dead_letters),
+        callers: Callers::restore(outside_messages),
     }
 }

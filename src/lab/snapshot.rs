@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use super::{Lab, LabState};
+use crate::callers::{OutsideMessage, Untracked};
 use crate::client::BreakerChange;
 use crate::config::Retention;
 use crate::dlq::{DeadLetter, Redrive};
@@ -35,6 +36,18 @@ pub struct SnapshotView<'a> {
     dead_letters: Cow<'a, [DeadLetter]>,
     /// A redrive at a rate in progress; null when none runs.
     redrive: Option<Redrive>,
+    outside: OutsideView<'a>,
+}
+
+/// What the endpoint observed of outside callers: a message per caller and key, in the order
+/// first seen, and the requests not kept because a bound was reached.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct OutsideView<'a> {
+    messages: &'a [OutsideMessage],
+    untracked: Untracked,
+    max_callers_per_lab: usize,
+    max_outside_keys_per_lab: usize,
+    max_outside_attempts_per_key: usize,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -107,6 +120,17 @@ impl Lab {
             messages: record.messages(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
             redrive: state.dead_letters.redrive(),
+            outside: self.outside_view(state.callers.messages(), state.callers.untracked()),
+        }
+    }
+
+    fn outside_view<'a>(&self, messages: &'a [OutsideMessage], untracked: Untracked) -> OutsideView<'a> {
+        OutsideView {
+            messages,
+            untracked,
+            max_callers_per_lab: self.limits.max_callers_per_lab,
+            max_outside_keys_per_lab: self.limits.max_outside_keys_per_lab,
+            max_outside_attempts_per_key: self.limits.max_outside_attempts_per_key,
         }
     }
 
@@ -135,6 +159,12 @@ impl Lab {
             messages: record.messages().to_vec(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
             redrive: state.dead_letters.redrive(),
+            outside: (state.callers.messages().to_vec(), state.callers.untracked()),
+            outside_limits: [
+                self.limits.max_callers_per_lab,
+                self.limits.max_outside_keys_per_lab,
+                self.limits.max_outside_attempts_per_key,
+            ],
         }
     }
 
@@ -186,6 +216,8 @@ pub(super) struct Captured {
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
     redrive: Option<Redrive>,
+    outside: (Vec<OutsideMessage>, Untracked),
+    outside_limits: [usize; 3],
 }
 
 impl Captured {
@@ -205,6 +237,13 @@ impl Captured {
             messages: &self.messages,
             dead_letters: Cow::Borrowed(&self.dead_letters),
             redrive: self.redrive,
+            outside: OutsideView {
+                messages: &self.outside.0,
+                untracked: self.outside.1,
+                max_callers_per_lab: self.outside_limits[0],
+                max_outside_keys_per_lab: self.outside_limits[1],
+                max_outside_attempts_per_key: self.outside_limits[2],
+            },
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }

@@ -2,6 +2,7 @@
 //! commit, and a lab's parts as they were kept. The lab composes them from its messages, its
 //! dead letters, its endpoint and its client.
 
+use crate::callers::{CallerChanges, OutsideMessage};
 use crate::client::BreakerChange;
 use crate::domain::{BinChanges, LoadBin, Marker, Message};
 use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
@@ -29,6 +30,8 @@ pub struct RecordChanges {
     pub markers: Option<String>,
     /// Every change of the breaker's state, as JSON, when there was a new one.
     pub breaker_changes: Option<String>,
+    /// Outside callers' messages changed (and whether all were cleared first).
+    pub outside: CallerChanges,
 }
 
 /// What the store keeps of a lab's state.
@@ -44,4 +47,5 @@ pub struct RecordParts {
     pub load_bins: Vec<LoadBin>,
     pub markers: Vec<Marker>,
     pub breaker_changes: Vec<BreakerChange>,
+    pub outside_messages: Vec<OutsideMessage>,
 }

@@ -76,6 +76,14 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             tx.execute(&format!("DELETE FROM {table} WHERE lab_id = ?1"), [lab])?;
         }
     }
+    if changes.outside.cleared {
+        tx.execute("DELETE FROM outside_messages WHERE lab_id = ?1", [lab])?;
+    }
+    let mut upsert_outside =
+        tx.prepare_cached("INSERT OR REPLACE INTO outside_messages (lab_id, id, body) VALUES (?1, ?2, ?3)")?;
+    for (id, body) in &changes.outside.messages {
+        rows += upsert_outside.execute(params![lab, id, body])? as u64;
+    }
     if let Some(markers) = &changes.markers {
         rows += tx
             .prepare_cached("UPDATE labs SET markers = ?2 WHERE id = ?1")?
@@ -208,6 +216,11 @@ pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, Store
                 )?,
                 markers: serde_json::from_str(&markers)?,
                 breaker_changes: serde_json::from_str(&breaker_changes)?,
+                outside_messages: load_json(
+                    connection,
+                    "SELECT body FROM outside_messages WHERE lab_id = ?1 ORDER BY id",
+                    &row.id,
+                )?,
             };
             let dead_letters = load_dead_letters(connection, &row.id)?;
             Ok(LoadedLab { row, parts, dead_letters })

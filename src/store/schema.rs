@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_keys_in_order.sql"),
     include_str!("../../migrations/0005_lab_history.sql"),
     include_str!("../../migrations/0006_expired_keys.sql"),
+    include_str!("../../migrations/0007_outside_messages.sql"),
 ];
 
 /// Opens the file, refuses one this process cannot write, brings its schema up to date, bounds
@@ -68,26 +69,28 @@ pub(super) fn opening_failed(path: &Path, error: StoreError) -> StoreError {
     StoreError::Open { path: path.to_owned(), detail }
 }
 
-/// The write-ahead log's share of `--max-db-bytes`: the database gets the rest (as
-/// `max_page_count`), and the writer checkpoints the log back into it, truncating the file,
-/// whenever it grows past half its share, so the two files stay within the limit.
+/// How `--max-db-bytes` bounds the database and its write-ahead log together: half for each.
+/// The database may hold no more pages than fit in its half (`max_page_count`). Before each
+/// commit the writer checkpoints the log back into the database and truncates it, so a commit
+/// starts from an empty log; with the page cache never spilled mid-transaction, a commit
+/// writes each page it changes once, a frame of a page and a 24-byte header, and the database
+/// has no more pages than that half holds frames. So the two files never pass the limit.
 pub(super) struct WalBound {
     path: PathBuf,
-    /// The most the log may hold before a commit, in bytes.
-    budget: u64,
 }
 
-/// An eighth of the limit for the log (at least 16 pages), the rest for the database.
+/// A WAL frame's header, written before each page.
+const FRAME_HEADER: u64 = 24;
+
 fn bound(connection: &Connection, path: &Path, max_bytes: u64) -> Result<WalBound, StoreError> {
     let page_size: u64 = connection.pragma_query_value(None, "page_size", |r| r.get(0))?;
-    let budget = (max_bytes / 8).max(16 * page_size);
-    let pages = (max_bytes.saturating_sub(budget) / page_size).max(1);
+    let pages = (max_bytes / 2 / (page_size + FRAME_HEADER)).max(1);
     connection.pragma_update(None, "max_page_count", pages)?;
-    connection.pragma_update(None, "journal_size_limit", budget / 2)?;
-    connection.pragma_update(None, "wal_autocheckpoint", (budget / 2 / page_size).max(1))?;
+    connection.pragma_update(None, "cache_spill", false)?;
+    connection.pragma_update(None, "journal_size_limit", 0)?;
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
-    Ok(WalBound { path: PathBuf::from(wal), budget })
+    Ok(WalBound { path: PathBuf::from(wal) })
 }
 
 impl WalBound {
@@ -95,20 +98,19 @@ impl WalBound {
         std::fs::metadata(&self.path).map_or(0, |m| m.len())
     }
 
-    /// Checkpoints the log into the database and truncates it once it holds more than half its
-    /// share; refuses (as a full disk would) when it cannot be brought within its share.
+    /// Checkpoints the log into the database and truncates it before a commit; refuses (as a
+    /// full disk would) when it cannot be emptied, since the commit could then pass the limit.
     pub(super) fn keep(&self, connection: &Connection) -> Result<(), StoreError> {
-        if self.size() <= self.budget / 2 {
+        if self.size() == 0 {
             return Ok(());
         }
-        // A reader still on an older snapshot can keep the checkpoint from finishing.
+        // Waits (busy_timeout) for a reader still on an older snapshot, then empties the log.
         let _ = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         match self.size() {
-            size if size <= self.budget => Ok(()),
+            0 => Ok(()),
             size => Err(StoreError::Full(format!(
-                "the write-ahead log holds {size} bytes and cannot be checkpointed within its share \
-                 ({} bytes) of max_db_bytes",
-                self.budget
+                "the write-ahead log holds {size} bytes and could not be checkpointed, so a commit \
+                 could pass max_db_bytes"
             ))),
         }
     }

@@ -6,6 +6,7 @@
 mod access_log;
 mod api;
 mod app;
+mod callers;
 mod compare;
 mod connections;
 mod dead_letters;
@@ -70,6 +71,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/labs/{lab}/reset", post(api::reset))
         .route("/api/labs/{lab}/crash-client", post(api::crash_client))
         .route("/api/labs/{lab}/events", get(events::stream))
+        .route("/api/labs/{lab}/callers", get(callers::callers))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
             AppError::Rejected {

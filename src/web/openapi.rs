@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, compare, dead_letters, endpoint, events, pages};
+use super::{api, callers, compare, dead_letters, endpoint, events, pages};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +30,7 @@ use super::{api, compare, dead_letters, endpoint, events, pages};
         dead_letters::cancel_redrive,
         api::reset,
         api::crash_client,
+        callers::callers,
         events::stream,
         endpoint::downstream,
         pages::metrics,

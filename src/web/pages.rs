@@ -116,6 +116,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("load-chart.js", JS, include_str!("../../static/load-chart.js")),
     ("presets.js", JS, include_str!("../../static/presets.js")),
     ("presets.json", "application/json", include_str!("../../static/presets.json")),
+    ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("dlq-filter.js", JS, include_str!("../../static/dlq-filter.js")),

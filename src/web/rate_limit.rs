@@ -61,11 +61,21 @@ impl RateLimiter {
 
     /// Who sent the request: the trusted proxy's header when configured, else the peer.
     pub fn client(&self, request: &Request) -> Option<IpAddr> {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        self.client_address(request.headers(), peer)
+    }
+
+    /// Who sent a request with `headers` over a connection from `peer` (see `client`).
+    pub(super) fn client_address(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Option<IpAddr> {
         let from_proxy = self.client_ip_header.as_deref().and_then(|name| {
-            let value = request.headers().get(name)?.to_str().ok()?;
+            let value = headers.get(name)?.to_str().ok()?;
             value.split(',').next()?.trim().parse().ok()
         });
-        from_proxy.or_else(|| request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+        from_proxy.or_else(|| peer.map(|p| p.ip()))
     }
 
     /// Lets a request of `client` through, or says how long until one would be.

@@ -48,8 +48,8 @@ async fn a_burst_the_store_cannot_keep_is_refused_fast_and_creates_nothing() {
 
 #[tokio::test]
 async fn while_the_store_is_full_writes_change_nothing_and_work_resumes_once_there_is_room() {
-    // The database gets 7/8 of it, the write-ahead log the rest.
-    let app = TestApp::spawn_config(full_store(384 * 1024)).await;
+    // The database gets half of it, the write-ahead log the other half.
+    let app = TestApp::spawn_config(full_store(640 * 1024)).await;
     let (hog, other) = (app.fast_lab().await, app.fast_lab().await);
     // A thousand messages fit; the attempts they then make do not: the store fills up.
     app.put(&hog, "downstream", r#"{"mode": "down"}"#).await;

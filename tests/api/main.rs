@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod broken_store;
+mod callers;
 mod compare;
 mod crash_ids;
 mod dead_letters;
@@ -23,5 +24,8 @@ mod pages;
 mod presets;
 mod protections;
 mod retries;
+mod snippets;
 mod stored;
+#[path = "../support/mod.rs"]
+mod support;
 mod sweeps;

@@ -13,6 +13,8 @@ mod failure_modes;
 mod new_user;
 mod open_large;
 mod scale;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use cdp::{Browser, CHROMIUM, Page};
 use retrylab::config::Config;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use support::Serving;
 
 /// Generous: two shared cores run the server, the producer and Chromium at once.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -34,36 +36,24 @@ const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [5, 20], "retry_after_s": 0}"#;
 struct Server {
     address: SocketAddr,
     db: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    serving: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    serving: Option<Serving>,
     http: reqwest::Client,
 }
 
 impl Server {
     async fn start() -> Server {
-        let db = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("browser-{}.db", uuid::Uuid::new_v4()));
-        Server::start_at(SocketAddr::from(([127, 0, 0, 1], 0)), db).await
+        Server::start_at(support::any_port(), support::fresh_db("browser")).await
     }
 
     /// Serves `db` on `address`; the same pair again is a restart.
     async fn start_at(address: SocketAddr, db: PathBuf) -> Server {
-        let listener = tokio::net::TcpListener::bind(address).await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let config = Config::new(db.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(retrylab::server::serve(listener, config, async {
-            let _ = stopped.await;
-        }));
-        let http = reqwest::Client::builder().no_proxy().build().unwrap();
-        Server { address, db, stop: Some(stop), serving: Some(serving), http }
+        let serving = Serving::start(address, Config::new(db.clone())).await;
+        Server { address: serving.address, db, serving: Some(serving), http: support::http_client() }
     }
 
     /// Shuts down gracefully, as on SIGTERM, and waits until the store is closed.
     async fn stop(&mut self) {
-        let _ = self.stop.take().expect("serving").send(());
-        let served = self.serving.take().unwrap().await.unwrap();
-        served.expect("the server shut down cleanly");
+        self.serving.take().expect("serving").stop().await;
     }
 
     fn url(&self, path: &str) -> String {
