@@ -4,15 +4,12 @@
 //! letter twice, the NDJSON export, the operator's metrics, and bad input named by field.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, counter, fresh_db, messages};
+use crate::helpers::{Binary, TestApp, counter, fresh_db, messages};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -326,36 +323,6 @@ async fn a_cancelled_redrive_leaves_the_rest_in_the_queue() {
     assert!(after["dead_letters"].as_array().unwrap().iter().all(|d| d.get("redrive").is_none()));
     let (status, _) = post(&app, &lab, "redrive/cancel", json!({})).await;
     assert_eq!(status, StatusCode::CONFLICT, "nothing left to cancel");
-}
-
-/// The real binary, serving on a free port with the given database.
-struct Binary {
-    child: Child,
-    app: TestApp,
-}
-
-impl Binary {
-    fn start(db: &Path) -> Binary {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-            .args(["--addr", "127.0.0.1:0", "--db"])
-            .arg(db)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let mut first_line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
-        let url =
-            first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("it prints its address");
-        Binary { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test]
