@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use super::api::check_overall_active;
 use super::error::{AppError, Problem};
-use super::responses::{LabErrors, StoreErrors};
+use super::responses::{LabErrors, SelectionErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::dlq::{Filter, FilterError, Redrive, ReplayRefusal, Selection, Target};
 use crate::lab::{Detail, DryRun, Lab, Listing, RedriveRefusal};
@@ -298,9 +298,7 @@ pub struct DeletedIds {
     responses(
         (status = 200, body = DeletedIds),
         LabErrors,
-        (status = 404, description = "An id not in this lab's dead-letter queue (`field`: ids)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Neither ids nor filter, a field with an unusable value, or a filter that matches nothing; `field` names it", body = Problem, content_type = "application/problem+json"),
+        SelectionErrors,
         StoreErrors,
     )
 )]
@@ -359,9 +357,7 @@ pub struct QuarantineMoved {
     responses(
         (status = 200, body = QuarantineMoved),
         LabErrors,
-        (status = 404, description = "An id not in this lab's dead-letter queue (`field`: ids)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Neither ids nor filter, a field with an unusable value, or a filter that matches nothing; `field` names it", body = Problem, content_type = "application/problem+json"),
+        SelectionErrors,
         StoreErrors,
     )
 )]
