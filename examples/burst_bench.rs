@@ -4,6 +4,7 @@
 //! one transaction (one fsync) each.
 //!
 //! Run: `cargo run --release --example burst_bench` (prints a Markdown table row).
+//! `BURST_BENCH_MESSAGES` and `BURST_BENCH_BASELINE_ROWS` set smaller counts (CI runs it so).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -11,14 +12,24 @@ use std::time::{Duration, Instant};
 use retrylab::config::{Config, Limits};
 use serde_json::Value;
 
-const BURST: u64 = 10_000;
-const BASELINE_ROWS: u64 = 500;
+/// A count from the environment, else its default.
+fn count(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 #[tokio::main]
 async fn main() {
     let dir = std::env::temp_dir().join(format!("retrylab-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let limits = Limits { max_burst: BURST as usize, ..Limits::default() };
+    let burst = count("BURST_BENCH_MESSAGES", 10_000);
+    let baseline_rows = count("BURST_BENCH_BASELINE_ROWS", 500);
+    // The whole burst is owed a delivery at once: every limit on that is raised to it.
+    let limits = Limits {
+        max_burst: burst as usize,
+        max_active_messages_per_lab: burst as usize,
+        max_messages_per_lab: (burst as usize).max(Limits::default().max_messages_per_lab),
+        ..Limits::default()
+    };
     let config = Config { limits, ..Config::new(dir.join("burst.db")) };
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -38,15 +49,15 @@ async fn main() {
     let accepted = client
         .post(format!("{lab}/bursts"))
         .header("content-type", "application/json")
-        .body(format!(r#"{{"count": {BURST}}}"#))
+        .body(format!(r#"{{"count": {burst}}}"#))
         .send()
         .await
         .unwrap();
-    assert_eq!(accepted.status(), 202);
+    assert_eq!(accepted.status(), 202, "{}", accepted.text().await.unwrap_or_default());
     let accepted_after = started.elapsed();
     loop {
         let snapshot: Value = client.get(&lab).send().await.unwrap().json().await.unwrap();
-        if snapshot["counters"]["delivered"] == BURST {
+        if snapshot["counters"]["delivered"] == burst {
             assert_eq!(snapshot["counters"]["applied_twice"], 0);
             break;
         }
@@ -59,7 +70,7 @@ async fn main() {
     let grouped_commits_per_s = commits / elapsed;
 
     // The baseline: one transaction per row, on the same disk, same settings.
-    let baseline = baseline_commits_per_s(&dir.join("baseline.db"));
+    let baseline = baseline_commits_per_s(&dir.join("baseline.db"), baseline_rows);
     let _ = std::fs::remove_dir_all(&dir);
 
     println!(
@@ -67,7 +78,7 @@ async fn main() {
     );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     println!(
-        "| {BURST} | {:.0} ms | {elapsed:.2} s | {:.0} | {commits:.0} | {grouped_commits_per_s:.0} | {rows:.0} | {:.1} | {baseline:.0} | {:.1} |",
+        "| {burst} | {:.0} ms | {elapsed:.2} s | {:.0} | {commits:.0} | {grouped_commits_per_s:.0} | {rows:.0} | {:.1} | {baseline:.0} | {:.1} |",
         accepted_after.as_secs_f64() * 1000.0,
         attempts / elapsed,
         rows / commits,
@@ -84,7 +95,7 @@ async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
         .sum()
 }
 
-fn baseline_commits_per_s(path: &std::path::Path) -> f64 {
+fn baseline_commits_per_s(path: &std::path::Path, rows: u64) -> f64 {
     let connection = rusqlite::Connection::open(path).unwrap();
     connection
         .execute_batch(
@@ -94,10 +105,10 @@ fn baseline_commits_per_s(path: &std::path::Path) -> f64 {
         .unwrap();
     let body = "x".repeat(600);
     let started = Instant::now();
-    for id in 0..BASELINE_ROWS {
+    for id in 0..rows {
         connection
             .execute("INSERT OR REPLACE INTO messages VALUES ('lab', ?1, ?2)", rusqlite::params![id, body])
             .unwrap();
     }
-    BASELINE_ROWS as f64 / started.elapsed().as_secs_f64()
+    rows as f64 / started.elapsed().as_secs_f64()
 }

@@ -2,10 +2,10 @@
 //! are applied to one ledger, each with a body like the lab's client sends.
 //!
 //!     cargo run --release --example ledger_memory
+//!
+//! `LEDGER_MEMORY_KEYS` sets another count (CI runs it with a small one).
 
 use retrylab::downstream::{BodyDigest, IdempotencyKey, Ledger};
-
-const KEYS: u64 = 150_000;
 
 fn rss_kb() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -14,8 +14,9 @@ fn rss_kb() -> u64 {
 }
 
 fn main() {
+    let count: u64 = std::env::var("LEDGER_MEMORY_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(150_000);
     let keys: Vec<IdempotencyKey> =
-        (0..KEYS).map(|_| IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()).unwrap()).collect();
+        (0..count).map(|_| IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()).unwrap()).collect();
     let mut ledger = Ledger::default();
     let before = rss_kb();
     for (i, key) in keys.iter().enumerate() {
@@ -31,8 +32,8 @@ fn main() {
     let after = rss_kb();
     let grown_mb = (after - before) as f64 / 1024.0;
     println!(
-        "{KEYS} keys: RSS +{grown_mb:.1} MB ({:.0} bytes per key); applied {}",
-        (after - before) as f64 * 1024.0 / KEYS as f64,
+        "{count} keys: RSS +{grown_mb:.1} MB ({:.0} bytes per key); applied {}",
+        (after - before) as f64 * 1024.0 / count as f64,
         ledger.counts().applied
     );
 }

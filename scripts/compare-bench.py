@@ -3,8 +3,11 @@
 a markdown table of min / median / max per policy. Used for BENCHMARKS.md:
 
     cargo build --release && python3 scripts/compare-bench.py target/release/retrylab
+
+With QUICK=1: a burst of 10, one seed, two scenarios (CI proves the script still works).
 """
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +22,9 @@ SCENARIOS = {
     "flaky": ["fixed", "none", "full", "equal", "decorrelated"],
     "metastable": ["none", "full", "equal", "breaker", "budget"],
 }
+if os.environ.get("QUICK"):
+    BURST, SEEDS = 10, [1]
+    SCENARIOS = {"flaky": ["none", "full"], "throttled": ["full", "ignore-retry-after"]}
 ROWS = ["requests_per_delivered", "delivered", "dead_letter", "drain_ms", "peak_requests_per_100ms", "wasted", "latency_p99_ms"]
 
 

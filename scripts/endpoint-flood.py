@@ -2,11 +2,14 @@
 """An outside client floods one lab's endpoint: 2,000 requests of 60 kB, each with a new key,
 16 at a time. Prints the answers by status, and the server's RSS and database growth.
 
-    python3 scripts/endpoint-flood.py target/release/retrylab
+    python3 scripts/endpoint-flood.py target/release/retrylab [REQUESTS]
+
+REQUESTS (default 2000) sets how many are sent.
 """
 import collections, concurrent.futures, json, os, re, subprocess, sys, tempfile, time, urllib.request, uuid
 
 binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/retrylab"
+requests = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
 work = tempfile.mkdtemp()
 db = os.path.join(work, "flood.db")
 server = subprocess.Popen([binary, "--addr", "127.0.0.1:0", "--db", db],
@@ -40,7 +43,7 @@ time.sleep(0.5)
 rss_before, db_before = rss_kb(), db_bytes()
 started = time.time()
 with concurrent.futures.ThreadPoolExecutor(16) as pool:
-    statuses = collections.Counter(pool.map(send, range(2000)))
+    statuses = collections.Counter(pool.map(send, range(requests)))
 elapsed = time.time() - started
 time.sleep(0.5)
 import sqlite3

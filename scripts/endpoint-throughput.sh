@@ -5,10 +5,11 @@
 #
 #     cargo build --release --bin retrylab --example bare_endpoint && scripts/endpoint-throughput.sh
 #
-# ROUNDS (default 3) and SECONDS_EACH (default 10) set how many rounds and how long each wrk run.
+# ROUNDS (default 3) and SECONDS_EACH (default 10) set how many rounds and how long each wrk run;
+# BIN_DIR (default target/release) where the two binaries are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=target/release
+bin="${BIN_DIR:-target/release}"
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

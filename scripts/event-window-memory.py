@@ -4,6 +4,8 @@
 lab's snapshot. Prints the server's RSS before and after. BENCHMARKS.md has the figures.
 
     python3 scripts/event-window-memory.py target/debug/retrylab EVENT_WINDOW_BYTES N [flags...]
+
+MESSAGES (default 2000) sets how many deliveries the lab owes.
 """
 import json, os, re, subprocess, sys, tempfile, time, urllib.request
 def call(base, method, path, body=None):
@@ -22,8 +24,9 @@ base = re.search(rb"(http://[^/ ]+)", p.stdout.readline()).group(1).decode()
 lab = call(base, "POST", "/api/labs")["id"]
 call(base, "PUT", f"/api/labs/{lab}/policy", {"base_ms": 600000, "cap_ms": 600000, "max_attempts": 2, "honor_retry_after": False})
 call(base, "PUT", f"/api/labs/{lab}/downstream", {"mode": "down"})
-call(base, "POST", f"/api/labs/{lab}/bursts", {"count": 2000})
-while call(base, "GET", f"/api/labs/{lab}")["counters"]["backing_off"] < 2000:
+messages = int(os.environ.get("MESSAGES", "2000"))
+call(base, "POST", f"/api/labs/{lab}/bursts", {"count": messages})
+while call(base, "GET", f"/api/labs/{lab}")["counters"]["backing_off"] < messages:
     time.sleep(0.2)
 snap = len(json.dumps(call(base, "GET", f"/api/labs/{lab}")))
 before = rss(p.pid)

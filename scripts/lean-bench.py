@@ -27,9 +27,15 @@ parser.add_argument("--bare", default="target/release/examples/bare_endpoint")
 parser.add_argument("--runs", type=int, default=3)
 parser.add_argument("--seconds", type=int, default=5, help="length of each wrk run")
 parser.add_argument("--keys", type=int, default=150_000)
+parser.add_argument("--labs", type=int, default=1000, help="empty labs made to measure one")
+parser.add_argument("--messages", default="1000,10000", help="burst sizes for the timer figures")
+parser.add_argument("--quick", action="store_true",
+                    help="small counts and one short run (CI proves the script still works)")
 parser.add_argument("--only", default="empty,keys,throughput,timer",
                     help="which figures, comma-separated: empty, keys, throughput, timer")
 args = parser.parse_args()
+if args.quick:
+    args.runs, args.seconds, args.keys, args.labs, args.messages = 1, 1, 2_000, 50, "100"
 
 HELP = subprocess.run([args.bin, "--help"], capture_output=True, text=True).stdout
 BIG = "100000000"
@@ -53,7 +59,8 @@ class Server:
             "--control-rate-per-s", BIG, "--control-burst", BIG, "--endpoint-rate-per-s", BIG,
             "--endpoint-burst", BIG, "--max-outside-keys-per-lab", BIG, "--max-outside-keys", BIG,
             "--max-labs", "5000", "--max-burst", "10000", "--max-active-messages-per-lab", "20000",
-            "--max-connections-per-ip", "100000", "--max-subscribers", "100000")
+            "--max-connections-per-ip", "100000", "--max-subscribers", "100000",
+            "--lab-create-burst", BIG, "--lab-creates-per-hour", BIG)
         self.process = subprocess.Popen(
             [args.bin, "--addr", "127.0.0.1:0", "--db", os.path.join(self.dir, "bench.db"), *flags, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -103,10 +110,10 @@ def empty_lab_kb():
         server.new_lab()
         time.sleep(0.5)
         before = server.rss_kb()
-        for _ in range(1000):
+        for _ in range(args.labs):
             server.new_lab()
         time.sleep(0.5)
-        return (server.rss_kb() - before) / 1000
+        return (server.rss_kb() - before) / args.labs
     finally:
         server.stop()
 
@@ -207,7 +214,7 @@ def main():
                 note("endpoint, repeats: lab / bare", repeat_ratio)
                 note("endpoint, new keys (requests/s)", lab_new)
                 note("endpoint, repeats (requests/s)", lab_repeat)
-            for messages in (1_000, 10_000) if "timer" in only else ():
+            for messages in map(int, args.messages.split(",")) if "timer" in only else ():
                 e50, e99, q50, q99, waits = timer(messages)
                 note(f"{messages:,} messages: timer error p50 (ms)", e50)
                 note(f"{messages:,} messages: timer error p99 (ms)", e99)

@@ -95,6 +95,9 @@ pub struct CompareArgs {
     /// Gives up (and exits non-zero) when the comparison has not drained by then.
     #[arg(long, default_value_t = 300)]
     pub time_limit_s: u64,
+    /// Prints no progress on stderr (errors still go there).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -190,6 +193,26 @@ impl Config {
         }
     }
 
+    /// Refuses settings under which the lab would break its own promises, saying why.
+    /// The dedup window must outlast the longest a message may still send its key within one
+    /// round, with a margin of a tenth (the reference's rule: dedup window >= max retry
+    /// duration + margin); the keys of dead letters are kept as long as the dead letters, and
+    /// those of messages owed a delivery until they are delivered, whatever the window.
+    pub fn refuse_unsafe(&self) -> Result<(), String> {
+        let window_ms = self.retention.key_ttl_s.saturating_mul(1000);
+        let longest = self.limits.max_retry_duration_ms;
+        let needed = longest.saturating_add(longest / 10);
+        if window_ms < needed {
+            return Err(format!(
+                "the dedup window (--key-ttl-s {}) must be at least the longest retry duration \
+                 (--max-retry-duration-ms {longest}) plus a tenth, {needed} ms: a retry after the \
+                 window would apply its write again. Raise --key-ttl-s or lower --max-retry-duration-ms",
+                self.retention.key_ttl_s
+            ));
+        }
+        Ok(())
+    }
+
     pub fn listen_addr(&self) -> SocketAddr {
         if let Some(addr) = self.addr {
             return addr;
@@ -241,6 +264,24 @@ pub struct Limits {
     /// Control requests one client may make in a quick run before the rate applies.
     #[arg(long, env = "RETRYLAB_CONTROL_BURST", default_value_t = DEFAULT_LIMITS.control_burst)]
     pub control_burst: u32,
+    /// Labs one client may create per hour, sustained (opening `/` creates one): well below
+    /// what it would take one address to cycle the whole store through `--max-labs`.
+    #[arg(long, env = "RETRYLAB_LAB_CREATES_PER_HOUR", default_value_t = DEFAULT_LIMITS.lab_creates_per_hour)]
+    pub lab_creates_per_hour: u32,
+    /// Labs one client may create in a quick run before the hourly rate applies.
+    #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
+    pub lab_create_burst: u32,
+    /// Bytes of snapshots (`GET /api/labs/{lab}`, and an event stream that starts from one) one
+    /// client may read per second, sustained; then 429.
+    #[arg(long, env = "RETRYLAB_SNAPSHOT_BYTES_PER_S", default_value_t = DEFAULT_LIMITS.snapshot_bytes_per_s)]
+    pub snapshot_bytes_per_s: u64,
+    /// Bytes of snapshots one client may read in a quick run before the rate applies.
+    #[arg(long, env = "RETRYLAB_SNAPSHOT_BURST_BYTES", default_value_t = DEFAULT_LIMITS.snapshot_burst_bytes)]
+    pub snapshot_burst_bytes: u64,
+    /// Bytes of snapshots the server builds at once, for every client together; past it a
+    /// read is answered 429, so big labs read many times over cannot slow the other labs.
+    #[arg(long, env = "RETRYLAB_MAX_SNAPSHOT_BYTES_BUILDING", default_value_t = DEFAULT_LIMITS.max_snapshot_bytes_building)]
+    pub max_snapshot_bytes_building: u64,
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
@@ -260,14 +301,29 @@ pub struct Limits {
     /// Idempotency keys all labs together keep for outside callers.
     #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS", default_value_t = DEFAULT_LIMITS.max_outside_keys)]
     pub max_outside_keys: usize,
+    /// Outside callers one lab tells apart (by X-Client-Name, User-Agent or address); the
+    /// requests of callers past it are answered but not kept, and counted.
+    #[arg(long, env = "RETRYLAB_MAX_CALLERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_callers_per_lab)]
+    pub max_callers_per_lab: usize,
+    /// Requests kept per outside caller's key; later ones are answered and counted, not kept.
+    #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_ATTEMPTS_PER_KEY", default_value_t = DEFAULT_LIMITS.max_outside_attempts_per_key)]
+    pub max_outside_attempts_per_key: usize,
     /// Applied idempotency keys one lab holds whole in memory: those most recently applied or
     /// read back. Others are held as a 24-byte fingerprint, and a repeat of one reads its
     /// answer from the store.
     #[arg(long, env = "RETRYLAB_HOT_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.hot_keys_per_lab)]
     pub hot_keys_per_lab: usize,
+    /// The longest one round of a message's delivery may last, in milliseconds: no attempt
+    /// starts later than this after the round's first (a policy's `max_total_ms` may end it
+    /// sooner). The dedup window (`--key-ttl-s`) must cover it with a margin.
+    #[arg(long, env = "RETRYLAB_MAX_RETRY_DURATION_MS", default_value_t = DEFAULT_LIMITS.max_retry_duration_ms)]
+    pub max_retry_duration_ms: u64,
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
+    /// The fastest a redrive may replay dead letters, per second.
+    #[arg(long, env = "RETRYLAB_MAX_REDRIVE_RATE_PER_S", default_value_t = DEFAULT_LIMITS.max_redrive_rate_per_s)]
+    pub max_redrive_rate_per_s: u32,
     /// Delivered messages a lab keeps, the newest: older ones leave memory and the store (they
     /// stay counted in `delivered` and the load chart), so steady traffic can run for hours.
     /// Dead letters are kept whatever this says, until replayed or past their TTL.
@@ -302,6 +358,11 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_subscribers: 2_000,
     control_rate_per_s: 20,
     control_burst: 100,
+    lab_creates_per_hour: 60,
+    snapshot_bytes_per_s: 16 * 1024 * 1024,
+    snapshot_burst_bytes: 64 * 1024 * 1024,
+    max_snapshot_bytes_building: 32 * 1024 * 1024,
+    lab_create_burst: 20,
     event_window: 10_000,
     event_window_bytes: 8 * 1024 * 1024,
     subscriber_lag: 8_192,
@@ -309,7 +370,11 @@ const DEFAULT_LIMITS: Limits = Limits {
     endpoint_burst: 200,
     max_outside_keys_per_lab: 2_000,
     max_outside_keys: 100_000,
+    max_callers_per_lab: 20,
+    max_outside_attempts_per_key: 100,
     hot_keys_per_lab: 4_096,
+    max_redrive_rate_per_s: 500,
+    max_retry_duration_ms: 60 * 60 * 1000,
     settled_window: 5_000,
     max_traffic_rate_per_s: 5_000.0,
     max_traffic_for_ms: 60 * 60 * 1000,
@@ -358,6 +423,20 @@ impl Default for Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dedup_window_shorter_than_a_retry_is_refused() {
+        let mut config = Config::new("x.db".into());
+        assert_eq!(config.refuse_unsafe(), Ok(()), "the defaults hold");
+        config.retention.key_ttl_s = 3;
+        let refused = config.refuse_unsafe().unwrap_err();
+        assert!(
+            refused.contains("--key-ttl-s 3") && refused.contains("--max-retry-duration-ms"),
+            "{refused}"
+        );
+        config.limits.max_retry_duration_ms = 2_700;
+        assert_eq!(config.refuse_unsafe(), Ok(()));
+    }
 
     #[test]
     fn metrics_stay_off_a_public_address_unless_given_their_own() {

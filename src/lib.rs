@@ -4,6 +4,7 @@
 //! The parts, each a module, and what each uses: README.md, "How it is built" (a test holds
 //! that list to the `use` lines).
 
+pub mod callers;
 pub mod cli;
 pub mod client;
 pub mod compare;

@@ -13,7 +13,15 @@ use tracing_subscriber::EnvFilter;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn main() {
+    // One plain line and exit status 1 on any failure, never Rust's debug form of the error.
+    if let Err(e) = run().await {
+        eprintln!("retrylab: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> std::io::Result<()> {
     let mut config = Config::parse();
     if let Some(Command::Compare(args)) = config.command.take() {
         // Its own server's lines would bury the progress: warnings only, unless asked.
@@ -25,15 +33,24 @@ async fn main() -> std::io::Result<()> {
         });
     }
     init_logs(config.log_format, "info");
+    if let Err(refused) = config.refuse_unsafe() {
+        eprintln!("retrylab: {refused}");
+        std::process::exit(1);
+    }
     raise_open_file_limit();
     let address = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e} (choose another with --addr)"))
     })?;
     let shown = listener.local_addr()?;
+    // The store first: one that cannot be used ends the server before it says it serves.
+    let opened = retrylab::server::open_store(&config).await.unwrap_or_else(|e| {
+        eprintln!("retrylab: {e}");
+        std::process::exit(1)
+    });
     let format = config.log_format;
     say(format, &format!("retrylab is serving on http://{shown}/  (Ctrl-C to stop)"));
-    retrylab::server::serve(listener, config, shutdown_signal()).await?;
+    retrylab::server::serve_opened(listener, config, opened, shutdown_signal()).await?;
     say(format, "retrylab stopped");
     Ok(())
 }

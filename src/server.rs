@@ -16,7 +16,7 @@ use crate::domain::{Instance, MarkerKind};
 use crate::lab::{Labs, unix_now_ms};
 use crate::metrics::Metrics;
 use crate::producer::Producer;
-use crate::store::{Store, StoreSettings};
+use crate::store::{LoadedLab, Store, StoreError, StoreSettings};
 use crate::web::{self, App, AppState, ConnectionLimits};
 
 /// How long open requests may run on after a shutdown signal before they are cut off, so the
@@ -31,14 +31,20 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let address = listener.local_addr()?;
-    // The producer calls the lab's own downstream route through a loopback listener of its own,
-    // so its hundreds of connections do not count against the per-client cap of the public one.
-    let internal = bind_loopback().await?;
-    let metrics = Arc::new(Metrics::default());
-    let slots = config.limits.max_concurrent_requests_overall;
-    let producer = Producer::new(self_url(internal.local_addr()?), metrics.clone(), slots)
-        .map_err(std::io::Error::other)?;
+    config.refuse_unsafe().map_err(std::io::Error::other)?;
+    let opened = open_store(&config).await.map_err(std::io::Error::other)?;
+    serve_opened(listener, config, opened, shutdown).await
+}
+
+/// The store as `open_store` found it: open, its writer running, every lab read back.
+pub struct OpenedStore {
+    store: Store,
+    loaded: Vec<LoadedLab>,
+}
+
+/// Opens the store named by `config` (creating it if needed) and reads every lab back: done
+/// before the server says it is serving, so a store that cannot be used stops it at once.
+pub async fn open_store(config: &Config) -> Result<OpenedStore, StoreError> {
     let db = config.db.clone();
     let settings = StoreSettings {
         max_bytes: config.max_db_bytes,
@@ -46,7 +52,24 @@ pub async fn serve(
     };
     let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db, settings))
         .await
-        .map_err(std::io::Error::other)?
+        .map_err(|e| StoreError::Failed(e.to_string()))??;
+    Ok(OpenedStore { store, loaded })
+}
+
+/// Serves with a store `open_store` opened (see `serve`).
+pub async fn serve_opened(
+    listener: TcpListener,
+    config: Config,
+    OpenedStore { store, loaded }: OpenedStore,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let address = listener.local_addr()?;
+    // The producer calls the lab's own downstream route through a loopback listener of its own,
+    // so its hundreds of connections do not count against the per-client cap of the public one.
+    let internal = bind_loopback().await?;
+    let metrics = Arc::new(Metrics::default());
+    let slots = config.limits.max_concurrent_requests_overall;
+    let producer = Producer::new(self_url(internal.local_addr()?), metrics.clone(), slots)
         .map_err(std::io::Error::other)?;
     let mut labs = Labs::new(config.limits.clone(), config.retention.clone(), store.clone(), loaded);
     labs.instance =
@@ -73,6 +96,12 @@ pub async fn serve(
             config.limits.endpoint_burst,
             config.exposure.client_ip_header.clone(),
         ),
+        create_limiter: web::RateLimiter::per_hour(
+            config.limits.lab_creates_per_hour,
+            config.limits.lab_create_burst,
+            config.exposure.client_ip_header.clone(),
+        ),
+        snapshot_gate: web::SnapshotGate::new(&config.limits, config.exposure.client_ip_header.clone()),
         limits: config.limits,
         retention: config.retention,
         shutdown: stopped.clone(),

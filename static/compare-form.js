@@ -64,7 +64,7 @@ export function createForm(form) {
       policies.push({ name, policy });
     }
     if (policies.length < MIN_POLICIES || policies.length > MAX_POLICIES) {
-      return { error: `Choose ${MIN_POLICIES} to ${MAX_POLICIES} policies; ${policies.length} are chosen.` };
+      return { error: `Choose ${MIN_POLICIES} to ${MAX_POLICIES} policies; ${policies.length} ${policies.length === 1 ? 'is' : 'are'} chosen.` };
     }
     const burst = Number(data.get('burst'));
     const seed = Number(data.get('seed'));

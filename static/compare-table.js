@@ -38,6 +38,12 @@ const CAUSES = [
 
 export function createTable(table, hint) {
   const thead = table.tHead;
+  const scrollHint = document.createElement('p');
+  scrollHint.className = 'cmp-scroll-hint';
+  scrollHint.dataset.scrollHint = '';
+  scrollHint.hidden = true;
+  scrollHint.textContent = 'Scroll the table sideways for every policy →';
+  table.closest('.table-wrap').before(scrollHint);
   const tbody = table.tBodies[0];
   /** The shape drawn: policies and the cause rows shown; a new shape rebuilds the table. */
   let shape = '';
@@ -118,8 +124,13 @@ export function createTable(table, hint) {
         shape = next;
       }
       hint.textContent = report.done
-        ? 'Best of each row in bold, marked “best”.'
-        : 'Figures so far, while the policies run; the best of each row in bold, marked “best”.';
+        ? 'Best of each row in bold, marked “best”, where it beats the others by more than 5 %; closer is a tie.'
+        : 'Figures so far, while the policies run; the best of each row is marked once every policy has finished.';
+      // On a narrow screen the policies run off to the right: say so, and keep the row names.
+      const wrap = table.closest('.table-wrap');
+      const overflows = wrap.scrollWidth > wrap.clientWidth + 1;
+      wrap.dataset.overflows = String(overflows);
+      scrollHint.hidden = !overflows;
 
       report.columns.forEach((column, i) => {
         const th = thead.rows[0].cells[i + 1];

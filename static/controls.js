@@ -121,17 +121,23 @@ export function createControls(model, lab) {
   let gone = false;
   const api = (method, path, body) => call(lab, method, path, body);
 
-  /** Run an API call from a control, keeping the control busy until it answers. */
+  /**
+   * Run an API call from a control, keeping the control busy until it answers. Busy is
+   * `aria-disabled`, not `disabled`: a disabled button loses the keyboard focus (it goes to
+   * the page), so a second Enter or Space would press nothing. A press while busy is ignored.
+   */
   async function act(control, failurePrefix, run) {
-    control.disabled = true;
+    if (control.getAttribute('aria-busy') === 'true' || gone) return;
+    control.setAttribute('aria-disabled', 'true');
     control.setAttribute('aria-busy', 'true');
     try {
       await run();
     } catch (err) {
       say(`${failurePrefix}: ${err.message}`, 'error');
     } finally {
-      control.disabled = gone;
       control.removeAttribute('aria-busy');
+      if (gone) control.disabled = true;
+      else control.removeAttribute('aria-disabled');
     }
   }
 
@@ -152,6 +158,23 @@ export function createControls(model, lab) {
   }
 
   dismissEl().addEventListener('click', () => say(''));
+
+  // The endpoint is a real one: any HTTP client may call it, so the page gives its address.
+  const endpointEl = document.querySelector('[data-endpoint-url]');
+  const copyEl = document.querySelector('[data-copy-endpoint]');
+  if (endpointEl) {
+    endpointEl.textContent = `${location.origin}/labs/${encodeURIComponent(lab)}/downstream`;
+    copyEl.addEventListener('click', async () => {
+      try {
+        await navigator.clipboard.writeText(endpointEl.textContent);
+        say('Endpoint URL copied.');
+      } catch {
+        // No clipboard (an insecure origin, a refused permission): select it for a Ctrl+C.
+        getSelection().selectAllChildren(endpointEl);
+        say('The endpoint URL is selected: press Ctrl+C (⌘C) to copy it.');
+      }
+    });
+  }
 
   for (const button of modeButtons) {
     button.addEventListener('click', () =>
@@ -244,9 +267,7 @@ export function createControls(model, lab) {
     send(e.submitter ?? burst, num(burst, 'count'));
   });
 
-  for (const button of document.querySelectorAll('[data-replay-all]')) {
-    button.addEventListener('click', () => replay(button));
-  }
+  // "Replay all" is the dead-letter actions' (dlq-actions.js): it shows a dry run first.
 
   const crash = document.querySelector('[data-crash]');
   crash.addEventListener('click', () =>

@@ -12,7 +12,7 @@
 //! Positions are the bars' `--s` and `--d`; heights are `--n` over the chart's `--ymax`, so a
 //! new maximum is one property write.
 
-import { duration, labTime } from './model.js';
+import { duration, labTime, range } from './model.js';
 
 /** The answers, bottom to top, as stacked in every bar (the order is a cue besides colour). */
 export const ANSWERS = [
@@ -52,11 +52,19 @@ export function fillBar(el) {
   return { parts, down, peak, offered, goodput };
 }
 
-/** The limit line for a downstream: an overloaded one's capacity, or a throttled one's rate
- * per bin of `binMs`; `null` for the other modes. */
+/**
+ * The limit line for a downstream, in the chart's own units (requests per bin of `binMs`): an
+ * overloaded one's capacity as the requests its workers can finish per bin at their mean
+ * latency, or a throttled one's rate per bin; `null` for the other modes.
+ */
 export function limitOf(ds, binMs) {
   if (ds?.mode === 'overloaded' && ds.capacity != null) {
-    return { value: ds.capacity, text: `capacity: ${ds.capacity} at once, ${ds.queue ?? 0} more may wait` };
+    const [lo, hi] = ds.latency_ms ?? [binMs, binMs];
+    const per = (ds.capacity * binMs) / Math.max(1, (lo + hi) / 2);
+    return {
+      value: per,
+      text: `capacity: finishes about ${round(per)} per ${duration(binMs)} (${ds.capacity} at once, ${lo === hi ? duration(lo) : range([lo, hi])} each), ${ds.queue ?? 0} more may wait`,
+    };
   }
   if (ds?.mode === 'throttled' && ds.rate_per_s != null) {
     const per = (ds.rate_per_s * binMs) / 1000;

@@ -18,6 +18,8 @@ export function emptyModel() {
     messages: new Map(),
     /** @type {Map<number, object>} message id -> DEAD_LETTER, in the order they were dead-lettered */
     deadLetters: new Map(),
+    /** A redrive at a rate in progress: { total, sent, rate_per_s }, or null. */
+    redrive: null,
     /** The client's circuit breaker: its state now and every change, oldest first. */
     breaker: { state: 'closed', changes: [] },
     /** Settings changes (by hand or by schedule), crashes, restarts: { at_ms, kind, label }. */
@@ -82,6 +84,9 @@ export function applySnapshot(model, snap) {
   model.retention = snap.retention ?? null;
   model.messages = new Map(snap.messages.map((m) => [m.id, m]));
   model.deadLetters = new Map(snap.dead_letters.map((d) => [d.id, d]));
+  model.redrive = snap.redrive ?? null;
+  /** Message id by idempotency key, built when first needed. */
+  model.idByKey = null;
   // An older server sends none of these three: the page then draws them empty.
   model.breaker = { state: snap.breaker?.state ?? 'closed', changes: [...(snap.breaker?.changes ?? [])] };
   model.markers = [...(snap.markers ?? [])];
@@ -128,6 +133,7 @@ export function applyEvent(model, id, ev) {
     case 'messages_created':
       for (const m of ev.messages) {
         model.messages.set(m.id, m);
+        model.idByKey?.set(m.key, m.id);
         changes.messages.add(m.id);
       }
       break;
@@ -198,6 +204,29 @@ export function applyEvent(model, id, ev) {
       break;
     }
 
+    case 'dead_letters_deleted':
+      changes.deadLetters = true;
+      for (const messageId of ev.ids) {
+        model.deadLetters.delete(messageId);
+        model.messages.delete(messageId);
+      }
+      changes.all = true; // rows leave the timeline
+      break;
+
+    case 'dead_letters_quarantined':
+      changes.deadLetters = true;
+      for (const messageId of ev.ids) {
+        const d = model.deadLetters.get(messageId);
+        // Replaced, not changed in place: views tell a changed letter by its object.
+        if (d) model.deadLetters.set(messageId, { ...d, quarantined: ev.quarantined });
+      }
+      break;
+
+    case 'redrive':
+      model.redrive = ev.redrive ?? null;
+      changes.deadLetters = true;
+      break;
+
     case 'settings_changed':
       model.downstream = ev.downstream;
       model.policy = ev.policy;
@@ -239,7 +268,18 @@ export function applyEvent(model, id, ev) {
       changes.all = true;
       break;
 
-    case 'downstream_request':
+    case 'downstream_request': {
+      // A write that lands after its message was given up on makes that dead letter applied:
+      // its replay will be answered from the stored result.
+      if (!ev.applied || !ev.key) break;
+      const letter = deadLetterOfKey(model, ev.key);
+      if (letter && !letter.applied) {
+        model.deadLetters.set(letter.id, { ...letter, applied: true });
+        changes.deadLetters = true;
+      }
+      break;
+    }
+
     case 'lab_created':
       // Only the trace console shows these; the counters above already changed.
       break;
@@ -250,6 +290,13 @@ export function applyEvent(model, id, ev) {
   }
   model.lastEventId = id;
   return changes;
+}
+
+/** The dead letter whose message has idempotency key `key`, if any. */
+function deadLetterOfKey(model, key) {
+  if (model.deadLetters.size === 0) return null;
+  if (!model.idByKey) model.idByKey = new Map([...model.messages.values()].map((m) => [m.key, m.id]));
+  return model.deadLetters.get(model.idByKey.get(key)) ?? null;
 }
 
 export function findAttempt(message, round, n) {

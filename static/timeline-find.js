@@ -77,10 +77,13 @@ export function createFind(state, rows) {
     },
     refresh,
     /** The list for this frame, and the notes for an empty lab or an empty list. */
-    update() {
+    update({ timed } = { timed: false }) {
       refresh();
       const empty = model.messages.size === 0;
-      root.classList.toggle('is-empty', empty);
+      // Without messages the axis and the load chart still show what the lab measured (the
+      // requests of outside callers); with nothing at all, only the note.
+      root.classList.toggle('is-empty', empty && !timed);
+      root.classList.toggle('has-no-rows', empty);
       show(emptyEl, empty);
       show(noMatchEl, !empty && state.list.length === 0);
     },

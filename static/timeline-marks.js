@@ -7,7 +7,7 @@
 //! the pan without being redrawn. What happens by itself (the breaker trips, an outage window
 //! ends, the client crashes) is also told to screen readers, a few seconds apart at most.
 
-import { labTime } from './model.js';
+import { labNow, labTime } from './model.js';
 
 export const BREAKER_TEXT = { closed: 'closed', open: 'open', half_open: 'half-open' };
 const KIND_GLYPH = { settings: '⚙', scheduled: '↩', crash: '✕', restart: '↻', reset: '↻' };
@@ -18,6 +18,8 @@ const KIND_TEXT = {
   restart: 'server restart',
   reset: 'lab reset',
 };
+/** Markers set this close to the one before share a flag, with a count. */
+const GROUP_MS = 50;
 /** Tell screen readers at most this often; what happened in between is told together. */
 const SAY_EVERY_MS = 3000;
 
@@ -85,12 +87,16 @@ export function createMarks(state, scale, miniTip) {
     nowEl.dataset.state = breakers.open > 0 ? 'open' : on ? 'closed' : 'off';
   }
 
+  /** A redraw due when an open breaker's `open_ms` runs out with nothing recorded yet. */
+  let breakerTimer = 0;
+
   function drawBreaker() {
     if (model.clients?.count > 1) return drawShares();
     band.classList.remove('is-share');
     delete band.dataset.open;
     const { state: current, changes } = model.breaker;
     const on = model.policy?.breaker != null;
+    const openMs = model.policy?.breaker?.open_ms;
     const segments = [];
     // Closed from the lab's start until the first change.
     let from = 0;
@@ -101,8 +107,31 @@ export function createMarks(state, scale, miniTip) {
       st = c.state;
     }
     segments.push({ from, to: null, state: st });
+    // The server records a change only at the next attempt, but an open breaker lets a probe
+    // through as soon as `open_ms` has passed: draw it as it would answer at each moment,
+    // open for `open_ms`, then half-open and waiting for a probe.
+    const drawnSegments = [];
+    const now = labNow(model);
+    clearTimeout(breakerTimer);
+    breakerTimer = 0;
+    for (const seg of segments) {
+      const ends = seg.to ?? now;
+      if (seg.state === 'open' && openMs != null && ends > seg.from + openMs) {
+        drawnSegments.push({ from: seg.from, to: seg.from + openMs, state: 'open' });
+        drawnSegments.push({ from: seg.from + openMs, to: seg.to, state: 'half_open', waiting: true });
+      } else {
+        drawnSegments.push(seg);
+        if (seg.state === 'open' && seg.to == null && openMs != null) {
+          breakerTimer = setTimeout(() => {
+            breakerTimer = 0;
+            drawBreaker();
+          }, seg.from + openMs - now + 20);
+        }
+      }
+    }
+    const shownNow = drawnSegments.at(-1).state;
     band.replaceChildren(
-      ...segments.map((s) => {
+      ...drawnSegments.map((s) => {
         const el = document.createElement('span');
         el.className = 'tl-bk';
         el.dataset.breakerSegment = '';
@@ -113,10 +142,14 @@ export function createMarks(state, scale, miniTip) {
         if (s.to == null) el.classList.add('is-current');
         else el.style.setProperty('--d', String(s.to - s.from));
         if (s.state !== 'closed') el.textContent = BREAKER_TEXT[s.state];
+        if (s.waiting) {
+          el.dataset.waiting = 'true';
+          el.title = 'open_ms has passed: the next attempt goes through as a probe';
+        }
         return el;
       }),
     );
-    band.dataset.breakerState = current;
+    band.dataset.breakerState = shownNow === 'half_open' && current === 'open' ? 'half_open' : current;
     band.dataset.breakerOn = String(on);
     band.classList.toggle('is-off', !on && changes.length === 0);
     const opened = changes.filter((c) => c.state === 'open').length;
@@ -127,46 +160,73 @@ export function createMarks(state, scale, miniTip) {
         ? `Circuit breaker ${BREAKER_TEXT[current]} now${opened ? `; it opened ${times}` : '; it has not opened'}.`
         : 'Circuit breaker: off in this policy.',
     );
-    nowEl.textContent = on || changes.length ? BREAKER_TEXT[current] : 'off';
-    nowEl.dataset.state = on || changes.length ? current : 'off';
+    const answering = band.dataset.breakerState;
+    nowEl.textContent = on || changes.length ? BREAKER_TEXT[answering] : 'off';
+    nowEl.dataset.state = on || changes.length ? answering : 'off';
   }
 
   // ---- the markers ------------------------------------------------------------------------
+
+  /** Drawn flags, each a group of markers set within GROUP_MS of the one before. */
+  let groups = [];
 
   function drawMarkers(all) {
     if (all) {
       marksEl.replaceChildren();
       linesEl.replaceChildren();
       drawnMarkers = 0;
+      groups = [];
       tabStop = -1;
       miniTip.hide();
     }
-    const flags = [];
-    const lines = [];
     for (let i = drawnMarkers; i < model.markers.length; i++) {
       const m = model.markers[i];
+      const last = groups.at(-1);
+      if (last && m.at_ms - model.markers[last.members.at(-1)].at_ms <= GROUP_MS) {
+        last.members.push(i);
+        labelGroup(last);
+        continue;
+      }
       const flag = document.createElement('button');
       flag.type = 'button';
       flag.className = 'tl-mark';
       flag.tabIndex = -1;
       flag.dataset.marker = String(i);
-      flag.dataset.kind = m.kind;
+      flag.dataset.group = String(groups.length);
       flag.style.setProperty('--s', String(m.at_ms));
-      flag.textContent = KIND_GLYPH[m.kind] ?? '•';
-      flag.setAttribute('aria-label', `${labTime(m.at_ms)}, ${KIND_TEXT[m.kind] ?? m.kind}: ${m.label}`);
-      flags.push(flag);
       const line = document.createElement('span');
       line.className = 'tl-markline';
       line.dataset.kind = m.kind;
       line.style.setProperty('--s', String(m.at_ms));
-      lines.push(line);
+      const group = { flag, members: [i] };
+      groups.push(group);
+      labelGroup(group);
+      marksEl.append(flag);
+      linesEl.append(line);
     }
-    marksEl.append(...flags);
-    linesEl.append(...lines);
     drawnMarkers = model.markers.length;
     // Keyboard users get one way in: the latest flag, unless one was chosen.
     const stops = marksEl.children;
     if (stops.length && (tabStop < 0 || !stops[tabStop])) setTabStop(stops.length - 1);
+  }
+
+  /** A flag's glyph, count and label: one marker, or several set within a few ms. */
+  function labelGroup({ flag, members }) {
+    const ms = members.map((i) => model.markers[i]);
+    const first = ms[0];
+    const kinds = [...new Set(ms.map((m) => m.kind))];
+    flag.dataset.kind = kinds.length === 1 ? first.kind : 'several';
+    flag.dataset.count = String(ms.length);
+    flag.textContent = KIND_GLYPH[kinds.length === 1 ? first.kind : 'settings'] ?? '•';
+    if (ms.length > 1) {
+      const count = document.createElement('span');
+      count.className = 'tl-mark-count';
+      count.textContent = String(ms.length);
+      flag.append(count);
+    }
+    const what = ms.map((m) => `${KIND_TEXT[m.kind] ?? m.kind}: ${m.label}`).join('; ');
+    const head = ms.length > 1 ? `${labTime(first.at_ms)}, ${ms.length} changes` : labTime(first.at_ms);
+    flag.setAttribute('aria-label', `${head}, ${what}`);
   }
 
   function setTabStop(i) {
@@ -177,10 +237,15 @@ export function createMarks(state, scale, miniTip) {
   }
 
   function showFlag(flag) {
-    const m = model.markers[Number(flag.dataset.marker)];
-    if (!m) return;
+    const group = groups[Number(flag.dataset.group)];
+    if (!group) return;
+    const ms = group.members.map((i) => model.markers[i]);
     const r = flag.getBoundingClientRect();
-    miniTip.show(r.left + r.width / 2, r.bottom, `${labTime(m.at_ms)} · ${KIND_TEXT[m.kind] ?? m.kind}`, m.label);
+    const head = ms.length > 1
+      ? `${labTime(ms[0].at_ms)} · ${ms.length} changes within ${Math.round(ms.at(-1).at_ms - ms[0].at_ms)} ms`
+      : `${labTime(ms[0].at_ms)} · ${KIND_TEXT[ms[0].kind] ?? ms[0].kind}`;
+    const body = ms.length > 1 ? ms.map((m) => `${KIND_GLYPH[m.kind] ?? '•'} ${m.label}`).join(' · ') : ms[0].label;
+    miniTip.show(r.left + r.width / 2, r.bottom, head, body);
   }
 
   marksEl.addEventListener('pointerover', (e) => {
@@ -193,9 +258,9 @@ export function createMarks(state, scale, miniTip) {
   marksEl.addEventListener('focusin', (e) => {
     const flag = e.target.closest('.tl-mark');
     if (!flag) return;
-    const i = Number(flag.dataset.marker);
+    const i = Number(flag.dataset.group);
     if (i !== tabStop) setTabStop(i);
-    const at = model.markers[i]?.at_ms;
+    const at = model.markers[Number(flag.dataset.marker)]?.at_ms;
     if (at != null) scale.panToShow(at, at);
     showFlag(flag);
   });

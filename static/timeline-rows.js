@@ -100,6 +100,15 @@ export function createRows(state, { filled }) {
         row.parts[i] = { a, wait: a.wait, actual, els, bar: els.find((el) => el.classList.contains('tl-bar')) };
       }
       if (running) row.running.push({ el: row.parts[i].bar, start: a.started_ms });
+      // The room before the next attempt, for the stylesheet to hide an outcome mark that
+      // would run into the next one's at this zoom ("503503503").
+      const next = m.attempts[i + 1];
+      const gap = String(next ? next.started_ms - a.started_ms : 1e9);
+      const part = row.parts[i];
+      if (part.gap !== gap) {
+        part.gap = gap;
+        part.bar.style.setProperty('--gap', gap);
+      }
     });
     filled(row, m, hadFocus);
   }
@@ -193,7 +202,16 @@ export function createRows(state, { filled }) {
     drawWindow();
   }
 
+  /** Scroll so that row `index` is the top one in view (or as near the top as it goes). */
+  function scrollToRow(index) {
+    box.top = Math.max(0, index * ROW_H);
+    scroller.scrollTop = box.top;
+    box.top = scroller.scrollTop;
+    drawWindow();
+  }
+
   return {
+    scrollToRow,
     /** Drop every drawn row (a new snapshot): the next draw builds them afresh. */
     clear() {
       for (const row of drawn.values()) row.el.remove();

@@ -1,8 +1,10 @@
 //! The timeline's time window and its scale: lab time on the x axis, the axis ticks, and the
 //! zoom and pan buttons. The window is either "fit" (all of lab time, growing with the lab) or
-//! one the person chose by zooming and panning, held inside "fit". While steady traffic runs the
-//! window "follows": the last 20 s, moving on with the lab clock, the newest rows in view. It is
-//! on by default and goes off when the person pans, zooms or scrolls away; "follow" turns it on.
+//! one the person chose by zooming and panning (or "latest": the newest run), held inside
+//! "fit". "Fit" covers whatever the lab measured: its messages, its load bins (requests from
+//! outside callers too) and its markers. While steady traffic runs the window "follows": the
+//! last 20 s, moving on with the lab clock, the newest rows in view. It is on by default and
+//! goes off when the person pans, zooms or scrolls away; "follow" turns it on again.
 //!
 //! Positions are CSS custom properties in lab milliseconds (`--s` start, `--d` length); the
 //! stylesheet turns them into pixels with the timeline's `--t0` and `--k` (px per ms), so a
@@ -26,6 +28,10 @@ const LEAD_MS = 250;
 /** What "follow" shows: the last this much of lab time, moving on in whole steps. */
 const FOLLOW_SPAN_MS = 20_000;
 const FOLLOW_STEP_MS = 1000;
+/** Messages that start this close to the newest one are part of the same run. */
+const LATEST_SLACK_MS = 100;
+/** Flags this long before the newest run are shown with it. */
+const LATEST_LEAD_MS = 2000;
 /** Below this many px per second the outcome marks above the bars would overlap. */
 const DENSE_PX_PER_S = 24;
 
@@ -56,6 +62,22 @@ export function createScale(state) {
   let followedSize = 0;
   let ownScroll = false;
 
+  /** Widen "fit" to take in lab time [first, end]. */
+  function growTo(first, end) {
+    extent.first = Math.min(extent.first, first);
+    extent.end = Math.max(extent.end, end);
+  }
+
+  /**
+   * Widen "fit" to take in what the lab measured besides its messages: the load bins (outside
+   * callers' requests among them) and every marker, so nothing the lab shows lies off the axis.
+   */
+  function growMeasured() {
+    const binMs = model.load.binMs;
+    for (const t of model.load.bins.keys()) growTo(t, t + binMs);
+    for (const m of model.markers) growTo(m.at_ms, m.at_ms);
+  }
+
   /** Widen "fit" to take in a message (it only ever grows until the next snapshot). */
   function grow(m) {
     let first = m.created_ms;
@@ -83,9 +105,9 @@ export function createScale(state) {
    */
   function fitWindow() {
     const live = active();
-    // A flag or a breaker change after the first message is part of the story (the end of an
-    // outage window, say), even when no message was busy any more by then.
-    const late = Math.max(model.markers.at(-1)?.at_ms ?? -Infinity, model.breaker.changes.at(-1)?.at_ms ?? -Infinity);
+    // A breaker change after the first message is part of the story, even when no message
+    // was busy any more by then (markers and load bins are in the extent already).
+    const late = model.breaker.changes.at(-1)?.at_ms ?? -Infinity;
     const last = late >= extent.first ? Math.max(extent.end, late) : extent.end;
     const end = live ? Math.max(last, labNow(model)) : last;
     // A little room before the first message, so the settings change that came just before a
@@ -134,9 +156,14 @@ export function createScale(state) {
     }
   });
 
+  /** Whether there is anything on the time axis: a message, a load bin or a marker. */
+  function hasTime() {
+    return extent.first <= extent.end;
+  }
+
   /** Apply the window for this frame: write `--t0` and `--k` only when they change. */
   function update() {
-    if (model.messages.size === 0) return;
+    if (!hasTime() || !(box.track > 0)) return;
     followRows();
     // After a reset or a new snapshot a chosen window may now hold everything: that is "fit".
     if (chosen && chosen.span >= fitWindow().span) chosen = null;
@@ -182,6 +209,8 @@ export function createScale(state) {
     const followed = following(fit);
     controls.fit.setAttribute('aria-pressed', String(chosen == null && !followed));
     if (controls.follow) {
+      // Only while steady traffic runs is there anything to follow.
+      controls.follow.hidden = !(model.traffic?.rate_per_s > 0);
       controls.follow.setAttribute('aria-pressed', String(follow && chosen == null));
       controls.follow.dataset.following = String(followed);
     }
@@ -231,6 +260,46 @@ export function createScale(state) {
     panBy(start < w.t0 || end - start > w.span ? start - w.t0 - w.span * 0.1 : end - (w.t0 + w.span) + w.span * 0.1);
   }
 
+  /**
+   * Zoom to the newest run: the burst created last, or the replay started last, from just
+   * before it (its settings flags) to the end of its attempts. Returns the ids of its messages.
+   */
+  function latest() {
+    follow = false;
+    let start = -Infinity;
+    const startOf = (m) => {
+      const a = m.attempts.find((x) => x.round === m.round);
+      return m.round === 0 ? m.created_ms : (a?.started_ms ?? Infinity);
+    };
+    for (const m of model.messages.values()) {
+      const t = startOf(m);
+      if (Number.isFinite(t)) start = Math.max(start, t);
+    }
+    if (!Number.isFinite(start)) return [];
+    const ids = [];
+    let end = start;
+    for (const m of model.messages.values()) {
+      // A burst's messages are created together; a replay's first attempts start within a few ms.
+      if (!(startOf(m) >= start - LATEST_SLACK_MS)) continue;
+      ids.push(m.id);
+      for (const a of m.attempts) {
+        if (a.round !== m.round) continue;
+        const length = a.duration_ms ?? Math.max(0, labNow(model) - a.started_ms);
+        const wait = a.wait ? (a.wait.actual_ms ?? a.wait.planned_ms) : 0;
+        end = Math.max(end, a.started_ms + length + wait);
+      }
+    }
+    // The flags set just before it (a preset's policy and outage) belong to it.
+    let from = start;
+    for (const mk of model.markers) if (mk.at_ms <= start && mk.at_ms >= start - LATEST_LEAD_MS) from = Math.min(from, mk.at_ms);
+    const t0 = Math.max(0, from - LEAD_MS);
+    const span = Math.max(MIN_VIEW_MS, (end - t0) * 1.05);
+    const fitSpan = fitWindow().span;
+    chosen = span >= fitSpan ? null : clampWindow({ t0, span }, fitWindow());
+    requestDraw();
+    return ids;
+  }
+
   /** Back to "fit": all of lab time. */
   function fit() {
     chosen = null;
@@ -250,6 +319,7 @@ export function createScale(state) {
   step('in', () => zoomBy(ZOOM_STEP));
   step('out', () => zoomBy(1 / ZOOM_STEP));
   step('fit', fit);
+  // "latest" is wired by the timeline, which also scrolls the rows to the newest run.
   step('earlier', () => panBy(-current().span * PAN_STEP));
   step('later', () => panBy(current().span * PAN_STEP));
   controls.follow?.addEventListener('click', () => {
@@ -264,8 +334,12 @@ export function createScale(state) {
     refit() {
       extent = { first: Infinity, end: -Infinity };
       for (const m of model.messages.values()) grow(m);
+      growMeasured();
     },
     grow,
+    growMeasured,
+    hasTime,
+    latest,
     active,
     current,
     update,

@@ -49,6 +49,15 @@ export function createTimeline(root, model, requestDraw) {
   const marks = createMarks(state, scale, miniTip);
   const load = createLoadChart(state, miniTip);
 
+  // "latest": the newest burst or replay, zoomed to and its first row scrolled into view.
+  const latestButton = document.querySelector('[data-zoom="latest"]');
+  latestButton.addEventListener('click', () => {
+    const ids = scale.latest();
+    if (!ids.length) return;
+    const first = Math.min(...ids.map((id) => state.list.indexOf(id)).filter((i) => i >= 0));
+    if (Number.isFinite(first)) rows.scrollToRow(first);
+  });
+
   /** Draw what changed; called once per animation frame. */
   function render(changes) {
     if (changes.all) {
@@ -64,9 +73,10 @@ export function createTimeline(root, model, requestDraw) {
         scale.grow(m);
         rows.changed(id);
       }
+      if (changes.load.size || changes.markers) scale.growMeasured();
       find.noteChanges(changes);
     }
-    find.update();
+    find.update({ timed: scale.hasTime() });
     rows.update();
     scale.update();
     marks.render(changes);

@@ -94,7 +94,9 @@ export function createTraffic(model, controls) {
     const refused = t.refused > 0 ? `, ${t.refused} refused at the source (the lab owed too many)` : '';
     status.textContent = running
       ? `running: ${t.rate_per_s} msg/s, ${t.arrivals}${until}; sent ${t.sent}${refused}${late}`
-      : t.sent > 0 ? `stopped; sent ${t.sent}${refused}` : 'off';
+      : t.sent > 0 ? `stopped; sent ${t.sent}${refused}` : '';
+    // Nothing to say until traffic has run: the line takes no room until then.
+    status.hidden = status.textContent === '';
     status.dataset.sent = String(t.sent);
     status.dataset.refused = String(t.refused);
   }

@@ -3,7 +3,7 @@
 //! over HTTP as the page would, shows progress on stderr while it runs, and prints the table
 //! (or JSON) when every policy has drained.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,10 @@ use crate::server::serve;
 pub async fn run(args: CompareArgs) -> Result<(), String> {
     Scenario::parse(&args.scenario)?;
     let policies: Vec<Value> = args.policies.iter().map(|p| policy(p)).collect::<Result<_, _>>()?;
+    let names = policies.iter().map(|p| p.as_str().or_else(|| p["name"].as_str()).unwrap_or_default());
+    if let Some(name) = crate::compare::duplicate_name(names) {
+        return Err(crate::compare::duplicate_refusal(name));
+    }
     let dir = std::env::temp_dir().join(format!("retrylab-compare-{}", uuid::Uuid::new_v4()));
     let result = compare(&args, policies, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -67,6 +71,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let url = format!("{base}/api/comparisons/{}", created["id"].as_str().unwrap_or_default());
     let started = Instant::now();
     let limit = Duration::from_secs(args.time_limit_s);
+    let mut progress = Progress::new(args.quiet);
     let report = loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let report: Value = client
@@ -77,19 +82,19 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
             .json()
             .await
             .map_err(|e| e.to_string())?;
-        progress(&report, started.elapsed());
+        progress.show(&report, started.elapsed());
         if report["done"] == true {
             break report;
         }
         if started.elapsed() > limit {
-            eprintln!();
+            progress.end();
             return Err(format!(
                 "the comparison did not drain within {} s (--time-limit-s); try a smaller --burst",
                 args.time_limit_s
             ));
         }
     };
-    eprintln!();
+    progress.end();
     let _ = stop.send(());
     let _ = server.await;
     let mut out = std::io::stdout();
@@ -99,14 +104,63 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         Ok(table(&report))
     };
     let _ = out.write_all(printed.map_err(|e| e.to_string())?.as_bytes());
-    if let Some(warning) = report["machine"]["warning"].as_str() {
+    // The table says it too; on stderr it stands out, unless asked to be quiet.
+    if let (Some(warning), false) = (report["machine"]["warning"].as_str(), args.quiet) {
         eprintln!("warning: {warning}");
     }
     Ok(())
 }
 
-/// One line on stderr, rewritten in place: each policy's settled messages so far.
-fn progress(report: &Value, elapsed: Duration) {
+/// Progress on stderr: on a terminal one line rewritten in place; elsewhere (a log, a pipe) a
+/// plain line whenever the figures move and at least once a second; nothing with `--quiet`.
+struct Progress {
+    quiet: bool,
+    terminal: bool,
+    last: String,
+    last_at: Option<Duration>,
+    wrote: bool,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Progress {
+        Progress {
+            quiet,
+            terminal: std::io::stderr().is_terminal(),
+            last: String::new(),
+            last_at: None,
+            wrote: false,
+        }
+    }
+
+    fn show(&mut self, report: &Value, elapsed: Duration) {
+        if self.quiet {
+            return;
+        }
+        let line = progress_line(report);
+        if self.terminal {
+            eprint!("\r{:>5.1} s  {line}   ", elapsed.as_secs_f64());
+        } else {
+            let due = self.last_at.is_none_or(|at| elapsed.saturating_sub(at) >= Duration::from_secs(1));
+            if line == self.last && !due {
+                return;
+            }
+            eprintln!("{:>5.1} s  {line}", elapsed.as_secs_f64());
+            self.last_at = Some(elapsed);
+        }
+        self.last = line;
+        self.wrote = true;
+    }
+
+    /// Ends the line rewritten in place, if there is one.
+    fn end(&self) {
+        if self.terminal && self.wrote {
+            eprintln!();
+        }
+    }
+}
+
+/// Each policy's settled messages so far.
+fn progress_line(report: &Value) -> String {
     let columns = report["columns"].as_array().cloned().unwrap_or_default();
     let parts: Vec<String> = columns
         .iter()
@@ -121,7 +175,7 @@ fn progress(report: &Value, elapsed: Duration) {
             format!("{} {settled}/{of}", c["policy"].as_str().unwrap_or("?"))
         })
         .collect();
-    eprint!("\r{:>5.1} s  {}   ", elapsed.as_secs_f64(), parts.join("  "));
+    parts.join("  ")
 }
 
 /// The JSON list: one object per policy (per run of a policy, with `--runs`), then, with
@@ -216,7 +270,10 @@ fn table(report: &Value) -> String {
         }
         lines.push(line);
     }
-    lines.push("* best on that row, beyond the others' range; = tied (their ranges overlap)".into());
+    lines.push(format!(
+        "* best on that row, beyond the others' range and by more than {:.0} %; = tied for best",
+        crate::compare::BEST_TOLERANCE * 100.0
+    ));
     match report["machine"]["late_ms_p99"].as_f64() {
         Some(late) => {
             lines.push(format!("machine load: steps and arrivals {late:.1} ms behind schedule (p99)"))

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::config::Limits;
 use crate::domain::{LabId, Lateness};
@@ -33,6 +32,27 @@ pub const MAX_POLICIES: usize = 5;
 /// Past this lateness (p99, ms) of the script's steps or the traffic's arrivals, the report
 /// warns that the machine was too busy for the figures to mean much.
 pub const BUSY_LATE_MS: f64 = 20.0;
+
+/// A row's best is marked only when it is better than the others by more than this share;
+/// values closer than that are a tie (a 3 ms difference in a 2 s drain says nothing).
+pub const BEST_TOLERANCE: f64 = 0.05;
+
+/// A comparison's id: made like a lab's (a random UUID, then the instance that owns it past
+/// one machine), so a request for it can be sent on to that instance.
+pub type ComparisonId = LabId;
+
+/// The first name two of `names` share, if any: a column per name, so names must differ.
+pub fn duplicate_name<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|name| !seen.insert(*name))
+}
+
+/// What to say about a policy name used twice.
+pub fn duplicate_refusal(name: &str) -> String {
+    format!(
+        "the policy name '{name}' is used more than once: each policy is a column named by it, so give each a name of its own"
+    )
+}
 
 /// A policy to compare: a preset's name, or a custom policy (the JSON of `PUT /policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -100,7 +120,7 @@ pub fn run_seed(seed: u64, run: u32) -> u64 {
 /// A comparison as it is saved: what was asked, and the lab each policy runs in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
-    pub id: Uuid,
+    pub id: ComparisonId,
     pub scenario: Scenario,
     pub burst: usize,
     pub seed: u64,
@@ -194,9 +214,9 @@ pub enum Refusal {
 /// Every comparison this server holds.
 #[derive(Default)]
 pub struct Comparisons {
-    all: RwLock<HashMap<Uuid, Comparison>>,
+    all: RwLock<HashMap<ComparisonId, Comparison>>,
     /// How late each running comparison's script steps were (in memory: a restart forgets).
-    steps_late: RwLock<HashMap<Uuid, Arc<Mutex<Lateness>>>>,
+    steps_late: RwLock<HashMap<ComparisonId, Arc<Mutex<Lateness>>>>,
 }
 
 impl Comparisons {
@@ -214,7 +234,7 @@ impl Comparisons {
         Comparisons { all: RwLock::new(all), steps_late: Default::default() }
     }
 
-    pub fn get(&self, id: &Uuid) -> Option<Comparison> {
+    pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
         self.all.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
@@ -231,6 +251,9 @@ impl Comparisons {
         if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
         }
+        if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
+            return Err(Refusal::Invalid(duplicate_refusal(name)));
+        }
         let max_runs = limits.max_compare_runs;
         if !(1..=max_runs).contains(&request.runs) {
             return Err(Refusal::Limit {
@@ -239,7 +262,13 @@ impl Comparisons {
             });
         }
         let runs = request.runs;
-        if request.burst == 0 || request.burst > max_burst {
+        if request.burst == 0 {
+            return Err(Refusal::Limit {
+                limit: "max_burst",
+                detail: format!("burst must be at least 1 (and at most {max_burst}, max_burst)"),
+            });
+        }
+        if request.burst > max_burst {
             return Err(Refusal::Limit {
                 limit: "max_burst",
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
@@ -289,7 +318,7 @@ impl Comparisons {
             made.push(((name, run), lab));
         }
         let comparison = Comparison {
-            id: Uuid::new_v4(),
+            id: LabId::new(labs.instance),
             scenario,
             burst: request.burst,
             seed: request.seed,
@@ -380,6 +409,7 @@ impl Comparisons {
                  quieter machine, or with --runs to see the spread"
             )
         });
+        let done = columns.iter().all(|c| c.done);
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
@@ -387,8 +417,9 @@ impl Comparisons {
             burst: comparison.burst,
             seed: comparison.seed,
             runs: comparison.runs,
-            done: columns.iter().all(|c| c.done),
-            best: best(&policies),
+            done,
+            // A best among runs still going would crown whoever is ahead for now.
+            best: if done { best(&policies) } else { HashMap::new() },
             policies,
             machine: MachineLoad { late_ms_p99, warning },
             columns,
@@ -430,10 +461,11 @@ fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
         .collect()
 }
 
-/// For each row, the policy whose median is best, alone when its range is clear of every
-/// other's (it beat them beyond their spread), or with every policy whose range overlaps its
-/// own (a tie); rows nobody has a value for yet are left out. With one run each, a range is a
-/// point: the best alone, or the policies tied on the same value.
+/// For each row, the policy whose median is best, alone when it beat every other beyond their
+/// spread, or with every policy that ties with it: whose range overlaps its own, or whose
+/// median is within `BEST_TOLERANCE` of its median (a row every policy shares is "the same for
+/// all"); rows nobody has a value for yet are left out. With one run each, a range is a
+/// point: the tolerance alone decides.
 fn best(policies: &[PolicySummary]) -> HashMap<String, Vec<String>> {
     let mut best = HashMap::new();
     for &(row, less_is_better) in ROWS {
@@ -445,13 +477,14 @@ fn best(policies: &[PolicySummary]) -> HashMap<String, Vec<String>> {
         else {
             continue;
         };
-        // Another policy ties with the top one when it is not beaten beyond the spread: its
-        // best run reaches the top one's worst.
+        // Another policy ties with the top one when it is not beaten beyond the spread (its
+        // best run reaches the top one's worst), or not by more than the tolerance.
         let worst_of_top = if less_is_better { top.max } else { top.min };
         let reach = |s: &Spread| if less_is_better { s.min } else { s.max };
+        let close = |v: f64| (v - top.median).abs() <= BEST_TOLERANCE * v.abs().max(top.median.abs());
         let winners = spreads
             .iter()
-            .filter(|(s, _)| std::ptr::eq(*s, top) || !better(worst_of_top, reach(s)))
+            .filter(|(s, _)| std::ptr::eq(*s, top) || !better(worst_of_top, reach(s)) || close(s.median))
             .map(|(_, policy)| (*policy).to_owned())
             .collect();
         best.insert(row.to_owned(), winners);
@@ -545,5 +578,36 @@ mod tests {
         assert_eq!(run_seed(7, 0), 7);
         let seeds: std::collections::HashSet<u64> = (0..5).map(|run| run_seed(7, run)).collect();
         assert_eq!(seeds.len(), 5);
+    }
+
+    fn column(policy: &str, drain_ms: u64, requests: u64) -> ColumnReport {
+        ColumnReport {
+            policy: policy.into(),
+            run: 0,
+            lab: String::new(),
+            lab_url: String::new(),
+            started_ms: 0,
+            done: true,
+            gone: false,
+            figures: Figures { drain_ms: Some(drain_ms), requests, ..Default::default() },
+        }
+    }
+
+    #[test]
+    fn a_best_within_the_tolerance_of_another_is_a_tie() {
+        // A 3 ms difference in a 2 s drain is a tie; 300 requests against 400 is not.
+        let columns = [column("none", 2_000, 300), column("full", 2_003, 400), column("equal", 2_600, 300)];
+        let best = best(&summaries(&columns));
+        assert_eq!(best["drain_ms"], ["none", "full"]);
+        assert_eq!(best["requests"], ["none", "equal"]);
+        let close = [column("a", 1_000, 300), column("b", 1_040, 310)];
+        let best = super::best(&summaries(&close));
+        assert_eq!((best["drain_ms"].len(), best["requests"].len()), (2, 2), "the same for all: {best:?}");
+    }
+
+    #[test]
+    fn a_name_used_twice_is_found() {
+        assert_eq!(duplicate_name(["none", "full", "none"]), Some("none"));
+        assert_eq!(duplicate_name(["none", "full"]), None);
     }
 }

@@ -144,8 +144,8 @@ impl Scenario {
             // A timeout shorter than a full queue takes to drain, quick retries: what keeps a
             // queued service overloaded once it is.
             Scenario::Metastable => PolicyUpdate {
-                base_ms: Some(10),
-                cap_ms: Some(40),
+                base_ms: Some(800),
+                cap_ms: Some(3200),
                 max_attempts: Some(5),
                 timeout_ms: Some(500),
                 honor_retry_after: Some(false),

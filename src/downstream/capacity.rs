@@ -30,6 +30,20 @@ impl Gcra {
         Ok(())
     }
 
+    /// Allows a request that costs `cost` requests' worth (bytes, say) at `now_ms`, or says
+    /// how many ms until it would be allowed: `check` is a cost of one.
+    pub fn check_n(&mut self, rate_per_s: f64, burst: u32, cost: u32, now_ms: u64) -> Result<(), u64> {
+        let interval = 1000.0 / rate_per_s;
+        let depth = interval * f64::from(burst);
+        let now = now_ms as f64;
+        let next = self.tat_ms.max(now) + interval * f64::from(cost);
+        if next - now > depth {
+            return Err((next - now - depth).ceil().max(1.0) as u64);
+        }
+        self.tat_ms = next;
+        Ok(())
+    }
+
     /// Whether a whole burst would be allowed at `now_ms`: nothing is left to remember.
     pub fn is_idle(&self, now_ms: u64) -> bool {
         self.tat_ms <= now_ms as f64

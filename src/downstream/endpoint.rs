@@ -21,8 +21,10 @@ pub struct Endpoint {
     throttle: Gcra,
     /// The overloaded mode's workers and queue.
     gate: Gate,
-    /// Keys applied before this wall-clock time expired (the dedup window moved on).
+    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     removed: Vec<String>,
 }
@@ -31,8 +33,10 @@ pub struct Endpoint {
 #[derive(Debug, Default)]
 pub struct KeyChanges {
     pub keys: Vec<KeyRow>,
-    /// Keys applied before this wall-clock time expired.
+    /// Keys applied before this wall-clock time expired...
     pub expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    pub kept: Vec<String>,
     /// Keys taken back one by one.
     pub removed: Vec<String>,
 }
@@ -126,11 +130,19 @@ impl Endpoint {
         }
     }
 
-    /// Forgets applied keys older than the dedup window; returns how many.
-    pub fn expire_keys(&mut self, applied_before_unix_ms: u64) -> usize {
-        let count = self.ledger.expire(applied_before_unix_ms);
+    /// Forgets applied keys older than the dedup window, but never one of `needed` (the keys
+    /// of messages that may still send them: owed a delivery, or dead letters a person may
+    /// replay), so a key lives at least as long as its message can use it; returns how many.
+    pub fn expire_keys(&mut self, applied_before_unix_ms: u64, needed: &[&str]) -> usize {
+        let count = self.ledger.expire(applied_before_unix_ms, needed.iter().copied());
         if count > 0 {
-            // The store deletes by the same cutoff: its rows are in the order keys were applied.
+            // The store expires by the same cutoff (its rows are in the order keys were
+            // applied), sparing the same keys: those of them as old as the cutoff are named.
+            self.kept = needed
+                .iter()
+                .filter(|key| self.ledger.applied_unix_ms(key).is_some_and(|at| at < applied_before_unix_ms))
+                .map(|key| (*key).to_owned())
+                .collect();
             self.expired_before = self.expired_before.max(Some(applied_before_unix_ms));
         }
         count
@@ -140,6 +152,7 @@ impl Endpoint {
     pub fn reset(&mut self) {
         self.ledger = Ledger::default();
         self.expired_before = None;
+        self.kept.clear();
         self.removed.clear();
     }
 
@@ -148,12 +161,17 @@ impl Endpoint {
         KeyChanges {
             keys: self.ledger.take_unsaved(),
             expired_before: self.expired_before.take(),
+            kept: std::mem::take(&mut self.kept),
             removed: std::mem::take(&mut self.removed),
         }
     }
 
     /// Takes back changes the store could not commit, so the next `take_changes` has them.
     pub fn restore_changes(&mut self, changes: KeyChanges) {
+        if self.expired_before.is_none() {
+            // A later expiry's list of kept keys is the newer one; else these come back.
+            self.kept = changes.kept;
+        }
         self.expired_before = self.expired_before.max(changes.expired_before);
         self.removed.extend(changes.removed);
         self.ledger.mark_unsaved(changes.keys.into_iter().map(|row| row.key));

@@ -14,7 +14,7 @@
 //! looked up in the store (`Lookup::Stored`) and the key is held whole again; a new key matches
 //! nothing and costs no read. Keys read back after a restart start cold.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
@@ -250,6 +250,10 @@ pub struct Ledger {
     unsaved: Vec<Box<str>>,
     /// Keys held for outside callers, hot and cold.
     outside: usize,
+    /// Keys that expired from the dedup window, by fingerprint (16 bytes each), kept as long as
+    /// the lab: a repeat of one is a new request, as the window promises, but applying it again
+    /// counts in `applied_twice`, so the counter shows every write applied more than once.
+    expired: HashSet<Fingerprint>,
 }
 
 impl Ledger {
@@ -265,6 +269,25 @@ impl Ledger {
             self.outside -= usize::from(replaced.outside());
         }
         self.outside += usize::from(outside);
+    }
+
+    /// Adds a key read back from the store that expired from the dedup window (see `expired`).
+    pub fn restore_expired(&mut self, key: &str) {
+        self.expired.insert(Fingerprint::of(key));
+    }
+
+    /// Keys that expired from the dedup window and are remembered only to count a second
+    /// application.
+    pub fn expired_keys(&self) -> usize {
+        self.expired.len()
+    }
+
+    /// When `key` was applied, if it is held (whole or cold).
+    pub fn applied_unix_ms(&self, key: &str) -> Option<u64> {
+        match self.keys.get(key) {
+            Some(entry) => entry.answer.is_some().then_some(entry.applied_unix_ms),
+            None => self.cold.get(&Fingerprint::of(key)).map(|cold| cold.applied_unix_ms()),
+        }
     }
 
     /// Keys held whole, and keys held by fingerprint only.
@@ -288,6 +311,14 @@ impl Ledger {
             Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
             Some(KeyEntry { answer: Some(answer), .. }) => Lookup::Done(answer.response(key.as_str())),
             Some(_) => Lookup::InProgress,
+        }
+    }
+
+    /// Whether `key` was applied: held whole with its answer, or by fingerprint (cold).
+    pub fn is_applied(&self, key: &str) -> bool {
+        match self.keys.get(key) {
+            Some(entry) => entry.answer.is_some(),
+            None => self.cold.contains_key(&Fingerprint::of(key)),
         }
     }
 
@@ -387,6 +418,13 @@ impl Ledger {
             .entry(key.as_str().into())
             .or_insert_with(|| KeyEntry::reserved(BodyDigest([0; 32]), false));
         entry.applied += 1;
+        if entry.applied == 1
+            && !self.expired.is_empty()
+            && self.expired.contains(&Fingerprint::of(key.as_str()))
+        {
+            // Applied before, then forgotten by the dedup window: this is its second time.
+            entry.applied = 2;
+        }
         entry.applied_unix_ms = unix_ms;
         entry.hot_since_unix_ms = unix_ms;
         // Unknown until the lab has published the event: until then, wait for everything.
@@ -424,22 +462,35 @@ impl Ledger {
         true
     }
 
-    /// Forgets applied keys older than the dedup window (the store drops their rows by the
-    /// same cutoff); returns how many. After this a repeat of such a key is a new request, as
-    /// the window promises.
-    pub fn expire(&mut self, applied_before_unix_ms: u64) -> usize {
+    /// Forgets applied keys older than the dedup window, except `kept` (the keys of messages
+    /// that may still send them: the store keeps their rows by the same rule); returns how
+    /// many. After this a repeat of such a key is a new request, as the window promises; its
+    /// fingerprint stays in `expired`, so applying it again counts in `applied_twice`.
+    pub fn expire<'a>(
+        &mut self,
+        applied_before_unix_ms: u64,
+        kept: impl IntoIterator<Item = &'a str>,
+    ) -> usize {
+        let kept: HashSet<Fingerprint> = kept.into_iter().map(Fingerprint::of).collect();
         let before = self.keys.len() + self.cold.len();
-        let outside = &mut self.outside;
-        self.cold.retain(|_, cold| {
-            let expired = cold.applied_unix_ms() < applied_before_unix_ms;
-            *outside -= usize::from(expired && cold.outside());
-            !expired
+        let (outside, expired) = (&mut self.outside, &mut self.expired);
+        self.cold.retain(|fingerprint, cold| {
+            let gone = cold.applied_unix_ms() < applied_before_unix_ms && !kept.contains(fingerprint);
+            *outside -= usize::from(gone && cold.outside());
+            if gone {
+                expired.insert(*fingerprint);
+            }
+            !gone
         });
-        let outside = &mut self.outside;
-        self.keys.retain(|_, entry| {
-            let expired = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
-            *outside -= usize::from(expired && entry.outside);
-            !expired
+        let (outside, expired) = (&mut self.outside, &mut self.expired);
+        self.keys.retain(|key, entry| {
+            let old = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
+            let gone = old && !kept.contains(&Fingerprint::of(key));
+            *outside -= usize::from(gone && entry.outside);
+            if gone {
+                expired.insert(Fingerprint::of(key));
+            }
+            !gone
         });
         before - self.keys.len() - self.cold.len()
     }
@@ -658,7 +709,7 @@ mod tests {
     fn cold_keys_expire_with_the_window() {
         let mut ledger = applied(10);
         ledger.cool(2, 10);
-        assert_eq!(ledger.expire(7), 7, "k0 to k6, all cold");
+        assert_eq!(ledger.expire(7, []), 7, "k0 to k6, all cold");
         assert_eq!(ledger.held(), (2, 1));
         assert_eq!(ledger.outside_keys(), 1, "k8 is an outside caller's");
         let digest = BodyDigest::of(&json!({}));
@@ -674,5 +725,32 @@ mod tests {
         assert_eq!(BodyDigest::parse_stored(&a.to_string()), Ok(a));
         assert_eq!(BodyDigest::parse_stored(r#"{"b":[1,2],"a":1}"#), Ok(a), "rows from before digests");
         assert!(a.to_string().starts_with("sha256:") && a.to_string().len() == 71);
+    }
+
+    #[test]
+    fn keys_still_needed_outlive_the_window_and_a_key_applied_after_it_counts_twice() {
+        let mut ledger = applied(6);
+        ledger.cool(2, 6);
+        // k1 (cold) and k5 (hot) belong to messages that may still send them.
+        assert_eq!(ledger.expire(10, ["k1", "k5"]), 4);
+        let digest = BodyDigest::of(&json!({}));
+        assert!(matches!(ledger.lookup(&key("k1"), &digest), Lookup::Stored { applied_unix_ms: 1 }));
+        assert!(matches!(ledger.lookup(&key("k5"), &digest), Lookup::Done(_)));
+        assert_eq!(ledger.expired_keys(), 4);
+        // k0 is new to the window, but applying it again is its second application.
+        assert!(matches!(ledger.lookup(&key("k0"), &digest), Lookup::New));
+        ledger.reserve(&key("k0"), digest, false);
+        ledger.complete(&key("k0"), 20, 20);
+        assert_eq!(ledger.counts().applied_twice, 1);
+        assert_eq!(ledger.counts().applied, 6, "still six keys applied");
+        // Taken back, it no longer counts.
+        ledger.unapply(&key("k0"));
+        assert_eq!(ledger.counts().applied_twice, 0);
+        // Read back from the store after a restart, the ledger still knows.
+        let mut restored = Ledger::restore(LedgerCounts::default());
+        restored.restore_expired("k3");
+        restored.reserve(&key("k3"), digest, true);
+        restored.complete(&key("k3"), 30, 30);
+        assert_eq!(restored.counts().applied_twice, 1);
     }
 }

@@ -8,11 +8,20 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use crate::callers::{OutsideMessage, Untracked};
 use crate::client::{BreakerCounts, BreakerShare};
-use crate::dlq::DeadLetter;
+use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{Attempt, Counters, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView, Wait};
+
+/// How far a lab's event ids jump when the server starts again: events reach subscribers
+/// before the store commits them, so after a crash ids up to this many past the last committed
+/// one may have been seen by a page. Numbering the next run's events past them means an id a
+/// subscriber saw is never given to another event, and a page that reconnects with one gets a
+/// snapshot of what the server really holds. 2^32 events uncommitted is more than a lab can
+/// publish in a day at its fastest; 2^21 restarts still fit a JavaScript number exactly.
+pub const RESTART_GAP: u64 = 1 << 32;
 
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -49,6 +58,19 @@ pub enum Event {
     },
     ReplayStarted {
         messages: Vec<ReplayedMessage>,
+    },
+    /// Dead letters deleted by hand, with their messages.
+    DeadLettersDeleted {
+        ids: Vec<u64>,
+    },
+    /// Dead letters moved into quarantine (`quarantined: true`) or out of it.
+    DeadLettersQuarantined {
+        ids: Vec<u64>,
+        quarantined: bool,
+    },
+    /// A redrive at a rate started or moved on (`null`: it is over, done or cancelled).
+    Redrive {
+        redrive: Option<Redrive>,
     },
     DownstreamRequest {
         key: String,
@@ -116,6 +138,17 @@ pub enum Event {
         snapshot: serde_json::Value,
     },
     LabCreated,
+    /// A request of an outside caller ended (answered, or its client hung up): its outside
+    /// message whole, with every attempt so far.
+    OutsideAttempt {
+        message: OutsideMessage,
+    },
+    /// A request of an outside caller was answered but not kept: `limit` was reached.
+    OutsideUntracked {
+        caller: String,
+        limit: &'static str,
+        untracked: Untracked,
+    },
 }
 
 /// The lab's clients: how many, how many breakers stand in each state, and the counts after

@@ -115,6 +115,18 @@ impl Lab {
         let index = client_index(&state, message_id);
         client_mut(&mut state, index).allows_retry(now)
     }
+
+    /// How long one round may last, and the setting that says so: the policy's `max_total_ms`
+    /// when set and shorter, else the server's `max_retry_duration_ms`, which the dedup window
+    /// is sized to cover.
+    pub fn round_budget(&self, policy: &crate::retry::Policy) -> (u64, &'static str) {
+        let server = self.limits.max_retry_duration_ms;
+        match policy.max_total_ms {
+            0 => (server, "max_retry_duration_ms"),
+            own if own <= server => (own, "max_total_ms"),
+            _ => (server, "max_retry_duration_ms"),
+        }
+    }
 }
 
 /// The clients as the snapshot and the `clients` event show them.

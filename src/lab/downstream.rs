@@ -62,6 +62,17 @@ impl Lab {
         .expect("an admission is always decided")
     }
 
+    /// The overloaded downstream takes `key` into its line; false when a request with that key
+    /// is already in line or in work there (its repeat is answered 409 at once).
+    pub fn downstream_line_enter(&self, key: &IdempotencyKey) -> bool {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).insert(key.as_str().to_owned())
+    }
+
+    /// The request with `key` has left the overloaded downstream's line and work.
+    pub fn downstream_line_leave(&self, key: &IdempotencyKey) {
+        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).remove(key.as_str());
+    }
+
     /// An overloaded downstream's worker is done: it goes to the next in line.
     pub fn downstream_leave(&self) {
         self.lock().endpoint.leave();
@@ -122,13 +133,13 @@ impl Lab {
             let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
             let row = tokio::task::spawn_blocking(move || store.recall_key(&lab, &name, applied_unix_ms))
                 .await
-                .map_err(|e| StoreError(format!("reading a key back: {e}")))??;
+                .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
             let mut state = self.lock();
             let before = state.endpoint.ledger.outside_keys();
             state.endpoint.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
             self.count_outside_keys(before, state.endpoint.ledger.outside_keys());
         }
-        Err(StoreError("the key changed each time it was read back from the store".into()))
+        Err(StoreError::Failed("the key changed each time it was read back from the store".into()))
     }
 
     /// Decides a request against the ledger as it is in memory.

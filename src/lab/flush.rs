@@ -130,7 +130,7 @@ impl LabState {
             self.record.take_changes();
         let mut letters = DeadLetterChanges::default();
         self.dead_letters.take_changes(&mut letters);
-        let KeyChanges { keys, expired_before, removed } = self.endpoint.take_changes();
+        let KeyChanges { keys, expired_before, kept, removed } = self.endpoint.take_changes();
         RecordChanges {
             cleared,
             messages,
@@ -139,10 +139,12 @@ impl LabState {
             deleted_dead_letters: letters.deleted_dead_letters,
             keys,
             keys_expired_before: expired_before,
+            keys_kept: kept,
             removed_keys: removed,
             load,
             markers,
             breaker_changes: self.client.take_changes(),
+            outside: self.callers.take_changes(),
         }
     }
 
@@ -156,16 +158,20 @@ impl LabState {
             deleted_dead_letters,
             keys,
             keys_expired_before,
+            keys_kept,
             removed_keys,
             load,
             markers,
             breaker_changes,
+            outside,
         } = changes;
+        self.callers.restore_changes(&outside);
         self.dead_letters.restore_changes(&DeadLetterChanges { dead_letters, deleted_dead_letters });
         self.record.restore_changes(MessageChanges { cleared, messages, deleted_messages, load, markers });
         self.endpoint.restore_changes(KeyChanges {
             keys,
             expired_before: keys_expired_before,
+            kept: keys_kept,
             removed: removed_keys,
         });
         if breaker_changes.is_some() {

@@ -13,6 +13,8 @@ mod client;
 mod deliveries;
 mod downstream;
 mod flush;
+mod outside;
+mod queue;
 mod registry;
 mod settings;
 mod snapshot;
@@ -25,9 +27,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
 
+use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
-use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
+use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
 use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, Message, ResumePoint};
 use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
@@ -36,6 +39,7 @@ use crate::store::Store;
 
 pub use downstream::{Arrival, Decided};
 pub use flush::NotDurable;
+pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;
 pub use settings::Settings;
 pub use snapshot::{SnapshotLimits, SnapshotView};
@@ -61,8 +65,15 @@ pub struct Lab {
     durable: watch::Sender<u64>,
     /// Open event streams.
     subscribers: AtomicUsize,
+    /// The size of the last snapshot made of this lab, in bytes: what the next will cost.
+    snapshot_bytes: AtomicUsize,
     /// Idempotency keys kept for outside callers by every lab of this server.
     outside_keys_total: Arc<AtomicUsize>,
+    /// Outside messages (a caller's key) kept by every lab of this server.
+    outside_messages_total: Arc<AtomicUsize>,
+    /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
+    /// reserves them: a repeat meanwhile is answered 409 at once.
+    keys_in_line: Mutex<std::collections::HashSet<String>>,
     limits: Limits,
     retention: Retention,
 }
@@ -74,6 +85,7 @@ struct Parts {
     endpoint: Endpoint,
     client: ClientState,
     dead_letters: DeadLetterQueue,
+    callers: Callers,
 }
 
 /// The lab's state: its messages, its endpoint's state and its client's, each owned by its own
@@ -89,6 +101,8 @@ struct LabState {
     shares: crate::client::BreakerShares,
     traffic: crate::domain::Traffic,
     dead_letters: DeadLetterQueue,
+    /// What the endpoint observed of outside callers.
+    callers: Callers,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
@@ -127,7 +141,7 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        Parts { record, endpoint, client, dead_letters }: Parts,
+        Parts { record, endpoint, client, dead_letters, callers }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
@@ -145,6 +159,7 @@ impl Lab {
                 shares: Default::default(),
                 traffic: Default::default(),
                 dead_letters,
+                callers,
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
@@ -158,7 +173,10 @@ impl Lab {
             this,
             durable: watch::Sender::new(last_event_id),
             subscribers: AtomicUsize::new(0),
+            snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
+            outside_messages_total: registry.outside_messages.clone(),
+            keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
         }
@@ -306,21 +324,22 @@ impl Lab {
         let now = self.now_ms();
         let quarantine_after = state.client.policy.quarantine_after;
         let Some(message) = state.record.dead_letter(id) else { return };
-        let letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        letter.applied = state.endpoint.ledger.is_applied(&letter.key);
         state.dead_letters.push(letter.clone());
         self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with
-    /// `None`), keeping their keys; returns them as they were (to take the replay back with
-    /// `withdraw_replay`). Changes nothing when refused.
+    /// `Target::All`), keeping their keys; returns them as they were (to take the replay back
+    /// with `withdraw_replay`). Changes nothing when refused.
     pub fn replay(
         &self,
-        ids: Option<&[u64]>,
+        target: &Target,
         confirm_quarantined: bool,
     ) -> Result<Vec<DeadLetter>, ReplayRefusal> {
         let mut state = self.lock();
-        let chosen = state.dead_letters.choose(ids, confirm_quarantined)?;
+        let chosen = state.select(target, (true, confirm_quarantined))?.ids;
         let (max, active) = (self.limits.max_active_messages_per_lab, state.record.active_messages());
         if active + chosen.len() > max {
             return Err(ReplayRefusal::TooManyActive { max, active, asked: chosen.len() });
@@ -371,6 +390,8 @@ impl Lab {
         }
         state.shares.clear();
         state.dead_letters.clear();
+        self.forget_outside(&state);
+        state.callers.reset();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Reset { snapshot }, now);
@@ -415,13 +436,21 @@ impl Lab {
         let letters = state.dead_letters.expire(letters_before);
         state.record.remove_messages(&letters);
         let outside_before = state.endpoint.ledger.outside_keys();
-        let keys = state.endpoint.expire_keys(keys_before);
+        let state = &mut *state;
+        let needed: Vec<&str> = state
+            .record
+            .messages()
+            .iter()
+            .filter(|m| m.state.is_active() || m.state == crate::domain::MessageState::DeadLetter)
+            .map(|m| m.key.as_str())
+            .collect();
+        let keys = state.endpoint.expire_keys(keys_before, &needed);
         self.count_outside_keys(outside_before, state.endpoint.ledger.outside_keys());
         if !letters.is_empty() || keys > 0 {
             let now = self.now_ms();
-            let snapshot = self.snapshot_value(&state);
+            let snapshot = self.snapshot_value(state);
             let event = Event::Expired { dead_letters: letters.clone(), keys, snapshot };
-            self.publish(&mut state, &event, now);
+            self.publish(state, &event, now);
         }
         Expired { dead_letters: letters.len(), keys }
     }
@@ -433,6 +462,7 @@ impl Lab {
         let mut state = self.lock();
         if !state.deleted {
             self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
+            self.forget_outside(&state);
         }
         state.deleted = true;
         self.schedule_flush(&mut state);

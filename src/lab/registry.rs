@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use super::{Lab, Parts, unix_now_ms};
+use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
@@ -18,6 +19,8 @@ pub struct Labs {
     pub instance: Option<Instance>,
     /// Idempotency keys kept for outside callers, all labs together.
     pub(super) outside_keys: Arc<std::sync::atomic::AtomicUsize>,
+    /// Outside messages kept, all labs together (held to `max_outside_keys` too).
+    pub(super) outside_messages: Arc<std::sync::atomic::AtomicUsize>,
     pub(super) limits: Limits,
     pub(super) retention: Retention,
     pub(super) store: Store,
@@ -30,6 +33,7 @@ impl Labs {
             labs: RwLock::new(HashMap::new()),
             instance: None,
             outside_keys: Default::default(),
+            outside_messages: Default::default(),
             limits,
             retention,
             store,
@@ -43,8 +47,13 @@ impl Labs {
             let state = restore(parts, dead_letters);
             labs.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
+            labs.outside_messages
+                .fetch_add(state.callers.messages().len(), std::sync::atomic::Ordering::Relaxed);
+            // Ids past the last committed one may have reached a page before a crash: the
+            // events of this run are numbered after every one of them.
+            let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);
             let lab = Arc::new_cyclic(|this| {
-                Lab::build(this.clone(), id, row.origin_unix_ms, state, row.last_event_id, &labs)
+                Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, &labs)
             });
             let mut state = lab.lock();
             state.active_unix_ms = row.active_unix_ms;
@@ -59,15 +68,16 @@ impl Labs {
         labs
     }
 
-    /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching and
-    /// that owes no deliveries makes room; if every lab is in use, the answer is no. The new
-    /// lab is durable once `persisted()` returns.
+    /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching, that
+    /// owes no deliveries and holds no dead letters (they are kept for their whole retention)
+    /// makes room; if every lab is in use, the answer is no. The new lab is durable once
+    /// `persisted()` returns.
     pub fn create(&self) -> Result<Arc<Lab>, usize> {
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         if labs.len() >= self.limits.max_labs {
             let unused = labs
                 .values()
-                .filter(|lab| !lab.has_deliveries() && !lab.has_subscribers())
+                .filter(|lab| lab.evictable())
                 .min_by_key(|lab| lab.active_unix_ms())
                 .map(|lab| lab.id);
             let Some(unused) = unused else {
@@ -106,13 +116,15 @@ impl Labs {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
     }
 
-    /// Deletes labs idle for longer than the retention window, with everything they hold.
+    /// Deletes labs idle for longer than the retention window, with everything they hold. A
+    /// lab somebody watches is not idle, and a lab holding dead letters is kept until the last
+    /// of them expires (their retention wins over the idle window).
     pub fn purge_idle(&self, now_unix_ms: u64) -> usize {
         let idle_before = now_unix_ms.saturating_sub(self.retention.idle_lab_ttl_s.saturating_mul(1000));
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         let idle: Vec<LabId> = labs
             .values()
-            .filter(|lab| lab.active_unix_ms() < idle_before && !lab.has_deliveries())
+            .filter(|lab| lab.active_unix_ms() < idle_before && lab.evictable())
             .map(|lab| lab.id)
             .collect();
         for id in &idle {
@@ -137,6 +149,7 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
         load_bins,
         markers,
         breaker_changes,
+        outside_messages,
         forgotten_delivered,
     } = parts;
     let stored = StoredRecord { epoch, next_message_id, messages, load_bins, markers, forgotten_delivered };
@@ -145,5 +158,6 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
         endpoint: Endpoint::restore(DownstreamView { settings: downstream, revert }, ledger),
         client: ClientState::restore(policy, breaker_changes),
         dead_letters: DeadLetterQueue::restore(dead_letters),
+        callers: Callers::restore(outside_messages),
     }
 }

@@ -2,12 +2,15 @@
 //! letters. Sent by `GET /api/labs/{lab}`, first on every event stream, and with the events
 //! that replace the page's whole view (a reset, a recovery, an expiry).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::{Lab, LabState};
+use crate::callers::{OutsideMessage, Untracked};
 use crate::client::BreakerChange;
 use crate::config::Retention;
-use crate::dlq::DeadLetter;
+use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::DownstreamView;
 use crate::events::ClientsView;
@@ -32,7 +35,22 @@ pub struct SnapshotView<'a> {
     limits: SnapshotLimits,
     retention: RetentionView,
     messages: &'a [Message],
-    dead_letters: &'a [DeadLetter],
+    #[schema(value_type = Vec<DeadLetter>)]
+    dead_letters: Cow<'a, [DeadLetter]>,
+    /// A redrive at a rate in progress; null when none runs.
+    redrive: Option<Redrive>,
+    outside: OutsideView<'a>,
+}
+
+/// What the endpoint observed of outside callers: a message per caller and key, in the order
+/// first seen, and the requests not kept because a bound was reached.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct OutsideView<'a> {
+    messages: &'a [OutsideMessage],
+    untracked: Untracked,
+    max_callers_per_lab: usize,
+    max_outside_keys_per_lab: usize,
+    max_outside_attempts_per_key: usize,
 }
 
 /// The client's circuit breaker: its state now and every change, oldest first.
@@ -105,7 +123,19 @@ impl Lab {
             },
             retention: (&self.retention).into(),
             messages: record.messages(),
-            dead_letters: state.dead_letters.letters(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
+            redrive: state.dead_letters.redrive(),
+            outside: self.outside_view(state.callers.messages(), state.callers.untracked()),
+        }
+    }
+
+    fn outside_view<'a>(&self, messages: &'a [OutsideMessage], untracked: Untracked) -> OutsideView<'a> {
+        OutsideView {
+            messages,
+            untracked,
+            max_callers_per_lab: self.limits.max_callers_per_lab,
+            max_outside_keys_per_lab: self.limits.max_outside_keys_per_lab,
+            max_outside_attempts_per_key: self.limits.max_outside_attempts_per_key,
         }
     }
 
@@ -134,15 +164,47 @@ impl Lab {
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
             retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
-            dead_letters: state.dead_letters.letters().to_vec(),
+            dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
+            redrive: state.dead_letters.redrive(),
+            outside: (state.callers.messages().to_vec(), state.callers.untracked()),
+            outside_limits: [
+                self.limits.max_callers_per_lab,
+                self.limits.max_outside_keys_per_lab,
+                self.limits.max_outside_attempts_per_key,
+            ],
         }
     }
 
     /// The whole lab as JSON.
     pub fn snapshot(&self) -> String {
         let captured = self.capture(&self.lock());
-        captured.json()
+        let json = captured.json();
+        self.snapshot_bytes.store(json.len(), std::sync::atomic::Ordering::Relaxed);
+        json
     }
+
+    /// About how many bytes the next snapshot of this lab will be: the last one's size, or a
+    /// guess from its messages before the first.
+    pub fn snapshot_estimate(&self) -> usize {
+        match self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => 4096 + 400 * self.lock().record.messages().len(),
+            known => known,
+        }
+    }
+}
+
+/// The dead letters with `applied` as the ledger has it now (a write can land after its
+/// message was given up on); copied only when one differs.
+fn with_ledger<'a>(state: &LabState, letters: Cow<'a, [DeadLetter]>) -> Cow<'a, [DeadLetter]> {
+    let ledger = &state.endpoint.ledger;
+    if letters.iter().all(|l| l.applied == ledger.is_applied(&l.key)) {
+        return letters;
+    }
+    let mut letters = letters.into_owned();
+    for letter in &mut letters {
+        letter.applied = ledger.is_applied(&letter.key);
+    }
+    Cow::Owned(letters)
 }
 
 /// A snapshot's contents, copied out of the lab.
@@ -162,6 +224,9 @@ pub(super) struct Captured {
     retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
+    redrive: Option<Redrive>,
+    outside: (Vec<OutsideMessage>, Untracked),
+    outside_limits: [usize; 3],
 }
 
 impl Captured {
@@ -181,7 +246,15 @@ impl Captured {
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
             retention: self.retention,
             messages: &self.messages,
-            dead_letters: &self.dead_letters,
+            dead_letters: Cow::Borrowed(&self.dead_letters),
+            redrive: self.redrive,
+            outside: OutsideView {
+                messages: &self.outside.0,
+                untracked: self.outside.1,
+                max_callers_per_lab: self.outside_limits[0],
+                max_outside_keys_per_lab: self.outside_limits[1],
+                max_outside_attempts_per_key: self.outside_limits[2],
+            },
         };
         serde_json::to_string(&view).expect("snapshots serialize: they hold only plain data")
     }

@@ -58,4 +58,10 @@ impl Lab {
     pub fn has_subscribers(&self) -> bool {
         self.subscribers.load(Ordering::SeqCst) > 0
     }
+
+    /// Whether the lab may be deleted to make room or for being idle: nobody watches it, it
+    /// owes no deliveries, and it holds no dead letters (kept for their whole retention).
+    pub fn evictable(&self) -> bool {
+        !self.has_subscribers() && !self.has_deliveries() && self.lock().dead_letters.letters().is_empty()
+    }
 }

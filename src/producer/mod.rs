@@ -3,6 +3,7 @@
 //! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
 //! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
 
+mod redrive;
 mod traffic;
 
 use std::sync::Arc;
@@ -71,6 +72,7 @@ impl Producer {
         let ids = lab.recover(reason);
         let count = ids.len();
         self.start(lab, ids);
+        self.redrive(lab);
         count
     }
 
@@ -81,11 +83,13 @@ impl Producer {
         lab.abort_deliveries();
         lab.mark(MarkerKind::Crash, "client crashed; recovering from the store");
         let read = async {
-            lab.persisted().await.map_err(|_| StoreError("the store did not confirm in time".into()))?;
+            lab.persisted()
+                .await
+                .map_err(|_| StoreError::Failed("the store did not confirm in time".into()))?;
             let (reader, id) = (store.clone(), lab.id.to_string());
             tokio::task::spawn_blocking(move || reader.load_messages(&id))
                 .await
-                .map_err(|e| StoreError(format!("reading the store failed: {e}")))?
+                .map_err(|e| StoreError::Failed(format!("reading the store failed: {e}")))?
         };
         match read.await {
             Ok((messages, dead_letters)) => {
@@ -108,7 +112,7 @@ impl Producer {
         let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
-        let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
+        let body = crate::domain::Message::body(&lab.id, id);
         // A seeded policy draws each message's jitter from its own stream, so a run repeats;
         // each client's streams are its own (the first client's are those of a lone client).
         let client = lab.client_of(id) as u64;
@@ -202,10 +206,10 @@ impl Producer {
                         &mut rng,
                     );
                     let next_at = lab.now_ms() + wait.planned_ms;
-                    if policy.max_total_ms > 0 && next_at > round_started_ms + policy.max_total_ms {
+                    let (budget_ms, budget) = lab.round_budget(&policy);
+                    if next_at > round_started_ms.saturating_add(budget_ms) {
                         let reason = format!(
-                            "time budget: the next attempt would start past {} ms (max_total_ms); last: {last}",
-                            policy.max_total_ms
+                            "time budget: the next attempt would start past {budget_ms} ms ({budget}); last: {last}"
                         );
                         self.dead_letter(lab, id, (Cause::TimeBudget, reason));
                         break;

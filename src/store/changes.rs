@@ -2,6 +2,7 @@
 //! commit, and a lab's parts as they were kept. The lab composes them from its messages, its
 //! dead letters, its endpoint and its client.
 
+use crate::callers::{CallerChanges, OutsideMessage};
 use crate::client::BreakerChange;
 use crate::domain::{BinChanges, LoadBin, Marker, Message};
 use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
@@ -17,8 +18,10 @@ pub struct RecordChanges {
     pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
     pub keys: Vec<KeyRow>,
-    /// Keys applied before this wall-clock time expired (the dedup window moved on).
+    /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     pub keys_expired_before: Option<u64>,
+    /// ...but for these, whose messages may still send them.
+    pub keys_kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     pub removed_keys: Vec<String>,
     /// Load bins changed (and dropped).
@@ -27,6 +30,8 @@ pub struct RecordChanges {
     pub markers: Option<String>,
     /// Every change of the breaker's state, as JSON, when there was a new one.
     pub breaker_changes: Option<String>,
+    /// Outside callers' messages changed (and whether all were cleared first).
+    pub outside: CallerChanges,
 }
 
 /// What the store keeps of a lab's state.
@@ -42,6 +47,7 @@ pub struct RecordParts {
     pub load_bins: Vec<LoadBin>,
     pub markers: Vec<Marker>,
     pub breaker_changes: Vec<BreakerChange>,
+    pub outside_messages: Vec<OutsideMessage>,
     /// Delivered messages that left the window of settled messages.
     pub forgotten_delivered: u64,
 }

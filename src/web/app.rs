@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::RateLimiter;
+use super::{RateLimiter, SnapshotGate};
 use crate::compare::Comparisons;
 use crate::config::{Limits, Retention};
 use crate::lab::Labs;
@@ -25,6 +25,10 @@ pub struct App {
     pub rate_limiter: RateLimiter,
     /// Each outside client's rate on the labs' endpoints.
     pub endpoint_limiter: RateLimiter,
+    /// Each client's rate of creating labs.
+    pub create_limiter: RateLimiter,
+    /// Snapshot reads: bytes per client, and bytes being built at once.
+    pub snapshot_gate: SnapshotGate,
     /// Flips to `true` when the server is shutting down, so open event streams end.
     pub shutdown: watch::Receiver<bool>,
 }

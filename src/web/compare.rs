@@ -8,12 +8,11 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::{AppError, Problem};
 use super::responses::{JsonBodyErrors, StoreErrors};
-use crate::compare::{ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
+use crate::compare::{ComparisonId, ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
 #[utoipa::path(
@@ -60,11 +59,12 @@ pub async fn create(
     get,
     path = "/api/comparisons/{id}",
     tag = "comparisons",
-    params(("id" = String, Path, description = "The comparison id (a UUID)")),
+    params(("id" = String, Path, description = "The comparison id (a UUID, then `-<instance>` past one machine)")),
     responses(
         (status = 200, body = ComparisonReport),
         (status = 400, description = "Not a comparison id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such comparison", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The comparison lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Too many control requests from this client", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -72,7 +72,7 @@ pub async fn report(
     State(app): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<ComparisonReport>, AppError> {
-    let id = parse_id(&raw)?;
+    let id = parse_id(&app, &raw)?;
     let comparison = app
         .comparisons
         .get(&id)
@@ -80,13 +80,17 @@ pub async fn report(
     Ok(Json(app.comparisons.report(&comparison, &app.labs)))
 }
 
-fn parse_id(raw: &str) -> Result<Uuid, AppError> {
-    Uuid::parse_str(raw).ok().filter(|id| id.to_string() == raw).ok_or_else(|| {
+/// A comparison id, owned by this instance: another instance's is sent on there (fly-replay).
+fn parse_id(app: &super::App, raw: &str) -> Result<ComparisonId, AppError> {
+    let id = ComparisonId::parse(raw).map_err(|_| {
         AppError::BadRequest(format!(
-            "'{}' is not a comparison id (a lowercase UUID)",
+            "'{}' is not a comparison id (a lowercase UUID, then the instance that owns it after a \
+             hyphen when there are several)",
             raw.chars().take(64).collect::<String>()
         ))
-    })
+    })?;
+    super::owned_here(app, &id)?;
+    Ok(id)
 }
 
 #[derive(Template, WebTemplate)]
@@ -106,7 +110,7 @@ pub async fn form() -> Response {
 
 /// `GET /compare/{id}`: a comparison's page, shareable.
 pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Result<Response, AppError> {
-    let id = parse_id(&raw)?;
+    let id = parse_id(&app, &raw)?;
     app.comparisons
         .get(&id)
         .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;

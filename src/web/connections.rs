@@ -66,6 +66,7 @@ pub async fn serve(
             None => None,
         };
         let service = make_service.call(peer).await.unwrap_or_else(|never: Infallible| match never {});
+        let stream = super::early_errors::ProblemsOnly::new(stream);
         let connection = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let (mut stop, open_guard) = (stop.clone(), connection_open.clone());
         tokio::spawn(async move {

@@ -5,21 +5,25 @@
 //! lab's load chart shows what the downstream went through: a `Visit` notes the answer, or,
 //! if the client hangs up first (axum then drops this handler), that it timed out.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::RngExt;
 use tokio::sync::oneshot;
 
+use super::callers::outside_caller;
 use super::error::{AppError, Problem};
-use super::{InternalCaller, LabParam, LabPath};
+use super::{AppState, InternalCaller, LabParam, LabPath};
+use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Passage, StoredResponse};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, Passage, StoredResponse};
 use crate::lab::{Arrival, Decided, Lab};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
@@ -30,13 +34,17 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
     post,
     path = "/labs/{lab}/downstream",
     tag = "downstream",
-    params(LabParam, ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters")),
+    params(
+        LabParam,
+        ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters"),
+        ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters); else its User-Agent, else its address names it"),
+    ),
     request_body(content = Object, description = "Any JSON value"),
     responses(
         (status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
-        (status = 400, description = "No or malformed key, or a body that is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "No or malformed key, a body that is not JSON, or an X-Client-Name that is empty, longer than 64 characters or holds a control character", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The key's first request is still being processed, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The key's first request is still being processed (in line or in work, in every mode; see Retry-After), or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
@@ -46,22 +54,68 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
     )
 )]
 pub async fn downstream(
+    State(app): State<AppState>,
     LabPath(lab): LabPath,
     internal: Option<Extension<InternalCaller>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
-    let (key, digest) = read(&lab, &headers, body)?;
+    // Only outside callers are named and kept: the lab's own client is known by its listener.
+    let caller = match internal {
+        Some(_) => None,
+        None => Some(outside_caller(&app, &headers, peer.map(|Extension(p)| p)).map_err(|e| {
+            lab.downstream_refused(400, Some("malformed X-Client-Name"));
+            AppError::BadRequest(e)
+        })?),
+    };
+    let (key, digest) = match read(&lab, &headers, body) {
+        Ok(read) => read,
+        Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
+    };
+    // The overloaded downstream holds a request in line and in work before its key is
+    // reserved in the ledger: a repeat meanwhile is 409 at once, as in every other mode.
+    let in_line = match lab.downstream_settings().mode {
+        Mode::Overloaded => match InLine::enter(&lab, &key) {
+            Some(held) => Some(held),
+            None => {
+                lab.downstream_refused(409, Some("key still being processed"));
+                return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
+            }
+        },
+        _ => None,
+    };
+    let ticket = caller
+        .as_ref()
+        .and_then(|caller| lab.outside_arrived(caller, key.as_str(), Some(digest.to_string())));
     let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
     let working = matches!(admission, Passage::Open);
-    let visit = Visit { lab: lab.clone(), arrived, working, answered: false };
-    let answer = admitted(lab, key, (digest, internal.is_none()), admission).await;
-    let status = match &answer {
-        Ok(response) => response.status(),
-        Err(error) => error.status(),
-    };
-    visit.answered(status);
-    answer
+    let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
+    let answer = admitted(lab, key, (digest, caller.is_some()), (admission, in_line)).await;
+    // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    visit.answered(&response);
+    Ok(response)
+}
+
+/// A request refused before it reached the ledger is still an attempt of its caller's key, when
+/// it named one: a client that sends it again is seen doing so.
+fn kept_refusal(lab: &Lab, caller: Option<&CallerName>, headers: &HeaderMap, refused: AppError) -> AppError {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|k| IdempotencyKey::parse(k).ok());
+    if let (Some(caller), Some(key)) = (caller, key)
+        && let Some(ticket) = lab.outside_arrived(caller, key.as_str(), None)
+    {
+        let response = AppError::status(&refused);
+        let retry_after_s = match &refused {
+            AppError::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        };
+        lab.outside_ended(ticket, Ending::Answered { status: response.as_u16(), retry_after_s });
+    }
+    refused
 }
 
 /// Reads the request's key and the digest of its JSON body; a request refused here is counted
@@ -89,6 +143,14 @@ fn read(
         let error = AppError::from(rejected);
         refuse(error.status().as_u16(), None, error)
     })?;
+    if headers.get_all("idempotency-key").iter().nth(1).is_some() {
+        // A proxy that keeps the last one would disagree with us keeping the first.
+        return Err(refuse(
+            400,
+            Some("two Idempotency-Key headers"),
+            AppError::BadRequest("send one Idempotency-Key header, not several".into()),
+        ));
+    }
     let key = headers
         .get("idempotency-key")
         .ok_or_else(|| {
@@ -114,7 +176,7 @@ async fn admitted(
     lab: Arc<Lab>,
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
-    admission: Passage,
+    (admission, in_line): (Passage, Option<InLine>),
 ) -> Result<Response, AppError> {
     match admission {
         Passage::Open => {}
@@ -132,8 +194,8 @@ async fn admitted(
                 detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
             });
         }
-        Passage::Worker => return overloaded(lab, key, (digest, outside), None).await,
-        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn)).await,
+        Passage::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
+        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
     }
     let decided = decide(&lab, &key, digest, outside).await?;
     respond(lab, key, decided, Latency::ToWaitOut).await
@@ -162,9 +224,7 @@ async fn respond(
             lab.persisted_through(durable_at).await?;
             Ok(answer(stored, true))
         }
-        Decision::InProgress => Err(AppError::Conflict(
-            "a request with this Idempotency-Key is still being processed; retry later".into(),
-        )),
+        Decision::InProgress => Err(in_flight()),
         Decision::BodyMismatch => {
             Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
         }
@@ -223,9 +283,12 @@ async fn overloaded(
     key: IdempotencyKey,
     (digest, outside): (BodyDigest, bool),
     turn: Option<oneshot::Receiver<()>>,
+    in_line: Option<InLine>,
 ) -> Result<Response, AppError> {
     let (reply, replied) = oneshot::channel();
     tokio::spawn(async move {
+        // The key stays taken until this work ends, whether or not its client still waits.
+        let _in_line = in_line;
         if let Some(turn) = turn
             && turn.await.is_err()
         {
@@ -305,6 +368,35 @@ fn storage_full(limit: &'static str) -> AppError {
     }
 }
 
+/// 409 for a key whose first request is still in line or in work, with a `Retry-After`: the
+/// first answer is due within about a second, and the client is told when to ask again.
+fn in_flight() -> AppError {
+    AppError::Unavailable {
+        status: StatusCode::CONFLICT,
+        retry_after_s: 1,
+        detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
+            .into(),
+    }
+}
+
+/// A key taken in the overloaded downstream's line, given back when dropped.
+struct InLine {
+    lab: Arc<Lab>,
+    key: IdempotencyKey,
+}
+
+impl InLine {
+    fn enter(lab: &Arc<Lab>, key: &IdempotencyKey) -> Option<InLine> {
+        lab.downstream_line_enter(key).then(|| InLine { lab: lab.clone(), key: key.clone() })
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.lab.downstream_line_leave(&self.key);
+    }
+}
+
 /// A worker of the overloaded downstream, handed back to its gate when dropped.
 struct Worker(Arc<Lab>);
 
@@ -321,12 +413,23 @@ struct Visit {
     /// Let straight on: counted in process until it is answered.
     working: bool,
     answered: bool,
+    /// Where an outside caller's request is kept.
+    ticket: Option<Ticket>,
 }
 
 impl Visit {
-    fn answered(mut self, status: StatusCode) {
+    fn answered(mut self, response: &Response) {
         self.answered = true;
-        self.lab.downstream_done(self.arrived, Answer::Status(status.as_u16()), self.working);
+        let status = response.status().as_u16();
+        self.lab.downstream_done(self.arrived, Answer::Status(status), self.working);
+        if let Some(ticket) = self.ticket.take() {
+            let retry_after_s = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok());
+            self.lab.outside_ended(ticket, Ending::Answered { status, retry_after_s });
+        }
     }
 }
 
@@ -334,6 +437,9 @@ impl Drop for Visit {
     fn drop(&mut self) {
         if !self.answered {
             self.lab.downstream_done(self.arrived, Answer::TimedOut, self.working);
+            if let Some(ticket) = self.ticket.take() {
+                self.lab.outside_ended(ticket, Ending::HungUp);
+            }
         }
     }
 }

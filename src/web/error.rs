@@ -19,6 +19,13 @@ pub enum AppError {
     NotFound(String),
     Conflict(String),
     Unprocessable(String),
+    /// A request field with an unusable value (or an id this lab does not hold): the answer
+    /// names the field.
+    Field {
+        status: StatusCode,
+        field: String,
+        detail: String,
+    },
     Limit {
         status: StatusCode,
         limit: &'static str,
@@ -42,6 +49,8 @@ pub enum AppError {
         limit: &'static str,
         retry_after_s: u64,
     },
+    /// 507: the store is out of room (the disk, or `max_db_bytes`), with `Retry-After`.
+    StoreFull,
     /// The lab belongs to another instance: Fly's proxy replays the request there.
     ElsewhereInstance {
         owner: String,
@@ -61,6 +70,9 @@ pub struct Problem<'a> {
     /// The name of the setting whose limit was hit.
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'static str>,
+    /// The request field at fault (`cause`, `filter.status`, `ids`, `rate_per_s`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
 }
 
 impl AppError {
@@ -70,6 +82,7 @@ impl AppError {
             AppError::NotFound(d) => (StatusCode::NOT_FOUND, d, None),
             AppError::Conflict(d) => (StatusCode::CONFLICT, d, None),
             AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
+            AppError::Field { status, detail, .. } => (*status, detail, None),
             AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { status, detail, .. } => (*status, detail, None),
@@ -79,15 +92,39 @@ impl AppError {
                  endpoint_burst); wait for the Retry-After",
                 Some("endpoint_rate_per_s"),
             ),
+            AppError::RateLimited { limit: "lab_creates_per_hour", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has created too many labs lately (lab_creates_per_hour, lab_create_burst); \
+                 use the labs it has, or wait for the Retry-After",
+                Some("lab_creates_per_hour"),
+            ),
+            AppError::RateLimited { limit: "snapshot_bytes_per_s", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this client has read too many bytes of snapshots lately (snapshot_bytes_per_s, \
+                 snapshot_burst_bytes); wait for the Retry-After, or follow the event stream instead",
+                Some("snapshot_bytes_per_s"),
+            ),
+            AppError::RateLimited { limit: "max_snapshot_bytes_building", .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "the server is building as many bytes of snapshots as it allows at once \
+                 (max_snapshot_bytes_building); try again after the Retry-After",
+                Some("max_snapshot_bytes_building"),
+            ),
             AppError::RateLimited { limit, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too many control requests from this client (control_rate_per_s, control_burst); \
                  wait for the Retry-After, as the lab teaches",
                 Some(limit),
             ),
+            AppError::StoreFull => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "the store is full (the disk, or max_db_bytes, which covers the database and its \
+                 write-ahead log): nothing was changed; try again once there is room",
+                Some("max_db_bytes"),
+            ),
             AppError::ElsewhereInstance { .. } => (
                 StatusCode::CONFLICT,
-                "this lab lives on another instance; the proxy replays the request there (fly-replay)",
+                "this lab (or comparison) lives on another instance; the proxy replays the request there (fly-replay)",
                 None,
             ),
             AppError::Internal(_) => {
@@ -114,7 +151,11 @@ impl IntoResponse for AppError {
             Some(limit) => format!("/problems/limit/{limit}"),
             None => format!("/problems/{}", title.to_lowercase().replace(' ', "-")),
         };
-        let problem = Problem { kind, title, status: status.as_u16(), detail, limit };
+        let field = match &self {
+            AppError::Field { field, .. } => Some(field.as_str()),
+            _ => None,
+        };
+        let problem = Problem { kind, title, status: status.as_u16(), detail, limit, field };
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
@@ -127,6 +168,9 @@ impl IntoResponse for AppError {
             self
         {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        if let AppError::StoreFull = self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(1));
         }
         response
     }
@@ -167,12 +211,7 @@ fn too_large() -> AppError {
 impl From<crate::lab::NotDurable> for AppError {
     fn from(refused: crate::lab::NotDurable) -> Self {
         let (status, detail) = match refused {
-            crate::lab::NotDurable { full: true, .. } => (
-                StatusCode::INSUFFICIENT_STORAGE,
-                "the store is full (the disk, or max_db_bytes): nothing was changed; try again once \
-                 there is room"
-                    .to_owned(),
-            ),
+            crate::lab::NotDurable { full: true, .. } => return AppError::StoreFull,
             crate::lab::NotDurable { error: Some(error), .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the store cannot write ({error}): nothing was changed; try again shortly"),

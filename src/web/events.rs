@@ -83,7 +83,7 @@ impl Drop for OpenStream {
     responses(
         (status = 200, description = "`event: snapshot` with a Snapshot, then unnamed events, each an Event", content_type = "text/event-stream", body = crate::events::Event),
         LabErrors,
-        (status = 429, description = "Too many open event streams: in this lab (max_subscribers_per_lab) or on the server (max_subscribers)", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many open event streams: in this lab (max_subscribers_per_lab) or on the server (max_subscribers); or, for a stream that starts from a snapshot, too many bytes of snapshots (snapshot_bytes_per_s, max_snapshot_bytes_building)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(

@@ -1,12 +1,16 @@
 //! The HTTP face of retrylab: one route table, the shared state, and the middleware.
-//! Handlers are grouped by resource: `api` (the JSON control API), `endpoint` (the
-//! fault-injectable downstream), `events` (SSE), `pages` (HTML and static assets).
+//! Handlers are grouped by resource: `api` (the JSON control API), `dead_letters` (the
+//! dead-letter queue's API), `endpoint` (the fault-injectable downstream), `events` (SSE),
+//! `pages` (HTML and static assets).
 
 mod access_log;
 mod api;
 mod app;
+mod callers;
 mod compare;
 mod connections;
+mod dead_letters;
+mod early_errors;
 mod endpoint;
 pub mod error;
 mod events;
@@ -14,10 +18,12 @@ mod openapi;
 mod pages;
 mod rate_limit;
 mod responses;
+mod snapshot_limit;
 
 pub use app::{App, AppState};
 pub use connections::{ConnectionLimits, serve as serve_connections};
 pub use rate_limit::{InternalCaller, RateLimiter};
+pub use snapshot_limit::SnapshotGate;
 
 use std::sync::Arc;
 
@@ -57,10 +63,16 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/labs/{lab}/policy", put(api::set_policy))
         .route("/api/labs/{lab}/bursts", post(api::burst))
         .route("/api/labs/{lab}/traffic", put(api::set_traffic))
-        .route("/api/labs/{lab}/dead-letters/replay", post(api::replay))
+        .route("/api/labs/{lab}/dead-letters", get(dead_letters::list))
+        .route("/api/labs/{lab}/dead-letters/{id}", get(dead_letters::detail))
+        .route("/api/labs/{lab}/dead-letters/replay", post(dead_letters::replay))
+        .route("/api/labs/{lab}/dead-letters/delete", post(dead_letters::delete))
+        .route("/api/labs/{lab}/dead-letters/quarantine", post(dead_letters::quarantine))
+        .route("/api/labs/{lab}/dead-letters/redrive/cancel", post(dead_letters::cancel_redrive))
         .route("/api/labs/{lab}/reset", post(api::reset))
         .route("/api/labs/{lab}/crash-client", post(api::crash_client))
         .route("/api/labs/{lab}/events", get(events::stream))
+        .route("/api/labs/{lab}/callers", get(callers::callers))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
             AppError::Rejected {
@@ -153,10 +165,12 @@ impl FromRequestParts<AppState> for LabPath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| AppError::BadRequest(e.body_text()))?;
-        let id = LabId::parse(&raw).map_err(AppError::BadRequest)?;
+        let Path(segments) =
+            Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let raw = segments.get("lab").map_or("", String::as_str);
+        let id = LabId::parse(raw).map_err(AppError::BadRequest)?;
         owned_here(state, &id)?;
         state
             .labs

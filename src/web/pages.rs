@@ -18,9 +18,23 @@ use crate::domain::LabId;
 struct LabPage {
     lab_id: String,
     mode: String,
+    modes: &'static [(&'static str, &'static str)],
     counters: Counters,
     retention: RetentionText,
+    /// Every cause a dead letter can have, with its words, for the filter.
+    dlq_causes: Vec<(&'static str, &'static str)>,
 }
+
+/// The downstream's modes, one button each, with what each does at the default settings (the
+/// page rewrites the words from the lab's own settings once it has them).
+const MODES: &[(&str, &str)] = &[
+    ("healthy", "answers 200 after 60–240 ms"),
+    ("flaky", "half get 503 with Retry-After 1 s, the rest answer like healthy"),
+    ("slow", "applies the write, answers after 2.6–3.5 s, past the 2 s timeout"),
+    ("down", "503 with Retry-After 1 s every time, applies nothing"),
+    ("throttled", "a rate limit shared by every caller; over it, 429 with Retry-After"),
+    ("overloaded", "works on a few at once, queues a few more, turns the rest away with 503"),
+];
 
 /// The retention windows in words, for the page.
 struct RetentionText {
@@ -74,7 +88,16 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         dead_letters: span(app.retention.dead_letter_ttl_s),
         idle_labs: span(app.retention.idle_lab_ttl_s),
     };
-    LabPage { lab_id: lab.id.to_string(), mode, counters: lab.counters(), retention }.into_response()
+    let dlq_causes = crate::dlq::Cause::ALL.iter().map(|c| (c.as_str(), c.words())).collect();
+    LabPage {
+        lab_id: lab.id.to_string(),
+        mode,
+        modes: MODES,
+        counters: lab.counters(),
+        retention,
+        dlq_causes,
+    }
+    .into_response()
 }
 
 /// Every file under `static/`, with its content type.
@@ -93,8 +116,13 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("load-chart.js", JS, include_str!("../../static/load-chart.js")),
     ("presets.js", JS, include_str!("../../static/presets.js")),
     ("traffic.js", JS, include_str!("../../static/traffic.js")),
+    ("presets.json", "application/json", include_str!("../../static/presets.json")),
+    ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
+    ("dlq-filter.js", JS, include_str!("../../static/dlq-filter.js")),
+    ("dlq-actions.js", JS, include_str!("../../static/dlq-actions.js")),
+    ("dlq-detail.js", JS, include_str!("../../static/dlq-detail.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),
     ("compare.js", JS, include_str!("../../static/compare.js")),
     ("compare-form.js", JS, include_str!("../../static/compare-form.js")),

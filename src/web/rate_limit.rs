@@ -42,24 +42,59 @@ impl RateLimiter {
         }
     }
 
+    /// A bucket of bytes: `rate_per_s` a second after a run of `burst` (see `take_n`).
+    pub fn bytes(rate_per_s: u64, burst: u64, client_ip_header: Option<String>) -> Self {
+        RateLimiter {
+            rate_per_s: rate_per_s.max(1) as f64,
+            burst: u32::try_from(burst).unwrap_or(u32::MAX).max(1),
+            ..Self::new(1, 1, client_ip_header)
+        }
+    }
+
+    /// A bucket that refills `rate_per_hour` tokens an hour: for what a client does rarely.
+    pub fn per_hour(rate_per_hour: u32, burst: u32, client_ip_header: Option<String>) -> Self {
+        RateLimiter {
+            rate_per_s: f64::from(rate_per_hour.max(1)) / 3600.0,
+            ..Self::new(1, burst, client_ip_header)
+        }
+    }
+
     /// Who sent the request: the trusted proxy's header when configured, else the peer.
-    fn client(&self, request: &Request) -> Option<IpAddr> {
+    pub fn client(&self, request: &Request) -> Option<IpAddr> {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        self.client_address(request.headers(), peer)
+    }
+
+    /// Who sent a request with `headers` over a connection from `peer` (see `client`).
+    pub(super) fn client_address(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: Option<SocketAddr>,
+    ) -> Option<IpAddr> {
         let from_proxy = self.client_ip_header.as_deref().and_then(|name| {
-            let value = request.headers().get(name)?.to_str().ok()?;
+            let value = headers.get(name)?.to_str().ok()?;
             value.split(',').next()?.trim().parse().ok()
         });
-        from_proxy.or_else(|| request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+        from_proxy.or_else(|| peer.map(|p| p.ip()))
     }
 
     /// Lets a request of `client` through, or says how long until one would be.
     pub fn take(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        self.take_n(client, 1, now)
+    }
+
+    /// Lets a request of `client` that costs `cost` (bytes, say; at most a burst) through, or
+    /// says how long until it would be.
+    pub fn take_n(&self, client: IpAddr, cost: u32, now: Instant) -> Result<(), Duration> {
         let now_ms = now.saturating_duration_since(self.origin).as_millis() as u64;
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if clients.len() >= MAX_TRACKED_CLIENTS {
             clients.retain(|_, limit| !limit.is_idle(now_ms));
         }
         let limit = clients.entry(client).or_default();
-        limit.check(self.rate_per_s, self.burst, now_ms).map_err(Duration::from_millis)
+        limit
+            .check_n(self.rate_per_s, self.burst, cost.min(self.burst), now_ms)
+            .map_err(Duration::from_millis)
     }
 }
 
@@ -89,7 +124,51 @@ pub async fn limit_requests(State(app): State<AppState>, request: Request, next:
         return AppError::RateLimited { limit, retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
             .into_response();
     }
+    if creates_lab(&request)
+        && let Some(client) = app.create_limiter.client(&request)
+        && let Err(wait) = app.create_limiter.take(client, Instant::now())
+    {
+        let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+        return AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s }.into_response();
+    }
+    // Held while the snapshot is built: the handler builds it whole before it answers.
+    let _building = match reads_snapshot(&app, &request) {
+        Some(bytes) => match app.snapshot_gate.limiter().client(&request) {
+            Some(client) => match app.snapshot_gate.admit(client, bytes) {
+                Ok(permit) => Some(permit),
+                Err(refused) => return refused.into_response(),
+            },
+            None => None,
+        },
+        None => None,
+    };
     next.run(request).await
+}
+
+/// The estimated size of the snapshot a request reads, if it reads one: `GET /api/labs/{lab}`,
+/// or an event stream that starts from a snapshot (no `Last-Event-ID`).
+fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
+    if request.method() != Method::GET {
+        return None;
+    }
+    let matched = request.extensions().get::<axum::extract::MatchedPath>()?.as_str();
+    let stream_from_start = matched == "/api/labs/{lab}/events"
+        && !request.headers().contains_key("last-event-id")
+        && !request.uri().query().is_some_and(|q| q.contains("last_event_id="));
+    if matched != "/api/labs/{lab}" && !stream_from_start {
+        return None;
+    }
+    let raw = request.uri().path().strip_prefix("/api/labs/")?.split('/').next()?;
+    let lab = app.labs.get(&crate::domain::LabId::parse(raw).ok()?)?;
+    Some(lab.snapshot_estimate())
+}
+
+/// Requests that create a lab: `POST /api/labs`, and opening `/`.
+fn creates_lab(request: &Request) -> bool {
+    matches!(
+        (request.method(), request.uri().path()),
+        (&Method::POST, "/api/labs") | (&Method::GET | &Method::HEAD, "/")
+    )
 }
 
 /// The limit a request is held to, if any, and its setting's name.

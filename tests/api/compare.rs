@@ -216,3 +216,101 @@ async fn runs_repeat_each_policy_with_derived_seeds_and_report_the_spread() {
         assert_eq!(problem["limit"], "max_compare_runs", "{problem}");
     }
 }
+
+#[tokio::test]
+async fn two_policies_with_one_name_are_refused_naming_the_clash() {
+    let app = TestApp::spawn_config(config(Default::default(), Default::default())).await;
+    for (policies, clash) in [
+        (json!(["none", "none"]), "none"),
+        (json!(["full", {"name": "full", "policy": {"jitter": "none"}}]), "full"),
+        (json!([{"name": "mine", "policy": {}}, "none", {"name": "mine", "policy": {"base_ms": 5}}]), "mine"),
+    ] {
+        let body = json!({"scenario": "outage", "burst": 5, "policies": policies});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(&format!("'{clash}'")) && detail.contains("more than once"), "{detail}");
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_none_is_refused_as_too_small_not_too_large() {
+    let app = TestApp::spawn_config(config(Default::default(), Default::default())).await;
+    let body = json!({"scenario": "outage", "burst": 0, "policies": ["none", "full"]});
+    let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("at least 1") && !detail.contains("smaller"), "{detail}");
+    assert_eq!(problem["limit"], "max_burst");
+    // The lab's own bursts say the same.
+    let lab = app.new_lab().await;
+    let (status, problem) =
+        app.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(r#"{"count": 0}"#)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("at least 1") && !detail.contains("smaller"), "{detail}");
+}
+
+#[tokio::test]
+async fn no_policy_is_marked_best_before_every_policy_has_finished() {
+    let app = TestApp::spawn_config(config(Default::default(), Default::default())).await;
+    let body = json!({"scenario": "outage", "burst": 20, "seed": 1, "policies": ["none", "full"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(created["done"], false, "{created}");
+    assert_eq!(created["best"], json!({}), "nothing is best while the policies run: {created}");
+    let report = finished(&app, created["id"].as_str().unwrap()).await;
+    assert_eq!(report["best"]["applied_twice"], json!(["none", "full"]), "{report}");
+}
+
+#[test]
+fn the_command_line_refuses_a_policy_named_twice_and_a_burst_of_none() {
+    let twice = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["compare", "--scenario", "outage", "--policy", "none", "--policy", "none"])
+        .output()
+        .unwrap();
+    assert!(!twice.status.success());
+    let said = String::from_utf8_lossy(&twice.stderr);
+    assert!(said.contains("'none'") && said.contains("more than once"), "{said}");
+    let none = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["compare", "--scenario", "outage", "--burst", "0", "--policy", "none", "--policy", "full"])
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(said.contains("at least 1") && !said.contains("smaller"), "{said}");
+}
+
+#[tokio::test]
+async fn the_command_line_writes_plain_progress_lines_off_a_terminal_and_none_when_quiet() {
+    let run = |quiet: bool| {
+        tokio::task::spawn_blocking(move || {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_retrylab"));
+            command.args([
+                "compare",
+                "--scenario",
+                "flaky",
+                "--burst",
+                "10",
+                "--policy",
+                "none",
+                "--policy",
+                "full",
+            ]);
+            if quiet {
+                command.arg("--quiet");
+            }
+            command.env_remove("RUST_LOG").output().expect("the binary runs")
+        })
+    };
+    let loud = run(false).await.unwrap();
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(loud.status.success(), "{stderr}");
+    assert!(!stderr.contains('\r'), "no carriage returns when stderr is not a terminal: {stderr:?}");
+    assert!(stderr.lines().any(|l| l.contains("none") && l.contains("/10")), "progress lines: {stderr}");
+    assert!(String::from_utf8_lossy(&loud.stdout).contains("delivered"), "the table on stdout");
+    let quiet = run(true).await.unwrap();
+    assert!(quiet.status.success());
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "", "--quiet prints no progress");
+    assert!(String::from_utf8_lossy(&quiet.stdout).contains("delivered"), "the table still on stdout");
+}

@@ -48,7 +48,8 @@ async fn a_burst_the_store_cannot_keep_is_refused_fast_and_creates_nothing() {
 
 #[tokio::test]
 async fn while_the_store_is_full_writes_change_nothing_and_work_resumes_once_there_is_room() {
-    let app = TestApp::spawn_config(full_store(256 * 1024)).await;
+    // The database gets half of it, the write-ahead log the other half.
+    let app = TestApp::spawn_config(full_store(640 * 1024)).await;
     let (hog, other) = (app.fast_lab().await, app.fast_lab().await);
     // A thousand messages fit; the attempts they then make do not: the store fills up.
     app.put(&hog, "downstream", r#"{"mode": "down"}"#).await;
@@ -92,4 +93,38 @@ async fn while_the_store_is_full_writes_change_nothing_and_work_resumes_once_the
     assert!(retried.headers().get("idempotent-replayed").is_none(), "applied now, for the first time");
     let snapshot = app.snapshot(&other).await;
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (1, 0));
+}
+
+/// The database and its write-ahead log together, in bytes.
+fn on_disk(db: &std::path::Path) -> u64 {
+    let wal = std::path::PathBuf::from(format!("{}-wal", db.display()));
+    [db.to_owned(), wal].iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum()
+}
+
+#[tokio::test]
+async fn max_db_bytes_bounds_the_database_and_its_log_and_the_507_names_it() {
+    let limit = 1_000_000;
+    let config = full_store(limit);
+    let db = config.db.clone();
+    let app = TestApp::spawn_config(config).await;
+    let (hog, other) = (app.fast_lab().await, app.fast_lab().await);
+    app.put(&hog, "downstream", r#"{"mode": "down"}"#).await;
+    app.put(&hog, "policy", r#"{"base_ms": 5, "cap_ms": 5, "max_attempts": 20}"#).await;
+    let start = Instant::now();
+    let mut most = 0;
+    while healthz(&app).await != StatusCode::SERVICE_UNAVAILABLE {
+        assert!(start.elapsed() < Duration::from_secs(60), "the store filled up");
+        let _ = app.call(Method::POST, &format!("/api/labs/{hog}/bursts"), Some(r#"{"count": 200}"#)).await;
+        most = most.max(on_disk(&db));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..20 {
+        most = most.max(on_disk(&db));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(most <= limit, "the database and its log held {most} bytes, past the {limit} allowed");
+    let (status, problem) =
+        app.call(Method::PUT, &format!("/api/labs/{other}/downstream"), Some(r#"{"mode": "flaky"}"#)).await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{problem}");
+    assert_eq!(problem["limit"], "max_db_bytes", "{problem}");
 }

@@ -338,3 +338,30 @@ async fn in_flight_never_reads_past_the_connection_slots_after_a_crash() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_request_head_hyper_cannot_read_gets_a_problem_not_an_empty_answer() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::spawn().await;
+    let big = format!("GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(1024 * 1024));
+    for (request, status) in [
+        ("GET /healthz HTTP/1.1\r\nhost: x\r\nx-bad: a\0b\r\n\r\n".to_owned(), 400),
+        ("GET /healthz HTTP/1.1\r\nhost: x\r\nx-bad: a\x01b\r\n\r\n".to_owned(), 400),
+        ("GET /healthz HTTP/1.1\r\nhost: x\r\nx-bad: a\x7fb\r\n\r\n".to_owned(), 400),
+        (big, 431),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+        let _ = stream.write_all(request.as_bytes()).await; // the server may close before it all went
+        let (answer, _) =
+            read_until_closed(&mut stream, Duration::from_secs(10)).await.expect("an answer, then close");
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(head.to_ascii_lowercase().contains("content-type: application/problem+json"), "{head}");
+        let problem: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        assert_eq!(problem["status"], status);
+        assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    }
+    // The app's own answers are untouched.
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+}

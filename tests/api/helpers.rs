@@ -1,11 +1,12 @@
 //! A spawned server and the calls the tests make to it.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use retrylab::config::{Config, Limits, Retention};
 use serde_json::{Value, json};
+
+use crate::support::{self, Serving};
 
 pub struct TestApp {
     pub base: String,
@@ -37,28 +38,19 @@ impl TestApp {
         config: Config,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> (Self, tokio::task::JoinHandle<std::io::Result<()>>) {
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let server = tokio::spawn(retrylab::server::serve(listener, config, stop));
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        (TestApp { base: format!("http://{address}"), client }, server)
+        let (address, server) = support::serve_until(support::any_port(), config, stop).await;
+        (TestApp { base: format!("http://{address}"), client: support::http_client() }, server)
     }
 
     /// A server to stop gracefully (as SIGTERM does) with `Stoppable::stop`.
     pub async fn spawn_stoppable(config: Config) -> (Self, Stoppable) {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (app, server) = Self::spawn_until(config, async move { stopped.await.unwrap_or(()) }).await;
-        (app, Stoppable { stop, server })
+        let serving = Serving::start(support::any_port(), config).await;
+        (Self::at(format!("http://{}", serving.address)), serving)
     }
 
     /// Talks to a server started some other way (the real binary).
     pub fn at(base: String) -> Self {
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        TestApp { base, client }
+        TestApp { base, client: support::http_client() }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -134,19 +126,9 @@ impl TestApp {
     }
 }
 
-/// A server started by `TestApp::spawn_stoppable`.
-pub struct Stoppable {
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Stoppable {
-    /// Stops the server gracefully and waits until it has committed and let go of its store.
-    pub async fn stop(self) {
-        self.stop.send(()).unwrap();
-        self.server.await.unwrap().unwrap();
-    }
-}
+/// A server started by `TestApp::spawn_stoppable`: `stop` stops it gracefully and waits until it
+/// has committed and let go of its store.
+pub type Stoppable = Serving;
 
 /// A configuration with its own fresh database file.
 pub fn config(limits: Limits, retention: Retention) -> Config {
@@ -154,7 +136,7 @@ pub fn config(limits: Limits, retention: Retention) -> Config {
 }
 
 pub fn fresh_db() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("test-{}.db", uuid::Uuid::new_v4()))
+    support::fresh_db("test")
 }
 
 pub fn counter(snapshot: &Value, name: &str) -> u64 {
@@ -168,4 +150,47 @@ pub fn messages(snapshot: &Value) -> &Vec<Value> {
 /// Attempts of one round of a message.
 pub fn round(message: &Value, round: u64) -> Vec<&Value> {
     message["attempts"].as_array().unwrap().iter().filter(|a| a["round"] == round).collect()
+}
+
+/// The real binary, serving on a free port with the given store, SIGKILLed when dropped.
+pub struct Binary {
+    pub child: std::process::Child,
+    pub app: TestApp,
+}
+
+impl Binary {
+    pub fn start(db: &std::path::Path) -> Binary {
+        Binary::start_with(db, &[])
+    }
+
+    /// Started with `args` after the address and the store.
+    pub fn start_with(db: &std::path::Path, args: &[&str]) -> Binary {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["--addr", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut first_line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
+        let url =
+            first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("it prints its address");
+        Binary { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
+    }
+
+    /// SIGKILL: no chance to tidy up.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

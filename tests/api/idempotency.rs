@@ -161,3 +161,84 @@ async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
     let snapshot = app.snapshot(&lab).await;
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
 }
+
+#[tokio::test]
+async fn two_idempotency_key_headers_are_refused_naming_the_header() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let response = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("content-type", "application/json")
+        .header("Idempotency-Key", "first")
+        .header("Idempotency-Key", "second")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert!(problem["detail"].as_str().unwrap().contains("Idempotency-Key"), "{problem}");
+    assert_eq!(counter(&app.snapshot(&lab).await, "applied"), 0, "neither key was applied");
+}
+
+/// Sends one request with `key` in a task of its own, so the test can act while it is held.
+fn send_held(app: &TestApp, lab: &str, key: &str) -> tokio::task::JoinHandle<(StatusCode, bool)> {
+    let request = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", key)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send();
+    tokio::spawn(async move {
+        let response = request.await.unwrap();
+        (response.status(), response.headers().contains_key("idempotent-replayed"))
+    })
+}
+
+#[tokio::test]
+async fn overloaded_answers_a_key_in_line_or_in_work_with_409_at_once_and_retry_after() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    // One worker, held 1.5 s by each request; room for one more in line.
+    let settings = r#"{"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [1500, 1500]}"#;
+    app.put(&lab, "downstream", settings).await;
+    let working = send_held(&app, &lab, "in-work");
+    app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "requests") == 1).await;
+    let waiting = send_held(&app, &lab, "in-line");
+    app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "requests") == 2).await;
+
+    for key in ["in-work", "in-line"] {
+        let started = std::time::Instant::now();
+        let repeat = post(&app, &lab, Some(key), "{}").await;
+        let took = started.elapsed();
+        assert_eq!(repeat.status(), StatusCode::CONFLICT, "{key}");
+        assert_eq!(problem_type(&repeat), "application/problem+json");
+        let retry_after: u64 = repeat.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!(retry_after >= 1, "{key}: Retry-After {retry_after}");
+        // At once: not after the first request's 1.5 s of work.
+        assert!(took < Duration::from_millis(1000), "{key}: answered after {took:?}");
+    }
+    assert!(!working.is_finished() && !waiting.is_finished(), "both firsts were still held");
+    assert_eq!(working.await.unwrap(), (StatusCode::OK, false));
+    assert_eq!(waiting.await.unwrap(), (StatusCode::OK, false));
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (2, 0));
+    assert_eq!(counter(&snapshot, "requests"), 4, "the two 409s were counted where they arrived");
+}
+
+#[tokio::test]
+async fn a_409_for_a_key_in_flight_carries_retry_after_in_healthy_mode_too() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [1500, 1500]}"#).await;
+    let first = send_held(&app, &lab, "held");
+    app.wait_for(&lab, Duration::from_secs(20), |s| counter(s, "requests") == 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let repeat = post(&app, &lab, Some("held"), "{}").await;
+    assert_eq!(repeat.status(), StatusCode::CONFLICT);
+    assert!(repeat.headers().contains_key("retry-after"), "{:?}", repeat.headers());
+    assert_eq!(first.await.unwrap(), (StatusCode::OK, false));
+}

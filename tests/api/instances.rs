@@ -29,3 +29,25 @@ async fn a_request_for_another_instances_lab_is_replayed_to_its_owner() {
     let old = single.new_lab().await;
     assert_eq!(old.len(), 36, "a plain UUID without an instance");
 }
+
+#[tokio::test]
+async fn a_request_for_another_instances_comparison_is_replayed_to_its_owner() {
+    let (a, b) =
+        (TestApp::spawn_config(instance("aaa1")).await, TestApp::spawn_config(instance("bbb2")).await);
+    let body = r#"{"scenario": "flaky", "burst": 2, "policies": ["none", "full"]}"#;
+    let (status, created) = a.call(Method::POST, "/api/comparisons", Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert!(id.ends_with("-aaa1"), "the owner is part of the comparison's id: {id}");
+    assert_eq!(created["url"], format!("/compare/{id}"));
+    let (status, _) = a.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "its owner serves it");
+    for path in [format!("/api/comparisons/{id}"), format!("/compare/{id}")] {
+        let answer = b.client.get(b.url(&path)).send().await.unwrap();
+        assert_eq!(
+            answer.headers().get("fly-replay").map(|v| v.to_str().unwrap()),
+            Some("instance=aaa1"),
+            "{path}"
+        );
+    }
+}

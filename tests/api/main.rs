@@ -2,8 +2,13 @@
 //! with small lab timings (milliseconds, not seconds) so the suite stays fast.
 
 mod bad_input;
+mod broken_store;
+mod callers;
 mod clients;
 mod compare;
+mod crash_ids;
+mod dead_letters;
+mod dedup_window;
 mod deployment;
 mod durability;
 mod events;
@@ -18,7 +23,12 @@ mod metastable;
 mod operations;
 mod outside;
 mod pages;
+mod presets;
 mod protections;
 mod retries;
+mod snippets;
 mod stored;
+#[path = "../support/mod.rs"]
+mod support;
+mod sweeps;
 mod traffic;

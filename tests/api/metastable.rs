@@ -3,8 +3,9 @@
 //! client timeout shorter than a full queue takes to drain. A short latency spike tips it
 //! into a state that outlasts the spike: the queue stays full of work for clients that gave
 //! up, fed by their retries, and goodput stays near zero while new messages keep arriving.
-//! Without the spike the same set-up stays healthy; a retry budget or the breaker, turned on
-//! while it is stuck, ends it.
+//! Without the spike the same set-up stays healthy; a retry budget, turned on while it is
+//! stuck, ends it. (A breaker does not here: while open it refuses the new messages too, and
+//! when it closes the retries waiting out their backoff tip the endpoint over again.)
 
 use std::time::Duration;
 
@@ -18,8 +19,10 @@ use crate::helpers::{TestApp, counter};
 /// are low enough that the machine's load is not what is measured.
 const DOWNSTREAM: &str =
     r#"{"mode": "overloaded", "capacity": 8, "queue": 40, "latency_ms": [200, 200], "retry_after_s": 0}"#;
-/// The naive client: retries at once, without jitter, five attempts, a 500 ms timeout.
-const NAIVE: &str = r#"{"jitter": "none", "base_ms": 10, "cap_ms": 40, "multiplier": 2, "max_attempts": 5, "timeout_ms": 500, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 19}"#;
+/// The naive client: no jitter, five attempts, a 500 ms timeout, and waits (800 ms, doubling)
+/// long enough that a retry comes after its first attempt's work has left the queue (the
+/// endpoint answers a key still in line 409 at once): each retry is a new request in line.
+const NAIVE: &str = r#"{"jitter": "none", "base_ms": 800, "cap_ms": 3200, "multiplier": 2, "max_attempts": 5, "timeout_ms": 500, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 19}"#;
 /// 70 % of capacity.
 const TRAFFIC: &str = r#"{"rate_per_s": 28, "arrivals": "poisson"}"#;
 /// The trigger: the work takes five times as long for 2 s.
@@ -133,12 +136,4 @@ async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
     fixed_by(&app, &lab, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metastable_a_spike_leaves_it_stuck_and_the_breaker_ends_it() {
-    let app = TestApp::spawn().await;
-    let (lab, _) = stuck(&app).await;
-    fixed_by(&app, &lab, r#"{"breaker": {"failure_threshold": 5, "open_ms": 500, "half_open_probes": 2}}"#)
-        .await;
 }

@@ -228,3 +228,39 @@ async fn metrics_can_live_on_a_private_address_only() {
     assert_eq!(scraped.status(), StatusCode::OK);
     assert!(scraped.text().await.unwrap().contains("retrylab_active_labs"));
 }
+
+#[tokio::test]
+async fn snapshot_reads_are_limited_by_their_bytes_per_client() {
+    let limits = Limits { snapshot_bytes_per_s: 1, snapshot_burst_bytes: 400_000, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    app.burst(&lab, 300).await;
+    // Each read costs about its size (the lab's last snapshot's): the burst lets through
+    // about 400 kB of them, then the rate (a byte a second) refuses the next.
+    let (mut read, mut largest) = (0, 0);
+    let refused = loop {
+        let response = app.client.get(app.url(&format!("/api/labs/{lab}"))).send().await.unwrap();
+        if response.status() != StatusCode::OK {
+            break response;
+        }
+        let size = response.bytes().await.unwrap().len();
+        (read, largest) = (read + size, largest.max(size));
+        assert!(read <= 400_000 + 2 * largest, "{read} bytes of snapshots read, past the 400 kB burst");
+    };
+    assert!(read + 2 * largest >= 400_000, "only {read} bytes of snapshots before the limit");
+    let (status, retry_after, body) = problem(refused).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(retry_after.is_some());
+    assert_eq!(body["limit"], "snapshot_bytes_per_s", "{body}");
+    // A stream that starts from a snapshot is held to the same bytes; a resume is not.
+    let stream = app.client.get(app.url(&format!("/api/labs/{lab}/events"))).send().await.unwrap();
+    assert_eq!(stream.status(), StatusCode::TOO_MANY_REQUESTS);
+    let resume = app
+        .client
+        .get(app.url(&format!("/api/labs/{lab}/events")))
+        .header("Last-Event-ID", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resume.status(), StatusCode::OK);
+}

@@ -54,7 +54,11 @@ async fn every_static_file_is_served_with_its_type() {
         let response = app.client.get(app.url(&format!("/static/{file}"))).send().await.unwrap();
         assert_eq!(response.status(), 200, "{file} is not served");
         let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
-        let expected = if file.ends_with(".css") { "text/css" } else { "text/javascript" };
+        let expected = match file.rsplit('.').next() {
+            Some("css") => "text/css",
+            Some("json") => "application/json",
+            _ => "text/javascript",
+        };
         assert!(kind.starts_with(expected), "{file}: {kind}");
         let served = response.text().await.unwrap();
         let local = std::fs::read_to_string(format!("{}/static/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
@@ -130,4 +134,34 @@ async fn the_snapshot_and_the_scripts_are_compressed_the_stream_and_the_endpoint
         .await
         .unwrap();
     assert!(endpoint.headers().get("content-encoding").is_none(), "answers kept byte for byte");
+}
+
+#[tokio::test]
+async fn every_page_has_one_top_bar_whose_logo_keeps_the_lab_and_an_explicit_new_lab() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let form = app.client.get(app.url("/compare")).send().await.unwrap().text().await.unwrap();
+    let lab_page =
+        app.client.get(app.url(&format!("/labs/{lab}"))).send().await.unwrap().text().await.unwrap();
+    let missing = app.client.get(app.url("/labs/not-a-lab")).send().await.unwrap().text().await.unwrap();
+    for (page, html) in [("lab", &lab_page), ("compare", &form), ("404", &missing)] {
+        assert_eq!(html.matches("<header class=\"topbar\">").count(), 1, "{page}");
+        assert_eq!(html.matches("<head>").count(), 1, "{page}");
+        assert!(html.contains(r#"<a href="/" class="top-new" data-new-lab"#), "{page}: a new-lab link");
+        // The logo never starts a new lab.
+        assert!(!html.contains(r#"class="brand" href="/""#), "{page}: the logo starts a new lab");
+    }
+    assert!(lab_page.contains(&format!(r#"<a class="brand" href="/labs/{lab}""#)), "the logo keeps the lab");
+    let modes: Vec<&str> =
+        lab_page.split("class=\"mode\" data-mode=\"").skip(1).map(|m| m.split('"').next().unwrap()).collect();
+    assert_eq!(modes, ["healthy", "flaky", "slow", "down", "throttled", "overloaded"]);
+    assert!(lab_page.contains(r#"data-mode="healthy" aria-pressed="true""#), "healthy is pressed");
+    assert_eq!(lab_page.matches(r#"class="mode" data-mode"#).count(), 6);
+    // The templates share one head and top bar instead of copying them.
+    for template in ["lab.html", "compare.html", "not_found.html"] {
+        let source =
+            std::fs::read_to_string(format!("{}/templates/{template}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        assert!(source.starts_with("{% extends \"base.html\" %}"), "{template}");
+        assert!(!source.contains("<head>") && !source.contains("class=\"topbar\""), "{template}");
+    }
 }

@@ -214,3 +214,43 @@ async fn time_spent_queueing_for_a_connection_slot_is_measured_apart_from_the_wa
     }
     assert!(queued_total >= 50, "retries queued for the one slot: {queued_total} ms in all");
 }
+
+#[tokio::test]
+async fn a_dead_letter_whose_write_was_applied_says_so_and_its_replay_is_answered_from_the_result() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    // The first attempt times out while its write is in work; the second finds the key still
+    // being processed (409), and the attempts run out: given up on, and the write lands after.
+    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [300, 300]}"#).await;
+    app.put(&lab, "policy", r#"{"timeout_ms": 50, "max_attempts": 2}"#).await;
+    app.burst(&lab, 1).await;
+    let given_up =
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1 && counter(s, "applied") == 1).await;
+    assert_eq!(counter(&given_up, "applied"), 1);
+    // And one whose write never landed: down applies nothing.
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 1).await;
+    let both = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 2).await;
+    let applied: Vec<(u64, bool)> = both["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (d["id"].as_u64().unwrap(), d["applied"].as_bool().unwrap_or_else(|| panic!("no applied: {d}")))
+        })
+        .collect();
+    assert_eq!(applied, [(1, true), (2, false)], "{both}");
+
+    // Its replay gets the stored answer back, and applies nothing again.
+    app.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
+    app.replay(&lab, r#"{"ids": [1]}"#).await;
+    let replayed = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 1).await;
+    let message = &messages(&replayed)[0];
+    let attempt = round(message, 1)[0];
+    assert_eq!(
+        (attempt["status"].clone(), attempt["replayed"].clone()),
+        (json!(200), json!(true)),
+        "{message}"
+    );
+    assert_eq!((counter(&replayed, "applied"), counter(&replayed, "applied_twice")), (1, 0));
+}

@@ -155,7 +155,10 @@ async fn traffic_resumes_at_its_rate_after_a_restart() {
         stopped
     };
     assert_eq!(counter(&stored, "applied_twice"), 0);
-    assert_eq!(counter(&stored, "delivered") as usize, messages(&stored).len());
+    // Every message settled: delivered, or (cut off by the shutdown on a busy machine) a dead
+    // letter; none lost.
+    let settled = counter(&stored, "delivered") + counter(&stored, "dead_letter");
+    assert_eq!(settled as usize, messages(&stored).len());
 }
 
 #[tokio::test]

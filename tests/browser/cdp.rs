@@ -305,6 +305,8 @@ impl Page {
         // makes a printable key type its character.
         let (code, text) = match key {
             "Enter" => (13, "\r"),
+            "Tab" => (9, ""),
+            " " => (32, " "),
             "Escape" => (27, ""),
             "End" => (35, ""),
             "Home" => (36, ""),

@@ -7,10 +7,14 @@
 
 mod cdp;
 mod compare;
+mod dead_letters;
 mod event_stream;
 mod failure_modes;
+mod new_user;
 mod open_large;
 mod scale;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 use cdp::{Browser, CHROMIUM, Page};
 use retrylab::config::Config;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use support::Serving;
 
 /// Generous: two shared cores run the server, the producer and Chromium at once.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -32,36 +36,24 @@ const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [5, 20], "retry_after_s": 0}"#;
 struct Server {
     address: SocketAddr,
     db: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    serving: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    serving: Option<Serving>,
     http: reqwest::Client,
 }
 
 impl Server {
     async fn start() -> Server {
-        let db = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("browser-{}.db", uuid::Uuid::new_v4()));
-        Server::start_at(SocketAddr::from(([127, 0, 0, 1], 0)), db).await
+        Server::start_at(support::any_port(), support::fresh_db("browser")).await
     }
 
     /// Serves `db` on `address`; the same pair again is a restart.
     async fn start_at(address: SocketAddr, db: PathBuf) -> Server {
-        let listener = tokio::net::TcpListener::bind(address).await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let config = Config::new(db.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let serving = tokio::spawn(retrylab::server::serve(listener, config, async {
-            let _ = stopped.await;
-        }));
-        let http = reqwest::Client::builder().no_proxy().build().unwrap();
-        Server { address, db, stop: Some(stop), serving: Some(serving), http }
+        let serving = Serving::start(address, Config::new(db.clone())).await;
+        Server { address: serving.address, db, serving: Some(serving), http: support::http_client() }
     }
 
     /// Shuts down gracefully, as on SIGTERM, and waits until the store is closed.
     async fn stop(&mut self) {
-        let _ = self.stop.take().expect("serving").send(());
-        let served = self.serving.take().unwrap().await.unwrap();
-        served.expect("the server shut down cleanly");
+        self.serving.take().expect("serving").stop().await;
     }
 
     fn url(&self, path: &str) -> String {
@@ -151,7 +143,11 @@ async fn wait_for(page: &Page, what: &str, expression: &str) -> Value {
         let errors = page.console_errors();
         if start.elapsed() > PATIENCE || errors.iter().any(|e| e.source == "exception") {
             let counters = page.eval(COUNTERS).await.unwrap();
-            panic!("gave up waiting for {what}; the page shows {counters}; errors:\n{}", list(&errors));
+            let status = page.eval("document.getElementById('status')?.textContent").await.unwrap();
+            panic!(
+                "gave up waiting for {what}; the page shows {counters}, status {status}; errors:\n{}",
+                list(&errors)
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -231,6 +227,15 @@ async fn outage_then_replay_delivers_all_eight_and_applies_none_twice() {
 
     choose_mode(&page, "healthy").await;
     page.click("[data-replay-all]").await;
+    // More than one letter: the page shows the server's dry run before it replays.
+    let dry = wait_for(
+        &page,
+        "the replay's dry run",
+        "!document.querySelector('[data-dlq-confirm]').hidden && document.querySelector('[data-dlq-confirm-text]').textContent",
+    )
+    .await;
+    assert!(dry.as_str().unwrap().contains("8 letters would be replayed at once"), "{dry}");
+    page.click("[data-dlq-go]").await;
     wait_counter(&page, "delivered", 8).await;
     wait_counter(&page, "dead_letter", 0).await;
     wait_counter(&page, "applied", 8).await;
@@ -354,6 +359,27 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     let widths = page.eval("[document.documentElement.scrollWidth, window.innerWidth]").await.unwrap();
     assert!(widths[0].as_u64() <= Some(375), "the page scrolls sideways on a phone: {widths}");
     page.screenshot("story-phone-375").await;
+    // Every drawer open, each in turn: no panel, fieldset or control reaches past 375 px.
+    let drawers = page.eval("document.querySelectorAll('details.drawer').length").await.unwrap();
+    assert!(drawers.as_u64() >= Some(3), "{drawers}");
+    for i in 0..drawers.as_u64().unwrap() {
+        let script = format!(
+            "(() => {{ const all = [...document.querySelectorAll('details.drawer')];
+                all.forEach((d, j) => d.open = j === {i});
+                const d = all[{i}];
+                const wide = [...d.querySelectorAll('*')].filter(e => e.getClientRects().length)
+                    .map(e => [e.tagName + (e.name ? '[' + e.name + ']' : '') + (e.textContent.trim().slice(0, 20)), Math.round(e.getBoundingClientRect().right)])
+                    .filter(([, right]) => right > 375);
+                return {{ drawer: d.querySelector('summary').textContent, scroll: document.documentElement.scrollWidth, wide }};
+            }})()"
+        );
+        let shown = page.eval(&script).await.unwrap();
+        assert!(
+            shown["scroll"].as_u64() <= Some(375) && shown["wide"].as_array().unwrap().is_empty(),
+            "an open drawer overflows 375 px: {shown}"
+        );
+        page.screenshot(&format!("drawer-{i}-phone-375")).await;
+    }
     assert_no_console_errors(&page);
 }
 

@@ -1,4 +1,4 @@
--- retrylab schema, version 6: steady traffic and a window over settled messages.
+-- retrylab schema, version 8: steady traffic and a window over settled messages.
 --
 -- A lab's steady traffic (its rate, arrivals and end, as JSON; 'null' when none runs), so it
 -- resumes after a restart; and how many delivered messages left the window of settled

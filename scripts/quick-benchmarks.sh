@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every benchmark and script under scripts/ and examples/ once, in a quick mode (small
+# counts, short runs), against the debug build: CI runs this so none of them rots. The figures
+# it prints mean nothing; the full runs (BENCHMARKS.md) use the release build and the defaults.
+# (fuzz-api.sh and build-release.sh run in .ci/run itself.)
+#
+#     scripts/quick-benchmarks.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${CARGO_TARGET_DIR:-target}"
+bin="$target/debug/retrylab"
+cargo build --locked --bin retrylab --examples
+
+step() { echo "== $*" >&2; }
+
+step "examples/burst_bench"
+BURST_BENCH_MESSAGES=200 BURST_BENCH_BASELINE_ROWS=20 cargo run --locked --quiet --example burst_bench
+step "examples/ledger_memory"
+LEDGER_MEMORY_KEYS=2000 cargo run --locked --quiet --example ledger_memory
+step "scripts/endpoint-throughput.sh (with examples/bare_endpoint)"
+BIN_DIR="$target/debug" ROUNDS=1 SECONDS_EACH=1 scripts/endpoint-throughput.sh
+step "scripts/lean-bench.py"
+python3 scripts/lean-bench.py --quick --bin "$bin" --bare "$target/debug/examples/bare_endpoint"
+step "scripts/compare-bench.py"
+QUICK=1 python3 scripts/compare-bench.py "$bin"
+step "scripts/endpoint-flood.py"
+python3 scripts/endpoint-flood.py "$bin" 50
+step "scripts/event-window-memory.py"
+MESSAGES=50 python3 scripts/event-window-memory.py "$bin" 1048576 3
+step "scripts/slow-connections.py"
+python3 scripts/slow-connections.py "$bin" 20
+step "every script ran"

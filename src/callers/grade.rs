@@ -1,0 +1,530 @@
+//! A report card per caller: seven checks of its retry behaviour against the rules this lab
+//! teaches, each judged only from what the endpoint observed, with a verdict and the evidence
+//! it rests on (keys and lab times). The thresholds are stated in the evidence.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::{OutsideAttempt, OutsideMessage};
+
+/// A request counts as back before its `Retry-After` when it arrived more than this early
+/// (the wait is measured at the endpoint: from the answer leaving to the next request arriving).
+pub const RETRY_AFTER_SLACK_MS: u64 = 25;
+/// A key's waits grow when its last wait after a failure is at least this many times its first.
+pub const BACKOFF_GROWTH: f64 = 1.25;
+/// Failing answers this close together count as keys that failed together (at one instant, as
+/// an outage or a rate limit makes them), judged when at least `TOGETHER_KEYS` were sent again.
+pub const TOGETHER_MS: u64 = 50;
+pub const TOGETHER_KEYS: usize = 3;
+/// Waits of keys that failed together came back at one instant when they spread less than
+/// this, or than `JITTER_SHARE` of their median, whichever is more.
+pub const JITTER_MIN_SPREAD_MS: u64 = 10;
+pub const JITTER_SHARE: f64 = 0.05;
+/// The most requests for one key a sane retry policy sends.
+pub const ATTEMPTS_CAP: u64 = 10;
+/// The same body under a new key this soon after a failure is a retry that made a new key.
+pub const NEW_KEY_WINDOW_MS: u64 = 10_000;
+/// A caller that waits longer than this before hanging up is barely protected by its timeout.
+pub const LONG_TIMEOUT_MS: u64 = 30_000;
+
+/// Statuses that say the request itself is wrong: sending it again cannot help.
+const NOT_RETRYABLE: [u16; 5] = [400, 404, 413, 415, 422];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+    NotSeen,
+}
+
+/// One check: its verdict and what it rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Check {
+    pub verdict: Verdict,
+    pub evidence: String,
+}
+
+/// The seven checks.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Checks {
+    /// No request came back before the `Retry-After` it was given.
+    pub retry_after: Check,
+    /// A key's waits grow after repeated failures.
+    pub backoff: Check,
+    /// Keys that failed together do not all come back at one instant.
+    pub jitter: Check,
+    /// The most requests seen for one key stays within `ATTEMPTS_CAP`.
+    pub attempts_capped: Check,
+    /// A retry carries the same key; the same body under a new key soon after a failure is flagged.
+    pub key_reused: Check,
+    /// A key answered 400, 404, 413, 415 or 422 is not sent again.
+    pub no_retry_on_4xx: Check,
+    /// The caller's own timeout: when it hung up.
+    pub timeouts: Check,
+}
+
+/// One caller's report card.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallerReport {
+    pub name: String,
+    /// Keys it sent (those kept).
+    pub keys: usize,
+    /// Requests it sent with those keys.
+    pub requests: u64,
+    pub first_seen_ms: u64,
+    pub last_seen_ms: u64,
+    pub checks: Checks,
+}
+
+/// A report card for each caller among `messages`, by name.
+pub fn report(messages: &[OutsideMessage]) -> Vec<CallerReport> {
+    let mut by_caller: BTreeMap<&str, Vec<&OutsideMessage>> = BTreeMap::new();
+    for message in messages {
+        by_caller.entry(&message.caller).or_default().push(message);
+    }
+    by_caller.into_iter().map(|(name, messages)| card(name, &messages)).collect()
+}
+
+fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
+    let starts = messages.iter().flat_map(|m| m.attempts.iter().map(|a| a.started_ms));
+    let ends = messages.iter().flat_map(|m| m.attempts.iter().map(|a| a.ended_ms.unwrap_or(a.started_ms)));
+    CallerReport {
+        name: name.to_owned(),
+        keys: messages.len(),
+        requests: messages.iter().map(|m| m.requests).sum(),
+        first_seen_ms: starts.min().unwrap_or(0),
+        last_seen_ms: ends.max().unwrap_or(0),
+        checks: Checks {
+            retry_after: retry_after(messages),
+            backoff: backoff(messages),
+            jitter: jitter(messages),
+            attempts_capped: attempts_capped(messages),
+            key_reused: key_reused(messages),
+            no_retry_on_4xx: no_retry_on_4xx(messages),
+            timeouts: timeouts(messages),
+        },
+    }
+}
+
+fn check(verdict: Verdict, evidence: impl Into<String>) -> Check {
+    Check { verdict, evidence: evidence.into() }
+}
+
+/// A time on the lab's clock, as the evidence says it.
+fn at(ms: u64) -> String {
+    format!("{:.3} s", ms as f64 / 1000.0)
+}
+
+/// Whether an attempt failed in a way a client may retry: hung up, 408, 409, 425, 429 or 5xx.
+fn retryable_failure(attempt: &OutsideAttempt) -> bool {
+    match attempt.status {
+        None => attempt.hung_up,
+        Some(status) => matches!(status, 408 | 409 | 425 | 429) || status >= 500,
+    }
+}
+
+/// Each attempt with the one after it, for every message.
+fn pairs<'a>(
+    messages: &'a [&'a OutsideMessage],
+) -> impl Iterator<Item = (&'a OutsideMessage, &'a OutsideAttempt, &'a OutsideAttempt)> {
+    messages.iter().flat_map(|m| m.attempts.windows(2).map(move |w| (*m, &w[0], &w[1])))
+}
+
+/// Lists at most a few examples, and how many more there were.
+fn some(items: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut said = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join("; ");
+    if items.len() > SHOWN {
+        said.push_str(&format!("; and {} more", items.len() - SHOWN));
+    }
+    said
+}
+
+fn retry_after(messages: &[&OutsideMessage]) -> Check {
+    let (mut honoured, mut early) = (0, Vec::new());
+    for (message, given, next) in pairs(messages) {
+        let (Some(seconds), Some(waited)) = (given.retry_after_s, next.waited_ms) else { continue };
+        let asked = seconds * 1000;
+        if waited + RETRY_AFTER_SLACK_MS < asked {
+            early.push(format!(
+                "key {} came back {} ms after a Retry-After of {seconds} s (at {})",
+                message.key,
+                waited,
+                at(next.started_ms)
+            ));
+        } else {
+            honoured += 1;
+        }
+    }
+    match (honoured, early.len()) {
+        (0, 0) => check(Verdict::NotSeen, "no key was sent again after an answer with Retry-After"),
+        (_, 0) => check(
+            Verdict::Pass,
+            format!(
+                "{honoured} retries after a Retry-After, none back more than {RETRY_AFTER_SLACK_MS} ms early"
+            ),
+        ),
+        (_, n) => {
+            check(Verdict::Fail, format!("{n} of {} retries came back early: {}", n + honoured, some(&early)))
+        }
+    }
+}
+
+/// The waits after failures of each key, with the key.
+fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMessage, Vec<(u64, u64)>)> {
+    messages
+        .iter()
+        .map(|m| {
+            let waits = m
+                .attempts
+                .windows(2)
+                .filter(|w| retryable_failure(&w[0]))
+                .filter_map(|w| w[1].waited_ms.map(|waited| (waited, w[1].started_ms)))
+                .collect();
+            (*m, waits)
+        })
+        .collect()
+}
+
+fn backoff(messages: &[&OutsideMessage]) -> Check {
+    let (mut grew, mut flat) = (Vec::new(), Vec::new());
+    for (message, waits) in failure_waits(messages) {
+        let [(first, _), .., (last, last_at)] = waits[..] else { continue };
+        let said = format!("key {}: waited {first} ms, then {last} ms (at {})", message.key, at(last_at));
+        if last as f64 >= first as f64 * BACKOFF_GROWTH {
+            grew.push(said);
+        } else {
+            flat.push(said);
+        }
+    }
+    let rule = format!("grows: the last wait after a failure at least {BACKOFF_GROWTH}x the first");
+    match (grew.len(), flat.len()) {
+        (0, 0) => check(Verdict::NotSeen, "no key failed often enough to wait twice"),
+        (n, 0) => check(Verdict::Pass, format!("{n} keys' waits grew ({rule}): {}", some(&grew))),
+        (0, n) => check(Verdict::Fail, format!("no key's waits grew ({rule}), {n} keys: {}", some(&flat))),
+        (g, f) => {
+            check(Verdict::Warn, format!("{g} keys' waits grew, {f} did not ({rule}): {}", some(&flat)))
+        }
+    }
+}
+
+fn jitter(messages: &[&OutsideMessage]) -> Check {
+    // Every failure that was retried: when it was answered, and the wait that followed.
+    let mut failures: Vec<(u64, u64, &str, u64)> = pairs(messages)
+        .filter(|(_, failed, _)| retryable_failure(failed))
+        .filter_map(|(m, failed, next)| {
+            Some((failed.ended_ms?, next.waited_ms?, m.key.as_str(), next.started_ms))
+        })
+        .collect();
+    failures.sort_unstable_by_key(|f| f.0);
+    let mut groups: Vec<Vec<(u64, u64, &str, u64)>> = Vec::new();
+    for failure in failures {
+        match groups.last_mut() {
+            Some(group) if failure.0 - group[0].0 <= TOGETHER_MS => group.push(failure),
+            _ => groups.push(vec![failure]),
+        }
+    }
+    let (mut spread, mut together) = (Vec::new(), Vec::new());
+    for group in groups.iter().filter(|g| g.len() >= TOGETHER_KEYS) {
+        let mut waits: Vec<u64> = group.iter().map(|f| f.1).collect();
+        waits.sort_unstable();
+        let (low, high, median) = (waits[0], waits[waits.len() - 1], waits[waits.len() / 2]);
+        let needed = JITTER_MIN_SPREAD_MS.max((median as f64 * JITTER_SHARE) as u64);
+        let keys: Vec<&str> = group.iter().map(|f| f.2).take(4).collect();
+        let said = format!(
+            "{} keys failed at {} ({}{}) and waited {low} to {high} ms",
+            group.len(),
+            at(group[0].0),
+            keys.join(", "),
+            if group.len() > keys.len() { ", ..." } else { "" }
+        );
+        if high - low < needed {
+            together.push(format!("{said}, within {needed} ms"));
+        } else {
+            spread.push(said);
+        }
+    }
+    let rule = format!(
+        "spread: at least {JITTER_MIN_SPREAD_MS} ms or {}% of the median wait",
+        (JITTER_SHARE * 100.0) as u32
+    );
+    match (spread.len(), together.len()) {
+        (0, 0) => check(
+            Verdict::NotSeen,
+            format!("never did {TOGETHER_KEYS} keys fail within {TOGETHER_MS} ms and all come again"),
+        ),
+        (n, 0) => check(
+            Verdict::Pass,
+            format!("{n} times keys that failed together spread out ({rule}): {}", some(&spread)),
+        ),
+        (0, n) => check(
+            Verdict::Fail,
+            format!(
+                "{n} times keys that failed together came back at one instant ({rule}): {}",
+                some(&together)
+            ),
+        ),
+        (s, t) => check(
+            Verdict::Warn,
+            format!("{t} of {} groups came back at one instant ({rule}): {}", s + t, some(&together)),
+        ),
+    }
+}
+
+fn attempts_capped(messages: &[&OutsideMessage]) -> Check {
+    let Some(most) = messages.iter().max_by_key(|m| m.requests) else {
+        return check(Verdict::NotSeen, "no keys seen");
+    };
+    let first = most.attempts.first().map_or(0, |a| a.started_ms);
+    let said =
+        format!("at most {} requests for one key (key {}, first at {})", most.requests, most.key, at(first));
+    match most.requests > ATTEMPTS_CAP {
+        false => check(Verdict::Pass, format!("{said}, within {ATTEMPTS_CAP}")),
+        true => check(Verdict::Fail, format!("{said}, more than {ATTEMPTS_CAP}")),
+    }
+}
+
+fn key_reused(messages: &[&OutsideMessage]) -> Check {
+    let reused: Vec<&&OutsideMessage> = messages.iter().filter(|m| m.requests > 1).collect();
+    // Failures by body digest, to find the same body under a new key soon after.
+    let mut failed_at: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
+    for message in messages {
+        let Some(digest) = message.digest.as_deref() else { continue };
+        for attempt in message.attempts.iter().filter(|a| retryable_failure(a)) {
+            failed_at
+                .entry(digest)
+                .or_default()
+                .push((attempt.ended_ms.unwrap_or(attempt.started_ms), &message.key));
+        }
+    }
+    let mut new_keys = Vec::new();
+    for message in messages {
+        let (Some(digest), Some(first)) = (message.digest.as_deref(), message.attempts.first()) else {
+            continue;
+        };
+        let earlier = failed_at.get(digest).into_iter().flatten().find(|(failed, key)| {
+            *key != message.key
+                && *failed <= first.started_ms
+                && first.started_ms - failed <= NEW_KEY_WINDOW_MS
+        });
+        if let Some((failed, key)) = earlier {
+            new_keys.push(format!(
+                "the body of key {key} (failed at {}) came again under key {} at {}",
+                at(*failed),
+                message.key,
+                at(first.started_ms)
+            ));
+        }
+    }
+    let window = NEW_KEY_WINDOW_MS / 1000;
+    match (reused.len(), new_keys.len()) {
+        (0, 0) => check(Verdict::NotSeen, "no request was sent again, under its key or a new one"),
+        (n, 0) => check(
+            Verdict::Pass,
+            format!("{n} keys were retried under the same key (e.g. key {})", reused[0].key),
+        ),
+        (_, n) => check(
+            Verdict::Fail,
+            format!(
+                "{n} retries made a new key (same body within {window} s of a failure): {}",
+                some(&new_keys)
+            ),
+        ),
+    }
+}
+
+fn no_retry_on_4xx(messages: &[&OutsideMessage]) -> Check {
+    let (mut respected, mut again) = (Vec::new(), Vec::new());
+    for message in messages {
+        let Some(refused) =
+            message.attempts.iter().position(|a| a.status.is_some_and(|s| NOT_RETRYABLE.contains(&s)))
+        else {
+            continue;
+        };
+        let status = message.attempts[refused].status.unwrap_or_default();
+        match message.attempts.get(refused + 1) {
+            Some(next) => again.push(format!(
+                "key {} got {status} and came again at {} ({} requests in all)",
+                message.key,
+                at(next.started_ms),
+                message.requests
+            )),
+            None if message.requests > refused as u64 + 1 => again.push(format!(
+                "key {} got {status} and came again ({} requests)",
+                message.key, message.requests
+            )),
+            None => respected.push(format!("key {} got {status}", message.key)),
+        }
+    }
+    match (respected.len(), again.len()) {
+        (0, 0) => check(Verdict::NotSeen, "no key got 400, 404, 413, 415 or 422"),
+        (n, 0) => check(
+            Verdict::Pass,
+            format!("{n} keys got a 4xx that no retry fixes and were not sent again: {}", some(&respected)),
+        ),
+        (_, n) => check(
+            Verdict::Fail,
+            format!("{n} keys were sent again after a 4xx that no retry fixes: {}", some(&again)),
+        ),
+    }
+}
+
+fn timeouts(messages: &[&OutsideMessage]) -> Check {
+    let mut hung: Vec<(u64, &str, u64)> = messages
+        .iter()
+        .flat_map(|m| {
+            m.attempts.iter().filter(|a| a.hung_up).filter_map(move |a| {
+                Some((a.ended_ms?.saturating_sub(a.started_ms), m.key.as_str(), a.started_ms))
+            })
+        })
+        .collect();
+    if hung.is_empty() {
+        return check(Verdict::NotSeen, "the caller never hung up before an answer");
+    }
+    hung.sort_unstable_by_key(|h| h.0);
+    let (low, median, high) = (hung[0], hung[hung.len() / 2], hung[hung.len() - 1]);
+    let said = format!(
+        "hung up {} times after {} to {} ms (median {} ms; e.g. key {} at {})",
+        hung.len(),
+        low.0,
+        high.0,
+        median.0,
+        high.1,
+        at(high.2)
+    );
+    match high.0 > LONG_TIMEOUT_MS {
+        false => check(Verdict::Pass, format!("timeout about {} ms: {said}", median.0)),
+        true => check(
+            Verdict::Warn,
+            format!("{said}: longer than {} s protects the caller little", LONG_TIMEOUT_MS / 1000),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message whose attempts are `(started, ended, status, retry_after_s)`.
+    fn message(
+        id: u64,
+        key: &str,
+        digest: &str,
+        attempts: &[(u64, u64, Option<u16>, Option<u64>)],
+    ) -> OutsideMessage {
+        let mut previous_end: Option<u64> = None;
+        let attempts = attempts
+            .iter()
+            .enumerate()
+            .map(|(i, &(started, ended, status, retry_after_s))| {
+                let waited_ms = previous_end.map(|end| started - end);
+                previous_end = Some(ended);
+                OutsideAttempt {
+                    n: i as u32 + 1,
+                    started_ms: started,
+                    ended_ms: Some(ended),
+                    status,
+                    hung_up: status.is_none(),
+                    retry_after_s,
+                    waited_ms,
+                }
+            })
+            .collect::<Vec<_>>();
+        OutsideMessage {
+            id,
+            caller: "c".into(),
+            key: key.into(),
+            digest: Some(digest.into()),
+            requests: attempts.len() as u64,
+            attempts,
+        }
+    }
+
+    fn checks(messages: &[OutsideMessage]) -> Checks {
+        report(messages).remove(0).checks
+    }
+
+    #[test]
+    fn a_client_that_waits_retry_after_exactly_passes_it_but_has_no_backoff_and_no_jitter() {
+        let down = Some(503);
+        let messages = [
+            message(
+                1,
+                "a",
+                "1",
+                &[(0, 10, down, Some(1)), (1_010, 1_020, down, Some(1)), (2_020, 2_030, Some(200), None)],
+            ),
+            message(
+                2,
+                "b",
+                "2",
+                &[(0, 12, down, Some(1)), (1_012, 1_022, down, Some(1)), (2_022, 2_032, Some(200), None)],
+            ),
+            message(
+                3,
+                "c",
+                "3",
+                &[(0, 14, down, Some(1)), (1_014, 1_024, down, Some(1)), (2_024, 2_034, Some(200), None)],
+            ),
+        ];
+        let checks = checks(&messages);
+        assert_eq!(checks.retry_after.verdict, Verdict::Pass, "{:?}", checks.retry_after);
+        assert_eq!(checks.backoff.verdict, Verdict::Fail, "{:?}", checks.backoff);
+        assert_eq!(checks.jitter.verdict, Verdict::Fail, "{:?}", checks.jitter);
+        assert!(checks.jitter.evidence.contains("a, b, c"), "{}", checks.jitter.evidence);
+        assert_eq!(checks.key_reused.verdict, Verdict::Pass);
+        assert_eq!(checks.attempts_capped.verdict, Verdict::Pass);
+        assert_eq!(checks.no_retry_on_4xx.verdict, Verdict::NotSeen);
+        assert_eq!(checks.timeouts.verdict, Verdict::NotSeen);
+    }
+
+    #[test]
+    fn early_returns_new_keys_4xx_retries_and_hang_ups_are_named() {
+        let messages = [
+            message(1, "a", "same", &[(0, 10, Some(429), Some(2)), (60, 70, Some(429), Some(2))]),
+            message(2, "b", "same", &[(1_000, 1_100, None, None)]),
+            message(3, "c", "other", &[(2_000, 2_001, Some(415), None), (2_100, 2_101, Some(415), None)]),
+        ];
+        let checks = checks(&messages);
+        assert_eq!(checks.retry_after.verdict, Verdict::Fail);
+        assert!(
+            checks.retry_after.evidence.contains("key a came back 50 ms"),
+            "{}",
+            checks.retry_after.evidence
+        );
+        assert_eq!(checks.key_reused.verdict, Verdict::Fail);
+        assert!(checks.key_reused.evidence.contains("under key b"), "{}", checks.key_reused.evidence);
+        assert_eq!(checks.no_retry_on_4xx.verdict, Verdict::Fail);
+        assert!(
+            checks.no_retry_on_4xx.evidence.contains("key c got 415"),
+            "{}",
+            checks.no_retry_on_4xx.evidence
+        );
+        assert_eq!(checks.timeouts.verdict, Verdict::Pass);
+        assert!(checks.timeouts.evidence.contains("100 ms"), "{}", checks.timeouts.evidence);
+    }
+
+    #[test]
+    fn growing_jittered_waits_pass_and_too_many_attempts_fail() {
+        let f = Some(503);
+        let messages = [
+            message(1, "a", "1", &[(0, 5, f, None), (105, 110, f, None), (330, 335, f, None)]),
+            message(2, "b", "2", &[(0, 5, f, None), (165, 170, f, None), (470, 475, f, None)]),
+            message(3, "c", "3", &[(0, 5, f, None), (140, 145, f, None), (400, 405, f, None)]),
+        ];
+        let checks = checks(&messages);
+        assert_eq!(checks.backoff.verdict, Verdict::Pass, "{:?}", checks.backoff);
+        assert_eq!(checks.jitter.verdict, Verdict::Pass, "{:?}", checks.jitter);
+        let many: Vec<_> = (0..11).map(|i| (i * 100, i * 100 + 5, f, None)).collect();
+        let checks = super::report(&[message(1, "z", "z", &many)]).remove(0).checks;
+        assert_eq!(checks.attempts_capped.verdict, Verdict::Fail);
+        assert!(
+            checks.attempts_capped.evidence.contains("11 requests"),
+            "{}",
+            checks.attempts_capped.evidence
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Outside callers of a lab's endpoint, told apart: each is named (`name`), the requests one
+//! caller sends with one `Idempotency-Key` make one outside message, and each caller's retry
+//! behaviour is graded from what the endpoint observed (`grade`). Pure: times are the lab's
+//! milliseconds, handed in.
+//!
+//! An attempt is measured at the endpoint, from its arrival to its answer or to the client
+//! hanging up; a wait, from one answer to the key's next arrival.
+
+mod grade;
+mod name;
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+pub use grade::{CallerReport, Check, Checks, Verdict, report};
+pub use name::{CallerName, MAX_NAME_CHARS};
+
+/// One request of an outside message, as the endpoint saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutsideAttempt {
+    /// 1 for the key's first request.
+    pub n: u32,
+    pub started_ms: u64,
+    /// When it was answered or the client hung up; null while it runs.
+    pub ended_ms: Option<u64>,
+    /// The status sent; null when the client hung up first (or while it runs).
+    pub status: Option<u16>,
+    /// The client hung up before the answer: its own timeout.
+    pub hung_up: bool,
+    /// The `Retry-After` the endpoint sent with the answer, in seconds.
+    pub retry_after_s: Option<u64>,
+    /// From the previous request's end to this one's arrival; null for the first, and when the
+    /// previous had not ended yet (sent side by side).
+    pub waited_ms: Option<u64>,
+}
+
+/// The requests of one caller that carried one `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutsideMessage {
+    /// Numbered in the order first seen in the lab, from 1.
+    pub id: u64,
+    pub caller: String,
+    pub key: String,
+    /// The first body's SHA-256 (`sha256:` and hex); null when it was refused before it was read.
+    pub digest: Option<String>,
+    /// Requests seen with this key, also those past `max_outside_attempts_per_key` (not kept).
+    pub requests: u64,
+    pub attempts: Vec<OutsideAttempt>,
+}
+
+/// The bounds on what is kept of outside callers in one lab.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Outside messages (caller and key) kept per lab: `max_outside_keys_per_lab`.
+    pub max_messages: usize,
+    pub max_callers: usize,
+    pub max_attempts_per_key: usize,
+}
+
+/// Requests not kept because a bound was reached, by the setting that held them back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Untracked {
+    /// New keys past `max_outside_keys_per_lab` or `max_outside_keys`.
+    pub max_outside_keys: u64,
+    /// Requests of new callers past `max_callers_per_lab`.
+    pub max_callers_per_lab: u64,
+    /// Requests of a key past `max_outside_attempts_per_key`.
+    pub max_outside_attempts_per_key: u64,
+}
+
+/// Why a request was not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Keys,
+    Callers,
+    Attempts,
+}
+
+/// Where an arrived request is kept, to be ended by `Callers::end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    pub message_id: u64,
+    index: usize,
+}
+
+/// What ended a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Answered { status: u16, retry_after_s: Option<u64> },
+    HungUp,
+}
+
+/// What a lab keeps of its outside callers, with what the store is owed.
+#[derive(Debug, Default)]
+pub struct Callers {
+    messages: Vec<OutsideMessage>,
+    by_key: HashMap<(String, String), usize>,
+    names: BTreeSet<String>,
+    untracked: Untracked,
+    /// Messages changed since the store last took them, by id; everything, after a reset.
+    changed: BTreeSet<u64>,
+    cleared: bool,
+}
+
+/// The outside messages the store is owed, serialized.
+#[derive(Debug, Default)]
+pub struct CallerChanges {
+    pub cleared: bool,
+    pub messages: Vec<(u64, String)>,
+}
+
+impl Callers {
+    /// As the store kept them.
+    pub fn restore(mut messages: Vec<OutsideMessage>) -> Callers {
+        messages.sort_by_key(|m| m.id);
+        let mut callers = Callers::default();
+        for message in messages {
+            callers.names.insert(message.caller.clone());
+            callers.by_key.insert((message.caller.clone(), message.key.clone()), callers.messages.len());
+            callers.messages.push(message);
+        }
+        callers
+    }
+
+    pub fn messages(&self) -> &[OutsideMessage] {
+        &self.messages
+    }
+
+    pub fn untracked(&self) -> Untracked {
+        self.untracked
+    }
+
+    /// Callers seen, by name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+
+    /// A request of `caller` with `key` arrived at `now_ms`. `room` says whether the server
+    /// has room for another outside key (the limit across labs). Returns where it is kept, or
+    /// which bound held it back (counted in `untracked`).
+    pub fn arrive(
+        &mut self,
+        (caller, key): (&CallerName, &str),
+        digest: Option<String>,
+        now_ms: u64,
+        (bounds, room): (Bounds, bool),
+    ) -> Result<Ticket, Refusal> {
+        let slot = (caller.as_str().to_owned(), key.to_owned());
+        let index = match self.by_key.get(&slot) {
+            Some(&index) => index,
+            None => {
+                let refusal =
+                    if !self.names.contains(caller.as_str()) && self.names.len() >= bounds.max_callers {
+                        Some(Refusal::Callers)
+                    } else if self.messages.len() >= bounds.max_messages || !room {
+                        Some(Refusal::Keys)
+                    } else {
+                        None
+                    };
+                if let Some(refusal) = refusal {
+                    self.count(refusal);
+                    return Err(refusal);
+                }
+                let id = self.messages.last().map_or(1, |m| m.id + 1);
+                self.names.insert(slot.0.clone());
+                self.messages.push(OutsideMessage {
+                    id,
+                    caller: slot.0.clone(),
+                    key: slot.1.clone(),
+                    digest: None,
+                    requests: 0,
+                    attempts: Vec::new(),
+                });
+                self.by_key.insert(slot, self.messages.len() - 1);
+                self.messages.len() - 1
+            }
+        };
+        let message = &mut self.messages[index];
+        message.requests += 1;
+        if message.digest.is_none() {
+            message.digest = digest;
+        }
+        self.changed.insert(message.id);
+        if message.attempts.len() >= bounds.max_attempts_per_key {
+            self.count(Refusal::Attempts);
+            return Err(Refusal::Attempts);
+        }
+        let waited_ms = match message.attempts.last() {
+            Some(previous) => previous.ended_ms.map(|ended| now_ms.saturating_sub(ended)),
+            None => None,
+        };
+        message.attempts.push(OutsideAttempt {
+            n: message.attempts.len() as u32 + 1,
+            started_ms: now_ms,
+            ended_ms: None,
+            status: None,
+            hung_up: false,
+            retry_after_s: None,
+            waited_ms,
+        });
+        Ok(Ticket { message_id: message.id, index: message.attempts.len() - 1 })
+    }
+
+    /// The request kept at `ticket` ended at `now_ms`; returns its message, to be published.
+    pub fn end(&mut self, ticket: Ticket, ending: Ending, now_ms: u64) -> Option<&OutsideMessage> {
+        let position = self.messages.binary_search_by_key(&ticket.message_id, |m| m.id).ok()?;
+        let message = &mut self.messages[position];
+        let attempt = message.attempts.get_mut(ticket.index)?;
+        attempt.ended_ms = Some(now_ms);
+        match ending {
+            Ending::Answered { status, retry_after_s } => {
+                attempt.status = Some(status);
+                attempt.retry_after_s = retry_after_s;
+            }
+            Ending::HungUp => attempt.hung_up = true,
+        }
+        self.changed.insert(message.id);
+        Some(message)
+    }
+
+    fn count(&mut self, refusal: Refusal) {
+        let counter = match refusal {
+            Refusal::Keys => &mut self.untracked.max_outside_keys,
+            Refusal::Callers => &mut self.untracked.max_callers_per_lab,
+            Refusal::Attempts => &mut self.untracked.max_outside_attempts_per_key,
+        };
+        *counter += 1;
+    }
+
+    /// Forgets every caller (a lab's reset).
+    pub fn reset(&mut self) {
+        *self = Callers { cleared: true, ..Callers::default() };
+    }
+
+    /// What the store is owed since the last call.
+    pub fn take_changes(&mut self) -> CallerChanges {
+        let changed = std::mem::take(&mut self.changed);
+        let messages = changed
+            .into_iter()
+            .filter_map(|id| self.messages.binary_search_by_key(&id, |m| m.id).ok())
+            .map(|at| {
+                let message = &self.messages[at];
+                (message.id, serde_json::to_string(message).expect("an outside message serializes"))
+            })
+            .collect();
+        CallerChanges { cleared: std::mem::take(&mut self.cleared), messages }
+    }
+
+    /// Changes the store could not commit, to be written with the next.
+    pub fn restore_changes(&mut self, changes: &CallerChanges) {
+        self.cleared |= changes.cleared;
+        self.changed.extend(changes.messages.iter().map(|(id, _)| *id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUNDS: Bounds = Bounds { max_messages: 3, max_callers: 2, max_attempts_per_key: 3 };
+
+    fn name(n: &str) -> CallerName {
+        CallerName::from_request(Some(n.as_bytes()), None, None).unwrap()
+    }
+
+    #[test]
+    fn a_key_s_requests_make_one_message_with_its_waits_measured_between_answer_and_arrival() {
+        let mut callers = Callers::default();
+        let a = name("a");
+        let first = callers.arrive((&a, "k1"), Some("sha256:1".into()), 100, (BOUNDS, true)).unwrap();
+        callers.end(first, Ending::Answered { status: 503, retry_after_s: Some(1) }, 130);
+        let second = callers.arrive((&a, "k1"), None, 1_140, (BOUNDS, true)).unwrap();
+        let message = callers.end(second, Ending::HungUp, 1_240).unwrap();
+        assert_eq!(message.requests, 2);
+        assert_eq!(message.digest.as_deref(), Some("sha256:1"));
+        let [one, two] = &message.attempts[..] else { panic!("two attempts") };
+        assert_eq!((one.status, one.retry_after_s, one.ended_ms), (Some(503), Some(1), Some(130)));
+        assert_eq!((two.n, two.waited_ms, two.hung_up, two.status), (2, Some(1_010), true, None));
+        // Another caller's same key is another message.
+        let other = callers.arrive((&name("b"), "k1"), None, 1_300, (BOUNDS, true)).unwrap();
+        assert_ne!(other.message_id, first.message_id);
+    }
+
+    #[test]
+    fn each_bound_is_counted_when_reached() {
+        let mut callers = Callers::default();
+        let (a, b, c) = (name("a"), name("b"), name("c"));
+        callers.arrive((&a, "1"), None, 0, (BOUNDS, true)).unwrap();
+        callers.arrive((&b, "2"), None, 0, (BOUNDS, true)).unwrap();
+        assert_eq!(callers.arrive((&c, "3"), None, 0, (BOUNDS, true)), Err(Refusal::Callers));
+        callers.arrive((&a, "3"), None, 0, (BOUNDS, true)).unwrap();
+        assert_eq!(callers.arrive((&a, "4"), None, 0, (BOUNDS, true)), Err(Refusal::Keys));
+        assert_eq!(callers.arrive((&b, "5"), None, 0, (BOUNDS, false)), Err(Refusal::Keys));
+        for _ in 0..2 {
+            callers.arrive((&a, "1"), None, 0, (BOUNDS, true)).unwrap();
+        }
+        assert_eq!(callers.arrive((&a, "1"), None, 0, (BOUNDS, true)), Err(Refusal::Attempts));
+        let untracked = callers.untracked();
+        assert_eq!(
+            (
+                untracked.max_callers_per_lab,
+                untracked.max_outside_keys,
+                untracked.max_outside_attempts_per_key
+            ),
+            (1, 2, 1)
+        );
+        assert_eq!(callers.messages()[0].requests, 4, "a request past the bound still counts");
+    }
+
+    #[test]
+    fn what_the_store_kept_reads_back_the_same() {
+        let mut callers = Callers::default();
+        let t = callers.arrive((&name("a"), "k"), None, 5, (BOUNDS, true)).unwrap();
+        callers.end(t, Ending::Answered { status: 200, retry_after_s: None }, 9);
+        let changes = callers.take_changes();
+        let kept: Vec<OutsideMessage> =
+            changes.messages.iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect();
+        let restored = Callers::restore(kept);
+        assert_eq!(restored.messages(), callers.messages());
+        assert!(callers.take_changes().messages.is_empty());
+    }
+}

@@ -1,0 +1,74 @@
+//! The lab's side of its outside callers: each request of an outside caller that carries a
+//! key is kept as an attempt of that caller's outside message, within the bounds, and its end
+//! is published; a request a bound held back is counted and said so.
+
+use std::sync::atomic::Ordering;
+
+use super::{Lab, LabState};
+use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Ticket, Untracked, report};
+use crate::events::Event;
+
+impl Lab {
+    fn caller_bounds(&self) -> Bounds {
+        Bounds {
+            max_messages: self.limits.max_outside_keys_per_lab,
+            max_callers: self.limits.max_callers_per_lab,
+            max_attempts_per_key: self.limits.max_outside_attempts_per_key,
+        }
+    }
+
+    /// A request of an outside caller with `key` arrived: where it is kept, or `None` when a
+    /// bound held it back (counted, and said in an event).
+    pub fn outside_arrived(&self, caller: &CallerName, key: &str, digest: Option<String>) -> Option<Ticket> {
+        let bounds = self.caller_bounds();
+        self.change(|LabState { callers, .. }, now| {
+            let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
+            let before = callers.messages().len();
+            match callers.arrive((caller, key), digest, now, (bounds, room)) {
+                Ok(ticket) => {
+                    if callers.messages().len() > before {
+                        self.outside_messages_total.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some((Some(ticket), None))
+                }
+                Err(refusal) => {
+                    let limit = match refusal {
+                        Refusal::Keys if room => "max_outside_keys_per_lab",
+                        Refusal::Keys => "max_outside_keys",
+                        Refusal::Callers => "max_callers_per_lab",
+                        Refusal::Attempts => "max_outside_attempts_per_key",
+                    };
+                    let event = Event::OutsideUntracked {
+                        caller: caller.as_str().to_owned(),
+                        limit,
+                        untracked: callers.untracked(),
+                    };
+                    Some((None, Some(event)))
+                }
+            }
+        })
+        .flatten()
+    }
+
+    /// The request kept at `ticket` was answered, or its client hung up.
+    pub fn outside_ended(&self, ticket: Ticket, ending: Ending) {
+        self.change(|LabState { callers, .. }, now| {
+            let message = callers.end(ticket, ending, now)?.clone();
+            Some(((), Event::OutsideAttempt { message }))
+        });
+    }
+
+    /// A report card per outside caller, and the requests the bounds held back.
+    pub fn caller_reports(&self) -> (Vec<CallerReport>, Untracked) {
+        let (messages, untracked) = {
+            let state = self.lock();
+            (state.callers.messages().to_vec(), state.callers.untracked())
+        };
+        (report(&messages), untracked)
+    }
+
+    /// Gives this lab's outside messages back to the server-wide count (a reset, a deletion).
+    pub(super) fn forget_outside(&self, state: &LabState) {
+        self.outside_messages_total.fetch_sub(state.callers.messages().len(), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,303 @@
+//! The store against a real file: group commits, failures, the rows it keeps, migrations.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use rusqlite::Connection;
+
+use super::rows::{load_keys, write_batch};
+use super::schema::{MIGRATIONS, connect, migrate};
+use super::*;
+use crate::downstream::{Ledger, LedgerCounts};
+
+/// A lab whose batch breaks a constraint: messages of a lab that does not exist.
+#[derive(Default)]
+struct Broken {
+    handed_out: Mutex<bool>,
+    failed: Mutex<Vec<u64>>,
+    committed: Mutex<bool>,
+}
+
+impl Flush for Broken {
+    fn take_batch(&self) -> Option<Batch> {
+        let mut handed_out = self.handed_out.lock().unwrap();
+        if *handed_out {
+            return None;
+        }
+        *handed_out = true;
+        let changes = RecordChanges { messages: vec![(7, "{}".into())], ..Default::default() };
+        Some(Batch { lab_id: "no-such-lab".into(), row: None, delete: false, changes, upto: 1 })
+    }
+    fn committed(&self, _: u64) {
+        *self.committed.lock().unwrap() = true;
+    }
+    fn failed(&self, batch: Batch) {
+        self.failed.lock().unwrap().extend(batch.changes.messages.iter().map(|(id, _)| *id));
+    }
+}
+
+/// A lab whose batch is fine: its own row.
+struct Good {
+    handed_out: Mutex<bool>,
+    committed: Mutex<Option<u64>>,
+}
+
+impl Flush for Good {
+    fn take_batch(&self) -> Option<Batch> {
+        let mut handed_out = self.handed_out.lock().unwrap();
+        if std::mem::replace(&mut *handed_out, true) {
+            return None;
+        }
+        let row = LabRow {
+            id: "good".into(),
+            origin_unix_ms: 0,
+            active_unix_ms: 0,
+            downstream: "{}".into(),
+            policy: "{}".into(),
+            counts: LedgerCounts::default(),
+            next_message_id: 0,
+            last_event_id: 5,
+            epoch: 0,
+            traffic: "null".into(),
+            forgotten_delivered: 0,
+        };
+        Some(Batch {
+            lab_id: "good".into(),
+            row: Some(row),
+            delete: false,
+            changes: Default::default(),
+            upto: 5,
+        })
+    }
+    fn committed(&self, upto: u64) {
+        *self.committed.lock().unwrap() = Some(upto);
+    }
+    fn failed(&self, _: Batch) {
+        panic!("the good lab's rows were fine");
+    }
+}
+
+#[test]
+fn one_labs_bad_rows_do_not_fail_the_others() {
+    let store = Store::temporary();
+    let good = Arc::new(Good { handed_out: Mutex::new(false), committed: Mutex::new(None) });
+    let broken = Arc::new(Broken::default());
+    // Queued together, so they share one commit.
+    store.schedule(broken.clone());
+    store.schedule(good.clone());
+    // The writer's thread commits with a sync to disk: give a busy machine its time.
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if good.committed.lock().unwrap().is_some() && !broken.failed.lock().unwrap().is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(*good.committed.lock().unwrap(), Some(5), "the good lab's commit went through");
+    assert_eq!(*broken.failed.lock().unwrap(), [7], "the broken lab took its rows back");
+}
+
+/// A lab whose code panics as it hands over its rows.
+struct Panicky;
+
+impl Flush for Panicky {
+    fn take_batch(&self) -> Option<Batch> {
+        panic!("a lab's bug");
+    }
+    fn committed(&self, _: u64) {}
+    fn failed(&self, _: Batch) {}
+}
+
+#[test]
+fn a_lab_that_panics_handing_over_its_rows_loses_no_other_labs_rows() {
+    // Held for the delay, so both are in one commit, the good lab's rows taken first.
+    let store = store_with_delay(Duration::from_millis(300));
+    let lab = good();
+    let scheduled = Instant::now();
+    store.schedule(lab.clone());
+    store.schedule(Arc::new(Panicky));
+    committed_within(&lab, scheduled).expect("the good lab's rows were committed");
+    assert_eq!(*lab.committed.lock().unwrap(), Some(5));
+}
+
+fn good() -> Arc<Good> {
+    Arc::new(Good { handed_out: Mutex::new(false), committed: Mutex::new(None) })
+}
+
+fn store_with_delay(delay: Duration) -> Store {
+    let path = temporary_path();
+    Store::open(&path, StoreSettings { max_bytes: 0, commit_delay: delay }).unwrap().0
+}
+
+/// Waits up to 5 s for the lab's commit; returns how long after `since` it was seen.
+fn committed_within(lab: &Good, since: Instant) -> Option<Duration> {
+    while since.elapsed() < Duration::from_secs(5) {
+        if lab.committed.lock().unwrap().is_some() {
+            return Some(since.elapsed());
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn changes_nobody_waits_for_are_held_for_the_delay_then_committed() {
+    let store = store_with_delay(Duration::from_millis(400));
+    let lab = good();
+    let scheduled = Instant::now();
+    store.schedule(lab.clone());
+    let took = committed_within(&lab, scheduled).expect("committed after the delay");
+    assert!(took >= Duration::from_millis(390), "held for the delay, then committed: {took:?}");
+}
+
+#[test]
+fn a_commit_someone_waits_for_is_made_at_once() {
+    let store = store_with_delay(Duration::from_secs(60));
+    let lab = good();
+    let scheduled = Instant::now();
+    store.schedule(lab.clone());
+    store.hurry();
+    let took = committed_within(&lab, scheduled).expect("committed long before the 60 s delay");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn a_key_expired_and_applied_again_in_one_commit_stays() {
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+    let mut batch = good.take_batch().unwrap();
+    let digest = crate::downstream::BodyDigest::of(&serde_json::json!({}));
+    let key = KeyRow {
+        key: "k".into(),
+        digest,
+        outside: false,
+        status: 200,
+        response: "{}".into(),
+        applied: 1,
+        applied_unix_ms: 9,
+    };
+    batch.changes.keys = vec![key];
+    batch.changes.removed_keys = vec!["k".into()];
+    let mut tx = connection.transaction().unwrap();
+    let savepoint = tx.savepoint().unwrap();
+    write_batch(&savepoint, &batch).unwrap();
+    savepoint.commit().unwrap();
+    tx.commit().unwrap();
+    let kept: u64 = connection
+        .query_row("SELECT COUNT(*) FROM idempotency_keys WHERE key = 'k'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(kept, 1, "the re-applied key is on disk");
+}
+
+fn applied_key(key: &str, applied: u32, applied_unix_ms: u64) -> KeyRow {
+    let digest = crate::downstream::BodyDigest::of(&serde_json::json!({}));
+    KeyRow {
+        key: key.into(),
+        digest,
+        outside: false,
+        status: 200,
+        response: "{}".into(),
+        applied,
+        applied_unix_ms,
+    }
+}
+
+fn write(connection: &mut Connection, changes: RecordChanges) {
+    let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+    let batch = Batch { changes, ..good.take_batch().unwrap() };
+    let tx = connection.transaction().unwrap();
+    write_batch(&tx, &batch).unwrap();
+    tx.commit().unwrap();
+}
+
+#[test]
+fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let keys = vec![applied_key("a", 1, 1), applied_key("b", 1, 5), applied_key("c", 1, 9)];
+    write(&mut connection, RecordChanges { keys, ..Default::default() });
+    // The window moves past 6: a and b go; a is applied again in the same commit and stays.
+    let again = vec![applied_key("a", 1, 10)];
+    write(&mut connection, RecordChanges { keys: again, keys_expired_before: Some(6), ..Default::default() });
+    write(&mut connection, RecordChanges { keys: vec![applied_key("a", 2, 10)], ..Default::default() });
+    let written: Vec<(String, u32, u64)> = connection
+        .prepare(
+            "SELECT key, applied, applied_unix_ms FROM idempotency_keys WHERE expired = 0 ORDER BY rowid",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        written,
+        [("c".into(), 1, 9), ("a".into(), 1, 10), ("a".into(), 2, 10)],
+        "in the order written"
+    );
+    let mut ledger = Ledger::default();
+    load_keys(&connection, "good", &mut ledger).unwrap();
+    assert_eq!(ledger.held(), (0, 2), "a and c, held cold");
+}
+
+#[test]
+fn a_cold_key_is_read_back_by_its_name_and_time() {
+    let path = temporary_path();
+    let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
+    let mut connection = connect(&path).unwrap();
+    let keys = vec![applied_key("a", 1, 5), applied_key("b", 1, 5), applied_key("a", 2, 5)];
+    write(&mut connection, RecordChanges { keys, ..Default::default() });
+    let recalled = store.recall_key("good", "a", 5).unwrap().expect("a row");
+    assert_eq!(recalled.applied, 2, "the last row of a key counts");
+    assert_eq!(store.recall_key("good", "b", 5).unwrap(), Some(applied_key("b", 1, 5)));
+    assert_eq!(store.recall_key("good", "a", 6).unwrap(), None, "applied at another time");
+    assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
+}
+
+#[test]
+fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    for sql in &MIGRATIONS[..3] {
+        connection.execute_batch(sql).unwrap();
+    }
+    connection.pragma_update(None, "user_version", 3).unwrap();
+    connection
+        .execute_batch(
+            "INSERT INTO labs VALUES ('good', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0); \
+             INSERT INTO idempotency_keys VALUES ('good', 'zz', '{}', 200, X'7B7D', 1, 1, 1); \
+             INSERT INTO idempotency_keys VALUES ('good', 'aa', '{}', 200, X'7B7D', 1, 2, 0);",
+        )
+        .unwrap();
+    migrate(&mut connection).unwrap();
+    let moved: Vec<(String, bool)> = connection
+        .prepare("SELECT key, outside FROM idempotency_keys ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(moved, [("zz".into(), true), ("aa".into(), false)], "by time applied, not by name");
+}
+
+#[test]
+fn a_failed_commit_hands_its_rows_back() {
+    let store = Store::temporary();
+    let lab = Arc::new(Broken::default());
+    store.schedule(lab.clone());
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if !lab.failed.lock().unwrap().is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(*lab.failed.lock().unwrap(), [7], "the rows came back to be written again");
+    assert!(!*lab.committed.lock().unwrap(), "and nobody was told they were durable");
+}

@@ -1,0 +1,363 @@
+//! Outside callers on the lab: four test clients of known retry behaviour, written here and
+//! talking to the real endpoint over real sockets, each graded by `GET /api/labs/{lab}/callers`
+//! on a lab set to down, then throttled, then healthy; the bounds, the header's checks and a
+//! restart.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use reqwest::StatusCode;
+use retrylab::config::{Config, Limits};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::helpers::TestApp;
+
+/// How a test client retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Waits at least the `Retry-After`, backs off (1 s, 2 s) and jitters above it, more each time.
+    Polite,
+    /// Backs off from 100 ms with jitter, and never looks at `Retry-After`; retries any error.
+    IgnoresRetryAfter,
+    /// Waits `max(Retry-After, 1 s x 2^(n-1))` exactly: backoff with no jitter.
+    Lockstep,
+    /// Waits like `Polite`, but every retry carries a new key.
+    NewKeyEachRetry,
+}
+
+struct TestClient {
+    kind: Kind,
+    name: &'static str,
+    endpoint: String,
+    http: reqwest::Client,
+    rng: Mutex<StdRng>,
+}
+
+/// Keys sent side by side in each phase.
+const KEYS: usize = 6;
+
+impl TestClient {
+    fn new(app: &TestApp, lab: &str, kind: Kind, name: &'static str, seed: u64) -> TestClient {
+        TestClient {
+            kind,
+            name,
+            endpoint: app.url(&format!("/labs/{lab}/downstream")),
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+        }
+    }
+
+    async fn send(&self, key: &str, body: &str, content_type: &str) -> (StatusCode, Option<u64>) {
+        let response = self
+            .http
+            .post(&self.endpoint)
+            .header("X-Client-Name", self.name)
+            .header("Idempotency-Key", key)
+            .header("Content-Type", content_type)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let retry_after = response.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok());
+        (response.status(), retry_after)
+    }
+
+    fn retries(&self, status: StatusCode) -> bool {
+        match self.kind {
+            Kind::IgnoresRetryAfter => !status.is_success(),
+            _ => matches!(status.as_u16(), 408 | 409 | 429) || status.is_server_error(),
+        }
+    }
+
+    fn wait_ms(&self, n: u32, retry_after_s: Option<u64>, rng: &mut StdRng) -> u64 {
+        let floor = retry_after_s.unwrap_or(0) * 1000;
+        let nominal = 1000 * 2u64.pow(n - 1);
+        match self.kind {
+            Kind::Polite | Kind::NewKeyEachRetry => {
+                floor.max(nominal) + rng.random_range(0..nominal * n as u64 / 2)
+            }
+            Kind::Lockstep => floor.max(nominal),
+            Kind::IgnoresRetryAfter => {
+                let nominal = 100 * 2u64.pow(n - 1);
+                nominal + rng.random_range(0..nominal / 2)
+            }
+        }
+    }
+
+    /// Delivers one body as its retry policy says; returns the last status.
+    async fn deliver(&self, key: String, body: String, content_type: &str) -> StatusCode {
+        let max_attempts = if self.kind == Kind::IgnoresRetryAfter { 4 } else { 3 };
+        let mut key = key;
+        let mut n = 1;
+        loop {
+            let (status, retry_after) = self.send(&key, &body, content_type).await;
+            if !self.retries(status) || n == max_attempts {
+                return status;
+            }
+            let wait = self.wait_ms(n, retry_after, &mut *self.rng.lock().await);
+            if self.kind == Kind::NewKeyEachRetry {
+                key = format!("{key}-r{n}");
+            }
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            n += 1;
+        }
+    }
+
+    /// Sends `KEYS` bodies at once, each retried by the policy.
+    async fn phase(&self, phase: &str) {
+        let deliveries = (0..KEYS).map(|i| {
+            let key = format!("{phase}-{i}");
+            let body = json!({ "phase": phase, "i": i }).to_string();
+            self.deliver(key, body, "application/json")
+        });
+        join_all(deliveries).await;
+    }
+}
+
+/// The verdicts of one caller's checks, in the issue's order.
+const CHECKS: [&str; 7] =
+    ["retry_after", "backoff", "jitter", "attempts_capped", "key_reused", "no_retry_on_4xx", "timeouts"];
+
+async fn report(app: &TestApp, lab: &str) -> Value {
+    let response = app.client.get(app.url(&format!("/api/labs/{lab}/callers"))).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+fn verdicts(report: &Value, name: &str) -> Vec<String> {
+    let caller = report["callers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no caller {name} in {report}"));
+    CHECKS.iter().map(|check| caller["checks"][check]["verdict"].as_str().unwrap().to_owned()).collect()
+}
+
+fn said(report: &Value) -> String {
+    serde_json::to_string_pretty(report).unwrap()
+}
+
+/// An endpoint without the per-client rate (the four clients share one address).
+async fn spawn() -> TestApp {
+    TestApp::spawn_with(Limits {
+        endpoint_rate_per_s: 100_000,
+        endpoint_burst: 100_000,
+        ..Default::default()
+    })
+    .await
+}
+
+/// A lab of its own for each client: the throttled mode's rate limit is shared by every caller.
+async fn lab(app: &TestApp) -> String {
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"retry_after_s": 1, "rate_per_s": 2, "burst": 2}"#).await;
+    lab
+}
+
+#[tokio::test]
+async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_healthy() {
+    let app = spawn().await;
+    let kinds = [
+        (Kind::Polite, "polite"),
+        (Kind::IgnoresRetryAfter, "impatient"),
+        (Kind::Lockstep, "lockstep"),
+        (Kind::NewKeyEachRetry, "new-keys"),
+    ];
+    let mut clients = Vec::new();
+    for (seed, (kind, name)) in kinds.into_iter().enumerate() {
+        let lab = lab(&app).await;
+        clients.push((lab.clone(), TestClient::new(&app, &lab, kind, name, 7 + seed as u64)));
+    }
+    let (p, f, n) = ("pass", "fail", "not_seen");
+    // After each phase, each client's verdicts, in the order of CHECKS.
+    let expected: [(&str, [[&str; 7]; 4]); 3] = [
+        (
+            "down",
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+        ),
+        (
+            "throttled",
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+        ),
+        (
+            "healthy",
+            [[p, p, p, p, p, p, n], [f, p, p, p, p, f, n], [p, p, f, p, p, p, n], [n, n, n, p, f, p, n]],
+        ),
+    ];
+    for (phase, expected) in expected {
+        for (lab, _) in &clients {
+            app.set_mode(lab, phase).await;
+        }
+        let runs = clients.iter().map(|(lab, client)| async move {
+            client.phase(phase).await;
+            if phase == "healthy" {
+                // A body the endpoint cannot take: 415, which no retry fixes.
+                let status = client.deliver("healthy-bad".into(), "{}".into(), "text/plain").await;
+                assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            }
+            lab
+        });
+        join_all(runs).await;
+        for ((lab, client), expected) in clients.iter().zip(expected) {
+            let report = report(&app, lab).await;
+            assert_eq!(
+                verdicts(&report, client.name),
+                expected,
+                "{} after {phase}: {}",
+                client.name,
+                said(&report)
+            );
+        }
+    }
+    // The evidence names keys and times.
+    let impatient = report(&app, &clients[1].0).await;
+    let evidence = impatient["callers"][0]["checks"]["retry_after"]["evidence"].as_str().unwrap();
+    assert!(evidence.contains("key down-") && evidence.contains(" s)"), "{evidence}");
+    let lockstep = report(&app, &clients[2].0).await;
+    let evidence = lockstep["callers"][0]["checks"]["jitter"]["evidence"].as_str().unwrap();
+    assert!(evidence.contains("came back at one instant"), "{evidence}");
+    let new_keys = report(&app, &clients[3].0).await;
+    let evidence = new_keys["callers"][0]["checks"]["key_reused"]["evidence"].as_str().unwrap();
+    assert!(evidence.contains("-r1"), "{evidence}");
+    let card = &new_keys["callers"][0];
+    assert_eq!(card["keys"], card["requests"], "each retry made a key: {card}");
+    assert!(card["keys"].as_u64().unwrap() > 3 * KEYS as u64, "{card}");
+}
+
+async fn post_as(app: &TestApp, lab: &str, name: Option<&str>, key: &str) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body("{}");
+    if let Some(name) = name {
+        request = request.header("X-Client-Name", name);
+    }
+    request.send().await.unwrap()
+}
+
+fn outside(snapshot: &Value) -> &Vec<Value> {
+    snapshot["outside"]["messages"].as_array().unwrap()
+}
+
+#[tokio::test]
+async fn a_caller_is_named_by_its_header_else_its_agent_and_a_bad_name_is_refused() {
+    let app = spawn().await;
+    let lab = app.fast_lab().await;
+    assert_eq!(post_as(&app, &lab, Some("billing"), "a").await.status(), StatusCode::OK);
+    let by_agent = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", "b")
+        .header("Content-Type", "application/json")
+        .header("User-Agent", "my-agent/1.0")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_agent.status(), StatusCode::OK);
+    for bad in ["x".repeat(65), "tab\there".to_owned()] {
+        let refused = post_as(&app, &lab, Some(&bad), "c").await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+        assert_eq!(refused.headers()["content-type"], "application/problem+json");
+        let problem: Value = refused.json().await.unwrap();
+        assert!(problem["detail"].as_str().unwrap().contains("X-Client-Name"), "{problem}");
+    }
+    // The lab's own client is known by its listener, never by a name: its burst is no caller's,
+    // and a caller that calls itself "retrylab" is an outside caller like any other.
+    assert_eq!(post_as(&app, &lab, Some("retrylab"), "d").await.status(), StatusCode::OK);
+    app.burst(&lab, 5).await;
+    let done =
+        app.wait_for(&lab, Duration::from_secs(30), |s| crate::helpers::counter(s, "delivered") == 5).await;
+    let callers: Vec<&str> = outside(&done).iter().map(|m| m["caller"].as_str().unwrap()).collect();
+    assert_eq!(callers, ["billing", "my-agent/1.0", "retrylab"], "{}", done["outside"]);
+    assert_eq!(outside(&done)[0]["key"], "a");
+}
+
+#[tokio::test]
+async fn the_cap_on_callers_is_reached_counted_and_said() {
+    let app = TestApp::spawn_with(Limits { max_callers_per_lab: 2, ..Default::default() }).await;
+    let lab = app.fast_lab().await;
+    for (name, key) in [("one", "1"), ("two", "2"), ("three", "3"), ("three", "4"), ("one", "5")] {
+        assert_eq!(post_as(&app, &lab, Some(name), key).await.status(), StatusCode::OK, "still answered");
+    }
+    let report = report(&app, &lab).await;
+    let names: Vec<&str> =
+        report["callers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["one", "two"]);
+    assert_eq!(report["untracked"]["max_callers_per_lab"], 2, "{report}");
+    assert_eq!(report["max_callers_per_lab"], 2);
+    assert_eq!(report["callers"][0]["keys"], 2);
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(snapshot["outside"]["untracked"]["max_callers_per_lab"], 2);
+}
+
+#[tokio::test]
+async fn a_caller_that_hangs_up_shows_its_timeout_as_a_figure() {
+    let app = spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [400, 450]}"#).await;
+    let impatient =
+        reqwest::Client::builder().no_proxy().timeout(Duration::from_millis(150)).build().unwrap();
+    for key in ["t1", "t2"] {
+        let sent = impatient
+            .post(app.url(&format!("/labs/{lab}/downstream")))
+            .header("X-Client-Name", "hasty")
+            .header("Idempotency-Key", key)
+            .header("Content-Type", "application/json")
+            .body("{}")
+            .send()
+            .await;
+        assert!(sent.is_err(), "it hung up");
+    }
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = report(&app, &lab).await;
+        if last["callers"][0]["checks"]["timeouts"]["verdict"] == "pass"
+            && last["callers"][0]["checks"]["timeouts"]["evidence"].as_str().unwrap().contains("2 times")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let timeouts = &last["callers"][0]["checks"]["timeouts"];
+    assert_eq!(timeouts["verdict"], "pass", "{last}");
+    let attempts = outside(&app.snapshot(&lab).await)[0]["attempts"].clone();
+    let took = attempts[0]["ended_ms"].as_u64().unwrap() - attempts[0]["started_ms"].as_u64().unwrap();
+    assert!(attempts[0]["hung_up"] == true && attempts[0]["status"].is_null(), "{attempts}");
+    assert!((140..400).contains(&took), "hung up after its 150 ms timeout, not the 400 ms answer: {took}");
+    assert!(
+        timeouts["evidence"].as_str().unwrap().starts_with("timeout about 1"),
+        "a figure near 150 ms: {timeouts}"
+    );
+}
+
+#[tokio::test]
+async fn outside_messages_survive_a_restart() {
+    let db = crate::helpers::fresh_db();
+    let settings =
+        || Config { db: db.clone(), ..crate::helpers::config(Limits::default(), Default::default()) };
+    let (app, server) = TestApp::spawn_stoppable(settings()).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+    for _ in 0..2 {
+        assert_eq!(post_as(&app, &lab, Some("kept"), "k").await.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let before = app.snapshot(&lab).await["outside"].clone();
+    let card_before = report(&app, &lab).await;
+    server.stop().await;
+    let app = TestApp::spawn_config(settings()).await;
+    let after = app.snapshot(&lab).await["outside"].clone();
+    assert_eq!(after["messages"], before["messages"], "the same attempts, times and waits");
+    assert_eq!(outside(&app.snapshot(&lab).await)[0]["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(report(&app, &lab).await, card_before);
+    // And the next request of the key is its third attempt.
+    post_as(&app, &lab, Some("kept"), "k").await;
+    let attempts = outside(&app.snapshot(&lab).await)[0]["attempts"].as_array().unwrap().len();
+    assert_eq!(attempts, 3);
+}

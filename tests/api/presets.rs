@@ -1,0 +1,346 @@
+//! Every "try a failure mode" preset, run as the page runs it (the same static/presets.json,
+//! the same API calls in the same order) with a fixed seed, and the figures its sentence names
+//! checked on what the lab measured: a sentence the page says about a run must be true of it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, counter, messages};
+
+const PRESETS: &str = include_str!("../../static/presets.json");
+const PATIENCE: Duration = Duration::from_secs(90);
+const SEED: u64 = 7;
+
+fn preset(id: &str) -> Value {
+    let all: Vec<Value> = serde_json::from_str(PRESETS).unwrap();
+    all.into_iter().find(|p| p["id"] == id).unwrap_or_else(|| panic!("no preset {id}"))
+}
+
+/// The sentence of `step` says `phrase`: the figures checked next are the ones it names.
+fn says(step: &Value, phrase: &str) {
+    let look = step["look"].as_str().unwrap();
+    assert!(look.contains(phrase), "the sentence no longer says {phrase:?}: {look}");
+}
+
+/// What one step of a preset did: its messages, and the lab time it started.
+struct Step {
+    ids: Vec<u64>,
+    from_ms: u64,
+}
+
+/// Applies one step as the page does: the policy (with the test's seed), each downstream
+/// update in order, then the burst.
+async fn apply(app: &TestApp, lab: &str, step: &Value) -> Step {
+    let from_ms = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
+    if let Some(policy) = step.get("policy") {
+        let mut policy = policy.clone();
+        policy["seed"] = json!(SEED);
+        app.put(lab, "policy", &policy.to_string()).await;
+    }
+    for update in step["downstream"].as_array().into_iter().flatten() {
+        app.put(lab, "downstream", &update.to_string()).await;
+    }
+    let ids = match step["burst"].as_u64() {
+        Some(count) => app.burst(lab, count).await,
+        None => Vec::new(),
+    };
+    Step { ids, from_ms }
+}
+
+/// Runs a preset from a reset, as its button does.
+async fn start(app: &TestApp, id: &str) -> (String, Value, Step) {
+    let lab = app.new_lab().await;
+    let preset = preset(id);
+    let (status, _) = app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
+    assert!(status.is_success());
+    let step = apply(app, &lab, &preset).await;
+    (lab, preset, step)
+}
+
+/// Waits until every message of `step` is delivered or dead-lettered, and for the endpoint
+/// to have finished its work.
+async fn settled(app: &TestApp, lab: &str, step: &Step) -> Value {
+    app.wait_for(lab, PATIENCE, |s| {
+        let done = messages(s)
+            .iter()
+            .filter(|m| step.ids.contains(&m["id"].as_u64().unwrap()))
+            .all(|m| m["state"] == "delivered" || m["state"] == "dead_letter");
+        done && counter(s, "in_flight") == 0 && s["downstream"]["revert"].is_null()
+    })
+    .await
+}
+
+/// The figures of one step's messages and of the load from its start until `to_ms`.
+#[derive(Debug)]
+struct Figures {
+    delivered: u64,
+    dead: u64,
+    requests: u64,
+    by_status: std::collections::BTreeMap<String, u64>,
+    bins: Vec<Value>,
+}
+
+fn figures(snapshot: &Value, step: &Step, to_ms: u64) -> Figures {
+    let ours: Vec<&Value> =
+        messages(snapshot).iter().filter(|m| step.ids.contains(&m["id"].as_u64().unwrap())).collect();
+    let delivered = ours.iter().filter(|m| m["state"] == "delivered").count() as u64;
+    let dead = ours.iter().filter(|m| m["state"] == "dead_letter").count() as u64;
+    let mut by_status = std::collections::BTreeMap::new();
+    let mut requests = 0;
+    for message in &ours {
+        for attempt in message["attempts"].as_array().unwrap() {
+            if attempt["started_ms"].as_u64().unwrap() < step.from_ms {
+                continue;
+            }
+            let key = match &attempt["status"] {
+                Value::Null => attempt["outcome"].as_str().unwrap_or("running").to_owned(),
+                status => status.to_string(),
+            };
+            if key != "short_circuited" {
+                requests += 1;
+            }
+            *by_status.entry(key).or_insert(0) += 1;
+        }
+    }
+    let bins: Vec<Value> = snapshot["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| (step.from_ms..to_ms).contains(&b["t_ms"].as_u64().unwrap()))
+        .cloned()
+        .collect();
+    Figures { delivered, dead, requests, by_status, bins }
+}
+
+fn status(f: &Figures, code: &str) -> u64 {
+    f.by_status.get(code).copied().unwrap_or(0)
+}
+
+/// How many requests the endpoint can finish per 100 ms bin: `capacity` at once, each taking
+/// `latency_ms` on average (the capacity line the load chart draws).
+fn finishes_per_bin(downstream: &Value) -> f64 {
+    let latency = downstream["latency_ms"].as_array().unwrap();
+    let mean = (latency[0].as_f64().unwrap() + latency[1].as_f64().unwrap()) / 2.0;
+    downstream["capacity"].as_f64().unwrap() * 100.0 / mean
+}
+
+/// When the step's scheduled revert ran (its outage ended), in lab time.
+fn reverted_at(snapshot: &Value, step: &Step) -> u64 {
+    let markers = snapshot["markers"].as_array().unwrap();
+    let at = markers.iter().filter(|m| m["kind"] == "scheduled").map(|m| m["at_ms"].as_u64().unwrap());
+    at.filter(|&t| t >= step.from_ms).min().expect("the outage ended by itself")
+}
+
+fn sum(bins: &[Value], field: &str, range: std::ops::Range<u64>) -> u64 {
+    bins.iter()
+        .filter(|b| range.contains(&b["t_ms"].as_u64().unwrap()))
+        .map(|b| b[field].as_u64().unwrap())
+        .sum()
+}
+
+fn causes(snapshot: &Value, step: &Step) -> Vec<String> {
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    let ours = letters.iter().filter(|d| step.ids.contains(&d["id"].as_u64().unwrap()));
+    ours.map(|d| d["cause"].as_str().unwrap().to_owned()).collect()
+}
+
+/// The metastable preset is the set-up `tests/api/metastable.rs` runs, setting for setting,
+/// where its sentences are proven: healthy before the trigger (goodput within 10 % of offered),
+/// goodput below half of offered for 10 s after it, and back on offered within 5 s of the
+/// retry budget while the traffic goes on. The page's live sentence is checked in the browser.
+#[test]
+fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prove() {
+    let preset = preset("metastable");
+    let policy = &preset["policy"];
+    assert_eq!(
+        (
+            &policy["jitter"],
+            &policy["base_ms"],
+            &policy["cap_ms"],
+            &policy["max_attempts"],
+            &policy["timeout_ms"]
+        ),
+        (&json!("none"), &json!(800), &json!(3200), &json!(5), &json!(500))
+    );
+    assert_eq!(
+        (&policy["honor_retry_after"], &policy["breaker"], &policy["retry_budget"]),
+        (&json!(false), &Value::Null, &Value::Null)
+    );
+    assert_eq!(
+        preset["downstream"],
+        json!([{"mode": "overloaded", "capacity": 8, "queue": 40, "latency_ms": [200, 200], "retry_after_s": 0}])
+    );
+    assert_eq!(preset["traffic"], json!({"rate_per_s": 28, "arrivals": "poisson"}));
+    assert_eq!(
+        preset["later"],
+        json!({"after_ms": 3000, "downstream": {"latency_ms": [1000, 1000], "for_ms": 2000}})
+    );
+    assert!(preset["burst"].is_null(), "its load is steady traffic, not a burst");
+    says(&preset, "the goodput line follows the offered line");
+    says(&preset, "stays there after the flag, while the offered line holds");
+    let budget = &preset["then"][0];
+    assert_eq!(budget["policy"], json!({"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}));
+    says(budget, "within a few seconds the goodput line is back on the offered line");
+    assert_eq!(preset["then"].as_array().unwrap().len(), 1, "only the ending the tests prove");
+}
+
+#[tokio::test]
+async fn retry_storm_towers_over_the_capacity_and_backoff_spreads_it() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "storm").await;
+    says(&preset, "towers over the capacity line");
+    says(&preset, "nine requests in ten are 503s");
+    says(&preset, "many messages use up all ten attempts");
+    let done = settled(&app, &lab, &first).await;
+    let f = figures(&done, &first, u64::MAX);
+    let line = finishes_per_bin(&done["downstream"]);
+    // "...the load chart towers over the capacity line, nine requests in ten are 503s, and
+    // many messages use up all ten attempts and end as dead letters."
+    let busy: Vec<u64> = f.bins.iter().map(|b| b["requests"].as_u64().unwrap()).filter(|&r| r > 0).collect();
+    let over = busy.iter().filter(|&&r| r as f64 > 3.0 * line).count();
+    assert!(over * 2 > busy.len(), "most busy bins tower over {line:.1} per bin: {busy:?}");
+    assert!(status(&f, "503") * 10 >= f.requests * 9, "nine in ten are 503s: {f:?}");
+    assert!(f.dead * 4 >= 60, "many dead letters: {f:?}");
+    // "...fewer than half as many 503s, and nearly every message gets through."
+    says(&preset["then"][0], "fewer than half as many 503s, and nearly every message gets through");
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let g = figures(&done, &next, u64::MAX);
+    assert!(status(&g, "503") * 2 < status(&f, "503"), "{f:?} then {g:?}");
+    assert!(g.delivered * 10 >= 60 * 9, "nearly every message: {g:?}");
+}
+
+#[tokio::test]
+async fn thundering_herd_comes_back_in_columns_and_jitter_spreads_them() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "herd").await;
+    says(&preset, "overflows the capacity line");
+    says(&preset, "turned away with 503");
+    let done = settled(&app, &lab, &first).await;
+    let back = reverted_at(&done, &first);
+    let f = figures(&done, &first, u64::MAX);
+    let line = finishes_per_bin(&done["downstream"]);
+    let after = |f: &Figures| -> Vec<u64> {
+        f.bins
+            .iter()
+            .filter(|b| b["t_ms"].as_u64().unwrap() >= back)
+            .map(|b| b["requests"].as_u64().unwrap())
+            .collect()
+    };
+    // "After the ↩ flag ... every message retries at the same instant: each column overflows
+    // the capacity line, and what does not fit is turned away and comes back as the next."
+    let columns: Vec<u64> = after(&f).into_iter().filter(|&r| r as f64 > 3.0 * line).collect();
+    assert!(columns.len() >= 2, "at least two columns over {line:.1} after the outage: {:?}", after(&f));
+    let turned_away = |f: &Figures| sum(&f.bins, "unavailable", back..u64::MAX);
+    assert!(turned_away(&f) > 0);
+    says(
+        &preset["then"][0],
+        "less than half as many are turned away after the ↩ flag and more messages get through",
+    );
+    // "With jitter the retries after recovery arrive spread over the whole wait, so far fewer
+    // are turned away and more messages get through."
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let back_again = reverted_at(&done, &next);
+    let g = figures(&done, &next, u64::MAX);
+    let g_away: u64 = g
+        .bins
+        .iter()
+        .filter(|b| b["t_ms"].as_u64().unwrap() >= back_again)
+        .map(|b| b["unavailable"].as_u64().unwrap())
+        .sum();
+    assert!(g_away * 2 < turned_away(&f), "after recovery: {} turned away, then {g_away}", turned_away(&f));
+    assert!(g.delivered > f.delivered, "{f:?} then {g:?}");
+}
+
+#[tokio::test]
+async fn ignoring_retry_after_draws_429s_and_honouring_it_delivers_every_message() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "ignore-429").await;
+    says(&preset, "most requests are 429s");
+    says(&preset, "many messages run out of attempts");
+    let done = settled(&app, &lab, &first).await;
+    let f = figures(&done, &first, u64::MAX);
+    // "...most requests are 429s, and many messages run out of attempts."
+    assert!(status(&f, "429") * 2 > f.requests, "{f:?}");
+    assert!(f.dead * 5 >= 40, "many run out of attempts: {f:?}");
+    says(
+        &preset["then"][0],
+        "every message gets through at the rate the endpoint allows and none runs out of attempts",
+    );
+    says(&preset["then"][0], "fewer 429s, not none");
+    // "...every message gets through at the rate the endpoint allows and none runs out of
+    // attempts; fewer 429s, but not none: retries told the same second still meet."
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let g = figures(&done, &next, u64::MAX);
+    assert_eq!((g.delivered, g.dead), (40, 0), "{g:?}");
+    assert!(status(&g, "429") < status(&f, "429") && status(&g, "429") > 0, "{f:?} then {g:?}");
+}
+
+#[tokio::test]
+async fn a_fixed_interval_keeps_the_load_up_and_doubling_thins_it_at_a_price() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "fixed").await;
+    says(&preset, "the same column every 400 ms");
+    let done = settled(&app, &lab, &first).await;
+    let back = reverted_at(&done, &first);
+    let f = figures(&done, &first, back);
+    // "For the whole outage the load chart shows the same column every 400 ms": every 400 ms
+    // of the outage, about one request per message, the last as many as the first.
+    // Per second of the outage, a column of the 30 messages every 400 ms is 75 requests; most
+    // of that every second (a loaded machine smears a column over a window's edge), and the
+    // last second about as busy as the rest.
+    let sent = f.bins[0]["t_ms"].as_u64().unwrap();
+    let seconds: Vec<u64> = (0..(back - sent) / 1000)
+        .map(|k| sent + k * 1000)
+        .map(|at| sum(&f.bins, "requests", at..at + 1000))
+        .collect();
+    assert!(seconds.len() >= 3, "{seconds:?}");
+    assert!(seconds.iter().all(|&n| n >= 50), "a column of the messages every 400 ms: {seconds:?}");
+    let mean = seconds.iter().sum::<u64>() / seconds.len() as u64;
+    assert!(*seconds.last().unwrap() * 3 >= mean * 2, "the load never falls: {seconds:?}");
+    assert_eq!(figures(&done, &first, u64::MAX).dead, 0, "twelve attempts outlast the outage");
+    says(&preset["then"][0], "Doubling thins the columns out");
+    says(&preset["then"][0], "some messages become dead letters (the fixed interval had none)");
+    // "Doubling thins the columns out ... The price: ... some messages use up their six
+    // attempts before the outage is over and become dead letters."
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let back = reverted_at(&done, &next);
+    let g = figures(&done, &next, back);
+    let half = next.from_ms + (back - next.from_ms) / 2;
+    let (early, late) =
+        (sum(&g.bins, "requests", next.from_ms + 100..half), sum(&g.bins, "requests", half..back));
+    assert!(late < early, "thinner later in the outage: {early} then {late}");
+    let g = figures(&done, &next, u64::MAX);
+    assert!(g.dead > 0, "some dead letters: {g:?}");
+    assert!(causes(&done, &next).iter().all(|c| c == "attempts_used_up"));
+}
+
+#[tokio::test]
+async fn no_jitter_stands_in_columns_and_jitter_flattens_them() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "no-jitter").await;
+    says(&preset, "spikes with silence in between");
+    let done = settled(&app, &lab, &first).await;
+    let f = figures(&done, &first, u64::MAX);
+    // "...the load chart is spikes with silence in between": the retries' highest bin is far
+    // above what full jitter draws for the same retries.
+    let retries = |f: &Figures, from: u64| -> u64 {
+        f.bins
+            .iter()
+            .filter(|b| b["t_ms"].as_u64().unwrap() >= from + 300)
+            .map(|b| b["requests"].as_u64().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    let spike = retries(&f, first.from_ms);
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let g = figures(&done, &next, u64::MAX);
+    let flat = retries(&g, next.from_ms);
+    says(&preset["then"][0], "the load chart flattens");
+    assert!(flat * 3 < spike * 2, "full jitter flattens the retries' spikes: {spike} then {flat}");
+}

@@ -1,0 +1,97 @@
+//! The snippets the page gives beside the endpoint's URL (`static/snippets.json`) run as
+//! printed against a lab that is down for a moment: each retries with one key, honours the
+//! `Retry-After`, and gets its write through once the lab is back. curl always; Python's when
+//! a Python with urllib3 and tenacity is at hand (`RETRYLAB_SNIPPET_PYTHON`, which `.ci/run`
+//! sets, or `target/snippet-venv`); Node's when `node` is on the PATH. Under `CI=1` the Python
+//! ones must run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use futures_util::future::join_all;
+use serde_json::Value;
+
+use crate::helpers::TestApp;
+
+fn snippets() -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("static/snippets.json");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["snippets"].as_array().unwrap().clone()
+}
+
+fn python() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/snippet-venv/bin/python");
+    let python =
+        std::env::var_os("RETRYLAB_SNIPPET_PYTHON").map(PathBuf::from).or(venv.exists().then_some(venv))?;
+    let works =
+        Command::new(&python).args(["-c", "import urllib3, tenacity"]).status().is_ok_and(|s| s.success());
+    works.then_some(python)
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// The command that runs a snippet's code, if the tool is here.
+fn runner(lang: &str, python: &Option<PathBuf>) -> Option<(String, Vec<String>)> {
+    match lang {
+        "sh" => on_path("curl").then(|| ("sh".to_owned(), vec!["-c".to_owned()])),
+        "python" => python.as_ref().map(|p| (p.display().to_string(), vec!["-c".to_owned()])),
+        "js" => on_path("node")
+            .then(|| ("node".to_owned(), vec!["--input-type=module".to_owned(), "-e".to_owned()])),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_after() {
+    let python = python();
+    if std::env::var_os("CI").is_some() {
+        assert!(python.is_some(), "CI=1: set RETRYLAB_SNIPPET_PYTHON to a Python with urllib3 and tenacity");
+    }
+    let app = TestApp::spawn().await;
+    let mut runs = Vec::new();
+    for snippet in snippets() {
+        let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
+            eprintln!("skipping the {} snippet: its tool is not here", snippet["id"]);
+            continue;
+        };
+        let lab = app.new_lab().await;
+        app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1, "for_ms": 1500}"#).await;
+        let code =
+            snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
+        let id = snippet["id"].as_str().unwrap().to_owned();
+        runs.push(async move {
+            let output = tokio::task::spawn_blocking(move || {
+                Command::new(program).args(args).arg(code).output().unwrap()
+            })
+            .await
+            .unwrap();
+            (id, lab, output)
+        });
+    }
+    assert!(!runs.is_empty(), "curl at least is here");
+    for (id, lab, output) in join_all(runs).await {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{id}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+        let snapshot = app.snapshot(&lab).await;
+        let messages = snapshot["outside"]["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 1, "{id}: one key for every retry: {}", snapshot["outside"]);
+        let attempts = messages[0]["attempts"].as_array().unwrap();
+        assert!(attempts.len() >= 2, "{id} retried: {attempts:?}");
+        assert_eq!(attempts.last().unwrap()["status"], 200, "{id} got through: {attempts:?}");
+        let response = app.client.get(app.url(&format!("/api/labs/{lab}/callers"))).send().await.unwrap();
+        let report: Value = response.json().await.unwrap();
+        let card = &report["callers"][0];
+        let names = [
+            ("curl", "curl"),
+            ("urllib3", "python-urllib3"),
+            ("tenacity", "python-tenacity"),
+            ("node", "node-fetch"),
+        ];
+        let name = names.iter().find(|(snippet, _)| *snippet == id).map(|(_, name)| *name);
+        assert_eq!(card["name"].as_str(), name, "{id} names itself");
+        assert_eq!(card["checks"]["retry_after"]["verdict"], "pass", "{id}: {card}");
+        assert_eq!(card["checks"]["key_reused"]["verdict"], "pass", "{id}: {card}");
+    }
+}
