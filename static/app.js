@@ -11,6 +11,8 @@ import { createBackoffChart } from './backoff-chart.js';
 import { createDeadLetters } from './dead-letters.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
+import { createCallers } from './callers.js';
+import { createSnippets } from './snippets.js';
 
 const main = document.getElementById('lab');
 const lab = main.dataset.lab;
@@ -53,6 +55,8 @@ const deadLetters = createDeadLetters(
 );
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls);
+const callers = createCallers(document.getElementById('callers'), lab, model);
+createSnippets(document.querySelector('[data-snippets]'), document.querySelector('[data-endpoint-url]').textContent);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');
@@ -112,6 +116,7 @@ function draw() {
   timeline.render(changes);
   let behind = deadLetters.render(changes);
   chart.render(changes);
+  callers.render(changes);
   // The chart and the trace can wait: they take turns, one per frame at most, in frames with
   // room to spare. The trace goes last: it may set its scroll offset, which lays the page out.
   let room = performance.now() - start < ROOM_MS;
