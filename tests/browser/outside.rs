@@ -6,7 +6,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Page, Server, assert_no_console_errors, browser, open_new_lab, timeline, wait_counter, wait_for};
+use super::{
+    Page, Server, assert_no_console_errors, browser, open_new_lab, timeline, wait_counter, wait_for,
+};
 
 /// Sends one outside request as caller `name` with key `key`; returns the status.
 async fn send(server: &Server, url: &str, name: &str, key: &str) -> u16 {
@@ -61,7 +63,12 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     assert_eq!(send(&server, &url, "alpha", "alpha-1").await, 200);
 
     // Drawn as rows beside the lab's, each attempt a bar with its status.
-    wait_for(&page, "two outside rows", "document.querySelectorAll('#timeline .tl-row.is-outside').length === 2").await;
+    wait_for(
+        &page,
+        "two outside rows",
+        "document.querySelectorAll('#timeline .tl-row.is-outside').length === 2",
+    )
+    .await;
     wait_for(
         &page,
         "alpha's three bars",
@@ -71,7 +78,8 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     let snapshot = server.snapshot(&lab).await;
     let outside = snapshot["outside"]["messages"].as_array().unwrap();
     let alpha = outside.iter().find(|m| m["caller"] == "alpha").expect("alpha in the snapshot");
-    let statuses: Vec<u64> = alpha["attempts"].as_array().unwrap().iter().map(|a| a["status"].as_u64().unwrap()).collect();
+    let statuses: Vec<u64> =
+        alpha["attempts"].as_array().unwrap().iter().map(|a| a["status"].as_u64().unwrap()).collect();
     assert_eq!(statuses, [503, 503, 200]);
     let drawn = page
         .eval("[...document.querySelectorAll('#timeline .tl-row[data-caller=\"alpha\"] .tl-bar')].map(b => [Number(b.dataset.message), Number(b.dataset.status), b.dataset.outcome])")
@@ -79,8 +87,14 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
         .unwrap();
     let id = -alpha["id"].as_i64().unwrap();
     assert_eq!(drawn, json!([[id, 503, "http_error"], [id, 503, "http_error"], [id, 200, "ok"]]));
-    let label = page.eval("document.querySelector('#timeline .tl-row[data-caller=\"alpha\"] .tl-label').textContent").await.unwrap();
-    assert!(label.as_str().unwrap().contains("alpha") && label.as_str().unwrap().contains("alpha-1"), "{label}");
+    let label = page
+        .eval("document.querySelector('#timeline .tl-row[data-caller=\"alpha\"] .tl-label').textContent")
+        .await
+        .unwrap();
+    assert!(
+        label.as_str().unwrap().contains("alpha") && label.as_str().unwrap().contains("alpha-1"),
+        "{label}"
+    );
     let all = page.eval(ROWS).await.unwrap();
     assert_eq!(all.as_array().unwrap().len(), 4, "two of the lab's, two outside: {all}");
     assert_eq!(
@@ -88,20 +102,18 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
         json!("4 of 4 messages")
     );
 
-    // The tooltip of alpha's first attempt: status, duration, the Retry-After sent and the
+    // The tooltip of alpha's second attempt: status, duration, the Retry-After sent and the
     // wait the caller then took, as the snapshot measured them.
-    page.eval("document.querySelector('#timeline .tl-row[data-caller=\"alpha\"] .tl-bar[data-n=\"1\"]').focus()")
-        .await
-        .unwrap();
+    page.hover("#timeline .tl-row[data-caller=\"alpha\"] .tl-bar[data-n=\"2\"]").await;
     let tip = wait_for(
         &page,
         "the tooltip",
         "(t => !t.hidden && Object.fromEntries([...t.querySelectorAll('dt')].map(d => [d.textContent, d.nextElementSibling.textContent])))(document.querySelector('.tl-tip'))",
     )
     .await;
-    let first = &alpha["attempts"][0];
-    let duration = first["ended_ms"].as_u64().unwrap() - first["started_ms"].as_u64().unwrap();
-    let waited = alpha["attempts"][1]["waited_ms"].as_u64().unwrap();
+    let second = &alpha["attempts"][1];
+    let duration = second["ended_ms"].as_u64().unwrap() - second["started_ms"].as_u64().unwrap();
+    let waited = alpha["attempts"][2]["waited_ms"].as_u64().unwrap();
     assert_eq!(tip["caller"], "alpha", "{tip}");
     assert_eq!(tip["status"], "503", "{tip}");
     assert_eq!(tip["duration"], json!(format!("{duration} ms")), "{tip}");
@@ -113,17 +125,33 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     // The filter: the lab's client, the outside callers, one caller, both.
     let lab_rows = pick_source(&page, "lab").await;
     assert_eq!(lab_rows.as_array().unwrap().len(), 2, "{lab_rows}");
-    assert!(lab_rows.as_array().unwrap().iter().all(|r| r[0].as_i64().unwrap() > 0 && r[1].is_null()), "{lab_rows}");
+    assert!(
+        lab_rows.as_array().unwrap().iter().all(|r| r[0].as_i64().unwrap() > 0 && r[1].is_null()),
+        "{lab_rows}"
+    );
     let outside_rows = pick_source(&page, "outside").await;
-    let callers: Vec<&str> = outside_rows.as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
+    let callers: Vec<&str> =
+        outside_rows.as_array().unwrap().iter().map(|r| r[1].as_str().unwrap()).collect();
     assert_eq!(callers, ["alpha", "beta"], "{outside_rows}");
     let beta_rows = pick_source(&page, "caller:beta").await;
-    assert_eq!(beta_rows, json!([[-outside.iter().find(|m| m["caller"] == "beta").unwrap()["id"].as_i64().unwrap(), "beta"]]));
+    assert_eq!(
+        beta_rows,
+        json!([[-outside.iter().find(|m| m["caller"] == "beta").unwrap()["id"].as_i64().unwrap(), "beta"]])
+    );
     assert_eq!(pick_source(&page, "").await.as_array().unwrap().len(), 4);
 
     // A card per caller, with the API's verdicts and evidence.
-    wait_for(&page, "two report cards", "document.querySelectorAll('#callers .caller-card').length === 2").await;
-    let api: Value = server.http.get(server.url(&format!("/api/labs/{lab}/callers"))).send().await.unwrap().json().await.unwrap();
+    wait_for(&page, "two report cards", "document.querySelectorAll('#callers .caller-card').length === 2")
+        .await;
+    let api: Value = server
+        .http
+        .get(server.url(&format!("/api/labs/{lab}/callers")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let expected: Value = api["callers"]
         .as_array()
         .unwrap()
@@ -159,11 +187,17 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
         "(s => s.length >= 5 && s.map(f => [f.dataset.snippet, f.querySelector('code').textContent, !!f.querySelector('button')]))([...document.querySelectorAll('[data-snippet]')])",
     )
     .await;
-    let file: Value = server.http.get(server.url("/static/snippets.json")).send().await.unwrap().json().await.unwrap();
+    let file: Value =
+        server.http.get(server.url("/static/snippets.json")).send().await.unwrap().json().await.unwrap();
     assert_eq!(snippets.as_array().unwrap().len(), file["snippets"].as_array().unwrap().len());
     for (shown, given) in snippets.as_array().unwrap().iter().zip(file["snippets"].as_array().unwrap()) {
         assert_eq!(shown[0], given["id"]);
-        assert_eq!(shown[1], json!(given["code"].as_str().unwrap().replace("{URL}", &url)), "{}", given["id"]);
+        assert_eq!(
+            shown[1],
+            json!(given["code"].as_str().unwrap().replace("{URL}", &url)),
+            "{}",
+            given["id"]
+        );
         assert!(shown[1].as_str().unwrap().contains(&url) && shown[2] == true, "{shown}");
     }
 
@@ -203,12 +237,22 @@ async fn callers_past_the_cap_are_said_under_the_cards() {
     let snapshot = server.snapshot(&lab).await;
     assert_eq!(snapshot["outside"]["untracked"]["max_callers_per_lab"], 2);
     assert!(
-        said.as_str().unwrap().contains(&format!("2 requests of new callers past the cap of {cap} callers per lab")),
+        said.as_str()
+            .unwrap()
+            .contains(&format!("2 requests of new callers past the cap of {cap} callers per lab")),
         "{said}"
     );
-    wait_for(&page, "a card per kept caller", &format!("document.querySelectorAll('#callers .caller-card').length === {cap}")).await;
+    wait_for(
+        &page,
+        "a card per kept caller",
+        &format!("document.querySelectorAll('#callers .caller-card').length === {cap}"),
+    )
+    .await;
     let rows = page.eval("document.querySelectorAll('#timeline .tl-row.is-outside').length").await.unwrap();
     assert!(rows.as_u64().unwrap() > 0);
-    assert_eq!(page.eval("document.querySelector('[data-filter-count]').dataset.total").await.unwrap(), json!(cap.to_string()));
+    assert_eq!(
+        page.eval("document.querySelector('[data-filter-count]').dataset.total").await.unwrap(),
+        json!(cap.to_string())
+    );
     assert_no_console_errors(&page);
 }
