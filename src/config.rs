@@ -316,6 +316,9 @@ pub struct Limits {
     /// Events a subscriber may fall behind before it is sent a fresh snapshot instead.
     #[arg(long, env = "RETRYLAB_SUBSCRIBER_LAG", default_value_t = DEFAULT_LIMITS.subscriber_lag)]
     pub subscriber_lag: usize,
+    /// The fastest a redrive may replay dead letters, per second.
+    #[arg(long, env = "RETRYLAB_MAX_REDRIVE_RATE_PER_S", default_value_t = DEFAULT_LIMITS.max_redrive_rate_per_s)]
+    pub max_redrive_rate_per_s: u32,
 }
 
 /// The defaults, in one place for the command line and for tests.
@@ -347,6 +350,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_callers_per_lab: 20,
     max_outside_attempts_per_key: 100,
     hot_keys_per_lab: 4_096,
+    max_redrive_rate_per_s: 500,
     max_retry_duration_ms: 60 * 60 * 1000,
 };
 

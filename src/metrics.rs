@@ -38,6 +38,12 @@ struct LabLabel {
     lab: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    /// What ended the round: `attempts_used_up`, `time_budget`, `circuit_open`, `retry_budget`, `permanent`.
+    cause: String,
+}
+
 pub struct Metrics {
     pub attempts: Family<StatusLabel, Counter>,
     pub messages: Family<OutcomeLabel, Counter>,
@@ -93,7 +99,20 @@ impl Metrics {
         let applied_twice = Counter::<u64>::default();
         let active = Gauge::<i64>::default();
         let keys = Family::<HeldLabel, Gauge>::default();
+        let by_cause = Family::<CauseLabel, Gauge>::default();
+        let oldest_age = Family::<LabLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let mut oldest_overall: Option<u64> = None;
+        let now_unix_ms = crate::lab::unix_now_ms();
         for lab in labs.all() {
+            let (facets, oldest) = lab.dead_letter_signals();
+            for (cause, count) in facets.cause {
+                by_cause.get_or_create(&CauseLabel { cause }).inc_by(count as i64);
+            }
+            if let Some(oldest) = oldest {
+                let age_s = now_unix_ms.saturating_sub(oldest) as f64 / 1000.0;
+                oldest_age.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(age_s);
+                oldest_overall = Some(oldest_overall.map_or(oldest, |o| o.min(oldest)));
+            }
             let HeldKeys { whole, fingerprint } = lab.held_keys();
             keys.get_or_create(&HeldLabel { held: "whole" }).inc_by(whole as i64);
             keys.get_or_create(&HeldLabel { held: "fingerprint" }).inc_by(fingerprint as i64);
@@ -108,9 +127,30 @@ impl Metrics {
         let rows = Counter::<u64>::default();
         rows.inc_by(store.rows.load(std::sync::atomic::Ordering::Relaxed));
 
+        let oldest_overall_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        if let Some(oldest) = oldest_overall {
+            oldest_overall_age.set(now_unix_ms.saturating_sub(oldest) as f64 / 1000.0);
+        }
         let mut now = Registry::with_prefix("retrylab");
         now.register("dead_letter_depth", "Dead letters waiting in each lab", depth);
         now.register("dead_letter_depth_overall", "Dead letters waiting in all labs", depth_overall);
+        now.register(
+            "dead_letter_depth_by_cause",
+            "Dead letters waiting in all labs, by what ended their round",
+            by_cause,
+        );
+        now.register_with_unit(
+            "dead_letter_oldest_age",
+            "How long the oldest dead letter of each lab has waited",
+            prometheus_client::registry::Unit::Seconds,
+            oldest_age,
+        );
+        now.register_with_unit(
+            "dead_letter_oldest_age_overall",
+            "How long the oldest dead letter of all labs has waited (0 when there is none)",
+            prometheus_client::registry::Unit::Seconds,
+            oldest_overall_age,
+        );
         now.register("applied_twice", "Idempotency keys applied more than once (must stay 0)", applied_twice);
         now.register("active_labs", "Labs this server holds", active);
         now.register("idempotency_keys", "Applied idempotency keys in memory, by how they are held", keys);

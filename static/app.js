@@ -9,6 +9,8 @@ import { createControls, say } from './controls.js';
 import { createTimeline } from './timeline.js';
 import { createBackoffChart } from './backoff-chart.js';
 import { createDeadLetters } from './dead-letters.js';
+import { createActions } from './dlq-actions.js';
+import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
 import { createCallers } from './callers.js';
@@ -46,13 +48,15 @@ const stream = connect(lab, model, {
 const controls = createControls(model, lab);
 const timeline = createTimeline(document.getElementById('timeline'), model, schedule);
 const chart = createBackoffChart(document.getElementById('backoff'), document.getElementById('backoff-caption'), model, schedule);
-const deadLetters = createDeadLetters(
-  document.getElementById('dead-body'),
-  document.getElementById('dead-empty'),
-  document.getElementById('dead-more'),
-  model,
-  controls.replay,
-);
+const deadPanel = document.getElementById('dead-letters');
+let detail = null;
+let addressed = false;
+const deadLetters = createDeadLetters(deadPanel, model, {
+  replayOne: (button, id, confirmQuarantined) => controls.replay(button, [id], confirmQuarantined),
+  openDetail: (id) => detail.open(id),
+});
+createActions(deadPanel, model, lab, deadLetters, controls);
+detail = createDetail(deadPanel, model, controls, deadLetters);
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls);
 const callers = createCallers(document.getElementById('callers'), lab, model);
@@ -115,6 +119,11 @@ function draw() {
   controls.sync(changes);
   timeline.render(changes);
   let behind = deadLetters.render(changes);
+  // An address that names a dead letter (#dead-letter-12) opens it once the lab is known.
+  if (changes.all && !addressed) {
+    addressed = true;
+    detail.fromAddress();
+  }
   chart.render(changes);
   callers.render(changes);
   // The chart and the trace can wait: they take turns, one per frame at most, in frames with

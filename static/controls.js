@@ -266,9 +266,7 @@ export function createControls(model, lab) {
     send(e.submitter ?? burst, num(burst, 'count'));
   });
 
-  for (const button of document.querySelectorAll('[data-replay-all]')) {
-    button.addEventListener('click', () => replay(button));
-  }
+  // "Replay all" is the dead-letter actions' (dlq-actions.js): it shows a dry run first.
 
   const crash = document.querySelector('[data-crash]');
   crash.addEventListener('click', () =>

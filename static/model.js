@@ -21,6 +21,8 @@ export function emptyModel() {
     messages: new Map(),
     /** @type {Map<number, object>} message id -> DEAD_LETTER, in the order they were dead-lettered */
     deadLetters: new Map(),
+    /** A redrive at a rate in progress: { total, sent, rate_per_s }, or null. */
+    redrive: null,
     /** The client's circuit breaker: its state now and every change, oldest first. */
     breaker: { state: 'closed', changes: [] },
     /** Settings changes (by hand or by schedule), crashes, restarts: { at_ms, kind, label }. */
@@ -85,6 +87,7 @@ export function applySnapshot(model, snap) {
   model.retention = snap.retention ?? null;
   model.messages = new Map(snap.messages.map((m) => [m.id, m]));
   model.deadLetters = new Map(snap.dead_letters.map((d) => [d.id, d]));
+  model.redrive = snap.redrive ?? null;
   /** Message id by idempotency key, built when first needed. */
   model.idByKey = null;
   // An older server sends none of these three: the page then draws them empty.
@@ -202,6 +205,29 @@ export function applyEvent(model, id, ev) {
       }
       break;
     }
+
+    case 'dead_letters_deleted':
+      changes.deadLetters = true;
+      for (const messageId of ev.ids) {
+        model.deadLetters.delete(messageId);
+        model.messages.delete(messageId);
+      }
+      changes.all = true; // rows leave the timeline
+      break;
+
+    case 'dead_letters_quarantined':
+      changes.deadLetters = true;
+      for (const messageId of ev.ids) {
+        const d = model.deadLetters.get(messageId);
+        // Replaced, not changed in place: views tell a changed letter by its object.
+        if (d) model.deadLetters.set(messageId, { ...d, quarantined: ev.quarantined });
+      }
+      break;
+
+    case 'redrive':
+      model.redrive = ev.redrive ?? null;
+      changes.deadLetters = true;
+      break;
 
     case 'settings_changed':
       model.downstream = ev.downstream;

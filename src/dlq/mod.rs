@@ -2,7 +2,14 @@
 //! reason, kept until a person replays them or their retention window ends. It owns the rules
 //! of replay and quarantine: a replay moves letters back into the queue with their keys for a
 //! new round; a message that comes back again and again is quarantined, so "replay all" leaves
-//! it alone and replaying it by id needs a confirmation.
+//! it alone and replaying it by id needs a confirmation. `filter` picks the letters an operator
+//! means; `redrive` replays them at a rate.
+
+mod filter;
+mod redrive;
+
+pub use filter::{Chosen, Facets, Filter, FilterError, LastStatus, Selection, Target, matching, page};
+pub use redrive::{Redrive, RedriveMark};
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +25,7 @@ pub struct DeadLetterChanges {
     pub deleted_dead_letters: Vec<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// The message's id.
     pub id: u64,
@@ -33,6 +40,10 @@ pub struct DeadLetter {
     pub dead_lettered_ms: u64,
     /// Wall-clock time, for the retention window.
     pub dead_lettered_unix_ms: u64,
+    /// Waiting for its turn in a redrive at a rate; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redrive: Option<RedriveMark>,
+
     /// Dead-lettered again after too many replays: "replay all" leaves it for a person.
     pub quarantined: bool,
     /// The downstream's ledger holds the key as applied (a timeout whose write landed): a
@@ -77,6 +88,7 @@ impl DeadLetter {
             attempts: message.attempts.clone(),
             dead_lettered_ms: now_ms,
             dead_lettered_unix_ms: unix_ms,
+            redrive: None,
             quarantined: message.round >= quarantine_after,
             applied: false,
         }
@@ -88,7 +100,13 @@ impl DeadLetter {
 pub enum ReplayRefusal {
     NotDeadLetters(Vec<u64>),
     Quarantined(Vec<u64>),
-    TooManyActive { max: usize, active: usize, asked: usize },
+    TooManyActive {
+        max: usize,
+        active: usize,
+        asked: usize,
+    },
+    /// A filter that matches no letter was acted on.
+    NothingMatches,
 }
 
 /// One lab's dead letters, oldest first.
@@ -123,28 +141,6 @@ impl DeadLetterQueue {
         self.letters.push(letter);
     }
 
-    /// The letters a replay takes: every one not quarantined with `ids = None`; by id, each
-    /// must be a dead letter and a quarantined one needs `confirm_quarantined`. Fails, saying
-    /// why, without changing anything.
-    pub fn choose(&self, ids: Option<&[u64]>, confirm_quarantined: bool) -> Result<Vec<u64>, ReplayRefusal> {
-        let Some(ids) = ids else {
-            return Ok(self.letters.iter().filter(|d| !d.quarantined).map(|d| d.id).collect());
-        };
-        let mut ids = ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let held: HashMap<u64, bool> = self.letters.iter().map(|d| (d.id, d.quarantined)).collect();
-        let missing: Vec<u64> = ids.iter().copied().filter(|id| !held.contains_key(id)).collect();
-        if !missing.is_empty() {
-            return Err(ReplayRefusal::NotDeadLetters(missing));
-        }
-        let quarantined: Vec<u64> = ids.iter().copied().filter(|id| held[id]).collect();
-        if !quarantined.is_empty() && !confirm_quarantined {
-            return Err(ReplayRefusal::Quarantined(quarantined));
-        }
-        Ok(ids)
-    }
-
     /// Takes the given letters out of the queue (they are being replayed or expired); returns
     /// them.
     pub fn remove(&mut self, ids: &[u64]) -> Vec<DeadLetter> {
@@ -155,6 +151,28 @@ impl DeadLetterQueue {
         self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
         self.dirty.extend(gone);
         removed
+    }
+
+    /// Moves letters into quarantine (`true`) or out of it; returns those whose flag changed, in
+    /// id order.
+    pub fn set_quarantined(&mut self, ids: &[u64], quarantined: bool) -> Vec<u64> {
+        let chosen: HashSet<u64> = ids.iter().copied().collect();
+        let mut changed = Vec::new();
+        for letter in
+            self.letters.iter_mut().filter(|d| chosen.contains(&d.id) && d.quarantined != quarantined)
+        {
+            letter.quarantined = quarantined;
+            self.dirty.insert(letter.id);
+            changed.push(letter.id);
+        }
+        self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
+        changed.sort_unstable();
+        changed
+    }
+
+    /// The letter with this id.
+    pub fn get(&self, id: u64) -> Option<&DeadLetter> {
+        self.letters.iter().find(|d| d.id == id)
     }
 
     /// Puts letters back where they were (a replay the store could not keep).
@@ -229,10 +247,24 @@ mod tests {
         queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "gave up".into()), (5, 5), 3));
         queue.push(DeadLetter::new(&message(2, 3), (Cause::AttemptsUsedUp, "gave up".into()), (6, 6), 3));
         assert_eq!(queue.quarantined(), 1);
-        assert_eq!(queue.choose(None, false), Ok(vec![1]));
-        assert_eq!(queue.choose(Some(&[2, 2]), false), Err(ReplayRefusal::Quarantined(vec![2])));
-        assert_eq!(queue.choose(Some(&[2]), true), Ok(vec![2]));
-        assert_eq!(queue.choose(Some(&[1, 9]), true), Err(ReplayRefusal::NotDeadLetters(vec![9])));
+        let choose =
+            |target: &Target, confirm| queue.select(target, (true, confirm), |_| false).map(|c| c.ids);
+        assert_eq!(choose(&Target::All, false), Ok(vec![1]));
+        assert_eq!(choose(&Target::Ids(vec![2, 2]), false), Err(ReplayRefusal::Quarantined(vec![2])));
+        assert_eq!(choose(&Target::Ids(vec![2]), true), Ok(vec![2]));
+        assert_eq!(choose(&Target::Ids(vec![1, 9]), true), Err(ReplayRefusal::NotDeadLetters(vec![9])));
+        let by_filter = Target::Filter(Selection::everything());
+        let skipped = queue.select(&by_filter, (true, false), |_| false).unwrap();
+        assert_eq!((skipped.ids, skipped.quarantined_skipped), (vec![1], 1));
+        let nothing = Target::Filter(Selection::everything().quarantined(false));
+        queue.remove(&[1]);
+        assert_eq!(queue.select(&nothing, (true, false), |_| false), Err(ReplayRefusal::NothingMatches));
+        queue.put_back(vec![DeadLetter::new(
+            &message(1, 0),
+            (Cause::AttemptsUsedUp, "gave up".into()),
+            (5, 5),
+            3,
+        )]);
         queue.remove(&[2]);
         assert_eq!((queue.letters().len(), queue.quarantined()), (1, 0));
     }

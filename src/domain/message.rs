@@ -88,6 +88,14 @@ pub struct Message {
     pub attempts: Vec<Attempt>,
 }
 
+impl Message {
+    /// The body the client sends for message `id` of `lab`, the same on every attempt (the
+    /// downstream refuses a key reused with another body).
+    pub fn body(lab: &super::LabId, id: u64) -> String {
+        serde_json::json!({ "message_id": id, "lab": lab.to_string() }).to_string()
+    }
+}
+
 /// Where a message's delivery picks up: the next attempt number in its round, and how long
 /// is left of the wait planned before it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::callers::{OutsideMessage, Untracked};
-use crate::dlq::DeadLetter;
+use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{Attempt, Counters, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView, Wait};
@@ -57,6 +57,19 @@ pub enum Event {
     },
     ReplayStarted {
         messages: Vec<ReplayedMessage>,
+    },
+    /// Dead letters deleted by hand, with their messages.
+    DeadLettersDeleted {
+        ids: Vec<u64>,
+    },
+    /// Dead letters moved into quarantine (`quarantined: true`) or out of it.
+    DeadLettersQuarantined {
+        ids: Vec<u64>,
+        quarantined: bool,
+    },
+    /// A redrive at a rate started or moved on (`null`: it is over, done or cancelled).
+    Redrive {
+        redrive: Option<Redrive>,
     },
     DownstreamRequest {
         key: String,

@@ -12,6 +12,8 @@ use super::Lab;
 #[derive(Default)]
 pub(super) struct Deliveries {
     tasks: Mutex<HashMap<u64, AbortHandle>>,
+    /// The redrive's loop, one per lab.
+    redrive: Mutex<Option<AbortHandle>>,
     /// Held for the whole of a "crash the client": two recoveries at once would each abort the
     /// other's fresh tasks only in part and start a second delivery loop for the same message.
     recovery: tokio::sync::Mutex<()>,
@@ -23,6 +25,24 @@ impl Lab {
         for (_, task) in self.tasks_lock().drain() {
             task.abort();
         }
+        if let Some(redrive) = self.redrive_lock().take() {
+            redrive.abort();
+        }
+    }
+
+    /// Starts the redrive's loop with `spawn`, unless it is already running: one per lab, so
+    /// no letter is replayed by two loops.
+    pub fn spawn_redrive(&self, spawn: impl FnOnce() -> tokio::task::JoinHandle<()>) -> bool {
+        let mut redrive = self.redrive_lock();
+        if redrive.as_ref().is_some_and(|task| !task.is_finished()) {
+            return false;
+        }
+        *redrive = Some(spawn().abort_handle());
+        true
+    }
+
+    fn redrive_lock(&self) -> MutexGuard<'_, Option<AbortHandle>> {
+        self.deliveries.redrive.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Starts the message's delivery with `spawn`, unless a delivery of it is already running:

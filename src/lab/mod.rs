@@ -14,6 +14,7 @@ mod deliveries;
 mod downstream;
 mod flush;
 mod outside;
+mod queue;
 mod registry;
 mod settings;
 mod snapshot;
@@ -28,7 +29,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
-use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
+use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
 use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, Message, ResumePoint};
 use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
@@ -37,6 +38,7 @@ use crate::store::Store;
 
 pub use downstream::{Arrival, Decided};
 pub use flush::NotDurable;
+pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;
 pub use settings::Settings;
 pub use snapshot::{SnapshotLimits, SnapshotView};
@@ -305,15 +307,15 @@ impl Lab {
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with
-    /// `None`), keeping their keys; returns them as they were (to take the replay back with
-    /// `withdraw_replay`). Changes nothing when refused.
+    /// `Target::All`), keeping their keys; returns them as they were (to take the replay back
+    /// with `withdraw_replay`). Changes nothing when refused.
     pub fn replay(
         &self,
-        ids: Option<&[u64]>,
+        target: &Target,
         confirm_quarantined: bool,
     ) -> Result<Vec<DeadLetter>, ReplayRefusal> {
         let mut state = self.lock();
-        let chosen = state.dead_letters.choose(ids, confirm_quarantined)?;
+        let chosen = state.select(target, (true, confirm_quarantined))?.ids;
         let (max, active) = (self.limits.max_active_messages_per_lab, state.record.active_messages());
         if active + chosen.len() > max {
             return Err(ReplayRefusal::TooManyActive { max, active, asked: chosen.len() });

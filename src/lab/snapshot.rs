@@ -10,7 +10,7 @@ use super::{Lab, LabState};
 use crate::callers::{OutsideMessage, Untracked};
 use crate::client::BreakerChange;
 use crate::config::Retention;
-use crate::dlq::DeadLetter;
+use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message};
 use crate::downstream::DownstreamView;
 use crate::retry::{BreakerState, PolicyView};
@@ -34,6 +34,8 @@ pub struct SnapshotView<'a> {
     messages: &'a [Message],
     #[schema(value_type = Vec<DeadLetter>)]
     dead_letters: Cow<'a, [DeadLetter]>,
+    /// A redrive at a rate in progress; null when none runs.
+    redrive: Option<Redrive>,
     outside: OutsideView<'a>,
 }
 
@@ -117,6 +119,7 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
+            redrive: state.dead_letters.redrive(),
             outside: self.outside_view(state.callers.messages(), state.callers.untracked()),
         }
     }
@@ -155,6 +158,7 @@ impl Lab {
             retention: (&self.retention).into(),
             messages: record.messages().to_vec(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
+            redrive: state.dead_letters.redrive(),
             outside: (state.callers.messages().to_vec(), state.callers.untracked()),
             outside_limits: [
                 self.limits.max_callers_per_lab,
@@ -211,6 +215,7 @@ pub(super) struct Captured {
     retention: RetentionView,
     messages: Vec<Message>,
     dead_letters: Vec<DeadLetter>,
+    redrive: Option<Redrive>,
     outside: (Vec<OutsideMessage>, Untracked),
     outside_limits: [usize; 3],
 }
@@ -231,6 +236,7 @@ impl Captured {
             retention: self.retention,
             messages: &self.messages,
             dead_letters: Cow::Borrowed(&self.dead_letters),
+            redrive: self.redrive,
             outside: OutsideView {
                 messages: &self.outside.0,
                 untracked: self.outside.1,

@@ -3,6 +3,8 @@
 //! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
 //! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
 
+mod redrive;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +71,7 @@ impl Producer {
         let ids = lab.recover(reason);
         let count = ids.len();
         self.start(lab, ids);
+        self.redrive(lab);
         count
     }
 
@@ -108,7 +111,7 @@ impl Producer {
         let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
-        let body = serde_json::json!({ "message_id": id, "lab": lab.id.to_string() }).to_string();
+        let body = crate::domain::Message::body(&lab.id, id);
         // A seeded policy draws each message's jitter from its own stream, so a run repeats.
         let mut rng = match lab.policy().seed {
             Some(seed) => StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)),

@@ -1,19 +1,16 @@
 //! The JSON control API: create a lab, read its snapshot, change the downstream and the
-//! policy, send bursts, replay dead letters, reset.
+//! policy, send bursts, reset (the dead-letter queue's routes are `dead_letters`').
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::rejection::JsonRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::error::{AppError, Problem};
 use super::responses::{JsonBodyErrors, LabErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
-use crate::dlq::ReplayRefusal;
 use crate::downstream::{DownstreamUpdate, DownstreamView};
 use crate::lab::BurstError;
 use crate::retry::{PolicyUpdate, PolicyView};
@@ -181,66 +178,6 @@ pub async fn burst(
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
-#[derive(Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReplayRequest {
-    ids: Option<Vec<u64>>,
-    /// Needed to replay a quarantined dead letter by id.
-    #[serde(default)]
-    confirm_quarantined: bool,
-}
-
-/// Replays dead letters with their keys and a fresh budget: all but the quarantined, or by id.
-#[utoipa::path(
-    post,
-    path = "/api/labs/{lab}/dead-letters/replay",
-    tag = "labs",
-    params(LabParam),
-    request_body(content = ReplayRequest, description = "Empty or `{}` replays every dead letter that is not quarantined"),
-    responses(
-        (status = 202, body = Accepted),
-        LabErrors,
-        JsonBodyErrors,
-        StoreErrors,
-        (status = 409, description = "Quarantined without confirmation, too many owed, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
-    )
-)]
-pub async fn replay(
-    State(app): State<AppState>,
-    LabPath(lab): LabPath,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<Accepted>), AppError> {
-    let request: ReplayRequest = json_or_default(&body?)?;
-    let asked = request.ids.as_ref().map_or(lab.counters().dead_letter as usize, Vec::len);
-    check_overall_active(&app, asked)?;
-    let letters =
-        lab.replay(request.ids.as_deref(), request.confirm_quarantined).map_err(|refusal| match refusal {
-            ReplayRefusal::NotDeadLetters(ids) => {
-                AppError::NotFound(format!("not in the dead-letter queue: {ids:?}; nothing was replayed"))
-            }
-            ReplayRefusal::TooManyActive { max, active, asked } => AppError::Limit {
-                status: StatusCode::CONFLICT,
-                limit: "max_active_messages_per_lab",
-                detail: format!(
-                    "replaying {asked} would leave {} messages owed a delivery, more than {max} \
-                     (max_active_messages_per_lab); replay fewer or wait (nothing was replayed)",
-                    active + asked
-                ),
-            },
-            ReplayRefusal::Quarantined(ids) => AppError::Conflict(format!(
-                "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
-                 \"confirm_quarantined\": true (nothing was replayed)"
-            )),
-        })?;
-    let ids: Vec<u64> = letters.iter().map(|d| d.id).collect();
-    if let Err(refused) = lab.persisted().await {
-        lab.withdraw_replay(letters);
-        return Err(refused.into());
-    }
-    app.producer.start(&lab, ids.clone());
-    Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
-}
-
 /// Clears messages, dead letters and the ledger; settings stay.
 #[utoipa::path(
     post,
@@ -301,7 +238,7 @@ async fn kept_or_restored(lab: &crate::lab::Lab, before: crate::lab::Settings) -
 }
 
 /// Refuses work that would take the whole server past `max_active_messages`.
-fn check_overall_active(app: &AppState, adding: usize) -> Result<(), AppError> {
+pub(super) fn check_overall_active(app: &AppState, adding: usize) -> Result<(), AppError> {
     let max = app.limits.max_active_messages;
     let active = app.labs.active_messages();
     if active + adding <= max {
@@ -314,16 +251,5 @@ fn check_overall_active(app: &AppState, adding: usize) -> Result<(), AppError> {
             "the server is delivering {active} messages for all labs and takes at most {max} \
              (max_active_messages); try again in a few seconds"
         ),
-    })
-}
-
-/// An optional JSON body: empty means the defaults.
-fn json_or_default<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, AppError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        let detail = format!("the body is not valid here: {e}");
-        if e.is_data() { AppError::Unprocessable(detail) } else { AppError::BadRequest(detail) }
     })
 }

@@ -19,6 +19,13 @@ pub enum AppError {
     NotFound(String),
     Conflict(String),
     Unprocessable(String),
+    /// A request field with an unusable value (or an id this lab does not hold): the answer
+    /// names the field.
+    Field {
+        status: StatusCode,
+        field: String,
+        detail: String,
+    },
     Limit {
         status: StatusCode,
         limit: &'static str,
@@ -63,6 +70,9 @@ pub struct Problem<'a> {
     /// The name of the setting whose limit was hit.
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'static str>,
+    /// The request field at fault (`cause`, `filter.status`, `ids`, `rate_per_s`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
 }
 
 impl AppError {
@@ -72,6 +82,7 @@ impl AppError {
             AppError::NotFound(d) => (StatusCode::NOT_FOUND, d, None),
             AppError::Conflict(d) => (StatusCode::CONFLICT, d, None),
             AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
+            AppError::Field { status, detail, .. } => (*status, detail, None),
             AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { status, detail, .. } => (*status, detail, None),
@@ -140,7 +151,11 @@ impl IntoResponse for AppError {
             Some(limit) => format!("/problems/limit/{limit}"),
             None => format!("/problems/{}", title.to_lowercase().replace(' ', "-")),
         };
-        let problem = Problem { kind, title, status: status.as_u16(), detail, limit };
+        let field = match &self {
+            AppError::Field { field, .. } => Some(field.as_str()),
+            _ => None,
+        };
+        let problem = Problem { kind, title, status: status.as_u16(), detail, limit, field };
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));

@@ -1,6 +1,7 @@
 //! The HTTP face of retrylab: one route table, the shared state, and the middleware.
-//! Handlers are grouped by resource: `api` (the JSON control API), `endpoint` (the
-//! fault-injectable downstream), `events` (SSE), `pages` (HTML and static assets).
+//! Handlers are grouped by resource: `api` (the JSON control API), `dead_letters` (the
+//! dead-letter queue's API), `endpoint` (the fault-injectable downstream), `events` (SSE),
+//! `pages` (HTML and static assets).
 
 mod access_log;
 mod api;
@@ -8,6 +9,7 @@ mod app;
 mod callers;
 mod compare;
 mod connections;
+mod dead_letters;
 mod early_errors;
 mod endpoint;
 pub mod error;
@@ -60,7 +62,12 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))
         .route("/api/labs/{lab}/policy", put(api::set_policy))
         .route("/api/labs/{lab}/bursts", post(api::burst))
-        .route("/api/labs/{lab}/dead-letters/replay", post(api::replay))
+        .route("/api/labs/{lab}/dead-letters", get(dead_letters::list))
+        .route("/api/labs/{lab}/dead-letters/{id}", get(dead_letters::detail))
+        .route("/api/labs/{lab}/dead-letters/replay", post(dead_letters::replay))
+        .route("/api/labs/{lab}/dead-letters/delete", post(dead_letters::delete))
+        .route("/api/labs/{lab}/dead-letters/quarantine", post(dead_letters::quarantine))
+        .route("/api/labs/{lab}/dead-letters/redrive/cancel", post(dead_letters::cancel_redrive))
         .route("/api/labs/{lab}/reset", post(api::reset))
         .route("/api/labs/{lab}/crash-client", post(api::crash_client))
         .route("/api/labs/{lab}/events", get(events::stream))
@@ -157,10 +164,12 @@ impl FromRequestParts<AppState> for LabPath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| AppError::BadRequest(e.body_text()))?;
-        let id = LabId::parse(&raw).map_err(AppError::BadRequest)?;
+        let Path(segments) =
+            Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let raw = segments.get("lab").map_or("", String::as_str);
+        let id = LabId::parse(raw).map_err(AppError::BadRequest)?;
         owned_here(state, &id)?;
         state
             .labs

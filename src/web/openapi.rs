@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, callers, compare, endpoint, events, pages};
+use super::{api, callers, compare, dead_letters, endpoint, events, pages};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,7 +22,12 @@ use super::{api, callers, compare, endpoint, events, pages};
         api::set_downstream,
         api::set_policy,
         api::burst,
-        api::replay,
+        dead_letters::list,
+        dead_letters::detail,
+        dead_letters::replay,
+        dead_letters::delete,
+        dead_letters::quarantine,
+        dead_letters::cancel_redrive,
         api::reset,
         api::crash_client,
         callers::callers,

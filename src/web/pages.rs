@@ -21,6 +21,8 @@ struct LabPage {
     modes: &'static [(&'static str, &'static str)],
     counters: Counters,
     retention: RetentionText,
+    /// Every cause a dead letter can have, with its words, for the filter.
+    dlq_causes: Vec<(&'static str, &'static str)>,
 }
 
 /// The downstream's modes, one button each, with what each does at the default settings (the
@@ -86,8 +88,16 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         dead_letters: span(app.retention.dead_letter_ttl_s),
         idle_labs: span(app.retention.idle_lab_ttl_s),
     };
-    LabPage { lab_id: lab.id.to_string(), mode, modes: MODES, counters: lab.counters(), retention }
-        .into_response()
+    let dlq_causes = crate::dlq::Cause::ALL.iter().map(|c| (c.as_str(), c.words())).collect();
+    LabPage {
+        lab_id: lab.id.to_string(),
+        mode,
+        modes: MODES,
+        counters: lab.counters(),
+        retention,
+        dlq_causes,
+    }
+    .into_response()
 }
 
 /// Every file under `static/`, with its content type.
@@ -112,6 +122,9 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
+    ("dlq-filter.js", JS, include_str!("../../static/dlq-filter.js")),
+    ("dlq-actions.js", JS, include_str!("../../static/dlq-actions.js")),
+    ("dlq-detail.js", JS, include_str!("../../static/dlq-detail.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),
     ("compare.js", JS, include_str!("../../static/compare.js")),
     ("compare-form.js", JS, include_str!("../../static/compare-form.js")),

@@ -49,6 +49,23 @@ impl IntoResponses for JsonBodyErrors {
     }
 }
 
+/// Routes that act on a selection of dead letters, by `ids` or by `filter`.
+pub struct SelectionErrors;
+
+impl IntoResponses for SelectionErrors {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        set(&[
+            (404, "An id not in this lab's dead-letter queue (`field`: ids)"),
+            (413, "The body is larger than max_body_bytes"),
+            (
+                422,
+                "Neither ids nor filter, a field with an unusable value, or a filter that matches nothing; \
+                 `field` names it",
+            ),
+        ])
+    }
+}
+
 /// Routes that answer only once their change is committed; a refused change is taken back.
 pub struct StoreErrors;
 

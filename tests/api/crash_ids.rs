@@ -4,43 +4,17 @@
 //! each kill, must end where the server's snapshot is.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, counter, fresh_db};
+use crate::helpers::{Binary, TestApp, counter, fresh_db};
 
 /// The real binary on a free port, holding changes nobody waits for 200 ms before committing,
 /// so that a kill right after an event lands among events the store has not committed.
-struct Server {
-    child: Child,
-    app: TestApp,
-}
-
-impl Server {
-    fn start(db: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-            .args(["--addr", "127.0.0.1:0", "--commit-delay-ms", "200", "--db"])
-            .arg(db)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let mut first_line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
-        let url = first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("its address");
-        Server { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
-    }
+fn start(db: &Path) -> Binary {
+    Binary::start_with(db, &["--commit-delay-ms", "200"])
 }
 
 /// A message's state and its attempts by (round, n), with their outcomes once finished.
@@ -160,7 +134,7 @@ fn settled(snapshot: &Value) -> bool {
 #[tokio::test]
 async fn a_page_that_reconnects_across_sigkills_ends_where_the_server_is() {
     let db = fresh_db();
-    let mut server = Server::start(&db);
+    let mut server = start(&db);
     let lab = server.app.new_lab().await;
     let policy =
         json!({"base_ms": 20, "cap_ms": 100, "timeout_ms": 2000, "max_attempts": 20, "jitter": "full"});
@@ -175,7 +149,7 @@ async fn a_page_that_reconnects_across_sigkills_ends_where_the_server_is() {
         let reading = Instant::now();
         follow(&server.app, &lab, &mut model, |_| reading.elapsed() >= Duration::from_millis(after_ms)).await;
         drop(server); // SIGKILL, right after an event the store most likely had not committed
-        server = Server::start(&db);
+        server = start(&db);
         // The page reconnects a moment later, as a browser's EventSource does: the server has
         // published the restart's events and resumed deliveries meanwhile.
         tokio::time::sleep(Duration::from_millis(700)).await;

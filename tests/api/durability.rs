@@ -1,53 +1,17 @@
 //! Accepted means durable: the lab survives a SIGKILL of the real binary, a crash of its
 //! client, and a restart; its retention windows and its quarantine hold.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use retrylab::config::{Limits, Retention};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, config, counter, fresh_db, messages};
+use crate::helpers::{Binary, TestApp, config, counter, fresh_db, messages};
 
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The real binary, serving on a free port with the given database.
-struct Server {
-    child: Child,
-    app: TestApp,
-}
-
-impl Server {
-    fn start(db: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-            .args(["--addr", "127.0.0.1:0", "--db"])
-            .arg(db)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let mut first_line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
-        let url =
-            first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("it prints its address");
-        Server { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap(); // SIGKILL: no chance to tidy up
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn settled(snapshot: &Value) -> bool {
     ["queued", "in_flight", "backing_off"].iter().all(|c| counter(snapshot, c) == 0)
@@ -109,7 +73,7 @@ async fn finish_and_replay(app: &TestApp, lab: &str, db: &Path, dead_before: &[u
 #[tokio::test]
 async fn a_sigkill_mid_burst_loses_nothing_and_applies_nothing_twice() {
     let db = fresh_db();
-    let server = Server::start(&db);
+    let server = Binary::start(&db);
     let lab = flaky_lab(&server.app).await;
     let accepted = server.app.burst(&lab, 1000).await;
     assert_eq!(accepted.len(), 1000);
@@ -123,7 +87,7 @@ async fn a_sigkill_mid_burst_loses_nothing_and_applies_nothing_twice() {
     server.app.put(&lab, "policy", "{}").await;
     server.kill();
 
-    let restarted = Server::start(&db);
+    let restarted = Binary::start(&db);
     let resumed = restarted.app.snapshot(&lab).await;
     assert_eq!(messages(&resumed).len(), 1050, "every accepted message is still there");
     assert!(!settled(&resumed), "the kill landed mid-round: {}", resumed["counters"]);
@@ -308,7 +272,7 @@ async fn a_message_that_keeps_failing_is_quarantined() {
 #[tokio::test]
 async fn sigterm_exits_cleanly_within_five_seconds() {
     let db = fresh_db();
-    let mut server = Server::start(&db);
+    let mut server = Binary::start(&db);
     let lab = server.app.new_lab().await;
     // Slow answers keep requests open when the signal arrives.
     server.app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [20000, 20000]}"#).await;
@@ -326,7 +290,7 @@ async fn sigterm_exits_cleanly_within_five_seconds() {
     };
     assert!(status.success(), "exited with {status}");
     // What was in flight resumes on the next start.
-    let restarted = Server::start(&db);
+    let restarted = Binary::start(&db);
     let snapshot = restarted.app.snapshot(&lab).await;
     assert_eq!(messages(&snapshot).len(), 20);
     assert_eq!(counter(&snapshot, "applied"), 20, "slow mode had applied every write before the answer");

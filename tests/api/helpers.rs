@@ -151,3 +151,46 @@ pub fn messages(snapshot: &Value) -> &Vec<Value> {
 pub fn round(message: &Value, round: u64) -> Vec<&Value> {
     message["attempts"].as_array().unwrap().iter().filter(|a| a["round"] == round).collect()
 }
+
+/// The real binary, serving on a free port with the given store, SIGKILLed when dropped.
+pub struct Binary {
+    pub child: std::process::Child,
+    pub app: TestApp,
+}
+
+impl Binary {
+    pub fn start(db: &std::path::Path) -> Binary {
+        Binary::start_with(db, &[])
+    }
+
+    /// Started with `args` after the address and the store.
+    pub fn start_with(db: &std::path::Path, args: &[&str]) -> Binary {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["--addr", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut first_line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first_line).unwrap();
+        let url =
+            first_line.split_whitespace().find(|w| w.starts_with("http://")).expect("it prints its address");
+        Binary { child, app: TestApp::at(url.trim_end_matches('/').to_owned()) }
+    }
+
+    /// SIGKILL: no chance to tidy up.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

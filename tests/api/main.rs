@@ -6,6 +6,7 @@ mod broken_store;
 mod callers;
 mod compare;
 mod crash_ids;
+mod dead_letters;
 mod dedup_window;
 mod deployment;
 mod durability;

@@ -7,6 +7,7 @@
 
 mod cdp;
 mod compare;
+mod dead_letters;
 mod event_stream;
 mod failure_modes;
 mod new_user;
@@ -223,6 +224,15 @@ async fn outage_then_replay_delivers_all_eight_and_applies_none_twice() {
 
     choose_mode(&page, "healthy").await;
     page.click("[data-replay-all]").await;
+    // More than one letter: the page shows the server's dry run before it replays.
+    let dry = wait_for(
+        &page,
+        "the replay's dry run",
+        "!document.querySelector('[data-dlq-confirm]').hidden && document.querySelector('[data-dlq-confirm-text]').textContent",
+    )
+    .await;
+    assert!(dry.as_str().unwrap().contains("8 letters would be replayed at once"), "{dry}");
+    page.click("[data-dlq-go]").await;
     wait_counter(&page, "delivered", 8).await;
     wait_counter(&page, "dead_letter", 0).await;
     wait_counter(&page, "applied", 8).await;

@@ -1,0 +1,87 @@
+//! The redrive's loop: one letter at a time at the redrive's rate, each sent only once the
+//! store holds it as replayed (so a crash can neither lose it nor send it twice), until the
+//! redrive is done or cancelled. One loop per lab; after a restart or a crash of the client it
+//! starts again from what the store kept. A small pacer of its own: an even schedule (the
+//! n-th send due n intervals after the start) that does not try to catch up after a stall.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::Producer;
+use crate::lab::{Lab, Step};
+
+/// How long to wait before trying again when the lab owes too many deliveries, or the store
+/// could not keep a step.
+const BACK_OFF: Duration = Duration::from_millis(200);
+
+impl Producer {
+    /// Runs the lab's redrive, if it has one and its loop is not already running.
+    pub fn redrive(&self, lab: &Arc<Lab>) {
+        if lab.redrive().is_none() {
+            return;
+        }
+        let (producer, lab_ref) = (self.clone(), lab.clone());
+        let span = tracing::info_span!("redrive", lab = %lab.id);
+        lab.spawn_redrive(|| {
+            tokio::spawn(async move { producer.run_redrive(&lab_ref).await }.instrument(span))
+        });
+    }
+
+    async fn run_redrive(&self, lab: &Arc<Lab>) {
+        let mut pacer: Option<Pacer> = None;
+        while let Some(redrive) = lab.redrive() {
+            let pacer = pacer.get_or_insert_with(|| Pacer::new(redrive.rate_per_s));
+            match lab.redrive_step() {
+                Step::Done => break,
+                Step::Busy => {
+                    tokio::time::sleep(BACK_OFF).await;
+                    pacer.stalled();
+                    continue;
+                }
+                Step::Sent(letter) => {
+                    let id = letter.id;
+                    if lab.persisted().await.is_err() {
+                        // Back in the queue, still owed by the redrive: tried again shortly.
+                        lab.withdraw_replay(vec![letter]);
+                        tokio::time::sleep(BACK_OFF).await;
+                        pacer.stalled();
+                        continue;
+                    }
+                    self.start(lab, vec![id]);
+                }
+            }
+            tokio::time::sleep_until(pacer.next()).await;
+        }
+    }
+}
+
+/// An even schedule at a rate: each tick is due one interval after the one before.
+struct Pacer {
+    interval: Duration,
+    due: Instant,
+}
+
+impl Pacer {
+    fn new(rate_per_s: f64) -> Self {
+        Pacer { interval: Duration::from_secs_f64(1.0 / rate_per_s), due: Instant::now() }
+    }
+
+    /// When the next tick is due. A schedule that fell more than an interval behind (a slow
+    /// commit) starts again from now rather than sending a catch-up burst.
+    fn next(&mut self) -> Instant {
+        self.due += self.interval;
+        let now = Instant::now();
+        if self.due + self.interval < now {
+            self.due = now;
+        }
+        self.due
+    }
+
+    /// A wait outside the schedule: it starts again from now.
+    fn stalled(&mut self) {
+        self.due = Instant::now();
+    }
+}

@@ -1,0 +1,89 @@
+//! Which dead letters a person means, worked out in the page as the server does it
+//! (src/dlq/filter.rs): by cause, last status, replays, quarantine, whether the write was
+//! applied (the ledger's word, as the snapshot and its events carry it) and id or key prefix; and
+//! the counts per cause and per last status of the whole queue. The same filter goes to the
+//! server for an action on everything it matches.
+
+export const CAUSES = ['attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent'];
+
+export const CAUSE_TEXT = {
+  attempts_used_up: 'attempts used up',
+  time_budget: 'time budget',
+  circuit_open: 'circuit open',
+  retry_budget: 'retry budget',
+  permanent: 'permanent error',
+};
+
+/** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */
+export function lastStatus(d) {
+  const last = d.attempts[d.attempts.length - 1];
+  if (!last) return 'none';
+  if (last.status != null) return String(last.status);
+  switch (last.outcome) {
+    case 'timeout':
+    case 'transport_error':
+    case 'short_circuited':
+      return last.outcome;
+    case 'ok':
+    case 'http_error':
+      return 'none';
+    default:
+      return 'interrupted';
+  }
+}
+
+export function emptyFilter() {
+  return { cause: '', status: '', replays: '', quarantined: '', applied: '', q: '' };
+}
+
+export function isEmpty(f) {
+  return !f.cause && !f.status && f.replays === '' && !f.quarantined && !f.applied && !f.q.trim();
+}
+
+/** A test for one letter. */
+export function matcher(f) {
+  const q = f.q.trim().toLowerCase();
+  const idOnly = /^#(\d+)$/.exec(q);
+  const replays = f.replays === '' ? null : Number(f.replays);
+  return (d) => {
+    if (f.cause && d.cause !== f.cause) return false;
+    if (f.status && lastStatus(d) !== f.status) return false;
+    if (replays != null && d.round !== replays) return false;
+    if (f.quarantined && String(d.quarantined) !== f.quarantined) return false;
+    if (f.applied && String(!!d.applied) !== f.applied) return false;
+    if (idOnly) return d.id === Number(idOnly[1]);
+    if (q) return String(d.id) === q || d.key.startsWith(q);
+    return true;
+  };
+}
+
+/** The filter as the API takes it (`"filter": {...}`), only the fields that are set. */
+export function toServer(f) {
+  const out = {};
+  if (f.cause) out.cause = f.cause;
+  if (f.status) out.status = f.status;
+  if (f.replays !== '') out.replays = Number(f.replays);
+  if (f.quarantined) out.quarantined = f.quarantined === 'true';
+  if (f.applied) out.applied = f.applied === 'true';
+  if (f.q.trim()) out.q = f.q.trim();
+  return out;
+}
+
+/** The same filter as a query string, for the export. */
+export function toQuery(f) {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(toServer(f))) params.set(k, String(v));
+  return params.toString();
+}
+
+/** Counts per cause (every cause) and per last status (those present), of `letters`. */
+export function facets(letters) {
+  const cause = new Map(CAUSES.map((c) => [c, 0]));
+  const status = new Map();
+  for (const d of letters) {
+    cause.set(d.cause, (cause.get(d.cause) ?? 0) + 1);
+    const s = lastStatus(d);
+    status.set(s, (status.get(s) ?? 0) + 1);
+  }
+  return { cause, status };
+}
