@@ -60,7 +60,11 @@ detail = createDetail(deadPanel, model, controls, deadLetters);
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls);
 const callers = createCallers(document.getElementById('callers'), lab, model);
-createSnippets(document.querySelector('[data-snippets]'), document.querySelector('[data-endpoint-url]').textContent);
+createSnippets(
+  document.querySelector('[data-snippets]'),
+  document.querySelector('[data-snippets-toggle]'),
+  document.querySelector('[data-endpoint-url]').textContent,
+);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');

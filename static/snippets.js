@@ -4,7 +4,7 @@
 
 import { say } from './controls.js';
 
-export function createSnippets(root, url) {
+export function createSnippets(root, toggle, url) {
   const list = root.querySelector('[data-snippet-list]');
   let loaded = false;
 
@@ -17,14 +17,18 @@ export function createSnippets(root, url) {
       data = await res.json();
     } catch {
       loaded = false;
-      list.textContent = 'The snippets could not be loaded; reopen this to try again.';
+      list.textContent = 'The snippets could not be loaded; press the button again to try again.';
       return;
     }
     list.replaceChildren(...data.snippets.map((s) => snippet(s, s.code.replaceAll(data.placeholder, url))));
   }
-  // Fetched the first time someone opens them, so the page's start costs nothing more.
-  root.addEventListener('toggle', () => root.open && load());
-  if (root.open) load();
+  // Shown beside the URL's copy button only when asked for, so the page keeps its height, and
+  // fetched the first time, so the page's start costs nothing more.
+  toggle.addEventListener('click', () => {
+    root.hidden = !root.hidden;
+    toggle.setAttribute('aria-expanded', String(!root.hidden));
+    if (!root.hidden) load();
+  });
 }
 
 function snippet(s, code) {

@@ -180,7 +180,7 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     assert_eq!(shown["alpha"].as_object().unwrap().len(), 7);
 
     // The snippets beside the URL, with this lab's URL in them, each with a copy button.
-    page.eval("document.querySelector('[data-snippets]').open = true").await.unwrap();
+    page.click("[data-snippets-toggle]").await;
     let snippets = wait_for(
         &page,
         "the snippets",
