@@ -29,4 +29,6 @@ step "scripts/event-window-memory.py"
 MESSAGES=50 python3 scripts/event-window-memory.py "$bin" 1048576 3
 step "scripts/slow-connections.py"
 python3 scripts/slow-connections.py "$bin" 20
+step "scripts/export-memory.py"
+python3 scripts/export-memory.py --quick --bin "$bin"
 step "every script ran"
