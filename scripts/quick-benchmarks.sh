@@ -15,6 +15,8 @@ step() { echo "== $*" >&2; }
 
 step "examples/burst_bench"
 BURST_BENCH_MESSAGES=200 BURST_BENCH_BASELINE_ROWS=20 cargo run --locked --quiet --example burst_bench
+step "examples/traffic_bench"
+cargo run --locked --quiet --example traffic_bench -- --quick
 step "examples/ledger_memory"
 LEDGER_MEMORY_KEYS=2000 cargo run --locked --quiet --example ledger_memory
 step "scripts/endpoint-throughput.sh (with examples/bare_endpoint)"
@@ -29,4 +31,6 @@ step "scripts/event-window-memory.py"
 MESSAGES=50 python3 scripts/event-window-memory.py "$bin" 1048576 3
 step "scripts/slow-connections.py"
 python3 scripts/slow-connections.py "$bin" 20
+step "scripts/export-memory.py"
+python3 scripts/export-memory.py --quick --bin "$bin"
 step "every script ran"

@@ -13,6 +13,8 @@ import { createActions } from './dlq-actions.js';
 import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
+import { createCallers } from './callers.js';
+import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
 
 const main = document.getElementById('lab');
@@ -64,6 +66,12 @@ setInterval(() => {
   traffic.tick();
   presets.tick();
 }, 500);
+const callers = createCallers(document.getElementById('callers'), lab, model);
+createSnippets(
+  document.querySelector('[data-snippets]'),
+  document.querySelector('[data-snippets-toggle]'),
+  document.querySelector('[data-endpoint-url]').textContent,
+);
 
 const counterEls = [...document.querySelectorAll('[data-counter]')];
 const appliedTwice = document.getElementById('applied-twice');
@@ -129,6 +137,7 @@ function draw() {
     detail.fromAddress();
   }
   chart.render(changes);
+  callers.render(changes);
   // The chart and the trace can wait: they take turns, one per frame at most, in frames with
   // room to spare. The trace goes last: it may set its scroll offset, which lays the page out.
   let room = performance.now() - start < ROOM_MS;

@@ -1,11 +1,12 @@
 //! The dead-letter table: the messages the client gave up on, as the server keeps them. An
 //! outage can leave ten thousand, so the table draws only the rows in view (a fixed row
 //! height, two spacers for the rest) and filters in the page, from the model, by cause, last
-//! status, replays, quarantine and id or key prefix, with the counts per cause and per status
-//! above it. A row can be picked for an action, replayed on its own, or opened in detail.
+//! status, replays, quarantine, when dead-lettered and id or key prefix, with the counts per
+//! cause and per status above it. A row can be picked for an action, replayed on its own, or
+//! opened in detail.
 
 import { labTime, shortKey } from './model.js';
-import { CAUSE_TEXT, emptyFilter, facets, isEmpty, lastStatus, matcher } from './dlq-filter.js';
+import { CAUSE_TEXT, emptyFilter, facets, isEmpty, lastStatus, matcher, rangeInverted } from './dlq-filter.js';
 
 /** Every row is this tall (style.css holds it to it), so a row's place is its index times it. */
 export const ROW_H = 34;
@@ -60,7 +61,11 @@ export function createDeadLetters(panel, model, { replayOne, openDetail }) {
       quarantined: data.get('quarantined') ?? '',
       applied: data.get('applied') ?? '',
       q: String(data.get('q') ?? ''),
+      since: String(data.get('since') ?? ''),
+      until: String(data.get('until') ?? ''),
     };
+    // A range that ends before it starts matches nothing; the field says why.
+    form.elements.until.setCustomValidity(rangeInverted(filter) ? 'This is before the start: the range holds nothing.' : '');
     selected.clear();
     listStale = true;
     scroller.scrollTop = 0;

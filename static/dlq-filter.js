@@ -1,6 +1,7 @@
 //! Which dead letters a person means, worked out in the page as the server does it
 //! (src/dlq/filter.rs): by cause, last status, replays, quarantine, whether the write was
-//! applied (the ledger's word, as the snapshot and its events carry it) and id or key prefix; and
+//! applied (the ledger's word, as the snapshot and its events carry it), when it was
+//! dead-lettered (a range in seconds on the lab clock, both ends included) and id or key prefix; and
 //! the counts per cause and per last status of the whole queue. The same filter goes to the
 //! server for an action on everything it matches.
 
@@ -33,11 +34,30 @@ export function lastStatus(d) {
 }
 
 export function emptyFilter() {
-  return { cause: '', status: '', replays: '', quarantined: '', applied: '', q: '' };
+  return { cause: '', status: '', replays: '', quarantined: '', applied: '', q: '', since: '', until: '' };
 }
 
 export function isEmpty(f) {
-  return !f.cause && !f.status && f.replays === '' && !f.quarantined && !f.applied && !f.q.trim();
+  return !f.cause && !f.status && f.replays === '' && !f.quarantined && !f.applied && !f.q.trim()
+    && labMs(f.since) == null && labMs(f.until) == null;
+}
+
+/**
+ * A time typed in seconds on the lab clock ("12.345", as the table shows it) in whole ms, as
+ * the server compares `dead_lettered_ms`; null when empty or not a time (no bound).
+ */
+export function labMs(seconds) {
+  const text = String(seconds ?? '').trim();
+  if (text === '') return null;
+  const s = Number(text);
+  return Number.isFinite(s) && s >= 0 ? Math.round(s * 1000) : null;
+}
+
+/** Whether the range ends before it starts (the server refuses it: it holds nothing). */
+export function rangeInverted(f) {
+  const since = labMs(f.since);
+  const until = labMs(f.until);
+  return since != null && until != null && until < since;
 }
 
 /** A test for one letter. */
@@ -45,10 +65,14 @@ export function matcher(f) {
   const q = f.q.trim().toLowerCase();
   const idOnly = /^#(\d+)$/.exec(q);
   const replays = f.replays === '' ? null : Number(f.replays);
+  const since = labMs(f.since);
+  const until = labMs(f.until);
   return (d) => {
     if (f.cause && d.cause !== f.cause) return false;
     if (f.status && lastStatus(d) !== f.status) return false;
     if (replays != null && d.round !== replays) return false;
+    if (since != null && d.dead_lettered_ms < since) return false;
+    if (until != null && d.dead_lettered_ms > until) return false;
     if (f.quarantined && String(d.quarantined) !== f.quarantined) return false;
     if (f.applied && String(!!d.applied) !== f.applied) return false;
     if (idOnly) return d.id === Number(idOnly[1]);
@@ -65,6 +89,8 @@ export function toServer(f) {
   if (f.replays !== '') out.replays = Number(f.replays);
   if (f.quarantined) out.quarantined = f.quarantined === 'true';
   if (f.applied) out.applied = f.applied === 'true';
+  if (labMs(f.since) != null) out.since_ms = labMs(f.since);
+  if (labMs(f.until) != null) out.until_ms = labMs(f.until);
   if (f.q.trim()) out.q = f.q.trim();
   return out;
 }

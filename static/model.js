@@ -3,6 +3,9 @@
 //! from the page's own buttons, so what is drawn is always what the server measured.
 //! Messages and dead letters are kept by id, and the load chart's bins by their start, so an
 //! event costs the same in a lab of twenty messages as in one of twenty thousand.
+//! The requests of outside callers are kept beside them as rows of their own (outside.js).
+
+import { emptyOutside, outsideOf, putOutside } from './outside.js';
 
 /** An empty model, used until the first snapshot arrives. */
 export function emptyModel() {
@@ -30,6 +33,8 @@ export function emptyModel() {
     traffic: { rate_per_s: 0, arrivals: 'poisson', until_ms: null, sent: 0, refused: 0, late_ms_p99: null },
     /** What reached the downstream per bin of lab time: bin start (ms) -> LOAD_BIN. */
     load: { binMs: 100, bins: new Map() },
+    /** What outside callers sent the endpoint, one row per caller and key (outside.js). */
+    outside: emptyOutside(),
     // The lab clock: lab ms = anchorLab + (performance.now() - anchorPerf).
     anchorLab: 0,
     anchorPerf: 0,
@@ -50,6 +55,10 @@ export function noChanges() {
     clients: false,
     /** Starts (ms) of the load bins that changed. */
     load: new Set(),
+    /** Row ids (negative) of the outside messages that changed. */
+    outside: new Set(),
+    /** An outside request was answered but not kept (a bound was reached). */
+    untracked: false,
   };
 }
 
@@ -65,6 +74,8 @@ export function mergeChanges(a, b) {
   a.clients ||= b.clients;
   for (const id of b.messages) a.messages.add(id);
   for (const t of b.load) a.load.add(t);
+  for (const id of b.outside) a.outside.add(id);
+  a.untracked ||= b.untracked;
   return a;
 }
 
@@ -93,6 +104,7 @@ export function applySnapshot(model, snap) {
   if (snap.traffic) model.traffic = snap.traffic;
   if (snap.clients) model.clients = snap.clients;
   model.load = { binMs: snap.load?.bin_ms ?? 100, bins: new Map((snap.load?.bins ?? []).map((b) => [b.t_ms, b])) };
+  model.outside = outsideOf(snap.outside);
   model.anchorLab = snap.now_ms;
   model.anchorPerf = performance.now();
   const changes = noChanges();
@@ -280,6 +292,16 @@ export function applyEvent(model, id, ev) {
       break;
     }
 
+    case 'outside_attempt':
+      // The whole outside message as it is now: it replaces the row with its id.
+      changes.outside.add(putOutside(model.outside, ev.message));
+      break;
+
+    case 'outside_untracked':
+      model.outside.untracked = { ...ev.untracked };
+      changes.untracked = true;
+      break;
+
     case 'lab_created':
       // Only the trace console shows these; the counters above already changed.
       break;
@@ -297,6 +319,11 @@ function deadLetterOfKey(model, key) {
   if (model.deadLetters.size === 0) return null;
   if (!model.idByKey) model.idByKey = new Map([...model.messages.values()].map((m) => [m.key, m.id]));
   return model.deadLetters.get(model.idByKey.get(key)) ?? null;
+}
+
+/** The timeline row with id `id`: a message of the lab's own, or (negative id) an outside one. */
+export function rowOf(model, id) {
+  return id < 0 ? model.outside.rows.get(id) : model.messages.get(id);
 }
 
 export function findAttempt(message, round, n) {

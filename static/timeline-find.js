@@ -1,7 +1,9 @@
 //! Finding messages in the timeline: the filter by message id, key prefix and state, the list
 //! of rows it picks (`state.list`), the "n of m messages" count, and the notes shown when the
-//! lab has no messages yet or none matches.
+//! lab has no messages yet or none matches. The source filter picks the lab's own client, the
+//! outside callers, or one of them (outside.js); its list of callers grows as they appear.
 
+import { sourcePasses } from './outside.js';
 import { show } from './timeline-rows.js';
 
 /** Wait this long after the last keystroke before telling screen readers the count. */
@@ -15,16 +17,21 @@ export function createFind(state, rows) {
   const findForm = document.querySelector('[data-find-form]');
   const findInput = findForm.querySelector('[data-find]');
   const stateSelect = findForm.querySelector('[data-state-filter]');
+  const sourceSelect = findForm.querySelector('[data-source-filter]');
+  const callersGroup = sourceSelect.querySelector('[data-source-callers]');
   const countEl = findForm.querySelector('[data-filter-count]');
   const filterSaid = document.querySelector('[data-filter-said]');
 
-  let filter = { id: null, key: '', state: '' };
+  let filter = { id: null, key: '', state: '', source: '' };
   let listStale = true;
-  /** How many messages the model held when `state.list` was made. */
+  /** How many rows (the lab's messages and outside ones) the model held when `state.list` was made. */
   let listedOf = 0;
+  /** How many outside callers the source filter offers. */
+  let callersOffered = 0;
   let sayTimer = 0;
 
   function passes(m) {
+    if (!sourcePasses(filter.source, m)) return false;
     if (filter.state && m.state !== filter.state) return false;
     if (filter.id != null) return m.id === filter.id;
     return !filter.key || m.key.toLowerCase().startsWith(filter.key);
@@ -32,9 +39,16 @@ export function createFind(state, rows) {
 
   function rebuildList() {
     listStale = false;
-    listedOf = model.messages.size;
+    listedOf = rowCount();
     const list = [];
-    for (const m of model.messages.values()) if (passes(m)) list.push(m.id);
+    // Both kinds are in time order already: merge them by when each began.
+    const outside = [...model.outside.rows.values()];
+    let o = 0;
+    for (const m of model.messages.values()) {
+      for (; o < outside.length && outside[o].created_ms < m.created_ms; o++) if (passes(outside[o])) list.push(outside[o].id);
+      if (passes(m)) list.push(m.id);
+    }
+    for (; o < outside.length; o++) if (passes(outside[o])) list.push(outside[o].id);
     state.list = list;
     rows.listChanged();
     const text = `${list.length} of ${listedOf} message${listedOf === 1 ? '' : 's'}`;
@@ -49,17 +63,51 @@ export function createFind(state, rows) {
     const text = findInput.value.trim();
     // "12" or "#12" is a message id; anything else is the start of an idempotency key.
     const id = /^#?(\d+)$/.exec(text);
-    filter = { id: id ? Number(id[1]) : null, key: id ? '' : text.toLowerCase(), state: stateSelect.value };
+    filter = {
+      id: id ? Number(id[1]) : null,
+      key: id ? '' : text.toLowerCase(),
+      state: stateSelect.value,
+      source: sourceSelect.value,
+    };
     listStale = true;
     rows.scrollToTop();
     state.requestDraw();
     clearTimeout(sayTimer);
     sayTimer = setTimeout(() => {
-      filterSaid.textContent = `${state.list.length} of ${model.messages.size} messages shown.`;
+      filterSaid.textContent = `${state.list.length} of ${rowCount()} messages shown.`;
     }, SAY_FILTER_MS);
   }
   findInput.addEventListener('input', readFilter);
   stateSelect.addEventListener('change', readFilter);
+  sourceSelect.addEventListener('change', readFilter);
+
+  function rowCount() {
+    return model.messages.size + model.outside.rows.size;
+  }
+
+  /** Offer each outside caller in the source filter, once, as it first appears. */
+  function offerCallers() {
+    const callers = model.outside.callers;
+    if (callers.length === callersOffered) return;
+    if (callers.length < callersOffered) {
+      // A new snapshot with fewer callers (a reset): offer them afresh.
+      callersGroup.replaceChildren();
+      callersOffered = 0;
+    }
+    for (const name of callers.slice(callersOffered)) {
+      const option = document.createElement('option');
+      option.value = `caller:${name}`;
+      option.textContent = name;
+      callersGroup.append(option);
+    }
+    callersOffered = callers.length;
+    callersGroup.hidden = callersOffered === 0;
+    // The caller picked is gone (a reset): back to both.
+    if (sourceSelect.value !== filter.source) {
+      sourceSelect.value = '';
+      readFilter();
+    }
+  }
 
   /** Make the list again if anything it depends on changed. */
   function refresh() {
@@ -73,13 +121,15 @@ export function createFind(state, rows) {
     },
     /** New messages join the list; with a state filter, a change of state may move a row. */
     noteChanges(changes) {
-      if (model.messages.size !== listedOf || (filter.state && changes.messages.size)) listStale = true;
+      const moved = changes.messages.size || changes.outside.size;
+      if (rowCount() !== listedOf || (filter.state && moved)) listStale = true;
     },
     refresh,
     /** The list for this frame, and the notes for an empty lab or an empty list. */
     update({ timed } = { timed: false }) {
+      offerCallers();
       refresh();
-      const empty = model.messages.size === 0;
+      const empty = rowCount() === 0;
       // Without messages the axis and the load chart still show what the lab measured (the
       // requests of outside callers); with nothing at all, only the note.
       root.classList.toggle('is-empty', empty && !timed);

@@ -3,7 +3,7 @@
 //! find box goes to the first message found. The pointer shows the numbers on hover, drags to
 //! pan, and pinches (or Ctrl + wheel) to zoom.
 
-import { findAttempt, labNow } from './model.js';
+import { findAttempt, labNow, rowOf } from './model.js';
 import { barOf, targetOf } from './timeline-rows.js';
 import { PAN_STEP, ZOOM_STEP } from './timeline-scale.js';
 
@@ -28,7 +28,7 @@ export function createInput(state, { scale, rows, find, tooltip }) {
   function moveTo(index, i, dir) {
     const list = state.list;
     for (let j = index; j >= 0 && j < list.length; j += dir) {
-      const m = model.messages.get(list[j]);
+      const m = rowOf(model, list[j]);
       if (!m?.attempts.length) continue;
       const a = m.attempts[Math.min(Math.max(0, i), m.attempts.length - 1)];
       rows.reveal(j);
@@ -48,7 +48,7 @@ export function createInput(state, { scale, rows, find, tooltip }) {
     if (!bar || e.altKey || e.metaKey || (e.ctrlKey && e.key !== 'Home' && e.key !== 'End')) return;
     const list = state.list;
     const at = targetOf(bar);
-    const m = model.messages.get(at.id);
+    const m = rowOf(model, at.id);
     const index = list.indexOf(at.id);
     if (!m || index < 0) return;
     const i = m.attempts.findIndex((a) => a.round === at.round && a.n === at.n);
@@ -100,7 +100,7 @@ export function createInput(state, { scale, rows, find, tooltip }) {
     if (!bar) return;
     focusTarget = targetOf(bar);
     if (refocusing) return;
-    const m = model.messages.get(focusTarget.id);
+    const m = rowOf(model, focusTarget.id);
     const a = m && findAttempt(m, focusTarget.round, focusTarget.n);
     if (a) scale.panToShow(a.started_ms, a.started_ms + (a.duration_ms ?? 0));
     tooltip.show({ ...focusTarget, x: null });
@@ -180,7 +180,7 @@ export function createInput(state, { scale, rows, find, tooltip }) {
   /** Show the attempt under the pointer, or the one (or its wait) nearest it if close enough. */
   function hover(e) {
     const rowEl = e.target.closest('.tl-row');
-    const m = rowEl && model.messages.get(Number(rowEl.dataset.messageId));
+    const m = rowEl && rowOf(model, Number(rowEl.dataset.messageId));
     if (!m || !m.attempts.length || e.target.closest('.tl-label')) return tooltip.hide();
     const x = e.clientX - root.getBoundingClientRect().left;
     const bar = e.target.closest('.tl-bar');
@@ -223,7 +223,7 @@ export function createInput(state, { scale, rows, find, tooltip }) {
     },
     /** Forget the focused attempt if its message is gone (a new snapshot). */
     forgetGone() {
-      if (focusTarget && !model.messages.has(focusTarget.id)) focusTarget = null;
+      if (focusTarget && !rowOf(model, focusTarget.id)) focusTarget = null;
     },
     /** Keyboard users must always find one way in, even after the focused row went away. */
     ensureTabStop() {

@@ -5,7 +5,7 @@
 //! offset (from a ResizeObserver and scroll events, so drawing reads no layout) and grows the
 //! running attempts with the clock.
 
-import { labNow, ms, shortKey } from './model.js';
+import { labNow, ms, rowOf, shortKey } from './model.js';
 
 export const ROW_H = 32;
 /** Rows drawn above and below the visible ones, so a quick scroll does not show blanks. */
@@ -25,6 +25,10 @@ const STATE_TEXT = {
   backing_off: 'backing off',
   delivered: 'delivered',
   dead_letter: 'dead letter',
+  // The rows of outside callers, by how their last request ended.
+  answered: 'answered',
+  failed: 'last failed',
+  hung_up: 'hung up',
 };
 
 /**
@@ -58,7 +62,13 @@ export function createRows(state, { filled }) {
     label.className = 'tl-label';
     label.setAttribute('role', 'rowheader');
     const stateEl = span('tl-state', '');
-    label.append(span('tl-id', `#${m.id}`), span('tl-key', shortKey(m.key), m.key), stateEl);
+    // An outside caller's row is named by the caller, where a message of the lab's own has its id.
+    const name = m.outside ? span('tl-id tl-caller', m.caller, `outside caller ${m.caller}`) : span('tl-id', `#${m.id}`);
+    if (m.outside) {
+      el.classList.add('is-outside');
+      el.dataset.caller = m.caller;
+    }
+    label.append(name, span('tl-key', shortKey(m.key), m.key), stateEl);
     const track = document.createElement('div');
     track.className = 'tl-track';
     el.append(label, track);
@@ -144,7 +154,7 @@ export function createRows(state, { filled }) {
     for (const [id, index] of wanted) {
       let row = drawn.get(id);
       if (!row || stale.has(id)) {
-        const m = model.messages.get(id);
+        const m = rowOf(model, id);
         row ??= createRow(m);
         fillRow(row, m);
       }
@@ -309,6 +319,7 @@ function roundMark(a) {
 }
 
 function attemptSummary(m, a) {
+  if (m.outside) return outsideSummary(m, a);
   const replayed = a.replayed ? ', replayed by the idempotency key' : '';
   let text = `Message ${m.id}, ${roundName(a.round)}, attempt ${a.n}: ${attemptResult(a)}${replayed}.`;
   if (a.wait) {
@@ -318,6 +329,20 @@ function attemptSummary(m, a) {
     text += w.reason === 'retry_after' ? ', set by Retry-After.' : ', jittered backoff.';
   }
   return text;
+}
+
+function outsideSummary(m, a) {
+  let text = `Outside caller ${m.caller}, key ${m.key}, attempt ${a.n}: ${outsideResult(a)}.`;
+  if (a.retry_after_s != null) text += ` Retry-After sent: ${a.retry_after_s} s.`;
+  if (a.wait) text += ` The caller then waited ${ms(a.wait.actual_ms)}.`;
+  return text;
+}
+
+/** How an outside request ended: "503 in 2 ms", "hung up after 5001 ms", "running". */
+function outsideResult(a) {
+  if (a.outcome == null) return 'running';
+  if (a.hung_up) return `the caller hung up after ${ms(a.duration_ms)}`;
+  return `${a.status} in ${ms(a.duration_ms)}`;
 }
 
 function attemptResult(a) {

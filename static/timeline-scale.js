@@ -334,6 +334,7 @@ export function createScale(state) {
     refit() {
       extent = { first: Infinity, end: -Infinity };
       for (const m of model.messages.values()) grow(m);
+      for (const m of model.outside.rows.values()) grow(m);
       growMeasured();
     },
     grow,

@@ -2,7 +2,7 @@
 //! bar under the pointer or the one with the keyboard focus, and placed from the cached sizes
 //! alone so it reads no layout.
 
-import { findAttempt, labNow, ms } from './model.js';
+import { findAttempt, labNow, ms, rowOf } from './model.js';
 import { OUTCOME_TEXT, ROW_H, barOf, roundName } from './timeline-rows.js';
 
 export function createTooltip(state, rows) {
@@ -32,7 +32,7 @@ export function createTooltip(state, rows) {
 
   function refresh() {
     stale = false;
-    const m = model.messages.get(target.id);
+    const m = rowOf(model, target.id);
     const a = m && findAttempt(m, target.round, target.n);
     if (!a) return hide();
     tip.replaceChildren(...tipContent(m, a, labNow(model)));
@@ -47,7 +47,7 @@ export function createTooltip(state, rows) {
    */
   function place() {
     const row = rows.drawn(target.id);
-    const m = model.messages.get(target.id);
+    const m = rowOf(model, target.id);
     const a = m && findAttempt(m, target.round, target.n);
     if (!row || !a) return hide();
     const { t0, k } = state.view;
@@ -77,7 +77,7 @@ export function createTooltip(state, rows) {
     },
     /** Hide the tooltip if its message is gone (a new snapshot). */
     forgetGone() {
-      if (target && !model.messages.has(target.id)) hide();
+      if (target && !rowOf(model, target.id)) hide();
     },
     /** Redraw and place the tooltip for this frame, if it is shown. */
     update() {
@@ -90,6 +90,7 @@ export function createTooltip(state, rows) {
 
 /** The tooltip: one definition list for the attempt, one for the wait after it. */
 function tipContent(m, a, now) {
+  if (m.outside) return outsideTip(m, a, now);
   const head = document.createElement('p');
   head.className = 'tl-tip-head';
   head.textContent = `#${m.id} · ${roundName(a.round)} · attempt ${a.n}`;
@@ -127,6 +128,39 @@ function tipContent(m, a, now) {
     last.className = 'tl-tip-note';
     last.textContent = 'The client gave up after this attempt: dead letter.';
     parts.push(last);
+  }
+  return parts;
+}
+
+/**
+ * An outside caller's request: what the endpoint answered (or that the caller hung up), how
+ * long it took, the Retry-After it sent, and the wait the caller then took before the key's
+ * next request, all as the endpoint measured them.
+ */
+function outsideTip(m, a, now) {
+  const head = document.createElement('p');
+  head.className = 'tl-tip-head';
+  head.textContent = `${m.caller} · attempt ${a.n} of ${m.requests}`;
+  const pairs = [
+    ['caller', m.caller],
+    ['key', m.key],
+    ['status', a.hung_up ? 'none: the caller hung up' : a.status ?? '—'],
+    ['duration', a.duration_ms != null ? ms(a.duration_ms) : `${ms(Math.max(0, now - a.started_ms))} so far`],
+    ['arrived', `${(a.started_ms / 1000).toFixed(3)} s`],
+    ['Retry-After sent', a.retry_after_s != null ? `${a.retry_after_s} s` : 'none'],
+  ];
+  const last = a === m.attempts[m.attempts.length - 1];
+  if (a.wait) pairs.push(['then waited', ms(a.wait.actual_ms)]);
+  else if (last && a.outcome) pairs.push(['then waited', 'not sent again (yet)']);
+  const parts = [head, definitionList(pairs)];
+  if (a.wait && a.retry_after_s != null) {
+    const note = document.createElement('p');
+    note.className = 'tl-tip-note';
+    const early = a.retry_after_s * 1000 - a.wait.actual_ms;
+    note.textContent = early > 0
+      ? `Came back ${ms(early)} before the Retry-After of ${a.retry_after_s} s.`
+      : `Waited ${ms(-early)} past the Retry-After of ${a.retry_after_s} s.`;
+    parts.push(note);
   }
   return parts;
 }

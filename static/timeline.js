@@ -31,7 +31,10 @@ export function createTimeline(root, model, requestDraw) {
     box: { width: 0, label: 0, axis: 0, track: 0, height: 0, top: 0 },
     /** The window on screen and its scale (px per ms), set by the scale. */
     view: { t0: 0, span: 0, k: 0 },
-    /** Ids of the messages that pass the filter, in creation order: the rows, top to bottom. */
+    /**
+     * Ids of the rows that pass the filter, the rows top to bottom: the lab's messages in
+     * creation order and outside callers' (negative ids) among them by their first request.
+     */
     list: [],
   };
   const scale = createScale(state);
@@ -69,6 +72,13 @@ export function createTimeline(root, model, requestDraw) {
     } else {
       for (const id of changes.messages) {
         const m = model.messages.get(id);
+        if (!m) continue;
+        scale.grow(m);
+        rows.changed(id);
+      }
+      // Outside callers' rows: drawn and fitted on the same axis as the lab's own.
+      for (const id of changes.outside) {
+        const m = model.outside.rows.get(id);
         if (!m) continue;
         scale.grow(m);
         rows.changed(id);

@@ -268,12 +268,19 @@ impl Page {
             }})()"#,
             selector = json!(selector)
         );
+        // The element must stand still for one poll: a view that is still scrolling (a smooth
+        // scroll, a timeline redrawn after it) would move it from under the press.
         let start = Instant::now();
+        let mut last = None;
         loop {
             let spot = self.eval(&script).await.unwrap();
-            if let (Some(x), Some(y)) = (spot["x"].as_f64(), spot["y"].as_f64()) {
-                return (x, y);
+            let here = spot["x"].as_f64().zip(spot["y"].as_f64());
+            if let Some(spot) = here
+                && last == here
+            {
+                return spot;
             }
+            last = here;
             assert!(start.elapsed() < PATIENCE, "cannot press {selector}: {}", spot["wait"]);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

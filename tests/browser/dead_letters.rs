@@ -1,6 +1,7 @@
 //! The dead-letter queue in the page, clicked through as an operator would: the counts per
 //! cause and per status, a filter, a replay's dry run (with its warning while the endpoint is
-//! down, and nothing changed when it is called off), one letter in detail reached from the
+//! down, and nothing changed when it is called off), a time range on the lab clock that takes
+//! what the API takes for the same bounds, one letter in detail reached from the
 //! table and from the timeline and back, a redrive at a rate with its progress; and a queue of
 //! 10,000 letters drawn only in view, its filter answered within 100 ms.
 
@@ -128,9 +129,98 @@ async fn an_operator_filters_dry_runs_inspects_and_redrives_at_a_rate() {
     assert_eq!(text(&page, "[data-fact=\"last status\"]").await, "503");
     page.click("[data-dlq-detail-close]").await;
 
-    // A dry run while the endpoint is down warns, and calling it off changes nothing.
+    // A time range on the lab clock, typed as the table shows it, narrows the rows to what the
+    // API answers for the same since_ms/until_ms: the six 503s were all dead-lettered before the
+    // two timeouts' burst was sent, so each group has its own range (both ends included).
     set_filter(&page, "status", "").await;
+    let at = |ids: &[u64]| -> (u64, u64) {
+        let times = letters.iter().filter(|d| ids.contains(&d["id"].as_u64().unwrap()));
+        let times: Vec<u64> = times.map(|d| d["dead_lettered_ms"].as_u64().unwrap()).collect();
+        (*times.iter().min().unwrap(), *times.iter().max().unwrap())
+    };
+    // In id order, as the API and the export answer; the table keeps the queue's order.
+    let mut all_ids: Vec<u64> = letters.iter().map(|d| d["id"].as_u64().unwrap()).collect();
+    all_ids.sort_unstable();
+    let unavailable: Vec<u64> = all_ids.iter().copied().filter(|id| !timed_out.contains(id)).collect();
+    let late: Vec<u64> = all_ids.iter().copied().filter(|id| timed_out.contains(id)).collect();
+    let seconds = |ms: u64| format!("{}.{:03}", ms / 1000, ms % 1000);
+    let (first_503, last_503) = at(&unavailable);
+    let (first_timeout, _) = at(&timed_out);
+    for (since, until, expected) in [
+        (Some(first_503), Some(last_503), &unavailable),
+        (Some(first_timeout), None, &late),
+        (None, Some(last_503), &unavailable),
+    ] {
+        set_filter(&page, "since", &since.map_or(String::new(), seconds)).await;
+        set_filter(&page, "until", &until.map_or(String::new(), seconds)).await;
+        let mut query = String::new();
+        if let Some(since) = since {
+            query += &format!("&since_ms={since}");
+        }
+        if let Some(until) = until {
+            query += &format!("&until_ms={until}");
+        }
+        let api: Value = server
+            .http
+            .get(server.url(&format!("/api/labs/{lab}/dead-letters?limit=100{query}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let from_api: Vec<u64> =
+            api["dead_letters"].as_array().unwrap().iter().map(|d| d["id"].as_u64().unwrap()).collect();
+        assert_eq!(&from_api, expected, "the API's letters for {query}");
+        let matched = format!("{} of 8 match", expected.len());
+        wait_for(
+            &page,
+            &format!("{matched} for {query}"),
+            &format!("document.querySelector('[data-dlq-matched]').textContent === '{matched}'"),
+        )
+        .await;
+        let rows = page.eval("[...document.querySelectorAll('#dead-body [data-dead-letter]')].map(r => Number(r.dataset.deadLetter))").await.unwrap();
+        let mut rows = serde_json::from_value::<Vec<u64>>(rows).unwrap();
+        rows.sort_unstable();
+        assert_eq!(rows, from_api, "the page's rows for {query}");
+        // The actions take the same letters, and the export link carries the range.
+        let scope = format!("Acts on the {} letters the filter matches:", expected.len());
+        assert_eq!(text(&page, "[data-dlq-scope]").await, scope);
+        let href = page.eval("document.querySelector('[data-dlq-export]').href").await.unwrap();
+        let export = server.http.get(href.as_str().unwrap()).send().await.unwrap().text().await.unwrap();
+        let exported: Vec<u64> = export
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(exported, from_api, "the export of {query}");
+    }
+    // A range that ends before it starts holds nothing, and the field says so.
+    set_filter(&page, "since", &seconds(last_503)).await;
+    set_filter(&page, "until", &seconds(first_503.saturating_sub(1))).await;
+    wait_for(
+        &page,
+        "nothing to match",
+        "document.querySelector('[data-dlq-matched]').textContent === '0 of 8 match'",
+    )
+    .await;
+    let invalid = page
+        .eval("document.querySelector('[data-dlq-filter]').elements.until.validity.customError")
+        .await
+        .unwrap();
+    assert_eq!(invalid, true);
+    assert_eq!(text(&page, "[data-dlq-scope]").await, "Nothing to act on.");
+
+    // A dry run of the timeouts' range takes those two only.
+    set_filter(&page, "since", &seconds(first_timeout)).await;
+    set_filter(&page, "until", "").await;
     choose_mode(&page, "down").await;
+    page.click("[data-dlq-action=\"replay\"]").await;
+    let dry = wait_for(&page, "the range's dry run", "!document.querySelector('[data-dlq-confirm]').hidden && document.querySelector('[data-dlq-confirm-text]').textContent").await;
+    assert!(dry.as_str().unwrap().contains("2 letters would be replayed at once"), "{dry}");
+    page.click("[data-dlq-cancel]").await;
+    set_filter(&page, "since", "").await;
+
+    // A dry run while the endpoint is down warns, and calling it off changes nothing.
     page.click("[data-dlq-action=\"replay\"]").await;
     let dry = wait_for(&page, "the dry run", "!document.querySelector('[data-dlq-confirm]').hidden && document.querySelector('[data-dlq-confirm-text]').textContent").await;
     assert!(dry.as_str().unwrap().contains("8 letters would be replayed at once"), "{dry}");

@@ -12,6 +12,7 @@ mod event_stream;
 mod failure_modes;
 mod new_user;
 mod open_large;
+mod outside;
 mod scale;
 #[path = "../support/mod.rs"]
 mod support;

@@ -144,7 +144,11 @@ async fn outside_requests_show_on_the_load_chart_and_fit_and_latest_take_in_the_
     )
     .await;
     assert_eq!(plot, "5");
-    assert_eq!(page.eval(TOTAL).await.unwrap(), 0);
+    // Each of them is a row of its own, named by its caller (here its User-Agent or address).
+    wait_for(&page, "the five outside rows", &format!("{TOTAL} === 5")).await;
+    let outside =
+        page.eval("document.querySelectorAll('#timeline .tl-row.is-outside').length").await.unwrap();
+    assert_eq!(outside, 5);
 
     // A marker, then 1.4 s later the first attempt: "fit" starts before the marker.
     tokio::time::sleep(Duration::from_millis(300)).await;
