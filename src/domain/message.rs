@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::retry::Outcome;
 use crate::retry::Wait;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -23,20 +24,6 @@ impl MessageState {
     pub fn is_active(self) -> bool {
         matches!(self, MessageState::Queued | MessageState::InFlight | MessageState::BackingOff)
     }
-}
-
-/// How one attempt ended, as the client saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Ok,
-    HttpError,
-    Timeout,
-    TransportError,
-    /// The client died mid-attempt (a crash or a restart); it counts as a failed attempt.
-    Interrupted,
-    /// The circuit breaker was open: no request was sent, and it counts as a failed attempt.
-    ShortCircuited,
 }
 
 /// A planned wait and, once the next attempt starts, how long it really lasted.

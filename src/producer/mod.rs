@@ -20,7 +20,7 @@ use crate::domain::MarkerKind;
 use crate::domain::{AttemptEnd, Outcome};
 use crate::lab::Lab;
 use crate::metrics::Metrics;
-use crate::retry::{self, Admission, AttemptResult, Verdict};
+use crate::retry::{self, Admission, Verdict};
 use crate::store::{Store, StoreError};
 
 /// Sends messages; cheap to clone.
@@ -159,7 +159,7 @@ impl Producer {
                     let mut sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
                     sent.duration_ms = started.elapsed().as_millis() as u64;
                     drop((slot, overall));
-                    lab.breaker_record(id, sent.result.is_failure());
+                    lab.breaker_record(id, sent.outcome.is_failure(sent.status));
                     self.metrics.attempt(sent.label());
                     sent
                 }
@@ -175,7 +175,7 @@ impl Producer {
             };
             lab.attempt_finished(id, end);
             let last = sent.describe(policy.timeout_ms);
-            match retry::classify(sent.result) {
+            match retry::classify(sent.outcome, sent.status) {
                 Verdict::Delivered => {
                     lab.delivered(id);
                     self.metrics.message("delivered");
@@ -186,8 +186,8 @@ impl Producer {
                     break;
                 }
                 Verdict::Retry if n >= policy.max_attempts => {
-                    let ended = match sent.result {
-                        AttemptResult::ShortCircuited => (
+                    let ended = match sent.outcome {
+                        Outcome::ShortCircuited => (
                             Cause::CircuitOpen,
                             format!("circuit open: the breaker refused attempt {n} of {n}"),
                         ),
@@ -256,10 +256,9 @@ impl Producer {
             return Sent::failed(&e);
         }
         Sent {
-            result: AttemptResult::Response { status },
             duration_ms: 0,
             status: Some(status),
-            outcome: if (200..300).contains(&status) { Outcome::Ok } else { Outcome::HttpError },
+            outcome: Outcome::of_status(status),
             replayed,
             retry_after_s,
         }
@@ -268,7 +267,6 @@ impl Producer {
 
 /// What one attempt brought back.
 struct Sent {
-    result: AttemptResult,
     duration_ms: u64,
     status: Option<u16>,
     outcome: Outcome,
@@ -278,18 +276,13 @@ struct Sent {
 
 impl Sent {
     fn failed(error: &reqwest::Error) -> Self {
-        let (result, outcome) = if error.is_timeout() {
-            (AttemptResult::Timeout, Outcome::Timeout)
-        } else {
-            (AttemptResult::TransportError, Outcome::TransportError)
-        };
-        Sent { result, duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
+        let outcome = if error.is_timeout() { Outcome::Timeout } else { Outcome::TransportError };
+        Sent { duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
     }
 
     /// The breaker was open: nothing was sent, and it took no time.
     fn short_circuited() -> Self {
         Sent {
-            result: AttemptResult::ShortCircuited,
             duration_ms: 0,
             status: None,
             outcome: Outcome::ShortCircuited,
@@ -300,20 +293,29 @@ impl Sent {
 
     /// The attempt's status as a metric label.
     fn label(&self) -> String {
-        match self.result {
-            AttemptResult::Response { status } => status.to_string(),
-            AttemptResult::Timeout => "timeout".into(),
-            AttemptResult::TransportError => "transport_error".into(),
-            AttemptResult::ShortCircuited => "short_circuited".into(),
+        match (self.outcome, self.status) {
+            (_, Some(status)) => status.to_string(),
+            (outcome, None) => outcome_name(outcome).into(),
         }
     }
 
     fn describe(&self, timeout_ms: u64) -> String {
-        match self.result {
-            AttemptResult::Response { status } => format!("HTTP {status}"),
-            AttemptResult::Timeout => format!("no answer within {timeout_ms} ms"),
-            AttemptResult::TransportError => "connection failed".into(),
-            AttemptResult::ShortCircuited => "short-circuited by the open breaker".into(),
+        match (self.outcome, self.status) {
+            (_, Some(status)) => format!("HTTP {status}"),
+            (Outcome::Timeout, None) => format!("no answer within {timeout_ms} ms"),
+            (Outcome::ShortCircuited, None) => "short-circuited by the open breaker".into(),
+            (Outcome::Interrupted, None) => "the client died mid-attempt".into(),
+            (_, None) => "connection failed".into(),
         }
+    }
+}
+
+/// An outcome without an answer, named as it serializes.
+fn outcome_name(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Timeout => "timeout",
+        Outcome::ShortCircuited => "short_circuited",
+        Outcome::Interrupted => "interrupted",
+        _ => "transport_error",
     }
 }

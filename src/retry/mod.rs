@@ -154,26 +154,36 @@ pub fn plan_wait(
     }
 }
 
-/// What came back from one attempt, as the client saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptResult {
-    Response {
-        status: u16,
-    },
+/// How one attempt ended, as the client saw it; the status, when an answer came, stands beside
+/// it (an attempt records both). This is what the store keeps, so its names are a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    HttpError,
     Timeout,
     TransportError,
-    /// The circuit breaker was open: nothing was sent.
+    /// The client died mid-attempt (a crash or a restart); it counts as a failed attempt.
+    Interrupted,
+    /// The circuit breaker was open: no request was sent, and it counts as a failed attempt.
     ShortCircuited,
 }
 
-impl AttemptResult {
+impl Outcome {
+    /// An answer's outcome: a 2xx is `Ok`, anything else an HTTP error.
+    pub fn of_status(status: u16) -> Outcome {
+        if (200..300).contains(&status) { Outcome::Ok } else { Outcome::HttpError }
+    }
+
     /// Whether it says the downstream is unhealthy: the circuit breaker counts these. A 4xx
-    /// other than 408 and 429 is the client's own fault, not the downstream's.
-    pub fn is_failure(self) -> bool {
+    /// other than 408 and 429 is the client's own fault, not the downstream's; `status` is the
+    /// answer's, when one came.
+    pub fn is_failure(self, status: Option<u16>) -> bool {
         match self {
-            AttemptResult::Response { status } => status >= 500 || status == 408 || status == 429,
-            AttemptResult::Timeout | AttemptResult::TransportError => true,
-            AttemptResult::ShortCircuited => false,
+            Outcome::Ok => false,
+            Outcome::HttpError => status.is_none_or(|s| s >= 500 || s == 408 || s == 429),
+            Outcome::Timeout | Outcome::TransportError | Outcome::Interrupted => true,
+            Outcome::ShortCircuited => false,
         }
     }
 }
@@ -191,13 +201,13 @@ pub enum Verdict {
 /// Transport errors, timeouts, 5xx, 408 (request timeout), 409 (the key is still being
 /// processed) and 429 (throttled) are transient; every other 4xx is the client's own fault
 /// and will fail the same way again.
-pub fn classify(result: AttemptResult) -> Verdict {
-    match result {
-        AttemptResult::Response { status } if (200..300).contains(&status) => Verdict::Delivered,
-        AttemptResult::Response { status: 408 | 409 | 429 } => Verdict::Retry,
-        AttemptResult::Response { status } if status >= 500 => Verdict::Retry,
-        AttemptResult::Response { .. } => Verdict::GiveUp,
-        AttemptResult::Timeout | AttemptResult::TransportError | AttemptResult::ShortCircuited => {
+pub fn classify(outcome: Outcome, status: Option<u16>) -> Verdict {
+    match (outcome, status) {
+        (Outcome::Ok, _) => Verdict::Delivered,
+        (Outcome::HttpError, Some(408 | 409 | 429)) => Verdict::Retry,
+        (Outcome::HttpError, Some(status)) if status >= 500 => Verdict::Retry,
+        (Outcome::HttpError, _) => Verdict::GiveUp,
+        (Outcome::Timeout | Outcome::TransportError | Outcome::Interrupted | Outcome::ShortCircuited, _) => {
             Verdict::Retry
         }
     }
@@ -328,18 +338,18 @@ mod tests {
 
     #[test]
     fn classification_retries_transients_and_gives_up_on_client_errors() {
-        use AttemptResult::*;
+        let answered = |status| classify(Outcome::of_status(status), Some(status));
         for status in [200, 201, 204] {
-            assert_eq!(classify(Response { status }), Verdict::Delivered);
+            assert_eq!(answered(status), Verdict::Delivered);
         }
         for status in [408, 409, 429, 500, 502, 503, 504] {
-            assert_eq!(classify(Response { status }), Verdict::Retry, "{status}");
+            assert_eq!(answered(status), Verdict::Retry, "{status}");
         }
         for status in [301, 400, 401, 403, 404, 413, 422] {
-            assert_eq!(classify(Response { status }), Verdict::GiveUp, "{status}");
+            assert_eq!(answered(status), Verdict::GiveUp, "{status}");
         }
-        assert_eq!(classify(Timeout), Verdict::Retry);
-        assert_eq!(classify(TransportError), Verdict::Retry);
+        assert_eq!(classify(Outcome::Timeout, None), Verdict::Retry);
+        assert_eq!(classify(Outcome::TransportError, None), Verdict::Retry);
     }
 
     #[test]
