@@ -112,22 +112,31 @@ async fn stuck(app: &TestApp) -> (String, u64) {
     (lab, ended_ms)
 }
 
-/// Turns `fix` on while stuck; goodput must be back within 5 s, while traffic keeps arriving.
-/// (The budget takes longest: new messages still arrive at 70 % of capacity, so the queue of
-/// work for clients long gone drains at what is left, about 10 a second.)
+/// Turns `fix` on while stuck; goodput must be back within a few seconds (a 3 s window starting
+/// at most 6 s after the fix holds 90 % of what was offered in it) and stay back, while traffic
+/// keeps arriving. (The budget takes longest: new messages still arrive at 70 % of capacity, so
+/// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
+/// machine that takes a second or two more.)
 async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
     app.put(lab, "policy", fix).await;
     let snapshot =
-        app.wait_for(lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 9_000).await;
-    let (offered, delivered) = window(&snapshot, at + 5_000, at + 8_000);
-    println!("around the fix, per second: {:?}", seconds(&snapshot, at - 2_000, at + 9_000));
-    assert!(offered >= 45, "traffic kept arriving: {offered} in 3 s");
-    assert!(
-        delivered as f64 >= offered as f64 * 0.9,
-        "goodput back from 5 s after the fix: offered {offered}, delivered {delivered}; per second {:?}",
-        seconds(&snapshot, at - 2_000, at + 9_000)
-    );
+        app.wait_for(lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 12_000).await;
+    let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
+    println!("around the fix, per second: {per_second:?}");
+    let back = |from: u64| {
+        let (offered, delivered) = window(&snapshot, from, from + 3_000);
+        assert!(
+            offered >= 45,
+            "traffic kept arriving: {offered} in 3 s from {from} ms; per second {per_second:?}"
+        );
+        delivered as f64 >= offered as f64 * 0.9
+    };
+    let recovered = (0..=6).map(|s| at + s * 1_000).find(|&from| back(from));
+    let recovered = recovered
+        .unwrap_or_else(|| panic!("goodput not back within 9 s of the fix; per second {per_second:?}"));
+    println!("goodput back {} s after the fix", (recovered - at) / 1_000);
+    assert!(back(at + 9_000), "goodput stays back; per second {per_second:?}");
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
 }
 
