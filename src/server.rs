@@ -154,7 +154,10 @@ pub async fn serve_opened(
             web::serve_connections(
                 internal,
                 router.layer(axum::Extension(web::InternalCaller)),
-                ConnectionLimits { max_per_ip: None, ..public },
+                // The producer is the only peer here. Cutting its idle keep-alive connections
+                // would race its reuse of them: a retry sent on one as it closes would fail
+                // with a transport error the endpoint never saw.
+                ConnectionLimits { max_per_ip: None, header_read_timeout: None },
                 stopped
             ),
         )

@@ -55,7 +55,14 @@ pub fn fresh_db(prefix: &str) -> PathBuf {
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{prefix}-{}.db", uuid::Uuid::new_v4()))
 }
 
-/// A client for the server: never through a proxy, and redirects are the test's to follow.
+/// A client for the server: never through a proxy, redirects are the test's to follow, and an
+/// idle connection is dropped after a second, well before the server's header-read timeout
+/// (5 s) closes it, so a test that waits a few seconds never sends on a closing connection.
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(std::time::Duration::from_secs(1))
+        .build()
+        .unwrap()
 }
