@@ -123,15 +123,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
 
     let table = page.eval(TABLE).await.unwrap();
     let charts = page.eval(CHARTS).await.unwrap();
-    let report: Value = server
-        .http
-        .get(server.url(&format!("/api/comparisons/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!(report["done"], true, "{report}");
     for policy in ["none", "full"] {
         let shown = &table[policy]["values"];

@@ -45,15 +45,7 @@ async fn an_operator_filters_dry_runs_inspects_and_redrives_at_a_rate() {
     let letters = snapshot["dead_letters"].as_array().unwrap().clone();
 
     // The counts per cause and per status are the server's.
-    let api: Value = server
-        .http
-        .get(server.url(&format!("/api/labs/{lab}/dead-letters")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api: Value = server.get_json(&format!("/api/labs/{lab}/dead-letters")).await;
     for (field, value) in [("cause", "attempts_used_up"), ("status", "503"), ("status", "timeout")] {
         let chip = page
             .eval(&format!(
@@ -160,15 +152,7 @@ async fn an_operator_filters_dry_runs_inspects_and_redrives_at_a_rate() {
         if let Some(until) = until {
             query += &format!("&until_ms={until}");
         }
-        let api: Value = server
-            .http
-            .get(server.url(&format!("/api/labs/{lab}/dead-letters?limit=100{query}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let api: Value = server.get_json(&format!("/api/labs/{lab}/dead-letters?limit=100{query}")).await;
         let from_api: Vec<u64> =
             api["dead_letters"].as_array().unwrap().iter().map(|d| d["id"].as_u64().unwrap()).collect();
         assert_eq!(&from_api, expected, "the API's letters for {query}");

@@ -87,7 +87,12 @@ impl Server {
     }
 
     async fn snapshot(&self, lab: &str) -> Value {
-        self.http.get(self.url(&format!("/api/labs/{lab}"))).send().await.unwrap().json().await.unwrap()
+        self.get_json(&format!("/api/labs/{lab}")).await
+    }
+
+    /// `GET path`, read as JSON: what the API says, to hold the page against.
+    async fn get_json(&self, path: &str) -> Value {
+        self.http.get(self.url(path)).send().await.unwrap().json().await.unwrap()
     }
 }
 

@@ -143,15 +143,7 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     // A card per caller, with the API's verdicts and evidence.
     wait_for(&page, "two report cards", "document.querySelectorAll('#callers .caller-card').length === 2")
         .await;
-    let api: Value = server
-        .http
-        .get(server.url(&format!("/api/labs/{lab}/callers")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api: Value = server.get_json(&format!("/api/labs/{lab}/callers")).await;
     let expected: Value = api["callers"]
         .as_array()
         .unwrap()
