@@ -56,9 +56,12 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("retrylab-traffic-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // A small window of settled messages, so the many labs reach their steady size within a
-    // minute; the limits on labs and requests are the defaults.
+    // minute; the limits on labs and requests are the defaults, but for creating the labs (this
+    // one client makes 100 of them at once) and the control rate this process cannot trip.
     let limits = Limits {
         settled_window: 500,
+        lab_create_burst: 1_000,
+        lab_creates_per_hour: 10_000,
         control_rate_per_s: 10_000,
         control_burst: 10_000,
         ..Limits::default()
@@ -196,7 +199,8 @@ async fn main() {
 
 async fn new_lab(client: &reqwest::Client, base: &str) -> String {
     let lab: Value = client.post(format!("{base}/api/labs")).send().await.unwrap().json().await.unwrap();
-    format!("{base}/api/labs/{}", lab["id"].as_str().unwrap())
+    let id = lab["id"].as_str().unwrap_or_else(|| panic!("creating a lab: {lab}"));
+    format!("{base}/api/labs/{id}")
 }
 
 async fn put(client: &reqwest::Client, lab: &str, what: &str, body: Value) {
