@@ -117,7 +117,7 @@ async fn stuck(app: &TestApp) -> (String, u64) {
 /// keeps arriving. (The budget takes longest: new messages still arrive at 70 % of capacity, so
 /// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
 /// machine that takes a second or two more.)
-async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
+async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
     app.put(lab, "policy", fix).await;
     let snapshot =
@@ -138,6 +138,7 @@ async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
     println!("goodput back {} s after the fix", (recovered - at) / 1_000);
     assert!(back(at + 9_000), "goodput stays back; per second {per_second:?}");
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
+    (snapshot, at)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,4 +146,108 @@ async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
     fixed_by(&app, &lab, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+}
+
+/// The breaker both breaker steps turn on: five failures in a row open it, and it stays open
+/// 4 s, longer than a full queue takes to drain (1 s) and than the longest wait plus a timeout
+/// (3.2 s + 0.5 s), so that when its one probe goes, the queue is empty and every attempt sent
+/// before it opened has ended. They differ only in what a message does with a refused attempt.
+const BREAKER_RETRYING: &str =
+    r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "retry"}}"#;
+const BREAKER_GIVING_UP: &str =
+    r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}}"#;
+/// The endpoint's capacity: eight workers of 200 ms.
+const CAPACITY_PER_S: u64 = 40;
+
+/// The breaker's changes of state from `at` ms on, as (ms after `at`, state).
+fn breaker_changes(snapshot: &Value, at: u64) -> Vec<(u64, String)> {
+    let changes = snapshot["breaker"]["changes"].as_array().unwrap();
+    let after = changes.iter().filter(|c| c["at_ms"].as_u64().unwrap() >= at);
+    after.map(|c| (c["at_ms"].as_u64().unwrap() - at, c["state"].as_str().unwrap().to_owned())).collect()
+}
+
+/// Requests that reached the endpoint in `[from, to)` ms of lab time.
+fn requests(snapshot: &Value, from: u64, to: u64) -> u64 {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let inside = bins.iter().filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()));
+    inside.map(|b| b["requests"].as_u64().unwrap()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_breaker_that_retries_what_it_refused_does_not_end_it() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let at = app.snapshot(&lab).await["now_ms"].as_u64().unwrap();
+    app.put(&lab, "policy", BREAKER_RETRYING).await;
+    let snapshot =
+        app.wait_for(&lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 13_000).await;
+    let per_second = seconds(&snapshot, at, at + 13_000);
+    let changes = breaker_changes(&snapshot, at);
+    println!("with the breaker, per second: {per_second:?}; its changes: {changes:?}");
+    // It opens at once, and each time it closes (4 s later, after its probe) it opens again
+    // within 2 s: the messages it refused were waiting out their backoff, and they come back
+    // all together with the new ones, more than the endpoint can do in a second.
+    let opened: Vec<u64> = changes.iter().filter(|(_, s)| s == "open").map(|&(t, _)| t).collect();
+    let closed: Vec<u64> = changes.iter().filter(|(_, s)| s == "closed").map(|&(t, _)| t).collect();
+    assert!(opened.first().is_some_and(|&t| t < 2_000), "it opens at once: {changes:?}");
+    assert!(opened.len() >= 3, "it opens again and again: {changes:?}");
+    assert!(!closed.is_empty(), "it closes in between: {changes:?}");
+    for &close in closed.iter().filter(|&&t| t + 2_000 <= 13_000) {
+        assert!(
+            opened.iter().any(|&open| open > close && open <= close + 2_000),
+            "it opens again within 2 s of closing at {close} ms: {changes:?}"
+        );
+        let herd = requests(&snapshot, at + close, at + close + 1_000);
+        assert!(
+            herd > CAPACITY_PER_S,
+            "in the second after it closed at {close} ms, {herd} requests (capacity {CAPACITY_PER_S}): {changes:?}"
+        );
+        println!("in the second after it closed at {close} ms: {herd} requests");
+    }
+    // Goodput stays below half of offered load, in every three seconds.
+    for from in (0..=10).map(|s| at + s * 1_000) {
+        let (offered, delivered) = window(&snapshot, from, from + 3_000);
+        assert!(offered >= 45, "traffic kept arriving; per second {per_second:?}");
+        assert!(
+            delivered * 2 < offered,
+            "goodput {delivered} of {offered} from {} s: per second {per_second:?}",
+            (from - at) / 1_000
+        );
+    }
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let (snapshot, at) = fixed_by(&app, &lab, BREAKER_GIVING_UP).await;
+    let changes = breaker_changes(&snapshot, at);
+    println!("the breaker's changes: {changes:?}");
+    // It opens at once, lets its probe through 4 s later, closes, and stays closed.
+    let [(opened, open), (probe, half_open), (closed, close)] = &changes[..] else {
+        panic!("it opens once, goes half-open and closes: {changes:?}")
+    };
+    assert_eq!((open.as_str(), half_open.as_str(), close.as_str()), ("open", "half_open", "closed"));
+    assert!(*opened < 2_000, "it opens at once: {changes:?}");
+    assert!((4_000..4_500).contains(&(probe - opened)), "open for its 4 s: {changes:?}");
+    assert!(closed - probe < 1_000, "its probe succeeds: {changes:?}");
+    // Every message that arrived while it was open was dead-lettered at once, as circuit_open:
+    // none waits out a backoff to come back when it closes. (Its 4 s are up at `opened + 4000`;
+    // the half-open change is recorded at the next attempt, so the last 100 ms are left out.)
+    let (from, to) = (at + opened + 1, at + opened + 3_900);
+    let arrived: Vec<&Value> = crate::helpers::messages(&snapshot)
+        .iter()
+        .filter(|m| (from..to).contains(&m["created_ms"].as_u64().unwrap()))
+        .collect();
+    assert!(arrived.len() >= 80, "messages kept arriving while it was open: {}", arrived.len());
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    for message in &arrived {
+        let letter = letters.iter().find(|d| d["id"] == message["id"]);
+        assert!(
+            letter.is_some_and(|d| d["cause"] == "circuit_open" && d["attempts"].as_array().unwrap().len() == 1),
+            "a message that arrived while it was open is dead-lettered on its first attempt as circuit_open: {message}; {letter:?}"
+        );
+    }
+    println!("{} messages arrived while it was open, each dead-lettered as circuit_open", arrived.len());
 }
