@@ -23,7 +23,9 @@ pub struct BreakerSettings {
     pub refused: Refused,
 }
 
-/// What a message does when the breaker refuses its attempt.
+/// What a message does when the breaker refuses its attempt: `retry` (the default) counts it
+/// as a failed attempt and backs off; `give_up` fails fast to the caller, ending the round
+/// (dead-lettered as `circuit_open`), as libraries that surface an open circuit as an error do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Refused {

@@ -4,14 +4,17 @@
 //! into a state that outlasts the spike: the queue stays full of work for clients that gave
 //! up, fed by their retries, and goodput stays near zero while new messages keep arriving.
 //! Without the spike the same set-up stays healthy; a retry budget, turned on while it is
-//! stuck, ends it. (A breaker does not here: while open it refuses the new messages too, and
-//! when it closes the retries waiting out their backoff tip the endpoint over again.)
+//! stuck, ends it. A circuit breaker alone does not: it opens, the queue drains and its probe
+//! succeeds, but the messages it refused were only waiting out their backoff, and when it
+//! closes they come back with the new ones, more than the endpoint can do, and it opens again.
+//! The same breaker ends it when a refused attempt ends the message's round (`refused:
+//! give_up`, failing fast to the caller): nothing waits to herd back in when it closes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::helpers::{TestApp, counter};
+use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
 
 /// Eight workers of 200 ms: 40 requests/s. A queue of 40: a full queue takes 1 s to drain,
 /// twice the client's 500 ms timeout. Healthy waits are a few tens of ms: the margin to the
@@ -58,6 +61,7 @@ fn seconds(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_control_without_the_trigger_stays_healthy() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let lab = set_up(&app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS + 2_000 + 6_000)).await;
@@ -82,16 +86,30 @@ async fn metastable_control_without_the_trigger_stays_healthy() {
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
 }
 
+/// The lab's snapshot once its clock has passed `t` ms, and its trigger has ended. It sleeps
+/// rather than polls: a snapshot of hundreds of messages taken every few ms would be load on
+/// the two cores the set-up is measured on.
+async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let snapshot = app.snapshot(lab).await;
+        let now = snapshot["now_ms"].as_u64().unwrap();
+        if now >= t && snapshot["downstream"]["revert"].is_null() {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "lab time {now} ms never reached {t} ms");
+        tokio::time::sleep(Duration::from_millis(t.saturating_sub(now).clamp(100, 1_000))).await;
+    }
+}
+
 /// Runs the trigger and holds on until 11 s after it ended; returns the lab and when it ended.
 async fn stuck(app: &TestApp) -> (String, u64) {
     let lab = set_up(app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
     app.put(&lab, "downstream", SPIKE).await;
-    let ended = app.wait_for(&lab, Duration::from_secs(30), |s| s["downstream"]["revert"].is_null()).await;
+    let ended = at_lab_ms(app, &lab, SETTLE_MS + 2_000).await;
     let ended_ms = marker_at(&ended, "back to");
-    let snapshot = app
-        .wait_for(&lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= ended_ms + 11_000)
-        .await;
+    let snapshot = at_lab_ms(app, &lab, ended_ms + 11_000).await;
     let trigger = ended_ms - 2_000;
     let (before_o, before_d) = window(&snapshot, trigger - SETTLE_MS + 500, trigger - 400);
     assert!(
@@ -120,8 +138,7 @@ async fn stuck(app: &TestApp) -> (String, u64) {
 async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
     app.put(lab, "policy", fix).await;
-    let snapshot =
-        app.wait_for(lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 12_000).await;
+    let snapshot = at_lab_ms(app, lab, at + 12_000).await;
     let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
     println!("around the fix, per second: {per_second:?}");
     let back = |from: u64| {
@@ -143,19 +160,21 @@ async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
-    fixed_by(&app, &lab, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+    fixed_by(&app, &lab, BUDGET).await;
 }
 
 /// The breaker both breaker steps turn on: five failures in a row open it, and it stays open
 /// 4 s, longer than a full queue takes to drain (1 s) and than the longest wait plus a timeout
 /// (3.2 s + 0.5 s), so that when its one probe goes, the queue is empty and every attempt sent
 /// before it opened has ended. They differ only in what a message does with a refused attempt.
-const BREAKER_RETRYING: &str =
-    r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "retry"}}"#;
-const BREAKER_GIVING_UP: &str =
-    r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}}"#;
+/// Each fix is one of the preset's steps, and turns the other fix off.
+pub const BREAKER_RETRYING: &str = r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "retry"}, "retry_budget": null}"#;
+pub const BREAKER_GIVING_UP: &str = r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}, "retry_budget": null}"#;
+/// Retries at most a tenth of the first attempts, plus one every 2 s.
+pub const BUDGET: &str = r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}, "breaker": null}"#;
 /// The endpoint's capacity: eight workers of 200 ms.
 const CAPACITY_PER_S: u64 = 40;
 
@@ -173,25 +192,57 @@ fn requests(snapshot: &Value, from: u64, to: u64) -> u64 {
     inside.map(|b| b["requests"].as_u64().unwrap()).sum()
 }
 
+/// The messages created in `[from, to)` ms of lab time.
+fn arrived_in(snapshot: &Value, from: u64, to: u64) -> Vec<&Value> {
+    let all = crate::helpers::messages(snapshot).iter();
+    all.filter(|m| (from..to).contains(&m["created_ms"].as_u64().unwrap())).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_a_breaker_that_retries_what_it_refused_does_not_end_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
     let at = app.snapshot(&lab).await["now_ms"].as_u64().unwrap();
     app.put(&lab, "policy", BREAKER_RETRYING).await;
-    let snapshot =
-        app.wait_for(&lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 13_000).await;
+    let snapshot = at_lab_ms(&app, &lab, at + 13_000).await;
     let per_second = seconds(&snapshot, at, at + 13_000);
     let changes = breaker_changes(&snapshot, at);
     println!("with the breaker, per second: {per_second:?}; its changes: {changes:?}");
-    // It opens at once, and each time it closes (4 s later, after its probe) it opens again
-    // within 2 s: the messages it refused were waiting out their backoff, and they come back
-    // all together with the new ones, more than the endpoint can do in a second.
+    // It opens at once, and while open for 4 s it refuses every attempt; its probe then
+    // succeeds (the queue has drained) and it closes. Each time it opens again within 2 s: the
+    // messages it refused were waiting out their backoff, and they come back all together with
+    // the new ones, more than the endpoint can do in a second.
     let opened: Vec<u64> = changes.iter().filter(|(_, s)| s == "open").map(|&(t, _)| t).collect();
     let closed: Vec<u64> = changes.iter().filter(|(_, s)| s == "closed").map(|&(t, _)| t).collect();
     assert!(opened.first().is_some_and(|&t| t < 2_000), "it opens at once: {changes:?}");
     assert!(opened.len() >= 3, "it opens again and again: {changes:?}");
     assert!(!closed.is_empty(), "it closes in between: {changes:?}");
+    for pair in changes.windows(2) {
+        if let [(open, state), (probe, next)] = pair
+            && state == "open"
+        {
+            // A message that arrived while it was open: its first attempt refused, and then
+            // a wait, to try again.
+            let arrived = arrived_in(&snapshot, at + open + 1, at + open + 3_900);
+            assert!(arrived.len() >= 80, "messages kept arriving while it was open: {}", arrived.len());
+            for message in arrived {
+                let first = &message["attempts"][0];
+                assert!(
+                    first["outcome"] == "short_circuited" && first["wait"].is_object(),
+                    "refused, and waiting out its backoff: {message}"
+                );
+            }
+            assert_eq!(next, "half_open", "{changes:?}");
+            assert!((4_000..4_500).contains(&(probe - open)), "open for its 4 s: {changes:?}");
+        }
+        if let [(probe, state), (close, next)] = pair
+            && state == "half_open"
+        {
+            assert_eq!(next, "closed", "its probe succeeds: {changes:?}");
+            assert!(close - probe < 1_000, "its probe succeeds: {changes:?}");
+        }
+    }
     for &close in closed.iter().filter(|&&t| t + 2_000 <= 13_000) {
         assert!(
             opened.iter().any(|&open| open > close && open <= close + 2_000),
@@ -219,6 +270,7 @@ async fn metastable_a_breaker_that_retries_what_it_refused_does_not_end_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
     let (snapshot, at) = fixed_by(&app, &lab, BREAKER_GIVING_UP).await;
@@ -235,11 +287,7 @@ async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
     // Every message that arrived while it was open was dead-lettered at once, as circuit_open:
     // none waits out a backoff to come back when it closes. (Its 4 s are up at `opened + 4000`;
     // the half-open change is recorded at the next attempt, so the last 100 ms are left out.)
-    let (from, to) = (at + opened + 1, at + opened + 3_900);
-    let arrived: Vec<&Value> = crate::helpers::messages(&snapshot)
-        .iter()
-        .filter(|m| (from..to).contains(&m["created_ms"].as_u64().unwrap()))
-        .collect();
+    let arrived = arrived_in(&snapshot, at + opened + 1, at + opened + 3_900);
     assert!(arrived.len() >= 80, "messages kept arriving while it was open: {}", arrived.len());
     let letters = snapshot["dead_letters"].as_array().unwrap();
     for message in &arrived {
