@@ -257,8 +257,13 @@ export function applyEvent(model, id, ev) {
       break;
 
     case 'load':
-      // Complete bins that changed: each replaces the one with the same start.
+      // Complete bins that changed: each replaces the one with the same start. A coarse bin
+      // (activity older than five minutes, summed by the server) replaces the fine ones it sums.
       for (const bin of ev.bins) {
+        const width = bin.width_ms ?? model.load.binMs;
+        for (let t = bin.t_ms + model.load.binMs; t < bin.t_ms + width; t += model.load.binMs) {
+          if (model.load.bins.delete(t)) changes.load.add(t);
+        }
         model.load.bins.set(bin.t_ms, bin);
         changes.load.add(bin.t_ms);
       }

@@ -74,7 +74,7 @@ export function createScale(state) {
    */
   function growMeasured() {
     const binMs = model.load.binMs;
-    for (const t of model.load.bins.keys()) growTo(t, t + binMs);
+    for (const [t, b] of model.load.bins) growTo(t, t + (b.width_ms ?? binMs));
     for (const m of model.markers) growTo(m.at_ms, m.at_ms);
   }
 
