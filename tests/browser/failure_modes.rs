@@ -372,11 +372,11 @@ async fn the_policy_form_sets_what_a_refused_attempt_does_and_shows_it_after_a_r
         json!({"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"})
     );
     // A fresh page fills the form from the lab's policy.
-    page.eval("location.reload()").await.unwrap();
+    page.eval("window.beforeReload = true; location.reload()").await.unwrap();
     let shown = wait_for(
         &page,
         "the form to show the breaker's refusal",
-        "(f => f.elements.namedItem('breaker_on').checked && f.elements.namedItem('refused').value)(document.getElementById('policy-form'))",
+        "(f => !window.beforeReload && f?.elements.namedItem('breaker_on').checked && f.elements.namedItem('refused').value)(document.getElementById('policy-form'))",
     )
     .await;
     assert_eq!(shown, "give_up");
