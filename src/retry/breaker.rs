@@ -170,6 +170,20 @@ mod tests {
     }
 
     #[test]
+    fn a_breaker_sent_without_its_refusal_retries_what_it_refuses() {
+        let sent: BreakerSettings =
+            serde_json::from_str(r#"{"failure_threshold": 3, "open_ms": 100, "half_open_probes": 2}"#)
+                .unwrap();
+        assert_eq!(sent, SETTINGS);
+        let giving_up: BreakerSettings = serde_json::from_str(
+            r#"{"failure_threshold": 3, "open_ms": 100, "half_open_probes": 2, "refused": "give_up"}"#,
+        )
+        .unwrap();
+        assert_eq!(giving_up.refused, Refused::GiveUp);
+        assert!(serde_json::to_string(&giving_up).unwrap().contains(r#""refused":"give_up""#));
+    }
+
+    #[test]
     fn a_failed_probe_opens_it_again() {
         let mut breaker = Breaker::default();
         for t in 0..3 {
