@@ -192,10 +192,16 @@ fn requests(snapshot: &Value, from: u64, to: u64) -> u64 {
     inside.map(|b| b["requests"].as_u64().unwrap()).sum()
 }
 
-/// The messages created in `[from, to)` ms of lab time.
-fn arrived_in(snapshot: &Value, from: u64, to: u64) -> Vec<&Value> {
+/// The messages whose first attempt the breaker refused in `[from, to)` ms of lab time: the
+/// new messages it met while open (on a busy machine a message can arrive while it is open and
+/// make its first attempt only after).
+fn refused_first(snapshot: &Value, from: u64, to: u64) -> Vec<&Value> {
     let all = crate::helpers::messages(snapshot).iter();
-    all.filter(|m| (from..to).contains(&m["created_ms"].as_u64().unwrap())).collect()
+    all.filter(|m| {
+        let first = &m["attempts"][0];
+        first["outcome"] == "short_circuited" && (from..to).contains(&first["started_ms"].as_u64().unwrap())
+    })
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,15 +228,14 @@ async fn metastable_a_breaker_that_retries_what_it_refused_does_not_end_it() {
         if let [(open, state), (probe, next)] = pair
             && state == "open"
         {
-            // A message that arrived while it was open: its first attempt refused, and then
-            // a wait, to try again.
-            let arrived = arrived_in(&snapshot, at + open + 1, at + open + 3_900);
-            assert!(arrived.len() >= 80, "messages kept arriving while it was open: {}", arrived.len());
-            for message in arrived {
-                let first = &message["attempts"][0];
+            // The new messages it met while open: their first attempt refused, and then a
+            // wait, to try again.
+            let refused = refused_first(&snapshot, at + open, at + probe);
+            assert!(refused.len() >= 80, "new messages kept arriving while it was open: {}", refused.len());
+            for message in refused {
                 assert!(
-                    first["outcome"] == "short_circuited" && first["wait"].is_object(),
-                    "refused, and waiting out its backoff: {message}"
+                    message["attempts"][0]["wait"].is_object(),
+                    "refused, then waiting out its backoff: {message}"
                 );
             }
             assert_eq!(next, "half_open", "{changes:?}");
@@ -284,18 +289,21 @@ async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
     assert!(*opened < 2_000, "it opens at once: {changes:?}");
     assert!((4_000..4_500).contains(&(probe - opened)), "open for its 4 s: {changes:?}");
     assert!(closed - probe < 1_000, "its probe succeeds: {changes:?}");
-    // Every message that arrived while it was open was dead-lettered at once, as circuit_open:
-    // none waits out a backoff to come back when it closes. (Its 4 s are up at `opened + 4000`;
-    // the half-open change is recorded at the next attempt, so the last 100 ms are left out.)
-    let arrived = arrived_in(&snapshot, at + opened + 1, at + opened + 3_900);
-    assert!(arrived.len() >= 80, "messages kept arriving while it was open: {}", arrived.len());
+    // Every new message it met while open was dead-lettered at once, as circuit_open, and no
+    // refused attempt anywhere was followed by a wait: nothing comes back when it closes.
+    let refused = refused_first(&snapshot, at + opened, at + probe);
+    assert!(refused.len() >= 80, "new messages kept arriving while it was open: {}", refused.len());
     let letters = snapshot["dead_letters"].as_array().unwrap();
-    for message in &arrived {
+    for message in &refused {
         let letter = letters.iter().find(|d| d["id"] == message["id"]);
         assert!(
             letter.is_some_and(|d| d["cause"] == "circuit_open" && d["attempts"].as_array().unwrap().len() == 1),
-            "a message that arrived while it was open is dead-lettered on its first attempt as circuit_open: {message}; {letter:?}"
+            "a message refused while it was open is dead-lettered on that attempt as circuit_open: {message}; {letter:?}"
         );
     }
-    println!("{} messages arrived while it was open, each dead-lettered as circuit_open", arrived.len());
+    let attempts = crate::helpers::messages(&snapshot).iter().flat_map(|m| m["attempts"].as_array().unwrap());
+    let refused_at =
+        |a: &&Value| a["outcome"] == "short_circuited" && a["started_ms"].as_u64().unwrap() >= at;
+    assert!(attempts.filter(refused_at).all(|a| a["wait"].is_null()), "no refused attempt waits to retry");
+    println!("{} new messages met it open, each dead-lettered as circuit_open", refused.len());
 }

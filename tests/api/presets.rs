@@ -198,7 +198,7 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     let failing_fast = &preset["then"][2];
     assert_eq!(failing_fast["policy"], policy_of(metastable::BREAKER_GIVING_UP));
     says(failing_fast, "goes to the dead-letter queue (circuit_open)");
-    says(failing_fast, "It opens once, and every message that arrives in its 4 s is dead-lettered");
+    says(failing_fast, "It opens once, and every message it meets in its 4 s is dead-lettered");
     says(failing_fast, "within a few seconds the goodput line is back on the offered line");
     says(failing_fast, "the breaker stays closed");
     assert_eq!(preset["then"].as_array().unwrap().len(), 3, "only the endings the tests prove");
