@@ -8,7 +8,7 @@
 import { duration, labNow, range } from './model.js';
 
 /** What the forms show for a breaker or a budget while it is off, ready to switch on. */
-const BREAKER_OFF = { failure_threshold: 5, open_ms: 2000, half_open_probes: 1 };
+const BREAKER_OFF = { failure_threshold: 5, open_ms: 2000, half_open_probes: 1, refused: 'retry' };
 const BUDGET_OFF = { ratio: 0.1, min_per_s: 1 };
 /** How often the outage countdown is redrawn. */
 const COUNTDOWN_MS = 100;
@@ -240,6 +240,7 @@ export function createControls(model, lab) {
           failure_threshold: num(policy, 'failure_threshold'),
           open_ms: num(policy, 'open_ms'),
           half_open_probes: num(policy, 'half_open_probes'),
+          refused: policy.elements.namedItem('refused').value,
         }
         : null,
       retry_budget: checked(policy, 'budget_on') ? { ratio: num(policy, 'ratio'), min_per_s: num(policy, 'min_per_s') } : null,
@@ -315,7 +316,8 @@ export function createControls(model, lab) {
         max_total_ms: pol.max_total_ms ?? 0,
         retry_after_mode: pol.retry_after_mode ?? 'floor',
         breaker_on: pol.breaker != null,
-        ...(pol.breaker ?? BREAKER_OFF),
+        ...BREAKER_OFF,
+        ...(pol.breaker ?? {}),
         budget_on: pol.retry_budget != null,
         ...(pol.retry_budget ?? BUDGET_OFF),
       });

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{Arrivals, TrafficUpdate};
 use crate::downstream::{DownstreamUpdate, Mode};
-use crate::retry::{BreakerSettings, BudgetSettings, Jitter, PolicyUpdate, RetryAfterMode};
+use crate::retry::{BreakerSettings, BudgetSettings, Jitter, PolicyUpdate, Refused, RetryAfterMode};
 
 /// One kind of trouble for the downstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -215,7 +215,12 @@ pub fn preset(name: &str) -> Result<PolicyUpdate, String> {
         "equal" => jitter(Jitter::Equal),
         "decorrelated" => jitter(Jitter::Decorrelated),
         "breaker" => PolicyUpdate {
-            breaker: Some(Some(BreakerSettings { failure_threshold: 5, open_ms: 500, half_open_probes: 2 })),
+            breaker: Some(Some(BreakerSettings {
+                failure_threshold: 5,
+                open_ms: 500,
+                half_open_probes: 2,
+                refused: Refused::Retry,
+            })),
             ..Default::default()
         },
         "budget" => PolicyUpdate {

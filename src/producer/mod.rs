@@ -20,7 +20,7 @@ use crate::domain::MarkerKind;
 use crate::domain::{AttemptEnd, Outcome};
 use crate::lab::Lab;
 use crate::metrics::Metrics;
-use crate::retry::{self, Admission, Verdict};
+use crate::retry::{self, Admission, Refused, Verdict};
 use crate::store::{Store, StoreError};
 
 /// Sends messages; cheap to clone.
@@ -107,7 +107,8 @@ impl Producer {
 
     /// Delivers one message from where it stands (its first attempt, or where a crash left it)
     /// until it is delivered or its round ends: attempts used up, the time budget out, the
-    /// breaker open on the last attempt, the retry budget spent, or a permanent error.
+    /// breaker open on the last attempt (or on any, when a refusal gives up), the retry budget
+    /// spent, or a permanent error.
     async fn deliver(&self, lab: &Lab, id: u64) {
         let Some(resume) = lab.resume_point(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
@@ -183,6 +184,16 @@ impl Producer {
                 }
                 Verdict::GiveUp => {
                     self.dead_letter(lab, id, (Cause::Permanent, format!("permanent error: {last}")));
+                    break;
+                }
+                Verdict::Retry
+                    if sent.outcome == Outcome::ShortCircuited
+                        && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) =>
+                {
+                    let reason = format!(
+                        "circuit open: the breaker refused attempt {n}, and a refusal ends the round"
+                    );
+                    self.dead_letter(lab, id, (Cause::CircuitOpen, reason));
                     break;
                 }
                 Verdict::Retry if n >= policy.max_attempts => {

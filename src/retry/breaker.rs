@@ -2,6 +2,8 @@
 //! service has one per dependency. Closed, it counts consecutive failures; at the threshold it
 //! opens and every attempt fails fast without a request; after `open_ms` it goes half-open
 //! and lets a few probes through: if they succeed it closes, if one fails it opens again.
+//! An attempt it refuses is either a failed attempt like any other (the message backs off and
+//! tries again) or, with `refused: give_up`, the end of the message's round.
 //! Pure: the caller passes `now` (lab ms) to every call.
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +18,22 @@ pub struct BreakerSettings {
     pub open_ms: u64,
     /// How many probes it lets through while half-open; all must succeed to close it.
     pub half_open_probes: u32,
+    /// What a message does with an attempt the breaker refused; absent is `retry`.
+    #[serde(default)]
+    pub refused: Refused,
+}
+
+/// What a message does when the breaker refuses its attempt: `retry` (the default) counts it
+/// as a failed attempt and backs off; `give_up` fails fast to the caller, ending the round
+/// (dead-lettered as `circuit_open`), as libraries that surface an open circuit as an error do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Refused {
+    /// Counts it as a failed attempt: the message backs off and tries again.
+    #[default]
+    Retry,
+    /// Fails fast to the caller: the round ends at once, dead-lettered as `circuit_open`.
+    GiveUp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -123,7 +141,7 @@ mod tests {
     use super::*;
 
     const SETTINGS: BreakerSettings =
-        BreakerSettings { failure_threshold: 3, open_ms: 100, half_open_probes: 2 };
+        BreakerSettings { failure_threshold: 3, open_ms: 100, half_open_probes: 2, refused: Refused::Retry };
 
     #[test]
     fn opens_after_consecutive_failures_and_fails_fast() {
@@ -149,6 +167,20 @@ mod tests {
         assert_eq!(breaker.record(&SETTINGS, false, 105), None);
         assert_eq!(breaker.record(&SETTINGS, false, 106), Some(BreakerState::Closed));
         assert_eq!(breaker.admit(&SETTINGS, 107), (Admission::Send, None));
+    }
+
+    #[test]
+    fn a_breaker_sent_without_its_refusal_retries_what_it_refuses() {
+        let sent: BreakerSettings =
+            serde_json::from_str(r#"{"failure_threshold": 3, "open_ms": 100, "half_open_probes": 2}"#)
+                .unwrap();
+        assert_eq!(sent, SETTINGS);
+        let giving_up: BreakerSettings = serde_json::from_str(
+            r#"{"failure_threshold": 3, "open_ms": 100, "half_open_probes": 2, "refused": "give_up"}"#,
+        )
+        .unwrap();
+        assert_eq!(giving_up.refused, Refused::GiveUp);
+        assert!(serde_json::to_string(&giving_up).unwrap().contains(r#""refused":"give_up""#));
     }
 
     #[test]

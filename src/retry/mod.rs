@@ -15,7 +15,7 @@ mod breaker;
 mod budget;
 mod policy;
 
-pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState};
+pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use policy::{Policy, PolicyUpdate, PolicyView, WaitBand};
 use rand::{Rng, RngExt};

@@ -42,6 +42,7 @@ async fn bad_input_on_every_route_is_a_clear_4xx_problem() {
         case(Method::PUT, api("/policy"), r#"{"max_attempts": 0}"#, 422),
         case(Method::PUT, api("/policy"), r#"{"base_ms": "fast"}"#, 422),
         case(Method::PUT, api("/policy"), r#"{"jitter": "wobbly"}"#, 422),
+        case(Method::PUT, api("/policy"), &refused("sometimes"), 422),
         case(Method::PUT, api("/policy"), r#"{"timeout_ms": 0}"#, 422),
         case(Method::PUT, api("/policy"), "[]", 422),
         // Bursts.
@@ -102,6 +103,28 @@ async fn bad_input_on_every_route_is_a_clear_4xx_problem() {
     assert_eq!(snapshot["downstream"]["mode"], "healthy");
     assert_eq!(snapshot["policy"]["max_attempts"], 4);
     assert!(snapshot["messages"].as_array().unwrap().is_empty());
+}
+
+/// A breaker whose refused attempts do `what`.
+fn refused(what: &str) -> String {
+    format!(
+        r#"{{"breaker": {{"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "{what}"}}}}"#
+    )
+}
+
+#[tokio::test]
+async fn an_unknown_refusal_of_the_breaker_names_the_field_and_its_choices() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let (status, problem) =
+        app.call(Method::PUT, &format!("/api/labs/{lab}/policy"), Some(&refused("maybe"))).await;
+    assert_eq!(status.as_u16(), 422, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        ["breaker.refused", "retry", "give_up"].iter().all(|word| detail.contains(word)),
+        "names the field and its choices: {detail}"
+    );
+    assert!(app.snapshot(&lab).await["policy"]["breaker"].is_null(), "the policy did not change");
 }
 
 #[tokio::test]

@@ -162,6 +162,7 @@ async fn the_command_line_prints_the_comparison_as_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metastable_comparison_runs_steady_traffic_and_only_the_budget_recovers() {
+    let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let request = json!({"scenario": "metastable", "seed": 19, "policies": ["none", "budget"]});
     let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;

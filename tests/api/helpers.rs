@@ -139,6 +139,11 @@ pub fn fresh_db() -> std::path::PathBuf {
     support::fresh_db("test")
 }
 
+/// Runs of the metastable set-up (steady traffic at 70 % of an endpoint's capacity, whose
+/// feedback loop they measure) take turns: two at once on a loaded 2-core machine would
+/// measure the machine. Hold it for the whole run.
+pub static OPEN_SYSTEM_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub fn counter(snapshot: &Value, name: &str) -> u64 {
     snapshot["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name}"))
 }

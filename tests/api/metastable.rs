@@ -4,14 +4,17 @@
 //! into a state that outlasts the spike: the queue stays full of work for clients that gave
 //! up, fed by their retries, and goodput stays near zero while new messages keep arriving.
 //! Without the spike the same set-up stays healthy; a retry budget, turned on while it is
-//! stuck, ends it. (A breaker does not here: while open it refuses the new messages too, and
-//! when it closes the retries waiting out their backoff tip the endpoint over again.)
+//! stuck, ends it. A circuit breaker alone does not: it opens, the queue drains and its probe
+//! succeeds, but the messages it refused were only waiting out their backoff, and when it
+//! closes they come back with the new ones, more than the endpoint can do, and it opens again.
+//! The same breaker ends it when a refused attempt ends the message's round (`refused:
+//! give_up`, failing fast to the caller): nothing waits to herd back in when it closes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::helpers::{TestApp, counter};
+use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
 
 /// Eight workers of 200 ms: 40 requests/s. A queue of 40: a full queue takes 1 s to drain,
 /// twice the client's 500 ms timeout. Healthy waits are a few tens of ms: the margin to the
@@ -58,6 +61,7 @@ fn seconds(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_control_without_the_trigger_stays_healthy() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let lab = set_up(&app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS + 2_000 + 6_000)).await;
@@ -82,16 +86,30 @@ async fn metastable_control_without_the_trigger_stays_healthy() {
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
 }
 
+/// The lab's snapshot once its clock has passed `t` ms, and its trigger has ended. It sleeps
+/// rather than polls: a snapshot of hundreds of messages taken every few ms would be load on
+/// the two cores the set-up is measured on.
+async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let snapshot = app.snapshot(lab).await;
+        let now = snapshot["now_ms"].as_u64().unwrap();
+        if now >= t && snapshot["downstream"]["revert"].is_null() {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "lab time {now} ms never reached {t} ms");
+        tokio::time::sleep(Duration::from_millis(t.saturating_sub(now).clamp(100, 1_000))).await;
+    }
+}
+
 /// Runs the trigger and holds on until 11 s after it ended; returns the lab and when it ended.
 async fn stuck(app: &TestApp) -> (String, u64) {
     let lab = set_up(app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
     app.put(&lab, "downstream", SPIKE).await;
-    let ended = app.wait_for(&lab, Duration::from_secs(30), |s| s["downstream"]["revert"].is_null()).await;
+    let ended = at_lab_ms(app, &lab, SETTLE_MS + 2_000).await;
     let ended_ms = marker_at(&ended, "back to");
-    let snapshot = app
-        .wait_for(&lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= ended_ms + 11_000)
-        .await;
+    let snapshot = at_lab_ms(app, &lab, ended_ms + 11_000).await;
     let trigger = ended_ms - 2_000;
     let (before_o, before_d) = window(&snapshot, trigger - SETTLE_MS + 500, trigger - 400);
     assert!(
@@ -117,11 +135,10 @@ async fn stuck(app: &TestApp) -> (String, u64) {
 /// keeps arriving. (The budget takes longest: new messages still arrive at 70 % of capacity, so
 /// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
 /// machine that takes a second or two more.)
-async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
+async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
     app.put(lab, "policy", fix).await;
-    let snapshot =
-        app.wait_for(lab, Duration::from_secs(60), |s| s["now_ms"].as_u64().unwrap() >= at + 12_000).await;
+    let snapshot = at_lab_ms(app, lab, at + 12_000).await;
     let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
     println!("around the fix, per second: {per_second:?}");
     let back = |from: u64| {
@@ -138,11 +155,155 @@ async fn fixed_by(app: &TestApp, lab: &str, fix: &str) {
     println!("goodput back {} s after the fix", (recovered - at) / 1_000);
     assert!(back(at + 9_000), "goodput stays back; per second {per_second:?}");
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
+    (snapshot, at)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
-    fixed_by(&app, &lab, r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}"#).await;
+    fixed_by(&app, &lab, BUDGET).await;
+}
+
+/// The breaker both breaker steps turn on: five failures in a row open it, and it stays open
+/// 4 s, longer than a full queue takes to drain (1 s) and than the longest wait plus a timeout
+/// (3.2 s + 0.5 s), so that when its one probe goes, the queue is empty and every attempt sent
+/// before it opened has ended. They differ only in what a message does with a refused attempt.
+/// Each fix is one of the preset's steps, and turns the other fix off.
+pub const BREAKER_RETRYING: &str = r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "retry"}, "retry_budget": null}"#;
+pub const BREAKER_GIVING_UP: &str = r#"{"breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}, "retry_budget": null}"#;
+/// Retries at most a tenth of the first attempts, plus one every 2 s.
+pub const BUDGET: &str = r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}, "breaker": null}"#;
+/// The endpoint's capacity: eight workers of 200 ms.
+const CAPACITY_PER_S: u64 = 40;
+
+/// The breaker's changes of state from `at` ms on, as (ms after `at`, state).
+fn breaker_changes(snapshot: &Value, at: u64) -> Vec<(u64, String)> {
+    let changes = snapshot["breaker"]["changes"].as_array().unwrap();
+    let after = changes.iter().filter(|c| c["at_ms"].as_u64().unwrap() >= at);
+    after.map(|c| (c["at_ms"].as_u64().unwrap() - at, c["state"].as_str().unwrap().to_owned())).collect()
+}
+
+/// Requests that reached the endpoint in `[from, to)` ms of lab time.
+fn requests(snapshot: &Value, from: u64, to: u64) -> u64 {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let inside = bins.iter().filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()));
+    inside.map(|b| b["requests"].as_u64().unwrap()).sum()
+}
+
+/// The messages whose first attempt the breaker refused in `[from, to)` ms of lab time: the
+/// new messages it met while open (on a busy machine a message can arrive while it is open and
+/// make its first attempt only after).
+fn refused_first(snapshot: &Value, from: u64, to: u64) -> Vec<&Value> {
+    let all = crate::helpers::messages(snapshot).iter();
+    all.filter(|m| {
+        let first = &m["attempts"][0];
+        first["outcome"] == "short_circuited" && (from..to).contains(&first["started_ms"].as_u64().unwrap())
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_breaker_that_retries_what_it_refused_does_not_end_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let at = app.snapshot(&lab).await["now_ms"].as_u64().unwrap();
+    app.put(&lab, "policy", BREAKER_RETRYING).await;
+    let snapshot = at_lab_ms(&app, &lab, at + 13_000).await;
+    let per_second = seconds(&snapshot, at, at + 13_000);
+    let changes = breaker_changes(&snapshot, at);
+    println!("with the breaker, per second: {per_second:?}; its changes: {changes:?}");
+    // It opens at once, and while open for 4 s it refuses every attempt; its probe then
+    // succeeds (the queue has drained) and it closes. Each time it opens again within 2 s: the
+    // messages it refused were waiting out their backoff, and they come back all together with
+    // the new ones, more than the endpoint can do in a second.
+    let opened: Vec<u64> = changes.iter().filter(|(_, s)| s == "open").map(|&(t, _)| t).collect();
+    let closed: Vec<u64> = changes.iter().filter(|(_, s)| s == "closed").map(|&(t, _)| t).collect();
+    assert!(opened.first().is_some_and(|&t| t < 5_000), "it opens: {changes:?}");
+    assert!(opened.len() >= 3, "it opens again and again: {changes:?}");
+    assert!(!closed.is_empty(), "it closes in between: {changes:?}");
+    for pair in changes.windows(2) {
+        if let [(open, state), (probe, next)] = pair
+            && state == "open"
+        {
+            // The new messages it met while open: their first attempt refused, and then a
+            // wait, to try again.
+            let refused = refused_first(&snapshot, at + open, at + probe);
+            assert!(refused.len() >= 80, "new messages kept arriving while it was open: {}", refused.len());
+            for message in refused {
+                assert!(
+                    message["attempts"][0]["wait"].is_object(),
+                    "refused, then waiting out its backoff: {message}"
+                );
+            }
+            assert_eq!(next, "half_open", "{changes:?}");
+            assert!((4_000..4_500).contains(&(probe - open)), "open for its 4 s: {changes:?}");
+        }
+    }
+    // Its probe succeeds (on a busy machine not every time: the queue drains more slowly).
+    let probed = changes.windows(2).any(|pair| {
+        matches!(pair, [(probe, state), (close, next)]
+            if state == "half_open" && next == "closed" && close - probe < 1_000)
+    });
+    assert!(probed, "its probe succeeds: {changes:?}");
+    for &close in closed.iter().filter(|&&t| t + 2_000 <= 13_000) {
+        assert!(
+            opened.iter().any(|&open| open > close && open <= close + 2_000),
+            "it opens again within 2 s of closing at {close} ms: {changes:?}"
+        );
+        let herd = requests(&snapshot, at + close, at + close + 1_000);
+        assert!(
+            herd > CAPACITY_PER_S,
+            "in the second after it closed at {close} ms, {herd} requests (capacity {CAPACITY_PER_S}): {changes:?}"
+        );
+        println!("in the second after it closed at {close} ms: {herd} requests");
+    }
+    // Goodput stays below half of offered load, in every three seconds.
+    for from in (0..=10).map(|s| at + s * 1_000) {
+        let (offered, delivered) = window(&snapshot, from, from + 3_000);
+        assert!(offered >= 45, "traffic kept arriving; per second {per_second:?}");
+        assert!(
+            delivered * 2 < offered,
+            "goodput {delivered} of {offered} from {} s: per second {per_second:?}",
+            (from - at) / 1_000
+        );
+    }
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let (snapshot, at) = fixed_by(&app, &lab, BREAKER_GIVING_UP).await;
+    let changes = breaker_changes(&snapshot, at);
+    println!("the breaker's changes: {changes:?}");
+    // It opens at once, lets its probe through 4 s later, closes, and stays closed.
+    let [(opened, open), (probe, half_open), (closed, close)] = &changes[..] else {
+        panic!("it opens once, goes half-open and closes: {changes:?}")
+    };
+    assert_eq!((open.as_str(), half_open.as_str(), close.as_str()), ("open", "half_open", "closed"));
+    assert!(*opened < 2_000, "it opens at once: {changes:?}");
+    assert!((4_000..4_500).contains(&(probe - opened)), "open for its 4 s: {changes:?}");
+    assert!(closed - probe < 1_000, "its probe succeeds: {changes:?}");
+    // Every new message it met while open was dead-lettered at once, as circuit_open, and no
+    // refused attempt anywhere was followed by a wait: nothing comes back when it closes.
+    let refused = refused_first(&snapshot, at + opened, at + probe);
+    assert!(refused.len() >= 80, "new messages kept arriving while it was open: {}", refused.len());
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    for message in &refused {
+        let letter = letters.iter().find(|d| d["id"] == message["id"]);
+        assert!(
+            letter.is_some_and(|d| d["cause"] == "circuit_open" && d["attempts"].as_array().unwrap().len() == 1),
+            "a message refused while it was open is dead-lettered on that attempt as circuit_open: {message}; {letter:?}"
+        );
+    }
+    let attempts = crate::helpers::messages(&snapshot).iter().flat_map(|m| m["attempts"].as_array().unwrap());
+    let refused_at =
+        |a: &&Value| a["outcome"] == "short_circuited" && a["started_ms"].as_u64().unwrap() >= at;
+    assert!(attempts.filter(refused_at).all(|a| a["wait"].is_null()), "no refused attempt waits to retry");
+    println!("{} new messages met it open, each dead-lettered as circuit_open", refused.len());
 }

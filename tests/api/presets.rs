@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, counter, messages};
+use crate::metastable;
 
 const PRESETS: &str = include_str!("../../static/presets.json");
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -147,8 +148,10 @@ fn causes(snapshot: &Value, step: &Step) -> Vec<String> {
 
 /// The metastable preset is the set-up `tests/api/metastable.rs` runs, setting for setting,
 /// where its sentences are proven: healthy before the trigger (goodput within 10 % of offered),
-/// goodput below half of offered for 10 s after it, and back on offered within 5 s of the
-/// retry budget while the traffic goes on. The page's live sentence is checked in the browser.
+/// goodput below half of offered for 10 s after it, back on offered within a few seconds of the
+/// retry budget while the traffic goes on, and the two breakers: one that retries what it
+/// refused, which does not end it, and one that gives up on a refusal, which does. The page's
+/// live sentence is checked in the browser.
 #[test]
 fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prove() {
     let preset = preset("metastable");
@@ -179,10 +182,26 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     assert!(preset["burst"].is_null(), "its load is steady traffic, not a burst");
     says(&preset, "the goodput line follows the offered line");
     says(&preset, "stays there after the flag, while the offered line holds");
+    says(&preset, "the first one below does not end it, the second does");
+    let policy_of = |fix: &str| -> Value { serde_json::from_str(fix).unwrap() };
     let budget = &preset["then"][0];
-    assert_eq!(budget["policy"], json!({"retry_budget": {"ratio": 0.1, "min_per_s": 0.5}}));
+    assert_eq!(budget["policy"], policy_of(metastable::BUDGET));
     says(budget, "within a few seconds the goodput line is back on the offered line");
-    assert_eq!(preset["then"].as_array().unwrap().len(), 1, "only the ending the tests prove");
+    // metastable_a_breaker_that_retries_what_it_refused_does_not_end_it
+    let breaker = &preset["then"][1];
+    assert_eq!(breaker["policy"], policy_of(metastable::BREAKER_RETRYING));
+    says(breaker, "Five failures in a row open the breaker, and for 4 s it refuses every attempt");
+    says(breaker, "its probe succeeds");
+    says(breaker, "more requests in a second than the 8 workers can do, and within 2 s it opens again");
+    says(breaker, "the goodput line stays below half of the offered line");
+    // metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it
+    let failing_fast = &preset["then"][2];
+    assert_eq!(failing_fast["policy"], policy_of(metastable::BREAKER_GIVING_UP));
+    says(failing_fast, "goes to the dead-letter queue (circuit_open)");
+    says(failing_fast, "It opens once, and every message it meets in its 4 s is dead-lettered");
+    says(failing_fast, "within a few seconds the goodput line is back on the offered line");
+    says(failing_fast, "the breaker stays closed");
+    assert_eq!(preset["then"].as_array().unwrap().len(), 3, "only the endings the tests prove");
 }
 
 #[tokio::test]

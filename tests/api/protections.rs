@@ -143,6 +143,50 @@ async fn a_breaker_fails_fast_through_an_outage_and_closes_through_half_open() {
     assert_eq!(tail, ["open", "half_open", "closed"], "{states:?}");
 }
 
+/// What a message does when the open breaker refuses its attempt: by default it backs off and
+/// tries again, each refusal an attempt used; with `refused: give_up` its round ends at once.
+#[tokio::test]
+async fn a_breaker_that_gives_up_on_a_refusal_ends_the_round_at_once_instead_of_backing_off() {
+    let app = TestApp::spawn().await;
+    let (retrying, giving_up) = (app.fast_lab().await, app.fast_lab().await);
+    let policy = r#"{"base_ms": 10, "cap_ms": 40, "max_attempts": 8, "seed": 7}"#;
+    // Open for 5 s: every refusal below meets it open.
+    let breaker = |refused: &str| {
+        format!(
+            r#"{{"breaker": {{"failure_threshold": 3, "open_ms": 5000, "half_open_probes": 1{refused}}}}}"#
+        )
+    };
+    for (lab, refused) in [(&retrying, ""), (&giving_up, r#", "refused": "give_up""#)] {
+        app.set_mode(lab, "down").await;
+        app.put(lab, "policy", policy).await;
+        let set = app.put(lab, "policy", &breaker(refused)).await;
+        let expected = if refused.is_empty() { "retry" } else { "give_up" };
+        assert_eq!(set["breaker"]["refused"], expected, "absent is retry: {set}");
+        // One message opens the breaker with its third failure; the rest meet it open.
+        app.burst(lab, 1).await;
+        app.wait_for(lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+        app.burst(lab, 5).await;
+    }
+    let retried = app.wait_for(&retrying, PATIENCE, |s| counter(s, "dead_letter") == 6).await;
+    let gave_up = app.wait_for(&giving_up, PATIENCE, |s| counter(s, "dead_letter") == 6).await;
+    assert_eq!(causes(&retried), ["circuit_open"; 6]);
+    assert_eq!(causes(&gave_up), ["circuit_open"; 6]);
+    assert_eq!((counter(&retried, "requests"), counter(&gave_up, "requests")), (3, 3), "three opened it");
+    let rounds = |s: &Value| -> Vec<usize> { messages(s).iter().map(|m| round(m, 0).len()).collect() };
+    // Retrying, each refusal uses an attempt after a wait: every message uses all eight.
+    assert_eq!(rounds(&retried), [8; 6], "{:?}", messages(&retried));
+    // Giving up, the first refusal is the last attempt: the one that opened it after three
+    // failures and a fourth refused, the others after their first.
+    assert_eq!(rounds(&gave_up), [4, 1, 1, 1, 1, 1], "{:?}", messages(&gave_up));
+    let letters = gave_up["dead_letters"].as_array().unwrap();
+    assert!(
+        letters.iter().all(|d| d["reason"].as_str().unwrap().contains("a refusal ends the round")),
+        "{letters:?}"
+    );
+    let waits = |s: &Value| attempts(s).iter().filter(|a| !a["wait"].is_null()).count();
+    assert_eq!(waits(&gave_up), 3, "no message waits after a refusal");
+}
+
 #[tokio::test]
 async fn honouring_retry_after_on_429_never_starts_early_and_ignoring_it_draws_more_429s() {
     let app = TestApp::spawn().await;

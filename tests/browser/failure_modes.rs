@@ -53,7 +53,11 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     )
     .await;
     let policy = server.snapshot(&lab).await["policy"].clone();
-    assert_eq!(policy["breaker"], json!({"failure_threshold": 3, "open_ms": 400, "half_open_probes": 1}));
+    assert_eq!(
+        policy["breaker"],
+        json!({"failure_threshold": 3, "open_ms": 400, "half_open_probes": 1, "refused": "retry"}),
+        "a refused attempt is retried unless the form says otherwise"
+    );
     assert_eq!(policy["base_ms"], 20, "the rest of the policy is kept: {policy}");
 
     // An outage window: down for 5 s, then back to healthy by itself, counted down on the page;
@@ -341,6 +345,41 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
     .await;
     let status = page.eval("document.querySelector('[data-traffic-status]').textContent").await.unwrap();
     assert!(status.as_str().unwrap().starts_with("stopped; sent"), "{status}");
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_form_sets_what_a_refused_attempt_does_and_shows_it_after_a_reload() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    apply_policy_form(
+        &page,
+        json!({"breaker_on": true, "failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}),
+    )
+    .await;
+    wait_for(
+        &page,
+        "the breaker to be on",
+        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+    )
+    .await;
+    let policy = server.snapshot(&lab).await["policy"].clone();
+    assert_eq!(
+        policy["breaker"],
+        json!({"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"})
+    );
+    // A fresh page fills the form from the lab's policy.
+    page.eval("window.beforeReload = true; location.reload()").await.unwrap();
+    let shown = wait_for(
+        &page,
+        "the form to show the breaker's refusal",
+        "(f => !window.beforeReload && f?.elements.namedItem('breaker_on').checked && f.elements.namedItem('refused').value)(document.getElementById('policy-form'))",
+    )
+    .await;
+    assert_eq!(shown, "give_up");
     assert_no_console_errors(&page);
 }
 
