@@ -104,9 +104,9 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
 }
 
 /// Frame intervals recorded in the page.
-struct Frames {
-    intervals: Vec<f64>,
-    ms: f64,
+pub(crate) struct Frames {
+    pub(crate) intervals: Vec<f64>,
+    pub(crate) ms: f64,
 }
 
 impl From<Value> for Frames {
@@ -119,12 +119,12 @@ impl From<Value> for Frames {
 
 impl Frames {
     /// Nearest-rank percentile of the frame intervals, in ms.
-    fn percentile(&self, p: f64) -> f64 {
+    pub(crate) fn percentile(&self, p: f64) -> f64 {
         let rank = ((p * self.intervals.len() as f64).ceil() as usize).clamp(1, self.intervals.len());
         self.intervals[rank - 1]
     }
 
-    fn row(&self, label: &str) -> String {
+    pub(crate) fn row(&self, label: &str) -> String {
         format!(
             "| {label} | {} | {:.1} s | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
             self.intervals.len(),

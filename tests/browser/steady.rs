@@ -1,0 +1,194 @@
+//! The page under steady traffic, a measurement rather than a check (so `#[ignore]`d): whether
+//! the lab page keeps drawing at the frame rate through a long run of steady arrivals with the
+//! timeline following the newest messages, or slows down as the run's history grows. Frame
+//! intervals come from requestAnimationFrame in headless Chromium, next to the same page idle,
+//! and are reported per period (a minute by default) so a slow degradation shows, with the
+//! page's JS heap and DOM size at the end of each period. At the end the page's counters must
+//! equal the API's: that part is a check, and holds at any duration.
+//!
+//! `cargo test --release --test browser -- --ignored --nocapture steady_traffic_fps`
+//!
+//! `STEADY_FPS_S` (600) is how long the traffic runs, `STEADY_FPS_RATE` (50) its rate in new
+//! messages per second, `STEADY_FPS_PERIOD_S` (60, or the whole run when shorter) how long
+//! each reported period is.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::scale::Frames;
+use super::{COUNTERS, Server, browser, open_new_lab, wait_for};
+
+const IDLE: Duration = Duration::from_secs(4);
+
+/// Records the interval between consecutive animation frames until stopped; `DRAIN` takes
+/// what was recorded so far and starts a new period, so a long run never holds more than one
+/// period of intervals in the page.
+const START_RECORDER: &str = "(() => {
+    const rec = { intervals: [], last: 0, on: true, started: performance.now() };
+    window.__frames = rec;
+    const step = (t) => {
+        if (rec.last) rec.intervals.push(t - rec.last);
+        rec.last = t;
+        if (rec.on) requestAnimationFrame(step);
+    };
+    requestAnimationFrame(step);
+    return true;
+})()";
+const DRAIN: &str = "(() => {
+    const rec = window.__frames;
+    const now = performance.now();
+    const out = { intervals: rec.intervals, ms: now - rec.started };
+    rec.intervals = [];
+    rec.started = now;
+    return out;
+})()";
+const STOP_RECORDER: &str = "(() => { window.__frames.on = false; return true; })()";
+
+/// What the page holds: elements in the document, load-chart bars, timeline rows drawn, and
+/// the lines in the trace console.
+const PAGE_SIZE: &str = "({
+    elements: document.getElementsByTagName('*').length,
+    loadBars: document.querySelectorAll('[data-load-bar]').length,
+    rows: document.querySelectorAll('#timeline .tl-row').length,
+    range: document.querySelector('[data-view-range]').textContent,
+    following: document.querySelector('[data-follow]')?.dataset.following === 'true',
+})";
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: cargo test --release --test browser -- --ignored --nocapture steady_traffic_fps"]
+async fn steady_traffic_fps() {
+    let Some(browser) = browser() else { return };
+    let run_s = env_u64("STEADY_FPS_S", 600).max(1);
+    let rate = env_u64("STEADY_FPS_RATE", 50).max(1);
+    let period_s = env_u64("STEADY_FPS_PERIOD_S", 60).clamp(1, run_s);
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    // Healthy, answering in 20-120 ms as a real service would, with the default 2 s timeout
+    // so a busy machine causes no retries.
+    server.put(&lab, "policy", r#"{"timeout_ms": 2000}"#).await;
+    server.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [20, 120]}"#).await;
+    // The timeline in view, where the bars are drawn.
+    page.eval("document.getElementById('timeline').scrollIntoView({ block: 'start' })").await.unwrap();
+
+    // Baseline: the same page, nothing happening.
+    page.eval(START_RECORDER).await.unwrap();
+    tokio::time::sleep(IDLE).await;
+    let idle = Frames::from(page.eval(DRAIN).await.unwrap());
+    let idle_size = measure(&page).await;
+
+    server.put(&lab, "traffic", &json!({ "rate_per_s": rate, "arrivals": "poisson" }).to_string()).await;
+    let started = Instant::now();
+    let mut periods = Vec::new();
+    let mut all = Vec::new();
+    let mut elapsed = 0;
+    while elapsed < run_s {
+        let next = (elapsed + period_s).min(run_s);
+        tokio::time::sleep_until((started + Duration::from_secs(next)).into()).await;
+        let frames = Frames::from(page.eval(DRAIN).await.unwrap());
+        let size = measure(&page).await;
+        all.extend_from_slice(&frames.intervals);
+        periods.push((elapsed, next, frames, size));
+        elapsed = next;
+    }
+    let ran_ms = started.elapsed().as_secs_f64() * 1000.0;
+    page.eval(STOP_RECORDER).await.unwrap();
+    server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
+    page.screenshot_viewport("steady-traffic-1280").await;
+
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "\nsteady traffic, 1280x900, {rate} messages/s (Poisson) for {run_s} s, healthy 20-120 ms, follow on, timeline in view; load average {}",
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "| page | frames | over | p50 ms | p95 ms | p99 ms | max ms | fps | JS heap MB | elements | load bars |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("{} {} |", idle.row("idle (baseline)"), idle_size.columns());
+    for (from, to, frames, size) in &periods {
+        println!("{} {} |", frames.row(&format!("{from}-{to} s")), size.columns());
+    }
+    let mut whole = Frames { intervals: all, ms: ran_ms };
+    whole.intervals.sort_by(f64::total_cmp);
+    let last = periods.last().map(|p| p.3.columns()).unwrap_or_default();
+    println!("{} {last} |", whole.row(&format!("whole run, {run_s} s")));
+    let verdict = if whole.percentile(0.95) <= 17.5 { "met" } else { "NOT met" };
+    println!("target 60 fps (frame time p95 <= 17.5 ms) over the whole run: {verdict}");
+
+    // The check: once the lab is still, the page shows the API's counters, every one of them.
+    wait_for(
+        &page,
+        "the lab to settle",
+        &format!("(c => c.queued === '0' && c.in_flight === '0' && c.backing_off === '0')({COUNTERS})"),
+    )
+    .await;
+    let api = settled_snapshot(&server, &lab).await;
+    let expected: serde_json::Map<String, Value> = api["counters"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::String(value.to_string())))
+        .collect();
+    let same = format!(
+        "(want => {{ const shown = {COUNTERS}; return Object.keys(shown).every(k => !(k in want) || shown[k] === want[k]); }})({})",
+        Value::Object(expected.clone())
+    );
+    wait_for(&page, "the page's counters to match the API's", &same).await;
+    let shown = page.eval(COUNTERS).await.unwrap();
+    let shown = shown.as_object().unwrap();
+    assert!(shown.len() >= 8, "the page shows its counters: {shown:?}");
+    for (name, value) in shown {
+        if let Some(want) = expected.get(name) {
+            assert_eq!(value, want, "counter {name}: the page shows {value}, the API {want}");
+        }
+    }
+    let sent = api["traffic"]["sent"].as_u64().unwrap();
+    assert!(sent > 0, "the traffic sent messages: {}", api["traffic"]);
+    let page_sent = page.eval("document.querySelector('[data-traffic-status]').dataset.sent").await.unwrap();
+    assert_eq!(page_sent, json!(sent.to_string()), "the traffic line shows what the API says was sent");
+    println!(
+        "counters on the page = the API's: {sent} sent, {} delivered, {} dead letters, {} requests",
+        api["counters"]["delivered"], api["counters"]["dead_letter"], api["counters"]["requests"]
+    );
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+}
+
+/// The API's snapshot once nothing is queued, in flight or backing off.
+async fn settled_snapshot(server: &Server, lab: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let snapshot = server.snapshot(lab).await;
+        let c = &snapshot["counters"];
+        if c["queued"] == 0 && c["in_flight"] == 0 && c["backing_off"] == 0 {
+            return snapshot;
+        }
+        assert!(start.elapsed() < super::PATIENCE, "the lab did not settle: {c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The page's JS heap and DOM at one moment.
+struct Size {
+    heap_bytes: f64,
+    page: Value,
+}
+
+impl Size {
+    fn columns(&self) -> String {
+        format!("{:.1} | {} | {}", self.heap_bytes / 1e6, self.page["elements"], self.page["loadBars"])
+    }
+}
+
+async fn measure(page: &super::cdp::Page) -> Size {
+    let heap = page.call("Runtime.getHeapUsage", json!({})).await.unwrap();
+    let page = page.eval(PAGE_SIZE).await.unwrap();
+    Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page }
+}
