@@ -7,6 +7,9 @@
 
 import { emptyOutside, outsideOf, putOutside } from './outside.js';
 
+/** Load bins kept, as many as the server keeps (an hour of 100 ms bins). */
+const MAX_LOAD_BINS = 36_000;
+
 /** An empty model, used until the first snapshot arrives. */
 export function emptyModel() {
   return {
@@ -261,6 +264,11 @@ export function applyEvent(model, id, ev) {
       for (const bin of ev.bins) {
         model.load.bins.set(bin.t_ms, bin);
         changes.load.add(bin.t_ms);
+      }
+      // The server keeps the last hour of bins; so does the page, oldest dropped first.
+      for (const t of model.load.bins.keys()) {
+        if (model.load.bins.size <= MAX_LOAD_BINS) break;
+        model.load.bins.delete(t);
       }
       break;
 

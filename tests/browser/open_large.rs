@@ -219,7 +219,7 @@ impl std::fmt::Display for Variant {
 /// Answers each request the Fetch domain paused: the page's `/static/*` files with the file of
 /// that name in `dir`, past the emulated network; the page's HTML, paused once the server has
 /// answered, with that answer less its `modulepreload` links. Runs until dropped.
-async fn serve_static_from(
+pub(super) async fn serve_static_from(
     page: &Page,
     dir: &Path,
     mut events: tokio::sync::broadcast::Receiver<(String, Value)>,

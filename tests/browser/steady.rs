@@ -10,12 +10,18 @@
 //!
 //! `STEADY_FPS_S` (600) is how long the traffic runs, `STEADY_FPS_RATE` (50) its rate in new
 //! messages per second, `STEADY_FPS_PERIOD_S` (60, or the whole run when shorter) how long
-//! each reported period is.
+//! each reported period is. `STEADY_FPS_STATIC=DIR` serves the page's `/static/*` files from
+//! DIR instead, in both tests here (another commit's: `git archive <commit> static | tar -x -C DIR`, then
+//! `DIR/static`), so two versions of the page are measured on the same build.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use std::path::Path;
+
+use super::cdp::Page;
+use super::open_large::serve_static_from;
 use super::scale::Frames;
 use super::{COUNTERS, Server, browser, open_new_lab, wait_for};
 
@@ -69,7 +75,28 @@ async fn steady_traffic_fps() {
     let server = Server::start().await;
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
-    let lab = open_new_lab(&page, &server).await;
+    with_static(&page, run(&page, &server, run_s, rate, period_s)).await;
+}
+
+/// Runs `test` on `page`, with the page's static files from `STEADY_FPS_STATIC` when it is set:
+/// another commit's page in place of this one's, to compare the two on one build.
+async fn with_static(page: &Page, test: impl Future<Output = ()>) {
+    match std::env::var_os("STEADY_FPS_STATIC") {
+        Some(dir) => {
+            let events = page.events();
+            page.call("Fetch.enable", json!({ "patterns": [{ "urlPattern": "*/static/*" }] })).await.unwrap();
+            println!("\nthe page's static files from {}", dir.to_string_lossy());
+            tokio::select! {
+                never = serve_static_from(page, Path::new(&dir), events) => match never {},
+                () = test => {}
+            }
+        }
+        None => test.await,
+    }
+}
+
+async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64) {
+    let lab = open_new_lab(page, server).await;
     // Healthy, answering in 20-120 ms as a real service would, with the default 2 s timeout
     // so a busy machine causes no retries.
     server.put(&lab, "policy", r#"{"timeout_ms": 2000}"#).await;
@@ -81,7 +108,7 @@ async fn steady_traffic_fps() {
     page.eval(START_RECORDER).await.unwrap();
     tokio::time::sleep(IDLE).await;
     let idle = Frames::from(page.eval(DRAIN).await.unwrap());
-    let idle_size = measure(&page).await;
+    let idle_size = measure(page).await;
 
     server.put(&lab, "traffic", &json!({ "rate_per_s": rate, "arrivals": "poisson" }).to_string()).await;
     let started = Instant::now();
@@ -92,7 +119,7 @@ async fn steady_traffic_fps() {
         let next = (elapsed + period_s).min(run_s);
         tokio::time::sleep_until((started + Duration::from_secs(next)).into()).await;
         let frames = Frames::from(page.eval(DRAIN).await.unwrap());
-        let size = measure(&page).await;
+        let size = measure(page).await;
         all.extend_from_slice(&frames.intervals);
         periods.push((elapsed, next, frames, size));
         elapsed = next;
@@ -124,12 +151,12 @@ async fn steady_traffic_fps() {
 
     // The check: once the lab is still, the page shows the API's counters, every one of them.
     wait_for(
-        &page,
+        page,
         "the lab to settle",
         &format!("(c => c.queued === '0' && c.in_flight === '0' && c.backing_off === '0')({COUNTERS})"),
     )
     .await;
-    let api = settled_snapshot(&server, &lab).await;
+    let api = settled_snapshot(server, &lab).await;
     let expected: serde_json::Map<String, Value> = api["counters"]
         .as_object()
         .unwrap()
@@ -140,7 +167,7 @@ async fn steady_traffic_fps() {
         "(want => {{ const shown = {COUNTERS}; return Object.keys(shown).every(k => !(k in want) || shown[k] === want[k]); }})({})",
         Value::Object(expected.clone())
     );
-    wait_for(&page, "the page's counters to match the API's", &same).await;
+    wait_for(page, "the page's counters to match the API's", &same).await;
     let shown = page.eval(COUNTERS).await.unwrap();
     let shown = shown.as_object().unwrap();
     assert!(shown.len() >= 8, "the page shows its counters: {shown:?}");
@@ -187,8 +214,101 @@ impl Size {
     }
 }
 
-async fn measure(page: &super::cdp::Page) -> Size {
+async fn measure(page: &Page) -> Size {
     let heap = page.call("Runtime.getHeapUsage", json!({})).await.unwrap();
     let page = page.eval(PAGE_SIZE).await.unwrap();
     Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page }
+}
+
+/// The window on screen as the timeline has it: `--t0`, the span (track width over `--k`), and
+/// every load bar drawn, as `[start, requests]`.
+const LOAD_VIEW: &str = "(() => {
+    const tl = document.getElementById('timeline');
+    const track = tl.querySelector('.tl-scroll').clientWidth - tl.querySelector('.tl-corner').offsetWidth;
+    const k = Number(tl.style.getPropertyValue('--k'));
+    return {
+        t0: Number(tl.style.getPropertyValue('--t0')),
+        span: track / k,
+        bars: [...document.querySelectorAll('[data-load-bar]')].map(b => [Number(b.dataset.t), Number(b.dataset.requests)]),
+    };
+})()";
+
+/// A long run holds tens of thousands of load bins; the chart draws only the bars near the
+/// window on screen (half a window either side), so a frame costs the same after an hour as
+/// after a minute. Zoomed in, bars far from the window are not in the page, the ones near it
+/// are, with the API's figures; back to "fit", every bin is drawn again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_chart_draws_only_the_bars_near_the_window() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    with_static(&page, load_chart_near_the_window(&page, &server)).await;
+}
+
+async fn load_chart_near_the_window(page: &Page, server: &Server) {
+    let lab = open_new_lab(page, server).await;
+    // One message a second for five seconds: five bins a second apart.
+    for _ in 0..5 {
+        server.burst(&lab, 1).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    super::wait_counter(page, "delivered", 5).await;
+    let snapshot = server.snapshot(&lab).await;
+    let bins: Vec<(f64, u64)> = snapshot["load"]["bins"]
+        .as_array()
+        .unwrap_or_else(|| panic!("load bins: {}", snapshot["load"]))
+        .iter()
+        .map(|b| (b["t_ms"].as_f64().unwrap(), b["requests"].as_u64().unwrap()))
+        .collect();
+    let mut bins = bins;
+    bins.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let spread = bins.last().unwrap().0 - bins[0].0;
+    assert!(bins.len() >= 5 && spread >= 3500.0, "five bins a second apart: {bins:?}");
+    wait_for(page, "a bar for every bin, with its figures", &every_bar(&bins)).await;
+
+    // Zoomed in 16 times: a window a few hundred ms wide in a lab five seconds long.
+    for _ in 0..4 {
+        page.click("[data-zoom=\"in\"]").await;
+    }
+    let zoomed = super::timeline(page).await;
+    assert_eq!(zoomed["zoomed"], true, "{zoomed}");
+    let view = page.eval(LOAD_VIEW).await.unwrap();
+    let (t0, span) = (view["t0"].as_f64().unwrap(), view["span"].as_f64().unwrap());
+    assert!(span < 1000.0, "zoomed in: {view}");
+    let drawn = bars_of(&view);
+    // One bar is 100 ms here; the chart draws from half a window before to half a window after.
+    let (from, to) = (t0 - span / 2.0, t0 + span * 1.5);
+    for (start, _) in &drawn {
+        assert!(*start >= from - 100.0 && *start < to + 100.0, "bar {start} is far from the window: {view}");
+    }
+    for bin in &bins {
+        if bin.0 >= from + 100.0 && bin.0 < to - 100.0 {
+            assert!(drawn.contains(bin), "bin {bin:?} is near the window and has no bar: {view}");
+        }
+    }
+    assert!(drawn.len() < bins.len(), "zoomed in, not every bar is drawn: {view}");
+
+    // Back to "fit": every bin again, with its figures.
+    page.click("[data-zoom=\"fit\"]").await;
+    wait_for(page, "every bar again", &every_bar(&bins)).await;
+    super::assert_no_console_errors(page);
+}
+
+/// True once the chart draws exactly these bins, `(start, requests)`, one bar each.
+fn every_bar(bins: &[(f64, u64)]) -> String {
+    let want = serde_json::to_string(&bins.iter().map(|(t, n)| json!([t, n])).collect::<Vec<_>>()).unwrap();
+    format!("JSON.stringify({LOAD_VIEW}.bars.sort((a, b) => a[0] - b[0])) === JSON.stringify({want})")
+}
+
+/// The bars drawn, by start, as `(start, requests)`.
+fn bars_of(view: &Value) -> Vec<(f64, u64)> {
+    let mut bars: Vec<(f64, u64)> = view["bars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b[0].as_f64().unwrap(), b[1].as_u64().unwrap()))
+        .collect();
+    bars.sort_by(|a, b| a.0.total_cmp(&b.0));
+    bars
 }
