@@ -22,7 +22,7 @@ use std::path::Path;
 
 use super::cdp::Page;
 use super::open_large::serve_static_from;
-use super::scale::Frames;
+use super::scale::{Frames, env_u64};
 use super::{COUNTERS, Server, browser, open_new_lab, wait_for};
 
 const IDLE: Duration = Duration::from_secs(4);
@@ -51,19 +51,16 @@ const DRAIN: &str = "(() => {
 })()";
 const STOP_RECORDER: &str = "(() => { window.__frames.on = false; return true; })()";
 
-/// What the page holds: elements in the document, load-chart bars, timeline rows drawn, and
-/// the lines in the trace console.
+/// What the page holds: elements in the document, load-chart bars, timeline rows drawn, the
+/// messages it keeps (the filter's total), and the window on screen.
 const PAGE_SIZE: &str = "({
     elements: document.getElementsByTagName('*').length,
     loadBars: document.querySelectorAll('[data-load-bar]').length,
     rows: document.querySelectorAll('#timeline .tl-row').length,
+    messages: Number(document.querySelector('[data-filter-count]').dataset.total ?? 0),
     range: document.querySelector('[data-view-range]').textContent,
     following: document.querySelector('[data-follow]')?.dataset.following === 'true',
 })";
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: cargo test --release --test browser -- --ignored --nocapture steady_traffic_fps"]
@@ -107,8 +104,10 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
     // Baseline: the same page, nothing happening.
     page.eval(START_RECORDER).await.unwrap();
     tokio::time::sleep(IDLE).await;
+    page.call("Performance.enable", json!({})).await.unwrap();
+    let before = measure(page, None).await;
     let idle = Frames::from(page.eval(DRAIN).await.unwrap());
-    let idle_size = measure(page).await;
+    let idle_size = measure(page, Some(&before)).await;
 
     server.put(&lab, "traffic", &json!({ "rate_per_s": rate, "arrivals": "poisson" }).to_string()).await;
     let started = Instant::now();
@@ -119,7 +118,8 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
         let next = (elapsed + period_s).min(run_s);
         tokio::time::sleep_until((started + Duration::from_secs(next)).into()).await;
         let frames = Frames::from(page.eval(DRAIN).await.unwrap());
-        let size = measure(page).await;
+        let size =
+            measure(page, Some(periods.last().map_or(&idle_size, |p: &(u64, u64, Frames, Size)| &p.3))).await;
         all.extend_from_slice(&frames.intervals);
         periods.push((elapsed, next, frames, size));
         elapsed = next;
@@ -135,17 +135,21 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
     println!(
-        "| page | frames | over | p50 ms | p95 ms | p99 ms | max ms | fps | JS heap MB | elements | load bars |"
+        "| page | frames | over | p50 ms | p95 ms | p99 ms | max ms | fps | main thread busy | JS heap MB | messages held | elements | load bars |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     println!("{} {} |", idle.row("idle (baseline)"), idle_size.columns());
     for (from, to, frames, size) in &periods {
         println!("{} {} |", frames.row(&format!("{from}-{to} s")), size.columns());
     }
     let mut whole = Frames { intervals: all, ms: ran_ms };
     whole.intervals.sort_by(f64::total_cmp);
-    let last = periods.last().map(|p| p.3.columns()).unwrap_or_default();
-    println!("{} {last} |", whole.row(&format!("whole run, {run_s} s")));
+    // The idle baseline ended as the traffic started.
+    let busy = periods.last().map_or(String::new(), |(.., last)| {
+        format!("{:.0} %", (last.task_s - idle_size.task_s) / (last.at_s - idle_size.at_s) * 100.0)
+    });
+    let last = periods.last().map(|p| p.3.sizes()).unwrap_or_default();
+    println!("{} {busy} | {last} |", whole.row(&format!("whole run, {run_s} s")));
     let verdict = if whole.percentile(0.95) <= 17.5 { "met" } else { "NOT met" };
     println!("target 60 fps (frame time p95 <= 17.5 ms) over the whole run: {verdict}");
 
@@ -202,22 +206,55 @@ async fn settled_snapshot(server: &Server, lab: &str) -> Value {
     }
 }
 
-/// The page's JS heap and DOM at one moment.
+/// The page's JS heap and DOM at the end of a period, and how busy its main thread was.
 struct Size {
     heap_bytes: f64,
     page: Value,
+    /// Seconds the main thread has spent in tasks of any kind (script, style, layout, paint)
+    /// so far, CDP `Performance.getMetrics` `TaskDuration`.
+    task_s: f64,
+    /// The share of the period the main thread was busy.
+    busy: f64,
+    /// When it was taken, s (the metrics' own clock).
+    at_s: f64,
 }
 
 impl Size {
     fn columns(&self) -> String {
-        format!("{:.1} | {} | {}", self.heap_bytes / 1e6, self.page["elements"], self.page["loadBars"])
+        format!("{:.0} % | {}", self.busy * 100.0, self.sizes())
+    }
+
+    fn sizes(&self) -> String {
+        format!(
+            "{:.1} | {} | {} | {}",
+            self.heap_bytes / 1e6,
+            self.page["messages"],
+            self.page["elements"],
+            self.page["loadBars"]
+        )
     }
 }
 
-async fn measure(page: &Page) -> Size {
+/// The page now; `since` is the measure at the start of the period.
+async fn measure(page: &Page, since: Option<&Size>) -> Size {
     let heap = page.call("Runtime.getHeapUsage", json!({})).await.unwrap();
-    let page = page.eval(PAGE_SIZE).await.unwrap();
-    Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page }
+    let metrics = page.call("Performance.getMetrics", json!({})).await.unwrap();
+    let task_s = metrics["metrics"]
+        .as_array()
+        .and_then(|all| all.iter().find(|m| m["name"] == "TaskDuration"))
+        .and_then(|m| m["value"].as_f64())
+        .unwrap_or(0.0);
+    let at_s = metrics["metrics"]
+        .as_array()
+        .and_then(|all| all.iter().find(|m| m["name"] == "Timestamp"))
+        .and_then(|m| m["value"].as_f64())
+        .unwrap_or(0.0);
+    let sizes = page.eval(PAGE_SIZE).await.unwrap();
+    let busy = match since {
+        Some(s) if at_s > s.at_s => (task_s - s.task_s) / (at_s - s.at_s),
+        _ => 0.0,
+    };
+    Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page: sizes, task_s, busy, at_s }
 }
 
 /// The window on screen as the timeline has it: `--t0`, the span (track width over `--k`), and
