@@ -11,8 +11,8 @@
 //! every height stays "per 100 ms" (the average over the bar) so the line keeps its meaning.
 //! Positions are the bars' `--s` and `--d`; heights are `--n` over the chart's `--ymax`, so a
 //! new maximum is one property write. Only the bars in the window on screen, and half a window
-//! either side, are in the page: a lab that has run for an hour under steady traffic holds tens
-//! of thousands of bins, and a bar for each would make every frame slower as the run went on.
+//! either side, are in the page: under steady traffic a lab holds thousands of bins (the last five
+//! minutes at 100 ms), and a bar for each would make every frame slower as the run went on.
 
 import { duration, labTime, range } from './model.js';
 
@@ -104,20 +104,28 @@ export function emptyLoadSum() {
   return { requests: 0, ok: 0, unavailable: 0, throttled: 0, timed_out: 0, wasted: 0, peak: 0, offered: 0, delivered: 0, refused: 0, bins: 0 };
 }
 
-/** Adds one load bin, as the server sends it, to a sum. */
-export function addToLoadSum(sum, b) {
-  sum.requests += b.requests ?? 0;
-  sum.ok += b.ok ?? 0;
-  sum.unavailable += b.unavailable ?? 0;
-  sum.throttled += b.throttled ?? 0;
-  sum.timed_out += b.timed_out ?? 0;
-  sum.wasted += b.wasted ?? 0;
+/**
+ * Adds one load bin, as the server sends it, to a sum; `share` of it, for a coarse bin (older
+ * activity the server summed over 10 s) drawn across bars narrower than itself: its counts are
+ * spread evenly over its width, the most that can be said of them.
+ */
+export function addToLoadSum(sum, b, share = 1) {
+  sum.requests += (b.requests ?? 0) * share;
+  sum.ok += (b.ok ?? 0) * share;
+  sum.unavailable += (b.unavailable ?? 0) * share;
+  sum.throttled += (b.throttled ?? 0) * share;
+  sum.timed_out += (b.timed_out ?? 0) * share;
+  sum.wasted += (b.wasted ?? 0) * share;
   sum.peak = Math.max(sum.peak, b.peak_in_process ?? 0);
-  sum.offered += b.offered ?? 0;
-  sum.delivered += b.delivered ?? 0;
-  sum.refused += b.refused ?? 0;
+  sum.offered += (b.offered ?? 0) * share;
+  sum.delivered += (b.delivered ?? 0) * share;
+  sum.refused += (b.refused ?? 0) * share;
   sum.bins += 1;
+  if (share < 1) sum.spread = true;
 }
+
+/** A coarse bin's width: the server sums activity older than five minutes into bins of 10 s. */
+export const COARSE_BIN_MS = 10_000;
 
 export function createLoadChart(state, miniTip) {
   const { root, model } = state;
@@ -162,13 +170,20 @@ export function createLoadChart(state, miniTip) {
     return Math.floor(t / barMs()) * barMs();
   }
 
-  /** Sum the bins of the bar that starts at `start`. */
+  /** The share of bin `b` that falls in one bar: all of it, unless the bin is wider. */
+  function shareOf(b) {
+    const w = b.width_ms ?? model.load.binMs;
+    return w > barMs() ? barMs() / w : 1;
+  }
+
+  /** Sum the bins of the bar that starts at `start` (and any coarse bin reaching into it). */
   function sumBar(start) {
     const sum = emptyLoadSum();
     const binMs = model.load.binMs;
-    for (let t = start; t < start + barMs(); t += binMs) {
+    const end = start + barMs();
+    for (let t = Math.min(start, Math.floor(start / COARSE_BIN_MS) * COARSE_BIN_MS); t < end; t += binMs) {
       const b = model.load.bins.get(t);
-      if (b) addToLoadSum(sum, b);
+      if (b && t + (b.width_ms ?? binMs) > start) addToLoadSum(sum, b, shareOf(b));
     }
     return sum;
   }
@@ -183,6 +198,14 @@ export function createLoadChart(state, miniTip) {
     const { t0, span } = state.view;
     if (!(span > 0)) return { from: 0, to: 0 };
     return { from: barStart(t0 - span / 2), to: barStart(t0 + span * 1.5) + barMs() };
+  }
+
+  /** The starts of the bars bin `b` is drawn in. */
+  function barsOf(b) {
+    const w = b.width_ms ?? model.load.binMs;
+    const starts = [];
+    for (let s = barStart(b.t_ms); s < b.t_ms + w; s += barMs()) starts.push(s);
+    return starts;
   }
 
   /** Write bar `start` with `sum`: made on first use, updated in place after. */
@@ -223,10 +246,12 @@ export function createLoadChart(state, miniTip) {
     drawnLoad = model.load;
     const sums = new Map();
     for (const b of model.load.bins.values()) {
-      const start = barStart(b.t_ms);
-      let sum = sums.get(start);
-      if (!sum) sums.set(start, (sum = emptyLoadSum()));
-      addToLoadSum(sum, b);
+      const share = shareOf(b);
+      for (const start of barsOf(b)) {
+        let sum = sums.get(start);
+        if (!sum) sums.set(start, (sum = emptyLoadSum()));
+        addToLoadSum(sum, b, share);
+      }
     }
     tallest = 0;
     for (const sum of sums.values()) tallest = Math.max(tallest, heightOf(sum));
@@ -309,11 +334,14 @@ export function createLoadChart(state, miniTip) {
     const s = bar.sum;
     const start = Number(bar.el.dataset.t);
     const span = `${labTime(start)} + ${duration(barMs())}`;
-    const per = factor > 1 ? ` (over ${factor} bins of ${duration(model.load.binMs)})` : '';
+    const per = s.spread
+      ? ' (older than five minutes: measured over 10 s and spread evenly)'
+      : factor > 1 ? ` (over ${factor} bins of ${duration(model.load.binMs)})` : '';
+    const n = (x) => round(x);
     const other = Math.max(0, s.requests - s.ok - s.unavailable - s.throttled - s.timed_out);
-    const text = `${s.requests} requests${per}: ${s.ok} 2xx, ${s.unavailable} 503, ${s.throttled} 429, `
-      + `${s.timed_out} client timed out${other ? `, ${other} other` : ''}; ${s.wasted} wasted; at most ${s.peak} in process at once; `
-      + `${s.offered} new messages offered${s.refused ? ` (${s.refused} more refused at the source)` : ''}, ${s.delivered} delivered`;
+    const text = `${n(s.requests)} requests${per}: ${n(s.ok)} 2xx, ${n(s.unavailable)} 503, ${n(s.throttled)} 429, `
+      + `${n(s.timed_out)} client timed out${other >= 0.05 ? `, ${n(other)} other` : ''}; ${n(s.wasted)} wasted; at most ${s.peak} in process at once; `
+      + `${n(s.offered)} new messages offered${s.refused ? ` (${n(s.refused)} more refused at the source)` : ''}, ${n(s.delivered)} delivered`;
     const r = plot.getBoundingClientRect();
     miniTip.show(e.clientX, r.top, span, text, true);
   });
@@ -329,7 +357,11 @@ export function createLoadChart(state, miniTip) {
         rebuild();
         changed = true;
       } else if (changes.load.size) {
-        const starts = new Set([...changes.load].map(barStart));
+        const starts = new Set();
+        for (const t of changes.load) {
+          const b = model.load.bins.get(t);
+          for (const start of b ? barsOf(b) : [barStart(t)]) starts.add(start);
+        }
         for (const start of starts) {
           const sum = sumBar(start);
           tallest = Math.max(tallest, heightOf(sum));

@@ -7,9 +7,6 @@
 
 import { emptyOutside, outsideOf, putOutside } from './outside.js';
 
-/** Load bins kept, as many as the server keeps (an hour of 100 ms bins). */
-const MAX_LOAD_BINS = 36_000;
-
 /** An empty model, used until the first snapshot arrives. */
 export function emptyModel() {
   return {
@@ -260,15 +257,15 @@ export function applyEvent(model, id, ev) {
       break;
 
     case 'load':
-      // Complete bins that changed: each replaces the one with the same start.
+      // Complete bins that changed: each replaces the one with the same start. A coarse bin
+      // (activity older than five minutes, summed by the server) replaces the fine ones it sums.
       for (const bin of ev.bins) {
+        const width = bin.width_ms ?? model.load.binMs;
+        for (let t = bin.t_ms + model.load.binMs; t < bin.t_ms + width; t += model.load.binMs) {
+          if (model.load.bins.delete(t)) changes.load.add(t);
+        }
         model.load.bins.set(bin.t_ms, bin);
         changes.load.add(bin.t_ms);
-      }
-      // The server keeps the last hour of bins; so does the page, oldest dropped first.
-      for (const t of model.load.bins.keys()) {
-        if (model.load.bins.size <= MAX_LOAD_BINS) break;
-        model.load.bins.delete(t);
       }
       break;
 

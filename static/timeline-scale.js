@@ -75,7 +75,10 @@ export function createScale(state) {
    */
   function growMeasured(starts = model.load.bins.keys()) {
     const binMs = model.load.binMs;
-    for (const t of starts) growTo(t, t + binMs);
+    for (const t of starts) {
+      const b = model.load.bins.get(t);
+      if (b) growTo(t, t + (b.width_ms ?? binMs));
+    }
     for (const m of model.markers) growTo(m.at_ms, m.at_ms);
   }
 

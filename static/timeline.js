@@ -83,7 +83,7 @@ export function createTimeline(root, model, requestDraw) {
         scale.grow(m);
         rows.changed(id);
       }
-      // Only the bins that changed: a long run holds tens of thousands.
+      // Only the bins that changed: a long run holds thousands.
       if (changes.load.size || changes.markers) scale.growMeasured(changes.load);
       find.noteChanges(changes);
     }

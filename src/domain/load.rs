@@ -2,6 +2,11 @@
 //! how each was answered (2xx, 503, 429, or never, because its client had given up), the work
 //! done for clients that were already gone, and the most requests in process at once. A retry
 //! storm shows as a spike here; a breaker or a retry budget as its absence.
+//!
+//! A lab can run for an hour of steady traffic, so the history is kept at two resolutions:
+//! the last five minutes in bins of 100 ms, and older activity summed into bins of 10 s
+//! (`width_ms`), up to an hour of them. Memory and the snapshot then stop growing with the
+//! run's length after five minutes but for one small bin per 10 s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,14 +14,25 @@ use serde::{Deserialize, Serialize};
 
 /// The width of one bin, in ms of lab time.
 pub const BIN_MS: u64 = 100;
-/// Bins kept: the last hour of a lab's activity.
-const MAX_BINS: usize = 36_000;
+/// Fine bins cover this much of the newest activity, in ms of lab time; older bins are summed
+/// into coarse ones.
+pub const FINE_FOR_MS: u64 = 5 * 60 * 1000;
+/// The width of a coarse bin, in ms of lab time.
+pub const COARSE_BIN_MS: u64 = 10_000;
+/// Bins kept: five minutes of fine bins (and the 10 s until they are next summed), and an hour
+/// of coarse ones.
+const MAX_BINS: usize = ((FINE_FOR_MS + COARSE_BIN_MS) / BIN_MS) as usize + 360;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct LoadBin {
     /// The bin's start, ms of lab time.
     pub t_ms: u64,
+    /// The bin's width, ms of lab time: `bin_ms` (100), or 10,000 for activity older than five
+    /// minutes, summed. Left out when it is 100.
+    #[serde(skip_serializing_if = "is_fine")]
+    #[schema(default = 100)]
+    pub width_ms: u64,
     /// Requests that reached the downstream in this bin; the bins add up to `requests`.
     pub requests: u64,
     /// Of those: answered 2xx.
@@ -41,6 +57,47 @@ pub struct LoadBin {
     pub refused: u64,
 }
 
+fn is_fine(width_ms: &u64) -> bool {
+    *width_ms == BIN_MS
+}
+
+impl Default for LoadBin {
+    fn default() -> Self {
+        LoadBin {
+            t_ms: 0,
+            width_ms: BIN_MS,
+            requests: 0,
+            ok: 0,
+            unavailable: 0,
+            throttled: 0,
+            timed_out: 0,
+            other: 0,
+            wasted: 0,
+            peak_in_process: 0,
+            offered: 0,
+            delivered: 0,
+            refused: 0,
+        }
+    }
+}
+
+impl LoadBin {
+    /// Adds `other`'s counts into this bin (the peak is the higher of the two).
+    fn absorb(&mut self, other: &LoadBin) {
+        self.requests += other.requests;
+        self.ok += other.ok;
+        self.unavailable += other.unavailable;
+        self.throttled += other.throttled;
+        self.timed_out += other.timed_out;
+        self.other += other.other;
+        self.wasted += other.wasted;
+        self.peak_in_process = self.peak_in_process.max(other.peak_in_process);
+        self.offered += other.offered;
+        self.delivered += other.delivered;
+        self.refused += other.refused;
+    }
+}
+
 /// How a request that reached the downstream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
@@ -58,21 +115,38 @@ pub struct Load {
     unsaved: BTreeSet<u64>,
     /// Bins before this were dropped (past `MAX_BINS`) since the store last heard.
     dropped_before: Option<u64>,
+    /// Fine bins in this range of starts were summed into coarse ones since the store last
+    /// heard: their rows go, but for the coarse bins' own (at multiples of `COARSE_BIN_MS`).
+    coarsened: Option<(u64, u64)>,
+    /// Every bin that starts before this is coarse.
+    fine_from_ms: u64,
     in_process: u64,
 }
 
-/// The bins changed since the store last took them: rows to write, and a cutoff below which
-/// rows go (bins dropped to keep the last hour).
+/// The bins changed since the store last took them: rows to write, a cutoff below which rows
+/// go (bins dropped to keep the last hour), and a range whose fine rows go (summed into the
+/// coarse bins among `bins`).
 #[derive(Debug, Default, Clone)]
 pub struct BinChanges {
     pub bins: Vec<LoadBin>,
     pub dropped_before: Option<u64>,
+    pub coarsened: Option<(u64, u64)>,
 }
 
 impl Load {
     /// Bins as the store kept them.
     pub fn restore(bins: Vec<LoadBin>) -> Self {
-        Load { bins: bins.into_iter().map(|bin| (bin.t_ms, bin)).collect(), ..Default::default() }
+        let fine_from_ms = bins
+            .iter()
+            .filter(|bin| bin.width_ms > BIN_MS)
+            .map(|bin| bin.t_ms + bin.width_ms)
+            .max()
+            .unwrap_or(0);
+        Load {
+            bins: bins.into_iter().map(|bin| (bin.t_ms, bin)).collect(),
+            fine_from_ms,
+            ..Default::default()
+        }
     }
 
     /// The bins changed since the last call, for the store.
@@ -81,6 +155,7 @@ impl Load {
         BinChanges {
             bins: unsaved.iter().filter_map(|t| self.bins.get(t).copied()).collect(),
             dropped_before: self.dropped_before.take(),
+            coarsened: self.coarsened.take(),
         }
     }
 
@@ -88,6 +163,7 @@ impl Load {
     pub fn mark_unsaved(&mut self, changes: BinChanges) {
         self.unsaved.extend(changes.bins.iter().map(|bin| bin.t_ms));
         self.dropped_before = self.dropped_before.max(changes.dropped_before);
+        self.coarsened = widen(self.coarsened, changes.coarsened);
     }
 
     /// A request reached the downstream at `now_ms`; returns the bin it is counted in.
@@ -160,10 +236,22 @@ impl Load {
         self.changed.clear();
         self.unsaved.clear();
         self.dropped_before = None;
+        self.coarsened = None;
+        self.fine_from_ms = 0;
     }
 
     fn bin(&mut self, at_ms: u64) -> &mut LoadBin {
-        let t_ms = at_ms - at_ms % BIN_MS;
+        let fine_from = at_ms.saturating_sub(FINE_FOR_MS);
+        let fine_from = fine_from - fine_from % COARSE_BIN_MS;
+        if fine_from > self.fine_from_ms {
+            self.coarsen(fine_from);
+        }
+        // An answer can come for a request that arrived in a bin since summed: it joins the sum.
+        let (t_ms, width_ms) = if at_ms < self.fine_from_ms {
+            (at_ms - at_ms % COARSE_BIN_MS, COARSE_BIN_MS)
+        } else {
+            (at_ms - at_ms % BIN_MS, BIN_MS)
+        };
         self.changed.insert(t_ms);
         self.unsaved.insert(t_ms);
         if self.bins.len() >= MAX_BINS
@@ -173,7 +261,52 @@ impl Load {
             self.dropped_before = self.dropped_before.max(Some(dropped + 1));
         }
         let in_process = self.in_process;
-        self.bins.entry(t_ms).or_insert(LoadBin { t_ms, peak_in_process: in_process, ..Default::default() })
+        self.bins.entry(t_ms).or_insert(LoadBin {
+            t_ms,
+            width_ms,
+            peak_in_process: in_process,
+            ..Default::default()
+        })
+    }
+
+    /// Sums the fine bins that start before `until_ms` (a multiple of `COARSE_BIN_MS`) into one
+    /// bin per `COARSE_BIN_MS`.
+    fn coarsen(&mut self, until_ms: u64) {
+        let from = self.fine_from_ms;
+        self.fine_from_ms = until_ms;
+        let fine: Vec<u64> = self
+            .bins
+            .range(from..until_ms)
+            .filter(|(_, bin)| bin.width_ms == BIN_MS)
+            .map(|(t, _)| *t)
+            .collect();
+        if fine.is_empty() {
+            return;
+        }
+        for t in fine {
+            let Some(bin) = self.bins.remove(&t) else { continue };
+            self.changed.remove(&t);
+            self.unsaved.remove(&t);
+            let start = t - t % COARSE_BIN_MS;
+            let coarse = self.bins.entry(start).or_insert(LoadBin {
+                t_ms: start,
+                width_ms: COARSE_BIN_MS,
+                ..Default::default()
+            });
+            coarse.width_ms = COARSE_BIN_MS;
+            coarse.absorb(&bin);
+            self.changed.insert(start);
+            self.unsaved.insert(start);
+        }
+        self.coarsened = widen(self.coarsened, Some((from, until_ms)));
+    }
+}
+
+/// The smallest range that holds both.
+fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some((a0, a1)), Some((b0, b1))) => Some((a0.min(b0), a1.max(b1))),
+        (one, None) | (None, one) => one,
     }
 }
 
@@ -200,5 +333,73 @@ mod tests {
         assert_eq!(bins[2].wasted, 1);
         assert_eq!(load.take_changed().len(), 3);
         assert!(load.take_changed().is_empty(), "taken once");
+    }
+
+    /// One request every 50 ms for `until_ms`, each answered 200, and a message offered each.
+    fn steady(load: &mut Load, until_ms: u64) {
+        for at in (0..until_ms).step_by(50) {
+            let bin = load.arrive(at);
+            load.answer(bin, Answer::Status(200));
+            load.offered(at, 1);
+        }
+    }
+
+    #[test]
+    fn activity_older_than_five_minutes_is_summed_into_ten_second_bins() {
+        let mut load = Load::default();
+        let until = FINE_FOR_MS + 60_000; // six minutes
+        steady(&mut load, until);
+        let bins = load.bins();
+        let total: u64 = bins.iter().map(|b| b.requests).sum();
+        assert_eq!(total, until / 50, "no request is lost in the sums");
+        assert_eq!(bins.iter().map(|b| b.offered).sum::<u64>(), until / 50);
+        let (coarse, fine): (Vec<&LoadBin>, Vec<&LoadBin>) =
+            bins.iter().partition(|b| b.width_ms == COARSE_BIN_MS);
+        // The newest bin is at 359,950 ms: five minutes before it, rounded down to 10 s, is 50 s.
+        assert_eq!(
+            coarse.iter().map(|b| b.t_ms).collect::<Vec<_>>(),
+            (0..50_000).step_by(10_000).collect::<Vec<_>>()
+        );
+        assert!(coarse.iter().all(|b| b.requests == 200 && b.ok == 200), "{coarse:?}");
+        assert!(fine.iter().all(|b| b.width_ms == BIN_MS && b.t_ms >= 50_000 && b.requests == 2));
+        assert_eq!(fine.len() as u64, (until - 50_000) / BIN_MS);
+
+        // The store hears of the range whose fine rows go, with the coarse rows to write.
+        let changes = load.take_unsaved();
+        assert_eq!(changes.coarsened, Some((0, 50_000)));
+        assert_eq!(changes.bins.iter().filter(|b| b.width_ms == COARSE_BIN_MS).count(), 5);
+        assert!(load.take_unsaved().coarsened.is_none(), "taken once");
+
+        // An answer for a request that arrived in a summed bin joins the sum.
+        load.answer(12_345, Answer::Status(503));
+        assert_eq!(load.bins().iter().find(|b| b.t_ms == 10_000).unwrap().unavailable, 1);
+
+        // Read back, the summed bins stay summed and the rest carry on as before.
+        let mut restored = Load::restore(load.bins());
+        restored.arrive(until - 10);
+        assert_eq!(restored.bins().iter().filter(|b| b.width_ms == COARSE_BIN_MS).count(), 5);
+        assert!(restored.take_unsaved().coarsened.is_none(), "nothing new to sum yet");
+        // 100 ms later the newest bin is five minutes past 60 s: the next 10 s are summed.
+        restored.arrive(until + 100);
+        assert_eq!(restored.bins().iter().filter(|b| b.width_ms == COARSE_BIN_MS).count(), 6);
+        assert_eq!(restored.take_unsaved().coarsened, Some((50_000, 60_000)));
+    }
+
+    #[test]
+    fn an_hour_of_steady_load_is_held_in_a_few_thousand_bins() {
+        let mut load = Load::default();
+        steady(&mut load, 60 * 60 * 1000);
+        let bins = load.bins();
+        assert!(bins.len() <= MAX_BINS, "{} bins", bins.len());
+        // Five minutes of fine bins, and up to 10 s more until the next sum.
+        let fine = bins.iter().filter(|b| b.width_ms == BIN_MS).count() as u64;
+        assert!((FINE_FOR_MS / BIN_MS..=(FINE_FOR_MS + COARSE_BIN_MS) / BIN_MS).contains(&fine), "{fine}");
+        assert_eq!(bins.iter().map(|b| b.requests).sum::<u64>(), 72_000);
+        // A fine bin is written without its width; a coarse one with it.
+        let json = serde_json::to_value(&bins).unwrap();
+        assert!(
+            json[0]["width_ms"] == 10_000
+                && json.as_array().unwrap().last().unwrap().get("width_ms").is_none()
+        );
     }
 }

@@ -106,6 +106,15 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             .prepare_cached("DELETE FROM load_bins WHERE lab_id = ?1 AND t_ms < ?2")?
             .execute(params![lab, before])? as u64;
     }
+    if let Some((from, until)) = changes.load.coarsened {
+        // Fine rows summed into coarse ones; the coarse rows (at their block's start) are
+        // rewritten below.
+        rows += tx
+            .prepare_cached(
+                "DELETE FROM load_bins WHERE lab_id = ?1 AND t_ms >= ?2 AND t_ms < ?3 AND t_ms % ?4 != 0",
+            )?
+            .execute(params![lab, from, until, crate::domain::COARSE_BIN_MS])? as u64;
+    }
     let mut upsert_bin =
         tx.prepare_cached("INSERT OR REPLACE INTO load_bins (lab_id, t_ms, body) VALUES (?1, ?2, ?3)")?;
     for bin in &changes.load.bins {

@@ -301,3 +301,34 @@ fn a_failed_commit_hands_its_rows_back() {
     assert_eq!(*lab.failed.lock().unwrap(), [7], "the rows came back to be written again");
     assert!(!*lab.committed.lock().unwrap(), "and nobody was told they were durable");
 }
+
+#[test]
+fn fine_load_rows_summed_into_coarse_ones_leave_the_store() {
+    use crate::domain::{Answer, Load};
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let mut load = Load::default();
+    // Requests every 50 ms for a minute: 600 fine rows.
+    for at in (0..60_000).step_by(50) {
+        let bin = load.arrive(at);
+        load.answer(bin, Answer::Status(200));
+    }
+    write(&mut connection, RecordChanges { load: load.take_unsaved(), ..Default::default() });
+    // Five minutes on, the first 60 s are summed: six coarse rows replace 600 fine ones.
+    load.arrive(60_000 + crate::domain::FINE_FOR_MS);
+    write(&mut connection, RecordChanges { load: load.take_unsaved(), ..Default::default() });
+    let rows: Vec<(u64, String)> = connection
+        .prepare("SELECT t_ms, body FROM load_bins WHERE lab_id = 'good' ORDER BY t_ms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let starts: Vec<u64> = rows.iter().map(|(t, _)| *t).collect();
+    assert_eq!(starts, [0, 10_000, 20_000, 30_000, 40_000, 50_000, 360_000]);
+    let bins: Vec<crate::domain::LoadBin> =
+        rows.iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect();
+    assert!(bins[..6].iter().all(|b| b.width_ms == 10_000 && b.requests == 200 && b.ok == 200), "{bins:?}");
+    assert_eq!((bins[6].width_ms, bins[6].requests), (100, 1));
+}

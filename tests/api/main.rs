@@ -18,6 +18,7 @@ mod helpers;
 mod idempotency;
 mod instances;
 mod layout;
+mod load_history;
 mod logs;
 mod metastable;
 mod operations;

@@ -2,8 +2,9 @@
 //! printed against a lab that is down for a moment: each retries with one key, honours the
 //! `Retry-After`, and gets its write through once the lab is back. curl always; Python's when
 //! a Python with urllib3 and tenacity is at hand (`RETRYLAB_SNIPPET_PYTHON`, which `.ci/run`
-//! sets, or `target/snippet-venv`); Node's when `node` is on the PATH. Under `CI=1` the Python
-//! ones must run.
+//! sets, or `target/snippet-venv`); Node's when `node` is on the PATH, Go's when `go` is (Debian's
+//! `golang-go`, Go 1.19, which `.ci/run` installs: the snippet keeps to what Go 1.19 has). Under
+//! `CI=1` every one must run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,8 +40,25 @@ fn runner(lang: &str, python: &Option<PathBuf>) -> Option<(String, Vec<String>)>
         "python" => python.as_ref().map(|p| (p.display().to_string(), vec!["-c".to_owned()])),
         "js" => on_path("node")
             .then(|| ("node".to_owned(), vec!["--input-type=module".to_owned(), "-e".to_owned()])),
+        // Go's is built first (`build_go`), then run with no arguments.
+        "go" => Command::new("go")
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+            .then(|| ("go".to_owned(), Vec::new())),
         _ => None,
     }
+}
+
+/// Builds a Go program from `code` in a fresh folder; returns the program's path.
+fn build_go(code: &str) -> String {
+    let folder = std::env::temp_dir().join(format!("retrylab-go-snippet-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("main.go"), code).unwrap();
+    let output =
+        Command::new("go").args(["build", "-o", "snippet", "main.go"]).current_dir(&folder).output().unwrap();
+    assert!(output.status.success(), "the Go snippet builds: {}", String::from_utf8_lossy(&output.stderr));
+    folder.join("snippet").display().to_string()
 }
 
 #[tokio::test]
@@ -48,22 +66,40 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
     let python = python();
     if std::env::var_os("CI").is_some() {
         assert!(python.is_some(), "CI=1: set RETRYLAB_SNIPPET_PYTHON to a Python with urllib3 and tenacity");
+        for snippet in snippets() {
+            let lang = snippet["lang"].as_str().unwrap();
+            assert!(
+                runner(lang, &python).is_some(),
+                "CI=1: the {lang} snippet's tool must be here (.ci/run)"
+            );
+        }
     }
     let app = TestApp::spawn().await;
-    let mut runs = Vec::new();
+    let mut prepared = Vec::new();
     for snippet in snippets() {
         let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
             eprintln!("skipping the {} snippet: its tool is not here", snippet["id"]);
             continue;
         };
         let lab = app.new_lab().await;
-        app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1, "for_ms": 1500}"#).await;
         let code =
             snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
-        let id = snippet["id"].as_str().unwrap().to_owned();
+        // The program and its arguments, the code last; a compiled one is built before any
+        // lab goes down, so that every snippet's first request meets its outage.
+        let command = if program == "go" {
+            vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
+        } else {
+            [vec![program], args, vec![code]].concat()
+        };
+        prepared.push((snippet["id"].as_str().unwrap().to_owned(), lab, command));
+    }
+    // Then every lab goes down at once and every snippet starts.
+    let mut runs = Vec::new();
+    for (id, lab, command) in prepared {
+        app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1, "for_ms": 1500}"#).await;
         runs.push(async move {
             let output = tokio::task::spawn_blocking(move || {
-                Command::new(program).args(args).arg(code).output().unwrap()
+                Command::new(&command[0]).args(&command[1..]).output().unwrap()
             })
             .await
             .unwrap();
@@ -88,6 +124,7 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
             ("urllib3", "python-urllib3"),
             ("tenacity", "python-tenacity"),
             ("node", "node-fetch"),
+            ("go", "go-net-http"),
         ];
         let name = names.iter().find(|(snippet, _)| *snippet == id).map(|(_, name)| *name);
         assert_eq!(card["name"].as_str(), name, "{id} names itself");
