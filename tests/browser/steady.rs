@@ -150,6 +150,18 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
     });
     let last = periods.last().map(|p| p.3.sizes()).unwrap_or_default();
     println!("{} {busy} | {last} |", whole.row(&format!("whole run, {run_s} s")));
+    if let Some((.., last)) = periods.last() {
+        let over = last.at_s - idle_size.at_s;
+        let share = |i: usize| (last.parts[i] - idle_size.parts[i]) / over * 100.0;
+        let busy = (last.task_s - idle_size.task_s) / over * 100.0;
+        println!(
+            "main thread over the run: {busy:.0} % busy: script {:.0} %, style {:.0} %, layout {:.0} %, the rest (paint, compositing, GC, parsing) {:.0} %",
+            share(0),
+            share(1),
+            share(2),
+            busy - share(0) - share(1) - share(2)
+        );
+    }
     let verdict = if whole.percentile(0.95) <= 17.5 { "met" } else { "NOT met" };
     println!("target 60 fps (frame time p95 <= 17.5 ms) over the whole run: {verdict}");
 
@@ -213,6 +225,8 @@ struct Size {
     /// Seconds the main thread has spent in tasks of any kind (script, style, layout, paint)
     /// so far, CDP `Performance.getMetrics` `TaskDuration`.
     task_s: f64,
+    /// Of those, seconds in script, style and layout so far.
+    parts: [f64; 3],
     /// The share of the period the main thread was busy.
     busy: f64,
     /// When it was taken, s (the metrics' own clock).
@@ -249,12 +263,20 @@ async fn measure(page: &Page, since: Option<&Size>) -> Size {
         .and_then(|all| all.iter().find(|m| m["name"] == "Timestamp"))
         .and_then(|m| m["value"].as_f64())
         .unwrap_or(0.0);
+    let metric = |name: &str| {
+        metrics["metrics"]
+            .as_array()
+            .and_then(|all| all.iter().find(|m| m["name"] == name))
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or(0.0)
+    };
+    let parts = [metric("ScriptDuration"), metric("RecalcStyleDuration"), metric("LayoutDuration")];
     let sizes = page.eval(PAGE_SIZE).await.unwrap();
     let busy = match since {
         Some(s) if at_s > s.at_s => (task_s - s.task_s) / (at_s - s.at_s),
         _ => 0.0,
     };
-    Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page: sizes, task_s, busy, at_s }
+    Size { heap_bytes: heap["usedSize"].as_f64().unwrap_or(f64::NAN), page: sizes, task_s, parts, busy, at_s }
 }
 
 /// The window on screen as the timeline has it: `--t0`, the span (track width over `--k`), and
