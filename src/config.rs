@@ -248,7 +248,8 @@ pub struct Limits {
     /// Most messages one lab may have still owed a delivery (queued, in flight or backing off).
     #[arg(long, env = "RETRYLAB_MAX_ACTIVE_MESSAGES_PER_LAB", default_value_t = DEFAULT_LIMITS.max_active_messages_per_lab)]
     pub max_active_messages_per_lab: usize,
-    /// Most messages owed a delivery across all labs.
+    /// Most messages owed a delivery across all labs: a burst past it is refused (503), a
+    /// steady-traffic arrival past it is refused at the source and counted.
     #[arg(long, env = "RETRYLAB_MAX_ACTIVE_MESSAGES", default_value_t = DEFAULT_LIMITS.max_active_messages)]
     pub max_active_messages: usize,
     /// Most open event streams per lab (browser tabs watching it).

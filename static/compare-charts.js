@@ -28,13 +28,14 @@ export function createCharts(container, axisEl) {
     root.className = 'cmp-chart';
     root.dataset.chart = '';
     root.dataset.policy = column.policy;
+    if (column.name !== column.policy) root.dataset.run = String(column.run);
     const head = document.createElement('figcaption');
     head.className = 'cmp-chart-head';
     const link = document.createElement('a');
     link.href = column.lab_url;
     link.className = 'cmp-chart-name';
-    link.textContent = column.policy;
-    link.title = `Open the lab of ${column.policy}: every attempt of every message`;
+    link.textContent = column.name ?? column.policy;
+    link.title = `Open the lab of ${link.textContent}: every attempt of every message`;
     const state = document.createElement('span');
     state.className = 'cmp-chart-state';
     const max = document.createElement('span');
@@ -43,7 +44,7 @@ export function createCharts(container, axisEl) {
     const plot = document.createElement('div');
     plot.className = 'load-plot cmp-plot';
     plot.setAttribute('role', 'img');
-    plot.setAttribute('aria-label', `Load on ${column.policy}'s endpoint: nothing yet`);
+    plot.setAttribute('aria-label', `Load on ${column.name ?? column.policy}'s endpoint: nothing yet`);
     plot.dataset.loadPlot = '';
     const barsEl = document.createElement('div');
     barsEl.className = 'load-bars';
@@ -126,7 +127,7 @@ export function createCharts(container, axisEl) {
     chart.plot.dataset.bins = String(bins.length);
     chart.plot.dataset.requests = String(total.requests);
     chart.plot.dataset.bars = String(chart.bars.size);
-    const who = `Load on ${column.policy}'s endpoint`;
+    const who = `Load on ${column.name ?? column.policy}'s endpoint`;
     if (column.gone) {
       chart.plot.setAttribute('aria-label', `${who}: its lab was deleted, nothing left to draw.`);
     } else if (!bins.length) {

@@ -1,10 +1,14 @@
-//! The comparison's table: one column per policy, one row per figure, as the server measured
-//! them (`GET /api/comparisons/{id}`). The best value of each row, as the server picked it, is
-//! bold and says "best" in words; when every policy shares it, the row says "same for all"
-//! instead of crowning everyone. While the comparison runs the figures are "so far".
+//! The comparison's table: a column per policy, a row per figure, as the server measured them
+//! (`GET /api/comparisons/{id}`). With one run each a cell is that run's figure; with several
+//! (`runs`) it is the median of the runs, with the least and the most in brackets, as the
+//! server summarized them (`policies`), and "each run" switches to a column per run. The best
+//! of each row, as the server picked it (beyond the others' range, else tied), is bold and says
+//! "best" in words; when every policy shares it, the row says "same for all" instead of
+//! crowning everyone. While the comparison runs the figures are "so far".
 //!
-//! Cells carry `data-row`, `data-policy` and `data-value` (the raw figure, empty for none) so
-//! tests read what a person reads.
+//! Cells carry `data-row`, `data-policy` and `data-value` (the raw figure, or the median; empty
+//! for none), and with several runs `data-min`, `data-max` and `data-runs` (each run's value,
+//! as JSON), so tests read what a person reads.
 
 import { duration } from './model.js';
 
@@ -12,7 +16,8 @@ const count = (v) => String(v);
 const ms = (v) => duration(v);
 const ratio = (v) => v.toFixed(2);
 
-/** [figure, what the row is called, how a value is written, what a missing value means]. */
+/** [figure, what the row is called, how a value is written, what a missing value means, and
+ *  (for a row shown only when some policy has a value) when it has one]. */
 const ROWS = [
   ['messages', 'messages', count, ''],
   ['requests', 'requests sent', count, ''],
@@ -24,6 +29,7 @@ const ROWS = [
   ['wasted', 'wasted work (done for clients that had given up)', count, ''],
   ['latency_p50_ms', 'delivery latency, p50', ms, 'none delivered yet'],
   ['latency_p99_ms', 'delivery latency, p99', ms, 'none delivered yet'],
+  ['goodput_after_trigger', 'goodput after the trigger (delivered per new message, 10 s)', ratio, 'not measured (yet)', 'only with a trigger'],
   ['applied_twice', 'applied twice', count, ''],
 ];
 
@@ -38,53 +44,113 @@ const CAUSES = [
 
 export function createTable(table, hint) {
   const thead = table.tHead;
+  const wrap = table.closest('.table-wrap');
   const scrollHint = document.createElement('p');
   scrollHint.className = 'cmp-scroll-hint';
   scrollHint.dataset.scrollHint = '';
   scrollHint.hidden = true;
   scrollHint.textContent = 'Scroll the table sideways for every policy →';
-  table.closest('.table-wrap').before(scrollHint);
+  // With several runs: the medians by default, each run's own figures on demand.
+  const eachRun = document.createElement('label');
+  eachRun.className = 'cmp-each-run';
+  eachRun.hidden = true;
+  const eachRunBox = document.createElement('input');
+  eachRunBox.type = 'checkbox';
+  eachRunBox.dataset.eachRun = '';
+  eachRun.append(eachRunBox, ' Show each run in a column of its own');
+  wrap.before(eachRun, scrollHint);
   const tbody = table.tBodies[0];
-  /** The shape drawn: policies and the cause rows shown; a new shape rebuilds the table. */
+  /** The shape drawn: columns and the cause rows shown; a new shape rebuilds the table. */
   let shape = '';
+  let last = null;
+  eachRunBox.addEventListener('change', () => last && update(last));
 
   /** The rows to show: every figure, with a row per dead-letter cause that any policy has. */
   function rows(report) {
     const out = [];
     for (const row of ROWS) {
-      out.push({ key: row[0], label: row[1], format: row[2], missing: row[3], value: (f) => f[row[0]] });
+      if (row[4] && !report.columns.some((c) => c.figures[row[0]] != null)) continue;
+      out.push({ key: row[0], summary: row[0], label: row[1], format: row[2], missing: row[3], value: (f) => f[row[0]] });
       if (row[0] !== 'dead_letter') continue;
       for (const [cause, label] of CAUSES) {
         if (!report.columns.some((c) => (c.figures.dead_letter_by_cause?.[cause] ?? 0) > 0)) continue;
-        out.push({ key: `dead_letter.${cause}`, label, sub: true, format: count, missing: '', value: (f) => f.dead_letter_by_cause?.[cause] ?? 0 });
+        out.push({
+          key: `dead_letter.${cause}`,
+          summary: `dead_letter_by_cause.${cause}`,
+          label,
+          sub: true,
+          format: count,
+          missing: '',
+          value: (f) => f.dead_letter_by_cause?.[cause] ?? 0,
+        });
       }
     }
     return out;
   }
 
-  function build(report, shown) {
+  /** The columns to draw: one per policy over its runs (the medians), or one per lab. */
+  function columnsOf(report, perRun) {
+    if (!perRun) {
+      return (report.policies ?? []).map((summary) => ({
+        key: summary.policy,
+        policy: summary.policy,
+        summary,
+        labs: report.columns.filter((c) => c.policy === summary.policy),
+      }));
+    }
+    const several = (report.runs ?? 1) > 1;
+    return report.columns.map((c) => ({
+      key: c.lab,
+      policy: c.policy,
+      run: several ? c.run : null,
+      labs: [c],
+    }));
+  }
+
+  function build(report, shown, columns) {
     const head = document.createElement('tr');
     const corner = document.createElement('th');
     corner.scope = 'col';
     corner.textContent = 'policy';
     head.append(corner);
-    for (const column of report.columns) {
+    for (const column of columns) {
       const th = document.createElement('th');
       th.scope = 'col';
       th.className = 'cmp-col';
       th.dataset.policy = column.policy;
-      const link = document.createElement('a');
-      link.href = column.lab_url;
-      link.className = 'cmp-col-name';
-      link.textContent = column.policy;
-      link.title = `Open the lab of ${column.policy}`;
+      const parts = [];
+      if (column.labs.length === 1) {
+        const lab = column.labs[0];
+        const link = document.createElement('a');
+        link.href = lab.lab_url;
+        link.className = 'cmp-col-name';
+        link.textContent = column.run == null ? column.policy : `${column.policy}, run ${column.run + 1}`;
+        link.title = `Open the lab of ${link.textContent}`;
+        parts.push(link);
+      } else {
+        const name = document.createElement('span');
+        name.className = 'cmp-col-name';
+        name.textContent = column.policy;
+        const runs = document.createElement('span');
+        runs.className = 'cmp-col-runs';
+        runs.append('runs:');
+        for (const lab of column.labs) {
+          const link = document.createElement('a');
+          link.href = lab.lab_url;
+          link.dataset.runLink = '';
+          link.textContent = String(lab.run + 1);
+          link.title = `Open the lab of ${column.policy}, run ${lab.run + 1}`;
+          runs.append(' ', link);
+        }
+        parts.push(name, runs);
+      }
       const progress = document.createElement('progress');
-      progress.max = report.burst;
+      progress.max = report.burst * column.labs.length;
       progress.value = 0;
       const state = document.createElement('span');
       state.className = 'cmp-col-state';
       state.dataset.columnState = '';
-      th.append(link, progress, state);
+      th.append(...parts, progress, state);
       head.append(th);
     }
     thead.replaceChildren(head);
@@ -103,11 +169,12 @@ export function createTable(table, hint) {
         note.textContent = 'same for all';
         th.append(label, note);
         tr.append(th);
-        for (const column of report.columns) {
+        for (const column of columns) {
           const td = document.createElement('td');
           td.className = 'num';
           td.dataset.row = row.key;
           td.dataset.policy = column.policy;
+          if (column.run != null) td.dataset.run = String(column.run);
           tr.append(td);
         }
         return tr;
@@ -115,66 +182,123 @@ export function createTable(table, hint) {
     );
   }
 
-  return {
-    update(report) {
-      const shown = rows(report);
-      const next = JSON.stringify([report.columns.map((c) => c.lab), shown.map((r) => r.key)]);
-      if (next !== shape) {
-        build(report, shown);
-        shape = next;
-      }
-      hint.textContent = report.done
-        ? 'Best of each row in bold, marked “best”, where it beats the others by more than 5 %; closer is a tie.'
-        : 'Figures so far, while the policies run; the best of each row is marked once every policy has finished.';
-      // On a narrow screen the policies run off to the right: say so, and keep the row names.
-      const wrap = table.closest('.table-wrap');
-      const overflows = wrap.scrollWidth > wrap.clientWidth + 1;
-      wrap.dataset.overflows = String(overflows);
-      scrollHint.hidden = !overflows;
+  /** What a column's header says of its runs' progress. */
+  function progressOf(column, burst) {
+    const settled = column.labs.reduce((sum, c) => sum + c.figures.delivered + c.figures.dead_letter, 0);
+    const done = column.labs.every((c) => c.done);
+    if (column.labs.length === 1) {
+      const lab = column.labs[0];
+      const of = `${settled} of ${burst} settled`;
+      return { settled, done, text: lab.gone ? 'lab deleted' : lab.done ? `done: ${of}` : `running: ${of}` };
+    }
+    const n = column.labs.length;
+    const finished = column.labs.filter((c) => c.done).length;
+    const gone = column.labs.filter((c) => c.gone).length;
+    const deleted = gone ? `, ${gone} deleted` : '';
+    return { settled, done, text: done ? `done: all ${n} runs${deleted}` : `running: ${finished} of ${n} runs done${deleted}` };
+  }
 
-      report.columns.forEach((column, i) => {
-        const th = thead.rows[0].cells[i + 1];
-        const f = column.figures;
-        const settled = f.delivered + f.dead_letter;
-        th.querySelector('progress').value = Math.min(settled, report.burst);
-        th.dataset.done = String(column.done);
-        th.querySelector('[data-column-state]').textContent = column.gone
-          ? 'lab deleted'
-          : column.done
-            ? `done: ${settled} of ${report.burst} settled`
-            : `running: ${settled} of ${report.burst} settled`;
+  /** A cell's figure, its range (with several runs) and each run's value. */
+  function cellOf(report, row, column, perRun) {
+    const several = (report.runs ?? 1) > 1;
+    if (perRun || !several) {
+      const lab = column.labs[0];
+      const value = lab.gone ? null : (row.value(lab.figures) ?? null);
+      const why = lab.gone ? 'the lab was deleted' : row.missing;
+      return { value, text: value == null ? '—' : row.format(value), range: '', why };
+    }
+    const spread = column.summary.figures[row.summary];
+    const runs = column.labs.map((c) => (c.gone ? null : (row.value(c.figures) ?? null)));
+    const each = `each run: ${runs.map((v) => (v == null ? '—' : row.format(v))).join(', ')}`;
+    if (!spread) return { value: null, text: '—', range: '', runs, why: `${row.missing || 'no figure'}; ${each}` };
+    return {
+      value: spread.median,
+      text: row.format(spread.median),
+      range: `[${row.format(spread.min)}–${row.format(spread.max)}]`,
+      min: spread.min,
+      max: spread.max,
+      runs,
+      why: `median of ${column.labs.length} runs; ${each}`,
+    };
+  }
+
+  function update(report) {
+    last = report;
+    const several = (report.runs ?? 1) > 1;
+    eachRun.hidden = !several;
+    const perRun = !several || eachRunBox.checked;
+    const shown = rows(report);
+    const columns = columnsOf(report, perRun);
+    const next = JSON.stringify([perRun, columns.map((c) => c.key), shown.map((r) => r.key)]);
+    if (next !== shape) {
+      build(report, shown, columns);
+      shape = next;
+    }
+    const rule = 'where it beats the others by more than 5 %; closer is a tie.';
+    hint.textContent = !report.done
+      ? 'Figures so far, while the policies run; the best of each row is marked once every policy has finished.'
+      : !several
+        ? `Best of each row in bold, marked “best”, ${rule}`
+        : perRun
+          ? 'Each run’s own figures. Which policy is best is judged on the medians and their ranges: untick “each run” to see them.'
+          : `Each cell is the median of ${report.runs} runs, the least and the most in brackets. Best of each row in bold, marked “best”, only beyond the others’ range and ${rule}`;
+    // On a narrow screen the policies run off to the right: say so, and keep the row names.
+    const overflows = wrap.scrollWidth > wrap.clientWidth + 1;
+    wrap.dataset.overflows = String(overflows);
+    scrollHint.hidden = !overflows;
+
+    columns.forEach((column, i) => {
+      const th = thead.rows[0].cells[i + 1];
+      const { settled, done, text } = progressOf(column, report.burst);
+      th.querySelector('progress').value = Math.min(settled, report.burst * column.labs.length);
+      th.dataset.done = String(done);
+      th.querySelector('[data-column-state]').textContent = text;
+    });
+
+    // Each run's column is not marked: the best is judged over the runs, on the medians.
+    const marks = !(several && perRun);
+    for (const [r, row] of shown.entries()) {
+      const tr = tbody.rows[r];
+      const best = marks ? (report.best[row.key] ?? []) : [];
+      const policies = [...new Set(report.columns.map((c) => c.policy))];
+      const everyone = policies.length > 1 && policies.every((p) => best.includes(p));
+      tr.querySelector('.cmp-tie').hidden = !everyone;
+      columns.forEach((column, i) => {
+        const td = tr.cells[i + 1];
+        const cell = cellOf(report, row, column, perRun);
+        const isBest = !everyone && best.includes(column.policy);
+        const key = `${cell.text}|${cell.range}|${cell.why}|${isBest}`;
+        if (td.dataset.drawn === key) return;
+        td.dataset.drawn = key;
+        td.dataset.value = cell.value == null ? '' : String(cell.value);
+        if (cell.runs) {
+          td.dataset.min = cell.min == null ? '' : String(cell.min);
+          td.dataset.max = cell.max == null ? '' : String(cell.max);
+          td.dataset.runs = JSON.stringify(cell.runs);
+        }
+        td.dataset.best = String(isBest);
+        td.classList.toggle('is-best', isBest);
+        td.classList.toggle('is-alarm', row.key === 'applied_twice' && (cell.runs ? cell.max : cell.value) > 0);
+        td.title = cell.value == null || cell.runs ? cell.why : '';
+        const figure = document.createElement(isBest ? 'strong' : 'span');
+        figure.textContent = cell.text;
+        const parts = [figure];
+        if (cell.range) {
+          const range = document.createElement('span');
+          range.className = 'cmp-range';
+          range.textContent = cell.range;
+          parts.push(' ', range);
+        }
+        if (isBest) {
+          const tag = document.createElement('span');
+          tag.className = 'cmp-best';
+          tag.textContent = 'best';
+          parts.push(' ', tag);
+        }
+        td.replaceChildren(...parts);
       });
+    }
+  }
 
-      for (const [r, row] of shown.entries()) {
-        const tr = tbody.rows[r];
-        const best = report.best[row.key] ?? [];
-        const everyone = report.columns.length > 1 && report.columns.every((c) => best.includes(c.policy));
-        tr.querySelector('.cmp-tie').hidden = !everyone;
-        report.columns.forEach((column, i) => {
-          const td = tr.cells[i + 1];
-          const value = column.gone ? null : row.value(column.figures);
-          const isBest = !everyone && best.includes(column.policy);
-          const text = value == null ? '—' : row.format(value);
-          const key = `${text}|${isBest}`;
-          if (td.dataset.drawn === key) return;
-          td.dataset.drawn = key;
-          td.dataset.value = value == null ? '' : String(value);
-          td.dataset.best = String(isBest);
-          td.classList.toggle('is-best', isBest);
-          td.classList.toggle('is-alarm', row.key === 'applied_twice' && value > 0);
-          td.title = value == null ? (column.gone ? 'the lab was deleted' : row.missing) : '';
-          if (isBest) {
-            const strong = document.createElement('strong');
-            strong.textContent = text;
-            const tag = document.createElement('span');
-            tag.className = 'cmp-best';
-            tag.textContent = 'best';
-            td.replaceChildren(strong, ' ', tag);
-          } else {
-            td.textContent = text;
-          }
-        });
-      }
-    },
-  };
+  return { update };
 }

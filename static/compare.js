@@ -113,19 +113,27 @@ function watch(id) {
       : `Machine load: steps and arrivals ran ${machine.late_ms_p99} ms behind their schedule (p99).`;
     again.hidden = false;
     again.querySelector('[data-again-link]').href = `/compare${againQuery(report)}`;
-    const columns = report.columns.map((c) => ({ ...c, snapshot: labs.get(c.lab)?.snapshot ?? null }));
+    const several = (report.runs ?? 1) > 1;
+    const columns = report.columns.map((c) => ({
+      ...c,
+      name: several ? `${c.policy}, run ${c.run + 1}` : c.policy,
+      snapshot: labs.get(c.lab)?.snapshot ?? null,
+    }));
     table.update(report);
     charts.update(columns);
 
     const doneCount = report.columns.filter((c) => c.done).length;
     const finished = report.done && report.columns.every((c) => c.gone || labs.get(c.lab)?.final);
     main.dataset.done = String(finished);
+    const policies = several ? report.policies.length : report.columns.length;
+    const each = several ? ` in each of their ${report.runs} runs` : '';
     if (finished) {
-      const all = report.columns.length === 2 ? 'both' : `all ${report.columns.length}`;
-      say(`Done: ${all} policies have settled every message.`, 'done');
+      const all = policies === 2 ? 'both' : `all ${policies}`;
+      say(`Done: ${all} policies have settled every message${each}.`, 'done');
       return;
     }
-    say(`Running: ${doneCount} of ${report.columns.length} policies done.`, 'running');
+    const what = several ? 'runs' : 'policies';
+    say(`Running: ${doneCount} of ${report.columns.length} ${what} done.`, 'running');
     setTimeout(tick, REPORT_EVERY_MS);
   }
 

@@ -163,7 +163,9 @@ pub struct ComparisonReport {
     pub machine: MachineLoad,
 }
 
-/// One policy over its runs: for each row with a value, the median, the least and the most.
+/// One policy over its runs: for each row with a value, the median, the least and the most;
+/// also `messages`, `offered`, and `dead_letter_by_cause.<cause>` for each cause any run of
+/// any policy had (0 in a run without it), which no policy is best on.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PolicySummary {
     pub policy: String,
@@ -427,8 +429,29 @@ impl Comparisons {
     }
 }
 
+/// Figures summarized over the runs as the table's rows are, though no policy is best on them:
+/// how many messages there were, and (as `dead_letter_by_cause.<cause>`) each cause of dead
+/// letters that any run had.
+const ALSO_SUMMED: &[&str] = &["messages", "offered"];
+
+/// The median, least and most of `values`; `None` when there are none.
+fn spread(mut values: Vec<f64>) -> Option<Spread> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
+    Some(Spread { median, min: values[0], max: values[n - 1] })
+}
+
 /// Each policy's rows over its runs (labs that are gone left out): median, least, most.
 fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
+    let causes: std::collections::BTreeSet<&str> = columns
+        .iter()
+        .filter(|c| !c.gone)
+        .flat_map(|c| c.figures.dead_letter_by_cause.keys().map(String::as_str))
+        .collect();
     let mut order: Vec<&str> = Vec::new();
     for column in columns {
         if !order.contains(&column.policy.as_str()) {
@@ -444,16 +467,22 @@ fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
                 .map(|c| serde_json::to_value(&c.figures).unwrap_or_default())
                 .collect();
             let mut figures = HashMap::new();
-            for &(row, _) in ROWS {
-                let mut values: Vec<f64> = runs.iter().filter_map(|f| f.get(row)?.as_f64()).collect();
-                if values.is_empty() {
-                    continue;
+            let rows = ROWS.iter().map(|&(row, _)| row).chain(ALSO_SUMMED.iter().copied());
+            for row in rows {
+                let values = runs.iter().filter_map(|f| f.get(row)?.as_f64()).collect();
+                if let Some(spread) = spread(values) {
+                    figures.insert(row.to_owned(), spread);
                 }
-                values.sort_by(f64::total_cmp);
-                let n = values.len();
-                let median =
-                    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
-                figures.insert(row.to_owned(), Spread { median, min: values[0], max: values[n - 1] });
+            }
+            // A cause no run of this policy had counts 0 in each: another policy had it.
+            for cause in &causes {
+                let values = runs
+                    .iter()
+                    .map(|f| f["dead_letter_by_cause"].get(cause).and_then(Value::as_f64).unwrap_or(0.0))
+                    .collect();
+                if let Some(spread) = spread(values) {
+                    figures.insert(format!("dead_letter_by_cause.{cause}"), spread);
+                }
             }
             let runs = columns.iter().filter(|c| c.policy == policy).count() as u32;
             PolicySummary { policy: policy.to_owned(), runs, figures }
@@ -603,6 +632,28 @@ mod tests {
         let close = [column("a", 1_000, 300), column("b", 1_040, 310)];
         let best = super::best(&summaries(&close));
         assert_eq!((best["drain_ms"].len(), best["requests"].len()), (2, 2), "the same for all: {best:?}");
+    }
+
+    #[test]
+    fn a_policy_over_its_runs_has_the_median_and_range_of_every_row_and_cause() {
+        let run = |policy: &str, requests: u64, timed_out: u64| {
+            let mut c = column(policy, 1_000, requests);
+            c.figures.messages = 20;
+            if timed_out > 0 {
+                c.figures.dead_letter_by_cause.insert("time_budget".into(), timed_out);
+            }
+            c
+        };
+        let columns = [run("a", 30, 2), run("a", 50, 0), run("a", 40, 5), run("b", 25, 0)];
+        let summaries = summaries(&columns);
+        let a = &summaries[0].figures;
+        assert_eq!(a["requests"], Spread { median: 40.0, min: 30.0, max: 50.0 });
+        assert_eq!(a["messages"], Spread { median: 20.0, min: 20.0, max: 20.0 });
+        assert_eq!(a["dead_letter_by_cause.time_budget"], Spread { median: 2.0, min: 0.0, max: 5.0 });
+        // A cause only another policy had is 0 in each run of this one.
+        let b = &summaries[1].figures;
+        assert_eq!(b["dead_letter_by_cause.time_budget"], Spread { median: 0.0, min: 0.0, max: 0.0 });
+        assert!(!best(&summaries).contains_key("messages"), "nobody is best on how many messages there were");
     }
 
     #[test]

@@ -181,8 +181,9 @@ pub struct Traffic {
     pub settings: Option<TrafficSettings>,
     /// New messages created by the traffic.
     pub sent: u64,
-    /// Arrivals refused at the source: the lab owed too many deliveries, or held too many
-    /// messages, when they were due (or the store could not keep them).
+    /// Arrivals refused at the source: the lab (or the whole server) owed too many
+    /// deliveries, or the lab held too many messages, when they were due (or the store could
+    /// not keep them). Both counts are kept in the store and carry on after a restart.
     pub refused: u64,
     pub lateness: Lateness,
     /// Changed since the last `traffic` event.
@@ -197,7 +198,11 @@ pub struct TrafficView {
     pub arrivals: Arrivals,
     /// Lab time at which it stops by itself; `null` runs until stopped.
     pub until_ms: Option<u64>,
+    /// New messages the traffic created, since the lab was made or reset (a restart carries on).
     pub sent: u64,
+    /// Arrivals refused at the source, counted the same way: the lab owed
+    /// `--max-active-messages-per-lab` deliveries, the server `--max-active-messages`, or the
+    /// lab held `--max-messages-per-lab` messages when they were due.
     pub refused: u64,
     /// How late the recent arrivals were against their schedule, 99th percentile, ms.
     pub late_ms_p99: Option<f64>,

@@ -96,6 +96,8 @@ impl Flush for Lab {
             last_event_id: state.log.last_id(),
             epoch: record.epoch,
             traffic: serde_json::to_string(&state.traffic.settings).expect("traffic settings serialize"),
+            traffic_sent: state.traffic.sent,
+            traffic_refused: state.traffic.refused,
             forgotten_delivered: record.forgotten_delivered,
         };
         Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })

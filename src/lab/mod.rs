@@ -71,6 +71,8 @@ pub struct Lab {
     outside_keys_total: Arc<AtomicUsize>,
     /// Outside messages (a caller's key) kept by every lab of this server.
     outside_messages_total: Arc<AtomicUsize>,
+    /// Every lab of this server (the registry's), for what they owe together.
+    neighbours: Weak<registry::Held>,
     /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
     /// reserves them: a repeat meanwhile is answered 409 at once.
     keys_in_line: Mutex<std::collections::HashSet<String>>,
@@ -176,6 +178,7 @@ impl Lab {
             snapshot_bytes: AtomicUsize::new(0),
             outside_keys_total: registry.outside_keys.clone(),
             outside_messages_total: registry.outside_messages.clone(),
+            neighbours: registry.held(),
             keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
@@ -245,6 +248,19 @@ impl Lab {
     /// Messages still owed a delivery.
     pub fn active_messages(&self) -> usize {
         self.lock().record.active_messages()
+    }
+
+    /// Messages the server's other labs owe a delivery (this lab's own not locked or counted).
+    fn active_elsewhere(&self) -> usize {
+        let Some(held) = self.neighbours.upgrade() else { return 0 };
+        let others: Vec<Arc<Lab>> = held
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|lab| lab.id != self.id)
+            .cloned()
+            .collect();
+        others.iter().map(|lab| lab.active_messages()).sum()
     }
 
     /// Accepts a burst of `count` new messages; returns their ids.

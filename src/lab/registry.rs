@@ -13,8 +13,12 @@ use crate::downstream::{DownstreamView, Endpoint};
 use crate::events::Event;
 use crate::store::{LoadedLab, RecordParts, Store};
 
+/// Every lab of a server, by id: the registry owns it, and each lab looks at it (weakly) to
+/// count the deliveries the whole server owes.
+pub(super) type Held = RwLock<HashMap<LabId, Arc<Lab>>>;
+
 pub struct Labs {
-    labs: RwLock<HashMap<LabId, Arc<Lab>>>,
+    labs: Arc<Held>,
     /// This instance's name, part of every lab id it makes; `None` on a single machine.
     pub instance: Option<Instance>,
     /// Idempotency keys kept for outside callers, all labs together.
@@ -30,7 +34,7 @@ impl Labs {
     /// The registry, holding the labs the store loaded (their deliveries not yet resumed).
     pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
         let labs = Labs {
-            labs: RwLock::new(HashMap::new()),
+            labs: Arc::new(RwLock::new(HashMap::new())),
             instance: None,
             outside_keys: Default::default(),
             outside_messages: Default::default(),
@@ -61,6 +65,9 @@ impl Labs {
                 tracing::warn!(lab = %row.id, error = %e, "the stored traffic is unreadable; it stays off");
                 None
             });
+            // What the traffic did before the restart: its counts carry on from there.
+            state.traffic.sent = row.traffic_sent;
+            state.traffic.refused = row.traffic_refused;
             drop(state);
             map.insert(id, lab);
         }
@@ -105,6 +112,11 @@ impl Labs {
 
     pub fn get(&self, id: &LabId) -> Option<Arc<Lab>> {
         self.labs.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    /// The map of labs, for a lab to look at its neighbours.
+    pub(super) fn held(&self) -> std::sync::Weak<Held> {
+        Arc::downgrade(&self.labs)
     }
 
     /// Messages owed a delivery across all labs.

@@ -72,20 +72,25 @@ impl Lab {
     }
 
     /// Arrivals are due, each `late_ms` behind its plan: creates a message for each one the
-    /// lab has room for (`--max-active-messages-per-lab`, `--max-messages-per-lab`) and counts
-    /// the others as refused at the source. Returns the ids created; they are owed a delivery
-    /// once the store has them (`persisted`), as a burst's are. `None` when the traffic is no
-    /// longer `settings` (stopped or changed since): its task is done.
+    /// lab has room for (`--max-active-messages-per-lab`, `--max-messages-per-lab`, and the
+    /// whole server's `--max-active-messages`) and counts the others as refused at the source.
+    /// Returns the ids created; they are owed a delivery once the store has them
+    /// (`persisted`), as a burst's are. `None` when the traffic is no longer `settings`
+    /// (stopped or changed since): its task is done.
     pub fn accept_arrivals(&self, settings: TrafficSettings, late_ms: &[f64]) -> Option<Vec<u64>> {
+        // Counted before this lab is locked: a lab never holds its own lock while taking another's.
+        let elsewhere = self.active_elsewhere();
         let mut state = self.lock();
         if state.traffic.settings != Some(settings) {
             return None;
         }
         let now = self.now_ms();
         let record = &state.record;
-        let room_active = self.limits.max_active_messages_per_lab.saturating_sub(record.active_messages());
+        let active = record.active_messages();
+        let room_active = self.limits.max_active_messages_per_lab.saturating_sub(active);
+        let room_server = self.limits.max_active_messages.saturating_sub(elsewhere + active);
         let room_held = self.limits.max_messages_per_lab.saturating_sub(record.messages().len());
-        let accepted = late_ms.len().min(room_active).min(room_held);
+        let accepted = late_ms.len().min(room_active).min(room_server).min(room_held);
         let refused = (late_ms.len() - accepted) as u64;
         for &late in late_ms {
             state.traffic.lateness.record(late);
@@ -95,6 +100,8 @@ impl Lab {
         state.traffic.changed = true;
         state.record.load.refused(now, refused);
         if accepted == 0 {
+            // No event to carry them, but the counts are kept in the store all the same.
+            self.schedule_flush(&mut state);
             return Some(Vec::new());
         }
         let messages: Vec<Message> = state.record.create_messages(accepted, now);

@@ -22,6 +22,9 @@ pub struct LabRow {
     pub epoch: u64,
     /// The lab's steady traffic as JSON (`null` when none runs).
     pub traffic: String,
+    /// New messages the traffic created, and arrivals it had refused at the source.
+    pub traffic_sent: u64,
+    pub traffic_refused: u64,
     pub forgotten_delivered: u64,
 }
 
@@ -54,11 +57,11 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     if let Some(row) = &batch.row {
         tx.prepare_cached(
             "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
-             applied_twice, next_message_id, last_event_id, epoch, traffic, forgotten_delivered) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             applied_twice, next_message_id, last_event_id, epoch, traffic, forgotten_delivered, traffic_sent, \
+             traffic_refused) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
              ON CONFLICT (id) DO UPDATE SET active_unix_ms = ?3, downstream = ?4, policy = ?5, requests = ?6, \
              applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, epoch = ?11, \
-             traffic = ?12, forgotten_delivered = ?13",
+             traffic = ?12, forgotten_delivered = ?13, traffic_sent = ?14, traffic_refused = ?15",
         )?
         .execute(params![
             row.id,
@@ -73,7 +76,9 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             row.last_event_id,
             row.epoch,
             row.traffic,
-            row.forgotten_delivered
+            row.forgotten_delivered,
+            row.traffic_sent,
+            row.traffic_refused
         ])?;
         rows += 1;
     }
@@ -194,7 +199,8 @@ fn expire_keys(tx: &Connection, lab: &str, before: u64, kept: &[String]) -> Resu
 pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
-         next_message_id, last_event_id, epoch, markers, breaker_changes, traffic, forgotten_delivered FROM labs",
+         next_message_id, last_event_id, epoch, markers, breaker_changes, traffic, forgotten_delivered, \
+         traffic_sent, traffic_refused FROM labs",
     )?;
     let rows = statement
         .query_map([], |r| {
@@ -210,6 +216,8 @@ pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, Store
                 epoch: r.get(10)?,
                 traffic: r.get(13)?,
                 forgotten_delivered: r.get(14)?,
+                traffic_sent: r.get(15)?,
+                traffic_refused: r.get(16)?,
             };
             Ok((row, r.get::<_, String>(11)?, r.get::<_, String>(12)?))
         })?

@@ -18,6 +18,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0006_expired_keys.sql"),
     include_str!("../../migrations/0007_outside_messages.sql"),
     include_str!("../../migrations/0008_traffic.sql"),
+    include_str!("../../migrations/0009_traffic_counts.sql"),
 ];
 
 /// Opens the file, refuses one this process cannot write, brings its schema up to date, bounds

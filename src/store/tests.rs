@@ -63,6 +63,8 @@ impl Flush for Good {
             last_event_id: 5,
             epoch: 0,
             traffic: "null".into(),
+            traffic_sent: 0,
+            traffic_refused: 0,
             forgotten_delivered: 0,
         };
         Some(Batch {

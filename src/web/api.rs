@@ -109,7 +109,10 @@ pub async fn set_policy(
 }
 
 /// Sets the steady traffic: new messages at `rate_per_s` (0 stops it), Poisson or even
-/// arrivals drawn from the policy's seed, for `for_ms` or until stopped.
+/// arrivals drawn from the policy's seed, for `for_ms` or until stopped. The traffic is set
+/// even when the lab or the server owes its most deliveries (`max_active_messages_per_lab`,
+/// `max_active_messages`): each arrival due then is refused at the source and counted in
+/// `refused`, not answered with an error. `sent` and `refused` carry on across a restart.
 #[utoipa::path(
     put,
     path = "/api/labs/{lab}/traffic",

@@ -8,7 +8,7 @@ use reqwest::{Method, StatusCode};
 use retrylab::config::{Limits, Retention};
 use serde_json::Value;
 
-use crate::helpers::{TestApp, config, counter, messages};
+use crate::helpers::{Binary, TestApp, config, counter, fresh_db, messages};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -95,6 +95,37 @@ async fn arrivals_past_the_active_limit_are_refused_at_the_source_and_counted() 
 }
 
 #[tokio::test]
+async fn arrivals_past_the_server_wide_active_limit_are_refused_at_the_source_and_counted() {
+    // The whole server owes at most four deliveries; each lab alone could owe thousands.
+    let limits = Limits { max_active_messages: 4, ..Limits::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let labs = [app.fast_lab().await, app.fast_lab().await];
+    for lab in &labs {
+        app.put(lab, "downstream", r#"{"latency_ms": [1000, 1000]}"#).await;
+    }
+    for lab in &labs {
+        // Accepted (200), not refused: the limit is met arrival by arrival, at the source.
+        app.put(lab, "traffic", r#"{"rate_per_s": 100, "arrivals": "even", "for_ms": 500}"#).await;
+    }
+    let mut ended = Vec::new();
+    for lab in &labs {
+        ended.push(app.wait_for(lab, PATIENCE, |s| s["traffic"]["rate_per_s"] == 0.0 && settled(s)).await);
+    }
+    let sent: u64 = ended.iter().map(|s| traffic(s, "sent")).sum();
+    let refused: u64 = ended.iter().map(|s| traffic(s, "refused")).sum();
+    assert!(sent >= 1, "some arrivals got in: {sent}");
+    assert!(sent <= 8, "at most four owed at once by both labs, twice in 500 ms of 1 s deliveries: {sent}");
+    assert!(refused >= 60, "the rest of about 100 refused: {refused}");
+    for snapshot in &ended {
+        let (lab_sent, lab_refused) = (traffic(snapshot, "sent"), traffic(snapshot, "refused"));
+        assert_eq!(bins_sum(snapshot, "refused"), lab_refused, "shown on each lab's load chart");
+        assert_eq!(bins_sum(snapshot, "offered"), lab_sent);
+        assert_eq!(counter(snapshot, "delivered"), lab_sent, "none accepted was lost");
+        assert!(lab_sent + lab_refused >= 30, "each lab's arrivals all counted: {}", snapshot["traffic"]);
+    }
+}
+
+#[tokio::test]
 async fn bad_traffic_is_refused_naming_the_field_and_the_limit() {
     let app = TestApp::spawn().await;
     let lab = app.new_lab().await;
@@ -159,6 +190,66 @@ async fn traffic_resumes_at_its_rate_after_a_restart() {
     // letter; none lost.
     let settled = counter(&stored, "delivered") + counter(&stored, "dead_letter");
     assert_eq!(settled as usize, messages(&stored).len());
+}
+
+#[tokio::test]
+async fn the_traffic_counts_carry_on_after_a_restart() {
+    // Three deliveries owed at most, each taking 300 ms: at 100/s most arrivals are refused,
+    // so both counts grow.
+    let limits = Limits { max_active_messages_per_lab: 3, ..Limits::default() };
+    let first_config = config(limits.clone(), Retention::default());
+    let db = first_config.db.clone();
+    let (first, server) = TestApp::spawn_stoppable(first_config).await;
+    let lab = first.fast_lab().await;
+    first.put(&lab, "downstream", r#"{"latency_ms": [300, 300]}"#).await;
+    first.put(&lab, "traffic", r#"{"rate_per_s": 100, "arrivals": "even"}"#).await;
+    let seen =
+        first.wait_for(&lab, PATIENCE, |s| traffic(s, "sent") >= 6 && traffic(s, "refused") >= 20).await;
+    let (sent, refused) = (traffic(&seen, "sent"), traffic(&seen, "refused"));
+    server.stop().await;
+
+    let again = retrylab::config::Config { db, ..config(limits, Retention::default()) };
+    let (second, server) = TestApp::spawn_stoppable(again).await;
+    let restored = second.snapshot(&lab).await;
+    let (sent_after, refused_after) = (traffic(&restored, "sent"), traffic(&restored, "refused"));
+    assert!(sent_after >= sent, "sent went from {sent} to {sent_after} over the restart");
+    assert!(refused_after >= refused, "refused went from {refused} to {refused_after} over the restart");
+    // Every message the lab holds came from the traffic: `sent` counts at least those.
+    assert!(sent_after >= messages(&restored).len() as u64, "{sent_after} sent, {:?}", restored["traffic"]);
+    // And the traffic, resumed, counts on from there.
+    let on = second
+        .wait_for(&lab, PATIENCE, |s| {
+            traffic(s, "sent") > sent_after && traffic(s, "refused") > refused_after
+        })
+        .await;
+    assert_eq!(on["traffic"]["rate_per_s"], 100.0);
+    second.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_traffic_counts_survive_a_sigkill_as_far_as_the_store_has_them() {
+    let db = fresh_db();
+    let args = ["--max-active-messages-per-lab", "3"];
+    let server = Binary::start_with(&db, &args);
+    let app = &server.app;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"latency_ms": [300, 300]}"#).await;
+    app.put(&lab, "traffic", r#"{"rate_per_s": 100, "arrivals": "even"}"#).await;
+    let seen = app.wait_for(&lab, PATIENCE, |s| traffic(s, "refused") >= 20).await;
+    let refused = traffic(&seen, "refused");
+    // Changes nobody waits for are committed within --commit-delay-ms (20 ms): a second is
+    // plenty for the counts seen to reach the store, even on a busy machine.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    server.kill();
+
+    let server = Binary::start_with(&db, &args);
+    let restored = server.app.snapshot(&lab).await;
+    let (sent_after, refused_after) = (traffic(&restored, "sent"), traffic(&restored, "refused"));
+    assert!(refused_after >= refused, "refused went from {refused} to {refused_after} over the kill");
+    // Each message the store kept was committed with the count that includes it.
+    let held = messages(&restored).len() as u64;
+    assert!(held > 0 && sent_after >= held, "{sent_after} sent, {held} messages held");
 }
 
 #[tokio::test]

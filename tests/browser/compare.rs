@@ -252,3 +252,149 @@ async fn one_policy_is_one_chosen_and_the_table_says_it_scrolls_on_a_phone() {
     let errors = page.console_errors();
     assert!(errors.is_empty(), "{}", list(&errors));
 }
+
+/// With several runs, every cell of the medians' table: policy -> row -> what it shows (the
+/// figure's text, the range's text, and the raw median, least, most and each run's value).
+const SPREADS: &str = "(() => {
+    const out = {};
+    for (const td of document.querySelectorAll('[data-table] td[data-row][data-policy]')) {
+        if (td.dataset.run !== undefined) throw new Error('a column per run in the medians table');
+        const num = (v) => (v === '' ? null : Number(v));
+        (out[td.dataset.policy] ??= {})[td.dataset.row] = {
+            text: td.firstElementChild.textContent,
+            range: td.querySelector('.cmp-range')?.textContent ?? null,
+            median: num(td.dataset.value), min: num(td.dataset.min), max: num(td.dataset.max),
+            runs: JSON.parse(td.dataset.runs), title: td.title,
+            best: td.dataset.best === 'true' && td.textContent.includes('best') && !!td.querySelector('strong'),
+        };
+    }
+    return out;
+})()";
+
+/// A count as the page writes it: whole numbers without decimals.
+fn whole(value: &Value) -> String {
+    let x = value.as_f64().unwrap();
+    if x.fract() == 0.0 { format!("{x:.0}") } else { format!("{x}") }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_three_runs_the_table_shows_each_policys_median_and_range_as_the_api_gives_them() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let body = json!({"scenario": "flaky", "burst": 10, "seed": 3, "runs": 3, "policies": ["none", "full"]});
+    let created: Value = server
+        .http
+        .post(server.url("/api/comparisons"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned();
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
+    let shown = page.eval(SPREADS).await.unwrap();
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    assert_eq!((report["done"].as_bool(), report["runs"].as_u64()), (Some(true), Some(3)), "{report}");
+    let heads = page.eval("document.querySelectorAll('[data-table] th.cmp-col').length").await.unwrap();
+    assert_eq!(heads, 2, "a column per policy, not per run");
+    let status = page.eval("document.querySelector('[data-status]').textContent").await.unwrap();
+    assert_eq!(status, "Done: both policies have settled every message in each of their 3 runs.");
+    let states = page
+        .eval("[...document.querySelectorAll('[data-column-state]')].map(s => s.textContent)")
+        .await
+        .unwrap();
+    assert_eq!(states, json!(["done: all 3 runs", "done: all 3 runs"]));
+
+    let columns = report["columns"].as_array().unwrap();
+    let mut compared = 0;
+    for summary in report["policies"].as_array().unwrap() {
+        let policy = summary["policy"].as_str().unwrap();
+        let mut runs: Vec<&Value> = columns.iter().filter(|c| c["policy"] == policy).collect();
+        runs.sort_by_key(|c| c["run"].as_u64());
+        assert_eq!(runs.len(), 3, "{policy}");
+        for (key, spread) in summary["figures"].as_object().unwrap() {
+            // Summarized but not a row of the page's table.
+            if key == "offered" {
+                continue;
+            }
+            let (row, each): (String, Vec<Value>) = match key.strip_prefix("dead_letter_by_cause.") {
+                Some(cause) => (
+                    format!("dead_letter.{cause}"),
+                    runs.iter()
+                        .map(|c| c["figures"]["dead_letter_by_cause"].get(cause).cloned().unwrap_or(json!(0)))
+                        .collect(),
+                ),
+                None => (key.clone(), runs.iter().map(|c| c["figures"][key].clone()).collect()),
+            };
+            let cell = &shown[policy][&row];
+            assert!(cell.is_object(), "{policy} has no cell for {row}: {}", shown[policy]);
+            for part in ["median", "min", "max"] {
+                assert_eq!(
+                    cell[part].as_f64(),
+                    spread[part].as_f64(),
+                    "{policy} {row} {part}: {cell} vs {spread}"
+                );
+            }
+            let each: Vec<Option<f64>> = each.iter().map(Value::as_f64).collect();
+            let seen: Vec<Option<f64>> = cell["runs"].as_array().unwrap().iter().map(Value::as_f64).collect();
+            assert_eq!(seen, each, "{policy} {row}: each run's value is there");
+            assert!(cell["title"].as_str().unwrap().starts_with("median of 3 runs; each run: "), "{cell}");
+            if !["requests_per_delivered", "drain_ms", "latency_p50_ms", "latency_p99_ms"]
+                .contains(&row.as_str())
+            {
+                assert_eq!(cell["text"], whole(&spread["median"]), "{policy} {row}");
+                let range = format!("[{}–{}]", whole(&spread["min"]), whole(&spread["max"]));
+                assert_eq!(cell["range"], range.as_str(), "{policy} {row}");
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared >= 20, "every figure of both policies compared: {compared}");
+    // Runs differ (their seeds do): at least one range is more than a point.
+    let spreads: Vec<&Value> =
+        shown.as_object().unwrap().values().flat_map(|p| p.as_object().unwrap().values()).collect();
+    assert!(spreads.iter().any(|c| c["min"] != c["max"]), "some figure varies between runs");
+
+    // "Best" as the server decided it over the runs: alone, tied (both marked is "same for all").
+    for (row, winners) in report["best"].as_object().unwrap() {
+        let winners: Vec<&str> = winners.as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+        let marked: Vec<&str> =
+            ["none", "full"].into_iter().filter(|p| shown[p][row]["best"] == true).collect();
+        let expected = if winners.len() == 2 { vec![] } else { winners };
+        assert_eq!(marked, expected, "best on {row}");
+        let tie =
+            format!("!document.querySelector('[data-table] tr[data-row={}] .cmp-tie').hidden", json!(row));
+        assert_eq!(
+            page.eval(&tie).await.unwrap(),
+            expected.is_empty() && !shown["none"][row].is_null(),
+            "{row}"
+        );
+    }
+    page.screenshot("compare-runs-medians-1280").await;
+
+    // Each run, a column of its own, on demand: the figures the API has for each run's lab.
+    page.click("[data-each-run]").await;
+    wait_for(&page, "a column per run", "document.querySelectorAll('[data-table] th.cmp-col').length === 6")
+        .await;
+    let per_run = page
+        .eval(
+            "[...document.querySelectorAll('[data-table] td[data-row=requests]')].map(td =>
+                [td.dataset.policy, Number(td.dataset.run), Number(td.dataset.value), td.dataset.best])",
+        )
+        .await
+        .unwrap();
+    let expected: Vec<Value> =
+        columns.iter().map(|c| json!([c["policy"], c["run"], c["figures"]["requests"], "false"])).collect();
+    assert_eq!(per_run, json!(expected), "each run's requests, none of them crowned");
+    let charts = page.eval("document.querySelectorAll('[data-chart][data-run]').length").await.unwrap();
+    assert_eq!(charts, 6, "a chart per run, each named by its run");
+    page.screenshot("compare-runs-each-1280").await;
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "{}", list(&errors));
+}
