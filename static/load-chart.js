@@ -10,7 +10,9 @@
 //! are summed into wider bars (2, 5, 10… bins) so a bar is never thinner than a few pixels, and
 //! every height stays "per 100 ms" (the average over the bar) so the line keeps its meaning.
 //! Positions are the bars' `--s` and `--d`; heights are `--n` over the chart's `--ymax`, so a
-//! new maximum is one property write.
+//! new maximum is one property write. Only the bars in the window on screen, and half a window
+//! either side, are in the page: under steady traffic a lab holds thousands of bins (the last five
+//! minutes at 100 ms), and a bar for each would make every frame slower as the run went on.
 
 import { duration, labTime, range } from './model.js';
 
@@ -135,8 +137,19 @@ export function createLoadChart(state, miniTip) {
 
   /** Bins per bar at the current zoom. */
   let factor = 0;
-  /** Bar start (lab ms) -> { el, sum }. */
+  /**
+   * Bar start (lab ms) -> { el, sum }: only the bars in the window on screen and half a window
+   * either side, so a lab that has run for an hour draws no more bars than one a minute old.
+   */
   const bars = new Map();
+  /** The bar starts drawn, [from, to), and the load they were drawn from (a snapshot brings new). */
+  let drawnRange = { from: 0, to: 0 };
+  let drawnLoad = null;
+  /**
+   * The tallest bar (or tick) at this factor over every bin, not only the drawn ones, so the
+   * scale does not jump as the window moves on.
+   */
+  let tallest = 0;
   let ymax = 0;
   let limit = null;
   let summaryTimer = 0;
@@ -173,6 +186,18 @@ export function createLoadChart(state, miniTip) {
       if (b && t + (b.width_ms ?? binMs) > start) addToLoadSum(sum, b, shareOf(b));
     }
     return sum;
+  }
+
+  /** How tall a bar of `sum` stands on the scale. */
+  function heightOf(sum) {
+    return Math.max(sum.requests / factor, sum.offered / factor, sum.peak);
+  }
+
+  /** The bar starts to draw: the window on screen and half a window either side. */
+  function wantedRange() {
+    const { t0, span } = state.view;
+    if (!(span > 0)) return { from: 0, to: 0 };
+    return { from: barStart(t0 - span / 2), to: barStart(t0 + span * 1.5) + barMs() };
   }
 
   /** The starts of the bars bin `b` is drawn in. */
@@ -213,9 +238,12 @@ export function createLoadChart(state, miniTip) {
     d.refused = String(sum.refused);
   }
 
+  /** A new factor or a new snapshot: no bar drawn, and the tallest bar found again. */
   function rebuild() {
     barsEl.replaceChildren();
     bars.clear();
+    drawnRange = { from: 0, to: 0 };
+    drawnLoad = model.load;
     const sums = new Map();
     for (const b of model.load.bins.values()) {
       const share = shareOf(b);
@@ -225,7 +253,27 @@ export function createLoadChart(state, miniTip) {
         addToLoadSum(sum, b, share);
       }
     }
-    for (const [start, sum] of sums) drawBar(start, sum);
+    tallest = 0;
+    for (const sum of sums.values()) tallest = Math.max(tallest, heightOf(sum));
+  }
+
+  /** Drop the bars that left the wanted range and draw those that came into it. */
+  function follow() {
+    const wanted = wantedRange();
+    if (wanted.from === drawnRange.from && wanted.to === drawnRange.to) return false;
+    for (const [start, bar] of bars) {
+      if (start >= wanted.from && start < wanted.to) continue;
+      bar.el.remove();
+      bars.delete(start);
+    }
+    const step = barMs();
+    for (let start = wanted.from; start < wanted.to; start += step) {
+      if (bars.has(start)) continue;
+      const sum = sumBar(start);
+      if (sum.bins) drawBar(start, sum);
+    }
+    drawnRange = wanted;
+    return true;
   }
 
   /** The line: the overloaded mode's capacity, or the throttled mode's rate per bin. */
@@ -240,8 +288,7 @@ export function createLoadChart(state, miniTip) {
 
   /** The top of the scale: the highest bar or tick, and room above the line. */
   function rescale() {
-    let top = 4;
-    for (const { sum } of bars.values()) top = Math.max(top, sum.requests / factor, sum.offered / factor, sum.peak);
+    let top = Math.max(4, tallest);
     if (limit) top = Math.max(top, limit.value * 1.25);
     const next = niceCeil(top);
     if (next === ymax) return;
@@ -305,7 +352,7 @@ export function createLoadChart(state, miniTip) {
     update(changes) {
       const next = factorFor(state.view.k);
       let changed = false;
-      if (changes.all || next !== factor) {
+      if (model.load !== drawnLoad || next !== factor) {
         factor = next;
         rebuild();
         changed = true;
@@ -315,9 +362,14 @@ export function createLoadChart(state, miniTip) {
           const b = model.load.bins.get(t);
           for (const start of b ? barsOf(b) : [barStart(t)]) starts.add(start);
         }
-        for (const start of starts) drawBar(start, sumBar(start));
+        for (const start of starts) {
+          const sum = sumBar(start);
+          tallest = Math.max(tallest, heightOf(sum));
+          if (start >= drawnRange.from && start < drawnRange.to) drawBar(start, sum);
+        }
         changed = true;
       }
+      if (follow()) changed = true;
       if (changes.all || changes.settings) {
         drawLimit();
         changed = true;

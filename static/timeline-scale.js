@@ -71,10 +71,14 @@ export function createScale(state) {
   /**
    * Widen "fit" to take in what the lab measured besides its messages: the load bins (outside
    * callers' requests among them) and every marker, so nothing the lab shows lies off the axis.
+   * `starts` are the bins to take in: all of them, or those that changed (the extent only grows).
    */
-  function growMeasured() {
+  function growMeasured(starts = model.load.bins.keys()) {
     const binMs = model.load.binMs;
-    for (const [t, b] of model.load.bins) growTo(t, t + (b.width_ms ?? binMs));
+    for (const t of starts) {
+      const b = model.load.bins.get(t);
+      if (b) growTo(t, t + (b.width_ms ?? binMs));
+    }
     for (const m of model.markers) growTo(m.at_ms, m.at_ms);
   }
 

@@ -83,7 +83,8 @@ export function createTimeline(root, model, requestDraw) {
         scale.grow(m);
         rows.changed(id);
       }
-      if (changes.load.size || changes.markers) scale.growMeasured();
+      // Only the bins that changed: a long run holds thousands.
+      if (changes.load.size || changes.markers) scale.growMeasured(changes.load);
       find.noteChanges(changes);
     }
     find.update({ timed: scale.hasTime() });

@@ -19,8 +19,10 @@ export const GOODPUT_WINDOW_MS = 2_000;
 export function recentLoad(model, windowMs, now) {
   const binMs = model.load.binMs;
   const sum = { offered: 0, delivered: 0, requests: 0, ok: 0, wasted: 0 };
-  for (const b of model.load.bins.values()) {
-    if (b.t_ms < now - windowMs || b.t_ms + binMs > now) continue;
+  // Bins start at whole multiples of binMs: look up the window's own, not every bin of the run.
+  for (let t = Math.ceil((now - windowMs) / binMs) * binMs; t + binMs <= now; t += binMs) {
+    const b = model.load.bins.get(t);
+    if (!b) continue;
     sum.offered += b.offered ?? 0;
     sum.delivered += b.delivered ?? 0;
     sum.requests += b.requests ?? 0;

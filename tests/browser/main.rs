@@ -15,6 +15,7 @@ mod new_user;
 mod open_large;
 mod outside;
 mod scale;
+mod steady;
 #[path = "../support/mod.rs"]
 mod support;
 

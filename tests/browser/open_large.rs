@@ -4,7 +4,8 @@
 //!
 //! `cargo test --release --test browser -- --ignored --nocapture open_large_lab`
 //!
-//! `OPEN_RUNS=3` (the default) opens the page that many times, one after the other, in one tab;
+//! `OPEN_MESSAGES=20000` (the default) is how many messages the lab holds, a tenth of them dead
+//! letters; `OPEN_RUNS=3` (the default) opens the page that many times, one after the other, in one tab;
 //! `OPEN_PROFILE=1` also records a CPU profile of the first opening and prints where it went.
 //! `OPEN_BASELINE_STATIC=DIR` opens, in turn with this page, the page whose `static/` files
 //! are in DIR (another commit's, from `git archive`), so the two are compared side by side
@@ -21,10 +22,16 @@ use serde_json::{Value, json};
 use super::cdp::Page;
 use super::{PATIENCE, Server, browser};
 
-/// Delivered, then dead-lettered: 20,000 messages in all, in bursts of the default limit.
-const DELIVERED: u64 = 18_000;
-const DEAD: u64 = 2_000;
+/// Delivered, then dead-lettered: 20,000 messages in all (`OPEN_MESSAGES`), a tenth of them
+/// dead letters, in bursts of at most the default limit.
+const MESSAGES: u64 = 20_000;
 const BURST: u64 = 2_000;
+
+/// How many messages the lab is filled with: `(delivered, dead letters)`.
+fn sizes() -> (u64, u64) {
+    let total = std::env::var("OPEN_MESSAGES").ok().and_then(|n| n.parse().ok()).unwrap_or(MESSAGES).max(2);
+    (total - total / 10, total / 10)
+}
 
 /// Installed before the page's own scripts: records long tasks, and on every animation frame
 /// looks at what the page shows. The counters come in the page's HTML, so `drawn` waits for
@@ -98,9 +105,10 @@ async fn open_large_lab_interactive_within_1500_ms() {
     page.set_viewport(1280, 900).await;
     page.call("Page.addScriptToEvaluateOnNewDocument", json!({ "source": RECORDER })).await.unwrap();
     page.call("Network.enable", json!({})).await.unwrap();
+    let (delivered, dead) = sizes();
     println!(
-        "\nopening a lab of {} messages ({DELIVERED} delivered, {DEAD} dead letters), snapshot {bytes} bytes, 1280x900",
-        DELIVERED + DEAD
+        "\nopening a lab of {} messages ({delivered} delivered, {dead} dead letters), snapshot {bytes} bytes, 1280x900",
+        delivered + dead
     );
     for link in [Link::Loopback, Link::Emulated { mbps: 100.0, latency_ms: 20.0 }] {
         link.apply(&page).await;
@@ -219,7 +227,7 @@ impl std::fmt::Display for Variant {
 /// Answers each request the Fetch domain paused: the page's `/static/*` files with the file of
 /// that name in `dir`, past the emulated network; the page's HTML, paused once the server has
 /// answered, with that answer less its `modulepreload` links. Runs until dropped.
-async fn serve_static_from(
+pub(super) async fn serve_static_from(
     page: &Page,
     dir: &Path,
     mut events: tokio::sync::broadcast::Receiver<(String, Value)>,
@@ -321,8 +329,8 @@ fn print_table(link: &str, rows: &[Opening]) {
     );
 }
 
-/// Creates a lab through the API and fills it: `DELIVERED` messages against a healthy
-/// downstream, then `DEAD` against a down one with a short policy, each burst settled before
+/// Creates a lab through the API and fills it: the delivered messages against a healthy
+/// downstream, then the dead letters against a down one with a short policy, each burst settled before
 /// the next. Returns the lab's id.
 async fn fill_lab(server: &Server) -> String {
     let created: Value =
@@ -331,12 +339,20 @@ async fn fill_lab(server: &Server) -> String {
     server.put(&lab, "policy", r#"{"base_ms": 5, "cap_ms": 20, "timeout_ms": 2000}"#).await;
     server.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [0, 2]}"#).await;
     let filling = Instant::now();
-    for sent in (0..DELIVERED + DEAD).step_by(BURST as usize) {
-        if sent == DELIVERED {
-            server.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 0}"#).await;
+    let (delivered, dead) = sizes();
+    let mut sent = 0;
+    for (count, mode) in [(delivered, None), (dead, Some(r#"{"mode": "down", "retry_after_s": 0}"#))] {
+        if let Some(mode) = mode {
+            server.put(&lab, "downstream", mode).await;
         }
-        server.burst(&lab, BURST).await;
-        settle(server, &lab, sent + BURST).await;
+        let mut left = count;
+        while left > 0 {
+            let burst = left.min(BURST);
+            server.burst(&lab, burst).await;
+            sent += burst;
+            left -= burst;
+            settle(server, &lab, sent).await;
+        }
     }
     eprintln!("filled the lab in {:.1?}", filling.elapsed());
     lab

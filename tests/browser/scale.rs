@@ -4,6 +4,9 @@
 //! message costs, counted off the wire by a second subscriber in the same run.
 //!
 //! `cargo test --release --test browser -- --ignored --nocapture scale`
+//!
+//! `SCALE_BURST` (2000) and `SCALE_IDLE_S` (4) make the burst and the idle baseline smaller, for
+//! a quick run that only proves the measurement still works.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,7 +16,12 @@ use serde_json::Value;
 use super::{Server, browser, open_new_lab, wait_for};
 
 const BURST: u64 = 2_000;
-const IDLE: Duration = Duration::from_secs(4);
+const IDLE_S: u64 = 4;
+
+/// A number from the environment (`SCALE_BURST`, `SCALE_IDLE_S`...), or `default`.
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 /// Records the interval between consecutive animation frames until stopped. A frame that
 /// the page's own work delayed shows up as a long interval.
@@ -38,6 +46,8 @@ const STOP_RECORDER: &str = "(() => {
 #[ignore = "a measurement: cargo test --release --test browser -- --ignored --nocapture scale"]
 async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
     let Some(browser) = browser() else { return };
+    let burst = env_u64("SCALE_BURST", BURST).max(1);
+    let idle_for = Duration::from_secs(env_u64("SCALE_IDLE_S", IDLE_S));
     let server = Server::start().await;
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
@@ -49,7 +59,7 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
 
     // Baseline: the same page, nothing happening.
     page.eval(START_RECORDER).await.unwrap();
-    tokio::time::sleep(IDLE).await;
+    tokio::time::sleep(idle_for).await;
     let idle = Frames::from(page.eval(STOP_RECORDER).await.unwrap());
 
     let (ready, subscribed) = tokio::sync::oneshot::channel();
@@ -57,13 +67,14 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
         server.http.clone(),
         server.url(&format!("/api/labs/{lab}/events")),
         ready,
+        burst,
     ));
     subscribed.await.unwrap();
     page.eval(START_RECORDER).await.unwrap();
     let sent = Instant::now();
-    server.burst(&lab, BURST).await;
+    server.burst(&lab, burst).await;
     let shown =
-        format!("document.querySelector('[data-counter=\"delivered\"]').textContent.trim() === '{BURST}'");
+        format!("document.querySelector('[data-counter=\"delivered\"]').textContent.trim() === '{burst}'");
     wait_for(&page, "the page to show the whole burst delivered", &shown).await;
     let drawn_after = sent.elapsed();
     let busy = Frames::from(page.eval(STOP_RECORDER).await.unwrap());
@@ -74,17 +85,17 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
     page.screenshot("scale-2000-1280").await;
 
     println!(
-        "\npage at scale, 1280x900, burst of {BURST}, healthy 100-300 ms; delivered on the page {drawn_after:.1?} after the burst was sent"
+        "\npage at scale, 1280x900, burst of {burst}, healthy 100-300 ms; delivered on the page {drawn_after:.1?} after the burst was sent"
     );
     println!("| page | frames | over | p50 ms | p95 ms | p99 ms | max ms | fps |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     println!("{}", idle.row("idle (baseline)"));
-    println!("{}", busy.row(&format!("burst of {BURST} streaming")));
+    println!("{}", busy.row(&format!("burst of {burst} streaming")));
     println!(
         "stream: {} bytes in {} events after the snapshot = {:.0} bytes per message",
         wire.bytes,
         wire.events,
-        wire.bytes as f64 / BURST as f64
+        wire.bytes as f64 / burst as f64
     );
     for (kind, (events, bytes)) in &wire.by_type {
         println!(
@@ -104,9 +115,9 @@ async fn scale_burst_of_2000_frame_times_and_stream_bytes() {
 }
 
 /// Frame intervals recorded in the page.
-struct Frames {
-    intervals: Vec<f64>,
-    ms: f64,
+pub(crate) struct Frames {
+    pub(crate) intervals: Vec<f64>,
+    pub(crate) ms: f64,
 }
 
 impl From<Value> for Frames {
@@ -119,12 +130,12 @@ impl From<Value> for Frames {
 
 impl Frames {
     /// Nearest-rank percentile of the frame intervals, in ms.
-    fn percentile(&self, p: f64) -> f64 {
+    pub(crate) fn percentile(&self, p: f64) -> f64 {
         let rank = ((p * self.intervals.len() as f64).ceil() as usize).clamp(1, self.intervals.len());
         self.intervals[rank - 1]
     }
 
-    fn row(&self, label: &str) -> String {
+    pub(crate) fn row(&self, label: &str) -> String {
         format!(
             "| {label} | {} | {:.1} s | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
             self.intervals.len(),
@@ -150,7 +161,12 @@ struct Wire {
 
 /// Subscribes like the page does and counts every byte after the opening snapshot until
 /// an event's counters say the whole burst was delivered.
-async fn count_stream(http: reqwest::Client, url: String, ready: tokio::sync::oneshot::Sender<()>) -> Wire {
+async fn count_stream(
+    http: reqwest::Client,
+    url: String,
+    ready: tokio::sync::oneshot::Sender<()>,
+    burst: u64,
+) -> Wire {
     let mut response = http.get(url).header("accept", "text/event-stream").send().await.unwrap();
     assert_eq!(response.status(), 200);
     let mut ready = Some(ready);
@@ -182,7 +198,7 @@ async fn count_stream(http: reqwest::Client, url: String, ready: tokio::sync::on
             entry.1 += event.len();
             wire.bytes += event.len();
             wire.events += 1;
-            if parsed["counters"]["delivered"].as_u64() == Some(BURST) {
+            if parsed["counters"]["delivered"].as_u64() == Some(burst) {
                 return wire;
             }
         }
