@@ -25,7 +25,7 @@ pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Records the interval between consecutive animation frames until stopped. A frame that
 /// the page's own work delayed shows up as a long interval.
-const START_RECORDER: &str = "(() => {
+pub(crate) const START_RECORDER: &str = "(() => {
     const rec = { intervals: [], last: 0, on: true, started: performance.now() };
     window.__frames = rec;
     const step = (t) => {

@@ -22,25 +22,13 @@ use std::path::Path;
 
 use super::cdp::Page;
 use super::open_large::serve_static_from;
-use super::scale::{Frames, env_u64};
+use super::scale::{Frames, START_RECORDER, env_u64};
 use super::{COUNTERS, Server, browser, open_new_lab, wait_for};
 
 const IDLE: Duration = Duration::from_secs(4);
 
-/// Records the interval between consecutive animation frames until stopped; `DRAIN` takes
-/// what was recorded so far and starts a new period, so a long run never holds more than one
-/// period of intervals in the page.
-const START_RECORDER: &str = "(() => {
-    const rec = { intervals: [], last: 0, on: true, started: performance.now() };
-    window.__frames = rec;
-    const step = (t) => {
-        if (rec.last) rec.intervals.push(t - rec.last);
-        rec.last = t;
-        if (rec.on) requestAnimationFrame(step);
-    };
-    requestAnimationFrame(step);
-    return true;
-})()";
+// The frame recorder is scale.rs's (`START_RECORDER`); `DRAIN` takes what it recorded so far
+// and starts a new period, so a long run never holds more than one period of intervals.
 const DRAIN: &str = "(() => {
     const rec = window.__frames;
     const now = performance.now();
