@@ -253,14 +253,7 @@ impl Lab {
     /// Messages the server's other labs owe a delivery (this lab's own not locked or counted).
     fn active_elsewhere(&self) -> usize {
         let Some(held) = self.neighbours.upgrade() else { return 0 };
-        let others: Vec<Arc<Lab>> = held
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|lab| lab.id != self.id)
-            .cloned()
-            .collect();
-        others.iter().map(|lab| lab.active_messages()).sum()
+        registry::active_in(&held, Some(&self.id))
     }
 
     /// Accepts a burst of `count` new messages; returns their ids.
