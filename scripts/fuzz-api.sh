@@ -49,10 +49,13 @@ print(json.load(urllib.request.urlopen(request))["id"])
 ' "$base")"
 export RETRYLAB_FUZZ_LAB
 
+# One worker: with two, the tool's own threads parse Python source at once, and CPython 3.11's
+# parser can fail under that ("AST constructor recursion depth mismatch"), an error of the tool
+# that CI reported as a failed case.
 status=0
 "$venv/bin/st" --config-file scripts/fuzz-api.toml run "$base/api/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-  --workers 2 --no-color || status=$?
+  --workers 1 --no-color || status=$?
 if grep -q 'panicked' "$work/server.log"; then
   echo "the server panicked:"; grep -A5 'panicked' "$work/server.log"; status=1
 fi
