@@ -122,6 +122,10 @@ const ROOM_MS = 5;
 function draw() {
   frame = 0;
   const start = performance.now();
+  // Scroll offsets first, while the page is still laid out from the last frame: set after
+  // any write, each would make the browser restyle and lay out the page at once.
+  timeline.settle();
+  trace.settle();
   const changes = pending;
   pending = noChanges();
   if (changes.all || changes.counters) drawCounters();

@@ -50,8 +50,19 @@ export function createRows(state, { filled }) {
   /** Ids of drawn rows whose message changed since they were built. */
   const stale = new Set();
   let windowStale = true;
-  /** The list length the row box was last sized for. */
+  /** The list length the row box was last sized for, and the room below the rows it had. */
   let sizedFor = 0;
+  let tailFor = 0;
+
+  /** Size the row box for the list and `state.tail`; written only when it changes (a write restyles). */
+  function size() {
+    const length = state.list.length;
+    if (length === sizedFor && state.tail === tailFor) return;
+    if (length !== sizedFor) rowsEl.setAttribute('aria-rowcount', String(length));
+    sizedFor = length;
+    tailFor = state.tail;
+    rowsEl.style.height = `${length * ROW_H + tailFor}px`;
+  }
 
   function createRow(m) {
     const el = document.createElement('div');
@@ -237,12 +248,7 @@ export function createRows(state, { filled }) {
     /** `state.list` is new: size the row box for it and draw the window again. */
     listChanged() {
       windowStale = true;
-      const length = state.list.length;
-      // Written only when it changes: every write restyles.
-      if (length === sizedFor) return;
-      sizedFor = length;
-      rowsEl.style.height = `${length * ROW_H}px`;
-      rowsEl.setAttribute('aria-rowcount', String(length));
+      size();
     },
     scrollToTop() {
       box.top = 0;
@@ -250,6 +256,7 @@ export function createRows(state, { filled }) {
     },
     /** Draw the window if the list, the scroll offset, the height or a drawn message changed. */
     update() {
+      size();
       if (windowStale) drawWindow();
     },
     drawWindow,

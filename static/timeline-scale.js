@@ -11,6 +11,7 @@
 //! zoom or a pan is two property writes, not a walk over every bar.
 
 import { labNow } from './model.js';
+import { ROW_H } from './timeline-rows.js';
 
 /** "Fit" never shows less lab time than this. */
 const MIN_SPAN_MS = 2000;
@@ -28,6 +29,12 @@ const LEAD_MS = 250;
 /** What "follow" shows: the last this much of lab time, moving on in whole steps. */
 const FOLLOW_SPAN_MS = 20_000;
 const FOLLOW_STEP_MS = 1000;
+/**
+ * The rows follow in steps too: when the newest row reaches the bottom of the view, the rows
+ * move up at once so that it stands this share of the view from the top, and the new rows fill
+ * the view below it. Scrolling for every new row (50 a second) was most of the page's work.
+ */
+const FOLLOW_ROWS_AT = 0.25;
 /** Messages that start this close to the newest one are part of the same run. */
 const LATEST_SLACK_MS = 100;
 /** Flags this long before the newest run are shown with it. */
@@ -58,8 +65,8 @@ export function createScale(state) {
   let chosen = null;
   /** Follow the newest messages while traffic runs (until the person pans, zooms or scrolls). */
   let follow = true;
-  /** Messages when the rows were last scrolled to the newest; our own scroll is not the person's. */
-  let followedSize = 0;
+  /** Rows when they were last scrolled to the newest; our own scroll is not the person's. */
+  let followedRows = 0;
   let ownScroll = false;
 
   /** Widen "fit" to take in lab time [first, end]. */
@@ -140,12 +147,31 @@ export function createScale(state) {
     return chosen ? clampWindow(chosen, fit) : fit;
   }
 
-  /** While following, keep the newest rows in view as messages arrive. */
+  /**
+   * While following, keep the newest rows in view as messages arrive, moving on in steps (see
+   * FOLLOW_ROWS_AT). Called first thing in a frame, before anything is written: a scroll offset
+   * set after a write makes the browser restyle and lay out the page there and then (and again
+   * at the frame's end). The rows drawn last frame are laid out by now, so the reads are free.
+   */
   function followRows() {
-    if (!following() || model.messages.size === followedSize) return;
-    followedSize = model.messages.size;
+    const rows = state.list.length;
+    if (!following() || rows === followedRows) return;
+    followedRows = rows;
+    const visible = box.height - box.axis;
+    const newest = rows * ROW_H;
+    const top = scroller.scrollTop;
+    if (newest - ROW_H >= top && newest <= top + visible) return;
+    const target = Math.max(0, Math.round(newest - visible * FOLLOW_ROWS_AT));
+    if (target === top) return;
     ownScroll = true;
-    scroller.scrollTop = scroller.scrollHeight;
+    scroller.scrollTop = target;
+    // Not moved (the rows box is not tall enough yet): no scroll event will take the flag.
+    if (scroller.scrollTop === top) ownScroll = false;
+  }
+
+  /** Rows were added since the last scroll to the newest: the next frame must scroll. */
+  function rowsBehind() {
+    return following() && state.list.length !== followedRows;
   }
 
   scroller.addEventListener('scroll', () => {
@@ -154,7 +180,8 @@ export function createScale(state) {
       return;
     }
     // The person scrolled up, away from the newest rows: stop following.
-    if (following() && scroller.scrollTop + scroller.clientHeight < scroller.scrollHeight - 40) {
+    const newest = state.list.length * ROW_H;
+    if (following() && newest > scroller.scrollTop + box.height - box.axis + 40) {
       follow = false;
       requestDraw();
     }
@@ -167,8 +194,9 @@ export function createScale(state) {
 
   /** Apply the window for this frame: write `--t0` and `--k` only when they change. */
   function update() {
+    // While following, a view of empty room below the rows for the new ones to fill.
+    state.tail = following() ? Math.max(0, box.height - box.axis) : 0;
     if (!hasTime() || !(box.track > 0)) return;
-    followRows();
     // After a reset or a new snapshot a chosen window may now hold everything: that is "fit".
     if (chosen && chosen.span >= fitWindow().span) chosen = null;
     const { t0, span } = current();
@@ -329,7 +357,7 @@ export function createScale(state) {
   controls.follow?.addEventListener('click', () => {
     chosen = null;
     follow = true;
-    followedSize = 0;
+    followedRows = 0;
     requestDraw();
   });
 
@@ -341,6 +369,8 @@ export function createScale(state) {
       for (const m of model.outside.rows.values()) grow(m);
       growMeasured();
     },
+    followRows,
+    rowsBehind,
     grow,
     growMeasured,
     hasTime,

@@ -36,6 +36,8 @@ export function createTimeline(root, model, requestDraw) {
      * creation order and outside callers' (negative ids) among them by their first request.
      */
     list: [],
+    /** Room below the last row, px, set by the scale: while following, a view of empty rows to fill. */
+    tail: 0,
   };
   const scale = createScale(state);
   const rows = createRows(state, {
@@ -99,8 +101,13 @@ export function createTimeline(root, model, requestDraw) {
 
   /** True while anything grows with the clock, so the page keeps drawing frames. */
   function needsClock() {
-    return scale.active() && model.messages.size > 0;
+    return (scale.active() && model.messages.size > 0) || scale.rowsBehind();
   }
 
-  return { render, needsClock };
+  return {
+    render,
+    needsClock,
+    /** Scroll reads and writes, first in a frame while the layout is still clean. */
+    settle: () => scale.followRows(),
+  };
 }

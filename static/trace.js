@@ -40,6 +40,8 @@ export function createTrace(root, model, requestDraw) {
   let waitingSince = 0;
   /** Whether the view sits at the bottom; kept from scroll events so drawing reads no layout. */
   let following = true;
+  /** Lines were added while following: scroll to them first thing in the next frame. */
+  let stick = false;
   root.addEventListener('scroll', () => {
     following = root.scrollTop + root.clientHeight >= root.scrollHeight - 8;
   }, { passive: true });
@@ -226,8 +228,9 @@ export function createTrace(root, model, requestDraw) {
         record.el.remove();
       }
     }
-    // Setting scrollTop lays the page out, so the caller flushes after every other write.
-    if (following) root.scrollTop = root.scrollHeight;
+    // Setting scrollTop after a write makes the browser lay the page out there and then, so
+    // the scroll waits for the start of the next frame (`settle`), before anything is written.
+    if (following) stick = true;
     return 'drew';
   }
 
@@ -244,7 +247,14 @@ export function createTrace(root, model, requestDraw) {
     return el;
   }
 
-  return { event, note, flush };
+  /** The scroll `flush` put off: first in a frame, while the layout is still clean. */
+  function settle() {
+    if (!stick) return;
+    stick = false;
+    root.scrollTop = root.scrollHeight;
+  }
+
+  return { event, note, flush, settle };
 }
 
 function who(messageId, a) {

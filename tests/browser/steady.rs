@@ -10,9 +10,11 @@
 //!
 //! `STEADY_FPS_S` (600) is how long the traffic runs, `STEADY_FPS_RATE` (50) its rate in new
 //! messages per second, `STEADY_FPS_PERIOD_S` (60, or the whole run when shorter) how long
-//! each reported period is. `STEADY_FPS_STATIC=DIR` serves the page's `/static/*` files from
-//! DIR instead, in both tests here (another commit's: `git archive <commit> static | tar -x -C DIR`, then
-//! `DIR/static`), so two versions of the page are measured on the same build.
+//! each reported period is. `STEADY_FPS_TRACE_S` (0), when set, records a DevTools trace that
+//! long at the end of the run and prints where the page's time went. `STEADY_FPS_STATIC=DIR`
+//! serves the page's `/static/*` files from DIR instead, in both tests here (another commit's:
+//! `git archive <commit> static | tar -x -C DIR`, then `DIR/static`), so two versions of the
+//! page are measured on the same build.
 
 use std::time::{Duration, Instant};
 
@@ -113,6 +115,10 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
         elapsed = next;
     }
     let ran_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let trace_s = env_u64("STEADY_FPS_TRACE_S", 0);
+    if trace_s > 0 {
+        trace_top(page, Duration::from_secs(trace_s)).await;
+    }
     page.eval(STOP_RECORDER).await.unwrap();
     server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
     page.screenshot_viewport("steady-traffic-1280").await;
@@ -190,6 +196,92 @@ async fn run(page: &Page, server: &Server, run_s: u64, rate: u64, period_s: u64)
     );
     let errors = page.console_errors();
     assert!(errors.is_empty(), "the page reported errors: {errors:?}");
+}
+
+/// Records a DevTools trace of the page for `span`, with the traffic still running, and prints
+/// where the time went: the 30 costliest kinds of work by their total duration, each with its
+/// thread (nested events count in each level, so a task's total holds its parts).
+async fn trace_top(page: &Page, span: Duration) {
+    let mut events = page.events();
+    let categories = [
+        "devtools.timeline",
+        "disabled-by-default-devtools.timeline",
+        "disabled-by-default-devtools.timeline.stack",
+        "blink",
+        "cc",
+        "viz",
+    ];
+    let config =
+        json!({ "traceConfig": { "includedCategories": categories }, "transferMode": "ReportEvents" });
+    page.call("Tracing.start", config).await.unwrap();
+    tokio::time::sleep(span).await;
+    page.call("Tracing.end", json!({})).await.unwrap();
+    let mut threads = std::collections::HashMap::new();
+    let mut totals: std::collections::HashMap<(Value, String), (f64, u64)> = Default::default();
+    let mut forced: std::collections::HashMap<String, (f64, u64)> = Default::default();
+    let mut restyled = (0.0, 0);
+    loop {
+        match events.recv().await {
+            Ok((method, params)) if method == "Tracing.dataCollected" => {
+                for e in params["value"].as_array().into_iter().flatten() {
+                    let thread = json!([e["pid"], e["tid"]]);
+                    if e["ph"] == "M" && e["name"] == "thread_name" {
+                        threads.insert(thread, e["args"]["name"].as_str().unwrap_or("?").to_owned());
+                    } else if e["ph"] == "X" {
+                        if e["name"] == "UpdateLayoutTree" {
+                            restyled.0 += e["args"]["elementCount"].as_f64().unwrap_or(0.0);
+                            restyled.1 += 1;
+                        }
+                        // Style or layout forced by a script that read the layout: where from.
+                        let stack = &e["args"]["beginData"]["stackTrace"];
+                        let stack = if stack.is_null() { &e["args"]["data"]["stackTrace"] } else { stack };
+                        if let Some(frame) = stack.get(0) {
+                            let at = format!(
+                                "{} {}:{}",
+                                frame["functionName"].as_str().unwrap_or("?"),
+                                frame["url"].as_str().unwrap_or("?").rsplit('/').next().unwrap_or("?"),
+                                frame["lineNumber"]
+                            );
+                            let total = forced
+                                .entry(format!("{} from {at}", e["name"].as_str().unwrap_or("?")))
+                                .or_default();
+                            total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
+                            total.1 += 1;
+                        }
+                        let total =
+                            totals.entry((thread, e["name"].as_str().unwrap_or("?").to_owned())).or_default();
+                        total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
+                        total.1 += 1;
+                    }
+                }
+            }
+            Ok((method, _)) if method == "Tracing.tracingComplete" => break,
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+    let mut rows: Vec<_> = totals.into_iter().collect();
+    rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!(
+        "\nwhere {:.0} s of the page's time went (ms in total, per second of the trace, and events):",
+        span.as_secs_f64()
+    );
+    for ((thread, name), (ms, n)) in rows.into_iter().take(30) {
+        let thread = threads.get(&thread).map_or("?", String::as_str);
+        println!("{:>9.1} ms {:>6.1} ms/s {n:>7}  {thread:<20} {name}", ms, ms / span.as_secs_f64());
+    }
+    let mut forced: Vec<_> = forced.into_iter().collect();
+    forced.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!(
+        "elements restyled: {:.0} in {} recalculations ({:.0} each)",
+        restyled.0,
+        restyled.1,
+        restyled.0 / f64::from(restyled.1.max(1))
+    );
+    println!("style and layout that scripts forced, by the line that asked:");
+    for (at, (ms, n)) in forced.into_iter().take(12) {
+        println!("{ms:>9.1} ms {n:>7}  {at}");
+    }
 }
 
 /// The API's snapshot once nothing is queued, in flight or backing off.
