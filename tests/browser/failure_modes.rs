@@ -356,7 +356,9 @@ async fn chart_agrees(page: &cdp::Page, snapshot: &Value, from: u64, to: u64) ->
                 t: Number(b.dataset.t), d: Number(b.style.getPropertyValue('--d')),
                 offered: Number(b.dataset.offered), delivered: Number(b.dataset.delivered),
             }})).filter(b => b.t >= from && b.t + b.d <= to);
-            const out = {{ wrong: [], covered: 0, offered: 0, delivered: 0 }};
+            const all = [...document.querySelectorAll('[data-load-bar]')].map(b => Number(b.dataset.t));
+            const out = {{ wrong: [], covered: 0, offered: 0, delivered: 0,
+                drawn: all.length ? [Math.min(...all), Math.max(...all), all.length] : [] }};
             for (const b of bars) {{
                 const api = bins.filter(([t]) => t >= b.t && t < b.t + b.d)
                     .reduce((s, [, o, d]) => [s[0] + o, s[1] + d], [0, 0]);
@@ -368,15 +370,20 @@ async fn chart_agrees(page: &cdp::Page, snapshot: &Value, from: u64, to: u64) ->
         json!([bins, from, to])
     );
     let start = std::time::Instant::now();
+    let mut differed = Value::Null;
     loop {
         let shown = page.eval(&script).await.unwrap();
         let covered = shown["covered"].as_u64().unwrap();
-        if shown["wrong"].as_array().unwrap().is_empty() && covered * 2 >= to - from {
+        let wrong = &shown["wrong"];
+        if wrong.as_array().unwrap().is_empty() && covered * 2 >= to - from {
             return (shown["offered"].as_u64().unwrap(), shown["delivered"].as_u64().unwrap());
+        }
+        if !wrong.as_array().unwrap().is_empty() {
+            differed = wrong.clone();
         }
         assert!(
             start.elapsed() < PATIENCE,
-            "the load chart never showed the API's figures over {from}..{to} ms: {shown}"
+            "the load chart never showed the API's figures over {from}..{to} ms: {shown}; the last bars that differed: {differed}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
