@@ -418,6 +418,9 @@ async fn metastable_steps_clicked_in_turn_a_retrying_breaker_leaves_it_stuck_one
     let page = browser.page().await;
     page.set_viewport(1280, 800).await;
     let lab = open_new_lab(&page, &server).await;
+    // The test's own setting: the arrivals' schedule of the API's metastable tests (the preset
+    // sets every other field of the policy, and keeps the seed).
+    server.put(&lab, "policy", r#"{"seed": 19}"#).await;
     page.click("[data-presets-drawer] > summary").await;
     page.click("[data-preset=\"metastable\"]").await;
 
@@ -448,6 +451,7 @@ async fn metastable_steps_clicked_in_turn_a_retrying_breaker_leaves_it_stuck_one
     )
     .await;
     let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["policy"]["seed"], 19, "{}", snapshot["policy"]);
     assert_eq!(snapshot["policy"]["breaker"]["refused"], "retry", "{}", snapshot["policy"]);
     let at = policy_changed_ms(&snapshot);
     wait_for(
