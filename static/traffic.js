@@ -9,8 +9,13 @@ import { labNow } from './model.js';
 
 /** The live figures look back this far. */
 export const FIGURE_WINDOW_MS = 10_000;
-/** The metastable sentence judges goodput over this much of the recent past. */
-export const GOODPUT_WINDOW_MS = 2_000;
+/**
+ * The metastable sentence judges goodput over this much of the recent past: longer than a
+ * circuit breaker that keeps reopening stays closed (its closed spells deliver a few seconds'
+ * worth at most), so that its 4 s open and its short closed spells together read as the
+ * overload they are, never as goodput back.
+ */
+export const GOODPUT_WINDOW_MS = 5_000;
 
 /**
  * Sums of the load bins wholly inside the last `windowMs` before `now` (a bin still filling
@@ -43,7 +48,7 @@ export function liveFigures(model, now) {
 
 /**
  * What the metastable preset says live, or null before its trigger: how long ago the trigger
- * (the last timed setting) ended and whether goodput has come back, from the last 2 s of bins.
+ * (the last timed setting) ended and whether goodput has come back, from the last 5 s of bins.
  * `since` is when the preset began (lab ms), so a flag from an earlier run is not its trigger.
  */
 export function metastableSentence(model, now, since) {
@@ -54,7 +59,7 @@ export function metastableSentence(model, now, since) {
   const s = recentLoad(model, GOODPUT_WINDOW_MS, now);
   if (s.offered === 0) return null;
   const ago = Math.max(0, Math.round((now - ended.at_ms) / 1000));
-  const what = `${s.delivered} of ${s.offered} new messages delivered in the last 2 s`;
+  const what = `${s.delivered} of ${s.offered} new messages delivered in the last ${GOODPUT_WINDOW_MS / 1000} s`;
   return s.delivered * 2 < s.offered
     ? `The trigger ended ${ago} s ago; the endpoint is still overloaded: ${what}.`
     : `The trigger ended ${ago} s ago; goodput is back: ${what}.`;

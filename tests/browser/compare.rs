@@ -398,3 +398,117 @@ async fn with_three_runs_the_table_shows_each_policys_median_and_range_as_the_ap
     let errors = page.console_errors();
     assert!(errors.is_empty(), "{}", list(&errors));
 }
+
+/// Whether `text` is `value` as the page writes a ratio: two decimals, rounded.
+fn two_decimals(text: &Value, value: f64) -> bool {
+    let text = text.as_str().unwrap_or_default();
+    let decimals = text.split_once('.').map(|(_, d)| d.len());
+    decimals == Some(2) && text.parse::<f64>().is_ok_and(|shown| (shown - value).abs() <= 0.005 + 1e-9)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis_figures() {
+    let Some(browser) = browser() else { return };
+    // Steady traffic into four labs at once: it takes its turn with the other metastable runs.
+    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
+    let server = Server::start().await;
+    // The scenario's own traffic and slowdown; two runs each, so the row shows a median and a
+    // range; two policies that retry little, so every lab drains soon after its traffic ends.
+    let one_try = json!({"name": "one try", "policy": {"max_attempts": 1}});
+    let body = json!({"scenario": "metastable", "seed": 19, "runs": 2, "policies": ["budget", one_try]});
+    let created: Value = server
+        .http
+        .post(server.url("/api/comparisons"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned();
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    // 16 s of traffic, then the drain: longer than one wait's patience.
+    let started = std::time::Instant::now();
+    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
+        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eprintln!("the comparison ran {:.1} s", started.elapsed().as_secs_f64());
+    let shown = page.eval(SPREADS).await.unwrap();
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    assert_eq!((report["done"].as_bool(), report["runs"].as_u64()), (Some(true), Some(2)), "{report}");
+    let label = page
+        .eval("document.querySelector('[data-table] tr[data-row=goodput_after_trigger] th').textContent")
+        .await
+        .unwrap();
+    assert!(
+        label.as_str().unwrap().starts_with("goodput after the trigger (delivered per new message, 10 s)"),
+        "{label}"
+    );
+
+    let columns = report["columns"].as_array().unwrap();
+    let policies = ["budget", "one try"];
+    for policy in policies {
+        let summary = report["policies"].as_array().unwrap().iter().find(|s| s["policy"] == policy).unwrap();
+        let spread = &summary["figures"]["goodput_after_trigger"];
+        let mut runs: Vec<&Value> = columns.iter().filter(|c| c["policy"] == policy).collect();
+        runs.sort_by_key(|c| c["run"].as_u64());
+        let each: Vec<f64> = runs
+            .iter()
+            .map(|c| c["figures"]["goodput_after_trigger"].as_f64().expect("measured in every run"))
+            .collect();
+        let cell = &shown[policy]["goodput_after_trigger"];
+        eprintln!("{policy}: the API says {spread}, each run {each:?}; the page shows {cell}");
+        for part in ["median", "min", "max"] {
+            assert_eq!(cell[part].as_f64(), spread[part].as_f64(), "{policy} {part}: {cell} vs {spread}");
+        }
+        let seen: Vec<Option<f64>> = cell["runs"].as_array().unwrap().iter().map(Value::as_f64).collect();
+        assert_eq!(seen, each.iter().map(|&v| Some(v)).collect::<Vec<_>>(), "{policy}: each run's value");
+        assert!(two_decimals(&cell["text"], spread["median"].as_f64().unwrap()), "{policy}: {cell}");
+        let range = cell["range"].as_str().unwrap();
+        let (min, max) = range
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .and_then(|r| r.split_once('–'))
+            .unwrap_or_else(|| panic!("{policy}: the range reads {range}"));
+        assert!(two_decimals(&json!(min), spread["min"].as_f64().unwrap()), "{policy}: {range}");
+        assert!(two_decimals(&json!(max), spread["max"].as_f64().unwrap()), "{policy}: {range}");
+        let title = cell["title"].as_str().unwrap();
+        let written: Vec<String> = each.iter().map(|v| format!("{v:.2}")).collect();
+        assert_eq!(title, format!("median of 2 runs; each run: {}", written.join(", ")), "{policy}");
+    }
+    // "Best" on the row, as the server judged it over the runs.
+    let winners: Vec<&str> = report["best"]["goodput_after_trigger"]
+        .as_array()
+        .map(|w| w.iter().map(|p| p.as_str().unwrap()).collect())
+        .unwrap_or_default();
+    let marked: Vec<&str> =
+        policies.into_iter().filter(|p| shown[p]["goodput_after_trigger"]["best"] == true).collect();
+    let expected = if winners.len() == 2 { vec![] } else { winners };
+    assert_eq!(marked, expected, "best on goodput after the trigger: {}", report["best"]);
+
+    // Each run in a column of its own: each lab's own figure.
+    page.click("[data-each-run]").await;
+    wait_for(&page, "a column per run", "document.querySelectorAll('[data-table] th.cmp-col').length === 4")
+        .await;
+    let per_run = page
+        .eval(
+            "[...document.querySelectorAll('[data-table] td[data-row=goodput_after_trigger]')].map(td =>
+                [td.dataset.policy, Number(td.dataset.run), Number(td.dataset.value), td.firstElementChild.textContent])",
+        )
+        .await
+        .unwrap();
+    let per_run = per_run.as_array().unwrap();
+    assert_eq!(per_run.len(), columns.len(), "{per_run:?}");
+    for (cell, column) in per_run.iter().zip(columns) {
+        let value = column["figures"]["goodput_after_trigger"].as_f64().unwrap();
+        assert_eq!((&cell[0], &cell[1], cell[2].as_f64()), (&column["policy"], &column["run"], Some(value)));
+        assert!(two_decimals(&cell[3], value), "{cell} vs {value}");
+    }
+    page.screenshot("compare-metastable-goodput-1280").await;
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "{}", list(&errors));
+}

@@ -6,7 +6,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab, wait_counter, wait_for,
+    OPEN_SYSTEM_RUNS, PATIENCE, Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab,
+    wait_counter, wait_for,
 };
 
 /// Fills the policy form's named fields (checkboxes take booleans) as typing would, and applies it.
@@ -189,6 +190,7 @@ async fn modes_traffic_counters_and_the_timeline_top_fit_a_1280_by_800_screen() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_budget() {
     let Some(browser) = browser() else { return };
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let server = Server::start().await;
     let page = browser.page().await;
     page.set_viewport(1280, 800).await;
@@ -283,11 +285,291 @@ async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_bud
     assert_no_console_errors(&page);
 }
 
-/// "X of Y new messages delivered in the last 2 s", read back from what the page said.
+/// "X of Y new messages delivered in the last 5 s", read back from what the page said.
 fn said_goodput(text: &str) -> (u64, u64) {
     let words: Vec<&str> = text.split_whitespace().collect();
     let at = words.iter().position(|w| *w == "of").expect("X of Y");
     (words[at - 1].parse().unwrap(), words[at + 1].parse().unwrap())
+}
+
+/// (offered, delivered, requests) per second of lab time in `[from, to)`.
+fn per_second(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64, u64)> {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    (from..to)
+        .step_by(1_000)
+        .map(|t| {
+            let inside = bins.iter().filter(|b| (t..t + 1_000).contains(&b["t_ms"].as_u64().unwrap()));
+            inside.fold((0, 0, 0), |(o, d, r), b| {
+                (
+                    o + b["offered"].as_u64().unwrap(),
+                    d + b["delivered"].as_u64().unwrap(),
+                    r + b["requests"].as_u64().unwrap(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The lab's clock in a snapshot.
+fn now_ms(snapshot: &Value) -> u64 {
+    snapshot["now_ms"].as_u64().unwrap()
+}
+
+/// When the breaker opened at `since` ms of lab time or later, as the API recorded it.
+fn api_openings(snapshot: &Value, since: u64) -> Vec<u64> {
+    let changes = snapshot["breaker"]["changes"].as_array().unwrap();
+    let opened = changes.iter().filter(|c| c["state"] == "open");
+    opened.map(|c| c["at_ms"].as_u64().unwrap()).filter(|&t| t >= since).collect()
+}
+
+/// When the band shows the breaker opening at `since` ms of lab time or later.
+fn drawn_openings(since: u64) -> String {
+    format!(
+        "[...document.querySelectorAll('[data-breaker-segment][data-state=\"open\"]')].map(e => Number(e.dataset.from)).filter(t => t >= {since})"
+    )
+}
+
+/// The live sentence under what to look for, once it matches `pattern` (a JS regex).
+async fn live_sentence(page: &cdp::Page, what: &str, pattern: &str) -> String {
+    let expression = format!(
+        "(l => !l.hidden && {pattern}.test(l.textContent) && l.textContent)(document.querySelector('[data-look-live]'))"
+    );
+    wait_for(page, what, &expression).await.as_str().unwrap().to_owned()
+}
+
+/// Waits until the load chart's bars wholly inside `[from, to)` ms of lab time each show the
+/// new messages and deliveries the API counted in their span in `snapshot` (the page hears of
+/// a bin a little after the server does), and returns what those bars show, summed, as
+/// (offered, delivered). The bars must cover at least half of the window: a page that drew
+/// none would agree with anything.
+async fn chart_agrees(page: &cdp::Page, snapshot: &Value, from: u64, to: u64) -> (u64, u64) {
+    let bins: Vec<Value> = snapshot["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()))
+        .map(|b| json!([b["t_ms"], b["offered"], b["delivered"]]))
+        .collect();
+    let script = format!(
+        "(([bins, from, to]) => {{
+            const bars = [...document.querySelectorAll('[data-load-bar]')].map(b => ({{
+                t: Number(b.dataset.t), d: Number(b.style.getPropertyValue('--d')),
+                offered: Number(b.dataset.offered), delivered: Number(b.dataset.delivered),
+            }})).filter(b => b.t >= from && b.t + b.d <= to);
+            const all = [...document.querySelectorAll('[data-load-bar]')].map(b => Number(b.dataset.t));
+            const out = {{ wrong: [], covered: 0, offered: 0, delivered: 0,
+                drawn: all.length ? [Math.min(...all), Math.max(...all), all.length] : [] }};
+            for (const b of bars) {{
+                const api = bins.filter(([t]) => t >= b.t && t < b.t + b.d)
+                    .reduce((s, [, o, d]) => [s[0] + o, s[1] + d], [0, 0]);
+                if (api[0] !== b.offered || api[1] !== b.delivered) out.wrong.push({{ bar: b, api }});
+                out.covered += b.d; out.offered += b.offered; out.delivered += b.delivered;
+            }}
+            return out;
+        }})({})",
+        json!([bins, from, to])
+    );
+    let start = std::time::Instant::now();
+    let mut differed = Value::Null;
+    loop {
+        let shown = page.eval(&script).await.unwrap();
+        let covered = shown["covered"].as_u64().unwrap();
+        let wrong = &shown["wrong"];
+        if wrong.as_array().unwrap().is_empty() && covered * 2 >= to - from {
+            return (shown["offered"].as_u64().unwrap(), shown["delivered"].as_u64().unwrap());
+        }
+        if !wrong.as_array().unwrap().is_empty() {
+            differed = wrong.clone();
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the load chart never showed the API's figures over {from}..{to} ms: {shown}; the last bars that differed: {differed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// When the lab's policy last changed, in lab ms: the marker a step's PUT left.
+fn policy_changed_ms(snapshot: &Value) -> u64 {
+    let markers = snapshot["markers"].as_array().unwrap();
+    let changed =
+        markers.iter().rev().find(|m| m["label"].as_str().is_some_and(|l| l.starts_with("policy:")));
+    changed.unwrap_or_else(|| panic!("no policy marker: {markers:?}"))["at_ms"].as_u64().unwrap()
+}
+
+/// Keeps every sentence the live line says from now on, in `window.__said`.
+const RECORD_SAID: &str = "(() => {
+    const l = document.querySelector('[data-look-live]');
+    window.__said = [l.textContent];
+    window.__saying?.disconnect();
+    window.__saying = new MutationObserver(() => window.__said.at(-1) !== l.textContent && window.__said.push(l.textContent));
+    window.__saying.observe(l, { childList: true, characterData: true, subtree: true });
+    return true;
+})()";
+/// What the live line said since `RECORD_SAID`, and stops listening.
+const SAID: &str = "(() => { window.__saying.disconnect(); return window.__said; })()";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_steps_clicked_in_turn_a_retrying_breaker_leaves_it_stuck_one_that_fails_fast_ends_it() {
+    let Some(browser) = browser() else { return };
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let began = std::time::Instant::now();
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    // The test's own setting: the arrivals' schedule of the API's metastable tests (the preset
+    // sets every other field of the policy, and keeps the seed).
+    server.put(&lab, "policy", r#"{"seed": 19}"#).await;
+    page.click("[data-presets-drawer] > summary").await;
+    page.click("[data-preset=\"metastable\"]").await;
+
+    // Stuck: seconds after the trigger ended, the page says the endpoint is still overloaded,
+    // and its chart shows what the server counted: goodput under half of the offered load.
+    let stuck = live_sentence(
+        &page,
+        "the page to say it is still overloaded 3 s after the trigger",
+        "/ended ([3-9]|\\d\\d) s ago; the endpoint is still overloaded/",
+    )
+    .await;
+    let snapshot = server.snapshot(&lab).await;
+    let markers = snapshot["markers"].as_array().unwrap();
+    let ended = markers.iter().rev().find(|m| m["kind"] == "scheduled").unwrap()["at_ms"].as_u64().unwrap();
+    let (offered, delivered) = chart_agrees(&page, &snapshot, ended + 500, now_ms(&snapshot) - 300).await;
+    eprintln!("stuck: {stuck} The chart, from 0.5 s after the trigger: {delivered} of {offered} delivered");
+    assert!(offered >= 20 && delivered * 2 < offered, "stuck: {delivered} of {offered} delivered");
+
+    // "try a circuit breaker": the band shows it on and open, and after its 4 s and a probe,
+    // open again, over and over, while goodput stays under half of what keeps arriving, on
+    // the chart and in every sentence the page says meanwhile.
+    page.eval(RECORD_SAID).await.unwrap();
+    page.click("[data-preset-step=\"metastable/2\"]").await;
+    wait_for(
+        &page,
+        "the breaker step's sentence",
+        "document.querySelector('[data-look-name]').textContent.includes('try a circuit breaker')",
+    )
+    .await;
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["policy"]["seed"], 19, "{}", snapshot["policy"]);
+    assert_eq!(snapshot["policy"]["breaker"]["refused"], "retry", "{}", snapshot["policy"]);
+    let at = policy_changed_ms(&snapshot);
+    wait_for(
+        &page,
+        "the band to show the breaker on",
+        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+    )
+    .await;
+    let drawn = wait_for(
+        &page,
+        "the breaker to open a third time",
+        &format!("(o => o.length >= 3 && o)({})", drawn_openings(at)),
+    )
+    .await;
+    // At once, before the breaker's 4 s are over: nothing it refused comes back to herd when
+    // the next one closes.
+    page.click("[data-preset-step=\"metastable/3\"]").await;
+    let snapshot = server.snapshot(&lab).await;
+    let opened = api_openings(&snapshot, at);
+    let drawn: Vec<u64> = serde_json::from_value(drawn).unwrap();
+    assert_eq!(
+        drawn[..],
+        opened[..drawn.len().min(opened.len())],
+        "the band opens when the server's breaker did"
+    );
+    let third = drawn[2];
+    let (offered, delivered) = chart_agrees(&page, &snapshot, at, third).await;
+    eprintln!(
+        "with the retrying breaker, opened at {:?} ms after the click: {delivered} of {offered} delivered",
+        drawn.iter().map(|t| t - at).collect::<Vec<_>>()
+    );
+    assert!(offered >= 150, "traffic kept arriving: {offered}");
+    assert!(delivered * 2 < offered, "still stuck with the breaker: {delivered} of {offered} delivered");
+
+    // "end it with a breaker that fails fast": goodput comes back while traffic keeps arriving,
+    // the page says so, the band ends closed, and what it refused is dead-lettered.
+    wait_for(
+        &page,
+        "the fail-fast step's sentence",
+        "document.querySelector('[data-look-name]').textContent.includes('a breaker that fails fast')",
+    )
+    .await;
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["policy"]["breaker"]["refused"], "give_up", "{}", snapshot["policy"]);
+    let at = policy_changed_ms(&snapshot);
+    eprintln!("failing fast from {} ms after the breaker opened", at - third);
+    // Until the breaker that fails fast first closes, nothing is delivered: every sentence the
+    // page said since the retrying breaker went on says the endpoint is still overloaded.
+    wait_for(
+        &page,
+        "the band to show the breaker closed",
+        "document.querySelector('[data-breaker]').dataset.breakerState === 'closed'",
+    )
+    .await;
+    let said: Vec<String> = serde_json::from_value(page.eval(SAID).await.unwrap()).unwrap();
+    let back: Vec<&String> = said.iter().filter(|s| !s.contains("still overloaded")).collect();
+    assert!(
+        said.len() > 1 && back.is_empty(),
+        "while stuck the page said {} sentences, these not 'still overloaded': {back:#?}",
+        said.len()
+    );
+    let back = live_sentence(&page, "the page to say goodput is back", "/goodput is back/").await;
+    let (delivered, offered) = said_goodput(&back);
+    assert!(offered > 0 && delivered * 2 >= offered, "{back}");
+    let back_at = now_ms(&server.snapshot(&lab).await);
+    eprintln!("failing fast, {} s after the click: {back}", (back_at - at) / 1_000);
+    // And it stays back: the next 3 s of lab time, read once they have passed.
+    let snapshot = loop {
+        let snapshot = server.snapshot(&lab).await;
+        if now_ms(&snapshot) >= back_at + 3_300 {
+            break snapshot;
+        }
+        assert!(began.elapsed() < PATIENCE * 3, "the lab's clock stopped at {}", now_ms(&snapshot));
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let changes: Vec<(u64, &str)> = snapshot["breaker"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["at_ms"].as_u64().unwrap(), c["state"].as_str().unwrap()))
+        .filter(|&(t, _)| t >= at)
+        .map(|(t, s)| (t - at, s))
+        .collect();
+    eprintln!(
+        "failing fast: the breaker's changes since the click {changes:?}; per second (offered, delivered, requests) {:?}",
+        per_second(&snapshot, at, now_ms(&snapshot)),
+    );
+    let (offered, delivered) = chart_agrees(&page, &snapshot, back_at, back_at + 3_000).await;
+    eprintln!("failing fast, the 3 s after it said so: {delivered} of {offered} delivered");
+    assert!(offered >= 40, "traffic kept arriving: {offered} in 3 s");
+    assert!(delivered as f64 >= offered as f64 * 0.7, "goodput back: {delivered} of {offered} delivered");
+    assert_eq!(snapshot["breaker"]["state"], "closed", "{}", snapshot["breaker"]);
+    let closed = wait_for(
+        &page,
+        "the band to show the breaker closed",
+        "(n => n.dataset.state === 'closed' && n.textContent)(document.querySelector('[data-breaker-now]'))",
+    )
+    .await;
+    assert_eq!(closed, "closed");
+    let opened = api_openings(&snapshot, third);
+    let openings = wait_for(
+        &page,
+        "the band to show every opening",
+        &format!("(o => o.length === {} && o)({})", opened.len(), drawn_openings(third)),
+    )
+    .await;
+    assert_eq!(openings, json!(opened));
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    let refused = letters.iter().filter(|d| d["cause"] == "circuit_open").count();
+    assert!(refused > 0, "what it refused is dead-lettered: {refused}");
+    page.screenshot_viewport("metastable-breaker-failing-fast-1280x800").await;
+
+    // Stop the load, so the other tests on these two cores keep their pace.
+    page.click("[data-reset]").await;
+    wait_for(&page, "an empty lab", "document.querySelector('[data-filter-count]').dataset.total === '0'")
+        .await;
+    assert_no_console_errors(&page);
+    eprintln!("the three steps took {:.1} s", began.elapsed().as_secs_f64());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

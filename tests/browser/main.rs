@@ -35,6 +35,11 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const FAST_POLICY: &str = r#"{"base_ms": 20, "cap_ms": 200, "timeout_ms": 1500}"#;
 const FAST_DOWNSTREAM: &str = r#"{"latency_ms": [5, 20], "retry_after_s": 0}"#;
 
+/// Runs of the metastable set-up (steady traffic at 70 % of an endpoint's capacity, whose
+/// feedback loop they show) take turns, as the API's do: two at once on a loaded 2-core machine
+/// would show the machine. Hold it for the whole run, the traffic's stop included.
+static OPEN_SYSTEM_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The real server, serving in this process until stopped.
 struct Server {
     address: SocketAddr,
