@@ -607,6 +607,28 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
         .await
         .unwrap();
     assert!(seen[0].as_u64().unwrap() > 1, "scrolled down to the newest rows: {seen}");
+    // The newest row the page drew is inside the view, below the axis, and it is (near) the
+    // newest message the page holds.
+    wait_for(
+        &page,
+        "the newest row in view",
+        "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
+         const axis = sc.querySelector('.tl-axis').getBoundingClientRect().bottom; \
+         const rows = [...sc.querySelectorAll('.tl-row[data-message-id]')]; \
+         const newest = rows.reduce((a, b) => Number(b.dataset.messageId) > Number(a.dataset.messageId) ? b : a); \
+         const r = newest.getBoundingClientRect(); \
+         const total = Number(document.querySelector('[data-filter-count]').dataset.total); \
+         return r.top >= axis - 1 && r.bottom <= view.bottom + 1 && Number(newest.dataset.messageId) >= total - 5; })()",
+    )
+    .await;
+    // It follows in steps: the rows move up a part of a view at a time, not once for each of
+    // the 40 new rows a second.
+    page.eval("(sc => { window.__scrolls = 0; sc.addEventListener('scroll', () => window.__scrolls++); })(document.querySelector('#timeline .tl-scroll'))")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let scrolls = page.eval("window.__scrolls").await.unwrap().as_u64().unwrap();
+    assert!((1..30).contains(&scrolls), "the rows moved {scrolls} times in 2 s of 40 new rows a second");
     // A zoom ends following; "follow" brings it back.
     page.click("[data-zoom=\"in\"]").await;
     wait_for(
