@@ -153,6 +153,8 @@ export function createLoadChart(state, miniTip) {
   let ymax = 0;
   let limit = null;
   let summaryTimer = 0;
+  /** The window the bars were last moved to: they stand at their lab time, moved as one. */
+  let shifted = { t0: NaN, k: NaN };
 
   const barMs = () => model.load.binMs * factor;
 
@@ -350,7 +352,12 @@ export function createLoadChart(state, miniTip) {
   return {
     /** Draw what changed, after the scale has set this frame's window. */
     update(changes) {
-      const next = factorFor(state.view.k);
+      const { t0, k } = state.view;
+      if (t0 !== shifted.t0 || k !== shifted.k) {
+        shifted = { t0, k };
+        barsEl.style.transform = `translateX(${-t0 * k}px)`;
+      }
+      const next = factorFor(k);
       let changed = false;
       if (model.load !== drawnLoad || next !== factor) {
         factor = next;

@@ -427,11 +427,46 @@ async fn load_chart_near_the_window(page: &Page, server: &Server) {
         }
     }
     assert!(drawn.len() < bins.len(), "zoomed in, not every bar is drawn: {view}");
+    assert_bars_on_the_axis(page).await;
 
     // Back to "fit": every bin again, with its figures.
     page.click("[data-zoom=\"fit\"]").await;
     wait_for(page, "every bar again", &every_bar(&bins)).await;
+    assert_bars_on_the_axis(page).await;
     super::assert_no_console_errors(page);
+}
+
+/// Every load bar on screen stands where its start is on the timeline's time axis: as far
+/// from a grid line of the rows as their times are apart, at the timeline's px per ms (the
+/// bars are moved as one layer, the grid lines each by itself).
+async fn assert_bars_on_the_axis(page: &Page) {
+    let placed = page
+        .eval(
+            "(() => {
+                const tl = document.getElementById('timeline');
+                const k = Number(tl.style.getPropertyValue('--k'));
+                const line = tl.querySelector('.tl-gridline');
+                const at = Number(line.style.getPropertyValue('--s'));
+                const x = line.getBoundingClientRect().left;
+                const plot = tl.querySelector('[data-load-plot]').getBoundingClientRect();
+                return [...tl.querySelectorAll('[data-load-bar]')]
+                    .map(b => [Number(b.dataset.t), b.getBoundingClientRect().left])
+                    .filter(([, left]) => left >= plot.left && left < plot.right)
+                    .map(([t, left]) => [t, left - (x + (t - at) * k)]);
+            })()",
+        )
+        .await
+        .unwrap();
+    let placed = placed.as_array().unwrap();
+    assert!(!placed.is_empty(), "some bars on screen");
+    for bar in placed {
+        assert!(
+            bar[1].as_f64().unwrap().abs() <= 1.5,
+            "bar at {} is {} px off its time: {placed:?}",
+            bar[0],
+            bar[1]
+        );
+    }
 }
 
 /// True once the chart draws exactly these bins, `(start, requests)`, one bar each.
