@@ -621,6 +621,26 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
          return r.top >= axis - 1 && r.bottom <= view.bottom + 1 && Number(newest.dataset.messageId) >= total - 5; })()",
     )
     .await;
+    // Scrolled down the rows, the "now" line and the grid lines still cross the view, and are
+    // no taller than it (not as tall as every row).
+    let lines = page
+        .eval(
+            "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
+             const box = el => { const r = el.getBoundingClientRect(); return [r.top, r.bottom]; }; \
+             return { view: [view.top, view.bottom], scrolled: sc.scrollTop, now: box(sc.querySelector('.tl-now')), \
+                      grid: [...sc.querySelectorAll('.tl-gridline')].map(box) }; })()",
+        )
+        .await
+        .unwrap();
+    let (top, bottom) = (lines["view"][0].as_f64().unwrap(), lines["view"][1].as_f64().unwrap());
+    assert!(lines["scrolled"].as_f64().unwrap() > bottom - top, "the rows are scrolled down: {lines}");
+    let grid = lines["grid"].as_array().unwrap().clone();
+    assert!(!grid.is_empty(), "{lines}");
+    for line in grid.iter().chain([&lines["now"]]) {
+        let (from, to) = (line[0].as_f64().unwrap(), line[1].as_f64().unwrap());
+        assert!(from <= top + 1.0 && to >= bottom - 1.0, "a line crosses the whole view: {line} in {lines}");
+        assert!(to - from <= (bottom - top) * 1.5, "a line no taller than the view: {line} in {lines}");
+    }
     // It follows in steps: the rows move up a part of a view at a time, not once for each of
     // the 40 new rows a second.
     page.eval("(sc => { window.__scrolls = 0; sc.addEventListener('scroll', () => window.__scrolls++); })(document.querySelector('#timeline .tl-scroll'))")

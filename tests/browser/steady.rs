@@ -427,19 +427,20 @@ async fn load_chart_near_the_window(page: &Page, server: &Server) {
         }
     }
     assert!(drawn.len() < bins.len(), "zoomed in, not every bar is drawn: {view}");
-    assert_bars_on_the_axis(page).await;
+    // A window this narrow may fall between two bins a second apart: no bar on screen then.
+    assert_bars_on_the_axis(page, 0).await;
 
     // Back to "fit": every bin again, with its figures.
     page.click("[data-zoom=\"fit\"]").await;
     wait_for(page, "every bar again", &every_bar(&bins)).await;
-    assert_bars_on_the_axis(page).await;
+    assert_bars_on_the_axis(page, bins.len()).await;
     super::assert_no_console_errors(page);
 }
 
 /// Every load bar on screen stands where its start is on the timeline's time axis: as far
 /// from a grid line of the rows as their times are apart, at the timeline's px per ms (the
-/// bars are moved as one layer, the grid lines each by itself).
-async fn assert_bars_on_the_axis(page: &Page) {
+/// bars are moved as one layer, the grid lines each by itself); at least `least` of them.
+async fn assert_bars_on_the_axis(page: &Page, least: usize) {
     let placed = page
         .eval(
             "(() => {
@@ -458,7 +459,7 @@ async fn assert_bars_on_the_axis(page: &Page) {
         .await
         .unwrap();
     let placed = placed.as_array().unwrap();
-    assert!(!placed.is_empty(), "some bars on screen");
+    assert!(placed.len() >= least, "at least {least} bars on screen: {placed:?}");
     for bar in placed {
         assert!(
             bar[1].as_f64().unwrap().abs() <= 1.5,
