@@ -37,8 +37,8 @@ python3 scripts/export-memory.py --quick --bin "$bin"
 # small and short: they print frame times and sizes without holding them to targets, which a
 # loaded machine would miss; the steady run does check that the page's counters equal the API's.
 browser_measurement() { cargo test --locked --test browser -- --ignored --nocapture --exact "$1"; }
-step "tests/browser/steady.rs (steady traffic, 5 s)"
-STEADY_FPS_S=5 browser_measurement steady::steady_traffic_fps
+step "tests/browser/steady.rs (steady traffic, 5 s, and a trace of 1 s)"
+STEADY_FPS_S=5 STEADY_FPS_TRACE_S=1 browser_measurement steady::steady_traffic_fps
 step "tests/browser/scale.rs (a burst of 200)"
 SCALE_BURST=200 SCALE_IDLE_S=1 browser_measurement scale::scale_burst_of_2000_frame_times_and_stream_bytes
 step "tests/browser/open_large.rs (a lab of 400 messages, opened once)"
