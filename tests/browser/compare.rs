@@ -220,17 +220,7 @@ async fn one_policy_is_one_chosen_and_the_table_says_it_scrolls_on_a_phone() {
 
     // A finished comparison of three, opened on a phone.
     let body = json!({"scenario": "flaky", "burst": 5, "seed": 1, "policies": ["none", "full", "equal"]});
-    let created: Value = server
-        .http
-        .post(server.url("/api/comparisons"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = start_comparison(&server, &body).await;
     page.navigate(&server.url(&format!("/compare/{id}"))).await;
     wait_for(&page, "the table", "document.querySelectorAll('[data-table] td[data-policy]').length > 0")
         .await;
@@ -282,17 +272,7 @@ async fn with_three_runs_the_table_shows_each_policys_median_and_range_as_the_ap
     let Some(browser) = browser() else { return };
     let server = Server::start().await;
     let body = json!({"scenario": "flaky", "burst": 10, "seed": 3, "runs": 3, "policies": ["none", "full"]});
-    let created: Value = server
-        .http
-        .post(server.url("/api/comparisons"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned();
+    let id = start_comparison(&server, &body).await;
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     page.navigate(&server.url(&format!("/compare/{id}"))).await;
@@ -416,17 +396,7 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     // range; two policies that retry little, so every lab drains soon after its traffic ends.
     let one_try = json!({"name": "one try", "policy": {"max_attempts": 1}});
     let body = json!({"scenario": "metastable", "seed": 19, "runs": 2, "policies": ["budget", one_try]});
-    let created: Value = server
-        .http
-        .post(server.url("/api/comparisons"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned();
+    let id = start_comparison(&server, &body).await;
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     page.navigate(&server.url(&format!("/compare/{id}"))).await;
@@ -511,4 +481,19 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     page.screenshot("compare-metastable-goodput-1280").await;
     let errors = page.console_errors();
     assert!(errors.is_empty(), "{}", list(&errors));
+}
+
+/// Starts a comparison through the API and gives its id.
+async fn start_comparison(server: &Server, body: &Value) -> String {
+    let created: Value = server
+        .http
+        .post(server.url("/api/comparisons"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned()
 }
