@@ -10,6 +10,19 @@ use super::{
     wait_counter, wait_for,
 };
 
+/// Turns the breaker on from the policy form with `fields`, waits for the band to show it on,
+/// and gives the lab's policy as the API has it then.
+async fn breaker_from_the_form(page: &cdp::Page, server: &Server, lab: &str, fields: Value) -> Value {
+    apply_policy_form(page, fields).await;
+    wait_for(
+        page,
+        "the breaker to be on",
+        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
+    )
+    .await;
+    server.snapshot(lab).await["policy"].clone()
+}
+
 /// Fills the policy form's named fields (checkboxes take booleans) as typing would, and applies it.
 async fn apply_policy_form(page: &cdp::Page, fields: Value) {
     // As a person would, start from the lab's policy shown in the form (FAST_POLICY's timeout).
@@ -42,18 +55,13 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     let lab = open_new_lab(&page, &server).await;
 
     // The breaker, from the policy form: open after 3 failures in a row, for 400 ms.
-    apply_policy_form(
+    let policy = breaker_from_the_form(
         &page,
+        &server,
+        &lab,
         json!({"breaker_on": true, "failure_threshold": 3, "open_ms": 400, "half_open_probes": 1}),
     )
     .await;
-    wait_for(
-        &page,
-        "the breaker to be on",
-        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
-    )
-    .await;
-    let policy = server.snapshot(&lab).await["policy"].clone();
     assert_eq!(
         policy["breaker"],
         json!({"failure_threshold": 3, "open_ms": 400, "half_open_probes": 1, "refused": "retry"}),
@@ -679,18 +687,13 @@ async fn the_policy_form_sets_what_a_refused_attempt_does_and_shows_it_after_a_r
     let page = browser.page().await;
     page.set_viewport(1280, 800).await;
     let lab = open_new_lab(&page, &server).await;
-    apply_policy_form(
+    let policy = breaker_from_the_form(
         &page,
+        &server,
+        &lab,
         json!({"breaker_on": true, "failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"}),
     )
     .await;
-    wait_for(
-        &page,
-        "the breaker to be on",
-        "document.querySelector('[data-breaker]').dataset.breakerOn === 'true'",
-    )
-    .await;
-    let policy = server.snapshot(&lab).await["policy"].clone();
     assert_eq!(
         policy["breaker"],
         json!({"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1, "refused": "give_up"})
