@@ -344,6 +344,30 @@ async fn no_jitter_stands_in_columns_and_jitter_flattens_them() {
     let (lab, preset, first) = start(&app, "no-jitter").await;
     says(&preset, "spikes with silence in between");
     let done = settled(&app, &lab, &first).await;
+    // "Every retry lands 500, 1,000, 2,000 ms after the one before, for all messages alike":
+    // each wait of the run is exactly its nominal (no band to draw from), doubling from 500 ms
+    // to the 3 s cap, and the next attempt leaves no earlier than that after the answer (but
+    // for the 2 ms that rounding lab times to whole ms can take).
+    says(&preset, "Every retry lands 500, 1,000, 2,000 ms after the one before");
+    let mut waits = 0;
+    for m in messages(&done).iter().filter(|m| first.ids.contains(&m["id"].as_u64().unwrap())) {
+        let attempts = m["attempts"].as_array().unwrap();
+        for (a, next) in attempts.iter().zip(attempts.iter().skip(1)) {
+            let wait = &a["wait"];
+            let n = a["n"].as_u64().unwrap();
+            let nominal = (500 << (n - 1)).min(3000);
+            assert_eq!(
+                (wait["low_ms"].as_u64(), wait["high_ms"].as_u64(), wait["planned_ms"].as_u64()),
+                (Some(nominal), Some(nominal), Some(nominal)),
+                "attempt {n} of message {}: {wait}",
+                m["id"]
+            );
+            let answered = a["started_ms"].as_u64().unwrap() + a["duration_ms"].as_u64().unwrap();
+            assert!(next["started_ms"].as_u64().unwrap() + 2 >= answered + nominal, "{a} then {next}");
+            waits += 1;
+        }
+    }
+    assert!(waits >= 50, "half the burst retried at least once: {waits} waits");
     // "...the load chart is spikes with silence in between": a 503 is answered at once, so
     // without jitter the retries of each round leave together, 500, 1,000, 2,000 and 3,000 ms
     // after the burst, and four columns of 200 ms hold almost all of them. Full jitter draws
