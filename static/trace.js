@@ -2,9 +2,10 @@
 //! newest line unless the person has scrolled up to read something older.
 //!
 //! A burst brings thousands of events a second, far more than anyone can read, so an event
-//! only becomes a small record. Under a heavy stream the console is redrawn a few times a
-//! second, each time with the newest lines only and a line saying how many were left out:
-//! laying out hundreds of lines at once would cost the page its frame rate.
+//! only becomes a small record. New lines are drawn at most ten times a second; under a heavy
+//! stream the console is redrawn a few times a second, each time with the newest lines only
+//! and a line saying how many were left out: laying out hundreds of lines at once would cost
+//! the page its frame rate.
 
 import { duration, labTime, ms, range, shortKey } from './model.js';
 import { BREAKER_TEXT } from './timeline-marks.js';
@@ -16,6 +17,17 @@ const BREAKER_WHY = {
 };
 
 const MAX_LINES = 300;
+/**
+ * Old lines go a hundred at a time, not one per new line: taking the top line moves every line
+ * below it up, and the browser then paints the whole console again.
+ */
+const TRIM_STEP = 100;
+/**
+ * New lines are drawn at most this often. Steady traffic brings a few events in every frame,
+ * and a console that changed in every frame cost the page its frame rate (a tenth of a second
+ * is still live to the eye).
+ */
+const FLUSH_MS = 100;
 /** Finished attempts retold from the first snapshot, so a reloaded page is not blank. */
 const HISTORY_LINES = 25;
 /** More lines than this in one frame counts as a heavy stream... */
@@ -199,12 +211,13 @@ export function createTrace(root, model, requestDraw) {
     if (!pending.length) return 'idle';
     const now = performance.now();
     const since = now - lastFlush;
-    if (pending.length > HEAVY_LINES && since < HEAVY_FLUSH_MS) {
+    const every = pending.length > HEAVY_LINES ? HEAVY_FLUSH_MS : FLUSH_MS;
+    if (since < every) {
       // Nothing to do until then: ask for a frame at that time rather than spin.
       timer ||= setTimeout(() => {
         timer = 0;
         requestDraw();
-      }, HEAVY_FLUSH_MS - since);
+      }, every - since);
       return 'idle';
     }
     if (pending.length > HEAVY_LINES && !room) {
@@ -222,7 +235,7 @@ export function createTrace(root, model, requestDraw) {
     root.append(...pending.map(element));
     drawn.push(...pending);
     pending = [];
-    if (drawn.length > MAX_LINES) {
+    if (drawn.length > MAX_LINES + TRIM_STEP) {
       for (const record of drawn.splice(0, drawn.length - MAX_LINES)) {
         forget(record);
         record.el.remove();

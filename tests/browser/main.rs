@@ -147,8 +147,14 @@ async fn wait_live(page: &Page) {
 /// showed when the wait runs out.
 async fn wait_for(page: &Page, what: &str, expression: &str) -> Value {
     let start = Instant::now();
+    // A page that is reloading has no document to ask for a moment: that is "not yet" (and
+    // said at the end if it lasts), not a failure.
+    let mut unanswered = None;
     loop {
-        let value = page.eval(expression).await.unwrap();
+        let value = page.eval(expression).await.unwrap_or_else(|e| {
+            unanswered = Some(e);
+            Value::Null
+        });
         if !matches!(value, Value::Null | Value::Bool(false)) && value != json!(0) && value != json!("") {
             return value;
         }
@@ -158,7 +164,7 @@ async fn wait_for(page: &Page, what: &str, expression: &str) -> Value {
             let counters = page.eval(COUNTERS).await.unwrap();
             let status = page.eval("document.getElementById('status')?.textContent").await.unwrap();
             panic!(
-                "gave up waiting for {what}; the page shows {counters}, status {status}; errors:\n{}",
+                "gave up waiting for {what}; the page shows {counters}, status {status}; last unanswered: {unanswered:?}; errors:\n{}",
                 list(&errors)
             );
         }
@@ -318,6 +324,11 @@ async fn slow_answers_show_a_replayed_flag_on_the_timeline() {
     )
     .await;
     assert!(tip.as_str().unwrap().contains("replayed"), "tooltip: {tip}");
+    // Each panel is a layer of its own, and a later layer paints over an earlier one: a tooltip
+    // that reaches over the next panel (as a tall one near the bottom would) stays on top.
+    let over = page.eval(TIP_OVER_THE_NEXT_PANEL).await.unwrap();
+    assert_eq!(over["over_the_next"], true, "the tooltip was not moved over the next panel: {over}");
+    assert_eq!(over["on_top"], true, "the next panel covers the tooltip: {over}");
     page.screenshot_viewport("slow-replayed-tooltip-1280").await;
     assert_no_console_errors(&page);
 }
@@ -395,6 +406,25 @@ async fn phone_width_page_runs_the_story_without_sideways_scrolling() {
     }
     assert_no_console_errors(&page);
 }
+
+/// Moves the shown tooltip down until it reaches 40 px into the next panel, and asks the
+/// browser what is on top there (the tooltip lets the pointer through, so it is made to catch
+/// it for the question).
+const TIP_OVER_THE_NEXT_PANEL: &str = "(() => {
+    const tip = document.querySelector('#timeline [role=\"tooltip\"]');
+    const panel = tip.closest('section').getBoundingClientRect();
+    const r = tip.getBoundingClientRect();
+    tip.style.top = `${parseFloat(getComputedStyle(tip).top) + panel.bottom + 40 - r.bottom}px`;
+    tip.style.pointerEvents = 'auto';
+    tip.scrollIntoView({ block: 'nearest' });
+    const at = tip.getBoundingClientRect();
+    const [x, y] = [at.left + 6, at.bottom - 10];
+    const hit = document.elementFromPoint(x, y);
+    const next = tip.closest('section').nextElementSibling;
+    const over_the_next = document.elementsFromPoint(x, y).some((e) => next.contains(e));
+    tip.style.pointerEvents = '';
+    return { on_top: tip.contains(hit), over_the_next, hit: hit && `${hit.tagName}.${hit.className}` };
+})()";
 
 /// What the timeline shows: the rows' message ids top to bottom, whether it is zoomed, its
 /// window (`--t0`, `--k`), the range text, and the focused bar with the tooltip.

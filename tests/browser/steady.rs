@@ -220,6 +220,8 @@ async fn trace_top(page: &Page, span: Duration) {
     let mut totals: std::collections::HashMap<(Value, String), (f64, u64)> = Default::default();
     let mut forced: std::collections::HashMap<String, (f64, u64)> = Default::default();
     let mut restyled = (0.0, 0);
+    // Paint by the element painted (its backend node id) and the size of the clip painted.
+    let mut painted: std::collections::HashMap<(i64, String), (f64, u64)> = Default::default();
     loop {
         match events.recv().await {
             Ok((method, params)) if method == "Tracing.dataCollected" => {
@@ -228,6 +230,21 @@ async fn trace_top(page: &Page, span: Duration) {
                     if e["ph"] == "M" && e["name"] == "thread_name" {
                         threads.insert(thread, e["args"]["name"].as_str().unwrap_or("?").to_owned());
                     } else if e["ph"] == "X" {
+                        if e["name"] == "Paint" {
+                            let data = &e["args"]["data"];
+                            let clip = data["clip"].as_array().map_or(String::from("?"), |c| {
+                                let xs: Vec<f64> = c.iter().filter_map(Value::as_f64).collect();
+                                if xs.len() == 8 {
+                                    format!("{:.0}x{:.0}", xs[2] - xs[0], xs[5] - xs[1])
+                                } else {
+                                    String::from("?")
+                                }
+                            });
+                            let total =
+                                painted.entry((data["nodeId"].as_i64().unwrap_or(-1), clip)).or_default();
+                            total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
+                            total.1 += 1;
+                        }
                         if e["name"] == "UpdateLayoutTree" {
                             restyled.0 += e["args"]["elementCount"].as_f64().unwrap_or(0.0);
                             restyled.1 += 1;
@@ -282,7 +299,37 @@ async fn trace_top(page: &Page, span: Duration) {
     for (at, (ms, n)) in forced.into_iter().take(12) {
         println!("{ms:>9.1} ms {n:>7}  {at}");
     }
+    let mut painted: Vec<_> = painted.into_iter().collect();
+    painted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    println!("paint by the element painted (the layer's root) and the size painted:");
+    for ((node, clip), (ms, n)) in painted.into_iter().take(12) {
+        let described = page.call("DOM.describeNode", json!({ "backendNodeId": node })).await;
+        let name = described.map_or(String::from("?"), |d| {
+            let n = &d["node"];
+            let attributes: Vec<&str> =
+                n["attributes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            format!("{} {}", n["nodeName"].as_str().unwrap_or("?"), attributes.join(" "))
+        });
+        println!("{ms:>9.1} ms {n:>7}  {clip:>11}  {name}");
+    }
+    let parts = page.eval(ELEMENTS_BY_PART).await.unwrap();
+    println!("elements by part of the page: {parts}");
 }
+
+/// Elements in each panel, and in each part of the timeline.
+const ELEMENTS_BY_PART: &str = "(() => {
+    const out = {};
+    const count = (el) => el.getElementsByTagName('*').length;
+    for (const panel of document.querySelectorAll('main > section')) {
+        const h = panel.querySelector('h2');
+        out[h ? h.textContent.trim().slice(0, 20) : panel.className] = count(panel);
+    }
+    for (const sel of ['.tl-axis', '.tl-overlay.tl-under', '.tl-overlay.tl-over', '.tl-rows', '.tl-ticks', '.tl-marks', '.tl-breaker']) {
+        const el = document.querySelector(sel);
+        if (el) out[sel] = count(el);
+    }
+    return out;
+})()";
 
 /// The API's snapshot once nothing is queued, in flight or backing off.
 async fn settled_snapshot(server: &Server, lab: &str) -> Value {
@@ -486,4 +533,64 @@ fn bars_of(view: &Value) -> Vec<(f64, u64)> {
         .collect();
     bars.sort_by(|a, b| a.0.total_cmp(&b.0));
     bars
+}
+
+/// Watches the trace console: how many times lines were added, the least a removal took away,
+/// how many lines it held at most and holds now, when lines last came, and whether it sits at
+/// its newest line.
+const WATCH_TRACE: &str = "(() => {
+    const log = document.getElementById('trace');
+    const w = window.__traceWatch = { added: 0, removals: [], most: 0, lastAdded: 0, started: performance.now() };
+    new MutationObserver((records) => {
+        let added = 0, removed = 0;
+        for (const r of records) { added += r.addedNodes.length; removed += r.removedNodes.length; }
+        if (added) { w.added += 1; w.lastAdded = performance.now(); }
+        if (removed) w.removals.push(removed);
+        w.most = Math.max(w.most, log.childElementCount);
+    }).observe(log, { childList: true });
+    return true;
+})()";
+const TRACE_WATCHED: &str = "(() => {
+    const log = document.getElementById('trace');
+    const w = window.__traceWatch;
+    const now = performance.now();
+    return { redraws_per_s: w.added / ((now - w.started) / 1000), removals: w.removals, most: w.most,
+        lines: log.childElementCount, since_last_ms: now - w.lastAdded,
+        at_bottom: log.scrollTop + log.clientHeight >= log.scrollHeight - 8 };
+})()";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_console_keeps_up_with_steady_traffic_in_few_redraws() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    page.eval("document.getElementById('trace').scrollIntoView({ block: 'center' })").await.unwrap();
+    page.eval(WATCH_TRACE).await.unwrap();
+    // A few events in every frame: each message is queued, sent and answered.
+    server.put(&lab, "traffic", r#"{"rate_per_s": 100, "arrivals": "even"}"#).await;
+    let watched = wait_for(
+        &page,
+        "the console to drop its old lines twice",
+        "(w => w.removals.length >= 2 && w)(window.__traceWatch)",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let watched = page.eval(TRACE_WATCHED).await.map_err(|e| format!("{e}: {watched}")).unwrap();
+    server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
+    println!("the trace console under 100 messages/s: {watched}");
+    // Drawn at most ten times a second (four under a stream this heavy), not in every frame,
+    // and still live.
+    let redraws = watched["redraws_per_s"].as_f64().unwrap();
+    assert!((1.0..=12.0).contains(&redraws), "new lines drawn {redraws:.1} times a second: {watched}");
+    assert!(watched["since_last_ms"].as_f64().unwrap() < 1500.0, "the console stopped: {watched}");
+    assert_eq!(watched["at_bottom"], true, "the console left its newest line: {watched}");
+    // Old lines go a hundred at a time: 300 lines kept, never more than 400.
+    let removals: Vec<u64> =
+        watched["removals"].as_array().unwrap().iter().filter_map(Value::as_u64).collect();
+    assert!(removals.iter().all(|&n| n >= 100), "old lines went a few at a time: {watched}");
+    let (most, lines) = (watched["most"].as_u64().unwrap(), watched["lines"].as_u64().unwrap());
+    assert!(most <= 400 && (300..=400).contains(&lines), "lines held: {watched}");
+    super::assert_no_console_errors(&page);
 }
