@@ -328,6 +328,11 @@ const ELEMENTS_BY_PART: &str = "(() => {
         const el = document.querySelector(sel);
         if (el) out[sel] = count(el);
     }
+    // The largest boxes in the timeline's panel: one that grows with the run shows here.
+    const panel = document.getElementById('timeline').closest('section');
+    out.largest = [...panel.getElementsByTagName('*')]
+        .map((e) => { const r = e.getBoundingClientRect(); return [Math.round(r.width * r.height / 1e3), `${e.tagName}.${e.className}`, Math.round(r.width), Math.round(r.height)]; })
+        .sort((a, b) => b[0] - a[0]).slice(0, 6);
     return out;
 })()";
 
