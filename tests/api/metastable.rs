@@ -307,3 +307,66 @@ async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
     assert!(attempts.filter(refused_at).all(|a| a["wait"].is_null()), "no refused attempt waits to retry");
     println!("{} new messages met it open, each dead-lettered as circuit_open", refused.len());
 }
+
+/// The preset's steps clicked in turn, the last one late: the retrying breaker has been open
+/// for 3.5 of its 4 s when the one that fails fast takes over. The breaker it leaves closes,
+/// the messages still waiting out their backoff come back and open it: once, as the step says,
+/// and what it refuses then is dead-lettered, so it closes for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_failing_fast_late_in_the_retrying_breakers_open_spell_still_opens_once() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    app.put(&lab, "policy", BREAKER_RETRYING).await;
+    let start = std::time::Instant::now();
+    loop {
+        let snapshot = app.snapshot(&lab).await;
+        let now = snapshot["now_ms"].as_u64().unwrap();
+        let last = snapshot["breaker"]["changes"].as_array().unwrap().last().cloned();
+        if let Some(change) = last
+            && change["state"] == "open"
+            && now >= change["at_ms"].as_u64().unwrap() + 3_500
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "the retrying breaker never stayed open 3.5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (snapshot, at) = fixed_by(&app, &lab, BREAKER_GIVING_UP).await;
+    let changes = breaker_changes(&snapshot, at);
+    println!("the breaker's changes after the late click: {changes:?}");
+    let opens: Vec<u64> = changes.iter().filter(|(_, state)| state == "open").map(|&(t, _)| t).collect();
+    let [opened] = opens[..] else { panic!("it opens once after the click: {changes:?}") };
+    let after: Vec<&str> = changes.iter().filter(|&&(t, _)| t >= opened).map(|(_, s)| s.as_str()).collect();
+    assert_eq!(
+        after,
+        ["open", "half_open", "closed"],
+        "then half-open, closed, and it stays closed: {changes:?}"
+    );
+    let probe = changes.iter().find(|(t, s)| *t > opened && s == "half_open").unwrap().0;
+    assert!((4_000..4_500).contains(&(probe - opened)), "open for its 4 s: {changes:?}");
+    // Every attempt it refused once the new policy was in (its marker) was the end of its
+    // message: dead-lettered on that attempt as circuit_open, with no wait to come back.
+    let changed = marker_at(&snapshot, "policy:");
+    assert!(changed >= at, "the last policy marker is the click's: {changed} ms, clicked at {at} ms");
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    let mut refused = 0;
+    for message in crate::helpers::messages(&snapshot) {
+        let attempts = message["attempts"].as_array().unwrap();
+        let Some(last) = attempts.last() else { continue };
+        for a in attempts.iter().filter(|a| a["outcome"] == "short_circuited") {
+            if a["started_ms"].as_u64().unwrap() <= changed {
+                continue;
+            }
+            refused += 1;
+            assert!(a["wait"].is_null() && a == last, "a refused attempt is its message's last: {message}");
+            let letter = letters.iter().find(|d| d["id"] == message["id"]);
+            assert!(
+                letter.is_some_and(|d| d["cause"] == "circuit_open"),
+                "a message refused after the click is a dead letter, circuit_open: {message}; {letter:?}"
+            );
+        }
+    }
+    assert!(refused >= 80, "new messages kept arriving while it was open: {refused} refused");
+    println!("{refused} attempts refused after the click, each its message's last, dead-lettered");
+}

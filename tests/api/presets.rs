@@ -194,7 +194,8 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     says(breaker, "its probe succeeds");
     says(breaker, "more requests in a second than the 8 workers can do, and within 2 s it opens again");
     says(breaker, "the goodput line stays below half of the offered line");
-    // metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it
+    // metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it, and clicked late in the
+    // retrying breaker's open spell, metastable_failing_fast_late_in_the_retrying_breakers_open_spell_still_opens_once
     let failing_fast = &preset["then"][2];
     assert_eq!(failing_fast["policy"], policy_of(metastable::BREAKER_GIVING_UP));
     says(failing_fast, "goes to the dead-letter queue (circuit_open)");
