@@ -16,6 +16,7 @@
 //! `git archive <commit> static | tar -x -C DIR`, then `DIR/static`), so two versions of the
 //! page are measured on the same build.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -216,12 +217,17 @@ async fn trace_top(page: &Page, span: Duration) {
     page.call("Tracing.start", config).await.unwrap();
     tokio::time::sleep(span).await;
     page.call("Tracing.end", json!({})).await.unwrap();
-    let mut threads = std::collections::HashMap::new();
-    let mut totals: std::collections::HashMap<(Value, String), (f64, u64)> = Default::default();
-    let mut forced: std::collections::HashMap<String, (f64, u64)> = Default::default();
+    let mut threads = HashMap::new();
+    // Each kind of work: ms in all, and how many times.
+    let mut totals: HashMap<(Value, String), (f64, u64)> = HashMap::new();
+    let mut forced: HashMap<String, (f64, u64)> = HashMap::new();
     let mut restyled = (0.0, 0);
     // Paint by the element painted (its backend node id) and the size of the clip painted.
-    let mut painted: std::collections::HashMap<(i64, String), (f64, u64)> = Default::default();
+    let mut painted: HashMap<(i64, String), (f64, u64)> = HashMap::new();
+    let add = |total: &mut (f64, u64), ms: f64| {
+        total.0 += ms;
+        total.1 += 1;
+    };
     loop {
         match events.recv().await {
             Ok((method, params)) if method == "Tracing.dataCollected" => {
@@ -230,6 +236,7 @@ async fn trace_top(page: &Page, span: Duration) {
                     if e["ph"] == "M" && e["name"] == "thread_name" {
                         threads.insert(thread, e["args"]["name"].as_str().unwrap_or("?").to_owned());
                     } else if e["ph"] == "X" {
+                        let ms = e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
                         if e["name"] == "Paint" {
                             let data = &e["args"]["data"];
                             let clip = data["clip"].as_array().map_or(String::from("?"), |c| {
@@ -240,10 +247,10 @@ async fn trace_top(page: &Page, span: Duration) {
                                     String::from("?")
                                 }
                             });
-                            let total =
-                                painted.entry((data["nodeId"].as_i64().unwrap_or(-1), clip)).or_default();
-                            total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
-                            total.1 += 1;
+                            add(
+                                painted.entry((data["nodeId"].as_i64().unwrap_or(-1), clip)).or_default(),
+                                ms,
+                            );
                         }
                         if e["name"] == "UpdateLayoutTree" {
                             restyled.0 += e["args"]["elementCount"].as_f64().unwrap_or(0.0);
@@ -259,16 +266,13 @@ async fn trace_top(page: &Page, span: Duration) {
                                 frame["url"].as_str().unwrap_or("?").rsplit('/').next().unwrap_or("?"),
                                 frame["lineNumber"]
                             );
-                            let total = forced
-                                .entry(format!("{} from {at}", e["name"].as_str().unwrap_or("?")))
-                                .or_default();
-                            total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
-                            total.1 += 1;
+                            let name = format!("{} from {at}", e["name"].as_str().unwrap_or("?"));
+                            add(forced.entry(name).or_default(), ms);
                         }
-                        let total =
-                            totals.entry((thread, e["name"].as_str().unwrap_or("?").to_owned())).or_default();
-                        total.0 += e["dur"].as_f64().unwrap_or(0.0) / 1000.0;
-                        total.1 += 1;
+                        add(
+                            totals.entry((thread, e["name"].as_str().unwrap_or("?").to_owned())).or_default(),
+                            ms,
+                        );
                     }
                 }
             }
@@ -540,9 +544,8 @@ fn bars_of(view: &Value) -> Vec<(f64, u64)> {
     bars
 }
 
-/// Watches the trace console: how many times lines were added, the least a removal took away,
-/// how many lines it held at most and holds now, when lines last came, and whether it sits at
-/// its newest line.
+/// Watches the trace console: how many times lines were added, how many each removal took
+/// away, and the most lines it held.
 const WATCH_TRACE: &str = "(() => {
     const log = document.getElementById('trace');
     const w = window.__traceWatch = { added: 0, removals: [], most: 0, lastAdded: 0, started: performance.now() };
@@ -555,9 +558,15 @@ const WATCH_TRACE: &str = "(() => {
     }).observe(log, { childList: true });
     return true;
 })()";
-const TRACE_WATCHED: &str = "(() => {
+/// What `WATCH_TRACE` saw, with the lines held now, how long ago lines last came, and whether
+/// the console sits at its newest line. That is read once 50 ms have passed since lines last
+/// came: the console scrolls to new lines at the start of the next frame, not in the one that
+/// drew them.
+const TRACE_WATCHED: &str = "(async () => {
     const log = document.getElementById('trace');
     const w = window.__traceWatch;
+    const frame = () => new Promise((r) => requestAnimationFrame(r));
+    while (performance.now() - w.lastAdded < 50) await frame();
     const now = performance.now();
     return { redraws_per_s: w.added / ((now - w.started) / 1000), removals: w.removals, most: w.most,
         lines: log.childElementCount, since_last_ms: now - w.lastAdded,
