@@ -265,6 +265,9 @@ export function createTrace(root, model, requestDraw) {
     if (!stick) return;
     stick = false;
     root.scrollTop = root.scrollHeight;
+    // At the bottom now: a scroll event from before this (lines trimmed from the top) must not
+    // leave the next flush thinking the person scrolled away.
+    following = true;
   }
 
   return { event, note, flush, settle };

@@ -484,7 +484,7 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
 }
 
 /// Starts a comparison through the API and gives its id.
-async fn start_comparison(server: &Server, body: &Value) -> String {
+pub(crate) async fn start_comparison(server: &Server, body: &Value) -> String {
     let created: Value = server
         .http
         .post(server.url("/api/comparisons"))

@@ -5,6 +5,7 @@
 //! Without `/usr/bin/chromium` these tests skip with a printed reason, except in CI (the `CI`
 //! variable is set), where a missing browser is a failure: `.ci/run` installs it.
 
+mod accessibility;
 mod cdp;
 mod compare;
 mod dead_letters;
