@@ -10,6 +10,7 @@
 
 pub mod report;
 pub mod scenario;
+pub mod stats;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

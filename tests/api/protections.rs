@@ -260,18 +260,15 @@ async fn a_plain_floor_sends_the_herd_back_together_and_jitter_above_spreads_it(
     assert!(spread_out > 300 && spread_out > together * 2, "jitter above spread them over {spread_out} ms");
 }
 
-/// Requests per delivered message against an overloaded downstream, for one jitter and seed.
-/// The work takes 50 ms, long beside a busy machine's scheduling noise, so a wave of retries
-/// sent together really does meet the same four workers.
-async fn overload_cost(app: &TestApp, jitter: &str, seed: u64) -> f64 {
+/// Requests per delivered message against an overloaded downstream (four workers, no queue,
+/// 50 ms of work), for one policy. The work is long beside a busy machine's scheduling noise,
+/// so a wave of retries sent together really does meet the same four workers.
+async fn overload_cost(app: &TestApp, policy: &str) -> f64 {
     let lab = app.fast_lab().await;
     let downstream =
         r#"{"mode": "overloaded", "capacity": 4, "queue": 0, "latency_ms": [50, 50], "retry_after_s": 0}"#;
     app.put(&lab, "downstream", downstream).await;
-    let policy = format!(
-        r#"{{"jitter": "{jitter}", "base_ms": 50, "cap_ms": 400, "max_attempts": 12, "honor_retry_after": false, "seed": {seed}}}"#
-    );
-    app.put(&lab, "policy", &policy).await;
+    app.put(&lab, "policy", policy).await;
     app.burst(&lab, 40).await;
     let done = app.wait_for(&lab, PATIENCE, |s| settled(s, 40)).await;
     assert_eq!(counter(&done, "applied_twice"), 0);
@@ -279,25 +276,35 @@ async fn overload_cost(app: &TestApp, jitter: &str, seed: u64) -> f64 {
     counter(&done, "requests") as f64 / counter(&done, "delivered").max(1) as f64
 }
 
+/// A claim a test can hold: a difference large enough for five runs a side to show it, judged
+/// as a comparison judges (the exact Mann-Whitney test, two-sided, at alpha = 0.05), not one
+/// run against one run. A retry storm (ten attempts 50 ms apart, no backoff, no jitter)
+/// against full-jitter exponential backoff with the same ten attempts. (Full jitter against no
+/// jitter with the same backoff is no such difference: three 3-run comparisons gave 2.91 /
+/// 3.02 / 2.31 requests per delivered message for no jitter against 2.76 / 2.81 / 2.62.)
 #[tokio::test]
-async fn against_an_overloaded_downstream_full_jitter_costs_fewer_requests_than_none() {
+async fn against_an_overloaded_downstream_a_retry_storm_costs_more_requests_than_full_jitter() {
     let app = TestApp::spawn().await;
-    let mut costs = Vec::new();
-    for seed in [1, 2, 3] {
-        let none = overload_cost(&app, "none", seed).await;
-        let full = overload_cost(&app, "full", seed).await;
-        costs.push((seed, none, full));
-    }
-    println!("requests per delivery (seed, none, full): {costs:.2?}");
-    // Every seed, with a margin of a few percent for a noisy machine; and fewer over all three.
-    for &(seed, none, full) in &costs {
-        assert!(
-            full < none * 1.05,
-            "seed {seed}: full jitter {full:.2} requests per delivery, none {none:.2}"
+    let (mut storm, mut full) = (Vec::new(), Vec::new());
+    for seed in 1..=5 {
+        let storm_policy = format!(
+            r#"{{"jitter": "none", "multiplier": 1, "base_ms": 50, "cap_ms": 50, "max_attempts": 10, "honor_retry_after": false, "seed": {seed}}}"#
         );
+        let full_policy = format!(
+            r#"{{"jitter": "full", "base_ms": 50, "cap_ms": 800, "max_attempts": 10, "honor_retry_after": false, "seed": {seed}}}"#
+        );
+        storm.push(overload_cost(&app, &storm_policy).await);
+        full.push(overload_cost(&app, &full_policy).await);
     }
-    let (none, full): (f64, f64) = costs.iter().fold((0.0, 0.0), |(n, f), c| (n + c.1, f + c.2));
-    assert!(full < none, "over three seeds: full jitter {full:.2}, none {none:.2}");
+    let test = retrylab::compare::stats::mann_whitney(&storm, &full).unwrap();
+    println!("requests per delivery, storm {storm:.2?}, full jitter {full:.2?}: {test:?}");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    assert!(median(&storm) > median(&full), "storm {storm:.2?}, full jitter {full:.2?}");
+    assert!(test.p < retrylab::compare::stats::ALPHA, "no difference the runs can show: {test:?}");
 }
 
 /// Sends `count` messages every `every_ms` for `for_ms`.

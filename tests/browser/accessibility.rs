@@ -33,7 +33,8 @@ async fn violations(page: &Page) -> Vec<Value> {
 async fn scheme(page: &Page, scheme: &str) {
     let features = json!([{ "name": "prefers-color-scheme", "value": scheme }]);
     page.call("Emulation.setEmulatedMedia", json!({ "features": features })).await.unwrap();
-    let applied = page.eval(&format!("matchMedia('(prefers-color-scheme: {scheme})').matches")).await.unwrap();
+    let applied =
+        page.eval(&format!("matchMedia('(prefers-color-scheme: {scheme})').matches")).await.unwrap();
     assert_eq!(applied, true, "the page did not take the {scheme} scheme");
 }
 
@@ -43,7 +44,10 @@ async fn check_both(page: &Page, place: &str, found: &mut Vec<String>) {
     for name in ["light", "dark"] {
         scheme(page, name).await;
         for v in violations(page).await {
-            found.push(format!("{place}, {name}: {} ({}): {}\n    {}", v["id"], v["impact"], v["help"], v["nodes"]));
+            found.push(format!(
+                "{place}, {name}: {} ({}): {}\n    {}",
+                v["id"], v["impact"], v["help"], v["nodes"]
+            ));
         }
     }
     scheme(page, "light").await;
