@@ -43,7 +43,7 @@ export function createDetail(panel, model, controls, table) {
       ['key', d.key],
       ['body', detail.body],
       ['dead-lettered', `at ${labTime(d.dead_lettered_ms)} (${new Date(d.dead_lettered_unix_ms).toLocaleString()})`],
-      ['why', `${CAUSE_TEXT[d.cause] ?? d.cause}: ${d.reason}`],
+      ['why', whyDead(d)],
       ['replayed', detail.replays === 0 ? 'never' : `${detail.replays} time${detail.replays === 1 ? '' : 's'}`],
       ['last status', detail.last_status.replace('_', ' ')],
       ['write applied', detail.applied
@@ -113,4 +113,10 @@ export function createDetail(panel, model, controls, table) {
 function whyWait(wait) {
   const floor = wait.floor_ms != null ? `, Retry-After ${ms(wait.floor_ms)}` : '';
   return `${wait.reason.replace(/_/g, ' ')}: backoff ${ms(wait.nominal_ms)}, jitter chose ${ms(wait.chosen_ms)}${floor}`;
+}
+
+/** The cause, then the reason, unless the reason already opens with the cause's words. */
+function whyDead(d) {
+  const cause = CAUSE_TEXT[d.cause] ?? d.cause;
+  return d.reason?.startsWith(cause) ? d.reason : `${cause}: ${d.reason}`;
 }

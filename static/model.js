@@ -349,8 +349,9 @@ export function duration(value) {
   return `${Number.isInteger(s) || s >= 10 ? Math.round(s) : s.toFixed(1)} s`;
 }
 
-/** A [min, max] range in one unit: "60–240 ms", "2.6–3.5 s". */
+/** A [min, max] range in one unit: "60–240 ms", "2.6–3.5 s"; one value when they are equal. */
 export function range([lo, hi]) {
+  if (lo === hi) return duration(lo);
   if (hi < 1000) return `${Math.round(lo)}–${ms(hi)}`;
   return `${duration(lo).replace(/ s$/, '')}–${duration(hi)}`;
 }

@@ -37,12 +37,26 @@ export function recentLoad(model, windowMs, now) {
   return sum;
 }
 
-/** Amplification and wasted share over the last 10 s; `null` where there is nothing to divide. */
+/**
+ * A live figure divides by what its window holds; below this many (new messages, or finished
+ * pieces of work) one request more or less swings it wildly ("0.0×", "100 %" from one or two
+ * requests), so the page shows "–" and says why.
+ */
+export const MIN_SAMPLE = 20;
+
+/**
+ * Amplification and wasted share over the last 10 s, each `null` with a `why` where the window
+ * holds too few to divide by.
+ */
 export function liveFigures(model, now) {
   const s = recentLoad(model, FIGURE_WINDOW_MS, now);
+  const work = s.ok + s.wasted;
+  const tooFew = (n, what) => `${n} ${what} in the last 10 s: too few for this figure to mean much (it needs ${MIN_SAMPLE})`;
   return {
-    amplification: s.offered > 0 ? s.requests / s.offered : null,
-    wastedShare: s.ok + s.wasted > 0 ? s.wasted / (s.ok + s.wasted) : null,
+    amplification: s.offered >= MIN_SAMPLE ? s.requests / s.offered : null,
+    amplificationWhy: s.offered >= MIN_SAMPLE ? '' : tooFew(s.offered, s.offered === 1 ? 'new message' : 'new messages'),
+    wastedShare: work >= MIN_SAMPLE ? s.wasted / work : null,
+    wastedWhy: work >= MIN_SAMPLE ? '' : tooFew(work, work === 1 ? 'finished request' : 'finished requests'),
   };
 }
 
@@ -114,6 +128,11 @@ export function createTraffic(model, controls) {
     amplification.dataset.value = f.amplification == null ? '' : String(f.amplification);
     wasted.textContent = f.wastedShare == null ? '–' : percent(f.wastedShare);
     wasted.dataset.value = f.wastedShare == null ? '' : String(f.wastedShare);
+    // Why a figure is "–", on hover; the card's own title says what it is otherwise.
+    for (const [el, why] of [[amplification, f.amplificationWhy], [wasted, f.wastedWhy]]) {
+      if (why && el.title !== why) el.title = why;
+      else if (!why && el.hasAttribute('title')) el.removeAttribute('title');
+    }
   }
 
   return {

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::{AppError, Problem};
+use super::pages::NotFoundPage;
 use super::responses::{JsonBodyErrors, StoreErrors};
 use crate::compare::{ComparisonId, ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
 
@@ -109,11 +110,14 @@ pub async fn form() -> Response {
 }
 
 /// `GET /compare/{id}`: a comparison's page, shareable.
+/// A browser asking for an id that is no comparison's gets the friendly not-found page, as it
+/// does for a lab; one another instance owns is still sent there.
 pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Result<Response, AppError> {
-    let id = parse_id(&app, &raw)?;
-    app.comparisons
-        .get(&id)
-        .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
+    let Ok(id) = ComparisonId::parse(&raw) else { return Ok(NotFoundPage::comparison().response()) };
+    super::owned_here(&app, &id)?;
+    if app.comparisons.get(&id).is_none() {
+        return Ok(NotFoundPage::comparison().response());
+    }
     Ok(ComparePage {
         comparison_id: id.to_string(),
         scenarios: SCENARIOS.to_vec(),

@@ -54,10 +54,44 @@ fn span(seconds: u64) -> String {
     format!("{count} {unit}{}", if count == 1 { "" } else { "s" })
 }
 
+/// The friendly 404 a browser gets for a lab or a comparison that is not there, in place of
+/// the problem+json the API gives.
 #[derive(Template, WebTemplate)]
 #[template(path = "not_found.html")]
-struct NotFoundPage {
-    detail: String,
+pub struct NotFoundPage {
+    what: &'static str,
+    detail: &'static str,
+    offer: &'static str,
+    start_href: &'static str,
+    start_text: &'static str,
+}
+
+impl NotFoundPage {
+    pub fn lab() -> Self {
+        NotFoundPage {
+            what: "lab",
+            detail: "There is no lab at this address: the link may be mistyped, or the lab was \
+                     deleted after a week without use.",
+            offer: "A new lab takes one click and starts from the default settings.",
+            start_href: "/",
+            start_text: "Start a new lab",
+        }
+    }
+
+    pub fn comparison() -> Self {
+        NotFoundPage {
+            what: "comparison",
+            detail: "There is no comparison at this address: the link may be mistyped, or its \
+                     labs were deleted after a week without use.",
+            offer: "A new comparison takes a scenario and two or more policies.",
+            start_href: "/compare",
+            start_text: "Start a comparison",
+        }
+    }
+
+    pub fn response(self) -> Response {
+        (StatusCode::NOT_FOUND, self).into_response()
+    }
 }
 
 /// `GET /`: every visit starts a fresh lab.
@@ -77,11 +111,7 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         return elsewhere.into_response();
     }
     let lab = LabId::parse(&raw).ok().and_then(|id| app.labs.get(&id));
-    let Some(lab) = lab else {
-        let detail = "There is no lab at this address: the link may be mistyped, or the lab was \
-                      deleted after a week without use.";
-        return (StatusCode::NOT_FOUND, NotFoundPage { detail: detail.into() }).into_response();
-    };
+    let Some(lab) = lab else { return NotFoundPage::lab().response() };
     let mode = lab.downstream_settings().mode.as_str().to_owned();
     let retention = RetentionText {
         keys: span(app.retention.key_ttl_s),

@@ -43,6 +43,42 @@ async fn an_unknown_lab_page_is_a_friendly_404() {
 }
 
 #[tokio::test]
+async fn an_unknown_comparison_page_is_the_same_friendly_404() {
+    let app = TestApp::spawn().await;
+    let unknown = format!("/compare/{}", uuid::Uuid::new_v4());
+    for path in ["/compare/nope", unknown.as_str()] {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(kind.starts_with("text/html"), "{path}: {kind}");
+        let html = response.text().await.unwrap();
+        assert!(html.contains("This comparison does not exist"), "{path}: {html}");
+        assert!(html.contains("href=\"/compare\""), "links to a new comparison: {html}");
+    }
+    // The API keeps its problem+json.
+    let api = app.client.get(app.url("/api/comparisons/nope")).send().await.unwrap();
+    assert_eq!(api.status(), 400);
+    assert_eq!(api.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn every_page_opens_with_a_skip_link_to_its_main_content() {
+    let app = TestApp::spawn().await;
+    let lab_id = app.new_lab().await;
+    let lab = app.client.get(app.url(&format!("/labs/{lab_id}"))).send().await.unwrap().text().await.unwrap();
+    let form = app.client.get(app.url("/compare")).send().await.unwrap().text().await.unwrap();
+    let gone = app.client.get(app.url("/labs/nope")).send().await.unwrap().text().await.unwrap();
+    for (page, target) in [(lab, "lab"), (form, "compare"), (gone, "main")] {
+        let link = format!("<a class=\"skip-link\" href=\"#{target}\">");
+        let at = page.find(&link).unwrap_or_else(|| panic!("no skip link to #{target}"));
+        assert!(page.contains(&format!("<main id=\"{target}\"")), "no main #{target}");
+        // The first thing in the body, so it is the first stop for the keyboard.
+        let body = page.find("<body>").unwrap();
+        assert!(page[body + 6..at].trim().is_empty(), "the skip link is not first: {}", &page[body..at]);
+    }
+}
+
+#[tokio::test]
 async fn every_static_file_is_served_with_its_type() {
     let app = TestApp::spawn().await;
     let on_disk: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/static"))

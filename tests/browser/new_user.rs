@@ -329,3 +329,56 @@ async fn a_dead_letter_whose_write_landed_is_marked_and_the_capacity_line_is_per
     assert!(text.as_str().unwrap().starts_with("capacity: finishes about 2 per 100 ms (4 at once"), "{text}");
     assert_no_console_errors(&page);
 }
+
+/// The mode cards say what the endpoint does in words that are true and plain: one value for a
+/// latency that does not vary, and what a `Retry-After` of 0 means.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_cards_read_a_fixed_latency_as_one_value_and_a_zero_retry_after_as_at_once() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    server.put(&lab, "downstream", r#"{"latency_ms": [200, 200], "retry_after_s": 0}"#).await;
+    let said =
+        |mode: &str| format!("document.querySelector('[data-mode=\"{mode}\"] .mode-what').textContent");
+    let healthy = wait_for(
+        &page,
+        "the healthy card to take the latency",
+        &format!("(t => t.includes('200 ms') && t)({})", said("healthy")),
+    )
+    .await;
+    assert_eq!(healthy, "answers 200 after 200 ms", "no 200–200 ms");
+    let down = page.eval(&said("down")).await.unwrap();
+    assert_eq!(down, "503 with Retry-After 0 (retry at once) every time, applies nothing");
+    super::assert_no_console_errors(&page);
+}
+
+/// A live figure from a handful of messages would say "0.0×" or "100 %" on the strength of one
+/// or two requests: below 20 in its window it shows "–" and says why on hover, and from 20 on
+/// it shows the figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_figures_from_a_handful_of_messages_show_a_dash_and_say_why() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    let figure = "(el => ({ text: el.textContent, title: el.title }))(document.querySelector('[data-live=\"amplification\"]'))";
+    server.burst(&lab, 3).await;
+    wait_counter(&page, "delivered", 3).await;
+    // The window counts whole bins only: the burst counts once its bin has closed.
+    let few = wait_for(
+        &page,
+        "the burst in the window",
+        &format!("(f => f.title.startsWith('3 ') && f)({figure})"),
+    )
+    .await;
+    assert_eq!(few["text"], "–", "{few}");
+    let why = few["title"].as_str().unwrap();
+    assert!(why.starts_with("3 new messages in the last 10 s") && why.contains("needs 20"), "{few}");
+    server.burst(&lab, 30).await;
+    let enough =
+        wait_for(&page, "a figure from 33 messages", &format!("(f => f.text !== '–' && f)({figure})")).await;
+    assert_eq!(enough["text"], "1.0×", "a healthy endpoint, no retries: {enough}");
+    assert_eq!(enough["title"], "", "{enough}");
+    assert_no_console_errors(&page);
+}
