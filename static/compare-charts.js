@@ -9,7 +9,7 @@
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
 
 import { ANSWERS, addToLoadSum, emptyLoadSum, fillBar, limitOf, niceCeil, paintBar } from './load-chart.js';
-import { duration } from './model.js';
+import { count, duration } from './model.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
 const MIN_BAR_PX = 3;
@@ -110,7 +110,7 @@ export function createCharts(container, axisEl) {
     d.peak = String(sum.peak);
     d.offered = String(sum.offered);
     d.delivered = String(sum.delivered);
-    const text = `${seconds(start)} + ${duration(view.barMs)}: ${sum.requests} requests (${sum.ok} 2xx, ${sum.unavailable} 503, `
+    const text = `${seconds(start)} + ${duration(view.barMs)}: ${count(sum.requests, 'request')} (${sum.ok} 2xx, ${sum.unavailable} 503, `
       + `${sum.throttled} 429, ${sum.timed_out} client had timed out${other ? `, ${other} other` : ''}); `
       + `${sum.wasted} wasted; at most ${sum.peak} in process at once`;
     if (text !== bar.text) bar.el.title = bar.text = text;
@@ -135,9 +135,9 @@ export function createCharts(container, axisEl) {
     } else {
       chart.plot.setAttribute(
         'aria-label',
-        `${who}: ${total.requests} requests, ${total.ok} answered 2xx, ${total.unavailable} 503, ${total.throttled} 429, `
+        `${who}: ${count(total.requests, 'request')}, ${total.ok} answered 2xx, ${total.unavailable} 503, ${total.throttled} 429, `
           + `${total.timed_out} after the client had timed out; ${total.wasted} done for clients that had given up. `
-          + `Busiest ${duration(binMs)}: ${busiest[1].requests} requests at ${seconds(busiest[0])}, `
+          + `Busiest ${duration(binMs)}: ${count(busiest[1].requests, 'request')} at ${seconds(busiest[0])}, `
           + `at most ${total.peak} in process at once.${limit ? ` The line is the ${limit.text}.` : ''}`,
       );
     }

@@ -14,7 +14,7 @@
 //! either side, are in the page: under steady traffic a lab holds thousands of bins (the last five
 //! minutes at 100 ms), and a bar for each would make every frame slower as the run went on.
 
-import { duration, labTime, range } from './model.js';
+import { count, duration, labTime, range } from './model.js';
 
 /** The answers, bottom to top, as stacked in every bar (the order is a cue besides colour). */
 export const ANSWERS = [
@@ -318,9 +318,9 @@ export function createLoadChart(state, miniTip) {
     const parts = [`${total.ok} answered 2xx`, `${total.unavailable} 503`, `${total.throttled} 429`, `${total.timed_out} after the client had timed out`];
     plot.setAttribute(
       'aria-label',
-      `Load on the downstream: ${total.requests} requests, ${parts.join(', ')}; ${total.wasted} done for clients that had given up; `
+      `Load on the downstream: ${count(total.requests, 'request')}, ${parts.join(', ')}; ${total.wasted} done for clients that had given up; `
         + `${total.offered} new messages offered, ${total.delivered} delivered. `
-        + `Busiest ${duration(model.load.binMs)}: ${busiest.requests} requests at ${labTime(busiest.t_ms)}, at most ${total.peak} in process at once.`
+        + `Busiest ${duration(model.load.binMs)}: ${count(busiest.requests, 'request')} at ${labTime(busiest.t_ms)}, at most ${total.peak} in process at once.`
         + (limit ? ` The line is the ${limit.text}.` : ''),
     );
   }
@@ -341,7 +341,7 @@ export function createLoadChart(state, miniTip) {
       : factor > 1 ? ` (over ${factor} bins of ${duration(model.load.binMs)})` : '';
     const n = (x) => round(x);
     const other = Math.max(0, s.requests - s.ok - s.unavailable - s.throttled - s.timed_out);
-    const text = `${n(s.requests)} requests${per}: ${n(s.ok)} 2xx, ${n(s.unavailable)} 503, ${n(s.throttled)} 429, `
+    const text = `${count(n(s.requests), 'request')}${per}: ${n(s.ok)} 2xx, ${n(s.unavailable)} 503, ${n(s.throttled)} 429, `
       + `${n(s.timed_out)} client timed out${other >= 0.05 ? `, ${n(other)} other` : ''}; ${n(s.wasted)} wasted; at most ${s.peak} in process at once; `
       + `${n(s.offered)} new messages offered${s.refused ? ` (${n(s.refused)} more refused at the source)` : ''}, ${n(s.delivered)} delivered`;
     const r = plot.getBoundingClientRect();

@@ -342,6 +342,11 @@ export function ms(value) {
   return `${Math.round(value)} ms`;
 }
 
+/** A count with its noun: "1 request", "3 requests". */
+export function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 /** A human duration: "240 ms", "2.6 s", "30 s". */
 export function duration(value) {
   if (value < 1000) return ms(value);

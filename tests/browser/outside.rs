@@ -228,10 +228,12 @@ async fn callers_past_the_cap_are_said_under_the_cards() {
     for i in 0..cap + 2 {
         assert_eq!(send(&server, &url, &format!("caller-{i}"), &format!("key-{i}")).await, 200);
     }
+    // Both requests past the cap: the line says the first before the second has come (a full
+    // run once read "1 request" here).
     let said = wait_for(
         &page,
         "the untracked requests said",
-        "(p => !p.hidden && p.textContent)(document.querySelector('[data-callers-untracked]'))",
+        "(p => !p.hidden && p.textContent.includes(': 2 requests') && p.textContent)(document.querySelector('[data-callers-untracked]'))",
     )
     .await;
     let snapshot = server.snapshot(&lab).await;
