@@ -68,21 +68,24 @@ async fn metastable_control_without_the_trigger_stays_healthy() {
     let snapshot = app.snapshot(&lab).await;
     let start = marker_at(&snapshot, "traffic:");
     let now = snapshot["now_ms"].as_u64().unwrap();
-    // Two-second windows, the last one whole and a second before now; each message is
-    // delivered a little after it arrives (200 ms of work), so goodput is read 300 ms later.
-    let mut t = start + 1_000;
-    while t + 2_000 <= now - 1_000 {
-        let (offered, _) = window(&snapshot, t, t + 2_000);
-        let (_, delivered) = window(&snapshot, t + 300, t + 2_300);
-        assert!(offered >= 30, "traffic arrived: {offered} in 2 s");
-        let gap = offered.abs_diff(delivered) as f64;
-        assert!(
-            gap <= offered as f64 * 0.10 + 3.0,
-            "goodput within 10 % of offered load from {t} ms: offered {offered}, delivered {delivered}; per second {:?}",
-            seconds(&snapshot, start, now)
-        );
-        t += 2_000;
+    // Healthy means the endpoint keeps up: the messages offered and not yet delivered never
+    // pile up. Poisson arrivals at 28 a second bring a second of 35 now and then, which the
+    // queue takes and the workers clear in the next second, so two-second windows of offered
+    // against delivered can differ by a fifth (one loaded run: 55 against 45) while nothing
+    // is stuck. What is left over at the end of each second stays under half the queue (40);
+    // stuck, it grows by the offered load every second.
+    let whole = (now - 1_000 - start) / 1_000 * 1_000;
+    let per_second = seconds(&snapshot, start, start + whole);
+    let (mut offered, mut delivered, mut most_behind) = (0, 0, 0);
+    for &(o, d) in &per_second {
+        assert!(o >= 15, "traffic arrived: {o} in a second; per second {per_second:?}");
+        (offered, delivered) = (offered + o, delivered + d);
+        most_behind = most_behind.max(offered.saturating_sub(delivered));
     }
+    println!("per second {per_second:?}: at most {most_behind} behind");
+    assert!(per_second.len() >= 7, "{per_second:?}");
+    assert!(most_behind <= 20, "the endpoint fell {most_behind} messages behind; per second {per_second:?}");
+    assert!(delivered as f64 >= offered as f64 * 0.9, "delivered {delivered} of {offered}: {per_second:?}");
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
 }
 
