@@ -237,6 +237,7 @@ impl Lab {
         let redrive = state.dead_letters.start_redrive(&chosen.ids, rate_per_s);
         let now = self.now_ms();
         self.publish(&mut state, &Event::Redrive { redrive: Some(redrive) }, now);
+        self.redrive_turned();
         Ok((chosen, redrive))
     }
 
@@ -245,6 +246,7 @@ impl Lab {
         let mut state = self.lock();
         state.dead_letters.cancel_redrive();
         self.publish_withdrawn(&mut state, "redrive");
+        self.redrive_turned();
     }
 
     /// Stops the running redrive; the letters it had not replayed stay in the queue.
@@ -253,6 +255,7 @@ impl Lab {
         let cancelled = state.dead_letters.cancel_redrive()?;
         let now = self.now_ms();
         self.publish(&mut state, &Event::Redrive { redrive: None }, now);
+        self.redrive_turned();
         Some(cancelled)
     }
 

@@ -31,11 +31,32 @@ impl Producer {
     }
 
     async fn run_redrive(&self, lab: &Arc<Lab>) {
+        let mut turns = lab.redrive_turns();
         let mut pacer: Option<Pacer> = None;
-        while let Some(redrive) = lab.redrive() {
+        loop {
+            let Some(redrive) = lab.redrive() else {
+                if lab.end_redrive_loop() {
+                    return;
+                }
+                continue;
+            };
+            // A redrive started or stopped since the last step: the one there is now is paced
+            // from its own start at its own rate.
+            if turns.has_changed().unwrap_or(false) {
+                turns.borrow_and_update();
+                pacer = None;
+            }
             let pacer = pacer.get_or_insert_with(|| Pacer::new(redrive.rate_per_s));
             match lab.redrive_step() {
-                Step::Done => break,
+                Step::Done => {
+                    if lab.end_redrive_loop() {
+                        return;
+                    }
+                    // Owed still: a redrive started since, or the lab is being deleted (which
+                    // aborts this task at its next wait).
+                    tokio::time::sleep(BACK_OFF).await;
+                    continue;
+                }
                 Step::Busy => {
                     tokio::time::sleep(BACK_OFF).await;
                     pacer.stalled();
@@ -53,7 +74,14 @@ impl Producer {
                     self.start(lab, vec![id]);
                 }
             }
-            tokio::time::sleep_until(pacer.next()).await;
+            let due = pacer.next();
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                // Cancelled, or replaced by another: seen at the top of the loop at once.
+                Ok(()) = turns.changed() => {
+                    turns.mark_changed();
+                }
+            }
         }
     }
 }

@@ -325,6 +325,33 @@ async fn a_cancelled_redrive_leaves_the_rest_in_the_queue() {
     assert_eq!(status, StatusCode::CONFLICT, "nothing left to cancel");
 }
 
+/// A redrive started after a slow one was cancelled goes at its own rate: the cancelled one's
+/// schedule (here 4 s to its next send) does not hold it back.
+#[tokio::test]
+async fn a_redrive_after_a_cancelled_slow_one_goes_at_its_own_rate() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = queue_of(&app, 10).await;
+    let (status, _) = post(&app, &lab, "replay", json!({ "rate_per_s": 0.25 })).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.wait_for(&lab, PATIENCE, |s| s["redrive"]["sent"].as_u64().is_some_and(|n| n >= 1)).await;
+    let (status, cancelled) = post(&app, &lab, "redrive/cancel", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    let sent = cancelled["sent"].as_u64().unwrap();
+
+    let started = Instant::now();
+    let (status, fast) = post(&app, &lab, "replay", json!({ "rate_per_s": 200 })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fast}");
+    assert_eq!(fast["redrive"]["total"], 10 - sent);
+    // The rest at 200/s take 5 ms apart; the cancelled redrive's next send was 4 s away.
+    let done = app
+        .wait_for(&lab, Duration::from_millis(2_500), |s| {
+            s["redrive"].is_null() && counter(s, "delivered") == 10
+        })
+        .await;
+    assert!(started.elapsed() < Duration::from_millis(2_500), "took {:?}", started.elapsed());
+    assert_eq!(replay_starts(&done).len(), 10);
+}
+
 #[tokio::test]
 async fn a_redrive_resumes_after_a_sigkill_and_sends_nothing_twice() {
     let db = fresh_db();
