@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Producer;
+use crate::domain::paced_rate;
 use crate::lab::{Lab, Step};
 
 /// How long to wait before trying again when the lab owes too many deliveries, or the store
@@ -93,8 +94,12 @@ struct Pacer {
 }
 
 impl Pacer {
+    /// A rate below `MIN_RATE_PER_S` (only an older store can hold one) goes at that rate:
+    /// the interval is always a duration the clock can add.
     fn new(rate_per_s: f64) -> Self {
-        Pacer { interval: Duration::from_secs_f64(1.0 / rate_per_s), due: Instant::now() }
+        let seconds = 1.0 / paced_rate(rate_per_s);
+        let interval = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::from_secs(100));
+        Pacer { interval, due: Instant::now() }
     }
 
     /// When the next tick is due. A schedule that fell more than an interval behind (a slow
@@ -111,5 +116,18 @@ impl Pacer {
     /// A wait outside the schedule: it starts again from now.
     fn stalled(&mut self) {
         self.due = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pacer_from_a_rate_too_small_to_pace_ticks_at_the_lowest_rate() {
+        for tiny in [1e-300, 5e-324, 0.0, f64::NAN, -1.0] {
+            assert_eq!(Pacer::new(tiny).interval, Duration::from_secs(100), "{tiny}");
+        }
+        assert_eq!(Pacer::new(4.0).interval, Duration::from_millis(250));
     }
 }

@@ -21,6 +21,7 @@ use super::error::{AppError, Problem};
 use super::responses::{LabErrors, SelectionErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::dlq::{Filter, FilterError, Redrive, ReplayRefusal, Selection, Target};
+use crate::domain::MIN_RATE_PER_S;
 use crate::lab::{Detail, DryRun, Lab, Listing, RedriveRefusal};
 
 /// A page unless `limit` says otherwise.
@@ -184,8 +185,9 @@ pub struct ReplayRequest {
     /// Answer what would happen and change nothing.
     #[serde(default)]
     dry_run: bool,
-    /// Replay this many per second, as a redrive, instead of all at once (up to
-    /// max_redrive_rate_per_s).
+    /// Replay this many per second, as a redrive, instead of all at once: from 0.01
+    /// (`MIN_RATE_PER_S`, one every 100 s) up to max_redrive_rate_per_s.
+    #[schema(minimum = 0.01)]
     rate_per_s: Option<f64>,
 }
 
@@ -231,11 +233,15 @@ pub async fn replay(
     }
     if let Some(rate) = request.rate_per_s {
         let max = app.limits.max_redrive_rate_per_s;
-        if !(rate.is_finite() && rate > 0.0 && rate <= f64::from(max)) {
+        if !(rate.is_finite() && (MIN_RATE_PER_S..=f64::from(max)).contains(&rate)) {
             return Err(AppError::Field {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 field: "rate_per_s".into(),
-                detail: format!("rate_per_s must be above 0 and at most {max} (max_redrive_rate_per_s)"),
+                detail: format!(
+                    "rate_per_s must be at least {MIN_RATE_PER_S} (the lowest rate, one letter every {} s) \
+                     and at most {max} (max_redrive_rate_per_s)",
+                    1.0 / MIN_RATE_PER_S
+                ),
             });
         }
         let (chosen, redrive) = lab.start_redrive(&target, request.confirm_quarantined, rate).map_err(

@@ -352,6 +352,26 @@ async fn a_redrive_after_a_cancelled_slow_one_goes_at_its_own_rate() {
     assert_eq!(replay_starts(&done).len(), 10);
 }
 
+/// A rate so small that its interval is no duration (1e-300/s, the smallest float) is refused
+/// naming the field and the lowest rate, and nothing starts.
+#[tokio::test]
+async fn a_redrive_below_the_lowest_rate_is_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = queue_of(&app, 2).await;
+    for rate in [json!(1e-300), json!(5e-324), json!(0.001)] {
+        let (status, problem) = post(&app, &lab, "replay", json!({ "rate_per_s": rate })).await;
+        assert_eq!(
+            (status, problem["field"].clone()),
+            (StatusCode::UNPROCESSABLE_ENTITY, json!("rate_per_s")),
+            "{rate}: {problem}"
+        );
+        assert!(problem["detail"].as_str().unwrap().contains("0.01"), "says the lowest rate: {problem}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert!(snapshot["redrive"].is_null(), "nothing started: {}", snapshot["redrive"]);
+    assert_eq!(counter(&snapshot, "dead_letter"), 2);
+}
+
 #[tokio::test]
 async fn a_redrive_resumes_after_a_sigkill_and_sends_nothing_twice() {
     let db = fresh_db();
