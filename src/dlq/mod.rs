@@ -107,6 +107,11 @@ pub enum ReplayRefusal {
     },
     /// A filter that matches no letter was acted on.
     NothingMatches,
+    /// A delete by filter matches more letters now than the person confirmed.
+    MoreThanConfirmed {
+        confirmed: usize,
+        matching: usize,
+    },
 }
 
 /// One lab's dead letters, oldest first.

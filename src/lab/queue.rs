@@ -173,10 +173,21 @@ impl Lab {
     }
 
     /// Deletes the letters `target` names, with their messages: they are gone from the store
-    /// once committed. Returns what was deleted (to take it back with `withdraw_delete`).
-    pub fn delete_dead_letters(&self, target: &Target) -> Result<Deleted, ReplayRefusal> {
+    /// once committed. With `confirmed`, nothing is deleted when more letters match now than
+    /// the person confirmed (counted and deleted under one lock). Returns what was deleted (to
+    /// take it back with `withdraw_delete`).
+    pub fn delete_dead_letters(
+        &self,
+        target: &Target,
+        confirmed: Option<usize>,
+    ) -> Result<Deleted, ReplayRefusal> {
         let mut state = self.lock();
         let chosen = state.select(target, (false, false))?;
+        if let Some(confirmed) = confirmed
+            && chosen.ids.len() > confirmed
+        {
+            return Err(ReplayRefusal::MoreThanConfirmed { confirmed, matching: chosen.ids.len() });
+        }
         let letters = state.dead_letters.remove(&chosen.ids);
         let messages = chosen.ids.iter().filter_map(|&id| state.record.message(id).cloned()).collect();
         state.record.remove_messages(&chosen.ids);

@@ -277,14 +277,19 @@ pub async fn replay(
     Ok((StatusCode::ACCEPTED, Json(Replayed { message_ids: ids, redrive: None })).into_response())
 }
 
-/// A delete: by `ids` or `filter` (one of them).
+/// A delete: by `ids` or `filter` (one of them). A filter must narrow the queue (to empty a
+/// lab, reset it), and comes with `expected`, the count the person confirmed.
 #[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteRequest {
     ids: Option<Vec<u64>>,
-    /// Read on its own, so its fields are named when they do not read.
+    /// Read on its own, so its fields are named when they do not read. At least one field
+    /// that narrows (a blank or null `q` alone is no filter).
     #[allow(dead_code)]
     filter: Option<Filter>,
+    /// With `filter`, needed: how many letters the person saw match and confirmed (the list's
+    /// `matched`). If more match when the delete runs, nothing is deleted (409).
+    expected: Option<usize>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -294,7 +299,8 @@ pub struct DeletedIds {
 }
 
 /// Deletes dead letters (and their messages) by id or by filter. The list's `matched` says
-/// beforehand how many a filter takes.
+/// beforehand how many a filter takes; a delete by filter sends that count as `expected`, and
+/// deletes nothing if more match by the time it runs.
 #[utoipa::path(
     post,
     path = "/api/labs/{lab}/dead-letters/delete",
@@ -306,15 +312,20 @@ pub struct DeletedIds {
         LabErrors,
         SelectionErrors,
         StoreErrors,
+        (status = 409, description = "More letters match the filter now than `expected` said (`field`: expected; the detail says how many match now), or the lab lives on another instance", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn delete(
     LabPath(lab): LabPath,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
-    let (_, target): (DeleteRequest, Target) = body_with_target(&body?)?;
+    let (request, target): (DeleteRequest, Target) = body_with_target(&body?)?;
     need_a_target(&target)?;
-    let deleted = lab.delete_dead_letters(&target).map_err(refused)?;
+    let confirmed = match &target {
+        Target::Filter(selection) => Some(confirmed_filter(selection, request.expected)?),
+        _ => None,
+    };
+    let deleted = lab.delete_dead_letters(&target, confirmed).map_err(refused)?;
     let ids = deleted.letters.iter().map(|d| d.id).collect();
     if let Err(not_kept) = lab.persisted().await {
         lab.withdraw_delete(deleted);
@@ -457,7 +468,7 @@ impl Targets for ReplayRequest {
 }
 
 impl Targets for DeleteRequest {
-    const FIELDS: &'static [&'static str] = &["ids"];
+    const FIELDS: &'static [&'static str] = &["ids", "expected"];
     fn ids(&self) -> Option<Vec<u64>> {
         self.ids.clone()
     }
@@ -513,6 +524,28 @@ fn need_a_target(target: &Target) -> Result<(), AppError> {
     }
 }
 
+/// A delete by filter acts only on a filter that narrows and on the count the person
+/// confirmed: `{"filter": {"q": null}}` would otherwise empty the queue, and a filter matches
+/// what there is when it runs, which may be more than the person was shown.
+fn confirmed_filter(selection: &Selection, expected: Option<usize>) -> Result<usize, AppError> {
+    if !selection.narrows() {
+        return Err(field(
+            "filter",
+            "the filter narrows nothing (a blank or null q alone is no filter), so it would delete \
+             every dead letter; give ids or a filter field that narrows, or reset the lab to empty it"
+                .into(),
+        ));
+    }
+    expected.ok_or_else(|| {
+        field(
+            "expected",
+            "a delete by filter needs expected: the count of letters the person confirmed (the \
+             list's matched for this filter)"
+                .into(),
+        )
+    })
+}
+
 fn field(name: &str, detail: String) -> AppError {
     AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field: name.to_owned(), detail }
 }
@@ -538,6 +571,14 @@ fn refused(refusal: ReplayRefusal) -> AppError {
             "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
              \"confirm_quarantined\": true (nothing was replayed)"
         )),
+        ReplayRefusal::MoreThanConfirmed { confirmed, matching } => AppError::Field {
+            status: StatusCode::CONFLICT,
+            field: "expected".into(),
+            detail: format!(
+                "{matching} match now, more than the {confirmed} confirmed (expected); nothing was \
+                 deleted: list them again and confirm the count that matches now"
+            ),
+        },
         ReplayRefusal::NothingMatches => {
             field("filter", "the filter matches no dead letter in this lab; nothing was changed".into())
         }

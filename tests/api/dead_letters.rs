@@ -161,7 +161,8 @@ async fn delete_by_filter_takes_the_letters_and_their_messages_from_the_store() 
     let app = TestApp::spawn().await;
     let Mixed { lab, down, out_of_time, .. } = mixed_queue(&app).await;
 
-    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": { "replays": 3 } })).await;
+    let (status, problem) =
+        post(&app, &lab, "delete", json!({ "filter": { "replays": 3 }, "expected": 0 })).await;
     assert_eq!((status, problem["field"].clone()), (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")));
     let other = app.fast_lab().await;
     let (status, problem) = post(&app, &other, "delete", json!({ "ids": [down[0]] })).await;
@@ -171,7 +172,8 @@ async fn delete_by_filter_takes_the_letters_and_their_messages_from_the_store() 
         "ids of another lab"
     );
 
-    let (status, deleted) = post(&app, &lab, "delete", json!({ "filter": { "cause": "time_budget" } })).await;
+    let (status, deleted) =
+        post(&app, &lab, "delete", json!({ "filter": { "cause": "time_budget" }, "expected": 2 })).await;
     assert_eq!(status, StatusCode::OK, "{deleted}");
     assert_eq!(deleted["deleted"], json!(sorted(out_of_time.clone())));
     let snapshot = app.snapshot(&lab).await;
@@ -370,6 +372,41 @@ async fn a_redrive_below_the_lowest_rate_is_refused_naming_the_field() {
     let snapshot = app.snapshot(&lab).await;
     assert!(snapshot["redrive"].is_null(), "nothing started: {}", snapshot["redrive"]);
     assert_eq!(counter(&snapshot, "dead_letter"), 2);
+}
+
+/// A delete by filter needs a filter that narrows and the count the person confirmed; when
+/// more match by the time it runs, nothing is deleted and the answer says how many match now.
+#[tokio::test]
+async fn a_delete_by_filter_needs_a_narrowing_filter_and_the_confirmed_count() {
+    let app = TestApp::spawn().await;
+    let Mixed { lab, down, .. } = mixed_queue(&app).await;
+    for filter in [json!({}), json!({ "q": null }), json!({ "q": "  " }), json!({ "cause": "" })] {
+        let (status, problem) = post(&app, &lab, "delete", json!({ "filter": filter, "expected": 7 })).await;
+        assert_eq!(
+            (status, problem["field"].clone()),
+            (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")),
+            "{filter}: {problem}"
+        );
+    }
+    let by_cause = json!({ "cause": "attempts_used_up", "status": "503" });
+    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": by_cause })).await;
+    assert_eq!(
+        (status, problem["field"].clone()),
+        (StatusCode::UNPROCESSABLE_ENTITY, json!("expected")),
+        "{problem}"
+    );
+    // The person saw 2 match; 3 do now.
+    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": by_cause, "expected": 2 })).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("3 match now") && detail.contains('2'), "{detail}");
+    assert_eq!(counter(&app.snapshot(&lab).await, "dead_letter"), 7, "nothing was deleted");
+
+    let (status, deleted) = post(&app, &lab, "delete", json!({ "filter": by_cause, "expected": 3 })).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    let gone: Vec<u64> = serde_json::from_value(deleted["deleted"].clone()).unwrap();
+    assert_eq!(sorted(gone), sorted(down));
+    assert_eq!(counter(&app.snapshot(&lab).await, "dead_letter"), 4);
 }
 
 #[tokio::test]
