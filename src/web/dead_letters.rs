@@ -215,7 +215,7 @@ pub struct Replayed {
         (status = 202, body = Replayed),
         LabErrors,
         (status = 404, description = "An id not in this lab's dead-letter queue (`field`: ids)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than max_body_bytes; sent with Connection: close, and the connection closes after it", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field with an unusable value, a filter that matches nothing, or a rate out of range; `field` names it", body = Problem, content_type = "application/problem+json"),
         StoreErrors,
         (status = 409, description = "Quarantined without confirmation, too many owed, a redrive already running, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
