@@ -213,6 +213,23 @@ impl Config {
         Ok(())
     }
 
+    /// Refuses settings that contradict each other, naming both and what to do: a settled
+    /// window as large as the cap on a lab's messages would fill the lab with delivered
+    /// messages (kept for the window) and refuse every new one.
+    pub fn refuse_contradictions(&self) -> Result<(), String> {
+        let (window, cap) = (self.limits.settled_window, self.limits.max_messages_per_lab);
+        if window >= cap {
+            return Err(format!(
+                "--settled-window {window} keeps at least as many delivered messages as a lab may \
+                 hold (--max-messages-per-lab {cap}): the lab would fill with them and refuse new \
+                 traffic. Lower --settled-window below --max-messages-per-lab (say {}), or raise \
+                 --max-messages-per-lab above {window}",
+                cap / 2
+            ));
+        }
+        Ok(())
+    }
+
     pub fn listen_addr(&self) -> SocketAddr {
         if let Some(addr) = self.addr {
             return addr;
@@ -327,7 +344,8 @@ pub struct Limits {
     pub max_redrive_rate_per_s: u32,
     /// Delivered messages a lab keeps, the newest: older ones leave memory and the store (they
     /// stay counted in `delivered` and the load chart), so steady traffic can run for hours.
-    /// Dead letters are kept whatever this says, until replayed or past their TTL.
+    /// Dead letters are kept whatever this says, until replayed or past their TTL. Must be
+    /// below --max-messages-per-lab.
     #[arg(long, env = "RETRYLAB_SETTLED_WINDOW", default_value_t = DEFAULT_LIMITS.settled_window)]
     pub settled_window: usize,
     /// The highest rate of steady traffic a lab may be given, new messages per second.
@@ -437,6 +455,20 @@ mod tests {
         );
         config.limits.max_retry_duration_ms = 2_700;
         assert_eq!(config.refuse_unsafe(), Ok(()));
+    }
+
+    #[test]
+    fn a_settled_window_that_fills_the_lab_is_refused() {
+        let mut config = Config::new("x.db".into());
+        assert_eq!(config.refuse_contradictions(), Ok(()), "the defaults hold");
+        config.limits.max_messages_per_lab = 300;
+        let refused = config.refuse_contradictions().unwrap_err();
+        assert!(
+            refused.contains("--settled-window 5000") && refused.contains("--max-messages-per-lab 300"),
+            "{refused}"
+        );
+        config.limits.settled_window = 150;
+        assert_eq!(config.refuse_contradictions(), Ok(()));
     }
 
     #[test]

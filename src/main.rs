@@ -32,6 +32,11 @@ async fn run() -> std::io::Result<()> {
             std::process::exit(1)
         });
     }
+    // Settings that contradict each other are a usage error, as clap's own are: exit status 2.
+    if let Err(refused) = config.refuse_contradictions() {
+        eprintln!("retrylab: {refused}");
+        std::process::exit(2);
+    }
     init_logs(config.log_format, "info");
     if let Err(refused) = config.refuse_unsafe() {
         eprintln!("retrylab: {refused}");

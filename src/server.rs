@@ -31,6 +31,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    config.refuse_contradictions().map_err(std::io::Error::other)?;
     config.refuse_unsafe().map_err(std::io::Error::other)?;
     let opened = open_store(&config).await.map_err(std::io::Error::other)?;
     serve_opened(listener, config, opened, shutdown).await

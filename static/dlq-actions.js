@@ -126,9 +126,14 @@ export function createActions(panel, model, lab, table, controls) {
           return replay(button, scope, rate);
         }
         case 'delete':
+          // The server deletes by a filter only one that narrows, and only as many as confirmed.
+          if (!scope.ids && isEmpty(scope.filter)) {
+            return say('To delete, pick letters or narrow the filter; reset empties the whole lab.', 'error');
+          }
           return confirmThen(button, scope, 'Delete', 'Their messages go too; this cannot be undone.', () =>
             controls.act(button, 'Could not delete', async () => {
-              const res = await controls.api('POST', '/dead-letters/delete', target(scope));
+              const body = scope.ids ? target(scope) : { ...target(scope), expected: scope.count };
+              const res = await controls.api('POST', '/dead-letters/delete', body);
               say(`Deleted ${plural(res.deleted.length, 'dead letter')}.`);
             }));
         case 'quarantine':

@@ -248,6 +248,12 @@ impl Selection {
         self
     }
 
+    /// Whether the filter narrows the queue at all: a blank `q`, an empty list, or no field
+    /// is no filter.
+    pub fn narrows(&self) -> bool {
+        *self != Selection::default()
+    }
+
     /// Whether the filter narrows nothing about quarantine (a bulk replay then skips them).
     pub fn says_quarantined(&self) -> bool {
         self.quarantined.is_some()

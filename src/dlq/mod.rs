@@ -107,6 +107,11 @@ pub enum ReplayRefusal {
     },
     /// A filter that matches no letter was acted on.
     NothingMatches,
+    /// A delete by filter matches more letters now than the person confirmed.
+    MoreThanConfirmed {
+        confirmed: usize,
+        matching: usize,
+    },
 }
 
 /// One lab's dead letters, oldest first.
@@ -123,6 +128,10 @@ impl DeadLetterQueue {
     /// The queue as the store holds it.
     pub fn restore(mut letters: Vec<DeadLetter>) -> Self {
         letters.sort_by_key(|d| (d.dead_lettered_unix_ms, d.id));
+        // A store from before rates had a floor may hold a redrive too slow to pace.
+        for mark in letters.iter_mut().filter_map(|d| d.redrive.as_mut()) {
+            mark.rate_per_s = crate::domain::paced_rate(mark.rate_per_s);
+        }
         let quarantined = letters.iter().filter(|d| d.quarantined).count() as u64;
         DeadLetterQueue { letters, quarantined, dirty: HashSet::new() }
     }

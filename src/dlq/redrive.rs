@@ -105,6 +105,12 @@ mod tests {
         assert_eq!(restored.redrive(), Some(Redrive { total: 2, sent: 1, rate_per_s: 5.0 }));
         assert_eq!(restored.next_redriven(), Some(1));
 
+        // A rate stored before rates had a floor comes back at the lowest.
+        let mut tiny = DeadLetterQueue::restore(vec![letter(4, 40)]);
+        tiny.start_redrive(&[4], 1e-300);
+        let tiny = DeadLetterQueue::restore(tiny.letters().to_vec());
+        assert_eq!(tiny.redrive().map(|r| r.rate_per_s), Some(crate::domain::MIN_RATE_PER_S));
+
         let mut cancelled = restored;
         assert_eq!(cancelled.cancel_redrive().map(|r| r.sent), Some(1));
         assert_eq!(

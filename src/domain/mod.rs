@@ -18,8 +18,8 @@ pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
 pub use record::{Counters, LabRecord, MessageChanges, StoredRecord};
 pub use traffic::{
-    Arrivals, Lateness, Schedule, Traffic, TrafficCaps, TrafficRefusal, TrafficSettings, TrafficUpdate,
-    TrafficView,
+    Arrivals, Lateness, MIN_RATE_PER_S, Schedule, Traffic, TrafficCaps, TrafficRefusal, TrafficSettings,
+    TrafficUpdate, TrafficView, paced_rate,
 };
 
 /// A record as the store keeps it: JSON.

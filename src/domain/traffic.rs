@@ -8,6 +8,17 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+/// The slowest rate a lab's traffic or a redrive may be given (per second): one every 100 s.
+/// Below it the gap between two sends is no usable duration (at 1e-300/s it overflows any
+/// clock), so a smaller positive rate is refused, and one read back from an older store is
+/// raised to it.
+pub const MIN_RATE_PER_S: f64 = 0.01;
+
+/// `rate_per_s` as the pacing code may use it: at least `MIN_RATE_PER_S` (a NaN too).
+pub fn paced_rate(rate_per_s: f64) -> f64 {
+    rate_per_s.max(MIN_RATE_PER_S)
+}
+
 /// How the gaps between arrivals are drawn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -32,6 +43,8 @@ pub struct TrafficSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrafficUpdate {
+    /// New messages per second: 0 stops the traffic; otherwise from 0.01 (`MIN_RATE_PER_S`)
+    /// up to `max_traffic_rate_per_s`.
     pub rate_per_s: f64,
     #[serde(default)]
     pub arrivals: Arrivals,
@@ -47,11 +60,12 @@ pub struct TrafficCaps {
     pub max_for_ms: u64,
 }
 
-/// Why a traffic update was refused: the field, the limit it broke, and what to do.
+/// Why a traffic update was refused: the field, the limit it broke (a named setting; none for
+/// the fixed `MIN_RATE_PER_S`), and what to do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrafficRefusal {
     pub field: &'static str,
-    pub limit: &'static str,
+    pub limit: Option<&'static str>,
     pub detail: String,
 }
 
@@ -66,10 +80,21 @@ impl TrafficUpdate {
         if !(rate.is_finite() && (0.0..=caps.max_rate_per_s).contains(&rate)) {
             return Err(TrafficRefusal {
                 field: "rate_per_s",
-                limit: "max_traffic_rate_per_s",
+                limit: Some("max_traffic_rate_per_s"),
                 detail: format!(
                     "rate_per_s must be 0 (to stop) up to {} new messages per second (max_traffic_rate_per_s)",
                     caps.max_rate_per_s
+                ),
+            });
+        }
+        if rate > 0.0 && rate < MIN_RATE_PER_S {
+            return Err(TrafficRefusal {
+                field: "rate_per_s",
+                limit: None,
+                detail: format!(
+                    "rate_per_s {rate} is below the lowest rate, {MIN_RATE_PER_S} new messages per second \
+                     (one every {} s); give 0 to stop, or a rate of at least {MIN_RATE_PER_S}",
+                    1.0 / MIN_RATE_PER_S
                 ),
             });
         }
@@ -78,7 +103,7 @@ impl TrafficUpdate {
         {
             return Err(TrafficRefusal {
                 field: "for_ms",
-                limit: "max_traffic_for_ms",
+                limit: Some("max_traffic_for_ms"),
                 detail: format!(
                     "for_ms must be 1 to {} ms (max_traffic_for_ms), or null to run until stopped",
                     caps.max_for_ms
@@ -113,7 +138,8 @@ impl Schedule {
             Some(seed) => StdRng::seed_from_u64(seed ^ 0xA441_7A15_5EED_0001),
             None => StdRng::from_rng(&mut rand::rng()),
         };
-        let mut schedule = Schedule { gap_ms: 1000.0 / rate_per_s, arrivals, rng, next_ms: 0.0 };
+        let gap_ms = 1000.0 / paced_rate(rate_per_s);
+        let mut schedule = Schedule { gap_ms, arrivals, rng, next_ms: 0.0 };
         schedule.next_ms = schedule.gap();
         schedule
     }
@@ -302,15 +328,29 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_from_a_rate_too_small_to_pace_runs_at_the_lowest_rate() {
+        for tiny in [1e-300, 5e-324, 0.0, f64::NAN] {
+            let schedule = Schedule::new(tiny, Arrivals::Even, Some(1));
+            assert_eq!(schedule.next_ms(), 1000.0 / MIN_RATE_PER_S, "{tiny}");
+        }
+    }
+
+    #[test]
     fn updates_name_the_field_and_limit_they_break() {
         let update = |rate_per_s, for_ms| TrafficUpdate { rate_per_s, arrivals: Arrivals::Even, for_ms };
         assert_eq!(update(-1.0, None).settings(CAPS, 0).unwrap_err().field, "rate_per_s");
         let over = update(5_001.0, None).settings(CAPS, 0).unwrap_err();
-        assert_eq!((over.field, over.limit), ("rate_per_s", "max_traffic_rate_per_s"));
+        assert_eq!((over.field, over.limit), ("rate_per_s", Some("max_traffic_rate_per_s")));
         assert!(over.detail.contains("5000"), "{}", over.detail);
         assert_eq!(update(f64::NAN, None).settings(CAPS, 0).unwrap_err().field, "rate_per_s");
         let long = update(10.0, Some(3_600_001)).settings(CAPS, 0).unwrap_err();
-        assert_eq!((long.field, long.limit), ("for_ms", "max_traffic_for_ms"));
+        assert_eq!((long.field, long.limit), ("for_ms", Some("max_traffic_for_ms")));
+        for tiny in [1e-300, 5e-324, 0.009] {
+            let below = update(tiny, None).settings(CAPS, 0).unwrap_err();
+            assert_eq!((below.field, below.limit), ("rate_per_s", None), "{tiny}");
+            assert!(below.detail.contains("0.01"), "{}", below.detail);
+        }
+        assert!(update(MIN_RATE_PER_S, None).settings(CAPS, 0).is_ok(), "the lowest rate itself");
         assert_eq!(update(10.0, Some(0)).settings(CAPS, 0).unwrap_err().field, "for_ms");
         assert_eq!(update(0.0, None).settings(CAPS, 0), Ok(None), "0 stops it");
         let set = update(10.0, Some(500)).settings(CAPS, 1_000).unwrap().unwrap();

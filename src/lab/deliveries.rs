@@ -14,6 +14,9 @@ pub(super) struct Deliveries {
     tasks: Mutex<HashMap<u64, AbortHandle>>,
     /// The redrive's loop, one per lab.
     redrive: Mutex<Option<AbortHandle>>,
+    /// Counts the redrives started and stopped: the loop watches it, so a new redrive is
+    /// paced at its own rate from its start, not on the schedule of the one before it.
+    redrive_turns: tokio::sync::watch::Sender<u64>,
     /// Held for the whole of a "crash the client": two recoveries at once would each abort the
     /// other's fresh tasks only in part and start a second delivery loop for the same message.
     recovery: tokio::sync::Mutex<()>,
@@ -39,6 +42,28 @@ impl Lab {
         }
         *redrive = Some(spawn().abort_handle());
         true
+    }
+
+    /// The redrive's loop found nothing owed: it ends (and returns `true`) unless a redrive
+    /// started meanwhile. Decided under the loop's lock, so a redrive that starts as the loop
+    /// ends is either seen here or finds the loop gone and starts a new one.
+    pub fn end_redrive_loop(&self) -> bool {
+        let mut redrive = self.redrive_lock();
+        if self.redrive().is_some() {
+            return false;
+        }
+        *redrive = None;
+        true
+    }
+
+    /// Changes each time a redrive starts or stops.
+    pub fn redrive_turns(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.deliveries.redrive_turns.subscribe()
+    }
+
+    /// A redrive started or stopped: the loop's pacing starts again.
+    pub(super) fn redrive_turned(&self) {
+        self.deliveries.redrive_turns.send_modify(|turn| *turn = turn.wrapping_add(1));
     }
 
     fn redrive_lock(&self) -> MutexGuard<'_, Option<AbortHandle>> {

@@ -87,7 +87,7 @@ impl Flush for Lab {
         let record = &state.record;
         let row = LabRow {
             id: lab_id.clone(),
-            origin_unix_ms: self.origin_unix_ms,
+            origin_unix_ms: self.clock.origin_unix_ms(),
             active_unix_ms: state.active_unix_ms,
             downstream: serde_json::to_string(&state.endpoint.view()).expect("settings serialize"),
             policy: serde_json::to_string(&state.client.policy).expect("a policy serializes"),

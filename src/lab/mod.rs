@@ -7,9 +7,11 @@
 //! they change, and the markers), `client` (its client's breaker and retry budget),
 //! `downstream` (its endpoint's gate and decisions), `snapshot` (the lab as one document),
 //! `subscribers` (who watches it), `flush` (how its changes reach the store), `deliveries`
-//! (its running tasks), `registry` (all labs).
+//! (its running tasks), `clock` (its time, monotonic from an origin on the wall clock),
+//! `registry` (all labs).
 
 mod client;
+mod clock;
 mod deliveries;
 mod downstream;
 mod flush;
@@ -47,9 +49,10 @@ pub use subscribers::Opening;
 
 pub struct Lab {
     pub id: LabId,
-    /// The lab's clock: every `*_ms` time is milliseconds since this wall-clock instant, so
-    /// times stay comparable across restarts.
-    origin_unix_ms: u64,
+    /// The lab's clock: every `*_ms` time is milliseconds since its origin, a wall-clock
+    /// instant the store keeps (so times stay comparable across restarts), measured within
+    /// this process on the monotonic clock (so a step of the system clock cannot move them).
+    clock: clock::LabClock,
     state: Mutex<LabState>,
     /// Connection slots to the downstream: a burst queues for them instead of opening
     /// thousands of sockets at once.
@@ -152,7 +155,7 @@ impl Lab {
         let others = (1..client.policy.clients).map(|_| ClientState::following(client.policy)).collect();
         Lab {
             id,
-            origin_unix_ms,
+            clock: clock::LabClock::new(origin_unix_ms),
             state: Mutex::new(LabState {
                 record,
                 endpoint,
@@ -186,7 +189,7 @@ impl Lab {
     }
 
     pub fn now_ms(&self) -> u64 {
-        unix_now_ms().saturating_sub(self.origin_unix_ms)
+        self.clock.now_ms()
     }
 
     fn lock(&self) -> MutexGuard<'_, LabState> {

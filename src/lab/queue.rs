@@ -173,10 +173,21 @@ impl Lab {
     }
 
     /// Deletes the letters `target` names, with their messages: they are gone from the store
-    /// once committed. Returns what was deleted (to take it back with `withdraw_delete`).
-    pub fn delete_dead_letters(&self, target: &Target) -> Result<Deleted, ReplayRefusal> {
+    /// once committed. With `confirmed`, nothing is deleted when more letters match now than
+    /// the person confirmed (counted and deleted under one lock). Returns what was deleted (to
+    /// take it back with `withdraw_delete`).
+    pub fn delete_dead_letters(
+        &self,
+        target: &Target,
+        confirmed: Option<usize>,
+    ) -> Result<Deleted, ReplayRefusal> {
         let mut state = self.lock();
         let chosen = state.select(target, (false, false))?;
+        if let Some(confirmed) = confirmed
+            && chosen.ids.len() > confirmed
+        {
+            return Err(ReplayRefusal::MoreThanConfirmed { confirmed, matching: chosen.ids.len() });
+        }
         let letters = state.dead_letters.remove(&chosen.ids);
         let messages = chosen.ids.iter().filter_map(|&id| state.record.message(id).cloned()).collect();
         state.record.remove_messages(&chosen.ids);
@@ -237,6 +248,7 @@ impl Lab {
         let redrive = state.dead_letters.start_redrive(&chosen.ids, rate_per_s);
         let now = self.now_ms();
         self.publish(&mut state, &Event::Redrive { redrive: Some(redrive) }, now);
+        self.redrive_turned();
         Ok((chosen, redrive))
     }
 
@@ -245,6 +257,7 @@ impl Lab {
         let mut state = self.lock();
         state.dead_letters.cancel_redrive();
         self.publish_withdrawn(&mut state, "redrive");
+        self.redrive_turned();
     }
 
     /// Stops the running redrive; the letters it had not replayed stay in the queue.
@@ -253,6 +266,7 @@ impl Lab {
         let cancelled = state.dead_letters.cancel_redrive()?;
         let now = self.now_ms();
         self.publish(&mut state, &Event::Redrive { redrive: None }, now);
+        self.redrive_turned();
         Some(cancelled)
     }
 

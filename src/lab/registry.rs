@@ -8,7 +8,7 @@ use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
-use crate::domain::{Instance, LabId, LabRecord, StoredRecord};
+use crate::domain::{Instance, LabId, LabRecord, StoredRecord, TrafficSettings};
 use crate::downstream::{DownstreamView, Endpoint};
 use crate::events::Event;
 use crate::store::{LoadedLab, RecordParts, Store};
@@ -74,10 +74,13 @@ impl Labs {
             });
             let mut state = lab.lock();
             state.active_unix_ms = row.active_unix_ms;
-            state.traffic.settings = serde_json::from_str(&row.traffic).unwrap_or_else(|e| {
+            let traffic: Option<TrafficSettings> = serde_json::from_str(&row.traffic).unwrap_or_else(|e| {
                 tracing::warn!(lab = %row.id, error = %e, "the stored traffic is unreadable; it stays off");
                 None
             });
+            // A store from before rates had a floor may hold a rate too small to pace.
+            state.traffic.settings =
+                traffic.map(|t| TrafficSettings { rate_per_s: crate::domain::paced_rate(t.rate_per_s), ..t });
             // What the traffic did before the restart: its counts carry on from there.
             state.traffic.sent = row.traffic_sent;
             state.traffic.refused = row.traffic_refused;

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Producer;
+use crate::domain::paced_rate;
 use crate::lab::{Lab, Step};
 
 /// How long to wait before trying again when the lab owes too many deliveries, or the store
@@ -31,11 +32,32 @@ impl Producer {
     }
 
     async fn run_redrive(&self, lab: &Arc<Lab>) {
+        let mut turns = lab.redrive_turns();
         let mut pacer: Option<Pacer> = None;
-        while let Some(redrive) = lab.redrive() {
+        loop {
+            let Some(redrive) = lab.redrive() else {
+                if lab.end_redrive_loop() {
+                    return;
+                }
+                continue;
+            };
+            // A redrive started or stopped since the last step: the one there is now is paced
+            // from its own start at its own rate.
+            if turns.has_changed().unwrap_or(false) {
+                turns.borrow_and_update();
+                pacer = None;
+            }
             let pacer = pacer.get_or_insert_with(|| Pacer::new(redrive.rate_per_s));
             match lab.redrive_step() {
-                Step::Done => break,
+                Step::Done => {
+                    if lab.end_redrive_loop() {
+                        return;
+                    }
+                    // Owed still: a redrive started since, or the lab is being deleted (which
+                    // aborts this task at its next wait).
+                    tokio::time::sleep(BACK_OFF).await;
+                    continue;
+                }
                 Step::Busy => {
                     tokio::time::sleep(BACK_OFF).await;
                     pacer.stalled();
@@ -53,7 +75,14 @@ impl Producer {
                     self.start(lab, vec![id]);
                 }
             }
-            tokio::time::sleep_until(pacer.next()).await;
+            let due = pacer.next();
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                // Cancelled, or replaced by another: seen at the top of the loop at once.
+                Ok(()) = turns.changed() => {
+                    turns.mark_changed();
+                }
+            }
         }
     }
 }
@@ -65,8 +94,12 @@ struct Pacer {
 }
 
 impl Pacer {
+    /// A rate below `MIN_RATE_PER_S` (only an older store can hold one) goes at that rate:
+    /// the interval is always a duration the clock can add.
     fn new(rate_per_s: f64) -> Self {
-        Pacer { interval: Duration::from_secs_f64(1.0 / rate_per_s), due: Instant::now() }
+        let seconds = 1.0 / paced_rate(rate_per_s);
+        let interval = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::from_secs(100));
+        Pacer { interval, due: Instant::now() }
     }
 
     /// When the next tick is due. A schedule that fell more than an interval behind (a slow
@@ -83,5 +116,18 @@ impl Pacer {
     /// A wait outside the schedule: it starts again from now.
     fn stalled(&mut self) {
         self.due = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pacer_from_a_rate_too_small_to_pace_ticks_at_the_lowest_rate() {
+        for tiny in [1e-300, 5e-324, 0.0, f64::NAN, -1.0] {
+            assert_eq!(Pacer::new(tiny).interval, Duration::from_secs(100), "{tiny}");
+        }
+        assert_eq!(Pacer::new(4.0).interval, Duration::from_millis(250));
     }
 }

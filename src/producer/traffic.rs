@@ -33,7 +33,7 @@ impl Producer {
         let end =
             settings.until_ms.map(|until| start + Duration::from_millis(until.saturating_sub(lab.now_ms())));
         loop {
-            let next = start + Duration::from_secs_f64(schedule.next_ms() / 1000.0);
+            let next = start + since_start(schedule.next_ms());
             if let Some(end) = end
                 && next >= end
             {
@@ -57,6 +57,29 @@ impl Producer {
                     }
                 }
             });
+        }
+    }
+}
+
+/// The farthest ahead an arrival is planned: past any `MIN_RATE_PER_S` gap, short of what
+/// the clock can add.
+const FARTHEST: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A planned instant (ms since the schedule began) as a duration the clock can add, whatever
+/// the float holds.
+fn since_start(ms: f64) -> Duration {
+    Duration::try_from_secs_f64(ms.max(0.0) / 1000.0).map_or(FARTHEST, |d| d.min(FARTHEST))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_planned_instant_is_always_a_duration() {
+        assert_eq!(since_start(1_500.0), Duration::from_millis(1_500));
+        for odd in [f64::INFINITY, f64::NAN, 1e300, -5.0] {
+            assert!(since_start(odd) <= FARTHEST, "{odd}");
         }
     }
 }

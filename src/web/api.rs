@@ -127,10 +127,15 @@ pub async fn set_traffic(
     payload: Result<Json<TrafficUpdate>, JsonRejection>,
 ) -> Result<Json<TrafficView>, AppError> {
     let Json(update) = payload?;
-    let (traffic, before) = lab.set_traffic(&update).map_err(|refusal| AppError::Limit {
-        status: StatusCode::UNPROCESSABLE_ENTITY,
-        limit: refusal.limit,
-        detail: refusal.detail,
+    let (traffic, before) = lab.set_traffic(&update).map_err(|refusal| match refusal.limit {
+        Some(limit) => {
+            AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail: refusal.detail }
+        }
+        None => AppError::Field {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            field: refusal.field.into(),
+            detail: refusal.detail,
+        },
     })?;
     if let Err(refused) = lab.persisted().await {
         lab.restore_traffic(before);

@@ -21,6 +21,7 @@ use super::error::{AppError, Problem};
 use super::responses::{LabErrors, SelectionErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::dlq::{Filter, FilterError, Redrive, ReplayRefusal, Selection, Target};
+use crate::domain::MIN_RATE_PER_S;
 use crate::lab::{Detail, DryRun, Lab, Listing, RedriveRefusal};
 
 /// A page unless `limit` says otherwise.
@@ -184,8 +185,9 @@ pub struct ReplayRequest {
     /// Answer what would happen and change nothing.
     #[serde(default)]
     dry_run: bool,
-    /// Replay this many per second, as a redrive, instead of all at once (up to
-    /// max_redrive_rate_per_s).
+    /// Replay this many per second, as a redrive, instead of all at once: from 0.01
+    /// (`MIN_RATE_PER_S`, one every 100 s) up to max_redrive_rate_per_s.
+    #[schema(minimum = 0.01)]
     rate_per_s: Option<f64>,
 }
 
@@ -213,7 +215,7 @@ pub struct Replayed {
         (status = 202, body = Replayed),
         LabErrors,
         (status = 404, description = "An id not in this lab's dead-letter queue (`field`: ids)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than max_body_bytes; sent with Connection: close, and the connection closes after it", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field with an unusable value, a filter that matches nothing, or a rate out of range; `field` names it", body = Problem, content_type = "application/problem+json"),
         StoreErrors,
         (status = 409, description = "Quarantined without confirmation, too many owed, a redrive already running, or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
@@ -231,11 +233,15 @@ pub async fn replay(
     }
     if let Some(rate) = request.rate_per_s {
         let max = app.limits.max_redrive_rate_per_s;
-        if !(rate.is_finite() && rate > 0.0 && rate <= f64::from(max)) {
+        if !(rate.is_finite() && (MIN_RATE_PER_S..=f64::from(max)).contains(&rate)) {
             return Err(AppError::Field {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 field: "rate_per_s".into(),
-                detail: format!("rate_per_s must be above 0 and at most {max} (max_redrive_rate_per_s)"),
+                detail: format!(
+                    "rate_per_s must be at least {MIN_RATE_PER_S} (the lowest rate, one letter every {} s) \
+                     and at most {max} (max_redrive_rate_per_s)",
+                    1.0 / MIN_RATE_PER_S
+                ),
             });
         }
         let (chosen, redrive) = lab.start_redrive(&target, request.confirm_quarantined, rate).map_err(
@@ -271,14 +277,19 @@ pub async fn replay(
     Ok((StatusCode::ACCEPTED, Json(Replayed { message_ids: ids, redrive: None })).into_response())
 }
 
-/// A delete: by `ids` or `filter` (one of them).
+/// A delete: by `ids` or `filter` (one of them). A filter must narrow the queue (to empty a
+/// lab, reset it), and comes with `expected`, the count the person confirmed.
 #[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteRequest {
     ids: Option<Vec<u64>>,
-    /// Read on its own, so its fields are named when they do not read.
+    /// Read on its own, so its fields are named when they do not read. At least one field
+    /// that narrows (a blank or null `q` alone is no filter).
     #[allow(dead_code)]
     filter: Option<Filter>,
+    /// With `filter`, needed: how many letters the person saw match and confirmed (the list's
+    /// `matched`). If more match when the delete runs, nothing is deleted (409).
+    expected: Option<usize>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -288,7 +299,8 @@ pub struct DeletedIds {
 }
 
 /// Deletes dead letters (and their messages) by id or by filter. The list's `matched` says
-/// beforehand how many a filter takes.
+/// beforehand how many a filter takes; a delete by filter sends that count as `expected`, and
+/// deletes nothing if more match by the time it runs.
 #[utoipa::path(
     post,
     path = "/api/labs/{lab}/dead-letters/delete",
@@ -300,15 +312,20 @@ pub struct DeletedIds {
         LabErrors,
         SelectionErrors,
         StoreErrors,
+        (status = 409, description = "More letters match the filter now than `expected` said (`field`: expected; the detail says how many match now), or the lab lives on another instance", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn delete(
     LabPath(lab): LabPath,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, AppError> {
-    let (_, target): (DeleteRequest, Target) = body_with_target(&body?)?;
+    let (request, target): (DeleteRequest, Target) = body_with_target(&body?)?;
     need_a_target(&target)?;
-    let deleted = lab.delete_dead_letters(&target).map_err(refused)?;
+    let confirmed = match &target {
+        Target::Filter(selection) => Some(confirmed_filter(selection, request.expected)?),
+        _ => None,
+    };
+    let deleted = lab.delete_dead_letters(&target, confirmed).map_err(refused)?;
     let ids = deleted.letters.iter().map(|d| d.id).collect();
     if let Err(not_kept) = lab.persisted().await {
         lab.withdraw_delete(deleted);
@@ -451,7 +468,7 @@ impl Targets for ReplayRequest {
 }
 
 impl Targets for DeleteRequest {
-    const FIELDS: &'static [&'static str] = &["ids"];
+    const FIELDS: &'static [&'static str] = &["ids", "expected"];
     fn ids(&self) -> Option<Vec<u64>> {
         self.ids.clone()
     }
@@ -507,6 +524,28 @@ fn need_a_target(target: &Target) -> Result<(), AppError> {
     }
 }
 
+/// A delete by filter acts only on a filter that narrows and on the count the person
+/// confirmed: `{"filter": {"q": null}}` would otherwise empty the queue, and a filter matches
+/// what there is when it runs, which may be more than the person was shown.
+fn confirmed_filter(selection: &Selection, expected: Option<usize>) -> Result<usize, AppError> {
+    if !selection.narrows() {
+        return Err(field(
+            "filter",
+            "the filter narrows nothing (a blank or null q alone is no filter), so it would delete \
+             every dead letter; give ids or a filter field that narrows, or reset the lab to empty it"
+                .into(),
+        ));
+    }
+    expected.ok_or_else(|| {
+        field(
+            "expected",
+            "a delete by filter needs expected: the count of letters the person confirmed (the \
+             list's matched for this filter)"
+                .into(),
+        )
+    })
+}
+
 fn field(name: &str, detail: String) -> AppError {
     AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field: name.to_owned(), detail }
 }
@@ -532,6 +571,14 @@ fn refused(refusal: ReplayRefusal) -> AppError {
             "quarantined after repeated failures: {ids:?}; find the cause first, then replay them with \
              \"confirm_quarantined\": true (nothing was replayed)"
         )),
+        ReplayRefusal::MoreThanConfirmed { confirmed, matching } => AppError::Field {
+            status: StatusCode::CONFLICT,
+            field: "expected".into(),
+            detail: format!(
+                "{matching} match now, more than the {confirmed} confirmed (expected); nothing was \
+                 deleted: list them again and confirm the count that matches now"
+            ),
+        },
         ReplayRefusal::NothingMatches => {
             field("filter", "the filter matches no dead letter in this lab; nothing was changed".into())
         }

@@ -37,15 +37,15 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
     params(
         LabParam,
         ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters"),
-        ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters); else its User-Agent, else its address names it"),
+        ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters, no invisible or text-direction ones such as U+202E or U+200B); else its User-Agent, else its address names it"),
     ),
     request_body(content = Object, description = "Any JSON value"),
     responses(
         (status = 200, description = "Applied, or the stored answer again with `Idempotent-Replayed: true`", content_type = "application/json"),
-        (status = 400, description = "No or malformed key, a body that is not JSON, or an X-Client-Name that is empty, longer than 64 characters or holds a control character", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "No or malformed key, a body that is not JSON, or an X-Client-Name that is empty, longer than 64 characters or holds a control, invisible or text-direction character", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such lab", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The key's first request is still being processed (in line or in work, in every mode; see Retry-After), or the lab lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than max_body_bytes", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than max_body_bytes; sent with Connection: close, and the connection closes after it", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),

@@ -91,6 +91,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
                     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                      connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
                 ))
+                .layer(close_after_too_large())
                 .layer(SetRequestIdLayer::x_request_id(access_log::RequestIds::new()))
                 .layer(axum::middleware::from_fn(access_log::log_requests))
                 .layer(PropagateRequestIdLayer::x_request_id())
@@ -136,6 +137,18 @@ pub fn metrics_router(state: AppState) -> Router {
 
 fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {
     SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
+}
+
+/// A 413 is sent before the body was read to its end (a chunked body is cut off at
+/// `max_body_bytes`), so the connection cannot carry another request: the answer says
+/// `Connection: close` and the server closes after it (RFC 9112 §9.6), rather than closing
+/// under the client's next request.
+fn close_after_too_large()
+-> SetResponseHeaderLayer<impl Fn(&axum::response::Response) -> Option<HeaderValue> + Clone> {
+    SetResponseHeaderLayer::overriding(header::CONNECTION, |response: &axum::response::Response| {
+        (response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE)
+            .then(|| HeaderValue::from_static("close"))
+    })
 }
 
 /// A lab made by another named instance is not here: Fly's proxy replays the request to

@@ -42,7 +42,10 @@ pub struct JsonBodyErrors;
 impl IntoResponses for JsonBodyErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
         set(&[
-            (413, "The body is larger than max_body_bytes"),
+            (
+                413,
+                "The body is larger than max_body_bytes; sent with Connection: close, and the connection closes after it",
+            ),
             (415, "The body is not sent as application/json"),
             (422, "Well-formed JSON with unusable values; the detail names the field"),
         ])
@@ -56,7 +59,10 @@ impl IntoResponses for SelectionErrors {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
         set(&[
             (404, "An id not in this lab's dead-letter queue (`field`: ids)"),
-            (413, "The body is larger than max_body_bytes"),
+            (
+                413,
+                "The body is larger than max_body_bytes; sent with Connection: close, and the connection closes after it",
+            ),
             (
                 422,
                 "Neither ids nor filter, a field with an unusable value, or a filter that matches nothing; \

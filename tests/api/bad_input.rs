@@ -129,7 +129,12 @@ async fn an_unknown_refusal_of_the_breaker_names_the_field_and_its_choices() {
 
 #[tokio::test]
 async fn a_refused_limit_names_itself() {
-    let limits = retrylab::config::Limits { max_labs: 1, max_messages_per_lab: 5, ..Default::default() };
+    let limits = retrylab::config::Limits {
+        max_labs: 1,
+        max_messages_per_lab: 5,
+        settled_window: 2,
+        ..Default::default()
+    };
     let app = TestApp::spawn_with(limits).await;
     // An unused lab makes room for a new one...
     let unused = app.new_lab().await;

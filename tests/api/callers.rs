@@ -228,6 +228,57 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
     assert!(card["keys"].as_u64().unwrap() > 3 * KEYS as u64, "{card}");
 }
 
+/// Names that would show as someone else's: bidi overrides and isolates reorder what is
+/// shown, zero-width and other invisible format characters hide in it.
+#[tokio::test]
+async fn a_caller_name_with_invisible_or_reordering_characters_is_refused() {
+    let app = spawn().await;
+    let lab = app.fast_lab().await;
+    for bad in [
+        "bill\u{202E}gnil",
+        "a\u{202A}b",
+        "a\u{2066}b",
+        "a\u{2069}b",
+        "bil\u{200B}ling",
+        "a\u{200D}b",
+        "a\u{200F}b",
+        "a\u{2060}b",
+        "a\u{2064}b",
+        "\u{FEFF}billing",
+        "bil\u{AD}ling",
+        "a\u{061C}b",
+        "a\u{E0041}b",
+    ] {
+        let value = reqwest::header::HeaderValue::from_bytes(bad.as_bytes()).unwrap();
+        let refused = app
+            .client
+            .post(app.url(&format!("/labs/{lab}/downstream")))
+            .header("Idempotency-Key", "k")
+            .header("Content-Type", "application/json")
+            .header("X-Client-Name", value)
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+        assert_eq!(refused.headers()["content-type"], "application/problem+json");
+        let problem: Value = refused.json().await.unwrap();
+        assert!(problem["detail"].as_str().unwrap().contains("X-Client-Name"), "{bad:?}: {problem}");
+    }
+    let fine = reqwest::header::HeaderValue::from_bytes("caf\u{e9} billing".as_bytes()).unwrap();
+    let named = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", "k2")
+        .header("Content-Type", "application/json")
+        .header("X-Client-Name", fine)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(named.status(), StatusCode::OK, "letters beyond ASCII are fine");
+}
+
 async fn post_as(app: &TestApp, lab: &str, name: Option<&str>, key: &str) -> reqwest::Response {
     let mut request = app
         .client

@@ -161,7 +161,8 @@ async fn delete_by_filter_takes_the_letters_and_their_messages_from_the_store() 
     let app = TestApp::spawn().await;
     let Mixed { lab, down, out_of_time, .. } = mixed_queue(&app).await;
 
-    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": { "replays": 3 } })).await;
+    let (status, problem) =
+        post(&app, &lab, "delete", json!({ "filter": { "replays": 3 }, "expected": 0 })).await;
     assert_eq!((status, problem["field"].clone()), (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")));
     let other = app.fast_lab().await;
     let (status, problem) = post(&app, &other, "delete", json!({ "ids": [down[0]] })).await;
@@ -171,7 +172,8 @@ async fn delete_by_filter_takes_the_letters_and_their_messages_from_the_store() 
         "ids of another lab"
     );
 
-    let (status, deleted) = post(&app, &lab, "delete", json!({ "filter": { "cause": "time_budget" } })).await;
+    let (status, deleted) =
+        post(&app, &lab, "delete", json!({ "filter": { "cause": "time_budget" }, "expected": 2 })).await;
     assert_eq!(status, StatusCode::OK, "{deleted}");
     assert_eq!(deleted["deleted"], json!(sorted(out_of_time.clone())));
     let snapshot = app.snapshot(&lab).await;
@@ -323,6 +325,88 @@ async fn a_cancelled_redrive_leaves_the_rest_in_the_queue() {
     assert!(after["dead_letters"].as_array().unwrap().iter().all(|d| d.get("redrive").is_none()));
     let (status, _) = post(&app, &lab, "redrive/cancel", json!({})).await;
     assert_eq!(status, StatusCode::CONFLICT, "nothing left to cancel");
+}
+
+/// A redrive started after a slow one was cancelled goes at its own rate: the cancelled one's
+/// schedule (here 4 s to its next send) does not hold it back.
+#[tokio::test]
+async fn a_redrive_after_a_cancelled_slow_one_goes_at_its_own_rate() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = queue_of(&app, 10).await;
+    let (status, _) = post(&app, &lab, "replay", json!({ "rate_per_s": 0.25 })).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    app.wait_for(&lab, PATIENCE, |s| s["redrive"]["sent"].as_u64().is_some_and(|n| n >= 1)).await;
+    let (status, cancelled) = post(&app, &lab, "redrive/cancel", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    let sent = cancelled["sent"].as_u64().unwrap();
+
+    let started = Instant::now();
+    let (status, fast) = post(&app, &lab, "replay", json!({ "rate_per_s": 200 })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fast}");
+    assert_eq!(fast["redrive"]["total"], 10 - sent);
+    // The rest at 200/s take 5 ms apart; the cancelled redrive's next send was 4 s away.
+    let done = app
+        .wait_for(&lab, Duration::from_millis(2_500), |s| {
+            s["redrive"].is_null() && counter(s, "delivered") == 10
+        })
+        .await;
+    assert!(started.elapsed() < Duration::from_millis(2_500), "took {:?}", started.elapsed());
+    assert_eq!(replay_starts(&done).len(), 10);
+}
+
+/// A rate so small that its interval is no duration (1e-300/s, the smallest float) is refused
+/// naming the field and the lowest rate, and nothing starts.
+#[tokio::test]
+async fn a_redrive_below_the_lowest_rate_is_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let (lab, _) = queue_of(&app, 2).await;
+    for rate in [json!(1e-300), json!(5e-324), json!(0.001)] {
+        let (status, problem) = post(&app, &lab, "replay", json!({ "rate_per_s": rate })).await;
+        assert_eq!(
+            (status, problem["field"].clone()),
+            (StatusCode::UNPROCESSABLE_ENTITY, json!("rate_per_s")),
+            "{rate}: {problem}"
+        );
+        assert!(problem["detail"].as_str().unwrap().contains("0.01"), "says the lowest rate: {problem}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert!(snapshot["redrive"].is_null(), "nothing started: {}", snapshot["redrive"]);
+    assert_eq!(counter(&snapshot, "dead_letter"), 2);
+}
+
+/// A delete by filter needs a filter that narrows and the count the person confirmed; when
+/// more match by the time it runs, nothing is deleted and the answer says how many match now.
+#[tokio::test]
+async fn a_delete_by_filter_needs_a_narrowing_filter_and_the_confirmed_count() {
+    let app = TestApp::spawn().await;
+    let Mixed { lab, down, .. } = mixed_queue(&app).await;
+    for filter in [json!({}), json!({ "q": null }), json!({ "q": "  " }), json!({ "cause": "" })] {
+        let (status, problem) = post(&app, &lab, "delete", json!({ "filter": filter, "expected": 7 })).await;
+        assert_eq!(
+            (status, problem["field"].clone()),
+            (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")),
+            "{filter}: {problem}"
+        );
+    }
+    let by_cause = json!({ "cause": "attempts_used_up", "status": "503" });
+    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": by_cause })).await;
+    assert_eq!(
+        (status, problem["field"].clone()),
+        (StatusCode::UNPROCESSABLE_ENTITY, json!("expected")),
+        "{problem}"
+    );
+    // The person saw 2 match; 3 do now.
+    let (status, problem) = post(&app, &lab, "delete", json!({ "filter": by_cause, "expected": 2 })).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("3 match now") && detail.contains('2'), "{detail}");
+    assert_eq!(counter(&app.snapshot(&lab).await, "dead_letter"), 7, "nothing was deleted");
+
+    let (status, deleted) = post(&app, &lab, "delete", json!({ "filter": by_cause, "expected": 3 })).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    let gone: Vec<u64> = serde_json::from_value(deleted["deleted"].clone()).unwrap();
+    assert_eq!(sorted(gone), sorted(down));
+    assert_eq!(counter(&app.snapshot(&lab).await, "dead_letter"), 4);
 }
 
 #[tokio::test]

@@ -86,3 +86,32 @@ fn the_binary_refuses_a_dedup_window_shorter_than_a_retry() {
     assert!(stderr.contains("--key-ttl-s 3") && stderr.contains("--max-retry-duration-ms"), "{stderr}");
     assert!(String::from_utf8(output.stdout).unwrap().is_empty(), "it never said it was serving");
 }
+
+/// A settled window as large as the cap on a lab's messages would fill the lab with delivered
+/// messages and refuse new ones: the binary refuses the pair at start-up, as clap refuses a
+/// bad flag (one line, exit status 2), naming both settings.
+#[test]
+fn the_binary_refuses_a_settled_window_that_fills_the_lab() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["--addr", "127.0.0.1:0", "--max-messages-per-lab", "300", "--db"])
+        .arg(crate::helpers::fresh_db())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A binary that serves instead of refusing would never exit: stopped after 10 s.
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", String::from_utf8_lossy(&output.stdout));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("--settled-window 5000") && stderr.contains("--max-messages-per-lab 300"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8(output.stdout).unwrap().is_empty(), "it never said it was serving");
+}

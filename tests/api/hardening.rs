@@ -365,3 +365,27 @@ async fn a_request_head_hyper_cannot_read_gets_a_problem_not_an_empty_answer() {
     // The app's own answers are untouched.
     assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
 }
+
+/// A chunked body past `max_body_bytes` is answered 413 with `Connection: close`, and the
+/// server closes after it: the client knows not to send its next request on this connection.
+#[tokio::test]
+async fn a_413_for_a_chunked_body_says_connection_close_and_closes() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::spawn_with(Limits { max_body_bytes: 1024, ..Default::default() }).await;
+    let lab = app.fast_lab().await;
+    let mut stream = tokio::net::TcpStream::connect(address(&app)).await.unwrap();
+    let head = format!(
+        "POST /api/labs/{lab}/dead-letters/replay HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         transfer-encoding: chunked\r\n\r\n"
+    );
+    let chunk = " ".repeat(1024 * 1024); // far past the limit, and past what a socket buffers
+    let request = format!("{head}{:x}\r\n{chunk}\r\n0\r\n\r\n", chunk.len());
+    let _ = stream.write_all(request.as_bytes()).await; // the server may close before it all went
+    let (answer, _) =
+        read_until_closed(&mut stream, Duration::from_secs(10)).await.expect("an answer, then close");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(head.starts_with("HTTP/1.1 413 "), "{head}");
+    assert!(head.to_ascii_lowercase().contains("\r\nconnection: close"), "{head}");
+    let problem: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    assert_eq!(problem["limit"], "max_body_bytes");
+}

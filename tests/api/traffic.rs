@@ -133,6 +133,8 @@ async fn bad_traffic_is_refused_naming_the_field_and_the_limit() {
     for (body, names) in [
         (r#"{"rate_per_s": -1}"#, ["rate_per_s", "max_traffic_rate_per_s"]),
         (r#"{"rate_per_s": 5001}"#, ["rate_per_s", "max_traffic_rate_per_s"]),
+        (r#"{"rate_per_s": 1e-300}"#, ["rate_per_s", "0.01"]),
+        (r#"{"rate_per_s": 5e-324}"#, ["rate_per_s", "0.01"]),
         (r#"{"rate_per_s": 10, "for_ms": 3600001}"#, ["for_ms", "max_traffic_for_ms"]),
         (r#"{"rate_per_s": 10, "arrivals": "bursty"}"#, ["arrivals", "poisson"]),
         (r#"{"rate": 10}"#, ["rate", "rate_per_s"]),
@@ -160,6 +162,29 @@ async fn bad_traffic_is_refused_naming_the_field_and_the_limit() {
     let missing = "/api/labs/6f1c1c3e-9d5e-4a55-8f4a-3b3c2d1e0f9a/traffic";
     let (status, problem) = app.call(Method::PUT, missing, Some(r#"{"rate_per_s": 1}"#)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+}
+
+/// A store written before rates had a floor may hold one too small to pace: it is read back
+/// at the lowest rate, and the lab serves and sends on.
+#[tokio::test]
+async fn a_stored_rate_below_the_lowest_is_read_back_at_the_lowest() {
+    let config = config(Limits::default(), Retention::default());
+    let db = config.db.clone();
+    let (first, server) = TestApp::spawn_stoppable(config).await;
+    let lab = first.fast_lab().await;
+    first.put(&lab, "traffic", r#"{"rate_per_s": 50}"#).await;
+    server.stop().await;
+    let store = rusqlite::Connection::open(&db).unwrap();
+    let tiny = r#"{"rate_per_s": 1e-300, "arrivals": "even", "until_ms": null}"#;
+    assert_eq!(store.execute("UPDATE labs SET traffic = ?1 WHERE id = ?2", (tiny, &lab)).unwrap(), 1);
+    drop(store);
+
+    let again = retrylab::config::Config { db, ..config_defaults() };
+    let (second, _server) = TestApp::spawn_stoppable(again).await;
+    let snapshot = second.snapshot(&lab).await;
+    assert_eq!(snapshot["traffic"]["rate_per_s"], 0.01, "{}", snapshot["traffic"]);
+    second.put(&lab, "traffic", r#"{"rate_per_s": 100}"#).await;
+    second.wait_for(&lab, PATIENCE, |s| traffic(s, "sent") >= 3).await;
 }
 
 #[tokio::test]
