@@ -249,33 +249,13 @@ async fn a_caller_name_with_invisible_or_reordering_characters_is_refused() {
         "a\u{061C}b",
         "a\u{E0041}b",
     ] {
-        let value = reqwest::header::HeaderValue::from_bytes(bad.as_bytes()).unwrap();
-        let refused = app
-            .client
-            .post(app.url(&format!("/labs/{lab}/downstream")))
-            .header("Idempotency-Key", "k")
-            .header("Content-Type", "application/json")
-            .header("X-Client-Name", value)
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
+        let refused = post_as(&app, &lab, Some(bad), "k").await;
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad:?}");
         assert_eq!(refused.headers()["content-type"], "application/problem+json");
         let problem: Value = refused.json().await.unwrap();
         assert!(problem["detail"].as_str().unwrap().contains("X-Client-Name"), "{bad:?}: {problem}");
     }
-    let fine = reqwest::header::HeaderValue::from_bytes("caf\u{e9} billing".as_bytes()).unwrap();
-    let named = app
-        .client
-        .post(app.url(&format!("/labs/{lab}/downstream")))
-        .header("Idempotency-Key", "k2")
-        .header("Content-Type", "application/json")
-        .header("X-Client-Name", fine)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let named = post_as(&app, &lab, Some("caf\u{e9} billing"), "k2").await;
     assert_eq!(named.status(), StatusCode::OK, "letters beyond ASCII are fine");
 }
 
