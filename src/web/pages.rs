@@ -81,8 +81,8 @@ impl NotFoundPage {
     pub fn comparison() -> Self {
         NotFoundPage {
             what: "comparison",
-            detail: "There is no comparison at this address: the link may be mistyped, or its \
-                     labs were deleted after a week without use.",
+            detail: "There is no comparison at this address: the link may be mistyped. (A \
+                     comparison whose labs have expired keeps its page, marked so.)",
             offer: "A new comparison takes a scenario and two or more policies.",
             start_href: "/compare",
             start_text: "Start a comparison",
