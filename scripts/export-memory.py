@@ -14,6 +14,14 @@ ms. A one-letter export and an empty lab's snapshot go first, so one-time costs 
 counted as growth. The snapshot is read after the export, on the same server: memory the export freed may be
 reused by it, which makes its growth smaller, not larger. Prints min / median / max over
 --runs runs. Without a release build it measures the debug one.
+
+With --contention it measures what exports and bulk actions cost the other labs instead: a
+probe posts to another lab's endpoint one request at a time, first alone and then while
+--exports exports of the N letters are read at full speed at once (each from a client address
+of its own, behind --client-ip-header, so none is held to another's allowance of bytes); then
+the bulk actions on the N letters (a dry run, quarantine and back, a redrive started and
+cancelled, a delete by filter) are timed one by one. The time an action takes to answer bounds
+how long it held the lab's lock.
 """
 import argparse
 import json
@@ -36,6 +44,8 @@ parser.add_argument("--runs", type=int, default=3)
 parser.add_argument("--chunk", type=int, default=4096, help="bytes read from the export at a time")
 parser.add_argument("--pause-ms", type=float, default=2.0, help="pause between two reads of the export")
 parser.add_argument("--quick", action="store_true", help="300 letters, one run (CI proves the script still works)")
+parser.add_argument("--contention", action="store_true", help="time another lab's endpoint during exports, and bulk actions")
+parser.add_argument("--exports", type=int, default=8, help="exports read at once, with --contention")
 args = parser.parse_args()
 if args.quick:
     args.letters, args.runs, args.max_burst, args.pause_ms = 300, 1, 100, 0.5
@@ -52,17 +62,18 @@ class Server:
         flags = ["--control-rate-per-s", BIG, "--control-burst", BIG, "--max-burst", str(args.max_burst),
                  "--max-messages-per-lab", str(max(20_000, args.letters)),
                  "--max-active-messages-per-lab", str(max(5_000, args.max_burst)),
-                 "--snapshot-bytes-per-s", BIG, "--snapshot-burst-bytes", "1000000000"]
+                 "--snapshot-bytes-per-s", BIG, "--snapshot-burst-bytes", "1000000000",
+                 "--endpoint-rate-per-s", BIG, "--endpoint-burst", BIG, "--client-ip-header", "x-client-ip"]
         self.process = subprocess.Popen(
             [args.bin, "--addr", "127.0.0.1:0", "--db", os.path.join(self.dir, "export.db"), *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "RUST_LOG": "warn"})
         self.url = re.search(r"http://[0-9.:]+", self.process.stdout.readline()).group(0)
         self.host, self.port = self.url.removeprefix("http://").rsplit(":", 1)
 
-    def call(self, method, path, body=None):
+    def call(self, method, path, body=None, headers=None):
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"content-type": "application/json"})
+                                         headers={"content-type": "application/json", **(headers or {})})
         with urllib.request.urlopen(request, timeout=120) as response:
             raw = response.read()
         return json.loads(raw) if raw else None
@@ -182,6 +193,86 @@ def one_run():
     finally:
         server.stop()
 
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def probe(server, lab, seconds, latencies):
+    """Posts to `lab`'s endpoint one request at a time for `seconds`, each a new key."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        key = f"probe-{len(latencies)}-{time.monotonic_ns()}"
+        started = time.monotonic()
+        server.call("POST", f"/labs/{lab}/downstream", {"order": 1}, {"idempotency-key": key})
+        latencies.append((time.monotonic() - started) * 1000)
+
+
+def timed(action):
+    started = time.monotonic()
+    action()
+    return (time.monotonic() - started) * 1000
+
+
+def contention_run():
+    server = Server()
+    try:
+        lab = fill(server)
+        other = server.call("POST", "/api/labs")["id"]
+        server.call("PUT", f"/api/labs/{other}/downstream", {"latency_ms": [0, 0]})
+        export = f"/api/labs/{lab}/dead-letters?format=ndjson"
+        alone = []
+        probe(server, other, 2.0, alone)
+        during, walls = [], []
+
+        def read_export(n):
+            request = urllib.request.Request(server.url + export, headers={"x-client-ip": f"10.0.0.{n + 1}"})
+            started = time.monotonic()
+            with urllib.request.urlopen(request, timeout=300) as response:
+                lines = response.read().count(b"\n")
+            walls.append(time.monotonic() - started)
+            assert lines == args.letters, f"{lines} lines exported of {args.letters}"
+
+        readers = [threading.Thread(target=read_export, args=(n,)) for n in range(args.exports)]
+        for reader in readers:
+            reader.start()
+        while any(reader.is_alive() for reader in readers):
+            probe(server, other, 0.2, during)
+        for reader in readers:
+            reader.join()
+        assert len(walls) == args.exports, f"{len(walls)} of {args.exports} exports finished"
+        actions = f"/api/labs/{lab}/dead-letters"
+        everything = {"filter": {"cause": "attempts_used_up"}}
+        figures = {
+            "endpoint alone p50 ms": percentile(alone, 50),
+            "endpoint alone p99 ms": percentile(alone, 99),
+            "endpoint during exports p50 ms": percentile(during, 50),
+            "endpoint during exports p99 ms": percentile(during, 99),
+            "endpoint during exports max ms": max(during),
+            "slowest export s": max(walls),
+            "dry run ms": timed(lambda: server.call("POST", f"{actions}/replay", {**everything, "dry_run": True})),
+            "quarantine ms": timed(lambda: server.call("POST", f"{actions}/quarantine", everything)),
+            "back out ms": timed(lambda: server.call("POST", f"{actions}/quarantine", {**everything, "quarantined": False})),
+            "redrive start ms": timed(lambda: server.call("POST", f"{actions}/replay", {**everything, "rate_per_s": 0.01})),
+            "redrive cancel ms": timed(lambda: server.call("POST", f"{actions}/redrive/cancel")),
+            "delete by filter ms": timed(lambda: server.call(
+                "POST", f"{actions}/delete", {**everything, "expected": args.letters})),
+        }
+        assert dead_letters(server, lab) == 0, "the delete took every letter"
+        return figures
+    finally:
+        server.stop()
+
+
+if args.contention:
+    runs = [contention_run() for _ in range(args.runs)]
+    print(f"{args.letters} dead letters, {args.exports} exports at once, {args.runs} run(s), {args.bin}. "
+          "min / median / max:")
+    for name in runs[0]:
+        values = [run[name] for run in runs]
+        print(f"  {name:32} {min(values):10.2f} {statistics.median(values):10.2f} {max(values):10.2f}")
+    raise SystemExit(0)
 
 runs = [one_run() for _ in range(args.runs)]
 print(f"{args.letters} dead letters, {args.runs} run(s), {args.bin}; export read {args.chunk} B at a time, "

@@ -118,6 +118,9 @@ pub enum ReplayRefusal {
 #[derive(Debug, Default)]
 pub struct DeadLetterQueue {
     letters: Vec<DeadLetter>,
+    /// Where each letter sits in `letters`, by id: an export or a page reads letters by id, and
+    /// a search per letter made those quadratic in the queue's length, under the lab's lock.
+    index: HashMap<u64, usize>,
     /// Kept as a count so the counters stay cheap.
     quarantined: u64,
     /// Letters added or removed since the store last took them.
@@ -133,7 +136,14 @@ impl DeadLetterQueue {
             mark.rate_per_s = crate::domain::paced_rate(mark.rate_per_s);
         }
         let quarantined = letters.iter().filter(|d| d.quarantined).count() as u64;
-        DeadLetterQueue { letters, quarantined, dirty: HashSet::new() }
+        let mut queue = DeadLetterQueue { letters, quarantined, ..Default::default() };
+        queue.reindex();
+        queue
+    }
+
+    /// Rebuilds `index` after the letters moved.
+    fn reindex(&mut self) {
+        self.index = self.letters.iter().enumerate().map(|(i, d)| (d.id, i)).collect();
     }
 
     pub fn letters(&self) -> &[DeadLetter] {
@@ -147,6 +157,7 @@ impl DeadLetterQueue {
     pub fn push(&mut self, letter: DeadLetter) {
         self.quarantined += u64::from(letter.quarantined);
         self.dirty.insert(letter.id);
+        self.index.insert(letter.id, self.letters.len());
         self.letters.push(letter);
     }
 
@@ -157,6 +168,7 @@ impl DeadLetterQueue {
         let (removed, kept) =
             std::mem::take(&mut self.letters).into_iter().partition(|d| gone.contains(&d.id));
         self.letters = kept;
+        self.reindex();
         self.quarantined = self.letters.iter().filter(|d| d.quarantined).count() as u64;
         self.dirty.extend(gone);
         removed
@@ -181,7 +193,7 @@ impl DeadLetterQueue {
 
     /// The letter with this id.
     pub fn get(&self, id: u64) -> Option<&DeadLetter> {
-        self.letters.iter().find(|d| d.id == id)
+        self.index.get(&id).map(|&i| &self.letters[i])
     }
 
     /// Puts letters back where they were (a replay the store could not keep).
@@ -190,6 +202,7 @@ impl DeadLetterQueue {
             self.push(letter);
         }
         self.letters.sort_by_key(|d| (d.dead_lettered_unix_ms, d.id));
+        self.reindex();
     }
 
     /// Removes letters older than the retention window; returns their ids.
@@ -292,6 +305,24 @@ mod tests {
         let mut again = DeadLetterChanges::default();
         queue.take_changes(&mut again);
         assert_eq!(again.dead_letters.len(), 1);
+    }
+
+    #[test]
+    fn a_letter_is_found_by_id_however_the_queue_moved() {
+        let letter =
+            |id, at| DeadLetter::new(&message(id, 0), (Cause::AttemptsUsedUp, "x".into()), (at, at), 3);
+        let mut queue = DeadLetterQueue::restore(vec![letter(3, 30), letter(1, 10)]);
+        queue.push(letter(2, 20));
+        let found = |q: &DeadLetterQueue| [1, 2, 3, 4].map(|id| q.get(id).map(|d| d.dead_lettered_ms));
+        assert_eq!(found(&queue), [Some(10), Some(20), Some(30), None]);
+        let taken = queue.remove(&[1]);
+        assert_eq!(found(&queue), [None, Some(20), Some(30), None]);
+        queue.put_back(taken);
+        queue.put_back(vec![letter(4, 5)]);
+        assert_eq!(found(&queue), [Some(10), Some(20), Some(30), Some(5)]);
+        assert_eq!(queue.letters().iter().map(|d| d.id).collect::<Vec<_>>(), [4, 1, 2, 3], "oldest first");
+        queue.clear();
+        assert_eq!(found(&queue), [None; 4]);
     }
 
     #[test]

@@ -44,7 +44,8 @@ impl DeadLetterQueue {
     /// Starts a redrive of `ids` (dead letters, oldest first in the queue's order) at `rate_per_s`.
     pub fn start_redrive(&mut self, ids: &[u64], rate_per_s: f64) -> Redrive {
         let mark = RedriveMark { rate_per_s, total: ids.len() as u64 };
-        for letter in self.letters.iter_mut().filter(|d| ids.contains(&d.id)) {
+        let chosen: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        for letter in self.letters.iter_mut().filter(|d| chosen.contains(&d.id)) {
             letter.redrive = Some(mark);
             self.dirty.insert(letter.id);
         }

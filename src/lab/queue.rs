@@ -126,6 +126,15 @@ impl Lab {
         matching(state.dead_letters.letters(), selection, state.applied())
     }
 
+    /// About how many bytes an export of these letters takes: their count times the size of
+    /// the first one (a letter's size varies with its attempts, not by orders of magnitude).
+    pub fn export_estimate(&self, ids: &[u64]) -> usize {
+        let Some(&first) = ids.first() else { return 0 };
+        let state = self.lock();
+        let one = state.dead_letters.get(first).map_or(0, |d| crate::domain::to_json(d).len() + 1);
+        one * ids.len()
+    }
+
     /// The letters with these ids still in the queue, in the order asked, each with `applied`
     /// as the ledger has it now.
     pub fn dead_letters_for_export(&self, ids: &[u64]) -> Vec<DeadLetter> {

@@ -75,11 +75,14 @@ const TEXT_FIELDS: [&str; 4] = ["cause", "status", "q", "format"];
         )),
         LabErrors,
         (status = 422, description = "A filter field, limit or format with an unusable value; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "An export past this client's allowance of bytes read (snapshot_bytes_per_s): exports and snapshots share it", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list(
     State(app): State<AppState>,
     LabPath(lab): LabPath,
+    headers: axum::http::HeaderMap,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, AppError> {
     let Query(raw) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
@@ -97,7 +100,16 @@ pub async fn list(
     let selection = filter_from(Value::Object(fields), "")?;
     match format.as_deref() {
         None | Some("json") => {}
-        Some("ndjson") => return Ok(export(lab, &selection)),
+        Some("ndjson") => {
+            let ids = lab.matching_dead_letters(&selection);
+            // An export is read like a snapshot: its bytes count against the same allowance
+            // per client, so many exports from one address are refused, not queued.
+            let client = app.snapshot_gate.limiter().client_address(&headers, peer.map(|p| p.0.0));
+            if let Some(client) = client {
+                app.snapshot_gate.charge(client, lab.export_estimate(&ids))?;
+            }
+            return Ok(export(lab, ids));
+        }
         Some(other) => {
             return Err(field("format", format!("format: {other:?} is not one of json, ndjson")));
         }
@@ -113,8 +125,7 @@ pub async fn list(
 /// Streams the matching letters, read from the lab `EXPORT_CHUNK` at a time: the ids are taken
 /// at the start (8 bytes each), the letters as the stream goes, so memory stays bounded however
 /// large the queue. A letter replayed or deleted meanwhile is left out.
-fn export(lab: std::sync::Arc<Lab>, selection: &Selection) -> Response {
-    let ids = lab.matching_dead_letters(selection);
+fn export(lab: std::sync::Arc<Lab>, ids: Vec<u64>) -> Response {
     let chunks = futures_util::stream::unfold(0usize, move |from| {
         let lab = lab.clone();
         let ids = &ids;

@@ -100,8 +100,9 @@ impl AppError {
             ),
             AppError::RateLimited { limit: "snapshot_bytes_per_s", .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
-                "this client has read too many bytes of snapshots lately (snapshot_bytes_per_s, \
-                 snapshot_burst_bytes); wait for the Retry-After, or follow the event stream instead",
+                "this client has read too many bytes of snapshots and exports lately \
+                 (snapshot_bytes_per_s, snapshot_burst_bytes); wait for the Retry-After, or follow \
+                 the event stream instead",
                 Some("snapshot_bytes_per_s"),
             ),
             AppError::RateLimited { limit: "max_snapshot_bytes_building", .. } => (

@@ -40,17 +40,24 @@ impl SnapshotGate {
         &self.per_client
     }
 
-    /// Lets `client` build a snapshot of about `bytes`, or says which limit refuses it. The
-    /// permit is held while it is built; a snapshot larger than a bound costs the whole bound,
-    /// so it can still be read alone.
-    pub fn admit(&self, client: IpAddr, bytes: usize) -> Result<OwnedSemaphorePermit, AppError> {
+    /// Takes `bytes` from `client`'s allowance for a read that streams in bounded memory (an
+    /// export), or says it is spent: the bound on bytes being built does not apply.
+    pub fn charge(&self, client: IpAddr, bytes: usize) -> Result<(), AppError> {
         let bytes = (bytes as u64).min(self.burst_bytes);
         self.per_client.take_n(client, u32::try_from(bytes).unwrap_or(u32::MAX), Instant::now()).map_err(
             |wait| AppError::RateLimited {
                 limit: "snapshot_bytes_per_s",
                 retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
             },
-        )?;
+        )
+    }
+
+    /// Lets `client` build a snapshot of about `bytes`, or says which limit refuses it. The
+    /// permit is held while it is built; a snapshot larger than a bound costs the whole bound,
+    /// so it can still be read alone.
+    pub fn admit(&self, client: IpAddr, bytes: usize) -> Result<OwnedSemaphorePermit, AppError> {
+        self.charge(client, bytes)?;
+        let bytes = (bytes as u64).min(self.burst_bytes);
         let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.max_building_kib);
         self.building
             .clone()

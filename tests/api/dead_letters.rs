@@ -473,6 +473,48 @@ async fn an_export_of_more_letters_than_a_chunk_holds_keeps_them_all() {
 }
 
 #[tokio::test]
+async fn exports_share_the_clients_allowance_of_bytes_with_snapshots() {
+    let burst = 60_000;
+    let limits = retrylab::config::Limits {
+        snapshot_bytes_per_s: 1,
+        snapshot_burst_bytes: burst,
+        ..Default::default()
+    };
+    // Behind a proxy, so the exporter is an address of its own: the test's own reads of the
+    // lab while it fills come from another and draw on another allowance.
+    let mut config = crate::helpers::config(limits, Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let (lab, ids) = queue_of(&app, 60).await;
+    let url = app.url(&format!("/api/labs/{lab}/dead-letters?format=ndjson"));
+    let get = |url: String, from: &'static str| app.client.get(url).header("Fly-Client-IP", from).send();
+    // Each export costs about its size: the burst lets a few through, then the rate (a byte a
+    // second) refuses the next, naming the limit, before a byte of it is sent.
+    let (mut read, mut largest, mut exports) = (0, 0, 0);
+    let refused = loop {
+        let response = get(url.clone(), "203.0.113.7").await.unwrap();
+        if response.status() != StatusCode::OK {
+            break response;
+        }
+        let text = response.text().await.unwrap();
+        assert_eq!(text.lines().count(), ids.len(), "a whole export");
+        (read, largest, exports) = (read + text.len(), largest.max(text.len()), exports + 1);
+        let within = read as u64 <= burst + 2 * largest as u64;
+        assert!(exports < 1000 && within, "{read} bytes in {exports} exports");
+    };
+    assert!(exports >= 2, "the burst of {burst} bytes holds more than one export of {largest}");
+    assert!(read as u64 + 2 * largest as u64 >= burst, "only {read} bytes exported before the limit");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["limit"], "snapshot_bytes_per_s", "{body}");
+    // The lab's snapshot draws on the same allowance; another address has its own.
+    let snapshot = get(app.url(&format!("/api/labs/{lab}")), "203.0.113.7").await.unwrap();
+    assert_eq!(snapshot.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(get(url, "198.51.100.9").await.unwrap().status(), StatusCode::OK, "another client");
+}
+
+#[tokio::test]
 async fn metrics_show_the_depth_by_cause_and_the_age_of_the_oldest() {
     let app = TestApp::spawn().await;
     let Mixed { lab, .. } = mixed_queue(&app).await;
