@@ -133,12 +133,22 @@ fn export(lab: std::sync::Arc<Lab>, ids: Vec<u64>) -> Response {
             (from < ids.len()).then(|| ids[from..(from + EXPORT_CHUNK).min(ids.len())].to_vec());
         async move {
             let chunk = chunk?;
-            let mut text = String::new();
-            for letter in lab.dead_letters_for_export(&chunk) {
-                text.push_str(&serde_json::to_string(&letter).expect("a dead letter serializes"));
-                text.push('\n');
-            }
-            Some((Ok::<_, std::convert::Infallible>(Bytes::from(text)), from + chunk.len()))
+            let read = chunk.len();
+            // Serialized off the async workers: eight exports at once would otherwise keep
+            // them busy and every other lab's requests would wait behind them.
+            let text = tokio::task::spawn_blocking(move || {
+                let mut text = String::new();
+                for letter in lab.dead_letters_for_export(&chunk) {
+                    text.push_str(&serde_json::to_string(&letter).expect("a dead letter serializes"));
+                    text.push('\n');
+                }
+                text
+            })
+            .await;
+            // A chunk that could not be read breaks the connection: a cut-off export must not
+            // look whole.
+            let text = text.map(Bytes::from).map_err(std::io::Error::other);
+            Some((text, from + read))
         }
     });
     ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(chunks)).into_response()
