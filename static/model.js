@@ -123,7 +123,7 @@ export function applyEvent(model, id, ev) {
     model.anchorPerf = performance.now();
   }
   // These carry the whole lab as it now is (after a reset, a client restart, or retention).
-  if (ev.type === 'reset' || ev.type === 'recovered' || ev.type === 'expired' || ev.type === 'withdrawn') {
+  if (ev.type === 'reset' || ev.type === 'recovered' || ev.type === 'expired') {
     const changes = applySnapshot(model, ev.snapshot);
     model.lastEventId = id;
     return changes;
@@ -238,6 +238,29 @@ export function applyEvent(model, id, ev) {
       model.redrive = ev.redrive ?? null;
       changes.deadLetters = true;
       break;
+
+    case 'withdrawn': {
+      // A change the store could not keep, taken back: what it touched, as it now is.
+      for (const m of ev.messages) {
+        model.messages.set(m.id, m);
+        model.idByKey?.set(m.key, m.id);
+        changes.messages.add(m.id);
+      }
+      for (const messageId of ev.removed) {
+        model.messages.delete(messageId);
+        model.deadLetters.delete(messageId);
+      }
+      if (ev.removed.length) changes.all = true; // rows leave the timeline
+      for (const dl of ev.dead_letters) model.deadLetters.set(dl.id, dl);
+      // Back in the server's order: oldest first.
+      const letters = [...model.deadLetters.values()].sort(
+        (a, b) => a.dead_lettered_unix_ms - b.dead_lettered_unix_ms || a.id - b.id,
+      );
+      model.deadLetters = new Map(letters.map((dl) => [dl.id, dl]));
+      model.redrive = ev.redrive ?? null;
+      changes.deadLetters = true;
+      break;
+    }
 
     case 'settings_changed':
       model.downstream = ev.downstream;

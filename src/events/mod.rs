@@ -116,11 +116,19 @@ pub enum Event {
         #[schema(value_type = Object)]
         snapshot: serde_json::Value,
     },
-    /// A change the store could not keep was taken back (`what`: a burst, a replay).
+    /// A change the store could not keep was taken back (`what`: a burst, a replay, a delete, a
+    /// quarantine, a redrive): what it touched, as it now is, not the whole lab, since a redrive
+    /// against a full store takes back a letter several times a second.
     Withdrawn {
         what: &'static str,
-        #[schema(value_type = Object)]
-        snapshot: serde_json::Value,
+        /// Messages it put back as they were, whole.
+        messages: Vec<Message>,
+        /// Messages it took away (a burst's).
+        removed: Vec<u64>,
+        /// Dead letters it put back or changed back, whole.
+        dead_letters: Vec<DeadLetter>,
+        /// The redrive as it now stands.
+        redrive: Option<Redrive>,
     },
     /// The client came back (after a restart or a crash) and picked up from the store.
     Recovered {

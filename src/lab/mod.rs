@@ -370,21 +370,35 @@ impl Lab {
         for letter in &letters {
             state.record.return_to_dead_letters(letter.id, letter.round);
         }
+        let ids: Vec<u64> = letters.iter().map(|d| d.id).collect();
         state.dead_letters.put_back(letters);
-        self.publish_withdrawn(&mut state, "replay");
+        self.publish_withdrawn(
+            &mut state,
+            "replay",
+            Withdrawal { messages: &ids, letters: &ids, removed: &[] },
+        );
     }
 
     /// Takes back a burst the store could not keep: its messages are gone.
     pub fn withdraw_burst(&self, ids: &[u64]) {
         let mut state = self.lock();
         state.record.remove_messages(ids);
-        self.publish_withdrawn(&mut state, "burst");
+        self.publish_withdrawn(&mut state, "burst", Withdrawal { removed: ids, ..Withdrawal::default() });
     }
 
-    fn publish_withdrawn(&self, state: &mut LabState, what: &'static str) {
+    /// Says what a withdrawal put back, each part as it now is.
+    fn publish_withdrawn(&self, state: &mut LabState, what: &'static str, touched: Withdrawal) {
         let now = self.now_ms();
-        let snapshot = self.snapshot_value(state);
-        self.publish(state, &Event::Withdrawn { what, snapshot }, now);
+        let messages = touched.messages.iter().filter_map(|&id| state.record.message(id).cloned()).collect();
+        let dead_letters = touched
+            .letters
+            .iter()
+            .filter_map(|&id| state.dead_letters.get(id))
+            .map(|d| state.as_ledger_says(d))
+            .collect();
+        let redrive = state.dead_letters.redrive();
+        let removed = touched.removed.to_vec();
+        self.publish(state, &Event::Withdrawn { what, messages, removed, dead_letters, redrive }, now);
     }
 
     /// Stops the traffic and every delivery and clears messages, dead letters and the ledger.
@@ -488,4 +502,13 @@ impl Lab {
             self.outside_keys_total.fetch_sub(before - after, Ordering::Relaxed);
         }
     }
+}
+
+/// The ids a withdrawal touched: messages put back, dead letters put back or changed back,
+/// messages taken away.
+#[derive(Default)]
+struct Withdrawal<'a> {
+    messages: &'a [u64],
+    letters: &'a [u64],
+    removed: &'a [u64],
 }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Lab, LabState};
+use super::{Lab, LabState, Withdrawal};
 use crate::dlq::{Chosen, DeadLetter, Facets, Redrive, ReplayRefusal, Selection, Target, matching, page};
 use crate::downstream::Mode;
 use crate::events::{Event, ReplayedMessage};
@@ -82,7 +82,7 @@ impl LabState {
 
     /// A copy of the letter with `applied` as the ledger has it now (a write can land after
     /// its message was given up on).
-    fn as_ledger_says(&self, letter: &DeadLetter) -> DeadLetter {
+    pub(super) fn as_ledger_says(&self, letter: &DeadLetter) -> DeadLetter {
         DeadLetter { applied: self.endpoint.ledger.is_applied(&letter.key), ..letter.clone() }
     }
 
@@ -210,9 +210,14 @@ impl Lab {
         let mut state = self.lock();
         let mut messages = state.record.messages().to_vec();
         messages.extend(deleted.messages);
+        let ids: Vec<u64> = deleted.letters.iter().map(|d| d.id).collect();
         state.record.replace_messages(messages);
         state.dead_letters.put_back(deleted.letters);
-        self.publish_withdrawn(&mut state, "delete");
+        self.publish_withdrawn(
+            &mut state,
+            "delete",
+            Withdrawal { messages: &ids, letters: &ids, removed: &[] },
+        );
     }
 
     /// Moves the letters `target` names into quarantine (`true`) or out of it; returns those
@@ -231,7 +236,11 @@ impl Lab {
     pub fn withdraw_quarantine(&self, ids: &[u64], quarantined: bool) {
         let mut state = self.lock();
         state.dead_letters.set_quarantined(ids, !quarantined);
-        self.publish_withdrawn(&mut state, "quarantine");
+        self.publish_withdrawn(
+            &mut state,
+            "quarantine",
+            Withdrawal { letters: ids, ..Withdrawal::default() },
+        );
     }
 
     /// The running redrive, if any.
@@ -264,8 +273,10 @@ impl Lab {
     /// Takes back a redrive's start the store could not keep.
     pub fn withdraw_redrive(&self) {
         let mut state = self.lock();
+        let owed: Vec<u64> =
+            state.dead_letters.letters().iter().filter(|d| d.redrive.is_some()).map(|d| d.id).collect();
         state.dead_letters.cancel_redrive();
-        self.publish_withdrawn(&mut state, "redrive");
+        self.publish_withdrawn(&mut state, "redrive", Withdrawal { letters: &owed, ..Withdrawal::default() });
         self.redrive_turned();
     }
 

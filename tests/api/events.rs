@@ -137,3 +137,91 @@ async fn a_resume_from_too_far_back_starts_with_a_snapshot() {
     assert_eq!(first.id, 17);
     assert_eq!(json(&first)["downstream"]["mode"], "healthy");
 }
+
+/// The next event of type `kind`, skipping others.
+async fn next_of(stream: &mut SseReader, kind: &str) -> SseEvent {
+    loop {
+        let event = stream.next().await;
+        if json(&event)["type"] == kind {
+            return event;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_withdrawal_says_what_it_put_back_not_the_whole_lab() {
+    // A store that fills up (the database and its log share 640 kB), so actions on dead letters
+    // are refused and taken back.
+    let config = retrylab::config::Config {
+        max_db_bytes: 640 * 1024,
+        ..crate::helpers::config(Default::default(), Default::default())
+    };
+    let app = TestApp::spawn_config(config).await;
+    let (lab, hog) = (app.fast_lab().await, app.fast_lab().await);
+    app.put(&lab, "policy", r#"{"max_attempts": 1}"#).await;
+    app.set_mode(&lab, "down").await;
+    let ids = app.burst(&lab, 40).await;
+    app.wait_for(&lab, Duration::from_secs(30), |s| crate::helpers::counter(s, "dead_letter") == 40).await;
+    app.set_mode(&lab, "healthy").await;
+    // The hog's thousand messages fit; the attempts they then make do not.
+    app.put(&hog, "downstream", r#"{"mode": "down"}"#).await;
+    app.put(&hog, "policy", r#"{"base_ms": 20, "cap_ms": 20, "max_attempts": 20}"#).await;
+    app.burst(&hog, 1000).await;
+    let start = std::time::Instant::now();
+    while app.client.get(app.url("/healthz")).send().await.unwrap().status() != 503 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the store filled up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = app.snapshot(&lab).await;
+    let last = before["last_event_id"].as_u64().unwrap();
+    let snapshot_bytes = before.to_string().len();
+    let mut stream = SseReader::open(&app, &lab, Some(last)).await;
+    let post = |action: &str, body: String| {
+        app.client
+            .post(app.url(&format!("/api/labs/{lab}/dead-letters/{action}")))
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+    };
+
+    // A quarantine of one letter, taken back: the event carries that letter, as it was.
+    let refused = post("quarantine", format!(r#"{{"ids": [{}]}}"#, ids[3])).await.unwrap();
+    assert_eq!(refused.status(), 507);
+    let event = next_of(&mut stream, "withdrawn").await;
+    let withdrawn = json(&event);
+    assert_eq!(withdrawn["what"], "quarantine");
+    assert!(withdrawn.get("snapshot").is_none(), "{withdrawn}");
+    let letters = withdrawn["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 1, "{withdrawn}");
+    assert_eq!((letters[0]["id"].as_u64(), &letters[0]["quarantined"]), (Some(ids[3]), &Value::Bool(false)));
+    assert!(
+        event.data.len() * 10 < snapshot_bytes,
+        "the event is {} bytes, the lab's snapshot {snapshot_bytes}",
+        event.data.len()
+    );
+
+    // A replay of two, taken back: their messages are dead letters again, in their round.
+    let refused = post("replay", format!(r#"{{"ids": [{}, {}]}}"#, ids[0], ids[1])).await.unwrap();
+    assert_eq!(refused.status(), 507);
+    let withdrawn = json(&next_of(&mut stream, "withdrawn").await);
+    assert_eq!(withdrawn["what"], "replay");
+    let messages = withdrawn["messages"].as_array().unwrap();
+    assert_eq!(messages.iter().map(|m| m["id"].as_u64().unwrap()).collect::<Vec<_>>(), [ids[0], ids[1]]);
+    for message in messages {
+        assert_eq!((&message["state"], &message["round"]), (&Value::from("dead_letter"), &Value::from(0)));
+    }
+    assert_eq!(withdrawn["dead_letters"].as_array().unwrap().len(), 2);
+
+    // A redrive of all 40, taken back: the letters it had marked, unmarked, and no redrive.
+    let refused = post("replay", r#"{"rate_per_s": 5}"#.to_owned()).await.unwrap();
+    assert_eq!(refused.status(), 507);
+    let withdrawn = json(&next_of(&mut stream, "withdrawn").await);
+    assert_eq!((&withdrawn["what"], &withdrawn["redrive"]), (&Value::from("redrive"), &Value::Null));
+    let letters = withdrawn["dead_letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 40);
+    assert!(letters.iter().all(|d| d.get("redrive").is_none()), "{withdrawn}");
+
+    // What the events said is what the lab holds.
+    let after = app.snapshot(&lab).await;
+    assert_eq!(after["dead_letters"], before["dead_letters"], "every action was taken back");
+}
