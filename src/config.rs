@@ -422,6 +422,11 @@ pub struct Retention {
     /// How often the retention windows are applied, in milliseconds.
     #[arg(long, env = "RETRYLAB_SWEEP_INTERVAL_MS", default_value_t = DEFAULT_RETENTION.sweep_interval_ms)]
     pub sweep_interval_ms: u64,
+    /// A lab no page watches lets go of its window of recent events (kept for resumes) once it
+    /// has published nothing for this long, in milliseconds: a page that comes back later
+    /// starts from a snapshot.
+    #[arg(long, env = "RETRYLAB_IDLE_EVENT_WINDOW_MS", default_value_t = DEFAULT_RETENTION.idle_event_window_ms)]
+    pub idle_event_window_ms: u64,
 }
 
 const DAY_S: u64 = 24 * 60 * 60;
@@ -431,6 +436,7 @@ const DEFAULT_RETENTION: Retention = Retention {
     dead_letter_ttl_s: 14 * DAY_S,
     idle_lab_ttl_s: 7 * DAY_S,
     sweep_interval_ms: 60_000,
+    idle_event_window_ms: 60_000,
 };
 
 impl Default for Retention {

@@ -190,7 +190,8 @@ fn stop_deliveries(labs: &Labs) {
     }
 }
 
-/// Applies the retention windows now and then: idempotency keys, dead letters, idle labs.
+/// Applies the retention windows now and then: idempotency keys, dead letters, the event
+/// windows of labs no one watches, idle labs.
 async fn apply_retention(app: Arc<App>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(app.retention.sweep_interval_ms.max(10)));
     loop {
@@ -198,6 +199,7 @@ async fn apply_retention(app: Arc<App>) {
         let now = unix_now_ms();
         for lab in app.labs.all() {
             lab.expire(now);
+            lab.rest_event_window(now);
         }
         let purged = app.labs.purge_idle(now);
         if purged > 0 {

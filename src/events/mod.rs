@@ -306,6 +306,21 @@ impl EventLog {
         }
     }
 
+    pub fn is_window_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// Lets go of every event kept for resumes, and of the broadcast if no one listens: a
+    /// resume from before now starts from a snapshot. After a reset, or once an unwatched lab
+    /// has been quiet for a while, the window is memory no page will ask for.
+    pub fn forget_window(&mut self) {
+        self.window = VecDeque::new();
+        self.window_bytes = 0;
+        if self.sender.as_ref().is_some_and(|s| s.receiver_count() == 0) {
+            self.sender = None;
+        }
+    }
+
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
     pub fn subscribe(&mut self, after: Option<u64>) -> (Start, broadcast::Receiver<Published>) {
         let lag = self.lag;
@@ -357,6 +372,22 @@ mod tests {
         for id in 0..n {
             log.publish(&Event::Delivered { message_id: id }, 0, Counters::default());
         }
+    }
+
+    #[test]
+    fn a_forgotten_window_resumes_only_from_now_and_drops_an_unheard_broadcast() {
+        let mut log = EventLog::new(10, 10, 0);
+        publish_n(&mut log, 5);
+        let (_, listener) = log.subscribe(None);
+        log.forget_window();
+        assert!(log.sender.is_some(), "kept while someone listens");
+        assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot));
+        assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.is_empty()));
+        drop(listener);
+        log.forget_window();
+        assert!(log.sender.is_none() && log.is_window_empty() && log.window_bytes == 0);
+        publish_n(&mut log, 1);
+        assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.len() == 1));
     }
 
     #[test]

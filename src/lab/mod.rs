@@ -418,6 +418,8 @@ impl Lab {
         state.dead_letters.clear();
         self.forget_outside(&state);
         state.callers.reset();
+        // What came before the reset is of no use to a resume: the reset event carries the lab.
+        state.log.forget_window();
         let now = self.now_ms();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Reset { snapshot }, now);

@@ -59,6 +59,22 @@ impl Lab {
         self.subscribers.load(Ordering::SeqCst) > 0
     }
 
+    /// Lets go of the events kept for resumes when no page watches and the lab has published
+    /// nothing for `retention.idle_event_window_ms`: an idle lab then costs what an empty one
+    /// does. Returns whether it let go.
+    pub fn rest_event_window(&self, now_unix_ms: u64) -> bool {
+        if self.has_subscribers() {
+            return false;
+        }
+        let mut state = self.lock();
+        let quiet = now_unix_ms.saturating_sub(state.active_unix_ms) >= self.retention.idle_event_window_ms;
+        if quiet && !state.log.is_window_empty() {
+            state.log.forget_window();
+            return true;
+        }
+        false
+    }
+
     /// Whether the lab may be deleted to make room or for being idle: nobody watches it, it
     /// owes no deliveries, and it holds no dead letters (kept for their whole retention).
     pub fn evictable(&self) -> bool {

@@ -196,8 +196,13 @@ fn config_defaults() -> retrylab::config::Config {
 
 #[tokio::test]
 async fn retention_expires_keys_dead_letters_and_idle_labs() {
-    let retention =
-        Retention { key_ttl_s: 1, dead_letter_ttl_s: 1, idle_lab_ttl_s: 4, sweep_interval_ms: 50 };
+    let retention = Retention {
+        key_ttl_s: 1,
+        dead_letter_ttl_s: 1,
+        idle_lab_ttl_s: 4,
+        sweep_interval_ms: 50,
+        ..Default::default()
+    };
     // A one-second dedup window covers rounds of at most 0.9 s.
     let limits = Limits { max_retry_duration_ms: 900, ..Default::default() };
     let app = TestApp::spawn_config(config(limits, retention)).await;

@@ -225,3 +225,46 @@ async fn a_withdrawal_says_what_it_put_back_not_the_whole_lab() {
     let after = app.snapshot(&lab).await;
     assert_eq!(after["dead_letters"], before["dead_letters"], "every action was taken back");
 }
+
+#[tokio::test]
+async fn a_reset_lets_go_of_the_events_before_it() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let early = app.snapshot(&lab).await["last_event_id"].as_u64().unwrap();
+    app.burst(&lab, 5).await;
+    app.wait_for(&lab, Duration::from_secs(30), |s| crate::helpers::counter(s, "delivered") == 5).await;
+    // Before the reset, a resume from early on gets exactly what it missed.
+    let mut resumed = SseReader::open(&app, &lab, Some(early)).await;
+    assert_eq!(resumed.next().await.name, None, "a resume, not a snapshot");
+    drop(resumed);
+    let (status, _) = app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
+    assert!(status.is_success(), "{status}");
+    let mut after_reset = SseReader::open(&app, &lab, Some(early)).await;
+    let first = after_reset.next().await;
+    assert_eq!(first.name.as_deref(), Some("snapshot"), "what came before the reset is gone: {first:?}");
+    assert!(json(&first)["messages"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_unwatched_quiet_lab_lets_go_of_its_event_window_and_a_watched_one_keeps_it() {
+    let retention = retrylab::config::Retention {
+        sweep_interval_ms: 50,
+        idle_event_window_ms: 400,
+        ..Default::default()
+    };
+    let app = TestApp::spawn_config(crate::helpers::config(Default::default(), retention)).await;
+    let (quiet, watched) = (app.fast_lab().await, app.fast_lab().await);
+    let mut early = Vec::new();
+    for lab in [&quiet, &watched] {
+        early.push(app.snapshot(lab).await["last_event_id"].as_u64().unwrap());
+        app.burst(lab, 3).await;
+        app.wait_for(lab, Duration::from_secs(30), |s| crate::helpers::counter(s, "delivered") == 3).await;
+    }
+    let mut watching = SseReader::open(&app, &watched, None).await;
+    assert_eq!(watching.next().await.name.as_deref(), Some("snapshot"));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut late = SseReader::open(&app, &quiet, Some(early[0])).await;
+    assert_eq!(late.next().await.name.as_deref(), Some("snapshot"), "the quiet lab's window is gone");
+    let mut resume = SseReader::open(&app, &watched, Some(early[1])).await;
+    assert_eq!(resume.next().await.name, None, "the watched lab still resumes");
+}
