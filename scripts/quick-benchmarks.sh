@@ -33,6 +33,8 @@ step "scripts/slow-connections.py"
 python3 scripts/slow-connections.py "$bin" 20
 step "scripts/export-memory.py"
 python3 scripts/export-memory.py --quick --bin "$bin"
+step "scripts/reset-memory.py"
+python3 scripts/reset-memory.py --quick --bin "$bin"
 step "scripts/export-memory.py --contention"
 python3 scripts/export-memory.py --quick --contention --bin "$bin"
 # The page's measurements in headless Chromium (tests/browser/, ignored in `cargo test`), each

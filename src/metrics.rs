@@ -101,6 +101,7 @@ impl Metrics {
         let keys = Family::<HeldLabel, Gauge>::default();
         let by_cause = Family::<CauseLabel, Gauge>::default();
         let oldest_age = Family::<LabLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let window_bytes = Gauge::<i64>::default();
         let mut oldest_overall: Option<u64> = None;
         let now_unix_ms = crate::lab::unix_now_ms();
         for lab in labs.all() {
@@ -120,6 +121,7 @@ impl Metrics {
             depth.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(counters.dead_letter as i64);
             depth_overall.inc_by(counters.dead_letter as i64);
             applied_twice.inc_by(counters.applied_twice);
+            window_bytes.inc_by(lab.event_window_bytes() as i64);
             active.inc();
         }
         let commits = Counter::<u64>::default();
@@ -153,6 +155,12 @@ impl Metrics {
         );
         now.register("applied_twice", "Idempotency keys applied more than once (must stay 0)", applied_twice);
         now.register("active_labs", "Labs this server holds", active);
+        now.register_with_unit(
+            "event_window",
+            "Events kept for resumes, in all labs (each lab's bound is --event-window-bytes)",
+            prometheus_client::registry::Unit::Bytes,
+            window_bytes,
+        );
         now.register("idempotency_keys", "Applied idempotency keys in memory, by how they are held", keys);
         now.register("store_commits", "Transactions the store committed", commits);
         now.register("store_rows", "Rows the store wrote", rows);

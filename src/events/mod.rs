@@ -306,6 +306,11 @@ impl EventLog {
         }
     }
 
+    /// The bytes of the events kept for resumes.
+    pub fn window_bytes(&self) -> usize {
+        self.window_bytes
+    }
+
     pub fn is_window_empty(&self) -> bool {
         self.window.is_empty()
     }

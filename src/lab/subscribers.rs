@@ -59,6 +59,11 @@ impl Lab {
         self.subscribers.load(Ordering::SeqCst) > 0
     }
 
+    /// The bytes of the events this lab keeps for resumes.
+    pub fn event_window_bytes(&self) -> usize {
+        self.lock().log.window_bytes()
+    }
+
     /// Lets go of the events kept for resumes when no page watches and the lab has published
     /// nothing for `retention.idle_event_window_ms`: an idle lab then costs what an empty one
     /// does. Returns whether it let go.
