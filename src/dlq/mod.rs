@@ -15,14 +15,13 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Attempt, Message};
+use crate::domain::{Attempt, Message, to_json};
 
-/// The dead letters' rows a set of changes touched. Copies, not JSON: the store's writer
-/// serializes them after it lets go of the lab's lock, so an action on 20,000 letters does not
-/// hold the lab while they are written out.
+/// The dead letters' rows a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
 pub struct DeadLetterChanges {
-    pub dead_letters: Vec<DeadLetter>,
+    /// (id, when dead-lettered in wall-clock ms, the letter as JSON).
+    pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
 }
 
@@ -241,7 +240,7 @@ impl DeadLetterQueue {
         let letters: HashMap<u64, &DeadLetter> = self.letters.iter().map(|d| (d.id, d)).collect();
         for id in dirty {
             match letters.get(&id) {
-                Some(&d) => changes.dead_letters.push(d.clone()),
+                Some(d) => changes.dead_letters.push((id, d.dead_lettered_unix_ms, to_json(d))),
                 None => changes.deleted_dead_letters.push(id),
             }
         }
@@ -249,7 +248,7 @@ impl DeadLetterQueue {
 
     /// Takes back rows the store could not commit, so the next `take_changes` has them.
     pub fn restore_changes(&mut self, changes: &DeadLetterChanges) {
-        let letters = changes.dead_letters.iter().map(|d| d.id);
+        let letters = changes.dead_letters.iter().map(|(id, _, _)| *id);
         self.dirty.extend(letters.chain(changes.deleted_dead_letters.iter().copied()));
     }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::load::{BinChanges, Load, LoadBin};
 use super::marker::{Marker, Markers};
 use super::message::{Attempt, AttemptEnd, Message, MessageState, Outcome, ResumePoint, WaitRecord};
+use super::to_json;
 use crate::retry::Wait;
 
 const STATES: usize = MessageState::COUNT;
@@ -44,13 +45,12 @@ impl Counters {
     }
 }
 
-/// The rows of messages, load and markers a set of changes touched, for the store. Messages are
-/// copies, not JSON: the store's writer serializes them after it lets go of the lab's lock.
+/// The rows of messages, load and markers a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
 pub struct MessageChanges {
     /// Everything of the lab's was deleted first (a reset).
     pub cleared: bool,
-    pub messages: Vec<Message>,
+    pub messages: Vec<(u64, String)>,
     pub deleted_messages: Vec<u64>,
     /// Load bins changed (and dropped).
     pub load: BinChanges,
@@ -350,7 +350,7 @@ impl LabRecord {
         };
         for id in dirty.messages {
             match self.message(id) {
-                Some(m) => changes.messages.push(m.clone()),
+                Some(m) => changes.messages.push((id, to_json(m))),
                 None => changes.deleted_messages.push(id),
             }
         }
@@ -360,7 +360,7 @@ impl LabRecord {
     /// Takes back changes the store could not commit, so the next `take_changes` has them.
     pub fn restore_changes(&mut self, changes: MessageChanges) {
         self.dirty.cleared |= changes.cleared;
-        let messages = changes.messages.iter().map(|m| m.id).chain(changes.deleted_messages);
+        let messages = changes.messages.into_iter().map(|(id, _)| id).chain(changes.deleted_messages);
         self.dirty.messages.extend(messages);
         self.load.mark_unsaved(changes.load);
         if changes.markers.is_some() {
@@ -416,7 +416,7 @@ mod tests {
 
         record.restore_changes(first);
         let again = record.take_changes();
-        let mut ids: Vec<u64> = again.messages.iter().map(|m| m.id).collect();
+        let mut ids: Vec<u64> = again.messages.iter().map(|(id, _)| *id).collect();
         ids.sort_unstable();
         assert_eq!(ids, created.iter().map(|m| m.id).collect::<Vec<_>>());
     }

@@ -4,21 +4,18 @@
 
 use crate::callers::{CallerChanges, OutsideMessage};
 use crate::client::BreakerChange;
-use crate::dlq::DeadLetter;
 use crate::domain::{BinChanges, LoadBin, Marker, Message};
 use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
 use crate::retry::Policy;
 
-/// The rows a set of changes touched, for the store (the writer serializes what is not yet JSON).
+/// The rows a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
 pub struct RecordChanges {
     /// Everything of the lab's was deleted first (a reset).
     pub cleared: bool,
-    /// Serialized by the writer, outside the lab's lock.
-    pub messages: Vec<Message>,
+    pub messages: Vec<(u64, String)>,
     pub deleted_messages: Vec<u64>,
-    /// Serialized by the writer, outside the lab's lock.
-    pub dead_letters: Vec<DeadLetter>,
+    pub dead_letters: Vec<(u64, u64, String)>,
     pub deleted_dead_letters: Vec<u64>,
     pub keys: Vec<KeyRow>,
     /// Keys applied before this wall-clock time expired (the dedup window moved on)...

@@ -132,9 +132,8 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     }
     let mut upsert_message =
         tx.prepare_cached("INSERT OR REPLACE INTO messages (lab_id, id, body) VALUES (?1, ?2, ?3)")?;
-    for message in &changes.messages {
-        let body = crate::domain::to_json(message);
-        rows += upsert_message.execute(params![lab, message.id, body])? as u64;
+    for (id, body) in &changes.messages {
+        rows += upsert_message.execute(params![lab, id, body])? as u64;
     }
     let mut delete_letter =
         tx.prepare_cached("DELETE FROM dead_letters WHERE lab_id = ?1 AND message_id = ?2")?;
@@ -144,9 +143,8 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     let mut upsert_letter = tx.prepare_cached(
         "INSERT OR REPLACE INTO dead_letters (lab_id, message_id, dead_lettered_unix_ms, body) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    for letter in &changes.dead_letters {
-        let body = crate::domain::to_json(letter);
-        rows += upsert_letter.execute(params![lab, letter.id, letter.dead_lettered_unix_ms, body])? as u64;
+    for (id, unix_ms, body) in &changes.dead_letters {
+        rows += upsert_letter.execute(params![lab, id, unix_ms, body])? as u64;
     }
     // Expired and taken-back keys go first: a key applied again in the same commit must stay.
     if let Some(before) = changes.keys_expired_before {

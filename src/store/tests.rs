@@ -12,19 +12,7 @@ use rusqlite::Connection;
 use super::rows::{load_keys, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
-use crate::domain::{Message, MessageState};
 use crate::downstream::{Ledger, LedgerCounts};
-
-fn message(id: u64) -> Message {
-    Message {
-        id,
-        key: format!("k{id}"),
-        state: MessageState::Queued,
-        round: 0,
-        created_ms: 0,
-        attempts: vec![],
-    }
-}
 
 /// A lab whose batch breaks a constraint: messages of a lab that does not exist.
 #[derive(Default)]
@@ -41,14 +29,14 @@ impl Flush for Broken {
             return None;
         }
         *handed_out = true;
-        let changes = RecordChanges { messages: vec![message(7)], ..Default::default() };
+        let changes = RecordChanges { messages: vec![(7, "{}".into())], ..Default::default() };
         Some(Batch { lab_id: "no-such-lab".into(), row: None, delete: false, changes, upto: 1 })
     }
     fn committed(&self, _: u64) {
         *self.committed.lock().unwrap() = true;
     }
     fn failed(&self, batch: Batch) {
-        self.failed.lock().unwrap().extend(batch.changes.messages.iter().map(|m| m.id));
+        self.failed.lock().unwrap().extend(batch.changes.messages.iter().map(|(id, _)| *id));
     }
 }
 
