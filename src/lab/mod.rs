@@ -32,13 +32,14 @@ use tokio::sync::{Semaphore, watch};
 use crate::callers::Callers;
 use crate::client::ClientState;
 use crate::config::{Limits, Retention};
-use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
-use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, Message, ResumePoint};
+use crate::dlq::{DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
+use crate::domain::{Counters, LabId, LabRecord, Message};
 use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
-use crate::retry::{Policy, Wait};
+use crate::retry::Policy;
 use crate::store::Store;
 
+pub use client::{Go, Slots};
 pub use downstream::{Arrival, Decided};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
@@ -283,63 +284,6 @@ impl Lab {
             Some((ids, Event::MessagesCreated { messages }))
         });
         ids.ok_or_else(|| full.expect("a refused burst says why"))
-    }
-
-    /// Where the message's delivery continues; `None` if it is no longer owed one.
-    pub fn resume_point(&self, id: u64) -> Option<ResumePoint> {
-        self.lock().record.resume_point(id, self.now_ms())
-    }
-
-    /// Attempt `n` starts, after `queued_ms` spent waiting for a connection slot.
-    pub fn attempt_started(&self, id: u64, n: u32, queued_ms: u64) -> bool {
-        self.change(|LabState { record, .. }, now| {
-            let (attempt, waited_ms) = record.start_attempt(id, n, now, queued_ms)?;
-            let attempt = (&attempt).into();
-            let queued_ms = waited_ms.map(|_| queued_ms);
-            Some(((), Event::AttemptStarted { message_id: id, attempt, waited_ms, queued_ms }))
-        })
-        .is_some()
-    }
-
-    pub fn attempt_finished(&self, id: u64, end: AttemptEnd) {
-        self.change(|LabState { record, .. }, _| {
-            let attempt = record.finish_attempt(id, end)?;
-            Some(((), Event::AttemptFinished { message_id: id, attempt }))
-        });
-    }
-
-    pub fn wait_scheduled(&self, id: u64, wait: Wait) {
-        self.change(|LabState { record, .. }, _| {
-            let (round, n) = record.schedule_wait(id, wait)?;
-            Some(((), Event::WaitScheduled { message_id: id, round, n, wait }))
-        });
-    }
-
-    pub fn delivered(&self, id: u64) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        if !state.record.deliver(id) {
-            return;
-        }
-        state.record.load.delivered(now);
-        self.publish(&mut state, &Event::Delivered { message_id: id }, now);
-        // The window over settled messages: the oldest deliveries leave, still counted.
-        let forgotten = state.record.forget_delivered(self.limits.settled_window);
-        if !forgotten.is_empty() {
-            self.publish(&mut state, &Event::MessagesForgotten { message_ids: forgotten }, now);
-        }
-    }
-
-    /// Gives up on a message: it moves to the dead-letter queue with its reason.
-    pub fn dead_lettered(&self, id: u64, reason: (Cause, String)) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        let quarantine_after = state.client.policy.quarantine_after;
-        let Some(message) = state.record.dead_letter(id) else { return };
-        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
-        letter.applied = state.endpoint.ledger.is_applied(&letter.key);
-        state.dead_letters.push(letter.clone());
-        self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with

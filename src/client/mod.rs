@@ -1,6 +1,9 @@
 //! A client's live state: the policy it follows, its circuit breaker with the history of its
 //! states, and its retry budget's window. One value per client, owned whole, so a lab can
 //! hold several, each with its own breaker and budget. Pure: the caller passes `now`.
+//! `attempt` decides what follows each attempt of a message.
+
+pub mod attempt;
 
 use serde::{Deserialize, Serialize};
 
