@@ -104,7 +104,7 @@ pub fn next(
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    if !client.allows_retry(now_ms) {
+    if !client.allows_retry(policy, now_ms) {
         let reason = format!("retry budget spent: the client retried too much in 10 s; last: {last}");
         return Next::DeadLetter(Cause::RetryBudget, reason);
     }
@@ -148,7 +148,7 @@ mod tests {
     }
 
     fn decide(policy: &Policy, n: u32, end: &AttemptEnd, now_ms: u64, round: &mut Round) -> Next {
-        let mut client = ClientState::following(*policy);
+        let mut client = ClientState::default();
         next(policy, BUDGET, Attempt { n, end, now_ms }, round, &mut client, &mut StdRng::seed_from_u64(7))
     }
 
@@ -222,7 +222,7 @@ mod tests {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
         let mut round = Round { started_ms: Some(0), previous_wait_ms: None };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
-        let mut client = ClientState::following(policy());
+        let mut client = ClientState::default();
         let failed = end(Outcome::HttpError, Some(500));
         let attempt = Attempt { n: 2, end: &failed, now_ms: 9_950 };
         let ended = next(&policy(), budget, attempt, &mut round, &mut client, &mut StdRng::seed_from_u64(1));
@@ -243,7 +243,7 @@ mod tests {
         // No first attempts and one retry a second: ten retries in the 10 s window.
         let budget = BudgetSettings { ratio: 0.0, min_per_s: 1.0 };
         let policy = Policy { retry_budget: Some(budget), max_attempts: 100, ..policy() };
-        let mut client = ClientState::following(policy);
+        let mut client = ClientState::default();
         let failed = end(Outcome::HttpError, Some(503));
         let mut rng = StdRng::seed_from_u64(3);
         let mut decide = |now_ms| {

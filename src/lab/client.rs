@@ -15,23 +15,10 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{Lab, LabState, unix_now_ms};
 use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
-use crate::client::{BreakerCounts, BreakerShare, ClientState};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
 use crate::retry::{Admission, BreakerState, Outcome, Policy};
-
-/// The client a message belongs to: round-robin by its id.
-fn client_index(state: &LabState, message_id: u64) -> usize {
-    (message_id.saturating_sub(1) % u64::from(state.client.policy.clients.max(1))) as usize
-}
-
-fn client_mut(state: &mut LabState, index: usize) -> &mut ClientState {
-    match index {
-        0 => &mut state.client,
-        i => &mut state.others[i - 1],
-    }
-}
 
 /// How an attempt may go.
 pub enum Go<'a> {
@@ -57,8 +44,8 @@ impl Lab {
     pub fn delivery_start(&self, id: u64) -> Option<(ResumePoint, Option<u64>)> {
         let state = self.lock();
         let resume = state.record.resume_point(id, self.now_ms())?;
-        let client = client_index(&state, id) as u64;
-        Some((resume, state.client.policy.seed.map(|seed| attempt::stream_seed(seed, client, id))))
+        let client = state.clients.of(id) as u64;
+        Some((resume, state.clients.policy().seed.map(|seed| attempt::stream_seed(seed, client, id))))
     }
 
     /// Whether attempt `n` of message `id` may go: its client's breaker is asked, and a sent
@@ -68,13 +55,13 @@ impl Lab {
         let policy = {
             let mut state = self.lock();
             let now = self.now_ms();
-            let policy = state.client.policy;
+            let policy = *state.clients.policy();
             if let Some(ended) = attempt::before(&policy, n) {
                 self.settle(&mut state, id, &ended, now);
                 return Go::Ended(ended);
             }
-            let index = client_index(&state, id);
-            let (admission, changed) = client_mut(&mut state, index).admit(now);
+            let index = state.clients.of(id);
+            let (admission, changed) = state.clients.admit(index, now);
             self.client_breaker_changed(&mut state, index, changed, now);
             if admission == Admission::ShortCircuit {
                 // Fails fast: no slot, no socket, no request.
@@ -95,8 +82,8 @@ impl Lab {
         }
         if n == 1 {
             // The retry budget's window counts first attempts sent.
-            let index = client_index(&state, id);
-            client_mut(&mut state, index).first_attempt(now);
+            let index = state.clients.of(id);
+            state.clients.client_mut(index).1.first_attempt(now);
         }
         Go::Send(policy, Slots { _lab: lab, _server: server })
     }
@@ -115,22 +102,16 @@ impl Lab {
     ) -> Option<Next> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let index = client_index(&state, id);
+        let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let changed = client_mut(&mut state, index).record(end.outcome.is_failure(end.status), now);
+            let changed = state.clients.record(index, end.outcome.is_failure(end.status), now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
         let finished = state.record.finish_attempt(id, end)?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let attempt = Attempt { n, end: &end, now_ms: now };
-        let next = attempt::next(
-            policy,
-            self.time_budget(policy),
-            attempt,
-            round,
-            client_mut(&mut state, index),
-            rng,
-        );
+        let client = state.clients.client_mut(index).1;
+        let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);
         Some(next)
     }
@@ -175,7 +156,7 @@ impl Lab {
 
     /// Gives up on a message: it moves to the dead-letter queue with its reason.
     fn dead_lettered(&self, state: &mut LabState, id: u64, reason: (Cause, String), now: u64) {
-        let quarantine_after = state.client.policy.quarantine_after;
+        let quarantine_after = state.clients.policy().quarantine_after;
         let Some(message) = state.record.dead_letter(id) else { return };
         let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
         letter.applied = state.endpoint.ledger.is_applied(&letter.key);
@@ -202,37 +183,22 @@ impl Lab {
     pub(super) fn breaker_changed(&self, state: &mut LabState, changed: Option<BreakerState>, now: u64) {
         if let Some(changed) = changed {
             self.publish(state, &Event::BreakerChanged { state: changed }, now);
-            if !state.others.is_empty() {
+            if state.clients.count() > 1 {
                 self.shares_changed(state, now);
             }
         }
     }
 
     fn shares_changed(&self, state: &mut LabState, now: u64) {
-        let counts = BreakerCounts::of(std::iter::once(&state.client).chain(&state.others));
-        state.shares.push(BreakerShare { at_ms: now, counts });
+        state.clients.note_share(now);
         let clients = clients_view(state);
         self.publish(state, &Event::Clients { clients }, now);
     }
 
     /// Makes the other clients match the policy: as many as it runs, each following it.
     pub(super) fn sync_clients(&self, state: &mut LabState, now: u64) {
-        let policy = state.client.policy;
-        let count = policy.clients.max(1) as usize;
-        let before = state.others.len();
-        state.others.truncate(count - 1);
-        for other in &mut state.others {
-            // A breaker turned off closes; the clients' share says so below.
-            other.set_policy(policy, now);
-        }
-        while state.others.len() < count - 1 {
-            state.others.push(ClientState::following(policy));
-        }
-        if before != state.others.len() || !state.others.is_empty() {
-            let counts = BreakerCounts::of(std::iter::once(&state.client).chain(&state.others));
-            if state.shares.all().last().is_none_or(|last| last.counts != counts) {
-                self.shares_changed(state, now);
-            }
+        if state.clients.resize(now) {
+            self.shares_changed(state, now);
         }
     }
 
@@ -251,8 +217,8 @@ impl Lab {
 /// The clients as the snapshot and the `clients` event show them.
 pub(super) fn clients_view(state: &LabState) -> ClientsView {
     ClientsView {
-        count: state.client.policy.clients.max(1),
-        breakers: BreakerCounts::of(std::iter::once(&state.client).chain(&state.others)),
-        changes: state.shares.all().to_vec(),
+        count: state.clients.count() as u32,
+        breakers: state.clients.breakers(),
+        changes: state.clients.shares().to_vec(),
     }
 }

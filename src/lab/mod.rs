@@ -30,7 +30,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{Semaphore, watch};
 
 use crate::callers::Callers;
-use crate::client::ClientState;
+use crate::client::Clients;
 use crate::config::{Limits, Retention};
 use crate::dlq::{DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
 use crate::domain::{Counters, LabId, LabRecord, Message};
@@ -89,7 +89,7 @@ pub struct Lab {
 struct Parts {
     record: LabRecord,
     endpoint: Endpoint,
-    client: ClientState,
+    clients: Clients,
     dead_letters: DeadLetterQueue,
     callers: Callers,
 }
@@ -99,12 +99,8 @@ struct Parts {
 struct LabState {
     record: LabRecord,
     endpoint: Endpoint,
-    /// The first client: its breaker's history is the one the store keeps and the band draws.
-    client: ClientState,
-    /// The other clients, when the policy runs more than one (`clients`), in order.
-    others: Vec<ClientState>,
-    /// How many clients' breakers were open after each change, with more than one client.
-    shares: crate::client::BreakerShares,
+    /// The policy, each client's state, and what the clients share.
+    clients: Clients,
     traffic: crate::domain::Traffic,
     dead_letters: DeadLetterQueue,
     /// What the endpoint observed of outside callers.
@@ -147,22 +143,18 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        Parts { record, endpoint, client, dead_letters, callers }: Parts,
+        Parts { record, endpoint, clients, dead_letters, callers }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
         let limits = registry.limits.clone();
-        // The other clients are live state only: after a restart they start fresh.
-        let others = (1..client.policy.clients).map(|_| ClientState::following(client.policy)).collect();
         Lab {
             id,
             clock: clock::LabClock::new(origin_unix_ms),
             state: Mutex::new(LabState {
                 record,
                 endpoint,
-                client,
-                others,
-                shares: Default::default(),
+                clients,
                 traffic: Default::default(),
                 dead_letters,
                 callers,
@@ -222,7 +214,7 @@ impl Lab {
     }
 
     pub fn policy(&self) -> Policy {
-        self.lock().client.policy
+        *self.lock().clients.policy()
     }
 
     pub fn counters(&self) -> Counters {
@@ -340,11 +332,7 @@ impl Lab {
         self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
         state.record.reset();
         state.endpoint.reset();
-        state.client.reset();
-        for other in &mut state.others {
-            other.reset();
-        }
-        state.shares.clear();
+        state.clients.reset();
         state.dead_letters.clear();
         self.forget_outside(&state);
         state.callers.reset();
@@ -374,10 +362,7 @@ impl Lab {
             state.record.interrupt(id, now);
         }
         // Probes that were cut off never answer.
-        state.client.forget_probes();
-        for other in &mut state.others {
-            other.forget_probes();
-        }
+        state.clients.forget_probes();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active

@@ -44,12 +44,12 @@ impl Lab {
     pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let policy = state.client.policy.updated(update)?;
+        let policy = state.clients.policy().updated(update)?;
         let max = self.limits.max_clients;
         if policy.clients > max {
             return Err(format!("clients must be 1 to {max} (max_clients)"));
         }
-        let label = format!("policy: {}", changed_fields(&state.client.policy, &policy));
+        let label = format!("policy: {}", changed_fields(state.clients.policy(), &policy));
         let downstream = state.endpoint.settings;
         self.apply(
             &mut state,
@@ -67,7 +67,7 @@ impl Lab {
         Settings {
             downstream: state.endpoint.settings,
             revert: state.endpoint.revert,
-            policy: state.client.policy,
+            policy: *state.clients.policy(),
         }
     }
 
@@ -76,11 +76,13 @@ impl Lab {
         let mut state = self.lock();
         state.endpoint.settings = downstream;
         state.endpoint.revert = revert;
-        state.client.policy = policy;
+        state.clients.restore_policy(policy);
         let now = self.now_ms();
         self.sync_clients(&mut state, now);
-        let event =
-            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
+        let event = Event::SettingsChanged {
+            downstream: state.endpoint.view(),
+            policy: state.clients.policy().view(),
+        };
         self.publish(&mut state, &event, now);
     }
 
@@ -125,13 +127,15 @@ impl Lab {
     ) {
         state.endpoint.apply(downstream);
         if let Some(policy) = policy {
-            let closed = state.client.set_policy(policy, now);
+            let closed = state.clients.set_policy(policy, now);
             self.breaker_changed(state, closed, now);
             self.sync_clients(state, now);
         }
         state.record.markers.push(marker.clone());
-        let event =
-            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
+        let event = Event::SettingsChanged {
+            downstream: state.endpoint.view(),
+            policy: state.clients.policy().view(),
+        };
         self.publish(state, &event, now);
         self.publish(state, &Event::Marker { marker }, now);
     }
@@ -140,7 +144,7 @@ impl Lab {
     pub fn breaker_restarted(&self) {
         let mut state = self.lock();
         let now = self.now_ms();
-        let closed = state.client.restarted(now);
+        let closed = state.clients.first_mut().restarted(now);
         self.breaker_changed(&mut state, closed, now);
     }
 
