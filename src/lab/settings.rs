@@ -6,6 +6,7 @@ use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
 use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
+use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
 
 /// The settings in force: the downstream, its timed change if any, and the client's policy.
@@ -19,7 +20,7 @@ pub struct Settings {
 impl Lab {
     /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
     /// lasts that long and then the downstream goes back by itself to what it was.
-    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
+    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, Invalid> {
         let mut state = self.lock();
         let now = self.now_ms();
         let endpoint = &mut state.endpoint;
@@ -41,13 +42,13 @@ impl Lab {
     }
 
     /// Changes the retry policy; absent fields keep their value.
-    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, Invalid> {
         let mut state = self.lock();
         let now = self.now_ms();
         let policy = state.clients.policy().updated(update)?;
         let max = self.limits.max_clients;
         if policy.clients > max {
-            return Err(format!("clients must be 1 to {max} (max_clients)"));
+            return Err(Invalid::new("policy.clients", format!("clients must be 1 to {max} (max_clients)")));
         }
         let label = format!("policy: {}", changed_fields(state.clients.policy(), &policy));
         let downstream = state.endpoint.settings;
