@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::invalid::Invalid;
 
-pub use capacity::{Entry, Gate, Gcra};
+pub use capacity::{Entry, Gate, Gcra, Waiter};
 pub use endpoint::{Clock, Endpoint, KeyChanges, Passage, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 

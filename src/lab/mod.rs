@@ -34,13 +34,14 @@ use crate::client::Clients;
 use crate::config::{Limits, Retention};
 use crate::dlq::{DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
 use crate::domain::{Counters, LabId, LabRecord, Message};
-use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
+use crate::downstream::{DownstreamSettings, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::Policy;
 use crate::store::Store;
 
 pub use client::{Go, Slots};
-pub use downstream::{Arrival, Decided};
+use downstream::Endpoint;
+pub use downstream::{Arrival, Decided, Passage};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;

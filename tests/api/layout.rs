@@ -105,3 +105,40 @@ fn the_modules_form_layers() {
         }
     }
 }
+
+/// The code of `module` (a folder of `src/`), its tests aside: each file's lines up to its first
+/// `#[cfg(test)]`, comments left out.
+fn code_of(module: &str) -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(module);
+    let mut lines = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let name = path.display().to_string();
+            let code = text.lines().map(str::trim).take_while(|line| !line.starts_with("#[cfg(test)]"));
+            lines.extend(
+                code.filter(|line| !line.starts_with("//")).map(|line| (name.clone(), line.to_owned())),
+            );
+        }
+    }
+    lines
+}
+
+#[test]
+fn the_retry_math_and_the_endpoint_run_on_no_runtime_and_no_http_stack() {
+    for module in ["retry", "downstream"] {
+        let code = code_of(module);
+        assert!(code.len() > 100, "read the code of src/{module}");
+        for (file, line) in &code {
+            for name in ["tokio", "reqwest", "axum"] {
+                assert!(!line.contains(&format!("{name}::")), "{file} uses {name}: {line}");
+            }
+        }
+    }
+}
