@@ -1,5 +1,5 @@
 //! A setting's unusable value, naming its field as the page's forms name it
-//! (`policy.breaker.open_ms`, `downstream.capacity`), so a 422 can say which input to fix.
+//! (`policy.timeout_ms`, `downstream.capacity`), so a 422 can say which input to fix.
 //! A leaf: the settings' own modules return it.
 
 use std::fmt;

@@ -71,7 +71,7 @@ pub struct Problem<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'static str>,
     /// The request field at fault (`cause`, `filter.status`, `ids`, `rate_per_s`, ...; a
-    /// setting's, dotted from its settings: `policy.breaker.open_ms`, `downstream.capacity`).
+    /// setting's, dotted from its settings: `policy.timeout_ms`, `downstream.capacity`).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
 }
