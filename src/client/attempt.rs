@@ -59,14 +59,15 @@ pub fn before(policy: &Policy, n: u32) -> Option<Next> {
     })
 }
 
-/// What comes after `attempt`. Notes the round's start, and the wait's chosen value when it
-/// retries; the client's retry budget counts the retry it allows.
+/// What comes after `attempt`, made under `policy`. Notes the round's start, and the wait's
+/// chosen value when it retries; the client's retry budget, as the policy it follows now sets
+/// it, counts the retry it allows.
 pub fn next(
     policy: &Policy,
     budget: TimeBudget,
     Attempt { n, end, now_ms }: Attempt,
     round: &mut Round,
-    client: &mut ClientState,
+    (following, client): (&Policy, &mut ClientState),
     rng: &mut impl Rng,
 ) -> Next {
     let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
@@ -104,7 +105,7 @@ pub fn next(
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    if !client.allows_retry(policy, now_ms) {
+    if !client.allows_retry(following, now_ms) {
         let reason = format!("retry budget spent: the client retried too much in 10 s; last: {last}");
         return Next::DeadLetter(Cause::RetryBudget, reason);
     }
@@ -149,7 +150,14 @@ mod tests {
 
     fn decide(policy: &Policy, n: u32, end: &AttemptEnd, now_ms: u64, round: &mut Round) -> Next {
         let mut client = ClientState::default();
-        next(policy, BUDGET, Attempt { n, end, now_ms }, round, &mut client, &mut StdRng::seed_from_u64(7))
+        next(
+            policy,
+            BUDGET,
+            Attempt { n, end, now_ms },
+            round,
+            (policy, &mut client),
+            &mut StdRng::seed_from_u64(7),
+        )
     }
 
     #[test]
@@ -225,7 +233,14 @@ mod tests {
         let mut client = ClientState::default();
         let failed = end(Outcome::HttpError, Some(500));
         let attempt = Attempt { n: 2, end: &failed, now_ms: 9_950 };
-        let ended = next(&policy(), budget, attempt, &mut round, &mut client, &mut StdRng::seed_from_u64(1));
+        let ended = next(
+            &policy(),
+            budget,
+            attempt,
+            &mut round,
+            (&policy(), &mut client),
+            &mut StdRng::seed_from_u64(1),
+        );
         let Next::DeadLetter(Cause::TimeBudget, reason) = ended else { panic!("{ended:?}") };
         assert_eq!(
             reason,
@@ -233,8 +248,14 @@ mod tests {
         );
         // Within the budget, the same attempt retries.
         let attempt = Attempt { now_ms: 5_000, ..attempt };
-        let retried =
-            next(&policy(), budget, attempt, &mut round, &mut client, &mut StdRng::seed_from_u64(1));
+        let retried = next(
+            &policy(),
+            budget,
+            attempt,
+            &mut round,
+            (&policy(), &mut client),
+            &mut StdRng::seed_from_u64(1),
+        );
         assert!(matches!(retried, Next::Retry(_)), "{retried:?}");
     }
 
@@ -248,7 +269,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(3);
         let mut decide = |now_ms| {
             let attempt = Attempt { n: 1, end: &failed, now_ms };
-            next(&policy, BUDGET, attempt, &mut Round::default(), &mut client, &mut rng)
+            next(&policy, BUDGET, attempt, &mut Round::default(), (&policy, &mut client), &mut rng)
         };
         for now in 0..10 {
             assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
@@ -257,6 +278,18 @@ mod tests {
         assert_eq!(decide(10), Next::DeadLetter(Cause::RetryBudget, reason.into()));
         // Once the window has moved past them, retries go again.
         assert!(matches!(decide(10_011), Next::Retry(_)));
+    }
+
+    #[test]
+    fn the_retry_budget_is_the_one_the_client_follows_now() {
+        // The attempt was made before a policy with a spent budget came in: the budget counts.
+        let spent = Policy { retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.0 }), ..policy() };
+        let failed = end(Outcome::HttpError, Some(503));
+        let attempt = Attempt { n: 1, end: &failed, now_ms: 0 };
+        let mut client = ClientState::default();
+        let mut rng = StdRng::seed_from_u64(5);
+        let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
+        assert!(matches!(next, Next::DeadLetter(Cause::RetryBudget, _)), "{next:?}");
     }
 
     #[test]

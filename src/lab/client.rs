@@ -110,7 +110,7 @@ impl Lab {
         let finished = state.record.finish_attempt(id, end)?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let attempt = Attempt { n, end: &end, now_ms: now };
-        let client = state.clients.client_mut(index).1;
+        let client = state.clients.client_mut(index);
         let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);
         Some(next)
