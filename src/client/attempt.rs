@@ -230,32 +230,27 @@ mod tests {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
         let mut round = Round { started_ms: Some(0), previous_wait_ms: None };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
-        let mut client = ClientState::default();
         let failed = end(Outcome::HttpError, Some(500));
-        let attempt = Attempt { n: 2, end: &failed, now_ms: 9_950 };
-        let ended = next(
-            &policy(),
-            budget,
-            attempt,
-            &mut round,
-            (&policy(), &mut client),
-            &mut StdRng::seed_from_u64(1),
-        );
+        let mut decide_at = |now_ms| {
+            let attempt = Attempt { n: 2, end: &failed, now_ms };
+            let mut client = ClientState::default();
+            next(
+                &policy(),
+                budget,
+                attempt,
+                &mut round,
+                (&policy(), &mut client),
+                &mut StdRng::seed_from_u64(1),
+            )
+        };
+        let ended = decide_at(9_950);
         let Next::DeadLetter(Cause::TimeBudget, reason) = ended else { panic!("{ended:?}") };
         assert_eq!(
             reason,
             "time budget: the next attempt would start past 10000 ms (max_total_ms); last: HTTP 500"
         );
         // Within the budget, the same attempt retries.
-        let attempt = Attempt { now_ms: 5_000, ..attempt };
-        let retried = next(
-            &policy(),
-            budget,
-            attempt,
-            &mut round,
-            (&policy(), &mut client),
-            &mut StdRng::seed_from_u64(1),
-        );
+        let retried = decide_at(5_000);
         assert!(matches!(retried, Next::Retry(_)), "{retried:?}");
     }
 
