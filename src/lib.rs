@@ -13,6 +13,7 @@ pub mod dlq;
 pub mod domain;
 pub mod downstream;
 pub mod events;
+pub mod invalid;
 pub mod lab;
 pub mod metrics;
 pub mod producer;

@@ -52,7 +52,9 @@ async function call(lab, method, path, body) {
   }
   if (!res.ok) {
     const detail = json?.detail || json?.title || `${res.status} ${res.statusText}`.trim();
-    throw new Error(detail);
+    const error = new Error(detail);
+    error.field = json?.field;
+    throw error;
   }
   return json;
 }
@@ -200,6 +202,28 @@ export function createControls(model, lab) {
     });
   }
 
+  /** The form's input for a 422's `field` (`policy.breaker.open_ms` is `open_ms`). */
+  const INPUT_OF = { latency_ms: 'latency_min', slow_ms: 'slow_min', failure_rate: 'failure_pct' };
+
+  /**
+   * Applies a settings form, marking the input the server refused (`aria-invalid`, focused)
+   * until the next apply.
+   */
+  async function applyForm(form, path, body) {
+    for (const input of form.querySelectorAll('[aria-invalid]')) input.removeAttribute('aria-invalid');
+    try {
+      await api('PUT', path, body);
+    } catch (err) {
+      const name = err.field?.split('.').pop();
+      const input = name && form.elements.namedItem(INPUT_OF[name] ?? name);
+      if (input instanceof HTMLElement) {
+        input.setAttribute('aria-invalid', 'true');
+        input.focus();
+      }
+      throw err;
+    }
+  }
+
   params.addEventListener('submit', (e) => {
     e.preventDefault();
     const body = {
@@ -214,7 +238,7 @@ export function createControls(model, lab) {
       queue: num(params, 'queue'),
     };
     act(e.submitter ?? params, 'Could not change the parameters', async () => {
-      await api('PUT', '/downstream', body);
+      await applyForm(params, '/downstream', body);
       params.dataset.dirty = 'false';
       say('Downstream parameters applied.');
     });
@@ -246,7 +270,7 @@ export function createControls(model, lab) {
       retry_budget: checked(policy, 'budget_on') ? { ratio: num(policy, 'ratio'), min_per_s: num(policy, 'min_per_s') } : null,
     };
     act(e.submitter ?? policy, 'Could not change the retry policy', async () => {
-      await api('PUT', '/policy', body);
+      await applyForm(policy, '/policy', body);
       policy.dataset.dirty = 'false';
       say('Retry policy applied. New waits follow it; earlier ones keep what they measured.');
     });

@@ -317,7 +317,7 @@ impl Comparisons {
                 }
             };
             lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
-            lab.set_downstream(&downstream).map_err(Refusal::Invalid)?;
+            lab.set_downstream(&downstream).map_err(|e| Refusal::Invalid(e.to_string()))?;
             made.push(((name, run), lab));
         }
         let comparison = Comparison {

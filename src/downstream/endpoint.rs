@@ -3,16 +3,16 @@
 //! workers. It also notes what of the ledger the store has not yet been told.
 
 use rand::Rng;
-use tokio::sync::oneshot;
 
 use super::{
     BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, Entry, Gate, Gcra, IdempotencyKey,
-    KeyRow, Ledger, Mode, Revert, decide,
+    KeyRow, Ledger, Mode, Revert, Waiter, decide,
 };
 
-/// One lab's endpoint.
-#[derive(Debug, Default)]
-pub struct Endpoint {
+/// One lab's endpoint; `W` is a request waiting in the overloaded mode's line, as its caller
+/// holds it.
+#[derive(Debug)]
+pub struct Endpoint<W> {
     pub settings: DownstreamSettings,
     /// While a timed setting lasts: when and to what the downstream goes back.
     pub revert: Option<Revert>,
@@ -20,7 +20,7 @@ pub struct Endpoint {
     /// The throttled mode's rate limit.
     throttle: Gcra,
     /// The overloaded mode's workers and queue.
-    gate: Gate,
+    gate: Gate<W>,
     /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     expired_before: Option<u64>,
     /// ...but for these, whose messages may still send them.
@@ -41,16 +41,16 @@ pub struct KeyChanges {
     pub removed: Vec<String>,
 }
 
-/// How a request gets past the mode's gate.
+/// How a request gets past the mode's gate; `T` is the caller's end of its place in line.
 #[derive(Debug)]
-pub enum Passage {
+pub enum Passage<T> {
     /// Straight on.
     Open,
     /// A worker of the overloaded downstream is this request's; give it back with
     /// `Endpoint::leave`.
     Worker,
-    /// Wait in line for a worker (it is this request's when the receiver fires).
-    Queued(oneshot::Receiver<()>),
+    /// Wait in line for a worker (it is this request's when `T` says so).
+    Queued(T),
     /// Over the rate limit: 429.
     Throttled { retry_after_s: u64 },
     /// No worker and no room in the queue: 503 at once.
@@ -71,7 +71,22 @@ pub struct Clock {
     pub unix_ms: u64,
 }
 
-impl Endpoint {
+impl<W> Default for Endpoint<W> {
+    fn default() -> Self {
+        Endpoint {
+            settings: Default::default(),
+            revert: None,
+            ledger: Default::default(),
+            throttle: Default::default(),
+            gate: Default::default(),
+            expired_before: None,
+            kept: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+impl<W: Waiter> Endpoint<W> {
     /// The endpoint as the store kept it; its gate starts empty.
     pub fn restore(view: DownstreamView, ledger: Ledger) -> Self {
         Endpoint { settings: view.settings, revert: view.revert, ledger, ..Default::default() }
@@ -81,8 +96,9 @@ impl Endpoint {
         DownstreamView { settings: self.settings, revert: self.revert }
     }
 
-    /// Lets a request arriving at `now_ms` past the mode's gate, or refuses it.
-    pub fn pass(&mut self, now_ms: u64) -> Passage {
+    /// Lets a request arriving at `now_ms` past the mode's gate, or refuses it; `line` makes
+    /// its place in line when it must wait.
+    pub fn pass<T>(&mut self, now_ms: u64, line: impl FnOnce() -> (W, T)) -> Passage<T> {
         let settings = self.settings;
         match settings.mode {
             Mode::Throttled => match self.throttle.check(settings.rate_per_s, settings.burst, now_ms) {
@@ -90,7 +106,7 @@ impl Endpoint {
                 // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
                 Err(wait_ms) => Passage::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) },
             },
-            Mode::Overloaded => match self.gate.enter(settings.capacity, settings.queue) {
+            Mode::Overloaded => match self.gate.enter(settings.capacity, settings.queue, line) {
                 Entry::Now => Passage::Worker,
                 Entry::Queued(turn) => Passage::Queued(turn),
                 Entry::Full => Passage::Shed { retry_after_s: settings.retry_after_s },

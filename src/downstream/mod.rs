@@ -12,7 +12,9 @@ mod ledger;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-pub use capacity::{Entry, Gate, Gcra};
+use crate::invalid::Invalid;
+
+pub use capacity::{Entry, Gate, Gcra, Waiter};
 pub use endpoint::{Clock, Endpoint, KeyChanges, Passage, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 
@@ -128,7 +130,8 @@ pub struct DownstreamUpdate {
 
 impl DownstreamSettings {
     /// The settings with `update` applied, or the first reason they would be unusable.
-    pub fn updated(&self, update: &DownstreamUpdate) -> Result<DownstreamSettings, String> {
+    pub fn updated(&self, update: &DownstreamUpdate) -> Result<DownstreamSettings, Invalid> {
+        let invalid = |field: &str, detail: String| Err(Invalid::new(format!("downstream.{field}"), detail));
         let next = DownstreamSettings {
             mode: update.mode.unwrap_or(self.mode),
             latency_ms: update.latency_ms.unwrap_or(self.latency_ms),
@@ -142,29 +145,32 @@ impl DownstreamSettings {
         };
         for (name, [min, max]) in [("latency_ms", next.latency_ms), ("slow_ms", next.slow_ms)] {
             if min > max || max > MAX_LATENCY_MS {
-                return Err(format!("{name} must be [min, max] with min <= max <= {MAX_LATENCY_MS}"));
+                return invalid(
+                    name,
+                    format!("{name} must be [min, max] with min <= max <= {MAX_LATENCY_MS}"),
+                );
             }
         }
         if !(0.0..=1.0).contains(&next.failure_rate) {
-            return Err("failure_rate must be between 0 and 1".into());
+            return invalid("failure_rate", "failure_rate must be between 0 and 1".into());
         }
         if next.retry_after_s > MAX_RETRY_AFTER_S {
-            return Err(format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
+            return invalid("retry_after_s", format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
         }
         if !(next.rate_per_s > 0.0 && next.rate_per_s <= MAX_RATE_PER_S) {
-            return Err(format!("rate_per_s must be above 0 and at most {MAX_RATE_PER_S}"));
+            return invalid("rate_per_s", format!("rate_per_s must be above 0 and at most {MAX_RATE_PER_S}"));
         }
         if !(1..=MAX_BURST).contains(&next.burst) {
-            return Err(format!("burst must be 1 to {MAX_BURST}"));
+            return invalid("burst", format!("burst must be 1 to {MAX_BURST}"));
         }
         if !(1..=MAX_CAPACITY).contains(&next.capacity) {
-            return Err(format!("capacity must be 1 to {MAX_CAPACITY}"));
+            return invalid("capacity", format!("capacity must be 1 to {MAX_CAPACITY}"));
         }
         if next.queue > MAX_QUEUE {
-            return Err(format!("queue must be 0 to {MAX_QUEUE}"));
+            return invalid("queue", format!("queue must be 0 to {MAX_QUEUE}"));
         }
         if update.for_ms.is_some_and(|ms| !(1..=MAX_FOR_MS).contains(&ms)) {
-            return Err(format!("for_ms must be 1 to {MAX_FOR_MS}"));
+            return invalid("for_ms", format!("for_ms must be 1 to {MAX_FOR_MS}"));
         }
         Ok(next)
     }
@@ -410,9 +416,9 @@ mod tests {
     fn settings_updates_are_validated() {
         let settings = DownstreamSettings::default();
         let bad_rate = DownstreamUpdate { failure_rate: Some(1.5), ..Default::default() };
-        assert!(settings.updated(&bad_rate).unwrap_err().contains("failure_rate"));
+        assert_eq!(settings.updated(&bad_rate).unwrap_err().field, "downstream.failure_rate");
         let inverted = DownstreamUpdate { latency_ms: Some([300, 10]), ..Default::default() };
-        assert!(settings.updated(&inverted).unwrap_err().contains("latency_ms"));
+        assert_eq!(settings.updated(&inverted).unwrap_err().field, "downstream.latency_ms");
         let down = DownstreamUpdate { mode: Some(Mode::Down), ..Default::default() };
         assert_eq!(settings.updated(&down).unwrap().mode, Mode::Down);
         for (update, field) in [
@@ -422,7 +428,9 @@ mod tests {
             (DownstreamUpdate { burst: Some(0), ..Default::default() }, "burst"),
             (DownstreamUpdate { for_ms: Some(MAX_FOR_MS + 1), ..Default::default() }, "for_ms"),
         ] {
-            assert!(settings.updated(&update).unwrap_err().contains(field), "{field}");
+            let refused = settings.updated(&update).unwrap_err();
+            assert!(refused.detail.contains(field), "{field}: {refused}");
+            assert_eq!(refused.field, format!("downstream.{field}"));
         }
     }
 }

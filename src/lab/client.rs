@@ -1,49 +1,167 @@
-//! The lab's clients' protections. A policy runs `clients` independent clients, as the
-//! instances of a scaled-out service would: each message belongs to one (round-robin by id),
-//! and each client has its own circuit breaker and retry budget, shared by its messages only,
-//! as a real instance has one per dependency. The state is each client's own
-//! (`client::ClientState`); here each change of a breaker becomes an event.
+//! The lab's clients around each attempt, and their protections. A policy runs `clients`
+//! independent clients, as the instances of a scaled-out service would: each message belongs
+//! to one (round-robin by id), and each client has its own circuit breaker and retry budget,
+//! shared by its messages only, as a real instance has one per dependency. The state is each
+//! client's own (`client::ClientState`); here each change of a breaker becomes an event.
+//!
+//! An attempt is two calls: `before_attempt` (may it go, and on which client; it waits for
+//! the connection slots and records the start) and `after_attempt` (what comes next, decided by
+//! `client::attempt::next` and recorded in the same change). The sending loop does the I/O.
 
-use super::{Lab, LabState};
-use crate::client::{BreakerCounts, BreakerShare, ClientState};
+use std::time::Instant;
+
+use rand::Rng;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use super::{Lab, LabState, unix_now_ms};
+use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
+use crate::dlq::{Cause, DeadLetter};
+use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::{Admission, BreakerState};
+use crate::retry::{Admission, BreakerState, Outcome, Policy};
 
-/// The client a message belongs to: round-robin by its id.
-fn client_index(state: &LabState, message_id: u64) -> usize {
-    (message_id.saturating_sub(1) % u64::from(state.client.policy.clients.max(1))) as usize
+/// How an attempt may go.
+pub enum Go<'a> {
+    /// Send it under this policy, holding the connection slots until it ends.
+    Send(Policy, Slots<'a>),
+    /// The client's open breaker refused it: nothing is sent, and it counts as failed.
+    ShortCircuited(Policy),
+    /// The round ended before this attempt (a crash cut off the one that used them up).
+    Ended(Next),
+    /// The message is no longer owed this attempt: the lab was reset.
+    Stop,
 }
 
-fn client_mut(state: &mut LabState, index: usize) -> &mut ClientState {
-    match index {
-        0 => &mut state.client,
-        i => &mut state.others[i - 1],
-    }
+/// A connection slot of the lab's and one of the server's, held while an attempt is sent.
+pub struct Slots<'a> {
+    _lab: SemaphorePermit<'a>,
+    _server: SemaphorePermit<'a>,
 }
 
 impl Lab {
-    /// The client message `message_id` belongs to (0 for the first).
-    pub fn client_of(&self, message_id: u64) -> usize {
-        client_index(&self.lock(), message_id)
+    /// Where message `id`'s delivery continues, with the seed of its random stream under a
+    /// seeded policy; `None` when it is no longer owed one.
+    pub fn delivery_start(&self, id: u64) -> Option<(ResumePoint, Option<u64>)> {
+        let state = self.lock();
+        let resume = state.record.resume_point(id, self.now_ms())?;
+        let client = state.clients.of(id) as u64;
+        Some((resume, state.clients.policy().seed.map(|seed| attempt::stream_seed(seed, client, id))))
     }
 
-    /// Asks the breaker of the message's client whether its next attempt may be sent.
-    pub fn breaker_admit(&self, message_id: u64) -> Admission {
+    /// Whether attempt `n` of message `id` may go: its client's breaker is asked, and a sent
+    /// attempt waits for a connection slot of the lab's and one of `server_slots`; the attempt
+    /// is recorded as started (with the time it queued).
+    pub async fn before_attempt<'a>(&'a self, id: u64, n: u32, server_slots: &'a Semaphore) -> Go<'a> {
+        let policy = {
+            let mut state = self.lock();
+            let now = self.now_ms();
+            let policy = *state.clients.policy();
+            if let Some(ended) = attempt::before(&policy, n) {
+                self.settle(&mut state, id, &ended, now);
+                return Go::Ended(ended);
+            }
+            let index = state.clients.of(id);
+            let (admission, changed) = state.clients.admit(index, now);
+            self.client_breaker_changed(&mut state, index, changed, now);
+            if admission == Admission::ShortCircuit {
+                // Fails fast: no slot, no socket, no request.
+                return match self.start(&mut state, (id, n), 0, now) {
+                    true => Go::ShortCircuited(policy),
+                    false => Go::Stop,
+                };
+            }
+            policy
+        };
+        let queued = Instant::now();
+        let Ok(lab) = self.request_slots.acquire().await else { return Go::Stop };
+        let Ok(server) = server_slots.acquire().await else { return Go::Stop };
         let mut state = self.lock();
         let now = self.now_ms();
-        let index = client_index(&state, message_id);
-        let (admission, changed) = client_mut(&mut state, index).admit(now);
-        self.client_breaker_changed(&mut state, index, changed, now);
-        admission
+        if !self.start(&mut state, (id, n), queued.elapsed().as_millis() as u64, now) {
+            return Go::Stop;
+        }
+        if n == 1 {
+            // The retry budget's window counts first attempts sent.
+            let index = state.clients.of(id);
+            state.clients.client_mut(index).1.first_attempt(now);
+        }
+        Go::Send(policy, Slots { _lab: lab, _server: server })
     }
 
-    /// Tells the breaker of the message's client how a sent attempt ended.
-    pub fn breaker_record(&self, message_id: u64, failed: bool) {
+    /// Attempt `n` of message `id`, made under `policy`, ended: its client's breaker hears how
+    /// a sent one went, the attempt is recorded, and what comes next is decided and recorded
+    /// (a wait, the delivery or a dead letter), in one change. `None` when the message is no
+    /// longer owed it (the lab was reset).
+    pub fn after_attempt(
+        &self,
+        (id, n): (u64, u32),
+        policy: &Policy,
+        end: AttemptEnd,
+        round: &mut Round,
+        rng: &mut impl Rng,
+    ) -> Option<Next> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let index = client_index(&state, message_id);
-        let changed = client_mut(&mut state, index).record(failed, now);
-        self.client_breaker_changed(&mut state, index, changed, now);
+        let index = state.clients.of(id);
+        if end.outcome != Outcome::ShortCircuited {
+            let changed = state.clients.record(index, end.outcome.is_failure(end.status), now);
+            self.client_breaker_changed(&mut state, index, changed, now);
+        }
+        let finished = state.record.finish_attempt(id, end)?;
+        self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
+        let attempt = Attempt { n, end: &end, now_ms: now };
+        let client = state.clients.client_mut(index);
+        let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
+        self.settle(&mut state, id, &next, now);
+        Some(next)
+    }
+
+    /// Attempt `n` starts, after `queued_ms` spent waiting for connection slots; `false` when
+    /// the message is no longer owed it.
+    fn start(&self, state: &mut LabState, (id, n): (u64, u32), queued_ms: u64, now: u64) -> bool {
+        let Some((attempt, waited_ms)) = state.record.start_attempt(id, n, now, queued_ms) else {
+            return false;
+        };
+        let attempt = (&attempt).into();
+        let queued_ms = waited_ms.map(|_| queued_ms);
+        self.publish(state, &Event::AttemptStarted { message_id: id, attempt, waited_ms, queued_ms }, now);
+        true
+    }
+
+    /// Records what comes next for message `id`.
+    fn settle(&self, state: &mut LabState, id: u64, next: &Next, now: u64) {
+        match next {
+            Next::Retry(wait) => {
+                if let Some((round, n)) = state.record.schedule_wait(id, *wait) {
+                    self.publish(state, &Event::WaitScheduled { message_id: id, round, n, wait: *wait }, now);
+                }
+            }
+            Next::Delivered => self.delivered(state, id, now),
+            Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
+        }
+    }
+
+    fn delivered(&self, state: &mut LabState, id: u64, now: u64) {
+        if !state.record.deliver(id) {
+            return;
+        }
+        state.record.load.delivered(now);
+        self.publish(state, &Event::Delivered { message_id: id }, now);
+        // The window over settled messages: the oldest deliveries leave, still counted.
+        let forgotten = state.record.forget_delivered(self.limits.settled_window);
+        if !forgotten.is_empty() {
+            self.publish(state, &Event::MessagesForgotten { message_ids: forgotten }, now);
+        }
+    }
+
+    /// Gives up on a message: it moves to the dead-letter queue with its reason.
+    fn dead_lettered(&self, state: &mut LabState, id: u64, reason: (Cause, String), now: u64) {
+        let quarantine_after = state.clients.policy().quarantine_after;
+        let Some(message) = state.record.dead_letter(id) else { return };
+        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
+        letter.applied = state.endpoint.ledger.is_applied(&letter.key);
+        state.dead_letters.push(letter.clone());
+        self.publish(state, &Event::DeadLettered { dead_letter: letter }, now);
     }
 
     fn client_breaker_changed(
@@ -65,66 +183,33 @@ impl Lab {
     pub(super) fn breaker_changed(&self, state: &mut LabState, changed: Option<BreakerState>, now: u64) {
         if let Some(changed) = changed {
             self.publish(state, &Event::BreakerChanged { state: changed }, now);
-            if !state.others.is_empty() {
+            if state.clients.count() > 1 {
                 self.shares_changed(state, now);
             }
         }
     }
 
     fn shares_changed(&self, state: &mut LabState, now: u64) {
-        let counts = BreakerCounts::of(std::iter::once(&state.client).chain(&state.others));
-        state.shares.push(BreakerShare { at_ms: now, counts });
+        state.clients.note_share(now);
         let clients = clients_view(state);
         self.publish(state, &Event::Clients { clients }, now);
     }
 
     /// Makes the other clients match the policy: as many as it runs, each following it.
     pub(super) fn sync_clients(&self, state: &mut LabState, now: u64) {
-        let policy = state.client.policy;
-        let count = policy.clients.max(1) as usize;
-        let before = state.others.len();
-        state.others.truncate(count - 1);
-        for other in &mut state.others {
-            // A breaker turned off closes; the clients' share says so below.
-            other.set_policy(policy, now);
+        if state.clients.resize(now) {
+            self.shares_changed(state, now);
         }
-        while state.others.len() < count - 1 {
-            state.others.push(ClientState::following(policy));
-        }
-        if before != state.others.len() || !state.others.is_empty() {
-            let counts = BreakerCounts::of(std::iter::once(&state.client).chain(&state.others));
-            if state.shares.all().last().is_none_or(|last| last.counts != counts) {
-                self.shares_changed(state, now);
-            }
-        }
-    }
-
-    /// Counts a first attempt in the retry budget's window of the message's client.
-    pub fn budget_first_attempt(&self, message_id: u64) {
-        let now = self.now_ms();
-        let mut state = self.lock();
-        let index = client_index(&state, message_id);
-        client_mut(&mut state, index).first_attempt(now);
-    }
-
-    /// Whether the retry budget of the message's client allows a retry now (always, without
-    /// one); counts it if so.
-    pub fn budget_allows_retry(&self, message_id: u64) -> bool {
-        let now = self.now_ms();
-        let mut state = self.lock();
-        let index = client_index(&state, message_id);
-        client_mut(&mut state, index).allows_retry(now)
     }
 
     /// How long one round may last, and the setting that says so: the policy's `max_total_ms`
     /// when set and shorter, else the server's `max_retry_duration_ms`, which the dedup window
     /// is sized to cover.
-    pub fn round_budget(&self, policy: &crate::retry::Policy) -> (u64, &'static str) {
+    fn time_budget(&self, policy: &Policy) -> TimeBudget {
         let server = self.limits.max_retry_duration_ms;
         match policy.max_total_ms {
-            0 => (server, "max_retry_duration_ms"),
-            own if own <= server => (own, "max_total_ms"),
-            _ => (server, "max_retry_duration_ms"),
+            own if own > 0 && own <= server => TimeBudget { ms: own, setting: "max_total_ms" },
+            _ => TimeBudget { ms: server, setting: "max_retry_duration_ms" },
         }
     }
 }
@@ -132,8 +217,8 @@ impl Lab {
 /// The clients as the snapshot and the `clients` event show them.
 pub(super) fn clients_view(state: &LabState) -> ClientsView {
     ClientsView {
-        count: state.client.policy.clients.max(1),
-        breakers: BreakerCounts::of(std::iter::once(&state.client).chain(&state.others)),
-        changes: state.shares.all().to_vec(),
+        count: state.clients.count() as u32,
+        breakers: state.clients.breakers(),
+        changes: state.clients.shares().to_vec(),
     }
 }

@@ -5,13 +5,29 @@
 
 use std::sync::atomic::Ordering;
 
+use tokio::sync::oneshot;
+
 use super::{Lab, LabState, unix_now_ms};
 use crate::domain::Answer;
 use crate::downstream::{
-    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Passage, Request, StoredResponse,
+    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Request, StoredResponse, Waiter,
 };
 use crate::events::Event;
 use crate::store::StoreError;
+
+/// The lab's endpoint: a request waiting in the overloaded mode's line is handed its worker
+/// over a oneshot channel.
+pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<()>>;
+
+/// How a request got past the mode's gate; one waiting in line awaits its worker on the
+/// receiver.
+pub type Passage = crate::downstream::Passage<oneshot::Receiver<()>>;
+
+impl Waiter for oneshot::Sender<()> {
+    fn hand_over(self) -> bool {
+        self.send(()).is_ok()
+    }
+}
 
 /// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`)
 /// and how it got past the mode's gate.
@@ -40,7 +56,7 @@ impl Lab {
         self.change(|LabState { record, endpoint, .. }, now| {
             endpoint.ledger.count_request();
             let arrived = record.load.arrive(now);
-            let passage = endpoint.pass(now);
+            let passage = endpoint.pass(now, oneshot::channel);
             let (status, detail) = match passage {
                 Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
                 Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),

@@ -90,7 +90,7 @@ impl Flush for Lab {
             origin_unix_ms: self.clock.origin_unix_ms(),
             active_unix_ms: state.active_unix_ms,
             downstream: serde_json::to_string(&state.endpoint.view()).expect("settings serialize"),
-            policy: serde_json::to_string(&state.client.policy).expect("a policy serializes"),
+            policy: serde_json::to_string(state.clients.policy()).expect("a policy serializes"),
             counts: state.endpoint.ledger.counts(),
             next_message_id: record.next_message_id(),
             last_event_id: state.log.last_id(),
@@ -145,7 +145,7 @@ impl LabState {
             removed_keys: removed,
             load,
             markers,
-            breaker_changes: self.client.take_changes(),
+            breaker_changes: self.clients.first_mut().take_changes(),
             outside: self.callers.take_changes(),
         }
     }
@@ -177,7 +177,7 @@ impl LabState {
             removed: removed_keys,
         });
         if breaker_changes.is_some() {
-            self.client.changes_not_saved();
+            self.clients.first_mut().changes_not_saved();
         }
     }
 }

@@ -30,16 +30,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{Semaphore, watch};
 
 use crate::callers::Callers;
-use crate::client::ClientState;
+use crate::client::Clients;
 use crate::config::{Limits, Retention};
-use crate::dlq::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
-use crate::domain::{AttemptEnd, Counters, LabId, LabRecord, Message, ResumePoint};
-use crate::downstream::{DownstreamSettings, Endpoint, HeldKeys, LedgerCounts};
+use crate::dlq::{DeadLetter, DeadLetterQueue, ReplayRefusal, Target};
+use crate::domain::{Counters, LabId, LabRecord, Message};
+use crate::downstream::{DownstreamSettings, HeldKeys, LedgerCounts};
 use crate::events::{Event, EventLog, ReplayedMessage};
-use crate::retry::{Policy, Wait};
+use crate::retry::Policy;
 use crate::store::Store;
 
-pub use downstream::{Arrival, Decided};
+pub use client::{Go, Slots};
+use downstream::Endpoint;
+pub use downstream::{Arrival, Decided, Passage};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;
@@ -88,7 +90,7 @@ pub struct Lab {
 struct Parts {
     record: LabRecord,
     endpoint: Endpoint,
-    client: ClientState,
+    clients: Clients,
     dead_letters: DeadLetterQueue,
     callers: Callers,
 }
@@ -98,12 +100,8 @@ struct Parts {
 struct LabState {
     record: LabRecord,
     endpoint: Endpoint,
-    /// The first client: its breaker's history is the one the store keeps and the band draws.
-    client: ClientState,
-    /// The other clients, when the policy runs more than one (`clients`), in order.
-    others: Vec<ClientState>,
-    /// How many clients' breakers were open after each change, with more than one client.
-    shares: crate::client::BreakerShares,
+    /// The policy, each client's state, and what the clients share.
+    clients: Clients,
     traffic: crate::domain::Traffic,
     dead_letters: DeadLetterQueue,
     /// What the endpoint observed of outside callers.
@@ -146,22 +144,18 @@ impl Lab {
         this: Weak<Lab>,
         id: LabId,
         origin_unix_ms: u64,
-        Parts { record, endpoint, client, dead_letters, callers }: Parts,
+        Parts { record, endpoint, clients, dead_letters, callers }: Parts,
         last_event_id: u64,
         registry: &Labs,
     ) -> Self {
         let limits = registry.limits.clone();
-        // The other clients are live state only: after a restart they start fresh.
-        let others = (1..client.policy.clients).map(|_| ClientState::following(client.policy)).collect();
         Lab {
             id,
             clock: clock::LabClock::new(origin_unix_ms),
             state: Mutex::new(LabState {
                 record,
                 endpoint,
-                client,
-                others,
-                shares: Default::default(),
+                clients,
                 traffic: Default::default(),
                 dead_letters,
                 callers,
@@ -221,7 +215,7 @@ impl Lab {
     }
 
     pub fn policy(&self) -> Policy {
-        self.lock().client.policy
+        *self.lock().clients.policy()
     }
 
     pub fn counters(&self) -> Counters {
@@ -283,63 +277,6 @@ impl Lab {
             Some((ids, Event::MessagesCreated { messages }))
         });
         ids.ok_or_else(|| full.expect("a refused burst says why"))
-    }
-
-    /// Where the message's delivery continues; `None` if it is no longer owed one.
-    pub fn resume_point(&self, id: u64) -> Option<ResumePoint> {
-        self.lock().record.resume_point(id, self.now_ms())
-    }
-
-    /// Attempt `n` starts, after `queued_ms` spent waiting for a connection slot.
-    pub fn attempt_started(&self, id: u64, n: u32, queued_ms: u64) -> bool {
-        self.change(|LabState { record, .. }, now| {
-            let (attempt, waited_ms) = record.start_attempt(id, n, now, queued_ms)?;
-            let attempt = (&attempt).into();
-            let queued_ms = waited_ms.map(|_| queued_ms);
-            Some(((), Event::AttemptStarted { message_id: id, attempt, waited_ms, queued_ms }))
-        })
-        .is_some()
-    }
-
-    pub fn attempt_finished(&self, id: u64, end: AttemptEnd) {
-        self.change(|LabState { record, .. }, _| {
-            let attempt = record.finish_attempt(id, end)?;
-            Some(((), Event::AttemptFinished { message_id: id, attempt }))
-        });
-    }
-
-    pub fn wait_scheduled(&self, id: u64, wait: Wait) {
-        self.change(|LabState { record, .. }, _| {
-            let (round, n) = record.schedule_wait(id, wait)?;
-            Some(((), Event::WaitScheduled { message_id: id, round, n, wait }))
-        });
-    }
-
-    pub fn delivered(&self, id: u64) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        if !state.record.deliver(id) {
-            return;
-        }
-        state.record.load.delivered(now);
-        self.publish(&mut state, &Event::Delivered { message_id: id }, now);
-        // The window over settled messages: the oldest deliveries leave, still counted.
-        let forgotten = state.record.forget_delivered(self.limits.settled_window);
-        if !forgotten.is_empty() {
-            self.publish(&mut state, &Event::MessagesForgotten { message_ids: forgotten }, now);
-        }
-    }
-
-    /// Gives up on a message: it moves to the dead-letter queue with its reason.
-    pub fn dead_lettered(&self, id: u64, reason: (Cause, String)) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        let quarantine_after = state.client.policy.quarantine_after;
-        let Some(message) = state.record.dead_letter(id) else { return };
-        let mut letter = DeadLetter::new(message, reason, (now, unix_now_ms()), quarantine_after);
-        letter.applied = state.endpoint.ledger.is_applied(&letter.key);
-        state.dead_letters.push(letter.clone());
-        self.publish(&mut state, &Event::DeadLettered { dead_letter: letter }, now);
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with
@@ -410,11 +347,7 @@ impl Lab {
         self.count_outside_keys(state.endpoint.ledger.outside_keys(), 0);
         state.record.reset();
         state.endpoint.reset();
-        state.client.reset();
-        for other in &mut state.others {
-            other.reset();
-        }
-        state.shares.clear();
+        state.clients.reset();
         state.dead_letters.clear();
         self.forget_outside(&state);
         state.callers.reset();
@@ -446,10 +379,7 @@ impl Lab {
             state.record.interrupt(id, now);
         }
         // Probes that were cut off never answer.
-        state.client.forget_probes();
-        for other in &mut state.others {
-            other.forget_probes();
-        }
+        state.clients.forget_probes();
         let snapshot = self.snapshot_value(&state);
         self.publish(&mut state, &Event::Recovered { reason, resumed: active.clone(), snapshot }, now);
         active

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::{Lab, LabState, Withdrawal};
+use crate::client::BreakerCounts;
 use crate::dlq::{Chosen, DeadLetter, Facets, Redrive, ReplayRefusal, Selection, Target, matching, page};
 use crate::downstream::Mode;
 use crate::events::{Event, ReplayedMessage};
@@ -51,8 +52,10 @@ pub struct DryRun {
     /// The downstream's mode now.
     #[schema(value_type = String)]
     pub mode: &'static str,
-    /// The client's circuit breaker now.
+    /// The first client's circuit breaker now.
     pub breaker: BreakerState,
+    /// How many clients' breakers stand in each state now (every client's, the first's too).
+    pub breakers: BreakerCounts,
     /// Said when the endpoint is failing: replayed now, the letters would most likely come back.
     pub warning: Option<String>,
 }
@@ -165,9 +168,10 @@ impl Lab {
         let state = self.lock();
         let chosen = state.select(target, (replay, confirm_quarantined))?;
         let mode = state.endpoint.settings.mode;
-        let breaker = state.client.breaker_state();
+        let breaker = state.clients.first().breaker_state();
+        let breakers = state.clients.breakers();
         let warning =
-            (replay && !chosen.ids.is_empty()).then(|| failing(mode, breaker)).flatten().map(|why| {
+            (replay && !chosen.ids.is_empty()).then(|| failing(mode, breakers)).flatten().map(|why| {
                 format!("{why}: these would most likely dead-letter again; find and fix the cause first")
             });
         Ok(DryRun {
@@ -177,6 +181,7 @@ impl Lab {
             quarantined_skipped: chosen.quarantined_skipped,
             mode: mode.as_str(),
             breaker,
+            breakers,
             warning,
         })
     }
@@ -319,10 +324,14 @@ pub struct Deleted {
     messages: Vec<crate::domain::Message>,
 }
 
-/// Why replaying now would most likely fail again, if it would.
-fn failing(mode: Mode, breaker: BreakerState) -> Option<String> {
-    if breaker == BreakerState::Open {
-        return Some("the circuit breaker is open".into());
+/// Why replaying now would most likely fail again, if it would: any client's open breaker, or
+/// the endpoint's mode.
+fn failing(mode: Mode, breakers: BreakerCounts) -> Option<String> {
+    let BreakerCounts { closed, open, half_open } = breakers;
+    match (open, closed + open + half_open) {
+        (0, _) => {}
+        (_, 1) => return Some("the circuit breaker is open".into()),
+        (open, all) => return Some(format!("{open} of {all} circuit breakers are open")),
     }
     match mode {
         Mode::Healthy => None,

@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use super::Endpoint;
 use super::{Lab, Parts, unix_now_ms};
 use crate::callers::Callers;
-use crate::client::ClientState;
+use crate::client::Clients;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
 use crate::domain::{Instance, LabId, LabRecord, StoredRecord, TrafficSettings};
-use crate::downstream::{DownstreamView, Endpoint};
+use crate::downstream::DownstreamView;
 use crate::events::Event;
 use crate::store::{LoadedLab, RecordParts, Store};
 
@@ -184,7 +185,7 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
     Parts {
         record: LabRecord::restore(stored),
         endpoint: Endpoint::restore(DownstreamView { settings: downstream, revert }, ledger),
-        client: ClientState::restore(policy, breaker_changes),
+        clients: Clients::restore(policy, breaker_changes),
         dead_letters: DeadLetterQueue::restore(dead_letters),
         callers: Callers::restore(outside_messages),
     }

@@ -6,6 +6,7 @@ use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
 use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
+use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
 
 /// The settings in force: the downstream, its timed change if any, and the client's policy.
@@ -19,7 +20,7 @@ pub struct Settings {
 impl Lab {
     /// Changes the downstream; absent fields keep their value. With `for_ms`, the change
     /// lasts that long and then the downstream goes back by itself to what it was.
-    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, String> {
+    pub fn set_downstream(&self, update: &DownstreamUpdate) -> Result<DownstreamView, Invalid> {
         let mut state = self.lock();
         let now = self.now_ms();
         let endpoint = &mut state.endpoint;
@@ -41,15 +42,15 @@ impl Lab {
     }
 
     /// Changes the retry policy; absent fields keep their value.
-    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+    pub fn set_policy(&self, update: &PolicyUpdate) -> Result<Policy, Invalid> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let policy = state.client.policy.updated(update)?;
+        let policy = state.clients.policy().updated(update)?;
         let max = self.limits.max_clients;
         if policy.clients > max {
-            return Err(format!("clients must be 1 to {max} (max_clients)"));
+            return Err(Invalid::new("policy.clients", format!("clients must be 1 to {max} (max_clients)")));
         }
-        let label = format!("policy: {}", changed_fields(&state.client.policy, &policy));
+        let label = format!("policy: {}", changed_fields(state.clients.policy(), &policy));
         let downstream = state.endpoint.settings;
         self.apply(
             &mut state,
@@ -67,7 +68,7 @@ impl Lab {
         Settings {
             downstream: state.endpoint.settings,
             revert: state.endpoint.revert,
-            policy: state.client.policy,
+            policy: *state.clients.policy(),
         }
     }
 
@@ -76,11 +77,13 @@ impl Lab {
         let mut state = self.lock();
         state.endpoint.settings = downstream;
         state.endpoint.revert = revert;
-        state.client.policy = policy;
+        state.clients.restore_policy(policy);
         let now = self.now_ms();
         self.sync_clients(&mut state, now);
-        let event =
-            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
+        let event = Event::SettingsChanged {
+            downstream: state.endpoint.view(),
+            policy: state.clients.policy().view(),
+        };
         self.publish(&mut state, &event, now);
     }
 
@@ -125,13 +128,15 @@ impl Lab {
     ) {
         state.endpoint.apply(downstream);
         if let Some(policy) = policy {
-            let closed = state.client.set_policy(policy, now);
+            let closed = state.clients.set_policy(policy, now);
             self.breaker_changed(state, closed, now);
             self.sync_clients(state, now);
         }
         state.record.markers.push(marker.clone());
-        let event =
-            Event::SettingsChanged { downstream: state.endpoint.view(), policy: state.client.policy.view() };
+        let event = Event::SettingsChanged {
+            downstream: state.endpoint.view(),
+            policy: state.clients.policy().view(),
+        };
         self.publish(state, &event, now);
         self.publish(state, &Event::Marker { marker }, now);
     }
@@ -140,7 +145,7 @@ impl Lab {
     pub fn breaker_restarted(&self) {
         let mut state = self.lock();
         let now = self.now_ms();
-        let closed = state.client.restarted(now);
+        let closed = state.clients.first_mut().restarted(now);
         self.breaker_changed(&mut state, closed, now);
     }
 

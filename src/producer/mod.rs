@@ -15,12 +15,11 @@ use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::dlq::Cause;
-use crate::domain::MarkerKind;
-use crate::domain::{AttemptEnd, Outcome};
-use crate::lab::Lab;
+use crate::client::attempt::{Next, Round};
+use crate::domain::{AttemptEnd, MarkerKind, Outcome};
+use crate::lab::{Go, Lab};
 use crate::metrics::Metrics;
-use crate::retry::{self, Admission, Refused, Verdict};
+use crate::retry;
 use crate::store::{Store, StoreError};
 
 /// Sends messages; cheap to clone.
@@ -106,147 +105,60 @@ impl Producer {
     }
 
     /// Delivers one message from where it stands (its first attempt, or where a crash left it)
-    /// until it is delivered or its round ends: attempts used up, the time budget out, the
-    /// breaker open on the last attempt (or on any, when a refusal gives up), the retry budget
-    /// spent, or a permanent error.
+    /// until it is delivered or its round ends. The lab decides around each attempt (may it
+    /// go; what comes next); this loop sends, and waits.
     async fn deliver(&self, lab: &Lab, id: u64) {
-        let Some(resume) = lab.resume_point(id) else { return };
+        let Some((resume, seed)) = lab.delivery_start(id) else { return };
         let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
         // The same body on every attempt: the downstream refuses a key reused with another.
         let body = crate::domain::Message::body(&lab.id, id);
-        // A seeded policy draws each message's jitter from its own stream, so a run repeats;
-        // each client's streams are its own (the first client's are those of a lone client).
-        let client = lab.client_of(id) as u64;
-        let mut rng = match lab.policy().seed {
-            Some(seed) => StdRng::seed_from_u64(
-                seed ^ client.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            ),
+        // A seeded policy draws each message's jitter from its own stream, so a run repeats.
+        let mut rng = match seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_rng(&mut rand::rng()),
         };
-        let mut previous_wait = resume.previous_wait_ms;
-        let mut round_started_ms = resume.round_started_ms;
+        let mut round =
+            Round { started_ms: resume.round_started_ms, previous_wait_ms: resume.previous_wait_ms };
         if resume.delay_ms > 0 {
             // The rest of a wait a crash interrupted.
             tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
         }
         for n in resume.next_n.. {
-            let policy = lab.policy();
-            if n > policy.max_attempts {
-                // Only after a crash: the attempt that used up the budget was cut off.
-                let spent = n - 1;
-                let reason = format!("attempts used up ({spent}); last: interrupted by a client crash");
-                self.dead_letter(lab, id, (Cause::AttemptsUsedUp, reason));
-                break;
-            }
-            let sent = match lab.breaker_admit(id) {
-                Admission::ShortCircuit => {
-                    // Fails fast: no slot, no socket, no request.
-                    if !lab.attempt_started(id, n, 0) {
-                        return; // the lab was reset
-                    }
-                    Sent::short_circuited()
+            let (policy, end) = match lab.before_attempt(id, n, &self.slots).await {
+                Go::Send(policy, slots) => {
+                    let end = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
+                    drop(slots);
+                    self.metrics.attempt(label(&end));
+                    (policy, end)
                 }
-                Admission::Send | Admission::Probe => {
-                    let queued = Instant::now();
-                    let Ok(slot) = lab.request_slots.acquire().await else { return };
-                    let Ok(overall) = self.slots.acquire().await else { return };
-                    if !lab.attempt_started(id, n, queued.elapsed().as_millis() as u64) {
-                        return; // the lab was reset
-                    }
-                    if n == 1 {
-                        lab.budget_first_attempt(id);
-                    }
-                    let started = Instant::now();
-                    let mut sent = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
-                    sent.duration_ms = started.elapsed().as_millis() as u64;
-                    drop((slot, overall));
-                    lab.breaker_record(id, sent.outcome.is_failure(sent.status));
-                    self.metrics.attempt(sent.label());
-                    sent
-                }
+                Go::ShortCircuited(policy) => (policy, answerless(Outcome::ShortCircuited)),
+                Go::Ended(ended) => return self.ended(&ended),
+                Go::Stop => return,
             };
-            let round_started_ms =
-                *round_started_ms.get_or_insert_with(|| lab.now_ms().saturating_sub(sent.duration_ms));
-            let end = AttemptEnd {
-                duration_ms: sent.duration_ms,
-                status: sent.status,
-                outcome: sent.outcome,
-                replayed: sent.replayed,
-                retry_after_s: sent.retry_after_s,
-            };
-            lab.attempt_finished(id, end);
-            let last = sent.describe(policy.timeout_ms);
-            match retry::classify(sent.outcome, sent.status) {
-                Verdict::Delivered => {
-                    lab.delivered(id);
-                    self.metrics.message("delivered");
-                    break;
-                }
-                Verdict::GiveUp => {
-                    self.dead_letter(lab, id, (Cause::Permanent, format!("permanent error: {last}")));
-                    break;
-                }
-                Verdict::Retry
-                    if sent.outcome == Outcome::ShortCircuited
-                        && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) =>
-                {
-                    let reason = format!(
-                        "circuit open: the breaker refused attempt {n}, and a refusal ends the round"
-                    );
-                    self.dead_letter(lab, id, (Cause::CircuitOpen, reason));
-                    break;
-                }
-                Verdict::Retry if n >= policy.max_attempts => {
-                    let ended = match sent.outcome {
-                        Outcome::ShortCircuited => (
-                            Cause::CircuitOpen,
-                            format!("circuit open: the breaker refused attempt {n} of {n}"),
-                        ),
-                        _ => (Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}")),
-                    };
-                    self.dead_letter(lab, id, ended);
-                    break;
-                }
-                Verdict::Retry => {
-                    let wait = retry::plan_wait(
-                        &policy.backoff(),
-                        policy.retry_after_rule(),
-                        n,
-                        previous_wait,
-                        sent.retry_after_s,
-                        &mut rng,
-                    );
-                    let next_at = lab.now_ms() + wait.planned_ms;
-                    let (budget_ms, budget) = lab.round_budget(&policy);
-                    if next_at > round_started_ms.saturating_add(budget_ms) {
-                        let reason = format!(
-                            "time budget: the next attempt would start past {budget_ms} ms ({budget}); last: {last}"
-                        );
-                        self.dead_letter(lab, id, (Cause::TimeBudget, reason));
-                        break;
-                    }
-                    if !lab.budget_allows_retry(id) {
-                        let reason =
-                            format!("retry budget spent: the client retried too much in 10 s; last: {last}");
-                        self.dead_letter(lab, id, (Cause::RetryBudget, reason));
-                        break;
-                    }
-                    lab.wait_scheduled(id, wait);
-                    previous_wait = Some(wait.chosen_ms);
-                    let waited = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;
-                    self.metrics.waits.observe(waited.elapsed().as_secs_f64());
-                }
-            }
+            let Some(next) = lab.after_attempt((id, n), &policy, end, &mut round, &mut rng) else { return };
+            let Next::Retry(wait) = next else { return self.ended(&next) };
+            let waited = Instant::now();
+            tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;
+            self.metrics.waits.observe(waited.elapsed().as_secs_f64());
         }
     }
 
-    fn dead_letter(&self, lab: &Lab, id: u64, reason: (Cause, String)) {
-        lab.dead_lettered(id, reason);
-        self.metrics.message("dead_lettered");
+    fn ended(&self, next: &Next) {
+        self.metrics.message(match next {
+            Next::Delivered => "delivered",
+            _ => "dead_lettered",
+        });
     }
 
-    async fn send(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> Sent {
+    /// Sends one attempt and measures it.
+    async fn send(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> AttemptEnd {
+        let started = Instant::now();
+        let mut end = self.send_once(url, key, body, timeout_ms).await;
+        end.duration_ms = started.elapsed().as_millis() as u64;
+        end
+    }
+
+    async fn send_once(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> AttemptEnd {
         let request = self
             .client
             .post(url)
@@ -256,7 +168,7 @@ impl Producer {
             .timeout(Duration::from_millis(timeout_ms));
         let response = match request.send().await {
             Ok(response) => response,
-            Err(e) => return Sent::failed(&e),
+            Err(e) => return failed(&e),
         };
         let status = response.status().as_u16();
         let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
@@ -264,9 +176,9 @@ impl Producer {
         let retry_after_s = header(RETRY_AFTER.as_str()).and_then(retry::parse_retry_after);
         // The deadline covers the body too: a reply cut off mid-body is not a success.
         if let Err(e) = response.bytes().await {
-            return Sent::failed(&e);
+            return failed(&e);
         }
-        Sent {
+        AttemptEnd {
             duration_ms: 0,
             status: Some(status),
             outcome: Outcome::of_status(status),
@@ -276,48 +188,20 @@ impl Producer {
     }
 }
 
-/// What one attempt brought back.
-struct Sent {
-    duration_ms: u64,
-    status: Option<u16>,
-    outcome: Outcome,
-    replayed: bool,
-    retry_after_s: Option<u64>,
+/// An attempt that brought no answer back, and took no time (yet).
+fn answerless(outcome: Outcome) -> AttemptEnd {
+    AttemptEnd { duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
 }
 
-impl Sent {
-    fn failed(error: &reqwest::Error) -> Self {
-        let outcome = if error.is_timeout() { Outcome::Timeout } else { Outcome::TransportError };
-        Sent { duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
-    }
+fn failed(error: &reqwest::Error) -> AttemptEnd {
+    answerless(if error.is_timeout() { Outcome::Timeout } else { Outcome::TransportError })
+}
 
-    /// The breaker was open: nothing was sent, and it took no time.
-    fn short_circuited() -> Self {
-        Sent {
-            duration_ms: 0,
-            status: None,
-            outcome: Outcome::ShortCircuited,
-            replayed: false,
-            retry_after_s: None,
-        }
-    }
-
-    /// The attempt's status as a metric label.
-    fn label(&self) -> String {
-        match (self.outcome, self.status) {
-            (_, Some(status)) => status.to_string(),
-            (outcome, None) => outcome_name(outcome).into(),
-        }
-    }
-
-    fn describe(&self, timeout_ms: u64) -> String {
-        match (self.outcome, self.status) {
-            (_, Some(status)) => format!("HTTP {status}"),
-            (Outcome::Timeout, None) => format!("no answer within {timeout_ms} ms"),
-            (Outcome::ShortCircuited, None) => "short-circuited by the open breaker".into(),
-            (Outcome::Interrupted, None) => "the client died mid-attempt".into(),
-            (_, None) => "connection failed".into(),
-        }
+/// The attempt's status as a metric label.
+fn label(end: &AttemptEnd) -> String {
+    match (end.outcome, end.status) {
+        (_, Some(status)) => status.to_string(),
+        (outcome, None) => outcome_name(outcome).into(),
     }
 }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde::Deserializer;
 
 use super::{Backoff, BreakerSettings, BudgetSettings, Jitter, RetryAfterMode, RetryAfterRule};
+use crate::invalid::Invalid;
 
 /// Upper bounds that keep a policy inside what a lab can show (and a person can wait for).
 const MAX_ATTEMPTS: u32 = 20;
@@ -186,7 +187,7 @@ impl Policy {
     }
 
     /// The policy with `update` applied, or the first reason it would be unusable.
-    pub fn updated(&self, update: &PolicyUpdate) -> Result<Policy, String> {
+    pub fn updated(&self, update: &PolicyUpdate) -> Result<Policy, Invalid> {
         let next = Policy {
             jitter: update.jitter.unwrap_or(self.jitter),
             base_ms: update.base_ms.unwrap_or(self.base_ms),
@@ -208,51 +209,68 @@ impl Policy {
         Ok(next)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), Invalid> {
+        let invalid = |field: &str, detail: String| Err(Invalid::new(format!("policy.{field}"), detail));
         if self.clients == 0 {
-            return Err("clients must be at least 1".into());
+            return invalid("clients", "clients must be at least 1".into());
         }
         if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
-            return Err(format!("max_attempts must be 1 to {MAX_ATTEMPTS}"));
+            return invalid("max_attempts", format!("max_attempts must be 1 to {MAX_ATTEMPTS}"));
         }
         if self.base_ms > MAX_DELAY_MS || self.cap_ms > MAX_DELAY_MS {
-            return Err(format!("base_ms and cap_ms must be at most {MAX_DELAY_MS}"));
+            let field = if self.base_ms > MAX_DELAY_MS { "base_ms" } else { "cap_ms" };
+            return invalid(field, format!("base_ms and cap_ms must be at most {MAX_DELAY_MS}"));
         }
         if self.base_ms > self.cap_ms {
-            return Err("base_ms must not exceed cap_ms".into());
+            return invalid("base_ms", "base_ms must not exceed cap_ms".into());
         }
         if !(1..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
-            return Err(format!("timeout_ms must be 1 to {MAX_TIMEOUT_MS}"));
+            return invalid("timeout_ms", format!("timeout_ms must be 1 to {MAX_TIMEOUT_MS}"));
         }
         if !(1..=MAX_QUARANTINE_AFTER).contains(&self.quarantine_after) {
-            return Err(format!("quarantine_after must be 1 to {MAX_QUARANTINE_AFTER}"));
+            return invalid(
+                "quarantine_after",
+                format!("quarantine_after must be 1 to {MAX_QUARANTINE_AFTER}"),
+            );
         }
         if self.retry_after_cap_ms > MAX_DELAY_MS {
-            return Err(format!("retry_after_cap_ms must be at most {MAX_DELAY_MS}"));
+            return invalid(
+                "retry_after_cap_ms",
+                format!("retry_after_cap_ms must be at most {MAX_DELAY_MS}"),
+            );
         }
         if !(1.0..=MAX_MULTIPLIER).contains(&self.multiplier) {
-            return Err(format!("multiplier must be 1 to {MAX_MULTIPLIER} (1 is a fixed interval)"));
+            return invalid(
+                "multiplier",
+                format!("multiplier must be 1 to {MAX_MULTIPLIER} (1 is a fixed interval)"),
+            );
         }
         if self.max_total_ms > MAX_TOTAL_MS {
-            return Err(format!("max_total_ms must be at most {MAX_TOTAL_MS} (0 for no time budget)"));
+            return invalid(
+                "max_total_ms",
+                format!("max_total_ms must be at most {MAX_TOTAL_MS} (0 for no time budget)"),
+            );
         }
         if let Some(breaker) = self.breaker {
             if !(1..=MAX_FAILURE_THRESHOLD).contains(&breaker.failure_threshold) {
-                return Err(format!("breaker.failure_threshold must be 1 to {MAX_FAILURE_THRESHOLD}"));
+                let detail = format!("breaker.failure_threshold must be 1 to {MAX_FAILURE_THRESHOLD}");
+                return invalid("breaker.failure_threshold", detail);
             }
             if !(1..=MAX_DELAY_MS).contains(&breaker.open_ms) {
-                return Err(format!("breaker.open_ms must be 1 to {MAX_DELAY_MS}"));
+                return invalid("breaker.open_ms", format!("breaker.open_ms must be 1 to {MAX_DELAY_MS}"));
             }
             if !(1..=MAX_PROBES).contains(&breaker.half_open_probes) {
-                return Err(format!("breaker.half_open_probes must be 1 to {MAX_PROBES}"));
+                let detail = format!("breaker.half_open_probes must be 1 to {MAX_PROBES}");
+                return invalid("breaker.half_open_probes", detail);
             }
         }
         if let Some(budget) = self.retry_budget {
             if !(0.0..=1.0).contains(&budget.ratio) {
-                return Err("retry_budget.ratio must be between 0 and 1".into());
+                return invalid("retry_budget.ratio", "retry_budget.ratio must be between 0 and 1".into());
             }
             if !(0.0..=MAX_MIN_PER_S).contains(&budget.min_per_s) {
-                return Err(format!("retry_budget.min_per_s must be 0 to {MAX_MIN_PER_S}"));
+                let detail = format!("retry_budget.min_per_s must be 0 to {MAX_MIN_PER_S}");
+                return invalid("retry_budget.min_per_s", detail);
             }
         }
         Ok(())
@@ -271,9 +289,19 @@ mod tests {
         assert_eq!((next.base_ms, next.timeout_ms, next.max_attempts), (10, 50, 4));
 
         let zero = PolicyUpdate { max_attempts: Some(0), ..Default::default() };
-        assert!(policy.updated(&zero).unwrap_err().contains("max_attempts"));
+        let refused = policy.updated(&zero).unwrap_err();
+        assert_eq!(refused.field, "policy.max_attempts");
+        assert!(refused.detail.contains("max_attempts"), "{refused}");
         let inverted = PolicyUpdate { base_ms: Some(5_000), cap_ms: Some(100), ..Default::default() };
-        assert!(policy.updated(&inverted).unwrap_err().contains("base_ms"));
+        assert_eq!(policy.updated(&inverted).unwrap_err().field, "policy.base_ms");
+        let breaker = BreakerSettings {
+            failure_threshold: 1,
+            open_ms: 0,
+            half_open_probes: 1,
+            refused: crate::retry::Refused::Retry,
+        };
+        let closed_at_once = PolicyUpdate { breaker: Some(Some(breaker)), ..Default::default() };
+        assert_eq!(policy.updated(&closed_at_once).unwrap_err().field, "policy.breaker.open_ms");
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub async fn set_downstream(
 ) -> Result<Json<DownstreamView>, AppError> {
     let Json(update) = payload?;
     let before = lab.settings();
-    let downstream = lab.set_downstream(&update).map_err(AppError::Unprocessable)?;
+    let downstream = lab.set_downstream(&update)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(downstream))
 }
@@ -103,7 +103,7 @@ pub async fn set_policy(
 ) -> Result<Json<PolicyView>, AppError> {
     let Json(update) = payload?;
     let before = lab.settings();
-    let policy = lab.set_policy(&update).map_err(AppError::Unprocessable)?;
+    let policy = lab.set_policy(&update)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(policy.view()))
 }

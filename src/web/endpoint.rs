@@ -23,8 +23,8 @@ use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, Passage, StoredResponse};
-use crate::lab::{Arrival, Decided, Lab};
+use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, StoredResponse};
+use crate::lab::{Arrival, Decided, Lab, Passage};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";

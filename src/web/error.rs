@@ -70,7 +70,8 @@ pub struct Problem<'a> {
     /// The name of the setting whose limit was hit.
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<&'static str>,
-    /// The request field at fault (`cause`, `filter.status`, `ids`, `rate_per_s`, ...).
+    /// The request field at fault (`cause`, `filter.status`, `ids`, `rate_per_s`, ...; a
+    /// setting's, dotted from its settings: `policy.timeout_ms`, `downstream.capacity`).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
 }
@@ -138,6 +139,13 @@ impl AppError {
 impl AppError {
     pub fn status(&self) -> StatusCode {
         self.parts().0
+    }
+}
+
+/// A setting's unusable value: 422, naming its field.
+impl From<crate::invalid::Invalid> for AppError {
+    fn from(crate::invalid::Invalid { field, detail }: crate::invalid::Invalid) -> Self {
+        AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field, detail }
     }
 }
 

@@ -128,6 +128,33 @@ async fn an_unknown_refusal_of_the_breaker_names_the_field_and_its_choices() {
 }
 
 #[tokio::test]
+async fn an_unusable_setting_names_its_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let before = app.snapshot(&lab).await;
+    let breaker = r#"{"breaker": {"failure_threshold": 5, "open_ms": 0, "half_open_probes": 1}}"#;
+    for (what, body, field) in [
+        ("policy", breaker, "policy.breaker.open_ms"),
+        ("policy", r#"{"base_ms": 5000, "cap_ms": 100}"#, "policy.base_ms"),
+        ("policy", r#"{"retry_budget": {"ratio": 2, "min_per_s": 1}}"#, "policy.retry_budget.ratio"),
+        ("policy", r#"{"clients": 100000}"#, "policy.clients"),
+        ("downstream", r#"{"capacity": 0}"#, "downstream.capacity"),
+        ("downstream", r#"{"latency_ms": [500, 10]}"#, "downstream.latency_ms"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status.as_u16(), 422, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        let name = field.rsplit('.').next().unwrap();
+        assert!(detail.contains(name), "the detail says what is wrong with {name}: {detail}");
+    }
+    let after = app.snapshot(&lab).await;
+    for part in ["policy", "downstream"] {
+        assert_eq!(before[part], after[part], "{part} did not change");
+    }
+}
+
+#[tokio::test]
 async fn a_refused_limit_names_itself() {
     let limits = retrylab::config::Limits {
         max_labs: 1,

@@ -83,3 +83,31 @@ async fn clients_outside_one_to_the_cap_are_refused_naming_it() {
     app.put(&lab, "policy", r#"{"clients": 1000}"#).await;
     assert_eq!(app.snapshot(&lab).await["clients"]["count"], 1000);
 }
+
+#[tokio::test]
+async fn the_dry_run_warns_when_only_another_clients_breaker_is_open() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    // Three clients, one attempt each, a breaker that opens on the first failure and stays open.
+    let policy = json!({"clients": 3, "max_attempts": 1,
+        "breaker": {"failure_threshold": 1, "open_ms": 600000, "half_open_probes": 1}});
+    app.put(&lab, "policy", &policy.to_string()).await;
+    // Messages 1 and 2 (the first two clients') are delivered; message 3, the third client's,
+    // fails while the endpoint is down, and only that client's breaker opens.
+    app.burst(&lab, 2).await;
+    app.wait_for(&lab, PATIENCE, |s| settled(s) && counter(s, "delivered") == 2).await;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 1).await;
+    let failed = app.wait_for(&lab, PATIENCE, |s| settled(s) && counter(s, "dead_letter") == 1).await;
+    assert_eq!(failed["clients"]["breakers"], json!({"closed": 2, "open": 1, "half_open": 0}));
+    assert_eq!(failed["breaker"]["state"], "closed", "the first client's breaker stays closed");
+    app.set_mode(&lab, "healthy").await;
+
+    let path = format!("/api/labs/{lab}/dead-letters/replay");
+    let (status, dry) = app.call(Method::POST, &path, Some(r#"{"dry_run": true}"#)).await;
+    assert_eq!(status, StatusCode::OK, "{dry}");
+    assert_eq!((dry["count"].clone(), dry["mode"].clone()), (json!(1), json!("healthy")));
+    assert_eq!(dry["breakers"], json!({"closed": 2, "open": 1, "half_open": 0}), "{dry}");
+    let warning = dry["warning"].as_str().unwrap_or_else(|| panic!("no warning: {dry}"));
+    assert!(warning.starts_with("1 of 3 circuit breakers are open"), "{warning}");
+}

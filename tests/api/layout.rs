@@ -12,39 +12,49 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 fn code_graph() -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut graph = Graph::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let relative = path.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
-            if relative == "lib.rs" || relative == "main.rs" || !relative.ends_with(".rs") {
-                continue;
-            }
-            let module = relative.split('/').next().unwrap().trim_end_matches(".rs").to_owned();
-            let uses = graph.entry(module.clone()).or_default();
-            let text = std::fs::read_to_string(&path).unwrap();
-            for line in text.lines().map(str::trim) {
-                if line.starts_with("#[cfg(test)]") {
-                    break;
-                }
-                if line.starts_with("//") {
-                    continue;
-                }
-                for (at, _) in line.match_indices("crate::") {
-                    let name: String =
-                        line[at + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
-                    if !name.is_empty() && name != module {
-                        uses.insert(name);
-                    }
+    for path in files_under(&src) {
+        let relative = path.strip_prefix(&src).unwrap().to_string_lossy().replace('\\', "/");
+        if relative == "lib.rs" || relative == "main.rs" || !relative.ends_with(".rs") {
+            continue;
+        }
+        let module = relative.split('/').next().unwrap().trim_end_matches(".rs").to_owned();
+        let uses = graph.entry(module.clone()).or_default();
+        for line in code_lines(&path) {
+            for (at, _) in line.match_indices("crate::") {
+                let name: String =
+                    line[at + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                if !name.is_empty() && name != module {
+                    uses.insert(name);
                 }
             }
         }
     }
     graph
+}
+
+/// Every file below `dir`.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// A file's code, its tests aside: its lines up to its first `#[cfg(test)]`, trimmed, comments
+/// left out.
+fn code_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.lines().map(str::trim).take_while(|line| !line.starts_with("#[cfg(test)]"));
+    code.filter(|line| !line.starts_with("//")).map(str::to_owned).collect()
 }
 
 /// The README's list: a module's line, then `-> what it uses` (or `-> nothing of ours`).
@@ -102,6 +112,23 @@ fn the_modules_form_layers() {
         assert!(!leaves.is_empty(), "an import circle among {:?}", left.keys().collect::<Vec<_>>());
         for leaf in leaves {
             left.remove(&leaf);
+        }
+    }
+}
+
+#[test]
+fn the_retry_math_and_the_endpoint_run_on_no_runtime_and_no_http_stack() {
+    for module in ["retry", "downstream"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(module);
+        let code: Vec<(std::path::PathBuf, String)> = files_under(&dir)
+            .into_iter()
+            .flat_map(|file| code_lines(&file).into_iter().map(move |line| (file.clone(), line)))
+            .collect();
+        assert!(code.len() > 100, "read the code of src/{module}");
+        for (file, line) in &code {
+            for name in ["tokio", "reqwest", "axum"] {
+                assert!(!line.contains(&format!("{name}::")), "{} uses {name}: {line}", file.display());
+            }
         }
     }
 }

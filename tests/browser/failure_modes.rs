@@ -47,6 +47,33 @@ async fn apply_policy_form(page: &cdp::Page, fields: Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_form_marks_the_input_the_server_refused() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+
+    // A base above the cap: each is fine alone, so only the server can say which is wrong.
+    apply_policy_form(&page, json!({"base_ms": 5000, "cap_ms": 100})).await;
+    let base = "document.getElementById('policy-form').elements.namedItem('base_ms')";
+    wait_for(&page, "base_ms to be marked", &format!("{base}.getAttribute('aria-invalid') === 'true'")).await;
+    let focused = page.eval("document.activeElement?.name").await.unwrap();
+    assert_eq!(focused, "base_ms", "the refused input has the focus");
+    let marked = page
+        .eval("[...document.querySelectorAll('[aria-invalid=\"true\"]')].map(e => e.name)")
+        .await
+        .unwrap();
+    assert_eq!(marked, json!(["base_ms"]), "only the refused input is marked");
+    assert_eq!(server.snapshot(&lab).await["policy"]["base_ms"], 20, "the policy did not change");
+
+    // Fixed and applied again: the mark goes.
+    apply_policy_form(&page, json!({"base_ms": 50})).await;
+    wait_for(&page, "the mark to go", &format!("!{base}.hasAttribute('aria-invalid')")).await;
+    assert_eq!(server.snapshot(&lab).await["policy"]["base_ms"], 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
     let Some(browser) = browser() else { return };
     let server = Server::start().await;

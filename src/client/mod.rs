@@ -1,6 +1,12 @@
-//! A client's live state: the policy it follows, its circuit breaker with the history of its
-//! states, and its retry budget's window. One value per client, owned whole, so a lab can
-//! hold several, each with its own breaker and budget. Pure: the caller passes `now`.
+//! A client's live state: its circuit breaker with the history of its states, and its retry
+//! budget's window. One value per client, owned whole, so a lab can hold several, each with
+//! its own breaker and budget; `Clients` holds them all with the policy they follow. Pure:
+//! the caller passes `now`. `attempt` decides what follows each attempt of a message.
+
+pub mod attempt;
+mod clients;
+
+pub use clients::Clients;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,24 +26,19 @@ pub struct BreakerChange {
     pub state: BreakerState,
 }
 
-/// One client's live state.
+/// One client's live state; the policy it follows is its `Clients`'.
 #[derive(Debug, Default)]
 pub struct ClientState {
-    pub policy: Policy,
     breaker: Breaker,
     breaker_changes: BreakerChanges,
     budget: RetryBudget,
 }
 
 impl ClientState {
-    /// The client as the store kept it: its policy and its breaker's history (the breaker
-    /// itself starts closed, see `restarted`).
-    pub fn restore(policy: Policy, breaker_changes: Vec<BreakerChange>) -> Self {
-        ClientState {
-            policy,
-            breaker_changes: BreakerChanges::restore(breaker_changes),
-            ..Default::default()
-        }
+    /// The client as the store kept it: its breaker's history (the breaker itself starts
+    /// closed, see `restarted`).
+    pub fn restore(breaker_changes: Vec<BreakerChange>) -> Self {
+        ClientState { breaker_changes: BreakerChanges::restore(breaker_changes), ..Default::default() }
     }
 
     pub fn breaker_state(&self) -> BreakerState {
@@ -51,15 +52,15 @@ impl ClientState {
 
     /// Asks the breaker whether the next attempt may be sent; returns the state it changed to,
     /// if it did.
-    pub fn admit(&mut self, now_ms: u64) -> (Admission, Option<BreakerState>) {
-        let Some(settings) = self.policy.breaker else { return (Admission::Send, None) };
+    pub fn admit(&mut self, policy: &Policy, now_ms: u64) -> (Admission, Option<BreakerState>) {
+        let Some(settings) = policy.breaker else { return (Admission::Send, None) };
         let (admission, changed) = self.breaker.admit(&settings, now_ms);
         (admission, changed.inspect(|&state| self.changed(state, now_ms)))
     }
 
     /// Tells the breaker how a sent attempt ended; returns the state it changed to, if it did.
-    pub fn record(&mut self, failed: bool, now_ms: u64) -> Option<BreakerState> {
-        let settings = self.policy.breaker?;
+    pub fn record(&mut self, policy: &Policy, failed: bool, now_ms: u64) -> Option<BreakerState> {
+        let settings = policy.breaker?;
         let changed = self.breaker.record(&settings, failed, now_ms);
         changed.inspect(|&state| self.changed(state, now_ms))
     }
@@ -75,15 +76,14 @@ impl ClientState {
     }
 
     /// Whether the retry budget allows a retry now (always, without one); counts it if so.
-    pub fn allows_retry(&mut self, now_ms: u64) -> bool {
-        let Some(settings) = self.policy.retry_budget else { return true };
+    pub fn allows_retry(&mut self, policy: &Policy, now_ms: u64) -> bool {
+        let Some(settings) = policy.retry_budget else { return true };
         self.budget.try_retry(&settings, now_ms)
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).
-    pub fn set_policy(&mut self, policy: Policy, now_ms: u64) -> Option<BreakerState> {
+    fn follow(&mut self, policy: &Policy, now_ms: u64) -> Option<BreakerState> {
         let closed = policy.breaker.is_none() && self.breaker.state() != BreakerState::Closed;
-        self.policy = policy;
         closed.then(|| {
             self.breaker = Breaker::default();
             self.changed(BreakerState::Closed, now_ms);
@@ -155,10 +155,3 @@ pub struct BreakerShare {
 
 /// The shares kept per lab; the oldest go first.
 pub type BreakerShares = History<BreakerShare, MAX_BREAKER_CHANGES>;
-
-impl ClientState {
-    /// A fresh client following `policy`: its breaker closed, its budget full.
-    pub fn following(policy: Policy) -> Self {
-        ClientState { policy, ..Default::default() }
-    }
-}

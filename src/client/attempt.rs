@@ -1,0 +1,303 @@
+//! What follows an attempt, decided in one place. Pure: no I/O and no clock of its own; the
+//! caller passes the time, the round's budget and the message's random stream, so a seeded
+//! run decides the same way every time.
+//!
+//! The order of the checks is the policy: an answer that delivers or cannot be fixed by
+//! retrying ends the round first; then a refusal by the open breaker that gives up; then the
+//! attempts used up; then the wait is planned, and the next attempt must start within the
+//! round's time budget; last the retry budget is asked (and counts the retry when it allows).
+
+use rand::Rng;
+
+use super::ClientState;
+use crate::dlq::Cause;
+use crate::domain::AttemptEnd;
+use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
+
+/// Where a message's round stands between its attempts; the sending loop keeps it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Round {
+    /// When the round's first attempt started, once one has.
+    pub started_ms: Option<u64>,
+    /// The last wait's value chosen from its band (decorrelated jitter grows from it).
+    pub previous_wait_ms: Option<u64>,
+}
+
+/// How long one round may last, and the setting that says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeBudget {
+    pub ms: u64,
+    pub setting: &'static str,
+}
+
+/// What comes after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// The message was delivered.
+    Delivered,
+    /// Wait (its nominal, band, floor and chosen values), then attempt again.
+    Retry(Wait),
+    /// The round ends in the dead-letter queue, for this cause.
+    DeadLetter(Cause, String),
+}
+
+/// One attempt as it ended: its number in the round, what came back, and when it was judged.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub n: u32,
+    pub end: &'a AttemptEnd,
+    pub now_ms: u64,
+}
+
+/// Whether attempt `n` may start at all: after a crash cut off the attempt that used up the
+/// policy's attempts, the round ends before another.
+pub fn before(policy: &Policy, n: u32) -> Option<Next> {
+    (n > policy.max_attempts).then(|| {
+        let spent = n - 1;
+        let reason = format!("attempts used up ({spent}); last: interrupted by a client crash");
+        Next::DeadLetter(Cause::AttemptsUsedUp, reason)
+    })
+}
+
+/// What comes after `attempt`, made under `policy`. Notes the round's start, and the wait's
+/// chosen value when it retries; the client's retry budget, as the policy it follows now sets
+/// it, counts the retry it allows.
+pub fn next(
+    policy: &Policy,
+    budget: TimeBudget,
+    Attempt { n, end, now_ms }: Attempt,
+    round: &mut Round,
+    (following, client): (&Policy, &mut ClientState),
+    rng: &mut impl Rng,
+) -> Next {
+    let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
+    let last = describe(end, policy.timeout_ms);
+    match retry::classify(end.outcome, end.status) {
+        Verdict::Delivered => return Next::Delivered,
+        Verdict::GiveUp => return Next::DeadLetter(Cause::Permanent, format!("permanent error: {last}")),
+        Verdict::Retry => {}
+    }
+    let short_circuited = end.outcome == Outcome::ShortCircuited;
+    if short_circuited && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
+        let reason = format!("circuit open: the breaker refused attempt {n}, and a refusal ends the round");
+        return Next::DeadLetter(Cause::CircuitOpen, reason);
+    }
+    if n >= policy.max_attempts {
+        return match short_circuited {
+            true => Next::DeadLetter(
+                Cause::CircuitOpen,
+                format!("circuit open: the breaker refused attempt {n} of {n}"),
+            ),
+            false => Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}")),
+        };
+    }
+    let wait = retry::plan_wait(
+        &policy.backoff(),
+        policy.retry_after_rule(),
+        n,
+        round.previous_wait_ms,
+        end.retry_after_s,
+        rng,
+    );
+    if now_ms + wait.planned_ms > round_started_ms.saturating_add(budget.ms) {
+        let TimeBudget { ms, setting } = budget;
+        let reason =
+            format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
+        return Next::DeadLetter(Cause::TimeBudget, reason);
+    }
+    if !client.allows_retry(following, now_ms) {
+        let reason = format!("retry budget spent: the client retried too much in 10 s; last: {last}");
+        return Next::DeadLetter(Cause::RetryBudget, reason);
+    }
+    round.previous_wait_ms = Some(wait.chosen_ms);
+    Next::Retry(wait)
+}
+
+/// How an attempt ended, in words, for a dead letter's reason.
+pub fn describe(end: &AttemptEnd, timeout_ms: u64) -> String {
+    match (end.outcome, end.status) {
+        (_, Some(status)) => format!("HTTP {status}"),
+        (Outcome::Timeout, None) => format!("no answer within {timeout_ms} ms"),
+        (Outcome::ShortCircuited, None) => "short-circuited by the open breaker".into(),
+        (Outcome::Interrupted, None) => "the client died mid-attempt".into(),
+        (_, None) => "connection failed".into(),
+    }
+}
+
+/// The seed of one message's random stream under a seeded policy: each client's streams are
+/// its own, and the first client's are those of a lone client.
+pub fn stream_seed(seed: u64, client: u64, message_id: u64) -> u64 {
+    seed ^ client.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ message_id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::retry::{BreakerSettings, BudgetSettings, Jitter};
+
+    const BUDGET: TimeBudget = TimeBudget { ms: 60_000, setting: "max_retry_duration_ms" };
+
+    fn policy() -> Policy {
+        Policy { base_ms: 100, cap_ms: 1_000, max_attempts: 3, timeout_ms: 500, ..Policy::default() }
+    }
+
+    fn end(outcome: Outcome, status: Option<u16>) -> AttemptEnd {
+        AttemptEnd { duration_ms: 20, status, outcome, replayed: false, retry_after_s: None }
+    }
+
+    fn decide(policy: &Policy, n: u32, end: &AttemptEnd, now_ms: u64, round: &mut Round) -> Next {
+        let mut client = ClientState::default();
+        next(
+            policy,
+            BUDGET,
+            Attempt { n, end, now_ms },
+            round,
+            (policy, &mut client),
+            &mut StdRng::seed_from_u64(7),
+        )
+    }
+
+    #[test]
+    fn a_2xx_delivers_and_a_4xx_gives_up_at_once() {
+        let mut round = Round::default();
+        assert_eq!(decide(&policy(), 1, &end(Outcome::Ok, Some(200)), 1_000, &mut round), Next::Delivered);
+        // The round starts when its first attempt did: its end less its duration.
+        assert_eq!(round.started_ms, Some(980));
+        let given_up =
+            decide(&policy(), 1, &end(Outcome::HttpError, Some(400)), 1_000, &mut Round::default());
+        assert_eq!(given_up, Next::DeadLetter(Cause::Permanent, "permanent error: HTTP 400".into()));
+    }
+
+    #[test]
+    fn a_transient_failure_retries_after_the_planned_wait_drawn_from_the_seeded_stream() {
+        let mut round = Round::default();
+        let Next::Retry(wait) = decide(&policy(), 2, &end(Outcome::HttpError, Some(503)), 1_000, &mut round)
+        else {
+            panic!("a 503 on attempt 2 of 3 retries")
+        };
+        // Equal jitter on attempt 2: nominal 200, the band its upper half.
+        assert_eq!((wait.nominal_ms, wait.low_ms, wait.high_ms), (200, 100, 200));
+        assert!((100..=200).contains(&wait.chosen_ms), "{wait:?}");
+        assert_eq!(wait.planned_ms, wait.chosen_ms);
+        assert_eq!(round.previous_wait_ms, Some(wait.chosen_ms));
+        // The same seed draws the same wait.
+        let again = decide(&policy(), 2, &end(Outcome::HttpError, Some(503)), 1_000, &mut Round::default());
+        assert_eq!(again, Next::Retry(wait));
+    }
+
+    #[test]
+    fn retry_after_is_the_floor_of_the_wait() {
+        let answer = AttemptEnd { retry_after_s: Some(2), ..end(Outcome::HttpError, Some(503)) };
+        let policy = Policy { jitter: Jitter::Full, ..policy() };
+        let Next::Retry(wait) = decide(&policy, 1, &answer, 0, &mut Round::default()) else { panic!() };
+        assert_eq!((wait.floor_ms, wait.planned_ms), (Some(2_000), 2_000));
+    }
+
+    #[test]
+    fn the_last_attempt_uses_the_attempts_up_and_says_how_it_ended() {
+        let timed_out = decide(&policy(), 3, &end(Outcome::Timeout, None), 5_000, &mut Round::default());
+        let reason = "attempts used up (3); last: no answer within 500 ms";
+        assert_eq!(timed_out, Next::DeadLetter(Cause::AttemptsUsedUp, reason.into()));
+        let refused = decide(&policy(), 3, &end(Outcome::ShortCircuited, None), 5_000, &mut Round::default());
+        let reason = "circuit open: the breaker refused attempt 3 of 3";
+        assert_eq!(refused, Next::DeadLetter(Cause::CircuitOpen, reason.into()));
+    }
+
+    #[test]
+    fn a_refusal_that_gives_up_ends_the_round_on_any_attempt() {
+        let breaker = BreakerSettings {
+            failure_threshold: 2,
+            open_ms: 1_000,
+            half_open_probes: 1,
+            refused: Refused::GiveUp,
+        };
+        let policy = Policy { breaker: Some(breaker), ..policy() };
+        let refused = decide(&policy, 1, &end(Outcome::ShortCircuited, None), 0, &mut Round::default());
+        let reason = "circuit open: the breaker refused attempt 1, and a refusal ends the round";
+        assert_eq!(refused, Next::DeadLetter(Cause::CircuitOpen, reason.into()));
+        // Refused with `retry`, it backs off like any failed attempt.
+        let policy =
+            Policy { breaker: Some(BreakerSettings { refused: Refused::Retry, ..breaker }), ..policy };
+        let refused = decide(&policy, 1, &end(Outcome::ShortCircuited, None), 0, &mut Round::default());
+        assert!(matches!(refused, Next::Retry(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn a_wait_that_would_end_past_the_time_budget_ends_the_round() {
+        // The round began at 0; the next attempt would start at 9 950 + at least 100.
+        let mut round = Round { started_ms: Some(0), previous_wait_ms: None };
+        let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
+        let failed = end(Outcome::HttpError, Some(500));
+        let mut decide_at = |now_ms| {
+            let attempt = Attempt { n: 2, end: &failed, now_ms };
+            let mut client = ClientState::default();
+            next(
+                &policy(),
+                budget,
+                attempt,
+                &mut round,
+                (&policy(), &mut client),
+                &mut StdRng::seed_from_u64(1),
+            )
+        };
+        let ended = decide_at(9_950);
+        let Next::DeadLetter(Cause::TimeBudget, reason) = ended else { panic!("{ended:?}") };
+        assert_eq!(
+            reason,
+            "time budget: the next attempt would start past 10000 ms (max_total_ms); last: HTTP 500"
+        );
+        // Within the budget, the same attempt retries.
+        let retried = decide_at(5_000);
+        assert!(matches!(retried, Next::Retry(_)), "{retried:?}");
+    }
+
+    #[test]
+    fn the_retry_budget_refuses_the_retry_past_its_allowance_and_counts_the_ones_it_allows() {
+        // No first attempts and one retry a second: ten retries in the 10 s window.
+        let budget = BudgetSettings { ratio: 0.0, min_per_s: 1.0 };
+        let policy = Policy { retry_budget: Some(budget), max_attempts: 100, ..policy() };
+        let mut client = ClientState::default();
+        let failed = end(Outcome::HttpError, Some(503));
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut decide = |now_ms| {
+            let attempt = Attempt { n: 1, end: &failed, now_ms };
+            next(&policy, BUDGET, attempt, &mut Round::default(), (&policy, &mut client), &mut rng)
+        };
+        for now in 0..10 {
+            assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
+        }
+        let reason = "retry budget spent: the client retried too much in 10 s; last: HTTP 503";
+        assert_eq!(decide(10), Next::DeadLetter(Cause::RetryBudget, reason.into()));
+        // Once the window has moved past them, retries go again.
+        assert!(matches!(decide(10_011), Next::Retry(_)));
+    }
+
+    #[test]
+    fn the_retry_budget_is_the_one_the_client_follows_now() {
+        // The attempt was made before a policy with a spent budget came in: the budget counts.
+        let spent = Policy { retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.0 }), ..policy() };
+        let failed = end(Outcome::HttpError, Some(503));
+        let attempt = Attempt { n: 1, end: &failed, now_ms: 0 };
+        let mut client = ClientState::default();
+        let mut rng = StdRng::seed_from_u64(5);
+        let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
+        assert!(matches!(next, Next::DeadLetter(Cause::RetryBudget, _)), "{next:?}");
+    }
+
+    #[test]
+    fn an_attempt_past_the_policy_after_a_crash_ends_the_round_before_it_starts() {
+        assert_eq!(before(&policy(), 3), None);
+        let reason = "attempts used up (3); last: interrupted by a client crash";
+        assert_eq!(before(&policy(), 4), Some(Next::DeadLetter(Cause::AttemptsUsedUp, reason.into())));
+    }
+
+    #[test]
+    fn each_client_draws_from_its_own_stream_and_the_first_from_a_lone_clients() {
+        assert_eq!(stream_seed(42, 0, 0), 42);
+        assert_ne!(stream_seed(42, 1, 5), stream_seed(42, 0, 5));
+        assert_ne!(stream_seed(42, 0, 5), stream_seed(42, 0, 6));
+    }
+}
