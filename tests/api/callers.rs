@@ -177,15 +177,15 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
     let expected: [(&str, [[&str; 7]; 4]); 3] = [
         (
             "down",
-            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [p, p, p, p, f, n, n]],
         ),
         (
             "throttled",
-            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [p, p, p, p, f, n, n]],
         ),
         (
             "healthy",
-            [[p, p, p, p, p, p, n], [f, p, p, p, p, f, n], [p, p, f, p, p, p, n], [n, n, n, p, f, p, n]],
+            [[p, p, p, p, p, p, n], [f, p, p, p, p, f, n], [p, p, f, p, p, p, n], [p, p, p, p, f, p, n]],
         ),
     ];
     for (phase, expected) in expected {
@@ -226,6 +226,44 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
     let card = &new_keys["callers"][0];
     assert_eq!(card["keys"], card["requests"], "each retry made a key: {card}");
     assert!(card["keys"].as_u64().unwrap() > 3 * KEYS as u64, "{card}");
+}
+
+/// A plainly bad client: a new key every 100 ms, the same body, deaf to `Retry-After: 1`. Its
+/// tries are one request retried, so it fails `retry_after` and `attempts_capped` with the
+/// evidence, not only `key_reused`, and each failure says what to change.
+#[tokio::test]
+async fn a_loop_making_a_new_key_every_100_ms_fails_retry_after_and_attempts_capped() {
+    let app = spawn().await;
+    let lab = lab(&app).await;
+    app.set_mode(&lab, "down").await;
+    let endpoint = app.url(&format!("/labs/{lab}/downstream"));
+    for n in 0..15 {
+        let response = app
+            .client
+            .post(&endpoint)
+            .header("X-Client-Name", "loop")
+            .header("Idempotency-Key", format!("loop-{n}"))
+            .header("Content-Type", "application/json")
+            .body(r#"{"order": 7}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = report(&app, &lab).await;
+    let verdicts = verdicts(&report, "loop");
+    assert_eq!(&verdicts[..5], ["fail", "fail", "not_seen", "fail", "fail"], "{}", said(&report));
+    let checks = &report["callers"][0]["checks"];
+    let early = checks["retry_after"]["evidence"].as_str().unwrap();
+    assert!(early.contains("after a Retry-After of 1 s"), "{early}");
+    let capped = checks["attempts_capped"]["evidence"].as_str().unwrap();
+    assert!(capped.contains("15 requests") && capped.contains("key loop-0"), "{capped}");
+    for check in ["retry_after", "attempts_capped", "key_reused", "backoff"] {
+        assert!(checks[check]["advice"].as_str().is_some_and(|a| !a.is_empty()), "{check}: {checks}");
+    }
+    assert_eq!(checks["timeouts"]["verdict"], "not_seen");
+    assert!(checks["timeouts"]["advice"].is_string(), "a not_seen says what would show it: {checks}");
 }
 
 /// Names that would show as someone else's: bidi overrides and isolates reorder what is
