@@ -70,6 +70,10 @@ pub enum Command {
     /// Probes the idempotency and retry contract of an API you own: missing and bad keys, a
     /// replay, another body, copies at once, a retry after a timeout, and `Retry-After`.
     Check(CheckArgs),
+    /// Grades a client of yours for CI: starts a lab, runs CMD against its endpoint
+    /// (`RETRYLAB_URL`, or `{url}` in its arguments) while the endpoint fails on a schedule,
+    /// prints the report card; exits 1 when a check failed.
+    Grade(GradeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -137,6 +141,28 @@ pub struct CheckArgs {
     /// Also writes the checks as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<std::path::PathBuf>,
+}
+
+/// `retrylab grade -- CMD [ARGS...]` (`crate::cli::grade`).
+#[derive(Debug, Clone, Args)]
+pub struct GradeArgs {
+    /// `standard` (down 1.5 s with Retry-After, throttled 2 s, slow 1.5 s, then healthy),
+    /// `healthy`, or a JSON list of phases: each the endpoint's settings with `ms`, its length
+    /// (the last lasts until CMD exits).
+    #[arg(long, default_value = "standard")]
+    pub schedule: String,
+    /// Prints the report as `GET /api/labs/{lab}/callers` gives it.
+    #[arg(long)]
+    pub json: bool,
+    /// Also writes the cards as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<std::path::PathBuf>,
+    /// Stops CMD (and fails) when it runs longer than this.
+    #[arg(long, default_value_t = 300)]
+    pub time_limit_s: u64,
+    /// The command to grade and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
