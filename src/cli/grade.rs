@@ -114,14 +114,7 @@ async fn graded(
     rest: &[String],
 ) -> Result<i32, String> {
     let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let created: Value = http
-        .post(format!("{base}/api/labs"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let created = json_of(http.post(format!("{base}/api/labs"))).await?;
     let lab = created["id"].as_str().ok_or("the lab was not created")?.to_owned();
     let url = format!("{base}/labs/{lab}/downstream");
     let settings = format!("{base}/api/labs/{lab}/downstream");
@@ -162,14 +155,7 @@ async fn graded(
         Some(status) if !status.success() => eprintln!("retrylab grade: {program} exited with {status}"),
         Some(_) => {}
     }
-    let report: Value = http
-        .get(format!("{base}/api/labs/{lab}/callers"))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
+    let report = json_of(http.get(format!("{base}/api/labs/{lab}/callers"))).await?;
     let callers = report["callers"].as_array().cloned().unwrap_or_default();
     if let Some(path) = &args.junit {
         std::fs::write(path, junit(&callers)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -185,6 +171,12 @@ async fn graded(
     }
     let failed = callers.iter().any(|c| CHECKS.iter().any(|check| c["checks"][check]["verdict"] == "fail"));
     Ok(if failed || status.is_none() { 1 } else { 0 })
+}
+
+/// The JSON answer to a request to the grade's own server.
+async fn json_of(request: reqwest::RequestBuilder) -> Result<Value, String> {
+    let answer = request.send().await.map_err(|e| format!("the lab's server did not answer: {e}"))?;
+    answer.json().await.map_err(|e| format!("the lab's server did not answer JSON: {e}"))
 }
 
 /// CMD's own output goes to stderr, so that stdout holds only the card (and `--json` stays JSON).
