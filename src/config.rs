@@ -67,6 +67,13 @@ pub enum Command {
     /// Compares retry policies on one scenario without a browser: starts its own server on a
     /// free loopback port with a temporary store, runs every policy at once, prints the table.
     Compare(CompareArgs),
+    /// Probes the idempotency and retry contract of an API you own: missing and bad keys, a
+    /// replay, another body, copies at once, a retry after a timeout, and `Retry-After`.
+    Check(CheckArgs),
+    /// Grades a client of yours for CI: starts a lab, runs CMD against its endpoint
+    /// (`RETRYLAB_URL`, or `{url}` in its arguments) while the endpoint fails on a schedule,
+    /// prints the report card; exits 1 when a check failed.
+    Grade(GradeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -98,6 +105,64 @@ pub struct CompareArgs {
     /// Prints no progress on stderr (errors still go there).
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `retrylab check URL` (`crate::cli::check`).
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The operation to probe, e.g. http://127.0.0.1:8080/orders.
+    pub url: String,
+    /// The request's body: JSON once each `{n}` is replaced with a number unique to the request.
+    #[arg(long, default_value = r#"{"retrylab_check": {n}}"#)]
+    pub body: String,
+    /// The method of the operation.
+    #[arg(long, default_value = "POST")]
+    pub method: String,
+    /// How to count the effect: `GET URL` (or just the URL), read before and after the checks
+    /// that repeat a request; its JSON answer is a number or a list (counted).
+    #[arg(long)]
+    pub effect: Option<String>,
+    /// A JSON pointer into the effect's answer, e.g. /counters/applied.
+    #[arg(long, default_value = "")]
+    pub effect_pointer: String,
+    /// Prints every request it would send, and sends none.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The most requests it sends (the effect's reads included); `crate::contract` holds the
+    /// same default.
+    #[arg(long, default_value_t = 60)]
+    pub max_requests: usize,
+    /// A host that is not loopback, allowed to be probed (repeat for several).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// Prints `{"url", "checks": [...], "keys", "locations"}` instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also writes the checks as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<std::path::PathBuf>,
+}
+
+/// `retrylab grade -- CMD [ARGS...]` (`crate::cli::grade`).
+#[derive(Debug, Clone, Args)]
+pub struct GradeArgs {
+    /// `standard` (down 1.5 s with Retry-After, throttled 2 s, slow 1.5 s, then healthy),
+    /// `healthy`, or a JSON list of phases: each the endpoint's settings with `ms`, its length
+    /// (the last lasts until CMD exits).
+    #[arg(long, default_value = "standard")]
+    pub schedule: String,
+    /// Prints the report as `GET /api/labs/{lab}/callers` gives it.
+    #[arg(long)]
+    pub json: bool,
+    /// Also writes the cards as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<std::path::PathBuf>,
+    /// Stops CMD (and fails) when it runs longer than this.
+    #[arg(long, default_value_t = 300)]
+    pub time_limit_s: u64,
+    /// The command to grade and its arguments, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

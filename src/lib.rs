@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod compare;
 pub mod config;
+pub mod contract;
 pub mod dlq;
 pub mod domain;
 pub mod downstream;

@@ -23,6 +23,15 @@ async fn main() {
 
 async fn run() -> std::io::Result<()> {
     let mut config = Config::parse();
+    if let Some(Command::Check(args)) = &config.command {
+        init_logs(config.log_format, "warn");
+        std::process::exit(retrylab::cli::check::run(args.clone()).await);
+    }
+    if let Some(Command::Grade(args)) = &config.command {
+        init_logs(config.log_format, "warn");
+        raise_open_file_limit();
+        std::process::exit(retrylab::cli::grade::run(args.clone()).await);
+    }
     if let Some(Command::Compare(args)) = config.command.take() {
         // Its own server's lines would bury the progress: warnings only, unless asked.
         init_logs(config.log_format, "warn");

@@ -115,6 +115,13 @@ function card(caller) {
     evidence.className = 'evidence';
     evidence.textContent = check.evidence;
     li.append(verdict, ' ', what, ' ', evidence);
+    if (check.advice) {
+      // Why it did not pass, and what to change.
+      const advice = document.createElement('span');
+      advice.className = 'advice';
+      advice.textContent = check.advice;
+      li.append(advice);
+    }
     checks.append(li);
   }
   article.append(head, sent, checks);

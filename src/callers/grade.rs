@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::advice::{CheckId, Library, advice};
 use super::{OutsideAttempt, OutsideMessage};
 
 /// A request counts as back before its `Retry-After` when it arrived more than this early
@@ -45,6 +46,9 @@ pub enum Verdict {
 pub struct Check {
     pub verdict: Verdict,
     pub evidence: String,
+    /// For any verdict but a pass: why, in plain words, and what to change (naming the
+    /// setting of the caller's library when the caller is one the page has a snippet for).
+    pub advice: Option<String>,
 }
 
 /// The seven checks.
@@ -91,6 +95,16 @@ pub fn report(messages: &[OutsideMessage]) -> Vec<CallerReport> {
 fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
     let starts = messages.iter().flat_map(|m| m.attempts.iter().map(|a| a.started_ms));
     let ends = messages.iter().flat_map(|m| m.attempts.iter().map(|a| a.ended_ms.unwrap_or(a.started_ms)));
+    // A retry under a new key is still a retry: the waits, spread and count of attempts are
+    // judged over each chain of keys, so a loop that makes a key per try is not let off.
+    let links = new_key_links(messages);
+    let chains = chains(messages, &links);
+    let chained: Vec<&OutsideMessage> = chains.iter().collect();
+    let library = Library::of(name);
+    let judged = |id: CheckId, check: Check| {
+        let advice = advice(id, check.verdict, library);
+        check.advised(advice)
+    };
     CallerReport {
         name: name.to_owned(),
         keys: messages.len(),
@@ -98,19 +112,25 @@ fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
         first_seen_ms: starts.min().unwrap_or(0),
         last_seen_ms: ends.max().unwrap_or(0),
         checks: Checks {
-            retry_after: retry_after(messages),
-            backoff: backoff(messages),
-            jitter: jitter(messages),
-            attempts_capped: attempts_capped(messages),
-            key_reused: key_reused(messages),
-            no_retry_on_4xx: no_retry_on_4xx(messages),
-            timeouts: timeouts(messages),
+            retry_after: judged(CheckId::RetryAfter, retry_after(&chained)),
+            backoff: judged(CheckId::Backoff, backoff(&chained)),
+            jitter: judged(CheckId::Jitter, jitter(&chained)),
+            attempts_capped: judged(CheckId::AttemptsCapped, attempts_capped(&chained)),
+            key_reused: judged(CheckId::KeyReused, key_reused(messages, &links)),
+            no_retry_on_4xx: judged(CheckId::NoRetryOn4xx, no_retry_on_4xx(messages)),
+            timeouts: judged(CheckId::Timeouts, timeouts(messages)),
         },
     }
 }
 
 fn check(verdict: Verdict, evidence: impl Into<String>) -> Check {
-    Check { verdict, evidence: evidence.into() }
+    Check { verdict, evidence: evidence.into(), advice: None }
+}
+
+impl Check {
+    fn advised(self, advice: Option<String>) -> Check {
+        Check { advice, ..self }
+    }
 }
 
 /// A time on the lab's clock, as the evidence says it.
@@ -287,38 +307,106 @@ fn attempts_capped(messages: &[&OutsideMessage]) -> Check {
     }
 }
 
-fn key_reused(messages: &[&OutsideMessage]) -> Check {
-    let reused: Vec<&&OutsideMessage> = messages.iter().filter(|m| m.requests > 1).collect();
-    // Failures by body digest, to find the same body under a new key soon after.
-    let mut failed_at: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
-    for message in messages {
-        let Some(digest) = message.digest.as_deref() else { continue };
-        for attempt in message.attempts.iter().filter(|a| retryable_failure(a)) {
-            failed_at
-                .entry(digest)
-                .or_default()
-                .push((attempt.ended_ms.unwrap_or(attempt.started_ms), &message.key));
+/// A message that is a retry of an earlier one under a new key: the earlier one's last attempt
+/// failed in a way a client retries, and the same body came under another key within
+/// `NEW_KEY_WINDOW_MS`. A key that got through in the end is nobody's retry: the same body sent
+/// again after a success is a new request (a script run twice).
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    /// Indexes into the caller's messages.
+    earlier: usize,
+    later: usize,
+    failed_ms: u64,
+}
+
+fn new_key_links(messages: &[&OutsideMessage]) -> Vec<Link> {
+    // Keys whose last attempt failed, by body digest, in the order they failed.
+    let mut gave_up: HashMap<&str, Vec<(u64, usize)>> = HashMap::new();
+    for (i, message) in messages.iter().enumerate() {
+        let (Some(digest), Some(last)) = (message.digest.as_deref(), message.attempts.last()) else {
+            continue;
+        };
+        if retryable_failure(last) {
+            gave_up.entry(digest).or_default().push((last.ended_ms.unwrap_or(last.started_ms), i));
         }
     }
-    let mut new_keys = Vec::new();
-    for message in messages {
+    let mut order: Vec<usize> = (0..messages.len()).collect();
+    order.sort_by_key(|&i| messages[i].attempts.first().map_or(u64::MAX, |a| a.started_ms));
+    let mut taken = vec![false; messages.len()];
+    let mut links = Vec::new();
+    for later in order {
+        let message = messages[later];
         let (Some(digest), Some(first)) = (message.digest.as_deref(), message.attempts.first()) else {
             continue;
         };
-        let earlier = failed_at.get(digest).into_iter().flatten().find(|(failed, key)| {
-            *key != message.key
-                && *failed <= first.started_ms
+        // The latest failure before it that no other key has taken up.
+        let earlier = gave_up.get(digest).into_iter().flatten().copied().filter(|&(failed, i)| {
+            i != later
+                && !taken[i]
+                && failed <= first.started_ms
                 && first.started_ms - failed <= NEW_KEY_WINDOW_MS
         });
-        if let Some((failed, key)) = earlier {
-            new_keys.push(format!(
-                "the body of key {key} (failed at {}) came again under key {} at {}",
-                at(*failed),
-                message.key,
-                at(first.started_ms)
-            ));
+        if let Some((failed_ms, earlier)) = earlier.max_by_key(|&(failed, _)| failed) {
+            taken[earlier] = true;
+            links.push(Link { earlier, later, failed_ms });
         }
     }
+    links
+}
+
+/// Each run of keys joined by `links` as one message: its attempts in turn, the wait before a
+/// new key's first attempt measured from the failure it retries. Keys not linked stand alone.
+fn chains(messages: &[&OutsideMessage], links: &[Link]) -> Vec<OutsideMessage> {
+    let mut next: HashMap<usize, usize> = HashMap::new();
+    let mut has_earlier = vec![false; messages.len()];
+    for link in links {
+        next.insert(link.earlier, link.later);
+        has_earlier[link.later] = true;
+    }
+    let mut chains = Vec::new();
+    for head in (0..messages.len()).filter(|&i| !has_earlier[i]) {
+        let mut chain = messages[head].clone();
+        let mut new_keys = 0;
+        let mut at = head;
+        while let Some(&later) = next.get(&at) {
+            let message = messages[later];
+            let previous_end = chain.attempts.last().and_then(|a| a.ended_ms);
+            for (i, attempt) in message.attempts.iter().enumerate() {
+                let mut attempt = attempt.clone();
+                attempt.n = chain.attempts.len() as u32 + 1;
+                if i == 0 {
+                    attempt.waited_ms = previous_end.map(|end| attempt.started_ms.saturating_sub(end));
+                }
+                chain.attempts.push(attempt);
+            }
+            chain.requests += message.requests;
+            new_keys += 1;
+            at = later;
+        }
+        if new_keys > 0 {
+            let keys = if new_keys == 1 { "key" } else { "keys" };
+            chain.key = format!("{} (and {new_keys} new {keys} after it)", chain.key);
+        }
+        chains.push(chain);
+    }
+    chains
+}
+
+fn key_reused(messages: &[&OutsideMessage], links: &[Link]) -> Check {
+    let reused: Vec<&&OutsideMessage> = messages.iter().filter(|m| m.requests > 1).collect();
+    let new_keys: Vec<String> = links
+        .iter()
+        .map(|link| {
+            let later = messages[link.later];
+            format!(
+                "the body of key {} (failed at {}) came again under key {} at {}",
+                messages[link.earlier].key,
+                at(link.failed_ms),
+                later.key,
+                at(later.attempts.first().map_or(0, |a| a.started_ms))
+            )
+        })
+        .collect();
     let window = NEW_KEY_WINDOW_MS / 1000;
     match (reused.len(), new_keys.len()) {
         (0, 0) => check(Verdict::NotSeen, "no request was sent again, under its key or a new one"),
@@ -329,7 +417,7 @@ fn key_reused(messages: &[&OutsideMessage]) -> Check {
         (_, n) => check(
             Verdict::Fail,
             format!(
-                "{n} retries made a new key (same body within {window} s of a failure): {}",
+                "{n} retries made a new key (the same body within {window} s after a key's last try failed): {}",
                 some(&new_keys)
             ),
         ),
@@ -491,7 +579,7 @@ mod tests {
         let checks = checks(&messages);
         assert_eq!(checks.retry_after.verdict, Verdict::Fail);
         assert!(
-            checks.retry_after.evidence.contains("key a came back 50 ms"),
+            checks.retry_after.evidence.contains("key a (and 1 new key after it) came back 50 ms"),
             "{}",
             checks.retry_after.evidence
         );
@@ -526,5 +614,44 @@ mod tests {
             "{}",
             checks.attempts_capped.evidence
         );
+    }
+
+    #[test]
+    fn a_loop_making_a_key_per_try_is_judged_as_one_request_retried() {
+        // A new key every 100 ms, each answered 503 with Retry-After: 1, the same body.
+        let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+        let messages: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let t = i as u64 * 100;
+                message(i as u64 + 1, key, "same", &[(t, t + 2, Some(503), Some(1))])
+            })
+            .collect();
+        let checks = checks(&messages);
+        assert_eq!(checks.retry_after.verdict, Verdict::Fail, "{:?}", checks.retry_after);
+        assert!(
+            checks.retry_after.evidence.contains("98 ms after a Retry-After"),
+            "{:?}",
+            checks.retry_after
+        );
+        assert_eq!(checks.attempts_capped.verdict, Verdict::Fail, "{:?}", checks.attempts_capped);
+        assert!(checks.attempts_capped.evidence.contains("12 requests"), "{:?}", checks.attempts_capped);
+        assert_eq!(checks.key_reused.verdict, Verdict::Fail);
+        assert!(checks.attempts_capped.advice.as_deref().is_some_and(|a| a.contains("new keys count")));
+    }
+
+    #[test]
+    fn the_same_body_again_after_a_key_got_through_is_a_new_request() {
+        // A script run twice: the first run retried through an outage and got through.
+        let down = Some(503);
+        let messages = [
+            message(1, "run1", "same", &[(0, 5, down, Some(1)), (1_005, 1_010, Some(200), None)]),
+            message(2, "run2", "same", &[(6_000, 6_005, Some(200), None)]),
+        ];
+        let checks = checks(&messages);
+        assert_eq!(checks.key_reused.verdict, Verdict::Pass, "{:?}", checks.key_reused);
+        assert_eq!(checks.key_reused.advice, None);
+        assert_eq!(checks.attempts_capped.verdict, Verdict::Pass);
     }
 }

@@ -6,6 +6,7 @@
 //! An attempt is measured at the endpoint, from its arrival to its answer or to the client
 //! hanging up; a wait, from one answer to the key's next arrival.
 
+mod advice;
 mod grade;
 mod name;
 

@@ -41,10 +41,14 @@ const KEYS: usize = 6;
 
 impl TestClient {
     fn new(app: &TestApp, lab: &str, kind: Kind, name: &'static str, seed: u64) -> TestClient {
+        TestClient::at(app.url(&format!("/labs/{lab}/downstream")), kind, name, seed)
+    }
+
+    fn at(endpoint: String, kind: Kind, name: &'static str, seed: u64) -> TestClient {
         TestClient {
             kind,
             name,
-            endpoint: app.url(&format!("/labs/{lab}/downstream")),
+            endpoint,
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
         }
@@ -177,15 +181,15 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
     let expected: [(&str, [[&str; 7]; 4]); 3] = [
         (
             "down",
-            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [p, p, p, p, f, n, n]],
         ),
         (
             "throttled",
-            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [n, n, n, p, f, n, n]],
+            [[p, p, p, p, p, n, n], [f, p, p, p, p, n, n], [p, p, f, p, p, n, n], [p, p, p, p, f, n, n]],
         ),
         (
             "healthy",
-            [[p, p, p, p, p, p, n], [f, p, p, p, p, f, n], [p, p, f, p, p, p, n], [n, n, n, p, f, p, n]],
+            [[p, p, p, p, p, p, n], [f, p, p, p, p, f, n], [p, p, f, p, p, p, n], [p, p, p, p, f, p, n]],
         ),
     ];
     for (phase, expected) in expected {
@@ -226,6 +230,104 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
     let card = &new_keys["callers"][0];
     assert_eq!(card["keys"], card["requests"], "each retry made a key: {card}");
     assert!(card["keys"].as_u64().unwrap() > 3 * KEYS as u64, "{card}");
+}
+
+/// A plainly bad client: a new key every 100 ms, the same body, deaf to `Retry-After: 1`. Its
+/// tries are one request retried, so it fails `retry_after` and `attempts_capped` with the
+/// evidence, not only `key_reused`, and each failure says what to change.
+#[tokio::test]
+async fn a_loop_making_a_new_key_every_100_ms_fails_retry_after_and_attempts_capped() {
+    let app = spawn().await;
+    let lab = lab(&app).await;
+    app.set_mode(&lab, "down").await;
+    let endpoint = app.url(&format!("/labs/{lab}/downstream"));
+    for n in 0..15 {
+        let response = app
+            .client
+            .post(&endpoint)
+            .header("X-Client-Name", "loop")
+            .header("Idempotency-Key", format!("loop-{n}"))
+            .header("Content-Type", "application/json")
+            .body(r#"{"order": 7}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = report(&app, &lab).await;
+    let verdicts = verdicts(&report, "loop");
+    assert_eq!(&verdicts[..5], ["fail", "fail", "not_seen", "fail", "fail"], "{}", said(&report));
+    let checks = &report["callers"][0]["checks"];
+    let early = checks["retry_after"]["evidence"].as_str().unwrap();
+    assert!(early.contains("after a Retry-After of 1 s"), "{early}");
+    let capped = checks["attempts_capped"]["evidence"].as_str().unwrap();
+    assert!(capped.contains("15 requests") && capped.contains("key loop-0"), "{capped}");
+    for check in ["retry_after", "attempts_capped", "key_reused", "backoff"] {
+        assert!(checks[check]["advice"].as_str().is_some_and(|a| !a.is_empty()), "{check}: {checks}");
+    }
+    assert_eq!(checks["timeouts"]["verdict"], "not_seen");
+    assert!(checks["timeouts"]["advice"].is_string(), "a not_seen says what would show it: {checks}");
+}
+
+/// The four clients, by name, with the seed each is given.
+const KINDS: [(Kind, &str, u64); 4] = [
+    (Kind::Polite, "polite", 7),
+    (Kind::IgnoresRetryAfter, "impatient", 8),
+    (Kind::Lockstep, "lockstep", 9),
+    (Kind::NewKeyEachRetry, "new-keys", 10),
+];
+
+/// The command `retrylab grade` runs below: the client `RETRYLAB_GRADE_CLIENT` names sends
+/// `KEYS` bodies at `RETRYLAB_URL` from the start (into the schedule's outage), then one the
+/// endpoint cannot take (415). In a plain test run, without those variables, it does nothing.
+#[tokio::test]
+async fn as_a_command_graded_by_retrylab_grade() {
+    let (Ok(wanted), Ok(url)) = (std::env::var("RETRYLAB_GRADE_CLIENT"), std::env::var("RETRYLAB_URL"))
+    else {
+        return;
+    };
+    let (kind, name, seed) = KINDS.into_iter().find(|(_, name, _)| *name == wanted).unwrap();
+    let client = TestClient::at(url, kind, name, seed);
+    client.phase("down").await;
+    let status = client.deliver("healthy-bad".into(), "{}".into(), "text/plain").await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+/// `retrylab grade -- CMD` on the four clients, each run as a command (this test binary, running
+/// the test above) through the standard schedule: the card's verdicts are those the lab gives
+/// them above, and the exit status is 1 exactly when a check failed.
+#[tokio::test]
+async fn retrylab_grade_runs_each_known_client_and_exits_as_its_card_says() {
+    let (p, f, n) = ("pass", "fail", "not_seen");
+    let expected = [
+        (0, [p, p, p, p, p, p, n]),
+        (1, [f, p, p, p, p, f, n]),
+        (1, [p, p, f, p, p, p, n]),
+        (1, [p, p, p, p, f, p, n]),
+    ];
+    let me = std::env::current_exe().unwrap();
+    let runs = KINDS.iter().map(|&(_, name, _)| {
+        let me = me.clone();
+        tokio::task::spawn_blocking(move || {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+                .args(["grade", "--json", "--"])
+                .arg(&me)
+                .args(["callers::as_a_command_graded_by_retrylab_grade", "--exact", "--nocapture"])
+                .env("RETRYLAB_GRADE_CLIENT", name)
+                .output()
+                .unwrap();
+            (name, output)
+        })
+    });
+    for (result, (code, verdicts_expected)) in join_all(runs).await.into_iter().zip(expected) {
+        let (name, output) = result.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let report: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{name}: {}{stderr}", String::from_utf8_lossy(&output.stdout)));
+        assert_eq!(verdicts(&report, name), verdicts_expected, "{name}: {}", said(&report));
+        assert_eq!(output.status.code(), Some(code), "{name}: {stderr}");
+    }
 }
 
 /// Names that would show as someone else's: bidi overrides and isolates reorder what is

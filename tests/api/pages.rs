@@ -26,6 +26,11 @@ async fn root_creates_a_lab_and_redirects_to_its_page() {
         assert!(html.contains(&format!("data-counter=\"{counter}\"")), "no {counter} on the page");
     }
     assert!(!html.contains("<script>"), "no inline script");
+    assert!(
+        html.contains("<summary>check your own API</summary>")
+            && html.contains("<code>retrylab check URL</code>"),
+        "the endpoint's section points to retrylab check"
+    );
     for window in ["an applied key for 1 day", "a dead letter for 14 days", "a lab nobody uses for 7 days"] {
         assert!(html.contains(window), "the page shows the retention window: {window}");
     }

@@ -132,3 +132,36 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
         assert_eq!(card["checks"]["key_reused"]["verdict"], "pass", "{id}: {card}");
     }
 }
+
+/// The curl snippet run twice, as a person tries it: the first run retries through an outage
+/// and gets through, the second is a separate request. Neither is a retry under a new key.
+#[tokio::test]
+async fn the_curl_snippet_run_twice_is_two_requests_each_retried_under_its_own_key() {
+    if !on_path("curl") {
+        eprintln!("skipping: curl is not here");
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let curl = snippets().into_iter().find(|s| s["id"] == "curl").unwrap();
+    let code = curl["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1, "for_ms": 1500}"#).await;
+    for run in 1..=2 {
+        let code = code.clone();
+        let output =
+            tokio::task::spawn_blocking(move || Command::new("sh").args(["-c", &code]).output().unwrap())
+                .await
+                .unwrap();
+        assert!(output.status.success(), "run {run}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let snapshot = app.snapshot(&lab).await;
+    let messages = snapshot["outside"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "a key per run: {}", snapshot["outside"]);
+    assert_ne!(messages[0]["digest"], messages[1]["digest"], "a body per run");
+    let response = app.client.get(app.url(&format!("/api/labs/{lab}/callers"))).send().await.unwrap();
+    let report: Value = response.json().await.unwrap();
+    let checks = &report["callers"][0]["checks"];
+    assert_eq!(checks["key_reused"]["verdict"], "pass", "{checks}");
+    assert_eq!(checks["retry_after"]["verdict"], "pass", "{checks}");
+    assert_eq!(checks["attempts_capped"]["verdict"], "pass", "{checks}");
+}

@@ -148,7 +148,7 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     );
     assert_eq!(pick_source(&page, "").await.as_array().unwrap().len(), 4);
 
-    // A card per caller, with the API's verdicts and evidence.
+    // A card per caller, with the API's verdicts, evidence and advice.
     wait_for(&page, "two report cards", "document.querySelectorAll('#callers .caller-card').length === 2")
         .await;
     let api: Value = server.get_json(&format!("/api/labs/{lab}/callers")).await;
@@ -161,7 +161,7 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
                 .as_object()
                 .unwrap()
                 .iter()
-                .map(|(k, v)| (k.clone(), json!([v["verdict"], v["evidence"]])))
+                .map(|(k, v)| (k.clone(), json!([v["verdict"], v["evidence"], v["advice"]])))
                 .collect();
             (c["name"].as_str().unwrap().to_owned(), Value::Object(checks))
         })
@@ -170,7 +170,7 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     let shown = page
         .eval(
             "Object.fromEntries([...document.querySelectorAll('#callers .caller-card')].map(c => [c.dataset.caller,
-                Object.fromEntries([...c.querySelectorAll('[data-check]')].map(l => [l.dataset.check, [l.dataset.verdict, l.querySelector('.evidence').textContent]]))]))",
+                Object.fromEntries([...c.querySelectorAll('[data-check]')].map(l => [l.dataset.check, [l.dataset.verdict, l.querySelector('.evidence').textContent, l.querySelector('.advice')?.textContent ?? null]]))]))",
         )
         .await
         .unwrap();

@@ -1,0 +1,232 @@
+//! What a report card says beside a verdict that is not a pass: why, in plain words, and what
+//! to change. For the libraries the page gives a snippet for (`static/snippets.json`), it names
+//! the library's own setting; for any other caller, the rule in general.
+
+use super::grade::Verdict;
+
+/// The seven checks, by the name the card gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckId {
+    RetryAfter,
+    Backoff,
+    Jitter,
+    AttemptsCapped,
+    KeyReused,
+    NoRetryOn4xx,
+    Timeouts,
+}
+
+/// A caller the page has a snippet for, told by the name it sends (`X-Client-Name`) or, when it
+/// sends none, by its library's own `User-Agent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Library {
+    Curl,
+    Urllib3,
+    Tenacity,
+    NodeFetch,
+    GoNetHttp,
+    Other,
+}
+
+impl Library {
+    pub fn of(caller: &str) -> Library {
+        let name = caller.to_ascii_lowercase();
+        let known = [
+            ("curl", Library::Curl),
+            ("python-urllib3", Library::Urllib3),
+            ("python-tenacity", Library::Tenacity),
+            ("python-urllib/", Library::Tenacity),
+            ("node-fetch", Library::NodeFetch),
+            ("node", Library::NodeFetch),
+            ("go-net-http", Library::GoNetHttp),
+            ("go-http-client", Library::GoNetHttp),
+        ];
+        known.into_iter().find(|(prefix, _)| name.starts_with(prefix)).map_or(Library::Other, |(_, l)| l)
+    }
+}
+
+/// Why a check did not pass and what to change; none for a pass.
+pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<String> {
+    use CheckId::*;
+    use Library::*;
+    let said: &str = match (verdict, check) {
+        (Verdict::Pass, _) => return None,
+        (Verdict::NotSeen, RetryAfter) => {
+            "nothing to judge yet: no key came again after an answer with Retry-After; put the lab \
+             down or throttled while the caller runs"
+        }
+        (Verdict::NotSeen, Backoff) => {
+            "nothing to judge yet: no key failed twice and came again; keep the lab down for a few \
+             seconds while the caller runs"
+        }
+        (Verdict::NotSeen, Jitter) => {
+            "nothing to judge yet: it takes several keys failing at one moment (send a few side by \
+             side, then put the lab down)"
+        }
+        (Verdict::NotSeen, AttemptsCapped) => "nothing to judge yet: no key was seen",
+        (Verdict::NotSeen, KeyReused) => {
+            "nothing to judge yet: nothing was sent again; put the lab down while the caller runs"
+        }
+        (Verdict::NotSeen, NoRetryOn4xx) => {
+            "nothing to judge yet: no key got an answer that no retry fixes (send one with a \
+             Content-Type other than JSON to see)"
+        }
+        (Verdict::NotSeen, Timeouts) => {
+            "nothing to judge yet: the caller never gave up on an answer; set the lab slow past its \
+             timeout to see it"
+        }
+        (_, RetryAfter) => match library {
+            Curl => {
+                "it came back before the server's Retry-After. curl waits a Retry-After on 429 and \
+                 503 by itself (curl 7.66 and later); a --retry-max-time shorter than the wait cuts \
+                 it short, so give it room"
+            }
+            Urllib3 => {
+                "it came back before the server's Retry-After. Set Retry(respect_retry_after_header=True) \
+                 and list 429 and 503 in status_forcelist: urllib3 then waits the header's time"
+            }
+            Tenacity => {
+                "it came back before the server's Retry-After. tenacity's wait strategies do not read \
+                 the header: give @retry a wait function returning max(Retry-After, backoff), as the \
+                 page's snippet does"
+            }
+            NodeFetch | GoNetHttp => {
+                "it came back before the server's Retry-After. fetch and net/http do not retry by \
+                 themselves: in the loop, wait max(Retry-After, backoff), as the page's snippet does"
+            }
+            Other => {
+                "it came back before the server's Retry-After, which says when the server can take \
+                 it: wait at least that long (the larger of it and your own backoff), also when a \
+                 retry carries a new key"
+            }
+        },
+        (_, Backoff) => match library {
+            Curl => {
+                "its waits did not grow. curl's --retry waits 1 s and doubles it, but a Retry-After \
+                 replaces that wait, so under a steady Retry-After curl's waits stay flat: nothing \
+                 in curl changes that (the page's snippet notes it)"
+            }
+            Urllib3 => {
+                "its waits did not grow. When urllib3 honours a Retry-After \
+                 (respect_retry_after_header=True) it waits exactly that and skips its own \
+                 backoff_factor, so under a steady Retry-After its waits stay flat; keep the header \
+                 honoured (the server's word comes first): the page's snippet notes this"
+            }
+            Tenacity => {
+                "its waits did not grow: use wait_exponential_jitter(initial=..., max=...) (or \
+                 wait_random_exponential) and take the larger of it and Retry-After"
+            }
+            NodeFetch | GoNetHttp => {
+                "its waits did not grow: double the backoff on each attempt (capped), and wait the \
+                 larger of it and Retry-After"
+            }
+            Other => {
+                "its waits did not grow after repeated failures, so a struggling server gets no \
+                 more room on the third try than the first: grow the wait each time (double it, \
+                 with a cap)"
+            }
+        },
+        (_, Jitter) => match library {
+            Curl => {
+                "keys that failed together came back together. curl's --retry has no jitter, and \
+                 waits a Retry-After exactly; to spread, sleep a random time in a shell loop \
+                 around curl"
+            }
+            Urllib3 => {
+                "keys that failed together came back together. Retry(backoff_jitter=...) adds a \
+                 random part to urllib3's backoff, but not to a Retry-After it honours: under \
+                 Retry-After urllib3 cannot spread (the page's snippet notes it)"
+            }
+            Tenacity => {
+                "keys that failed together came back together: use wait_exponential_jitter or \
+                 wait_random_exponential, and add its random part on top of Retry-After"
+            }
+            NodeFetch | GoNetHttp => {
+                "keys that failed together came back together: make part of each wait random \
+                 (e.g. half the backoff plus a random half), on top of Retry-After"
+            }
+            Other => {
+                "keys that failed together came back at one instant, which hits the server with \
+                 the same burst again: make part of each wait random (full or equal jitter)"
+            }
+        },
+        (_, AttemptsCapped) => match library {
+            Curl => "it tried too often for one request: lower --retry (4 is plenty)",
+            Urllib3 => "it tried too often for one request: lower Retry(total=...)",
+            Tenacity => "it tried too often for one request: stop=stop_after_attempt(5) or fewer",
+            NodeFetch | GoNetHttp => "it tried too often for one request: stop the loop after a few attempts",
+            Other => {
+                "it tried one request too often (retries under new keys count too): cap the \
+                 attempts, and give up to a dead-letter queue or the user"
+            }
+        },
+        (_, KeyReused) => match library {
+            Curl => {
+                "a retry came with a new key: curl --retry sends the same headers each time, so \
+                 build the key once, before curl runs, not in a loop around it"
+            }
+            Urllib3 => {
+                "a retry came with a new key: make the Idempotency-Key once per request and let \
+                 Retry resend it; don't loop around http.request() with a new uuid"
+            }
+            Tenacity => {
+                "a retry came with a new key: make the key outside the function @retry wraps, so \
+                 every attempt sends it"
+            }
+            NodeFetch | GoNetHttp => "a retry came with a new key: make the key once, before the retry loop",
+            Other => {
+                "a retry came with a new key, so the server cannot tell it from a new request and \
+                 may apply it twice: make the key once per operation and send it with every retry"
+            }
+        },
+        (_, NoRetryOn4xx) => match library {
+            Urllib3 => {
+                "it retried an answer no retry fixes: leave 400, 404, 413, 415 and 422 out of \
+                 status_forcelist"
+            }
+            Tenacity => {
+                "it retried an answer no retry fixes: the retry= predicate should take only 408, \
+                 429 and 5xx"
+            }
+            _ => {
+                "it sent again a request the server refused as wrong (400, 404, 413, 415, 422): \
+                 the same request fails the same way; retry only 408, 429 and 5xx"
+            }
+        },
+        (_, Timeouts) => match library {
+            Curl => "its timeout is long: lower --max-time",
+            Urllib3 => "its timeout is long: lower urllib3.Timeout(total=...)",
+            Tenacity => "its timeout is long: lower urlopen(..., timeout=...)",
+            NodeFetch => "its timeout is long: lower AbortSignal.timeout(...)",
+            GoNetHttp => "its timeout is long: lower http.Client{Timeout: ...}",
+            Other => {
+                "it waited long before giving up, so a stuck server holds it (and its threads) \
+                 that long: set a timeout of a few seconds"
+            }
+        },
+    };
+    Some(said.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libraries_are_told_by_their_name_or_agent() {
+        assert_eq!(Library::of("curl/8.5.0"), Library::Curl);
+        assert_eq!(Library::of("python-urllib3"), Library::Urllib3);
+        assert_eq!(Library::of("Python-urllib/3.12"), Library::Tenacity);
+        assert_eq!(Library::of("Go-http-client/1.1"), Library::GoNetHttp);
+        assert_eq!(Library::of("billing"), Library::Other);
+    }
+
+    #[test]
+    fn a_pass_has_no_advice_and_a_fail_names_the_library_s_setting() {
+        assert_eq!(advice(CheckId::Jitter, Verdict::Pass, Library::Urllib3), None);
+        let urllib3 = advice(CheckId::Backoff, Verdict::Fail, Library::Urllib3).unwrap();
+        assert!(urllib3.contains("respect_retry_after_header"), "{urllib3}");
+        let curl = advice(CheckId::AttemptsCapped, Verdict::Fail, Library::Curl).unwrap();
+        assert!(curl.contains("--retry"), "{curl}");
+    }
+}

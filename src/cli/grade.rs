@@ -1,0 +1,279 @@
+//! `retrylab grade -- CMD [ARGS...]`: a report card for CI. It starts a lab of its own on a free
+//! loopback port (as `compare` does), gives CMD the endpoint's URL (`RETRYLAB_URL`, and `{url}`
+//! in ARGS), breaks the endpoint on a schedule while CMD runs, and when CMD exits prints the
+//! card of every caller it saw (`GET /api/labs/{lab}/callers`, so `--json` is the API's own
+//! answer). Exit status: 1 when a check failed (or CMD sent nothing), 0 otherwise, 2 on bad usage
+//! or a CMD that does not start.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::cli::check::xml;
+use crate::config::{Config, GradeArgs};
+use crate::server::serve;
+
+/// The checks of a card, in the order the page shows them.
+const CHECKS: [&str; 7] =
+    ["retry_after", "backoff", "jitter", "attempts_capped", "key_reused", "no_retry_on_4xx", "timeouts"];
+
+/// One spell of the endpoint: its settings (as `PUT /api/labs/{lab}/downstream` takes them)
+/// and how long it lasts; the last lasts until CMD exits.
+#[derive(Debug, Clone)]
+struct Phase {
+    settings: Value,
+    ms: Option<u64>,
+}
+
+/// An outage answering 503 with `Retry-After`, a throttled spell answering 429, a slow spell
+/// answering past a client's timeout, then healthy.
+const STANDARD: &str = r#"[
+    {"mode": "down", "retry_after_s": 1, "ms": 1500},
+    {"mode": "throttled", "rate_per_s": 2, "burst": 2, "retry_after_s": 1, "ms": 2000},
+    {"mode": "slow", "ms": 1500},
+    {"mode": "healthy"}
+]"#;
+
+fn schedule(raw: &str) -> Result<Vec<Phase>, String> {
+    let raw = match raw {
+        "standard" => STANDARD,
+        "healthy" => r#"[{"mode": "healthy"}]"#,
+        other => other,
+    };
+    let phases: Vec<Value> = serde_json::from_str(raw).map_err(|_| {
+        "--schedule is `standard`, `healthy`, or a JSON list of phases such as \
+         [{\"mode\": \"down\", \"ms\": 1500}, {\"mode\": \"healthy\"}]"
+            .to_owned()
+    })?;
+    if phases.is_empty() {
+        return Err("--schedule needs at least one phase".into());
+    }
+    phases
+        .into_iter()
+        .map(|mut phase| {
+            let Some(settings) = phase.as_object_mut() else {
+                return Err(format!("--schedule: a phase is an object, not {phase}"));
+            };
+            let ms = match settings.remove("ms") {
+                None => None,
+                Some(ms) => {
+                    Some(ms.as_u64().ok_or_else(|| format!("--schedule: \"ms\" is a number, not {ms}"))?)
+                }
+            };
+            Ok(Phase { settings: phase, ms })
+        })
+        .collect()
+}
+
+/// What the process should exit with.
+pub async fn run(args: GradeArgs) -> i32 {
+    let dir = std::env::temp_dir().join(format!("retrylab-grade-{}", uuid::Uuid::new_v4()));
+    let code = match grade(&args, &dir).await {
+        Ok(code) => code,
+        Err(refused) => {
+            eprintln!("retrylab grade: {refused}");
+            2
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+async fn grade(args: &GradeArgs, dir: &std::path::Path) -> Result<i32, String> {
+    let phases = schedule(&args.schedule)?;
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(
+            "give the command to grade after --, e.g. retrylab grade -- python client.py {url}".into()
+        );
+    };
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+    let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let mut config = Config::new(dir.join("grade.db"));
+    // One lab, one caller on loopback: the per-client limits would only get in its way.
+    config.limits.control_rate_per_s = 1_000;
+    config.limits.endpoint_rate_per_s = 100_000;
+    config.limits.endpoint_burst = 100_000;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, config, async {
+        let _ = stopped.await;
+    }));
+    let graded = graded(args, &base, &phases, program, rest).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    graded
+}
+
+async fn graded(
+    args: &GradeArgs,
+    base: &str,
+    phases: &[Phase],
+    program: &str,
+    rest: &[String],
+) -> Result<i32, String> {
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let created = json_of(http.post(format!("{base}/api/labs"))).await?;
+    let lab = created["id"].as_str().ok_or("the lab was not created")?.to_owned();
+    let url = format!("{base}/labs/{lab}/downstream");
+    let settings = format!("{base}/api/labs/{lab}/downstream");
+    // The first phase is in force before CMD sends anything.
+    put(&http, &settings, &phases[0].settings).await?;
+    let mut child = std::process::Command::new(program)
+        .args(rest.iter().map(|a| a.replace("{url}", &url)))
+        .env("RETRYLAB_URL", &url)
+        .stdout(to_stderr())
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let started = Instant::now();
+    let limit = Duration::from_secs(args.time_limit_s);
+    let (mut phase, mut phase_started) = (0, Instant::now());
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        if let Some(ms) = phases[phase].ms
+            && phase + 1 < phases.len()
+            && phase_started.elapsed() >= Duration::from_millis(ms)
+        {
+            phase += 1;
+            phase_started = Instant::now();
+            put(&http, &settings, &phases[phase].settings).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    match status {
+        None => {
+            eprintln!("retrylab grade: {program} ran past --time-limit-s {}; stopped it", args.time_limit_s)
+        }
+        Some(status) if !status.success() => eprintln!("retrylab grade: {program} exited with {status}"),
+        Some(_) => {}
+    }
+    let report = json_of(http.get(format!("{base}/api/labs/{lab}/callers"))).await?;
+    let callers = report["callers"].as_array().cloned().unwrap_or_default();
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit(&callers)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", table(&callers));
+    }
+    if callers.is_empty() {
+        eprintln!("retrylab grade: {program} sent nothing to RETRYLAB_URL ({url})");
+        return Ok(1);
+    }
+    let failed = callers.iter().any(|c| CHECKS.iter().any(|check| c["checks"][check]["verdict"] == "fail"));
+    Ok(if failed || status.is_none() { 1 } else { 0 })
+}
+
+/// The JSON answer to a request to the grade's own server.
+async fn json_of(request: reqwest::RequestBuilder) -> Result<Value, String> {
+    let answer = request.send().await.map_err(|e| format!("the lab's server did not answer: {e}"))?;
+    answer.json().await.map_err(|e| format!("the lab's server did not answer JSON: {e}"))
+}
+
+/// CMD's own output goes to stderr, so that stdout holds only the card (and `--json` stays JSON).
+fn to_stderr() -> std::process::Stdio {
+    use std::os::fd::AsFd;
+    std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::process::Stdio::from)
+        .unwrap_or_else(|_| std::process::Stdio::null())
+}
+
+async fn put(http: &reqwest::Client, url: &str, settings: &Value) -> Result<(), String> {
+    let response = http.put(url).json(settings).send().await.map_err(|e| e.to_string())?;
+    if response.status().is_success() {
+        return Ok(());
+    }
+    let problem: Value = response.json().await.unwrap_or(json!({}));
+    Err(format!(
+        "--schedule: the phase {settings} was refused: {}",
+        problem["detail"].as_str().unwrap_or("bad settings")
+    ))
+}
+
+fn table(callers: &[Value]) -> String {
+    let mut out = String::new();
+    for caller in callers {
+        out.push_str(&format!(
+            "{}: {} keys, {} requests\n",
+            caller["name"].as_str().unwrap_or_default(),
+            caller["keys"],
+            caller["requests"]
+        ));
+        for check in CHECKS {
+            let found = &caller["checks"][check];
+            out.push_str(&format!(
+                "  {check:<16}{:<10}{}\n",
+                found["verdict"].as_str().unwrap_or_default(),
+                found["evidence"].as_str().unwrap_or_default()
+            ));
+            if let Some(advice) = found["advice"].as_str() {
+                out.push_str(&format!("  {:<26}what to change: {advice}\n", ""));
+            }
+        }
+    }
+    out
+}
+
+/// A test suite per caller, a test case per check: a fail is a failure, not_seen is skipped.
+fn junit(callers: &[Value]) -> String {
+    let mut out =
+        String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"retrylab grade\">\n");
+    for caller in callers {
+        let name = xml(caller["name"].as_str().unwrap_or_default());
+        let verdict =
+            |check: &str| caller["checks"][check]["verdict"].as_str().unwrap_or_default().to_owned();
+        let failures = CHECKS.iter().filter(|c| verdict(c) == "fail").count();
+        out.push_str(&format!(
+            "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{failures}\">\n",
+            CHECKS.len()
+        ));
+        for check in CHECKS {
+            let found = &caller["checks"][check];
+            let said = xml(&format!(
+                "{}{}",
+                found["evidence"].as_str().unwrap_or_default(),
+                found["advice"].as_str().map(|a| format!(" (what to change: {a})")).unwrap_or_default()
+            ));
+            let body = match verdict(check).as_str() {
+                "fail" => format!("<failure message=\"{said}\"/>"),
+                "not_seen" => format!("<skipped message=\"{said}\"/>"),
+                other => format!("<system-out>{other}: {said}</system-out>"),
+            };
+            out.push_str(&format!(
+                "    <testcase classname=\"retrylab.grade.{name}\" name=\"{check}\">{body}</testcase>\n"
+            ));
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_is_a_name_or_a_list_of_phases_with_their_lengths() {
+        let standard = schedule("standard").unwrap();
+        assert_eq!(standard.len(), 4);
+        assert_eq!((standard[0].settings["mode"].as_str(), standard[0].ms), (Some("down"), Some(1500)));
+        assert_eq!(standard[3].ms, None);
+        let mine = schedule(r#"[{"mode": "flaky", "ms": 500}, {"mode": "healthy"}]"#).unwrap();
+        assert_eq!(mine[0].settings, json!({"mode": "flaky"}));
+        assert!(schedule("[]").unwrap_err().contains("at least one"));
+        assert!(schedule("stormy").unwrap_err().contains("--schedule is"));
+        assert!(schedule(r#"[{"mode": "down", "ms": "long"}]"#).unwrap_err().contains("\"ms\""));
+    }
+}
