@@ -13,6 +13,7 @@ import { createActions } from './dlq-actions.js';
 import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
+import { createStory } from './story.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
@@ -61,10 +62,12 @@ detail = createDetail(deadPanel, model, controls, deadLetters);
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 const traffic = createTraffic(model, controls);
 const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model);
+const story = createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, model);
 // The live figures' window moves on with the lab clock, as does what a preset says live.
 setInterval(() => {
   traffic.tick();
   presets.tick();
+  story.tick();
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);
 createSnippets(

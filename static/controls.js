@@ -110,6 +110,8 @@ function syncSwitches(form) {
 /** The controls of lab `lab`: returns { sync, disable, replay }. */
 export function createControls(model, lab) {
   const modeButtons = [...document.querySelectorAll('.mode[data-mode]')];
+  const modeNow = document.querySelector('[data-mode-now]');
+  const modeNowWhat = document.querySelector('[data-mode-now-what]');
   const params = document.getElementById('params-form');
   const policy = document.getElementById('policy-form');
   const burst = document.getElementById('custom-burst');
@@ -297,6 +299,9 @@ export function createControls(model, lab) {
         button.setAttribute('aria-pressed', String(mode === ds.mode));
         button.querySelector('.mode-what').textContent = describeMode(mode, ds, pol);
       }
+      // The story shows the mode in words instead of the switches.
+      modeNow.textContent = ds.mode;
+      modeNowWhat.textContent = describeMode(ds.mode, ds, pol);
       fill(params, {
         latency_min: ds.latency_ms[0],
         latency_max: ds.latency_ms[1],

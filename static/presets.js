@@ -18,6 +18,17 @@ import { metastableSentence } from './traffic.js';
 const PRESETS_URL = '/static/presets.json';
 
 /**
+ * What a preset or a story step sets, in order: the policy, each downstream update, the steady
+ * traffic, then the burst. Returns the burst's answer (its `message_ids`), if it sent one.
+ */
+export async function applySettings(api, step) {
+  if (step.policy) await api('PUT', '/policy', step.policy);
+  for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
+  if (step.traffic) await api('PUT', '/traffic', step.traffic);
+  return step.burst ? api('POST', '/bursts', { count: step.burst }) : null;
+}
+
+/**
  * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
  * (`api`) and the busy-while-calling wrapper (`act`).
  */
@@ -31,7 +42,8 @@ export function createPresets(root, look, controls, model) {
   const name = look.querySelector('[data-look-name]');
   const text = look.querySelector('[data-look-text]');
   const actions = look.querySelector('[data-look-actions]');
-  build().catch((err) => say(`Could not load the failure modes: ${err.message}`, 'error'));
+  const ready = build();
+  ready.catch((err) => say(`Could not load the failure modes: ${err.message}`, 'error'));
 
   /** The buttons, one per preset in presets.json. */
   async function build() {
@@ -51,6 +63,7 @@ export function createPresets(root, look, controls, model) {
       button.addEventListener('click', () => start(button, preset));
       root.append(button);
     }
+    return presets;
   }
 
   look.querySelector('[data-look-close]').addEventListener('click', () => {
@@ -62,10 +75,7 @@ export function createPresets(root, look, controls, model) {
    * or the burst; a `later` downstream update (a trigger) follows after its delay.
    */
   async function run(step) {
-    if (step.policy) await api('PUT', '/policy', step.policy);
-    for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
-    if (step.traffic) await api('PUT', '/traffic', step.traffic);
-    if (step.burst) await api('POST', '/bursts', { count: step.burst });
+    await applySettings(api, step);
     if (step.later) {
       trigger = setTimeout(() => {
         trigger = 0;
@@ -95,6 +105,8 @@ export function createPresets(root, look, controls, model) {
   }
 
   function show(title, sentence, preset) {
+    delete look.dataset.step;
+    look.querySelector('[data-claims]')?.replaceChildren();
     name.textContent = `${title}:`;
     text.textContent = sentence;
     look.dataset.preset = preset.id;
@@ -128,5 +140,10 @@ export function createPresets(root, look, controls, model) {
     if (text && live.textContent !== text) live.textContent = text;
   }
 
-  return { tick };
+  /** The presets once loaded, and a way to start one from elsewhere (the story's chapters). */
+  return {
+    tick,
+    ready,
+    start: async (id, button) => start(button, (await ready).find((preset) => preset.id === id)),
+  };
 }

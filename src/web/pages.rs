@@ -150,6 +150,8 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("presets.js", JS, include_str!("../../static/presets.js")),
     ("traffic.js", JS, include_str!("../../static/traffic.js")),
     ("presets.json", "application/json", include_str!("../../static/presets.json")),
+    ("story.js", JS, include_str!("../../static/story.js")),
+    ("story.json", "application/json", include_str!("../../static/story.json")),
     ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),

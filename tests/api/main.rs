@@ -4,6 +4,7 @@
 mod bad_input;
 mod broken_store;
 mod callers;
+mod claims;
 mod clients;
 mod compare;
 mod crash_ids;

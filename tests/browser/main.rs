@@ -17,6 +17,7 @@ mod open_large;
 mod outside;
 mod scale;
 mod steady;
+mod story;
 #[path = "../support/mod.rs"]
 mod support;
 

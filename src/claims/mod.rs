@@ -1,0 +1,316 @@
+//! Claims that check themselves: each sentence the story says about a run ("all eight are
+//! dead-lettered", "nothing is applied twice"), defined once, here, as a test over the lab's
+//! published snapshot. The page shows each claim's verdict and the figure it rests on
+//! (`GET /api/labs/{lab}/claims`), and the tests evaluate the same definitions on the snapshot
+//! they read, so the page and the tests cannot say a claim two ways.
+//!
+//! It reads the snapshot as JSON, the contract every client of the API sees, and so uses
+//! nothing of the lab's inner types.
+
+use serde::{Deserialize, Serialize};
+
+/// Every claim a step can make, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimId {
+    /// Every message of the run ended in the dead-letter queue.
+    DeadLettered,
+    /// Every dead letter of the run used all the attempts the policy allows.
+    AttemptsUsedUp,
+    /// Every measured wait that followed a `Retry-After` lasted at least that long.
+    WaitsHonourRetryAfter,
+    /// The endpoint applied none of the run's dead letters' writes.
+    NothingApplied,
+    /// Every message of the run was delivered.
+    Delivered,
+    /// No key was applied twice, in the whole lab.
+    NoneAppliedTwice,
+    /// At least one attempt timed out at the client.
+    TimedOut,
+    /// At least one attempt was answered from the stored result (`Idempotent-Replayed`).
+    AnsweredFromStore,
+    /// At least one attempt was cut off by the client's crash.
+    Interrupted,
+}
+
+impl ClaimId {
+    pub const ALL: [ClaimId; 9] = [
+        ClaimId::DeadLettered,
+        ClaimId::AttemptsUsedUp,
+        ClaimId::WaitsHonourRetryAfter,
+        ClaimId::NothingApplied,
+        ClaimId::Delivered,
+        ClaimId::NoneAppliedTwice,
+        ClaimId::TimedOut,
+        ClaimId::AnsweredFromStore,
+        ClaimId::Interrupted,
+    ];
+
+    /// The id as the API and the page write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimId::DeadLettered => "dead_lettered",
+            ClaimId::AttemptsUsedUp => "attempts_used_up",
+            ClaimId::WaitsHonourRetryAfter => "waits_honour_retry_after",
+            ClaimId::NothingApplied => "nothing_applied",
+            ClaimId::Delivered => "delivered",
+            ClaimId::NoneAppliedTwice => "none_applied_twice",
+            ClaimId::TimedOut => "timed_out",
+            ClaimId::AnsweredFromStore => "answered_from_store",
+            ClaimId::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ClaimId> {
+        ClaimId::ALL.into_iter().find(|id| id.name() == name)
+    }
+}
+
+/// Whether the run bore a claim out; `Pending` until the run's messages have settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pending,
+    Holds,
+    Fails,
+}
+
+/// A claim judged on one run: the verdict, the figure it rests on ("8 of 8") and the sentence
+/// the page shows with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Judged {
+    pub id: ClaimId,
+    pub verdict: Verdict,
+    pub figure: String,
+    pub said: String,
+}
+
+/// The part of a lab's snapshot (`GET /api/labs/{lab}`) the claims read.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Run {
+    pub policy: RunPolicy,
+    pub counters: RunCounters,
+    pub messages: Vec<RunMessage>,
+    pub dead_letters: Vec<RunDeadLetter>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunPolicy {
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunCounters {
+    pub applied: u64,
+    pub applied_twice: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunMessage {
+    pub id: u64,
+    pub state: String,
+    pub round: u32,
+    pub attempts: Vec<RunAttempt>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunAttempt {
+    pub round: u32,
+    pub outcome: Option<String>,
+    pub replayed: bool,
+    pub retry_after_s: Option<u64>,
+    pub wait: Option<RunWait>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunWait {
+    pub floor_ms: Option<u64>,
+    pub actual_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunDeadLetter {
+    pub id: u64,
+    #[serde(default)]
+    pub applied: bool,
+}
+
+impl Run {
+    /// Reads a snapshot's JSON.
+    pub fn from_snapshot(json: &str) -> serde_json::Result<Run> {
+        serde_json::from_str(json)
+    }
+
+    /// The run's messages: those named in `scope`, or every message when `scope` is empty.
+    fn scoped<'a>(&'a self, scope: &'a [u64]) -> impl Iterator<Item = &'a RunMessage> + 'a {
+        self.messages.iter().filter(move |m| scope.is_empty() || scope.contains(&m.id))
+    }
+
+    /// Settled: every message of the run has arrived where it ends (delivered or dead letter),
+    /// and there is at least one.
+    pub fn settled(&self, scope: &[u64]) -> bool {
+        let mut any = false;
+        for m in self.scoped(scope) {
+            any = true;
+            if m.state != "delivered" && m.state != "dead_letter" {
+                return false;
+            }
+        }
+        any
+    }
+
+    /// Judges each of `claims` on the messages in `scope` (empty: every message). Every verdict
+    /// is `Pending` until the run has settled.
+    pub fn judge(&self, claims: &[ClaimId], scope: &[u64]) -> Vec<Judged> {
+        let settled = self.settled(scope);
+        claims
+            .iter()
+            .map(|&id| {
+                let (holds, figure, said) = self.figure(id, scope);
+                let verdict = match (settled, holds) {
+                    (false, _) => Verdict::Pending,
+                    (true, true) => Verdict::Holds,
+                    (true, false) => Verdict::Fails,
+                };
+                Judged { id, verdict, figure, said }
+            })
+            .collect()
+    }
+
+    /// Whether claim `id` holds on the run now, the figure, and the sentence that says it.
+    fn figure(&self, id: ClaimId, scope: &[u64]) -> (bool, String, String) {
+        let total = self.scoped(scope).count();
+        let in_state = |state: &str| self.scoped(scope).filter(|m| m.state == state).count();
+        let attempts = || self.scoped(scope).flat_map(|m| m.attempts.iter());
+        let outcomes = |outcome: &str| attempts().filter(|a| a.outcome.as_deref() == Some(outcome)).count();
+        match id {
+            ClaimId::DeadLettered => {
+                let n = in_state("dead_letter");
+                all_of(n, total, noun(total, "message was dead-lettered", "messages were dead-lettered"))
+            }
+            ClaimId::AttemptsUsedUp => {
+                let max = self.policy.max_attempts;
+                let letters: Vec<_> = self.scoped(scope).filter(|m| m.state == "dead_letter").collect();
+                let used_up = letters
+                    .iter()
+                    .filter(|m| m.attempts.iter().filter(|a| a.round == m.round).count() == max as usize)
+                    .count();
+                let what = noun(letters.len(), "dead letter used", "dead letters used");
+                all_of(used_up, letters.len(), &format!("{what} all {max} attempts"))
+            }
+            ClaimId::WaitsHonourRetryAfter => {
+                let waits: Vec<(u64, u64)> = attempts()
+                    .filter(|a| a.retry_after_s.is_some())
+                    .filter_map(|a| a.wait.as_ref())
+                    .filter_map(|w| Some((w.floor_ms?, w.actual_ms?)))
+                    .collect();
+                let kept = waits.iter().filter(|(floor, actual)| actual >= floor).count();
+                all_of(kept, waits.len(), "waits after a Retry-After lasted at least that long")
+            }
+            ClaimId::NothingApplied => {
+                let letters: Vec<_> =
+                    self.dead_letters.iter().filter(|l| scope.is_empty() || scope.contains(&l.id)).collect();
+                let applied = letters.iter().filter(|l| l.applied).count();
+                let figure = format!("{applied} of {}", letters.len());
+                let said = format!("{figure} dead letters' writes were applied");
+                (applied == 0 && !letters.is_empty(), figure, said)
+            }
+            ClaimId::Delivered => {
+                let n = in_state("delivered");
+                all_of(n, total, noun(total, "message was delivered", "messages were delivered"))
+            }
+            ClaimId::NoneAppliedTwice => {
+                let (twice, applied) = (self.counters.applied_twice, self.counters.applied);
+                let figure = twice.to_string();
+                let said = format!("applied twice: {twice} (of {applied} writes applied)");
+                (twice == 0, figure, said)
+            }
+            ClaimId::TimedOut => at_least_one(outcomes("timeout"), "timed out at the client"),
+            ClaimId::AnsweredFromStore => at_least_one(
+                attempts().filter(|a| a.replayed).count(),
+                "answered from the stored result (↺), nothing applied again",
+            ),
+            ClaimId::Interrupted => at_least_one(outcomes("interrupted"), "cut off by the crash (!)"),
+        }
+    }
+}
+
+/// "8 of 8 messages dead-lettered" holds when all of at least one did; when not, the sentence
+/// says "only".
+fn all_of(n: usize, total: usize, what: &str) -> (bool, String, String) {
+    let holds = total > 0 && n == total;
+    let figure = format!("{n} of {total}");
+    let said = if holds { format!("{figure} {what}") } else { format!("only {figure} {what}") };
+    (holds, figure, said)
+}
+
+/// "2 attempts timed out" holds from one on.
+fn at_least_one(n: usize, what: &str) -> (bool, String, String) {
+    (n > 0, n.to_string(), format!("{n} {} {what}", noun(n, "attempt", "attempts")))
+}
+
+/// The words that go with a count of `n`: "1 message was", "8 messages were".
+fn noun<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(messages: serde_json::Value, counters: (u64, u64)) -> Run {
+        serde_json::from_value(serde_json::json!({
+            "policy": { "max_attempts": 2 },
+            "counters": { "applied": counters.0, "applied_twice": counters.1 },
+            "messages": messages,
+            "dead_letters": [],
+        }))
+        .unwrap()
+    }
+
+    fn attempt(round: u32, outcome: &str) -> serde_json::Value {
+        serde_json::json!({ "round": round, "outcome": outcome, "replayed": false, "retry_after_s": null, "wait": null })
+    }
+
+    #[test]
+    fn a_run_still_moving_is_pending_and_a_settled_one_says_only_when_it_falls_short() {
+        let moving = run(
+            serde_json::json!([
+                { "id": 1, "state": "dead_letter", "round": 0, "attempts": [attempt(0, "http_error"), attempt(0, "http_error")] },
+                { "id": 2, "state": "backing_off", "round": 0, "attempts": [attempt(0, "http_error")] },
+            ]),
+            (0, 0),
+        );
+        let judged = moving.judge(&[ClaimId::DeadLettered], &[]);
+        assert_eq!(judged[0].verdict, Verdict::Pending);
+        // The same run scoped to its settled message holds.
+        let judged = moving.judge(&[ClaimId::DeadLettered, ClaimId::AttemptsUsedUp], &[1]);
+        assert_eq!(judged[0].verdict, Verdict::Holds);
+        assert_eq!(judged[0].said, "1 of 1 message was dead-lettered");
+        assert_eq!(judged[1].figure, "1 of 1");
+
+        let settled = run(
+            serde_json::json!([
+                { "id": 1, "state": "dead_letter", "round": 0, "attempts": [attempt(0, "http_error"), attempt(0, "http_error")] },
+                { "id": 2, "state": "delivered", "round": 0, "attempts": [attempt(0, "ok")] },
+            ]),
+            (1, 0),
+        );
+        let judged =
+            settled.judge(&[ClaimId::DeadLettered, ClaimId::TimedOut, ClaimId::NoneAppliedTwice], &[]);
+        assert_eq!(judged[0].verdict, Verdict::Fails);
+        assert_eq!(judged[0].said, "only 1 of 2 messages were dead-lettered");
+        assert_eq!((judged[1].verdict, judged[1].figure.as_str()), (Verdict::Fails, "0"));
+        assert_eq!(judged[1].said, "0 attempts timed out at the client");
+        assert_eq!(judged[2].verdict, Verdict::Holds);
+    }
+
+    #[test]
+    fn every_claim_has_a_name_that_parses_back() {
+        for id in ClaimId::ALL {
+            assert_eq!(ClaimId::parse(id.name()), Some(id));
+            assert_eq!(serde_json::to_value(id).unwrap(), id.name());
+        }
+        assert_eq!(ClaimId::parse("nope"), None);
+    }
+}

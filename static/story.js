@@ -1,0 +1,191 @@
+//! The story first: a first visit leads with the seed's story as steps, one click each. A step
+//! sets the lab up through the same API as every other control, brings into view the part of
+//! the page it is about, and says what to look for there, with each claim it makes checked by
+//! the server on this run ("✔ 8 of 8 messages were dead-lettered", or "✘ ..."). The full
+//! console of controls is one click away ("show every control"), and the choice is remembered.
+
+import { say } from './controls.js';
+import { applySettings } from './presets.js';
+
+const STORY_URL = '/static/story.json';
+/** Where the choice of view is kept between visits. */
+const VIEW_KEY = 'retrylab.view';
+
+/** The stored choice: 'console' once a person asked for every control, else the story. */
+function storedView() {
+  try {
+    return localStorage.getItem(VIEW_KEY) === 'console' ? 'console' : 'story';
+  } catch {
+    return 'story';
+  }
+}
+
+/**
+ * The view toggle, the steps in `root` (the story section), and the "what to look for" box
+ * `look` they share with the presets. `controls` gives `api` and `act`; `presets` starts a
+ * chapter; `model` is the lab as the page knows it.
+ */
+export function createStory(root, look, controls, presets, model) {
+  const { api, act } = controls;
+  const main = document.getElementById('lab');
+  const toggle = document.querySelector('[data-view-toggle]');
+  const list = root.querySelector('[data-story-steps]');
+  const name = look.querySelector('[data-look-name]');
+  const text = look.querySelector('[data-look-text]');
+  const actions = look.querySelector('[data-look-actions]');
+  const claimsEl = look.querySelector('[data-claims]');
+  /** The step on show and what its claims are about: { step, ids } or null. */
+  let current = null;
+  let asking = false;
+  let steps = [];
+
+  setView(storedView());
+  toggle.addEventListener('click', () => {
+    const view = main.dataset.view === 'story' ? 'console' : 'story';
+    setView(view);
+    try {
+      localStorage.setItem(VIEW_KEY, view);
+    } catch {
+      // No storage (a private window that refuses it): the choice lasts for this visit.
+    }
+  });
+
+  function setView(view) {
+    main.dataset.view = view;
+    toggle.setAttribute('aria-pressed', String(view === 'console'));
+  }
+
+  build().catch((err) => say(`Could not load the story: ${err.message}`, 'error'));
+
+  async function build() {
+    steps = await fetch(STORY_URL).then((res) => res.json());
+    list.replaceChildren(
+      ...steps.map((step, i) => {
+        const item = document.createElement('li');
+        const button = document.createElement('button');
+        button.type = 'button';
+        button.dataset.storyStep = step.id;
+        button.textContent = `${i + 1}. ${step.name}`;
+        button.addEventListener('click', () => run(button, i));
+        const what = document.createElement('span');
+        what.className = 'story-what';
+        what.textContent = step.what;
+        item.append(button, ' ', what);
+        return item;
+      }),
+    );
+    const chapters = root.querySelector('[data-story-presets]');
+    for (const preset of await presets.ready) {
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.className = 'preset';
+      button.dataset.storyPreset = preset.id;
+      const title = document.createElement('span');
+      title.className = 'preset-name';
+      title.textContent = preset.name;
+      const what = document.createElement('span');
+      what.className = 'preset-what';
+      what.textContent = preset.what;
+      button.append(title, what);
+      button.addEventListener('click', async () => {
+        await presets.start(preset.id, button);
+        current = null;
+      });
+      chapters.append(button);
+    }
+  }
+
+  /** Resolves once an attempt is on the wire (or after 3 s): the moment to crash the client. */
+  function onTheWire() {
+    return new Promise((resolve) => {
+      const until = performance.now() + 3000;
+      const check = () => {
+        if ((model.counters?.in_flight ?? 0) > 0 || performance.now() > until) resolve();
+        else setTimeout(check, 20);
+      };
+      check();
+    });
+  }
+
+  /** Step `i`: its settings, its burst, replay or crash, then what to look for. */
+  function run(button, i) {
+    const step = steps[i];
+    return act(button, `Could not run "${step.name}"`, async () => {
+      if (step.reset) await api('POST', '/reset');
+      const sent = await applySettings(api, step);
+      let ids = sent?.message_ids ?? null;
+      if (step.crash) {
+        await onTheWire();
+        await api('POST', '/crash-client');
+      }
+      if (step.replay) ids = (await api('POST', '/dead-letters/replay', {}))?.message_ids ?? [];
+      // A step that sends nothing speaks of the messages the step before it sent.
+      current = { step, ids: ids ?? current?.ids ?? [] };
+      look.dataset.messages = current.ids.join(',');
+      show(step, i);
+      document.querySelector(step.show)?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+      say(`Step ${i + 1}, ${step.name}: done. What to look for is in the box at the bottom.`);
+    });
+  }
+
+  function show(step, i) {
+    delete look.dataset.preset;
+    look.dataset.step = step.id;
+    name.textContent = `${i + 1}. ${step.name}:`;
+    text.textContent = step.look;
+    claimsEl.replaceChildren(
+      ...step.claims.map((id) => {
+        const li = document.createElement('li');
+        li.dataset.claim = id;
+        li.dataset.verdict = 'pending';
+        li.dataset.figure = '';
+        li.textContent = '… waiting for the run to settle';
+        return li;
+      }),
+    );
+    const next = steps[i + 1];
+    actions.replaceChildren();
+    if (next) {
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.className = 'small';
+      button.dataset.storyNext = next.id;
+      button.textContent = `next: ${i + 2}. ${next.name}`;
+      button.addEventListener('click', () => run(button, i + 1));
+      actions.append(button);
+    }
+    look.hidden = false;
+    tick();
+  }
+
+  /**
+   * Once the step's messages have settled, ask the server for its claims' verdicts; a claim
+   * still pending is asked again on the next tick.
+   */
+  async function tick() {
+    if (!current || asking || look.hidden || look.dataset.step !== current.step.id) return;
+    const pending = [...claimsEl.querySelectorAll('[data-verdict="pending"]')];
+    if (!pending.length) return;
+    const asked = current;
+    const query = new URLSearchParams({ ids: pending.map((el) => el.dataset.claim).join(',') });
+    if (asked.ids.length) query.set('messages', asked.ids.join(','));
+    asking = true;
+    try {
+      const res = await api('GET', `/claims?${query}`);
+      if (current !== asked) return;
+      for (const claim of res.claims) {
+        const el = claimsEl.querySelector(`[data-claim="${claim.id}"]`);
+        if (!el || claim.verdict === 'pending') continue;
+        el.dataset.verdict = claim.verdict;
+        el.dataset.figure = claim.figure;
+        el.textContent = `${claim.verdict === 'holds' ? '✔' : '✘'} ${claim.said}`;
+      }
+    } catch (err) {
+      say(`Could not check the step's claims: ${err.message}`, 'error');
+    } finally {
+      asking = false;
+    }
+  }
+
+  return { tick };
+}

@@ -1,0 +1,162 @@
+//! The story first (issue 27): a first visit leads with the seed's story as steps, one click
+//! each, with few controls in view; every claim a step makes settles to a verdict the page
+//! shows, and its figure is what the same claim gives on the API's snapshot.
+
+use serde_json::{Value, json};
+
+use retrylab::claims::{ClaimId, Run};
+
+use super::{Server, assert_no_console_errors, browser, wait_for, wait_live};
+
+/// The story's steps, as the page reads them.
+const STORY: &str = include_str!("../../static/story.json");
+
+/// Every enabled control a person can reach in the viewport now: links, buttons, fields,
+/// drawers' summaries and focusable panes, each displayed and at least partly on screen.
+const CONTROLS_IN_VIEW: &str = "[...document.querySelectorAll('a[href], button, input, select, textarea, summary, [tabindex]:not([tabindex=\"-1\"])')]
+    .filter(e => !e.disabled && e.getAttribute('aria-disabled') !== 'true' && e.checkVisibility({ visibilityProperty: true }))
+    .filter(e => { const r = e.getBoundingClientRect();
+        return r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < innerHeight && r.right > 0 && r.left < innerWidth; })
+    .map(e => e.tagName.toLowerCase() + ': ' + (e.textContent.trim().replace(/\\s+/g, ' ').slice(0, 30) || e.name || e.className))";
+
+/// Whether `selector`'s box is at least partly in the viewport.
+fn in_view(selector: &str) -> String {
+    format!(
+        "(r => r.height > 0 && r.bottom > 0 && r.top < innerHeight)(document.querySelector({}).getBoundingClientRect())",
+        json!(selector)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_visit_leads_with_the_story_and_at_most_15_controls_in_view() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/")).await;
+    wait_live(&page).await;
+    wait_for(&page, "the story's steps", "document.querySelectorAll('[data-story-step]').length === 5").await;
+
+    let controls = page.eval(CONTROLS_IN_VIEW).await.unwrap();
+    let controls = controls.as_array().unwrap();
+    assert!(
+        controls.len() <= 15,
+        "{} controls in the first 1280x900 viewport: {controls:#?}",
+        controls.len()
+    );
+    assert_eq!(page.eval(&in_view("[data-story-step=\"break\"]")).await.unwrap(), true, "step 1 is in view");
+    let first = page.eval("document.querySelector('[data-story-step]').textContent").await.unwrap();
+    assert_eq!(first, "1. Break it");
+    let heading = page.eval("document.getElementById('h-story').textContent").await.unwrap();
+    assert!(heading.as_str().unwrap().starts_with("Start here"), "{heading}");
+    // The console is hidden, not gone: the policy form is not displayed.
+    assert_eq!(page.eval(&in_view("#policy-form")).await.unwrap(), false);
+    page.screenshot_viewport("story-first-visit-1280x900").await;
+
+    // "show every control" shows the console, and a later visit remembers it.
+    page.click("[data-view-toggle]").await;
+    wait_for(&page, "the console", "document.getElementById('lab').dataset.view === 'console'").await;
+    let url = page.eval("location.href").await.unwrap();
+    page.navigate(url.as_str().unwrap()).await;
+    wait_live(&page).await;
+    let view = page.eval("document.getElementById('lab').dataset.view").await.unwrap();
+    assert_eq!(view, "console", "the choice is remembered for the next visit");
+    let all = page.eval(CONTROLS_IN_VIEW).await.unwrap();
+    assert!(all.as_array().unwrap().len() > 15, "the console shows more: {all:#?}");
+    assert_eq!(
+        page.eval("getComputedStyle(document.getElementById('story')).display").await.unwrap(),
+        "none"
+    );
+    // And back to the story.
+    page.click("[data-view-toggle]").await;
+    wait_for(&page, "the story again", "document.getElementById('lab').dataset.view === 'story'").await;
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_story_clicked_through_bears_out_every_claim_with_the_apis_figures() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/")).await;
+    let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
+    let lab = lab.as_str().unwrap().to_owned();
+    wait_live(&page).await;
+
+    let steps: Vec<Value> = serde_json::from_str(STORY).unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        let id = step["id"].as_str().unwrap();
+        if i == 0 {
+            page.click("[data-story-step=\"break\"]").await;
+        } else {
+            page.click(&format!("[data-story-next=\"{id}\"]")).await;
+        }
+        // Every claim of the step settles, and holds.
+        let shown = wait_for(
+            &page,
+            &format!("step {id}'s claims to settle"),
+            &format!(
+                "(l => l.dataset.step === '{id}' && !l.querySelector('[data-verdict=\"pending\"]')
+                    && [...l.querySelectorAll('[data-claim]')].map(c => [c.dataset.claim, c.dataset.verdict, c.dataset.figure, c.textContent]))
+                 (document.querySelector('[data-look]'))"
+            ),
+        )
+        .await;
+        let shown = shown.as_array().unwrap();
+        let named: Vec<&str> =
+            step["claims"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+        assert_eq!(shown.iter().map(|c| c[0].as_str().unwrap()).collect::<Vec<_>>(), named, "step {id}");
+        for claim in shown {
+            assert_eq!(claim[1], "holds", "step {id}: {claim}");
+            assert!(claim[3].as_str().unwrap().starts_with('✔'), "step {id}: {claim}");
+        }
+
+        // Each figure is what the same claim gives on the API's snapshot of the run.
+        let scope: Vec<u64> = page
+            .eval("document.querySelector('[data-look]').dataset.messages")
+            .await
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let snapshot = server.snapshot(&lab).await;
+        let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
+        let ids: Vec<ClaimId> = named.iter().map(|n| ClaimId::parse(n).unwrap()).collect();
+        let judged = run.judge(&ids, &scope);
+        for (claim, api) in shown.iter().zip(&judged) {
+            assert_eq!(claim[2].as_str().unwrap(), api.figure, "step {id}, {}", api.id.name());
+        }
+        // And, read straight off the snapshot, the figures the story rests on.
+        let counters = &snapshot["counters"];
+        assert_eq!(counters["applied_twice"], 0);
+        let in_state = |state: &str| {
+            snapshot["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| scope.contains(&m["id"].as_u64().unwrap()) && m["state"] == state)
+                .count()
+        };
+        match id {
+            "break" | "dead" => {
+                assert_eq!(scope.len(), 8);
+                assert_eq!(in_state("dead_letter"), 8, "step {id}");
+                assert_eq!(shown[0][2], "8 of 8");
+            }
+            "heal" => assert_eq!(in_state("delivered"), 8),
+            "slow" => assert_eq!((scope.len(), in_state("delivered")), (1, 1)),
+            "crash" => assert_eq!((scope.len(), in_state("delivered")), (8, 8)),
+            other => panic!("a step the test does not know: {other}"),
+        }
+        // The part of the page the step speaks of is in view, with what to look for.
+        let part = step["show"].as_str().unwrap();
+        wait_for(&page, &format!("{part} in view"), &in_view(part)).await;
+        assert_eq!(page.eval(&in_view("[data-look]")).await.unwrap(), true);
+        page.screenshot_viewport(&format!("story-{}-{id}-1280x900", i + 1)).await;
+    }
+    assert_no_console_errors(&page);
+}
