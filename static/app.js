@@ -3,7 +3,7 @@
 //! It also tells screen-reader users how the counts moved, in a summary every few seconds
 //! rather than on each of the thousands of changes a burst brings.
 
-import { emptyModel, mergeChanges, noChanges } from './model.js';
+import { emptyModel, labNow, mergeChanges, noChanges } from './model.js';
 import { connect } from './stream.js';
 import { createControls, say } from './controls.js';
 import { createTimeline } from './timeline.js';
@@ -14,6 +14,7 @@ import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
 import { createStory } from './story.js';
+import { createGoodputChart } from './goodput-chart.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
@@ -63,11 +64,14 @@ const trace = createTrace(document.getElementById('trace'), model, schedule);
 const traffic = createTraffic(model, controls);
 const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model);
 const story = createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, model);
-// The live figures' window moves on with the lab clock, as does what a preset says live.
+const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
+// The live figures' window moves on with the lab clock, as do what a preset says live and the
+// goodput chart (twice a second is often enough for figures per second).
 setInterval(() => {
   traffic.tick();
   presets.tick();
   story.tick();
+  if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);
 createSnippets(

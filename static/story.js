@@ -29,6 +29,7 @@ export function createStory(root, look, controls, presets, model) {
   const { api, act } = controls;
   const main = document.getElementById('lab');
   const toggle = document.querySelector('[data-view-toggle]');
+  const goodput = document.querySelector('[data-goodput]');
   const list = root.querySelector('[data-story-steps]');
   const name = look.querySelector('[data-look-name]');
   const text = look.querySelector('[data-look-text]');
@@ -52,6 +53,9 @@ export function createStory(root, look, controls, presets, model) {
 
   function setView(view) {
     main.dataset.view = view;
+    // The goodput chart sits by the traffic buttons in the story, below the timeline in the
+    // console (whose top keeps the switches, the counts and the timeline on one screen).
+    document.querySelector(`[data-goodput-slot="${view}"]`).append(goodput);
     toggle.setAttribute('aria-pressed', String(view === 'console'));
   }
 

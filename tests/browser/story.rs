@@ -160,3 +160,84 @@ async fn the_story_clicked_through_bears_out_every_claim_with_the_apis_figures()
     }
     assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_goodput_chart_draws_offered_and_goodput_per_second_as_the_load_bins_give_them() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/")).await;
+    let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
+    let lab = lab.as_str().unwrap().to_owned();
+    wait_live(&page).await;
+    // Two bursts in different seconds, into an endpoint that fails half the time: the goodput
+    // trails the offered load.
+    server.put(&lab, "downstream", r#"{"mode": "flaky", "latency_ms": [5, 20], "retry_after_s": 0}"#).await;
+    server.put(&lab, "policy", r#"{"base_ms": 300, "cap_ms": 600, "max_attempts": 6}"#).await;
+    server.burst(&lab, 8).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    server.burst(&lab, 5).await;
+    let settled = "(c => Number(c.delivered.textContent) + Number(c.dead.textContent) === 13)({ delivered: document.querySelector('[data-counter=\"delivered\"]'), dead: document.querySelector('[data-counter=\"dead_letter\"]') })";
+    wait_for(&page, "13 messages settled", settled).await;
+    let snapshot = server.snapshot(&lab).await;
+    let last_s = snapshot["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["t_ms"].as_u64().unwrap() / 1000)
+        .max()
+        .unwrap();
+    wait_for(
+        &page,
+        "the chart to reach the last busy second",
+        &format!("Number(document.querySelector('[data-goodput] svg').dataset.toS) >= {last_s}"),
+    )
+    .await;
+
+    let chart = page
+        .eval(
+            "(f => { const svg = f.querySelector('svg'); const line = n => svg.querySelector(`[data-line=\"${n}\"]`);
+               const style = n => { const s = getComputedStyle(line(n)); return [s.stroke, s.strokeDasharray, parseFloat(s.strokeWidth)]; };
+               return { height: svg.getBoundingClientRect().height, name: svg.getAttribute('aria-label'),
+                 from: Number(svg.dataset.fromS), to: Number(svg.dataset.toS),
+                 offered: line('offered').dataset.values.split(',').map(Number), goodput: line('goodput').dataset.values.split(',').map(Number),
+                 styles: [style('offered'), style('goodput')],
+                 labels: [...svg.querySelectorAll('[data-label]')].map(l => l.textContent) }; })(document.querySelector('[data-goodput]'))",
+        )
+        .await
+        .unwrap();
+    assert!(chart["height"].as_f64().unwrap() >= 200.0, "{chart}");
+    assert!(chart["name"].as_str().unwrap().contains("goodput"), "{chart}");
+    let styles = chart["styles"].as_array().unwrap();
+    assert_ne!(styles[0][0], styles[1][0], "two colours: {chart}");
+    assert_ne!(styles[0][1], styles[1][1], "two dashes: {chart}");
+    assert!(styles.iter().all(|s| s[2].as_f64().unwrap() >= 3.0), "bold lines: {chart}");
+    let labels = chart["labels"].as_array().unwrap();
+    assert!(
+        labels[0].as_str().unwrap().starts_with("offered")
+            && labels[1].as_str().unwrap().starts_with("goodput"),
+        "{chart}"
+    );
+
+    // Per second, the values are the load bins' offered and delivered, summed.
+    let (from, to) = (chart["from"].as_u64().unwrap(), chart["to"].as_u64().unwrap());
+    let mut offered = vec![0u64; (to - from + 1) as usize];
+    let mut delivered = offered.clone();
+    for bin in snapshot["load"]["bins"].as_array().unwrap() {
+        let s = bin["t_ms"].as_u64().unwrap() / 1000;
+        if (from..=to).contains(&s) {
+            offered[(s - from) as usize] += bin["offered"].as_u64().unwrap();
+            delivered[(s - from) as usize] += bin["delivered"].as_u64().unwrap();
+        }
+    }
+    let drawn = |name: &str| -> Vec<u64> {
+        chart[name].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
+    };
+    assert_eq!(drawn("offered"), offered, "offered per second, {from}..={to} s");
+    assert_eq!(drawn("goodput"), delivered, "goodput per second, {from}..={to} s");
+    assert_eq!(offered.iter().sum::<u64>(), 13);
+    assert!(offered.iter().filter(|&&n| n > 0).count() >= 2, "two busy seconds: {offered:?}");
+    page.screenshot_viewport("goodput-chart-1280x900").await;
+    assert_no_console_errors(&page);
+}
