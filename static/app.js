@@ -14,6 +14,7 @@ import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
 import { createStory } from './story.js';
+import { createClaims } from './claims.js';
 import { createGoodputChart } from './goodput-chart.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
@@ -62,15 +63,16 @@ createActions(deadPanel, model, lab, deadLetters, controls);
 detail = createDetail(deadPanel, model, controls, deadLetters);
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 const traffic = createTraffic(model, controls);
-const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model);
-const story = createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, model);
+const claims = createClaims(document.querySelector('[data-claims]'), controls.api);
+const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model, claims);
+createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, claims, model);
 const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
 // The live figures' window moves on with the lab clock, as do what a preset says live and the
 // goodput chart (twice a second is often enough for figures per second).
 setInterval(() => {
   traffic.tick();
   presets.tick();
-  story.tick();
+  claims.tick();
   if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);

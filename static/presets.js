@@ -30,9 +30,9 @@ export async function applySettings(api, step) {
 
 /**
  * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
- * (`api`) and the busy-while-calling wrapper (`act`).
+ * (`api`) and the busy-while-calling wrapper (`act`); `claims` shows what a step's run bore out.
  */
-export function createPresets(root, look, controls, model) {
+export function createPresets(root, look, controls, model, claims) {
   const { api, act } = controls;
   const live = look.querySelector('[data-look-live]');
   /** The running preset's delayed trigger, and when (lab ms) the preset began. */
@@ -75,13 +75,14 @@ export function createPresets(root, look, controls, model) {
    * or the burst; a `later` downstream update (a trigger) follows after its delay.
    */
   async function run(step) {
-    await applySettings(api, step);
+    const sent = await applySettings(api, step);
     if (step.later) {
       trigger = setTimeout(() => {
         trigger = 0;
         api('PUT', '/downstream', step.later.downstream).catch((err) => say(`Could not start the trigger: ${err.message}`, 'error'));
       }, step.later.after_ms);
     }
+    return sent?.message_ids ?? [];
   }
 
   function start(button, preset) {
@@ -90,10 +91,10 @@ export function createPresets(root, look, controls, model) {
     return act(button, `Could not set up "${preset.name}"`, async () => {
       await api('POST', '/reset');
       began = labNow(model);
-      await run(preset);
+      const ids = await run(preset);
       // Out of the way, so the timeline and its load chart come into view.
       if (drawer) drawer.open = false;
-      show(preset.name, preset.look, preset);
+      show(preset.name, preset.look, preset, ids);
       // The pressed button went away with the drawer: the keyboard goes on from what to look
       // for, with the follow-ups right after it.
       look.focus();
@@ -104,9 +105,13 @@ export function createPresets(root, look, controls, model) {
     });
   }
 
-  function show(title, sentence, preset) {
+  /** What to look for after `preset`, whose burst sent messages `ids`, and its claims. */
+  function show(title, sentence, preset, ids) {
     delete look.dataset.step;
-    look.querySelector('[data-claims]')?.replaceChildren();
+    look.dataset.messages = ids.join(',');
+    claims.show(preset.claims ?? [], { messages: ids });
+    /** The messages of the run before each follow-up, for the claims that compare. */
+    let before = ids;
     name.textContent = `${title}:`;
     text.textContent = sentence;
     look.dataset.preset = preset.id;
@@ -119,8 +124,14 @@ export function createPresets(root, look, controls, model) {
         button.textContent = step.label;
         button.addEventListener('click', () =>
           act(button, `Could not ${step.label}`, async () => {
-            await run(step);
+            const sent = await run(step);
             text.textContent = step.look;
+            // A follow-up without a burst speaks of the messages already there.
+            if (sent.length) {
+              claims.show(step.claims ?? [], { messages: sent, before });
+              before = sent;
+              look.dataset.messages = sent.join(',');
+            } else claims.show([], {});
             name.textContent = `${title}, ${step.label}:`;
             const did = step.burst ? `sent ${step.burst} more messages` : 'policy changed';
             say(`${title}, ${step.label}: ${did}.`);

@@ -23,9 +23,9 @@ function storedView() {
 /**
  * The view toggle, the steps in `root` (the story section), and the "what to look for" box
  * `look` they share with the presets. `controls` gives `api` and `act`; `presets` starts a
- * chapter; `model` is the lab as the page knows it.
+ * chapter; `claims` shows a step's claims; `model` is the lab as the page knows it.
  */
-export function createStory(root, look, controls, presets, model) {
+export function createStory(root, look, controls, presets, claims, model) {
   const { api, act } = controls;
   const main = document.getElementById('lab');
   const toggle = document.querySelector('[data-view-toggle]');
@@ -34,10 +34,8 @@ export function createStory(root, look, controls, presets, model) {
   const name = look.querySelector('[data-look-name]');
   const text = look.querySelector('[data-look-text]');
   const actions = look.querySelector('[data-look-actions]');
-  const claimsEl = look.querySelector('[data-claims]');
-  /** The step on show and what its claims are about: { step, ids } or null. */
+  /** The step on show and the messages it speaks of: { step, ids } or null. */
   let current = null;
-  let asking = false;
   let steps = [];
 
   setView(storedView());
@@ -91,9 +89,10 @@ export function createStory(root, look, controls, presets, model) {
       what.className = 'preset-what';
       what.textContent = preset.what;
       button.append(title, what);
+      // A chapter speaks of the timeline and its load chart, as a step does.
       button.addEventListener('click', async () => {
         await presets.start(preset.id, button);
-        current = null;
+        document.getElementById('timeline-panel').scrollIntoView({ block: 'start', behavior: 'smooth' });
       });
       chapters.append(button);
     }
@@ -137,16 +136,6 @@ export function createStory(root, look, controls, presets, model) {
     look.dataset.step = step.id;
     name.textContent = `${i + 1}. ${step.name}:`;
     text.textContent = step.look;
-    claimsEl.replaceChildren(
-      ...step.claims.map((id) => {
-        const li = document.createElement('li');
-        li.dataset.claim = id;
-        li.dataset.verdict = 'pending';
-        li.dataset.figure = '';
-        li.textContent = '… waiting for the run to settle';
-        return li;
-      }),
-    );
     const next = steps[i + 1];
     actions.replaceChildren();
     if (next) {
@@ -159,37 +148,7 @@ export function createStory(root, look, controls, presets, model) {
       actions.append(button);
     }
     look.hidden = false;
-    tick();
+    claims.show(step.claims, { messages: current.ids });
   }
 
-  /**
-   * Once the step's messages have settled, ask the server for its claims' verdicts; a claim
-   * still pending is asked again on the next tick.
-   */
-  async function tick() {
-    if (!current || asking || look.hidden || look.dataset.step !== current.step.id) return;
-    const pending = [...claimsEl.querySelectorAll('[data-verdict="pending"]')];
-    if (!pending.length) return;
-    const asked = current;
-    const query = new URLSearchParams({ ids: pending.map((el) => el.dataset.claim).join(',') });
-    if (asked.ids.length) query.set('messages', asked.ids.join(','));
-    asking = true;
-    try {
-      const res = await api('GET', `/claims?${query}`);
-      if (current !== asked) return;
-      for (const claim of res.claims) {
-        const el = claimsEl.querySelector(`[data-claim="${claim.id}"]`);
-        if (!el || claim.verdict === 'pending') continue;
-        el.dataset.verdict = claim.verdict;
-        el.dataset.figure = claim.figure;
-        el.textContent = `${claim.verdict === 'holds' ? '✔' : '✘'} ${claim.said}`;
-      }
-    } catch (err) {
-      say(`Could not check the step's claims: ${err.message}`, 'error');
-    } finally {
-      asking = false;
-    }
-  }
-
-  return { tick };
 }

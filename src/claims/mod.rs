@@ -31,10 +31,24 @@ pub enum ClaimId {
     AnsweredFromStore,
     /// At least one attempt was cut off by the client's crash.
     Interrupted,
+    /// Nine in ten of the run's requests (attempts that reached the endpoint) were 503s.
+    MostlyUnavailable,
+    /// Fewer than half as many 503s as the run before.
+    HalfTheUnavailableOfBefore,
+    /// More than half of the run's requests were 429s.
+    MostlyThrottled,
+    /// Fewer 429s than the run before, and not none.
+    FewerThrottledNotNone,
+    /// Many messages, at least one in five, ended as dead letters.
+    ManyDeadLettered,
+    /// No message of the run ended as a dead letter.
+    NoneDeadLettered,
+    /// Nearly every message, nine in ten, was delivered.
+    NearlyAllDelivered,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 9] = [
+    pub const ALL: [ClaimId; 16] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -44,6 +58,13 @@ impl ClaimId {
         ClaimId::TimedOut,
         ClaimId::AnsweredFromStore,
         ClaimId::Interrupted,
+        ClaimId::MostlyUnavailable,
+        ClaimId::HalfTheUnavailableOfBefore,
+        ClaimId::MostlyThrottled,
+        ClaimId::FewerThrottledNotNone,
+        ClaimId::ManyDeadLettered,
+        ClaimId::NoneDeadLettered,
+        ClaimId::NearlyAllDelivered,
     ];
 
     /// The id as the API and the page write it.
@@ -58,6 +79,13 @@ impl ClaimId {
             ClaimId::TimedOut => "timed_out",
             ClaimId::AnsweredFromStore => "answered_from_store",
             ClaimId::Interrupted => "interrupted",
+            ClaimId::MostlyUnavailable => "mostly_unavailable",
+            ClaimId::HalfTheUnavailableOfBefore => "half_the_unavailable_of_before",
+            ClaimId::MostlyThrottled => "mostly_throttled",
+            ClaimId::FewerThrottledNotNone => "fewer_throttled_not_none",
+            ClaimId::ManyDeadLettered => "many_dead_lettered",
+            ClaimId::NoneDeadLettered => "none_dead_lettered",
+            ClaimId::NearlyAllDelivered => "nearly_all_delivered",
         }
     }
 
@@ -116,6 +144,7 @@ pub struct RunMessage {
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunAttempt {
     pub round: u32,
+    pub status: Option<u16>,
     pub outcome: Option<String>,
     pub replayed: bool,
     pub retry_after_s: Option<u64>,
@@ -133,6 +162,20 @@ pub struct RunDeadLetter {
     pub id: u64,
     #[serde(default)]
     pub applied: bool,
+}
+
+/// Which messages a claim speaks of: the run's (`messages`; empty: every message of the lab),
+/// and, for a claim that compares, the run before it (`before`).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub messages: Vec<u64>,
+    pub before: Vec<u64>,
+}
+
+impl Scope {
+    pub fn of(messages: &[u64]) -> Scope {
+        Scope { messages: messages.to_vec(), before: Vec::new() }
+    }
 }
 
 impl Run {
@@ -161,8 +204,8 @@ impl Run {
 
     /// Judges each of `claims` on the messages in `scope` (empty: every message). Every verdict
     /// is `Pending` until the run has settled.
-    pub fn judge(&self, claims: &[ClaimId], scope: &[u64]) -> Vec<Judged> {
-        let settled = self.settled(scope);
+    pub fn judge(&self, claims: &[ClaimId], scope: &Scope) -> Vec<Judged> {
+        let settled = self.settled(&scope.messages);
         claims
             .iter()
             .map(|&id| {
@@ -178,7 +221,16 @@ impl Run {
     }
 
     /// Whether claim `id` holds on the run now, the figure, and the sentence that says it.
-    fn figure(&self, id: ClaimId, scope: &[u64]) -> (bool, String, String) {
+    /// The requests of the messages in `scope` (attempts that reached the endpoint, so not
+    /// those the breaker refused) and how many were answered `status`.
+    fn answered(&self, scope: &[u64], status: u16) -> (usize, usize) {
+        let requests = self.scoped(scope).flat_map(|m| m.attempts.iter());
+        let requests: Vec<_> = requests.filter(|a| a.outcome.as_deref() != Some("short_circuited")).collect();
+        (requests.iter().filter(|a| a.status == Some(status)).count(), requests.len())
+    }
+
+    fn figure(&self, id: ClaimId, whole: &Scope) -> (bool, String, String) {
+        let scope = whole.messages.as_slice();
         let total = self.scoped(scope).count();
         let in_state = |state: &str| self.scoped(scope).filter(|m| m.state == state).count();
         let attempts = || self.scoped(scope).flat_map(|m| m.attempts.iter());
@@ -231,6 +283,46 @@ impl Run {
                 "answered from the stored result (↺), nothing applied again",
             ),
             ClaimId::Interrupted => at_least_one(outcomes("interrupted"), "cut off by the crash (!)"),
+            ClaimId::MostlyUnavailable => {
+                let (n, requests) = self.answered(scope, 503);
+                share(n, requests, 9, 10, "requests were 503s", "at least nine in ten")
+            }
+            ClaimId::MostlyThrottled => {
+                let (n, requests) = self.answered(scope, 429);
+                let holds = n * 2 > requests;
+                let figure = format!("{n} of {requests}");
+                let said =
+                    format!("{figure} requests were 429s ({})", if holds { "most" } else { "not most" });
+                (holds, figure, said)
+            }
+            ClaimId::HalfTheUnavailableOfBefore => {
+                let (now, before) = (self.answered(scope, 503).0, self.answered(&whole.before, 503).0);
+                let holds = !whole.before.is_empty() && now * 2 < before;
+                let figure = format!("{now} against {before}");
+                let said = format!(
+                    "{now} 503s against {before} the run before ({})",
+                    if holds { "fewer than half" } else { "not fewer than half" }
+                );
+                (holds, figure, said)
+            }
+            ClaimId::FewerThrottledNotNone => {
+                let (now, before) = (self.answered(scope, 429).0, self.answered(&whole.before, 429).0);
+                let holds = !whole.before.is_empty() && now > 0 && now < before;
+                let figure = format!("{now} against {before}");
+                (holds, figure, format!("{now} 429s against {before} the run before"))
+            }
+            ClaimId::ManyDeadLettered => {
+                let n = in_state("dead_letter");
+                share(n, total, 1, 5, "messages ended as dead letters", "at least one in five")
+            }
+            ClaimId::NoneDeadLettered => {
+                let n = in_state("dead_letter");
+                (total > 0 && n == 0, n.to_string(), format!("{n} of {total} messages ran out of attempts"))
+            }
+            ClaimId::NearlyAllDelivered => {
+                let n = in_state("delivered");
+                share(n, total, 9, 10, "messages were delivered", "at least nine in ten")
+            }
         }
     }
 }
@@ -241,6 +333,15 @@ fn all_of(n: usize, total: usize, what: &str) -> (bool, String, String) {
     let holds = total > 0 && n == total;
     let figure = format!("{n} of {total}");
     let said = if holds { format!("{figure} {what}") } else { format!("only {figure} {what}") };
+    (holds, figure, said)
+}
+
+/// "454 of 474 requests were 503s" holds when `n` is at least `num`/`den` of `total` (and
+/// `total` is not 0); the sentence names the share it needed either way.
+fn share(n: usize, total: usize, num: usize, den: usize, what: &str, needed: &str) -> (bool, String, String) {
+    let holds = total > 0 && n * den >= total * num;
+    let figure = format!("{n} of {total}");
+    let said = if holds { format!("{figure} {what}") } else { format!("only {figure} {what}, not {needed}") };
     (holds, figure, said)
 }
 
@@ -269,7 +370,7 @@ mod tests {
     }
 
     fn attempt(round: u32, outcome: &str) -> serde_json::Value {
-        serde_json::json!({ "round": round, "outcome": outcome, "replayed": false, "retry_after_s": null, "wait": null })
+        serde_json::json!({ "round": round, "status": null, "outcome": outcome, "replayed": false, "retry_after_s": null, "wait": null })
     }
 
     #[test]
@@ -281,10 +382,10 @@ mod tests {
             ]),
             (0, 0),
         );
-        let judged = moving.judge(&[ClaimId::DeadLettered], &[]);
+        let judged = moving.judge(&[ClaimId::DeadLettered], &Scope::default());
         assert_eq!(judged[0].verdict, Verdict::Pending);
         // The same run scoped to its settled message holds.
-        let judged = moving.judge(&[ClaimId::DeadLettered, ClaimId::AttemptsUsedUp], &[1]);
+        let judged = moving.judge(&[ClaimId::DeadLettered, ClaimId::AttemptsUsedUp], &Scope::of(&[1]));
         assert_eq!(judged[0].verdict, Verdict::Holds);
         assert_eq!(judged[0].said, "1 of 1 message was dead-lettered");
         assert_eq!(judged[1].figure, "1 of 1");
@@ -296,8 +397,8 @@ mod tests {
             ]),
             (1, 0),
         );
-        let judged =
-            settled.judge(&[ClaimId::DeadLettered, ClaimId::TimedOut, ClaimId::NoneAppliedTwice], &[]);
+        let judged = settled
+            .judge(&[ClaimId::DeadLettered, ClaimId::TimedOut, ClaimId::NoneAppliedTwice], &Scope::default());
         assert_eq!(judged[0].verdict, Verdict::Fails);
         assert_eq!(judged[0].said, "only 1 of 2 messages were dead-lettered");
         assert_eq!((judged[1].verdict, judged[1].figure.as_str()), (Verdict::Fails, "0"));

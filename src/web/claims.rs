@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{AppError, Problem};
 use super::responses::LabErrors;
 use super::{LabParam, LabPath};
-use crate::claims::{ClaimId, Judged, Run};
+use crate::claims::{ClaimId, Judged, Run, Scope};
 
 /// Which claims, about which messages.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -20,6 +20,8 @@ pub struct ClaimsParams {
     ids: Option<String>,
     /// The run's message ids, comma-separated; absent: every message of the lab.
     messages: Option<String>,
+    /// The run before's message ids, comma-separated, for the claims that compare with it.
+    before: Option<String>,
 }
 
 /// The verdicts: `settled` once every message of the run has arrived where it ends, and until
@@ -56,19 +58,27 @@ pub async fn claims(
                 .ok_or_else(|| unusable("ids", format!("ids: no claim is named {name:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let scope = match params.messages.as_deref() {
-        None | Some("") => Vec::new(),
+    let scope = Scope {
+        messages: message_ids("messages", params.messages.as_deref())?,
+        before: message_ids("before", params.before.as_deref())?,
+    };
+    let run = Run::from_snapshot(&lab.snapshot()).expect("a snapshot reads back as a run");
+    Ok(Json(Claims { settled: run.settled(&scope.messages), claims: run.judge(&ids, &scope) }))
+}
+
+/// A comma-separated list of message ids in query field `field`; none when absent or empty.
+fn message_ids(field: &str, list: Option<&str>) -> Result<Vec<u64>, AppError> {
+    match list {
+        None | Some("") => Ok(Vec::new()),
         Some(list) => list
             .split(',')
             .map(|id| {
                 id.trim()
                     .parse::<u64>()
-                    .map_err(|_| unusable("messages", format!("messages: {id:?} is not a message id")))
+                    .map_err(|_| unusable(field, format!("{field}: {id:?} is not a message id")))
             })
-            .collect::<Result<Vec<_>, _>>()?,
-    };
-    let run = Run::from_snapshot(&lab.snapshot()).expect("a snapshot reads back as a run");
-    Ok(Json(Claims { settled: run.settled(&scope), claims: run.judge(&ids, &scope) }))
+            .collect(),
+    }
 }
 
 fn unusable(field: &str, detail: String) -> AppError {

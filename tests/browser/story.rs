@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use retrylab::claims::{ClaimId, Run};
+use retrylab::claims::{ClaimId, Run, Scope};
 
 use super::{Server, assert_no_console_errors, browser, wait_for, wait_live};
 
@@ -126,7 +126,7 @@ async fn the_story_clicked_through_bears_out_every_claim_with_the_apis_figures()
         let snapshot = server.snapshot(&lab).await;
         let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
         let ids: Vec<ClaimId> = named.iter().map(|n| ClaimId::parse(n).unwrap()).collect();
-        let judged = run.judge(&ids, &scope);
+        let judged = run.judge(&ids, &Scope::of(&scope));
         for (claim, api) in shown.iter().zip(&judged) {
             assert_eq!(claim[2].as_str().unwrap(), api.figure, "step {id}, {}", api.id.name());
         }
@@ -239,5 +239,68 @@ async fn the_goodput_chart_draws_offered_and_goodput_per_second_as_the_load_bins
     assert_eq!(offered.iter().sum::<u64>(), 13);
     assert!(offered.iter().filter(|&&n| n > 0).count() >= 2, "two busy seconds: {offered:?}");
     page.screenshot_viewport("goodput-chart-1280x900").await;
+    assert_no_console_errors(&page);
+}
+
+/// Waits until every claim in what-to-look-for has settled, and returns each as
+/// `[claim, verdict, figure, text]`, with the message ids they speak of.
+async fn settled_claims(page: &super::cdp::Page, what: &str) -> (Vec<Value>, Vec<u64>) {
+    let shown = wait_for(
+        page,
+        what,
+        "(l => !l.hidden && l.querySelector('[data-claim]') && !l.querySelector('[data-verdict=\"pending\"]')
+            && [...l.querySelectorAll('[data-claim]')].map(c => [c.dataset.claim, c.dataset.verdict, c.dataset.figure, c.textContent]))
+         (document.querySelector('[data-look]'))",
+    )
+    .await;
+    let ids = page.eval("document.querySelector('[data-look]').dataset.messages").await.unwrap();
+    let ids =
+        ids.as_str().unwrap().split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+    (shown.as_array().unwrap().clone(), ids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preset_run_from_the_story_shows_its_claims_as_the_api_judges_them() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/")).await;
+    let lab = page.eval("document.getElementById('lab').dataset.lab").await.unwrap();
+    let lab = lab.as_str().unwrap().to_owned();
+    wait_live(&page).await;
+
+    page.click("[data-story-chapters] > summary").await;
+    page.click("[data-story-preset=\"storm\"]").await;
+    let (first, first_ids) = settled_claims(&page, "the retry storm's claims").await;
+    assert_eq!(first_ids.len(), 60);
+    let judge = |snapshot: &Value, shown: &[Value], scope: &Scope| {
+        let ids: Vec<ClaimId> =
+            shown.iter().map(|c| ClaimId::parse(c[0].as_str().unwrap()).unwrap()).collect();
+        let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
+        for (claim, api) in shown.iter().zip(run.judge(&ids, scope)) {
+            let verdict = serde_json::to_value(api.verdict).unwrap();
+            assert_eq!((&claim[1], claim[2].as_str().unwrap()), (&verdict, api.figure.as_str()), "{claim}");
+        }
+    };
+    let names: Vec<&str> = first.iter().map(|c| c[0].as_str().unwrap()).collect();
+    assert_eq!(names, ["mostly_unavailable", "many_dead_lettered"]);
+    assert!(first.iter().all(|c| c[1] == "holds"), "{first:?}");
+    judge(&server.snapshot(&lab).await, &first, &Scope::of(&first_ids));
+
+    // The fix, compared with the run before it.
+    page.click("[data-preset-step=\"storm/1\"]").await;
+    let first_list = first_ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    wait_for(
+        &page,
+        "the fix's burst",
+        &format!("document.querySelector('[data-look]').dataset.messages !== '{first_list}'"),
+    )
+    .await;
+    let (next, next_ids) = settled_claims(&page, "the fix's claims").await;
+    assert_eq!(next_ids.len(), 60);
+    assert!(next_ids.iter().all(|id| !first_ids.contains(id)));
+    judge(&server.snapshot(&lab).await, &next, &Scope { messages: next_ids, before: first_ids });
+    page.screenshot_viewport("story-preset-storm-claims-1280x900").await;
     assert_no_console_errors(&page);
 }
