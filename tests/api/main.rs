@@ -34,3 +34,4 @@ mod stored;
 mod support;
 mod sweeps;
 mod traffic;
+mod wording;

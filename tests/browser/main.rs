@@ -21,6 +21,7 @@ mod steady;
 mod story;
 #[path = "../support/mod.rs"]
 mod support;
+mod wording;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
