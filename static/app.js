@@ -15,6 +15,7 @@ import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
 import { createStory } from './story.js';
 import { createClaims } from './claims.js';
+import { createLegend } from './legend.js';
 import { createGoodputChart } from './goodput-chart.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
@@ -67,12 +68,18 @@ const claims = createClaims(document.querySelector('[data-claims]'), controls.ap
 const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model, claims);
 createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, claims, model);
 const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
+const legend = createLegend(
+  document.getElementById('timeline'),
+  [...document.querySelectorAll('#timeline-panel [data-legend]')],
+  document.querySelector('[data-legend-head]'),
+);
 // The live figures' window moves on with the lab clock, as do what a preset says live and the
 // goodput chart (twice a second is often enough for figures per second).
 setInterval(() => {
   traffic.tick();
   presets.tick();
   claims.tick();
+  legend.tick();
   if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);

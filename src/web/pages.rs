@@ -152,6 +152,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("presets.json", "application/json", include_str!("../../static/presets.json")),
     ("story.js", JS, include_str!("../../static/story.js")),
     ("claims.js", JS, include_str!("../../static/claims.js")),
+    ("legend.js", JS, include_str!("../../static/legend.js")),
     ("goodput-chart.js", JS, include_str!("../../static/goodput-chart.js")),
     ("story.json", "application/json", include_str!("../../static/story.json")),
     ("snippets.json", "application/json", include_str!("../../static/snippets.json")),

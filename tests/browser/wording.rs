@@ -34,3 +34,51 @@ async fn the_form_shows_the_running_rate_and_no_breaker_reads_off() {
     server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
     assert_no_console_errors(&page);
 }
+
+/// Each key item as `[key, shown, drawn]`: whether the legend shows it, and whether the
+/// timeline draws a mark it stands for.
+const KEY: &str = "[...document.querySelectorAll('#timeline-panel [data-legend] [data-key]')]
+    .map(li => [li.dataset.key, li.checkVisibility(), !!document.getElementById('timeline').querySelector(li.dataset.key)])";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legend_lists_only_what_is_drawn_and_the_full_key_is_one_click_away() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    open_new_lab(&page, &server).await;
+    // Nothing drawn: no item, and a line that says why.
+    let key = page.eval(KEY).await.unwrap();
+    let key = key.as_array().unwrap();
+    assert!(key.len() >= 25, "every item carries its key: {}", key.len());
+    assert!(key.iter().all(|k| k[1] == false), "nothing is drawn yet: {key:?}");
+    let none = page.eval("document.querySelector('[data-legend-none]').checkVisibility()").await.unwrap();
+    assert_eq!(none, true);
+
+    super::dead_letters_then_healthy(&page, 8).await;
+    let key = wait_for(
+        &page,
+        "the legend to show exactly what is drawn, the 503s among it",
+        &format!("(k => k.every(i => i[1] === i[2]) && k.find(i => i[0] === '.tl-bar.o-http_error')[1] && k)({KEY})"),
+    )
+    .await;
+    // It stays so: the timeline is still now, and the legend follows it within half a second.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    for item in page.eval(KEY).await.unwrap().as_array().unwrap() {
+        assert_eq!(item[1], item[2], "an item shows exactly when its mark is drawn: {item}");
+    }
+    let shown =
+        |key: &serde_json::Value, k: &str| key.as_array().unwrap().iter().any(|i| i[0] == k && i[1] == true);
+    assert!(!shown(&key, ".tl-bar.o-timeout") && !shown(&key, ".tl-bar.o-interrupted"), "{key}");
+    assert!(
+        shown(&key, ".tl-bar.o-http_error")
+            && shown(&key, ".lb-up [data-kind=\"unavailable\"]:not([hidden])"),
+        "{key}"
+    );
+
+    // The full key, one click away.
+    page.click("[data-legend-full]").await;
+    let all = wait_for(&page, "the full key", &format!("(k => k.every(i => i[1]) && k.length)({KEY})")).await;
+    assert!(all.as_u64().unwrap() >= 25);
+    assert_no_console_errors(&page);
+}
