@@ -108,7 +108,21 @@ function syncSwitches(form) {
 }
 
 /** The controls of lab `lab`: returns { sync, disable, replay }. */
+/**
+ * On a phone the status line is a row of the top bar, never a toast over the page: at the
+ * bottom of a narrow screen it covered the controls there.
+ */
+function placeStatus(narrow) {
+  const bar = document.querySelector('.statusbar');
+  if (!bar) return;
+  if (narrow) document.querySelector('.topbar').append(bar);
+  else if (bar.parentElement !== document.body) document.body.append(bar);
+}
+
 export function createControls(model, lab) {
+  const narrow = matchMedia('(max-width: 600px)');
+  placeStatus(narrow.matches);
+  narrow.addEventListener('change', (e) => placeStatus(e.matches));
   const modeButtons = [...document.querySelectorAll('.mode[data-mode]')];
   const modeNow = document.querySelector('[data-mode-now]');
   const modeNowWhat = document.querySelector('[data-mode-now-what]');

@@ -82,3 +82,41 @@ async fn the_legend_lists_only_what_is_drawn_and_the_full_key_is_one_click_away(
     assert!(all.as_u64().unwrap() >= 25);
     assert_no_console_errors(&page);
 }
+
+/// Enabled controls in view below the top bar that something else covers at their centre.
+const COVERED: &str = "(() => { const top = document.querySelector('.topbar').getBoundingClientRect().bottom;
+    return [...document.querySelectorAll('a[href], button, input, select, summary')]
+      .filter(e => !e.disabled && e.checkVisibility())
+      .filter(e => { const r = e.getBoundingClientRect(); return r.height > 0 && r.top >= top && r.bottom <= innerHeight; })
+      .filter(e => { const r = e.getBoundingClientRect(); const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+        return !(hit && (hit === e || e.contains(hit))); })
+      .map(e => e.tagName + ': ' + e.textContent.trim().slice(0, 30)); })()";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_phone_the_status_line_covers_no_control() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(375, 812).await;
+    open_new_lab(&page, &server).await;
+    page.click("[data-send=\"1\"]").await;
+    wait_for(&page, "the status line", "document.getElementById('status').textContent.startsWith('Sent')")
+        .await;
+    // The whole page, 101 px at a time, while the line shows (it fades after 6 s: it is said
+    // again at each place).
+    let height = page.eval("document.documentElement.scrollHeight").await.unwrap().as_u64().unwrap();
+    for place in (0..height).step_by(101) {
+        page.eval(&format!("window.scrollTo(0, {place})")).await.unwrap();
+        let covered = page
+            .eval(&format!(
+                "(document.getElementById('status').textContent = 'Sent 1 message (#1).', {COVERED})"
+            ))
+            .await
+            .unwrap();
+        assert_eq!(covered, serde_json::json!([]), "scrolled to {place} px: covered controls");
+    }
+    let widths = page.eval("document.documentElement.scrollWidth").await.unwrap();
+    assert!(widths.as_u64() <= Some(375), "no sideways scrolling: {widths}");
+    page.screenshot_viewport("status-line-phone-375").await;
+    assert_no_console_errors(&page);
+}
