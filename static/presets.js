@@ -28,6 +28,21 @@ export async function applySettings(api, step) {
   return step.burst ? api('POST', '/bursts', { count: step.burst }) : null;
 }
 
+/** A button for `preset`: its name, and `what` it does in a few words under it. */
+export function presetButton(preset, what) {
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'preset';
+  const title = document.createElement('span');
+  title.className = 'preset-name';
+  title.textContent = preset.name;
+  const words = document.createElement('span');
+  words.className = 'preset-what';
+  words.textContent = what;
+  button.append(title, words);
+  return button;
+}
+
 /**
  * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
  * (`api`) and the busy-while-calling wrapper (`act`); `claims` shows what a step's run bore out.
@@ -49,17 +64,8 @@ export function createPresets(root, look, controls, model, claims) {
   async function build() {
     const presets = await fetch(PRESETS_URL).then((res) => res.json());
     for (const preset of presets) {
-      const button = document.createElement('button');
-      button.type = 'button';
-      button.className = 'preset';
+      const button = presetButton(preset, `${preset.what}${preset.traffic ? '' : `; a burst of ${preset.burst}`}`);
       button.dataset.preset = preset.id;
-      const title = document.createElement('span');
-      title.className = 'preset-name';
-      title.textContent = preset.name;
-      const what = document.createElement('span');
-      what.className = 'preset-what';
-      what.textContent = preset.traffic ? preset.what : `${preset.what}; a burst of ${preset.burst}`;
-      button.append(title, what);
       button.addEventListener('click', () => start(button, preset));
       root.append(button);
     }

@@ -5,7 +5,7 @@
 //! console of controls is one click away ("show every control"), and the choice is remembered.
 
 import { say } from './controls.js';
-import { applySettings } from './presets.js';
+import { applySettings, presetButton } from './presets.js';
 
 const STORY_URL = '/static/story.json';
 /** Where the choice of view is kept between visits. */
@@ -78,17 +78,8 @@ export function createStory(root, look, controls, presets, claims, model) {
     );
     const chapters = root.querySelector('[data-story-presets]');
     for (const preset of await presets.ready) {
-      const button = document.createElement('button');
-      button.type = 'button';
-      button.className = 'preset';
+      const button = presetButton(preset, preset.what);
       button.dataset.storyPreset = preset.id;
-      const title = document.createElement('span');
-      title.className = 'preset-name';
-      title.textContent = preset.name;
-      const what = document.createElement('span');
-      what.className = 'preset-what';
-      what.textContent = preset.what;
-      button.append(title, what);
       // A chapter speaks of the timeline and its load chart, as a step does.
       button.addEventListener('click', async () => {
         await presets.start(preset.id, button);
@@ -127,7 +118,8 @@ export function createStory(root, look, controls, presets, claims, model) {
       look.dataset.messages = current.ids.join(',');
       show(step, i);
       document.querySelector(step.show)?.scrollIntoView({ block: 'start', behavior: 'smooth' });
-      say(`Step ${i + 1}, ${step.name}: done. What to look for is in the box at the bottom.`);
+      // No status line: what to look for, at the bottom, is read out (a polite live region),
+      // and a line at the top would cover the rows the step brought into view.
     });
   }
 
