@@ -120,3 +120,42 @@ async fn on_a_phone_the_status_line_covers_no_control() {
     page.screenshot_viewport("status-line-phone-375").await;
     assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_line_is_named_clear_of_the_bars() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    server
+        .put(
+            &lab,
+            "downstream",
+            r#"{"mode": "overloaded", "capacity": 2, "queue": 2, "latency_ms": [40, 60]}"#,
+        )
+        .await;
+    // A retry storm: every bar of the run towers over the line, to its last at the right edge.
+    server
+        .put(
+            &lab,
+            "policy",
+            r#"{"jitter": "none", "base_ms": 50, "cap_ms": 50, "multiplier": 1, "max_attempts": 10, "honor_retry_after": false}"#,
+        )
+        .await;
+    server.burst(&lab, 30).await;
+    wait_for(&page, "the storm to end", "document.querySelector('[data-counter=\"in_flight\"]').textContent === '0' && document.querySelector('[data-counter=\"backing_off\"]').textContent === '0' && document.querySelectorAll('[data-load-bar]').length > 3").await;
+    // The words of the line overlap no bar, and say what it is.
+    let clear = wait_for(
+        &page,
+        "the line's words",
+        "(t => { if (!t.checkVisibility()) return false; const r = t.getBoundingClientRect();
+            const hit = [...document.querySelectorAll('[data-load-bar]')].map(b => b.getBoundingClientRect())
+              .filter(b => b.width > 0 && b.left < r.right && b.right > r.left && b.top < r.bottom && b.bottom > r.top);
+            return [hit.length, t.textContent]; })(document.querySelector('[data-load-limit-text]'))",
+    )
+    .await;
+    assert_eq!(clear[0], 0, "{clear}");
+    assert!(clear[1].as_str().unwrap().starts_with("capacity:"), "{clear}");
+    assert_no_console_errors(&page);
+}
