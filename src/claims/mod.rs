@@ -45,10 +45,16 @@ pub enum ClaimId {
     NoneDeadLettered,
     /// Nearly every message, nine in ten, was delivered.
     NearlyAllDelivered,
+    /// At least one message of the run ended as a dead letter.
+    SomeDeadLettered,
+    /// The run before had no dead letter.
+    NoneDeadLetteredBefore,
+    /// More messages were delivered than in the run before.
+    MoreDeliveredThanBefore,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 16] = [
+    pub const ALL: [ClaimId; 19] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -65,6 +71,9 @@ impl ClaimId {
         ClaimId::ManyDeadLettered,
         ClaimId::NoneDeadLettered,
         ClaimId::NearlyAllDelivered,
+        ClaimId::SomeDeadLettered,
+        ClaimId::NoneDeadLetteredBefore,
+        ClaimId::MoreDeliveredThanBefore,
     ];
 
     /// The id as the API and the page write it.
@@ -86,6 +95,9 @@ impl ClaimId {
             ClaimId::ManyDeadLettered => "many_dead_lettered",
             ClaimId::NoneDeadLettered => "none_dead_lettered",
             ClaimId::NearlyAllDelivered => "nearly_all_delivered",
+            ClaimId::SomeDeadLettered => "some_dead_lettered",
+            ClaimId::NoneDeadLetteredBefore => "none_dead_lettered_before",
+            ClaimId::MoreDeliveredThanBefore => "more_delivered_than_before",
         }
     }
 
@@ -233,6 +245,10 @@ impl Run {
         let scope = whole.messages.as_slice();
         let total = self.scoped(scope).count();
         let in_state = |state: &str| self.scoped(scope).filter(|m| m.state == state).count();
+        let before = |state: &str| {
+            let ours = self.messages.iter().filter(|m| whole.before.contains(&m.id));
+            (ours.clone().count(), ours.filter(|m| m.state == state).count())
+        };
         let attempts = || self.scoped(scope).flat_map(|m| m.attempts.iter());
         let outcomes = |outcome: &str| attempts().filter(|a| a.outcome.as_deref() == Some(outcome)).count();
         match id {
@@ -322,6 +338,27 @@ impl Run {
             ClaimId::NearlyAllDelivered => {
                 let n = in_state("delivered");
                 share(n, total, 9, 10, "messages were delivered", "at least nine in ten")
+            }
+            ClaimId::SomeDeadLettered => {
+                let n = in_state("dead_letter");
+                (n > 0, format!("{n} of {total}"), format!("{n} of {total} messages became dead letters"))
+            }
+            ClaimId::NoneDeadLetteredBefore => {
+                let (of, n) = before("dead_letter");
+                (
+                    of > 0 && n == 0,
+                    format!("{n} of {of}"),
+                    format!("{n} of {of} messages of the run before became dead letters"),
+                )
+            }
+            ClaimId::MoreDeliveredThanBefore => {
+                let (now, (of, then)) = (in_state("delivered"), before("delivered"));
+                let holds = of > 0 && now > then;
+                (
+                    holds,
+                    format!("{now} against {then}"),
+                    format!("{now} messages delivered against {then} the run before"),
+                )
             }
         }
     }
