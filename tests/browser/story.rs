@@ -78,6 +78,11 @@ async fn a_first_visit_leads_with_the_story_and_at_most_15_controls_in_view() {
     // And back to the story.
     page.click("[data-view-toggle]").await;
     wait_for(&page, "the story again", "document.getElementById('lab').dataset.view === 'story'").await;
+    // On a phone the story fits the width: nothing scrolls sideways.
+    page.set_viewport(375, 812).await;
+    let width = page.eval("document.documentElement.scrollWidth").await.unwrap();
+    assert!(width.as_u64() <= Some(375), "the story scrolls sideways on a phone: {width}");
+    page.screenshot_viewport("story-first-visit-phone-375").await;
     assert_no_console_errors(&page);
 }
 
