@@ -47,6 +47,7 @@ async fn a_first_visit_leads_with_the_story_and_at_most_15_controls_in_view() {
 
     let controls = page.eval(CONTROLS_IN_VIEW).await.unwrap();
     let controls = controls.as_array().unwrap();
+    println!("{} controls in the first 1280x900 viewport: {controls:?}", controls.len());
     assert!(
         controls.len() <= 15,
         "{} controls in the first 1280x900 viewport: {controls:#?}",
