@@ -5,6 +5,7 @@
 //! that list to the `use` lines).
 
 pub mod callers;
+pub mod claims;
 pub mod cli;
 pub mod client;
 pub mod compare;

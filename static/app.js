@@ -3,7 +3,7 @@
 //! It also tells screen-reader users how the counts moved, in a summary every few seconds
 //! rather than on each of the thousands of changes a burst brings.
 
-import { emptyModel, mergeChanges, noChanges } from './model.js';
+import { emptyModel, labNow, mergeChanges, noChanges } from './model.js';
 import { connect } from './stream.js';
 import { createControls, say } from './controls.js';
 import { createTimeline } from './timeline.js';
@@ -13,6 +13,10 @@ import { createActions } from './dlq-actions.js';
 import { createDetail } from './dlq-detail.js';
 import { createTrace } from './trace.js';
 import { createPresets } from './presets.js';
+import { createStory } from './story.js';
+import { createClaims } from './claims.js';
+import { createLegend } from './legend.js';
+import { createGoodputChart } from './goodput-chart.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
@@ -60,11 +64,23 @@ createActions(deadPanel, model, lab, deadLetters, controls);
 detail = createDetail(deadPanel, model, controls, deadLetters);
 const trace = createTrace(document.getElementById('trace'), model, schedule);
 const traffic = createTraffic(model, controls);
-const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model);
-// The live figures' window moves on with the lab clock, as does what a preset says live.
+const claims = createClaims(document.querySelector('[data-claims]'), controls.api);
+const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model, claims);
+createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, claims, model);
+const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
+const legend = createLegend(
+  document.getElementById('timeline'),
+  [...document.querySelectorAll('#timeline-panel [data-legend]')],
+  document.querySelector('[data-legend-head]'),
+);
+// The live figures' window moves on with the lab clock, as do what a preset says live and the
+// goodput chart (twice a second is often enough for figures per second).
 setInterval(() => {
   traffic.tick();
   presets.tick();
+  claims.tick();
+  legend.tick();
+  if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);
 createSnippets(

@@ -110,8 +110,24 @@ function syncSwitches(form) {
 }
 
 /** The controls of lab `lab`: returns { sync, disable, replay }. */
+/**
+ * On a phone the status line is a row of the top bar, never a toast over the page: at the
+ * bottom of a narrow screen it covered the controls there.
+ */
+function placeStatus(narrow) {
+  const bar = document.querySelector('.statusbar');
+  if (!bar) return;
+  if (narrow) document.querySelector('.topbar').append(bar);
+  else if (bar.parentElement !== document.body) document.body.append(bar);
+}
+
 export function createControls(model, lab) {
+  const narrow = matchMedia('(max-width: 600px)');
+  placeStatus(narrow.matches);
+  narrow.addEventListener('change', (e) => placeStatus(e.matches));
   const modeButtons = [...document.querySelectorAll('.mode[data-mode]')];
+  const modeNow = document.querySelector('[data-mode-now]');
+  const modeNowWhat = document.querySelector('[data-mode-now-what]');
   const params = document.getElementById('params-form');
   const policy = document.getElementById('policy-form');
   const burst = document.getElementById('custom-burst');
@@ -321,6 +337,9 @@ export function createControls(model, lab) {
         button.setAttribute('aria-pressed', String(mode === ds.mode));
         button.querySelector('.mode-what').textContent = describeMode(mode, ds, pol);
       }
+      // The story shows the mode in words instead of the switches.
+      modeNow.textContent = ds.mode;
+      modeNowWhat.textContent = describeMode(ds.mode, ds, pol);
       fill(params, {
         latency_min: ds.latency_ms[0],
         latency_max: ds.latency_ms[1],

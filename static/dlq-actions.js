@@ -55,14 +55,24 @@ export function createActions(panel, model, lab, table, controls) {
     }
   }
 
-  function ask(text, warning, goLabel, run) {
+  const actionsRow = panel.querySelector('[data-dlq-actions]');
+
+  /**
+   * Asks before `run`, next to the `button` that asked: below the row of actions for theirs,
+   * right after the button itself for a "replay all" (by the traffic buttons, or the queue's
+   * head), so the page does not jump away from the timeline the replay lands on.
+   */
+  function ask(button, text, warning, goLabel, run) {
+    if (actionsRow.contains(button)) actionsRow.after(confirmBox);
+    else button.after(confirmBox);
     confirmText.textContent = text;
     warningEl.textContent = warning ?? '';
     warningEl.hidden = !warning;
     goButton.textContent = goLabel;
     pending = run;
     confirmBox.hidden = false;
-    goButton.focus();
+    goButton.focus({ preventScroll: true });
+    confirmBox.scrollIntoView({ block: 'nearest' });
   }
 
   function close() {
@@ -93,7 +103,7 @@ export function createActions(panel, model, lab, table, controls) {
         say(`Nothing to replay.${skipped}`);
         return;
       }
-      ask(text, dry.warning, `replay ${plural(dry.count, 'letter')}`, () => send(button, body));
+      ask(button, text, dry.warning, `replay ${plural(dry.count, 'letter')}`, () => send(button, body));
     });
   }
 
@@ -110,7 +120,7 @@ export function createActions(panel, model, lab, table, controls) {
   function confirmThen(button, scope, verb, words, run) {
     const text = `${verb} ${describe(scope)}?${words ? ` ${words}` : ''}`;
     if (scope.count === 1) return run();
-    ask(text, null, `${verb.toLowerCase()} ${plural(scope.count, 'letter')}`, run);
+    ask(button, text, null, `${verb.toLowerCase()} ${plural(scope.count, 'letter')}`, run);
   }
 
   for (const button of actionButtons) {

@@ -282,6 +282,8 @@ export function createLoadChart(state, miniTip) {
   function drawLimit() {
     limit = limitOf(model.downstream, model.load.binMs);
     limitEl.hidden = !limit;
+    // Its words sit under the chart, clear of the bars.
+    limitText.parentElement.hidden = !limit;
     plot.dataset.limit = limit ? String(limit.value) : '';
     if (!limit) return;
     limitEl.style.setProperty('--n', String(limit.value));

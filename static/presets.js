@@ -18,10 +18,36 @@ import { metastableSentence } from './traffic.js';
 const PRESETS_URL = '/static/presets.json';
 
 /**
- * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
- * (`api`) and the busy-while-calling wrapper (`act`).
+ * What a preset or a story step sets, in order: the policy, each downstream update, the steady
+ * traffic, then the burst. Returns the burst's answer (its `message_ids`), if it sent one.
  */
-export function createPresets(root, look, controls, model) {
+export async function applySettings(api, step) {
+  if (step.policy) await api('PUT', '/policy', step.policy);
+  for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
+  if (step.traffic) await api('PUT', '/traffic', step.traffic);
+  return step.burst ? api('POST', '/bursts', { count: step.burst }) : null;
+}
+
+/** A button for `preset`: its name, and `what` it does in a few words under it. */
+export function presetButton(preset, what) {
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'preset';
+  const title = document.createElement('span');
+  title.className = 'preset-name';
+  title.textContent = preset.name;
+  const words = document.createElement('span');
+  words.className = 'preset-what';
+  words.textContent = what;
+  button.append(title, words);
+  return button;
+}
+
+/**
+ * The preset buttons in `root` and the "what to look for" box `look`; `controls` gives the API
+ * (`api`) and the busy-while-calling wrapper (`act`); `claims` shows what a step's run bore out.
+ */
+export function createPresets(root, look, controls, model, claims) {
   const { api, act } = controls;
   const live = look.querySelector('[data-look-live]');
   /** The running preset's delayed trigger, and when (lab ms) the preset began. */
@@ -31,26 +57,19 @@ export function createPresets(root, look, controls, model) {
   const name = look.querySelector('[data-look-name]');
   const text = look.querySelector('[data-look-text]');
   const actions = look.querySelector('[data-look-actions]');
-  build().catch((err) => say(`Could not load the failure modes: ${err.message}`, 'error'));
+  const ready = build();
+  ready.catch((err) => say(`Could not load the failure modes: ${err.message}`, 'error'));
 
   /** The buttons, one per preset in presets.json. */
   async function build() {
     const presets = await fetch(PRESETS_URL).then((res) => res.json());
     for (const preset of presets) {
-      const button = document.createElement('button');
-      button.type = 'button';
-      button.className = 'preset';
+      const button = presetButton(preset, `${preset.what}${preset.traffic ? '' : `; a burst of ${preset.burst}`}`);
       button.dataset.preset = preset.id;
-      const title = document.createElement('span');
-      title.className = 'preset-name';
-      title.textContent = preset.name;
-      const what = document.createElement('span');
-      what.className = 'preset-what';
-      what.textContent = preset.traffic ? preset.what : `${preset.what}; a burst of ${preset.burst}`;
-      button.append(title, what);
       button.addEventListener('click', () => start(button, preset));
       root.append(button);
     }
+    return presets;
   }
 
   look.querySelector('[data-look-close]').addEventListener('click', () => {
@@ -62,16 +81,14 @@ export function createPresets(root, look, controls, model) {
    * or the burst; a `later` downstream update (a trigger) follows after its delay.
    */
   async function run(step) {
-    if (step.policy) await api('PUT', '/policy', step.policy);
-    for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
-    if (step.traffic) await api('PUT', '/traffic', step.traffic);
-    if (step.burst) await api('POST', '/bursts', { count: step.burst });
+    const sent = await applySettings(api, step);
     if (step.later) {
       trigger = setTimeout(() => {
         trigger = 0;
         api('PUT', '/downstream', step.later.downstream).catch((err) => say(`Could not start the trigger: ${err.message}`, 'error'));
       }, step.later.after_ms);
     }
+    return sent?.message_ids ?? [];
   }
 
   function start(button, preset) {
@@ -80,10 +97,10 @@ export function createPresets(root, look, controls, model) {
     return act(button, `Could not set up "${preset.name}"`, async () => {
       await api('POST', '/reset');
       began = labNow(model);
-      await run(preset);
+      const ids = await run(preset);
       // Out of the way, so the timeline and its load chart come into view.
       if (drawer) drawer.open = false;
-      show(preset.name, preset.look, preset);
+      show(preset.name, preset.look, preset, ids);
       // The pressed button went away with the drawer: the keyboard goes on from what to look
       // for, with the follow-ups right after it.
       look.focus();
@@ -94,7 +111,13 @@ export function createPresets(root, look, controls, model) {
     });
   }
 
-  function show(title, sentence, preset) {
+  /** What to look for after `preset`, whose burst sent messages `ids`, and its claims. */
+  function show(title, sentence, preset, ids) {
+    delete look.dataset.step;
+    look.dataset.messages = ids.join(',');
+    claims.show(preset.claims ?? [], { messages: ids });
+    /** The messages of the run before each follow-up, for the claims that compare. */
+    let before = ids;
     name.textContent = `${title}:`;
     text.textContent = sentence;
     look.dataset.preset = preset.id;
@@ -107,8 +130,14 @@ export function createPresets(root, look, controls, model) {
         button.textContent = step.label;
         button.addEventListener('click', () =>
           act(button, `Could not ${step.label}`, async () => {
-            await run(step);
+            const sent = await run(step);
             text.textContent = step.look;
+            // A follow-up without a burst speaks of the messages already there.
+            if (sent.length) {
+              claims.show(step.claims ?? [], { messages: sent, before });
+              before = sent;
+              look.dataset.messages = sent.join(',');
+            } else claims.show([], {});
             name.textContent = `${title}, ${step.label}:`;
             const did = step.burst ? `sent ${step.burst} more messages` : 'policy changed';
             say(`${title}, ${step.label}: ${did}.`);
@@ -128,5 +157,10 @@ export function createPresets(root, look, controls, model) {
     if (text && live.textContent !== text) live.textContent = text;
   }
 
-  return { tick };
+  /** The presets once loaded, and a way to start one from elsewhere (the story's chapters). */
+  return {
+    tick,
+    ready,
+    start: async (id, button) => start(button, (await ready).find((preset) => preset.id === id)),
+  };
 }

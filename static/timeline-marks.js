@@ -77,13 +77,16 @@ export function createMarks(state, scale, miniTip) {
     band.dataset.breakerOn = String(on);
     band.dataset.open = String(breakers.open);
     band.classList.toggle('is-off', !on && changes.length === 0);
+    // With no breaker in the policy, "0 of 200 open" would say there were breakers to open:
+    // the band says "off", and its history stays drawn.
+    const counting = on || breakers.open > 0 || breakers.half_open > 0;
     band.setAttribute(
       'aria-label',
-      on || changes.length
+      counting
         ? `Circuit breakers of ${count} clients: ${breakers.open} open, ${breakers.half_open} half-open, ${breakers.closed} closed now.`
         : `Circuit breakers: off in this policy (${count} clients).`,
     );
-    nowEl.textContent = on || changes.length ? `${breakers.open} of ${count} open` : 'off';
+    nowEl.textContent = counting ? `${breakers.open} of ${count} open` : 'off';
     nowEl.dataset.state = breakers.open > 0 ? 'open' : on ? 'closed' : 'off';
   }
 

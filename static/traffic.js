@@ -110,6 +110,14 @@ export function createTraffic(model, controls) {
     const running = t.rate_per_s > 0;
     form.dataset.running = String(running);
     stop.disabled = !running;
+    // While traffic runs, the form shows its rate, however it was started (a preset, the API),
+    // unless the person is typing a new one.
+    const rate = form.elements.namedItem('rate_per_s');
+    const arrivals = form.elements.namedItem('arrivals');
+    if (running && !form.contains(document.activeElement)) {
+      if (Number(rate.value) !== t.rate_per_s) rate.value = String(t.rate_per_s);
+      if (arrivals.value !== t.arrivals) arrivals.value = t.arrivals;
+    }
     const until = t.until_ms != null ? `, until ${(t.until_ms / 1000).toFixed(1)} s` : '';
     const late = t.late_ms_p99 != null ? `; arrivals p99 ${t.late_ms_p99} ms behind schedule` : '';
     const refused = t.refused > 0 ? `, ${t.refused} refused at the source (the lab owed too many)` : '';

@@ -159,15 +159,21 @@ impl Lab {
     }
 }
 
-/// A downstream setting in a few words, for its marker.
+/// A downstream setting in a few words, for its marker; the answer time too where it counts,
+/// so a flag for a slowdown says it is one.
 fn describe(settings: &DownstreamSettings) -> String {
+    let latency = match settings.latency_ms {
+        [lo, hi] if lo == hi => format!("{lo} ms"),
+        [lo, hi] => format!("{lo}–{hi} ms"),
+    };
     match settings.mode {
-        Mode::Flaky => format!("flaky ({:.0} % fail)", settings.failure_rate * 100.0),
+        Mode::Healthy => format!("healthy ({latency})"),
+        Mode::Flaky => format!("flaky ({:.0} % fail, {latency})", settings.failure_rate * 100.0),
         Mode::Throttled => {
             format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
         }
         Mode::Overloaded => {
-            format!("overloaded (capacity {}, queue {})", settings.capacity, settings.queue)
+            format!("overloaded (capacity {}, queue {}, {latency} each)", settings.capacity, settings.queue)
         }
         mode => mode.as_str().to_owned(),
     }

@@ -7,6 +7,7 @@ mod access_log;
 mod api;
 mod app;
 mod callers;
+mod claims;
 mod compare;
 mod connections;
 mod dead_letters;
@@ -73,6 +74,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/labs/{lab}/crash-client", post(api::crash_client))
         .route("/api/labs/{lab}/events", get(events::stream))
         .route("/api/labs/{lab}/callers", get(callers::callers))
+        .route("/api/labs/{lab}/claims", get(claims::claims))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
             AppError::Rejected {

@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, callers, compare, dead_letters, endpoint, events, pages};
+use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -32,6 +32,7 @@ use super::{api, callers, compare, dead_letters, endpoint, events, pages};
         api::reset,
         api::crash_client,
         callers::callers,
+        claims::claims,
         events::stream,
         endpoint::downstream,
         pages::metrics,

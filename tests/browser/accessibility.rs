@@ -86,3 +86,33 @@ async fn axe_finds_no_violation_on_any_page_in_light_or_dark() {
     assert!(found.is_empty(), "axe-core found {} violations:\n{}", found.len(), found.join("\n"));
     super::assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axe_finds_no_violation_in_the_story_in_light_or_dark() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    page.set_viewport(1280, 900).await;
+    let mut found = Vec::new();
+
+    // A first visit: the story, its chapters open.
+    page.navigate(&server.url("/")).await;
+    super::wait_live(&page).await;
+    wait_for(&page, "the chapters", "document.querySelector('[data-story-preset]')").await;
+    page.eval("document.querySelector('[data-story-chapters]').open = true").await.unwrap();
+    check_both(&page, "the story on a first visit", &mut found).await;
+
+    // A step run to its end: what to look for at the bottom, its claims judged, the goodput
+    // chart drawn.
+    page.click("[data-story-step=\"break\"]").await;
+    wait_for(
+        &page,
+        "step 1's claims to settle",
+        "document.querySelectorAll('[data-claims] [data-verdict=\"holds\"]').length === 3",
+    )
+    .await;
+    check_both(&page, "the story after step 1", &mut found).await;
+
+    assert!(found.is_empty(), "axe-core found {} violations:\n{}", found.len(), found.join("\n"));
+    super::assert_no_console_errors(&page);
+}

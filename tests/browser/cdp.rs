@@ -100,8 +100,18 @@ impl Browser {
         Ok(browser)
     }
 
-    /// Attaches to the page Chromium opened at start.
+    /// Attaches to the page Chromium opened at start, as a person who has asked the lab page
+    /// for every control (the console) before: most tests press controls the story hides.
     pub async fn page(&self) -> Page {
+        let page = self.first_visit().await;
+        let remembered = "try { localStorage.setItem('retrylab.view', 'console') } catch {}";
+        page.call("Page.addScriptToEvaluateOnNewDocument", json!({ "source": remembered })).await.unwrap();
+        page
+    }
+
+    /// Attaches to the page Chromium opened at start, as on a first visit: the lab page leads
+    /// with its story.
+    pub async fn first_visit(&self) -> Page {
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
         let list = format!("http://127.0.0.1:{}/json/list", self.port);
         let start = Instant::now();

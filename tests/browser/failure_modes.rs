@@ -176,7 +176,7 @@ async fn outage_window_opens_the_breaker_and_the_load_chart_shows_the_burst() {
 }
 
 /// Where an element sits in the viewport: [top, bottom].
-async fn rect(page: &cdp::Page, selector: &str) -> (f64, f64) {
+pub(crate) async fn rect(page: &cdp::Page, selector: &str) -> (f64, f64) {
     let r = page
         .eval(&format!(
             "(r => [r.top, r.bottom])(document.querySelector({}).getBoundingClientRect())",

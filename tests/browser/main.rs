@@ -15,10 +15,13 @@ mod load_history;
 mod new_user;
 mod open_large;
 mod outside;
+mod replay_in_place;
 mod scale;
 mod steady;
+mod story;
 #[path = "../support/mod.rs"]
 mod support;
+mod wording;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,454 @@
+//! Claims that check themselves: each sentence the story says about a run ("all eight are
+//! dead-lettered", "nothing is applied twice"), defined once, here, as a test over the lab's
+//! published snapshot. The page shows each claim's verdict and the figure it rests on
+//! (`GET /api/labs/{lab}/claims`), and the tests evaluate the same definitions on the snapshot
+//! they read, so the page and the tests cannot say a claim two ways.
+//!
+//! It reads the snapshot as JSON, the contract every client of the API sees, and so uses
+//! nothing of the lab's inner types.
+
+use serde::{Deserialize, Serialize};
+
+/// Every claim a step can make, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimId {
+    /// Every message of the run ended in the dead-letter queue.
+    DeadLettered,
+    /// Every dead letter of the run used all the attempts the policy allows.
+    AttemptsUsedUp,
+    /// Every measured wait that followed a `Retry-After` lasted at least that long.
+    WaitsHonourRetryAfter,
+    /// The endpoint applied none of the run's dead letters' writes.
+    NothingApplied,
+    /// Every message of the run was delivered.
+    Delivered,
+    /// No key was applied twice, in the whole lab.
+    NoneAppliedTwice,
+    /// At least one attempt timed out at the client.
+    TimedOut,
+    /// At least one attempt was answered from the stored result (`Idempotent-Replayed`).
+    AnsweredFromStore,
+    /// At least one attempt was cut off by the client's crash.
+    Interrupted,
+    /// Nine in ten of the run's requests (attempts that reached the endpoint) were 503s.
+    MostlyUnavailable,
+    /// Fewer than half as many 503s as the run before.
+    HalfTheUnavailableOfBefore,
+    /// More than half of the run's requests were 429s.
+    MostlyThrottled,
+    /// Fewer 429s than the run before, and not none.
+    FewerThrottledNotNone,
+    /// Many messages, at least one in five, ended as dead letters.
+    ManyDeadLettered,
+    /// No message of the run ended as a dead letter.
+    NoneDeadLettered,
+    /// Nearly every message, nine in ten, was delivered.
+    NearlyAllDelivered,
+    /// At least one message of the run ended as a dead letter.
+    SomeDeadLettered,
+    /// The run before had no dead letter.
+    NoneDeadLetteredBefore,
+    /// More messages were delivered than in the run before.
+    MoreDeliveredThanBefore,
+}
+
+impl ClaimId {
+    pub const ALL: [ClaimId; 19] = [
+        ClaimId::DeadLettered,
+        ClaimId::AttemptsUsedUp,
+        ClaimId::WaitsHonourRetryAfter,
+        ClaimId::NothingApplied,
+        ClaimId::Delivered,
+        ClaimId::NoneAppliedTwice,
+        ClaimId::TimedOut,
+        ClaimId::AnsweredFromStore,
+        ClaimId::Interrupted,
+        ClaimId::MostlyUnavailable,
+        ClaimId::HalfTheUnavailableOfBefore,
+        ClaimId::MostlyThrottled,
+        ClaimId::FewerThrottledNotNone,
+        ClaimId::ManyDeadLettered,
+        ClaimId::NoneDeadLettered,
+        ClaimId::NearlyAllDelivered,
+        ClaimId::SomeDeadLettered,
+        ClaimId::NoneDeadLetteredBefore,
+        ClaimId::MoreDeliveredThanBefore,
+    ];
+
+    /// The id as the API and the page write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimId::DeadLettered => "dead_lettered",
+            ClaimId::AttemptsUsedUp => "attempts_used_up",
+            ClaimId::WaitsHonourRetryAfter => "waits_honour_retry_after",
+            ClaimId::NothingApplied => "nothing_applied",
+            ClaimId::Delivered => "delivered",
+            ClaimId::NoneAppliedTwice => "none_applied_twice",
+            ClaimId::TimedOut => "timed_out",
+            ClaimId::AnsweredFromStore => "answered_from_store",
+            ClaimId::Interrupted => "interrupted",
+            ClaimId::MostlyUnavailable => "mostly_unavailable",
+            ClaimId::HalfTheUnavailableOfBefore => "half_the_unavailable_of_before",
+            ClaimId::MostlyThrottled => "mostly_throttled",
+            ClaimId::FewerThrottledNotNone => "fewer_throttled_not_none",
+            ClaimId::ManyDeadLettered => "many_dead_lettered",
+            ClaimId::NoneDeadLettered => "none_dead_lettered",
+            ClaimId::NearlyAllDelivered => "nearly_all_delivered",
+            ClaimId::SomeDeadLettered => "some_dead_lettered",
+            ClaimId::NoneDeadLetteredBefore => "none_dead_lettered_before",
+            ClaimId::MoreDeliveredThanBefore => "more_delivered_than_before",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ClaimId> {
+        ClaimId::ALL.into_iter().find(|id| id.name() == name)
+    }
+}
+
+/// Whether the run bore a claim out; `Pending` until the run's messages have settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pending,
+    Holds,
+    Fails,
+}
+
+/// A claim judged on one run: the verdict, the figure it rests on ("8 of 8") and the sentence
+/// the page shows with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Judged {
+    pub id: ClaimId,
+    pub verdict: Verdict,
+    pub figure: String,
+    pub said: String,
+}
+
+/// The part of a lab's snapshot (`GET /api/labs/{lab}`) the claims read.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Run {
+    pub policy: RunPolicy,
+    pub counters: RunCounters,
+    pub messages: Vec<RunMessage>,
+    pub dead_letters: Vec<RunDeadLetter>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunPolicy {
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunCounters {
+    pub applied: u64,
+    pub applied_twice: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunMessage {
+    pub id: u64,
+    pub state: String,
+    pub round: u32,
+    pub attempts: Vec<RunAttempt>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunAttempt {
+    pub round: u32,
+    pub status: Option<u16>,
+    pub outcome: Option<String>,
+    pub replayed: bool,
+    pub retry_after_s: Option<u64>,
+    pub wait: Option<RunWait>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunWait {
+    pub floor_ms: Option<u64>,
+    pub actual_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunDeadLetter {
+    pub id: u64,
+    #[serde(default)]
+    pub applied: bool,
+}
+
+/// Which messages a claim speaks of: the run's (`messages`; empty: every message of the lab),
+/// and, for a claim that compares, the run before it (`before`).
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    pub messages: Vec<u64>,
+    pub before: Vec<u64>,
+}
+
+impl Scope {
+    pub fn of(messages: &[u64]) -> Scope {
+        Scope { messages: messages.to_vec(), before: Vec::new() }
+    }
+}
+
+impl Run {
+    /// Reads a snapshot's JSON.
+    pub fn from_snapshot(json: &str) -> serde_json::Result<Run> {
+        serde_json::from_str(json)
+    }
+
+    /// The run's messages: those named in `scope`, or every message when `scope` is empty.
+    fn scoped<'a>(&'a self, scope: &'a [u64]) -> impl Iterator<Item = &'a RunMessage> + 'a {
+        self.messages.iter().filter(move |m| scope.is_empty() || scope.contains(&m.id))
+    }
+
+    /// Settled: every message of the run has arrived where it ends (delivered or dead letter),
+    /// and there is at least one.
+    pub fn settled(&self, scope: &[u64]) -> bool {
+        let mut any = false;
+        for m in self.scoped(scope) {
+            any = true;
+            if m.state != "delivered" && m.state != "dead_letter" {
+                return false;
+            }
+        }
+        any
+    }
+
+    /// Judges each of `claims` on the messages in `scope` (empty: every message). Every verdict
+    /// is `Pending` until the run has settled.
+    pub fn judge(&self, claims: &[ClaimId], scope: &Scope) -> Vec<Judged> {
+        let settled = self.settled(&scope.messages);
+        claims
+            .iter()
+            .map(|&id| {
+                let (holds, figure, said) = self.figure(id, scope);
+                let verdict = match (settled, holds) {
+                    (false, _) => Verdict::Pending,
+                    (true, true) => Verdict::Holds,
+                    (true, false) => Verdict::Fails,
+                };
+                Judged { id, verdict, figure, said }
+            })
+            .collect()
+    }
+
+    /// Whether claim `id` holds on the run now, the figure, and the sentence that says it.
+    /// The requests of the messages in `scope` (attempts that reached the endpoint, so not
+    /// those the breaker refused) and how many were answered `status`.
+    fn answered(&self, scope: &[u64], status: u16) -> (usize, usize) {
+        let requests = self.scoped(scope).flat_map(|m| m.attempts.iter());
+        let requests: Vec<_> = requests.filter(|a| a.outcome.as_deref() != Some("short_circuited")).collect();
+        (requests.iter().filter(|a| a.status == Some(status)).count(), requests.len())
+    }
+
+    fn figure(&self, id: ClaimId, whole: &Scope) -> (bool, String, String) {
+        let scope = whole.messages.as_slice();
+        let total = self.scoped(scope).count();
+        let in_state = |state: &str| self.scoped(scope).filter(|m| m.state == state).count();
+        let before = |state: &str| {
+            let ours = self.messages.iter().filter(|m| whole.before.contains(&m.id));
+            (ours.clone().count(), ours.filter(|m| m.state == state).count())
+        };
+        let attempts = || self.scoped(scope).flat_map(|m| m.attempts.iter());
+        let outcomes = |outcome: &str| attempts().filter(|a| a.outcome.as_deref() == Some(outcome)).count();
+        match id {
+            ClaimId::DeadLettered => {
+                let n = in_state("dead_letter");
+                all_of(n, total, noun(total, "message was dead-lettered", "messages were dead-lettered"))
+            }
+            ClaimId::AttemptsUsedUp => {
+                let max = self.policy.max_attempts;
+                let letters: Vec<_> = self.scoped(scope).filter(|m| m.state == "dead_letter").collect();
+                let used_up = letters
+                    .iter()
+                    .filter(|m| m.attempts.iter().filter(|a| a.round == m.round).count() == max as usize)
+                    .count();
+                let what = noun(letters.len(), "dead letter used", "dead letters used");
+                all_of(used_up, letters.len(), &format!("{what} all {max} attempts"))
+            }
+            ClaimId::WaitsHonourRetryAfter => {
+                let waits: Vec<(u64, u64)> = attempts()
+                    .filter(|a| a.retry_after_s.is_some())
+                    .filter_map(|a| a.wait.as_ref())
+                    .filter_map(|w| Some((w.floor_ms?, w.actual_ms?)))
+                    .collect();
+                let kept = waits.iter().filter(|(floor, actual)| actual >= floor).count();
+                all_of(kept, waits.len(), "waits after a Retry-After lasted at least that long")
+            }
+            ClaimId::NothingApplied => {
+                let letters: Vec<_> =
+                    self.dead_letters.iter().filter(|l| scope.is_empty() || scope.contains(&l.id)).collect();
+                let applied = letters.iter().filter(|l| l.applied).count();
+                let figure = format!("{applied} of {}", letters.len());
+                let said = format!("{figure} dead letters' writes were applied");
+                (applied == 0 && !letters.is_empty(), figure, said)
+            }
+            ClaimId::Delivered => {
+                let n = in_state("delivered");
+                all_of(n, total, noun(total, "message was delivered", "messages were delivered"))
+            }
+            ClaimId::NoneAppliedTwice => {
+                let (twice, applied) = (self.counters.applied_twice, self.counters.applied);
+                let figure = twice.to_string();
+                let said = format!("applied twice: {twice} (of {applied} writes applied)");
+                (twice == 0, figure, said)
+            }
+            ClaimId::TimedOut => at_least_one(outcomes("timeout"), "timed out at the client"),
+            ClaimId::AnsweredFromStore => at_least_one(
+                attempts().filter(|a| a.replayed).count(),
+                "answered from the stored result (↺), nothing applied again",
+            ),
+            ClaimId::Interrupted => at_least_one(outcomes("interrupted"), "cut off by the crash (!)"),
+            ClaimId::MostlyUnavailable => {
+                let (n, requests) = self.answered(scope, 503);
+                share(n, requests, 9, 10, "requests were 503s", "at least nine in ten")
+            }
+            ClaimId::MostlyThrottled => {
+                let (n, requests) = self.answered(scope, 429);
+                let holds = n * 2 > requests;
+                let figure = format!("{n} of {requests}");
+                let said =
+                    format!("{figure} requests were 429s ({})", if holds { "most" } else { "not most" });
+                (holds, figure, said)
+            }
+            ClaimId::HalfTheUnavailableOfBefore => {
+                let (now, before) = (self.answered(scope, 503).0, self.answered(&whole.before, 503).0);
+                let holds = !whole.before.is_empty() && now * 2 < before;
+                let figure = format!("{now} against {before}");
+                let said = format!(
+                    "{now} 503s against {before} the run before ({})",
+                    if holds { "fewer than half" } else { "not fewer than half" }
+                );
+                (holds, figure, said)
+            }
+            ClaimId::FewerThrottledNotNone => {
+                let (now, before) = (self.answered(scope, 429).0, self.answered(&whole.before, 429).0);
+                let holds = !whole.before.is_empty() && now > 0 && now < before;
+                let figure = format!("{now} against {before}");
+                (holds, figure, format!("{now} 429s against {before} the run before"))
+            }
+            ClaimId::ManyDeadLettered => {
+                let n = in_state("dead_letter");
+                share(n, total, 1, 5, "messages ended as dead letters", "at least one in five")
+            }
+            ClaimId::NoneDeadLettered => {
+                let n = in_state("dead_letter");
+                (total > 0 && n == 0, n.to_string(), format!("{n} of {total} messages ran out of attempts"))
+            }
+            ClaimId::NearlyAllDelivered => {
+                let n = in_state("delivered");
+                share(n, total, 9, 10, "messages were delivered", "at least nine in ten")
+            }
+            ClaimId::SomeDeadLettered => {
+                let n = in_state("dead_letter");
+                (n > 0, format!("{n} of {total}"), format!("{n} of {total} messages became dead letters"))
+            }
+            ClaimId::NoneDeadLetteredBefore => {
+                let (of, n) = before("dead_letter");
+                (
+                    of > 0 && n == 0,
+                    format!("{n} of {of}"),
+                    format!("{n} of {of} messages of the run before became dead letters"),
+                )
+            }
+            ClaimId::MoreDeliveredThanBefore => {
+                let (now, (of, then)) = (in_state("delivered"), before("delivered"));
+                let holds = of > 0 && now > then;
+                (
+                    holds,
+                    format!("{now} against {then}"),
+                    format!("{now} messages delivered against {then} the run before"),
+                )
+            }
+        }
+    }
+}
+
+/// "8 of 8 messages dead-lettered" holds when all of at least one did; when not, the sentence
+/// says "only".
+fn all_of(n: usize, total: usize, what: &str) -> (bool, String, String) {
+    let holds = total > 0 && n == total;
+    let figure = format!("{n} of {total}");
+    let said = if holds { format!("{figure} {what}") } else { format!("only {figure} {what}") };
+    (holds, figure, said)
+}
+
+/// "454 of 474 requests were 503s" holds when `n` is at least `num`/`den` of `total` (and
+/// `total` is not 0); the sentence names the share it needed either way.
+fn share(n: usize, total: usize, num: usize, den: usize, what: &str, needed: &str) -> (bool, String, String) {
+    let holds = total > 0 && n * den >= total * num;
+    let figure = format!("{n} of {total}");
+    let said = if holds { format!("{figure} {what}") } else { format!("only {figure} {what}, not {needed}") };
+    (holds, figure, said)
+}
+
+/// "2 attempts timed out" holds from one on.
+fn at_least_one(n: usize, what: &str) -> (bool, String, String) {
+    (n > 0, n.to_string(), format!("{n} {} {what}", noun(n, "attempt", "attempts")))
+}
+
+/// The words that go with a count of `n`: "1 message was", "8 messages were".
+fn noun<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(messages: serde_json::Value, counters: (u64, u64)) -> Run {
+        serde_json::from_value(serde_json::json!({
+            "policy": { "max_attempts": 2 },
+            "counters": { "applied": counters.0, "applied_twice": counters.1 },
+            "messages": messages,
+            "dead_letters": [],
+        }))
+        .unwrap()
+    }
+
+    fn attempt(round: u32, outcome: &str) -> serde_json::Value {
+        serde_json::json!({ "round": round, "status": null, "outcome": outcome, "replayed": false, "retry_after_s": null, "wait": null })
+    }
+
+    #[test]
+    fn a_run_still_moving_is_pending_and_a_settled_one_says_only_when_it_falls_short() {
+        let moving = run(
+            serde_json::json!([
+                { "id": 1, "state": "dead_letter", "round": 0, "attempts": [attempt(0, "http_error"), attempt(0, "http_error")] },
+                { "id": 2, "state": "backing_off", "round": 0, "attempts": [attempt(0, "http_error")] },
+            ]),
+            (0, 0),
+        );
+        let judged = moving.judge(&[ClaimId::DeadLettered], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Pending);
+        // The same run scoped to its settled message holds.
+        let judged = moving.judge(&[ClaimId::DeadLettered, ClaimId::AttemptsUsedUp], &Scope::of(&[1]));
+        assert_eq!(judged[0].verdict, Verdict::Holds);
+        assert_eq!(judged[0].said, "1 of 1 message was dead-lettered");
+        assert_eq!(judged[1].figure, "1 of 1");
+
+        let settled = run(
+            serde_json::json!([
+                { "id": 1, "state": "dead_letter", "round": 0, "attempts": [attempt(0, "http_error"), attempt(0, "http_error")] },
+                { "id": 2, "state": "delivered", "round": 0, "attempts": [attempt(0, "ok")] },
+            ]),
+            (1, 0),
+        );
+        let judged = settled
+            .judge(&[ClaimId::DeadLettered, ClaimId::TimedOut, ClaimId::NoneAppliedTwice], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Fails);
+        assert_eq!(judged[0].said, "only 1 of 2 messages were dead-lettered");
+        assert_eq!((judged[1].verdict, judged[1].figure.as_str()), (Verdict::Fails, "0"));
+        assert_eq!(judged[1].said, "0 attempts timed out at the client");
+        assert_eq!(judged[2].verdict, Verdict::Holds);
+    }
+
+    #[test]
+    fn every_claim_has_a_name_that_parses_back() {
+        for id in ClaimId::ALL {
+            assert_eq!(ClaimId::parse(id.name()), Some(id));
+            assert_eq!(serde_json::to_value(id).unwrap(), id.name());
+        }
+        assert_eq!(ClaimId::parse("nope"), None);
+    }
+}
