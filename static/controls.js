@@ -109,7 +109,6 @@ function syncSwitches(form) {
   }
 }
 
-/** The controls of lab `lab`: returns { sync, disable, replay }. */
 /**
  * On a phone the status line is a row of the top bar, never a toast over the page: at the
  * bottom of a narrow screen it covered the controls there.
@@ -121,6 +120,7 @@ function placeStatus(narrow) {
   else if (bar.parentElement !== document.body) document.body.append(bar);
 }
 
+/** The controls of lab `lab`: returns { sync, disable, replay }. */
 export function createControls(model, lab) {
   const narrow = matchMedia('(max-width: 600px)');
   placeStatus(narrow.matches);
@@ -219,7 +219,7 @@ export function createControls(model, lab) {
   }
 
   /** The form's input for a 422's `field` (`policy.breaker.open_ms` is `open_ms`). */
-  const INPUT_OF = { latency_ms: 'latency_min', slow_ms: 'slow_min', failure_rate: 'failure_pct' };
+  const INPUT_OF = { latency_ms: 'latency_min', slow_ms: 'slow_min', failure_rate: 'failure_pct', for_ms: 'for_s' };
 
   /**
    * Applies a settings form, marking the input the server refused (`aria-invalid`, focused)

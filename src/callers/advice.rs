@@ -31,16 +31,19 @@ pub enum Library {
 impl Library {
     pub fn of(caller: &str) -> Library {
         let name = caller.to_ascii_lowercase();
+        // The snippets' own names, and the User-Agents these libraries send by themselves
+        // (Node's fetch sends exactly "node"). A plain Python-urllib caller could be anything.
         let known = [
             ("curl", Library::Curl),
             ("python-urllib3", Library::Urllib3),
             ("python-tenacity", Library::Tenacity),
-            ("python-urllib/", Library::Tenacity),
             ("node-fetch", Library::NodeFetch),
-            ("node", Library::NodeFetch),
             ("go-net-http", Library::GoNetHttp),
             ("go-http-client", Library::GoNetHttp),
         ];
+        if name == "node" {
+            return Library::NodeFetch;
+        }
         known.into_iter().find(|(prefix, _)| name.starts_with(prefix)).map_or(Library::Other, |(_, l)| l)
     }
 }
@@ -216,7 +219,9 @@ mod tests {
     fn libraries_are_told_by_their_name_or_agent() {
         assert_eq!(Library::of("curl/8.5.0"), Library::Curl);
         assert_eq!(Library::of("python-urllib3"), Library::Urllib3);
-        assert_eq!(Library::of("Python-urllib/3.12"), Library::Tenacity);
+        assert_eq!(Library::of("python-tenacity"), Library::Tenacity);
+        assert_eq!(Library::of("Python-urllib/3.12"), Library::Other, "any Python script");
+        assert_eq!((Library::of("node"), Library::of("nodemon-thing")), (Library::NodeFetch, Library::Other));
         assert_eq!(Library::of("Go-http-client/1.1"), Library::GoNetHttp);
         assert_eq!(Library::of("billing"), Library::Other);
     }

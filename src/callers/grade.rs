@@ -333,8 +333,12 @@ fn new_key_links(messages: &[&OutsideMessage]) -> Vec<Link> {
     let mut order: Vec<usize> = (0..messages.len()).collect();
     order.sort_by_key(|&i| messages[i].attempts.first().map_or(u64::MAX, |a| a.started_ms));
     let mut taken = vec![false; messages.len()];
+    // Only a key that started before links to a later one: two keys sent and failed in the same
+    // millisecond would otherwise take each other up, a chain with no first key.
+    let mut started = vec![false; messages.len()];
     let mut links = Vec::new();
     for later in order {
+        started[later] = true;
         let message = messages[later];
         let (Some(digest), Some(first)) = (message.digest.as_deref(), message.attempts.first()) else {
             continue;
@@ -342,6 +346,7 @@ fn new_key_links(messages: &[&OutsideMessage]) -> Vec<Link> {
         // The latest failure before it that no other key has taken up.
         let earlier = gave_up.get(digest).into_iter().flatten().copied().filter(|&(failed, i)| {
             i != later
+                && started[i]
                 && !taken[i]
                 && failed <= first.started_ms
                 && first.started_ms - failed <= NEW_KEY_WINDOW_MS

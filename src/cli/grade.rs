@@ -6,6 +6,7 @@
 //! or a CMD that does not start.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -118,14 +119,24 @@ async fn graded(
     let lab = created["id"].as_str().ok_or("the lab was not created")?.to_owned();
     let url = format!("{base}/labs/{lab}/downstream");
     let settings = format!("{base}/api/labs/{lab}/downstream");
-    // The first phase is in force before CMD sends anything.
-    put(&http, &settings, &phases[0].settings).await?;
+    // Every phase is tried on the lab before CMD starts, so a bad one is refused before anything
+    // runs; the first is the one left in force, before CMD sends anything.
+    for phase in phases.iter().rev() {
+        put(&http, &settings, &phase.settings).await?;
+    }
+    // CMD leads a process group of its own, so whatever it starts ends with it: nothing of it
+    // outlives the grade, however it ends (past the time limit, interrupted, or by itself).
     let mut child = std::process::Command::new(program)
         .args(rest.iter().map(|a| a.replace("{url}", &url)))
         .env("RETRYLAB_URL", &url)
         .stdout(to_stderr())
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let group = Group(child.id());
+    // Listening from now on: a signal that comes while a phase is being set is not lost.
+    let interrupt = interrupted();
+    tokio::pin!(interrupt);
     let started = Instant::now();
     let limit = Duration::from_secs(args.time_limit_s);
     let (mut phase, mut phase_started) = (0, Instant::now());
@@ -134,7 +145,7 @@ async fn graded(
             break Some(status);
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
+            group.kill();
             let _ = child.wait();
             break None;
         }
@@ -146,8 +157,17 @@ async fn graded(
             phase_started = Instant::now();
             put(&http, &settings, &phases[phase].settings).await?;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            signal = &mut interrupt => {
+                group.kill();
+                let _ = child.wait();
+                return Err(format!("{signal}: stopped {program} and everything it started"));
+            }
+        }
     };
+    // What CMD left running in the background goes with it.
+    group.kill();
     match status {
         None => {
             eprintln!("retrylab grade: {program} ran past --time-limit-s {}; stopped it", args.time_limit_s)
@@ -258,6 +278,37 @@ fn junit(callers: &[Value]) -> String {
     }
     out.push_str("</testsuites>\n");
     out
+}
+
+/// The process group CMD leads (its id is CMD's), ended when the grade lets go of it, however
+/// the grade ends (an error while a phase is set included).
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Group {
+    /// Ends every process in the group; one already gone is no error.
+    fn kill(&self) {
+        let Ok(id) = libc::pid_t::try_from(self.0) else { return };
+        // SAFETY: kill(2) with a negative id signals a process group; it touches no memory.
+        unsafe {
+            libc::kill(-id, libc::SIGKILL);
+        }
+    }
+}
+
+/// Resolves when the grade itself is told to stop (Ctrl-C, or SIGTERM), naming the signal:
+/// CMD's own group does not receive the terminal's Ctrl-C, so the grade passes it on.
+async fn interrupted() -> &'static str {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => None } } => "terminated",
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub struct Claims {
         (status = 200, body = Claims),
         LabErrors,
         (status = 422, description = "An unknown claim id or a message id that is not a number; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many bytes of snapshots: claims are judged on one, read by this client (snapshot_bytes_per_s) or being built at once (max_snapshot_bytes_building)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn claims(

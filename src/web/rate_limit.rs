@@ -146,7 +146,8 @@ pub async fn limit_requests(State(app): State<AppState>, request: Request, next:
 }
 
 /// The estimated size of the snapshot a request reads, if it reads one: `GET /api/labs/{lab}`,
-/// or an event stream that starts from a snapshot (no `Last-Event-ID`).
+/// its claims (judged on one), or an event stream that starts from a snapshot (no
+/// `Last-Event-ID`).
 fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
     if request.method() != Method::GET {
         return None;
@@ -155,7 +156,9 @@ fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
     let stream_from_start = matched == "/api/labs/{lab}/events"
         && !request.headers().contains_key("last-event-id")
         && !request.uri().query().is_some_and(|q| q.contains("last_event_id="));
-    if matched != "/api/labs/{lab}" && !stream_from_start {
+    // The claims are judged on a whole snapshot too, built for each request.
+    let claims = matched == "/api/labs/{lab}/claims";
+    if matched != "/api/labs/{lab}" && !stream_from_start && !claims {
         return None;
     }
     let raw = request.uri().path().strip_prefix("/api/labs/")?.split('/').next()?;

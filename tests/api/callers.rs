@@ -280,13 +280,14 @@ const KINDS: [(Kind, &str, u64); 4] = [
 
 /// The command `retrylab grade` runs below: the client `RETRYLAB_GRADE_CLIENT` names sends
 /// `KEYS` bodies at `RETRYLAB_URL` from the start (into the schedule's outage), then one the
-/// endpoint cannot take (415). In a plain test run, without those variables, it does nothing.
+/// endpoint cannot take (415). Ignored in a plain test run: it is a client, run by the test
+/// below with `--ignored`, not a test of its own.
 #[tokio::test]
+#[ignore = "a client that retrylab grade runs, not a test of its own"]
 async fn as_a_command_graded_by_retrylab_grade() {
-    let (Ok(wanted), Ok(url)) = (std::env::var("RETRYLAB_GRADE_CLIENT"), std::env::var("RETRYLAB_URL"))
-    else {
-        return;
-    };
+    let wanted =
+        std::env::var("RETRYLAB_GRADE_CLIENT").expect("run by retrylab grade, which names the client");
+    let url = std::env::var("RETRYLAB_URL").expect("run by retrylab grade, which gives the URL");
     let (kind, name, seed) = KINDS.into_iter().find(|(_, name, _)| *name == wanted).unwrap();
     let client = TestClient::at(url, kind, name, seed);
     client.phase("down").await;
@@ -313,7 +314,12 @@ async fn retrylab_grade_runs_each_known_client_and_exits_as_its_card_says() {
             let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
                 .args(["grade", "--json", "--"])
                 .arg(&me)
-                .args(["callers::as_a_command_graded_by_retrylab_grade", "--exact", "--nocapture"])
+                .args([
+                    "callers::as_a_command_graded_by_retrylab_grade",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                ])
                 .env("RETRYLAB_GRADE_CLIENT", name)
                 .output()
                 .unwrap();
@@ -493,4 +499,50 @@ async fn outside_messages_survive_a_restart() {
     post_as(&app, &lab, Some("kept"), "k").await;
     let attempts = outside(&app.snapshot(&lab).await)[0]["attempts"].as_array().unwrap().len();
     assert_eq!(attempts, 3);
+}
+
+/// Whether process `pid` still runs (a zombie waiting for its parent to read it does not).
+fn still_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+}
+
+#[tokio::test]
+async fn retrylab_grade_leaves_nothing_of_the_command_running() {
+    let dir = std::env::temp_dir().join(format!("grade-group-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // One command runs past the time limit, one ends at once; each leaves a sleep behind it.
+    for (name, script, time_limit) in [
+        ("past the limit", "sleep 30 & echo $! > {pid}; wait", "1"),
+        ("ended by itself", "sleep 30 & echo $! > {pid}", "30"),
+    ] {
+        let pid_file = dir.join(name.replace(' ', "-"));
+        let script = script.replace("{pid}", pid_file.to_str().unwrap());
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+                .args([
+                    "grade",
+                    "--schedule",
+                    "healthy",
+                    "--time-limit-s",
+                    time_limit,
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{name}: it sent nothing, so it fails");
+        let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let start = std::time::Instant::now();
+        while still_runs(pid) && start.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!still_runs(pid), "{name}: the command's sleep {pid} outlived the grade");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
