@@ -93,6 +93,10 @@ pub struct CompareArgs {
     /// key figures; up to 6 for five policies).
     #[arg(long)]
     pub runs: Option<u32>,
+    /// A run whose clock ticks, steps or arrivals ran later than this (p99, ms) is left out of
+    /// the medians and the verdict, and listed; 1 to 1000, by default 20.
+    #[arg(long)]
+    pub late_threshold_ms: Option<f64>,
     /// Prints the comparison as one JSON document instead of the table, the same document
     /// `GET /api/comparisons/{id}` sends: `scenario`, `seed`, `runs`, `key_figure` (the
     /// figures judged, in order), `policies` (each with `name`, its full `policy` settings, its

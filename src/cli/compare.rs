@@ -56,7 +56,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "policies": policies});
+    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
     let created = client
         .post(format!("{base}/api/comparisons"))
         .json(&request)

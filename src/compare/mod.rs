@@ -8,8 +8,8 @@
 //! Each scenario asks one question, its key figure (`Scenario::key_figures`), and the verdict
 //! answers it alone, by a stated test over the runs (`verdict`); the other figures are medians
 //! and ranges. How late the driver's clock, the script's steps and the traffic's arrivals ran
-//! against their schedule says how busy the machine was: a run later than `LATE_RUN_MS` is
-//! left out and reported.
+//! against their schedule says how busy the machine was: a run later than its threshold
+//! (`LATE_RUN_MS` unless the request names another) is left out and reported.
 
 pub mod report;
 pub mod scenario;
@@ -39,6 +39,8 @@ pub const MAX_POLICIES: usize = 5;
 /// traffic's arrivals, a run is left out of the medians and the verdict: the machine, not the
 /// policy, would be what it measured.
 pub const LATE_RUN_MS: f64 = 20.0;
+/// The most lenient threshold a request may name.
+pub const MAX_LATE_RUN_MS: f64 = 1_000.0;
 
 /// A comparison's id: made like a lab's (a random UUID, then the instance that owns it past
 /// one machine), so a request for it can be sent on to that instance.
@@ -103,6 +105,10 @@ pub struct ComparisonRequest {
     /// one key figure; more with more policies or two key figures).
     #[serde(default)]
     pub runs: Option<u32>,
+    /// Past this lateness (p99, ms) a run is left out of the medians and the verdict: 1 to
+    /// 1000, by default 20. Lenient thresholds let a busy machine's noise into the figures.
+    #[serde(default)]
+    pub late_threshold_ms: Option<f64>,
 }
 
 fn default_seed() -> u64 {
@@ -133,6 +139,12 @@ pub struct Comparison {
     pub runs: u32,
     pub columns: Vec<Column>,
     pub created_unix_ms: u64,
+    #[serde(default = "late_run_ms")]
+    pub late_threshold_ms: f64,
+}
+
+fn late_run_ms() -> f64 {
+    LATE_RUN_MS
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -306,6 +318,12 @@ impl Comparisons {
                 detail: format!("runs must be 1 to {max_runs} (max_compare_runs)"),
             });
         }
+        let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
+        if !(1.0..=MAX_LATE_RUN_MS).contains(&late_threshold_ms) {
+            return Err(Refusal::Invalid(format!(
+                "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
+            )));
+        }
         if request.burst == 0 {
             return Err(Refusal::Limit {
                 limit: "max_burst",
@@ -379,6 +397,7 @@ impl Comparisons {
                 })
                 .collect(),
             created_unix_ms: unix_now_ms(),
+            late_threshold_ms,
         };
         for (_, lab) in &made {
             lab.persisted()
@@ -456,7 +475,8 @@ impl Comparisons {
             .enumerate()
             .filter_map(|(run, late)| {
                 let late = (*late)?;
-                (late > LATE_RUN_MS).then_some(InvalidRun { run: run as u32, lateness_ms_p99: late })
+                (late > comparison.late_threshold_ms)
+                    .then_some(InvalidRun { run: run as u32, lateness_ms_p99: late })
             })
             .collect();
         let valid = |c: &ColumnReport| {
@@ -494,8 +514,9 @@ impl Comparisons {
                 .map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99))
                 .collect();
             Some(format!(
-                "the machine was busy: {} ran more than {LATE_RUN_MS:.0} ms behind schedule (p99) and {} left out of the medians and the verdict",
+                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) and {} left out of the medians and the verdict",
                 which.join(", "),
+                comparison.late_threshold_ms,
                 if which.len() == 1 { "is" } else { "are" }
             ))
         } else if columns.iter().any(|c| c.interrupted) {
@@ -519,7 +540,7 @@ impl Comparisons {
             policies,
             verdict,
             lateness_ms_p99,
-            late_threshold_ms: LATE_RUN_MS,
+            late_threshold_ms: comparison.late_threshold_ms,
             invalid_runs,
             warning,
             columns,

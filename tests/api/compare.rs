@@ -188,6 +188,10 @@ async fn bad_comparisons_are_refused_with_the_valid_names() {
         (json!({"scenario": "outage", "burst": 5, "policies": ["none"]}), "2 to 5"),
         (json!({"scenario": "outage", "burst": 0, "policies": ["none", "full"]}), "max_burst"),
         (
+            json!({"scenario": "outage", "burst": 5, "late_threshold_ms": 0, "policies": ["none", "full"]}),
+            "late_threshold_ms",
+        ),
+        (
             json!({"scenario": "outage", "burst": 5, "policies": ["none", {"name": "x", "policy": {"jitter": "wobbly"}}]}),
             "jitter",
         ),
