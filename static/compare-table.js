@@ -109,6 +109,7 @@ export function createTable(table, hint) {
       key: c.lab,
       policy: c.policy,
       run: several ? c.run : null,
+      attempt: c.attempt ?? 0,
       labs: [c],
     }));
   }
@@ -130,7 +131,8 @@ export function createTable(table, hint) {
         const link = document.createElement('a');
         link.href = lab.lab_url;
         link.className = 'cmp-col-name';
-        link.textContent = column.run == null ? column.policy : `${column.policy}, run ${column.run + 1}`;
+        const again = column.attempt ? `, try ${column.attempt + 1}` : '';
+        link.textContent = column.run == null ? column.policy : `${column.policy}, run ${column.run + 1}${again}`;
         link.title = `Open the lab of ${link.textContent}`;
         parts.push(link);
       } else {
@@ -144,8 +146,9 @@ export function createTable(table, hint) {
           const link = document.createElement('a');
           link.href = lab.lab_url;
           link.dataset.runLink = '';
-          link.textContent = String(lab.run + 1);
-          link.title = `Open the lab of ${column.policy}, run ${lab.run + 1}`;
+          const again = lab.attempt ? ` (try ${lab.attempt + 1})` : '';
+          link.textContent = `${lab.run + 1}${lab.attempt ? `′`.repeat(lab.attempt) : ''}`;
+          link.title = `Open the lab of ${column.policy}, run ${lab.run + 1}${again}`;
           runs.append(' ', link);
         }
         parts.push(name, runs);
@@ -208,11 +211,15 @@ export function createTable(table, hint) {
       const of = `${settled} of ${burst} settled`;
       return { settled, done, text: lab.gone ? 'lab deleted' : lab.done ? `done: ${of}` : `running: ${of}` };
     }
-    const n = column.labs.length;
-    const finished = column.labs.filter((c) => c.done).length;
+    // A run tried again (the machine kept its first try late) is still one run.
+    const runs = new Set(column.labs.map((c) => c.run));
+    const n = runs.size;
+    const finished = [...runs].filter((run) => column.labs.every((c) => c.run !== run || c.done)).length;
     const gone = column.labs.filter((c) => c.gone).length;
     const deleted = gone ? `, ${gone} deleted` : '';
-    return { settled, done, text: done ? `done: all ${n} runs${deleted}` : `running: ${finished} of ${n} runs done${deleted}` };
+    const again = column.labs.length - n;
+    const retried = again ? `, ${again} tried again` : '';
+    return { settled, done, text: done ? `done: all ${n} runs${retried}${deleted}` : `running: ${finished} of ${n} runs done${retried}${deleted}` };
   }
 
   /** A cell's figure, its range (with several runs) and each run's value. */

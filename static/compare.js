@@ -118,7 +118,7 @@ function watch(id) {
     const several = (report.runs ?? 1) > 1;
     const columns = report.columns.map((c) => ({
       ...c,
-      name: several ? `${c.policy}, run ${c.run + 1}` : c.policy,
+      name: several ? `${c.policy}, run ${c.run + 1}${c.attempt ? `, try ${c.attempt + 1}` : ''}` : c.policy,
       snapshot: labs.get(c.lab)?.snapshot ?? null,
     }));
     table.update(report);

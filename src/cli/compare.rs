@@ -160,16 +160,14 @@ impl Progress {
 fn progress_line(report: &Value) -> String {
     let columns = report["columns"].as_array().cloned().unwrap_or_default();
     let runs = report["runs"].as_u64().unwrap_or(1);
-    // The first run not finished; the last once all are.
-    let run = columns
-        .iter()
-        .find(|c| c["done"] != true)
-        .or(columns.last())
-        .and_then(|c| c["run"].as_u64())
-        .unwrap_or(0);
+    // The first run not finished (a run again, once the machine kept it late); the last once
+    // all are.
+    let going = columns.iter().find(|c| c["done"] != true).or(columns.last());
+    let run = going.and_then(|c| c["run"].as_u64()).unwrap_or(0);
+    let attempt = going.and_then(|c| c["attempt"].as_u64()).unwrap_or(0);
     let parts: Vec<String> = columns
         .iter()
-        .filter(|c| c["run"].as_u64() == Some(run))
+        .filter(|c| c["run"].as_u64() == Some(run) && c["attempt"].as_u64() == Some(attempt))
         .map(|c| {
             let f = &c["figures"];
             let settled = f["delivered"].as_u64().unwrap_or(0) + f["dead_letter"].as_u64().unwrap_or(0);
@@ -181,7 +179,9 @@ fn progress_line(report: &Value) -> String {
             format!("{} {settled}/{of}", c["policy"].as_str().unwrap_or("?"))
         })
         .collect();
-    format!("run {} of {runs}: {}", run + 1, parts.join("  "))
+    let again =
+        if attempt > 0 { format!(" (again, as it ran late: try {})", attempt + 1) } else { String::new() };
+    format!("run {} of {runs}{again}: {}", run + 1, parts.join("  "))
 }
 
 /// The table: a row per figure the scenario has, a column per policy, each cell the median of

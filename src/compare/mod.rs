@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::config::Limits;
 use crate::domain::{LabId, Lateness};
+use crate::downstream::DownstreamUpdate;
 use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
@@ -160,6 +161,9 @@ pub struct Column {
     /// started every run at once: `false`.
     #[serde(default)]
     pub waiting: bool,
+    /// 0 for a run's first try; each re-run of a run the machine kept late counts one up.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 /// A comparison, as `GET /api/comparisons/{id}` sends it and `retrylab compare --json` prints
@@ -187,7 +191,8 @@ pub struct ComparisonReport {
     /// The figures on which every valid run of every policy gave one value: "the same for all".
     pub same_for_all: Vec<String>,
     /// How late the comparison's clock ticks, script steps and traffic arrivals ran against
-    /// their schedule (p99, ms), over the valid runs; `None` before any was measured.
+    /// their schedule (p99, ms): the latest of its runs, those left out included; `None`
+    /// before any was measured.
     #[schema(required = true)]
     pub lateness_ms_p99: Option<f64>,
     /// The lateness past which a run is left out of the verdict.
@@ -221,22 +226,28 @@ pub struct PolicyReport {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PolicyRun {
     pub run: u32,
+    pub attempt: u32,
     /// Counted in the medians and the verdict: finished, its lab kept, and on time.
     pub valid: bool,
     pub figures: Figures,
 }
 
-/// A run left out: how late the machine ran while it did.
+/// A run (one attempt of it) left out: how late the machine ran while it did.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct InvalidRun {
     pub run: u32,
+    pub attempt: u32,
     pub lateness_ms_p99: f64,
+    /// A later attempt ran in its place.
+    pub re_run: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ColumnReport {
     pub policy: String,
     pub run: u32,
+    /// 0 for the run's first try; a run the machine kept late is run again as attempt 1, 2.
+    pub attempt: u32,
     pub lab: String,
     pub lab_url: String,
     pub started_ms: u64,
@@ -262,16 +273,22 @@ pub enum Refusal {
     },
 }
 
-/// How late one run's clock ticks, script steps and arrivals were.
-type RunLateness = Arc<Mutex<Lateness>>;
+/// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
+type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
+
+/// Makes a new lab (or says the server's `max_labs`): how a late run is run again.
+pub type MakeLab = Arc<dyn Fn() -> Result<Arc<Lab>, usize> + Send + Sync>;
+
+/// The most times one run is run again after the machine kept it late.
+pub const MAX_RE_RUNS: u32 = 1;
 
 /// Every comparison this server holds.
 #[derive(Default)]
 pub struct Comparisons {
     all: Arc<RwLock<HashMap<ComparisonId, Comparison>>>,
-    /// How late each running comparison's clock ticks and script steps were, one per run (in
-    /// memory: a restart forgets, and a comparison without it here is not being driven).
-    late: Arc<RwLock<HashMap<ComparisonId, Vec<RunLateness>>>>,
+    /// How late each running comparison's clock ticks and script steps were (in memory: a
+    /// restart forgets, and a comparison without it here is not being driven).
+    late: Arc<RwLock<HashMap<ComparisonId, RunLateness>>>,
 }
 
 impl Comparisons {
@@ -300,6 +317,7 @@ impl Comparisons {
         request: ComparisonRequest,
         (labs, producer, store): (&Labs, &Producer, &Store),
         limits: &Limits,
+        make_lab: MakeLab,
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
@@ -362,6 +380,7 @@ impl Comparisons {
             }
         }
         let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
+        let mut settings = Vec::new();
         for ((name, run), policy, downstream) in setups {
             let lab = match labs.create() {
                 Ok(lab) => lab,
@@ -378,6 +397,7 @@ impl Comparisons {
             lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
             lab.set_downstream(&downstream).map_err(Refusal::Invalid)?;
             made.push(((name, run), lab));
+            settings.push((policy, downstream));
         }
         let comparison = Comparison {
             id: LabId::new(labs.instance),
@@ -394,6 +414,7 @@ impl Comparisons {
                     started_ms: lab.now_ms(),
                     // The first run starts now; the driver marks each later one as it starts.
                     waiting: *run > 0,
+                    attempt: 0,
                 })
                 .collect(),
             created_unix_ms: unix_now_ms(),
@@ -408,7 +429,7 @@ impl Comparisons {
             .await
             .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?;
         self.all.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, comparison.clone());
-        let late: Vec<_> = (0..runs).map(|_| Arc::new(Mutex::new(Lateness::default()))).collect();
+        let late = RunLateness::default();
         self.late.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, late.clone());
         let driver = Driver {
             all: self.all.clone(),
@@ -416,9 +437,12 @@ impl Comparisons {
             scenario,
             burst: request.burst,
             labs: made.into_iter().map(|(_, lab)| lab).collect(),
+            settings,
             producer: producer.clone(),
             store: store.clone(),
             late,
+            late_threshold_ms,
+            make_lab,
         };
         tokio::spawn(driver.drive());
         Ok(comparison)
@@ -429,12 +453,13 @@ impl Comparisons {
         let scenario = comparison.scenario;
         let late = self.late.read().unwrap_or_else(|p| p.into_inner()).get(&comparison.id).cloned();
         let driven = late.is_some();
-        let mut run_late: Vec<Option<f64>> = (0..comparison.runs)
-            .map(|run| {
-                let late = late.as_ref()?.get(run as usize)?;
-                late.lock().unwrap_or_else(|p| p.into_inner()).p99_ms()
+        // Each attempt of each run: how late the machine kept it (p99, ms).
+        let mut run_late: BTreeMap<(u32, u32), f64> = late
+            .map(|late| {
+                let late = late.lock().unwrap_or_else(|p| p.into_inner());
+                late.iter().filter_map(|(key, l)| Some((*key, l.p99_ms()?))).collect()
             })
-            .collect();
+            .unwrap_or_default();
         let columns: Vec<ColumnReport> = comparison
             .columns
             .iter()
@@ -453,12 +478,13 @@ impl Comparisons {
                         || (!waiting && column_done(scenario, comparison.burst, column, lab, &figures))
                 });
                 if let Some(traffic) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
-                    let slot = &mut run_late[column.run as usize];
-                    *slot = Some(slot.map_or(traffic, |l| l.max(traffic)));
+                    let slot = run_late.entry((column.run, column.attempt)).or_insert(traffic);
+                    *slot = slot.max(traffic);
                 }
                 ColumnReport {
                     policy: column.policy.clone(),
                     run: column.run,
+                    attempt: column.attempt,
                     lab: column.lab.to_string(),
                     lab_url: format!("/labs/{}", column.lab),
                     started_ms: column.started_ms,
@@ -470,24 +496,23 @@ impl Comparisons {
                 }
             })
             .collect();
+        let last_attempt = |run: u32| columns.iter().filter(|c| c.run == run).map(|c| c.attempt).max();
         let invalid_runs: Vec<InvalidRun> = run_late
             .iter()
-            .enumerate()
-            .filter_map(|(run, late)| {
-                let late = (*late)?;
-                (late > comparison.late_threshold_ms)
-                    .then_some(InvalidRun { run: run as u32, lateness_ms_p99: late })
+            .filter(|(_, late)| **late > comparison.late_threshold_ms)
+            .map(|(&(run, attempt), &late)| InvalidRun {
+                run,
+                attempt,
+                lateness_ms_p99: late,
+                re_run: last_attempt(run) > Some(attempt),
             })
             .collect();
-        let valid = |c: &ColumnReport| {
-            !c.gone && !c.waiting && c.done && !invalid_runs.iter().any(|r| r.run == c.run)
+        let left_out = |run: u32, attempt: u32| {
+            invalid_runs.iter().any(|r| (r.run, r.attempt) == (run, attempt))
+                || last_attempt(run) > Some(attempt)
         };
-        let lateness_ms_p99 = run_late
-            .iter()
-            .enumerate()
-            .filter(|(run, _)| !invalid_runs.iter().any(|r| r.run == *run as u32))
-            .filter_map(|(_, late)| *late)
-            .reduce(f64::max);
+        let valid = |c: &ColumnReport| !c.gone && !c.waiting && c.done && !left_out(c.run, c.attempt);
+        let lateness_ms_p99 = run_late.values().copied().reduce(f64::max);
         let done = columns.iter().all(|c| c.done);
         // A policy's settings, as its first run's lab holds them.
         let settings = |name: &str| {
@@ -508,13 +533,12 @@ impl Comparisons {
                 format!("no verdict yet: {finished} of {} runs finished", comparison.runs),
             )
         };
-        let warning = if !invalid_runs.is_empty() {
-            let which: Vec<String> = invalid_runs
-                .iter()
-                .map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99))
-                .collect();
+        let kept_out: Vec<&InvalidRun> = invalid_runs.iter().filter(|r| !r.re_run).collect();
+        let warning = if !kept_out.is_empty() {
+            let which: Vec<String> =
+                kept_out.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
             Some(format!(
-                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) and {} left out of the medians and the verdict",
+                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) even when run again, and {} left out of the medians and the verdict",
                 which.join(", "),
                 comparison.late_threshold_ms,
                 if which.len() == 1 { "is" } else { "are" }
@@ -644,7 +668,12 @@ fn policy_reports(
                 policy: settings(name),
                 runs: own
                     .iter()
-                    .map(|c| PolicyRun { run: c.run, valid: valid(c), figures: c.figures.clone() })
+                    .map(|c| PolicyRun {
+                        run: c.run,
+                        attempt: c.attempt,
+                        valid: valid(c),
+                        figures: c.figures.clone(),
+                    })
                     .collect(),
                 median,
                 range,
@@ -706,17 +735,21 @@ fn parse_policy(policy: Value) -> Result<PolicyUpdate, String> {
 }
 
 /// Runs a comparison's runs one after another, each run's policies together so they share
-/// the moment's conditions, and notes how late the machine kept each run.
+/// the moment's conditions, notes how late the machine kept each run, and runs a late one
+/// again (up to `MAX_RE_RUNS` times) in new labs.
 struct Driver {
     all: Arc<RwLock<HashMap<ComparisonId, Comparison>>>,
     id: ComparisonId,
     scenario: Scenario,
     burst: usize,
-    /// In the order of the comparison's columns.
+    /// In the order of the comparison's columns, with each column's settings.
     labs: Vec<Arc<Lab>>,
+    settings: Vec<(PolicyUpdate, DownstreamUpdate)>,
     producer: Producer,
     store: Store,
-    late: Vec<RunLateness>,
+    late: RunLateness,
+    late_threshold_ms: f64,
+    make_lab: MakeLab,
 }
 
 /// How often the driver's clock ticks while a run goes: each tick's lateness is how long the
@@ -727,53 +760,122 @@ const TICK_MS: u64 = 10;
 const RUN_PATIENCE: Duration = Duration::from_secs(600);
 
 impl Driver {
-    async fn drive(self) {
-        let Some(comparison) = self.comparison() else { return };
-        let script = self.scenario.script(self.burst);
-        for run in 0..comparison.runs {
-            let late = self.late[run as usize].clone();
-            let ours: Vec<usize> =
-                comparison.columns.iter().enumerate().filter(|(_, c)| c.run == run).map(|(i, _)| i).collect();
-            // Mark the run started, in its labs' own time, and keep that.
-            let started = {
-                let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
-                let Some(saved) = all.get_mut(&self.id) else { return };
-                for &i in &ours {
-                    saved.columns[i].started_ms = self.labs[i].now_ms();
-                    saved.columns[i].waiting = false;
-                }
-                saved.clone()
-            };
-            if let Err(e) = save(&self.store, &started).await {
-                tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's run start");
-            }
-            for &i in &ours {
-                tokio::spawn(play(self.labs[i].clone(), self.producer.clone(), script.clone(), late.clone()));
-            }
-            let begun = tokio::time::Instant::now();
-            let mut due = begun;
-            let mut tick = 0u64;
+    async fn drive(mut self) {
+        let Some(runs) = self.comparison().map(|c| c.runs) else { return };
+        for run in 0..runs {
+            let mut attempt = 0;
             loop {
-                due += Duration::from_millis(TICK_MS);
-                tokio::time::sleep_until(due).await;
-                late.lock().unwrap_or_else(|p| p.into_inner()).record(due.elapsed().as_secs_f64() * 1000.0);
-                tick += 1;
-                // A busy machine may fall behind by more than a tick: catch up, not burst.
-                if due.elapsed() > Duration::from_millis(TICK_MS) {
-                    due = tokio::time::Instant::now();
-                }
-                if !tick.is_multiple_of(10) {
-                    continue;
-                }
-                if ours.iter().all(|&i| self.done(&started.columns[i], &self.labs[i])) {
+                let Some(comparison) = self.comparison() else { return };
+                let ours: Vec<usize> = comparison
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| (c.run, c.attempt) == (run, attempt))
+                    .map(|(i, _)| i)
+                    .collect();
+                self.play_run(&ours, (run, attempt)).await;
+                let late = self.lateness(&ours, (run, attempt));
+                if late.is_none_or(|late| late <= self.late_threshold_ms) || attempt == MAX_RE_RUNS {
                     break;
                 }
-                if begun.elapsed() > RUN_PATIENCE {
-                    tracing::warn!(comparison = %self.id, run, "a comparison's run did not finish in time; starting the next");
+                tracing::info!(comparison = %self.id, run, attempt, late, "a comparison's run ran late; running it again");
+                if !self.again(&ours, run, attempt + 1).await {
                     break;
                 }
+                attempt += 1;
             }
         }
+    }
+
+    /// Starts the columns `ours` (one attempt of one run) together and waits until all have
+    /// finished, ticking the clock whose lateness is the machine's.
+    async fn play_run(&self, ours: &[usize], key: (u32, u32)) {
+        let started = {
+            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
+            let Some(saved) = all.get_mut(&self.id) else { return };
+            for &i in ours {
+                saved.columns[i].started_ms = self.labs[i].now_ms();
+                saved.columns[i].waiting = false;
+            }
+            saved.clone()
+        };
+        if let Err(e) = save(&self.store, &started).await {
+            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's run start");
+        }
+        let script = self.scenario.script(self.burst);
+        for &i in ours {
+            let (lab, producer) = (self.labs[i].clone(), self.producer.clone());
+            tokio::spawn(play(lab, producer, script.clone(), (self.late.clone(), key)));
+        }
+        let begun = tokio::time::Instant::now();
+        let mut due = begun;
+        let mut tick = 0u64;
+        loop {
+            due += Duration::from_millis(TICK_MS);
+            tokio::time::sleep_until(due).await;
+            record(&self.late, key, due.elapsed().as_secs_f64() * 1000.0);
+            tick += 1;
+            // A busy machine may fall behind by more than a tick: catch up, not burst.
+            if due.elapsed() > Duration::from_millis(TICK_MS) {
+                due = tokio::time::Instant::now();
+            }
+            if !tick.is_multiple_of(10) {
+                continue;
+            }
+            if ours.iter().all(|&i| self.done(&started.columns[i], &self.labs[i])) {
+                break;
+            }
+            if begun.elapsed() > RUN_PATIENCE {
+                tracing::warn!(comparison = %self.id, run = key.0, "a comparison's run did not finish in time; going on");
+                break;
+            }
+        }
+    }
+
+    /// How late the machine kept one attempt of a run: its ticks and steps, and its labs'
+    /// traffic arrivals (p99, ms).
+    fn lateness(&self, ours: &[usize], key: (u32, u32)) -> Option<f64> {
+        let ticks = self.late.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(Lateness::p99_ms);
+        ours.iter().filter_map(|&i| self.labs[i].traffic_view().late_ms_p99).chain(ticks).reduce(f64::max)
+    }
+
+    /// Sets up new labs for the columns `ours` as attempt `attempt` of `run`, waiting; false
+    /// when the server cannot make them (the late run is then left out).
+    async fn again(&mut self, ours: &[usize], run: u32, attempt: u32) -> bool {
+        let mut made = Vec::new();
+        for &i in ours {
+            let Ok(lab) = (self.make_lab)() else { return false };
+            let (policy, downstream) = self.settings[i].clone();
+            if lab.set_policy(&policy).is_err() || lab.set_downstream(&downstream).is_err() {
+                return false;
+            }
+            if lab.persisted().await.is_err() {
+                return false;
+            }
+            made.push((i, lab, (policy, downstream)));
+        }
+        let saved = {
+            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
+            let Some(saved) = all.get_mut(&self.id) else { return false };
+            for (i, lab, settings) in made {
+                let policy = saved.columns[i].policy.clone();
+                saved.columns.push(Column {
+                    policy,
+                    run,
+                    lab: lab.id,
+                    started_ms: lab.now_ms(),
+                    waiting: true,
+                    attempt,
+                });
+                self.labs.push(lab);
+                self.settings.push(settings);
+            }
+            saved.clone()
+        };
+        if let Err(e) = save(&self.store, &saved).await {
+            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's re-run");
+        }
+        true
     }
 
     fn comparison(&self) -> Option<Comparison> {
@@ -787,15 +889,19 @@ impl Driver {
     }
 }
 
+fn record(late: &RunLateness, key: (u32, u32), behind_ms: f64) {
+    late.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().record(behind_ms);
+}
+
 /// Plays the scenario's script in one lab: bursts, traffic and downstream changes at their
 /// times, noting how late each step came against its plan.
-async fn play(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, late: Arc<Mutex<Lateness>>) {
+async fn play(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, (late, key): (RunLateness, (u32, u32))) {
     let start = tokio::time::Instant::now();
     for step in script {
         let due = start + Duration::from_millis(step.at_ms());
         tokio::time::sleep_until(due).await;
         let behind = due.elapsed().as_secs_f64() * 1000.0;
-        late.lock().unwrap_or_else(|p| p.into_inner()).record(behind);
+        record(&late, key, behind);
         match step {
             Step::Traffic { update, .. } => match lab.set_traffic(&update) {
                 Ok(_) => producer.drive_traffic(&lab),
@@ -837,6 +943,7 @@ mod tests {
         ColumnReport {
             policy: policy.into(),
             run,
+            attempt: 0,
             lab: String::new(),
             lab_url: String::new(),
             started_ms: 0,

@@ -299,7 +299,10 @@ async fn with_three_runs_the_table_shows_each_policys_median_and_range_as_the_ap
         .eval("[...document.querySelectorAll('[data-column-state]')].map(s => s.textContent)")
         .await
         .unwrap();
-    assert_eq!(states, json!(["done: all 3 runs", "done: all 3 runs"]));
+    for state in states.as_array().unwrap() {
+        // ", 1 tried again" when the machine kept a run late.
+        assert!(state.as_str().unwrap().starts_with("done: all 3 runs"), "{states}");
+    }
 
     let columns = report["columns"].as_array().unwrap();
     let mut compared = 0;
