@@ -105,7 +105,9 @@ export function createTable(table, hint) {
       }));
     }
     const several = (report.runs ?? 1) > 1;
-    return report.columns.map((c) => ({
+    // With one run each, a run tried again shows its last try; "each run" shows every try.
+    const last = (c) => !report.columns.some((o) => o.policy === c.policy && o.run === c.run && o.attempt > c.attempt);
+    return report.columns.filter((c) => several || last(c)).map((c) => ({
       key: c.lab,
       policy: c.policy,
       run: several ? c.run : null,
