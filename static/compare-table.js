@@ -162,6 +162,19 @@ export function createTable(table, hint) {
       state.className = 'cmp-col-state';
       state.dataset.columnState = '';
       th.append(...parts, progress, state);
+      // The policy's full settings, as its lab holds them (the runs differ only in the seed).
+      const settings = (report.policies ?? []).find((p) => p.name === column.policy)?.policy;
+      if (settings) {
+        const details = document.createElement('details');
+        details.className = 'cmp-settings';
+        const summary = document.createElement('summary');
+        summary.textContent = 'settings';
+        const pre = document.createElement('pre');
+        pre.dataset.settings = '';
+        pre.textContent = JSON.stringify(settings, null, 1);
+        details.append(summary, pre);
+        th.append(details);
+      }
       head.append(th);
     }
     thead.replaceChildren(head);

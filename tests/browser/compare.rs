@@ -187,6 +187,16 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
         .map(|p| all.iter().rfind(|c| c["policy"] == *p).unwrap()["lab_url"].clone())
         .collect();
     assert_eq!(links, json!(labs), "each column links to its lab");
+    // Each column holds its policy's full settings, as the document gives them.
+    let settings = page
+        .eval("[...document.querySelectorAll('[data-table] [data-settings]')].map(p => JSON.parse(p.textContent))")
+        .await
+        .unwrap();
+    let expected: Vec<Value> =
+        report["policies"].as_array().unwrap().iter().map(|p| p["policy"].clone()).collect();
+    assert!(same(&settings, &json!(expected)), "each column's settings: {settings} vs {expected:?}");
+    assert_eq!(settings[0]["jitter"], "none");
+    assert_eq!(settings[1]["jitter"], "full");
     page.screenshot("compare-done-1280").await;
 
     // The address opens the same comparison again, already done.
@@ -276,6 +286,18 @@ const SPREADS: &str = "(() => {
     }
     return out;
 })()";
+
+/// Equal JSON, numbers compared as numbers (the page writes 2.0 as 2).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
 
 /// A count as the page writes it: whole numbers without decimals.
 fn whole(value: &Value) -> String {
