@@ -93,8 +93,9 @@ pub struct CompareArgs {
     /// key figures; up to 6 for five policies).
     #[arg(long)]
     pub runs: Option<u32>,
-    /// A run whose clock ticks, steps or arrivals ran later than this (p99, ms) is left out of
-    /// the medians and the verdict, and listed; 1 to 1000, by default 20.
+    /// A run whose clock ticks, steps or arrivals ran later than this (p99, ms) is run again
+    /// once, and left out of the medians and the verdict if it is late again (both tries are
+    /// listed in `invalid_runs`); 1 to 1000, by default 20.
     #[arg(long)]
     pub late_threshold_ms: Option<f64>,
     /// Prints the comparison as one JSON document instead of the table, the same document
@@ -107,8 +108,9 @@ pub struct CompareArgs {
     /// run's lab).
     #[arg(long)]
     pub json: bool,
-    /// Gives up (and exits non-zero) when the comparison has not drained by then.
-    #[arg(long, default_value_t = 300)]
+    /// Gives up (and exits non-zero) when the comparison has not finished by then (its runs go
+    /// one after another: a metastable run takes about 20 s).
+    #[arg(long, default_value_t = 900)]
     pub time_limit_s: u64,
     /// Prints no progress on stderr (errors still go there).
     #[arg(long)]

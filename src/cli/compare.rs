@@ -89,7 +89,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         if started.elapsed() > limit {
             progress.end();
             return Err(format!(
-                "the comparison did not drain within {} s (--time-limit-s); try a smaller --burst",
+                "the comparison did not finish within {} s (--time-limit-s); try a smaller --burst or fewer --runs",
                 args.time_limit_s
             ));
         }
