@@ -68,10 +68,12 @@ export function createForm(form) {
     }
     const burst = Number(data.get('burst'));
     const seed = Number(data.get('seed'));
-    const runs = Number(data.get('runs') ?? 1);
+    // Empty: the server's default, the fewest runs its test can decide on.
+    const rawRuns = String(data.get('runs') ?? '').trim();
+    const runs = rawRuns === '' ? undefined : Number(rawRuns);
     if (!Number.isInteger(burst) || burst < 1) return { error: 'The burst is a whole number of messages, 1 or more.' };
     if (!Number.isInteger(seed) || seed < 0) return { error: 'The seed is a whole number, 0 or more.' };
-    if (!Number.isInteger(runs) || runs < 1) return { error: 'Runs is a whole number, 1 or more.' };
+    if (runs !== undefined && (!Number.isInteger(runs) || runs < 1)) return { error: 'Runs is a whole number, 1 or more (or empty for the default).' };
     return { body: { scenario: data.get('scenario'), burst, seed, runs, policies } };
   }
 
@@ -120,6 +122,6 @@ function prefill(form, params) {
  *  name matches no preset, so it is left for the person to write again). */
 export function againQuery(report) {
   const params = new URLSearchParams({ scenario: report.scenario, burst: String(report.burst), seed: String(report.seed), runs: String(report.runs ?? 1) });
-  for (const column of report.columns) params.append('policy', column.policy);
+  for (const policy of report.policies) params.append('policy', policy.name);
   return `?${params}`;
 }

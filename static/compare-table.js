@@ -1,10 +1,11 @@
 //! The comparison's table: a column per policy, a row per figure, as the server measured them
 //! (`GET /api/comparisons/{id}`). With one run each a cell is that run's figure; with several
-//! (`runs`) it is the median of the runs, with the least and the most in brackets, as the
-//! server summarized them (`policies`), and "each run" switches to a column per run. The best
-//! of each row, as the server picked it (beyond the others' range, else tied), is bold and says
-//! "best" in words; when every policy shares it, the row says "same for all" instead of
-//! crowning everyone. While the comparison runs the figures are "so far".
+//! (`runs`) it is the median of the valid runs, with the least and the most in brackets, as
+//! the server summarized them (`policies`), and "each run" switches to a column per run. The
+//! scenario's key figures (`key_figure`) come first, marked as its question; only they carry
+//! the verdict: each policy the server judged best (`verdict.best`) is bold and says "best" in
+//! words. A row says "same for all" only when the server found every valid run of every policy
+//! gave one value (`same_for_all`). While the comparison runs the figures are "so far".
 //!
 //! Cells carry `data-row`, `data-policy` and `data-value` (the raw figure, or the median; empty
 //! for none), and with several runs `data-min`, `data-max` and `data-runs` (each run's value,
@@ -17,11 +18,13 @@ const ms = (v) => duration(v);
 const ratio = (v) => v.toFixed(2);
 
 /** [figure, what the row is called, how a value is written, what a missing value means, and
- *  (for a row shown only when some policy has a value) when it has one]. */
+ *  (for a row only some scenarios have) the scenario that has it]. */
 const ROWS = [
   ['messages', 'messages', count, ''],
   ['requests', 'requests sent', count, ''],
   ['requests_per_delivered', 'requests per delivered message', ratio, 'none delivered yet'],
+  ['throttled', 'answered 429 (rate limited)', count, '', 'throttled'],
+  ['throttled_per_delivered', '429 answers per delivered message', ratio, 'none delivered yet', 'throttled'],
   ['delivered', 'delivered', count, ''],
   ['dead_letter', 'dead-lettered', count, ''],
   ['drain_ms', 'time to drain', ms, 'still running'],
@@ -29,7 +32,7 @@ const ROWS = [
   ['wasted', 'wasted work (done for clients that had given up)', count, ''],
   ['latency_p50_ms', 'delivery latency, p50', ms, 'none delivered yet'],
   ['latency_p99_ms', 'delivery latency, p99', ms, 'none delivered yet'],
-  ['goodput_after_trigger', 'goodput after the trigger (delivered per new message, 10 s)', ratio, 'not measured (yet)', 'only with a trigger'],
+  ['goodput_after_trigger', 'goodput after the trigger (delivered per new message, 10 s)', ratio, 'not measured (yet)', 'metastable'],
   ['applied_twice', 'applied twice', count, ''],
 ];
 
@@ -65,12 +68,15 @@ export function createTable(table, hint) {
   let last = null;
   eachRunBox.addEventListener('change', () => last && update(last));
 
-  /** The rows to show: every figure, with a row per dead-letter cause that any policy has. */
+  /** The rows to show: the key figures first, then every figure the scenario has, with a row
+   *  per dead-letter cause that any policy has. */
   function rows(report) {
     const out = [];
-    for (const row of ROWS) {
-      if (row[4] && !report.columns.some((c) => c.figures[row[0]] != null)) continue;
-      out.push({ key: row[0], summary: row[0], label: row[1], format: row[2], missing: row[3], value: (f) => f[row[0]] });
+    const key = report.key_figure ?? [];
+    const ordered = [...ROWS].sort((a, b) => Number(key.includes(b[0])) - Number(key.includes(a[0])));
+    for (const row of ordered) {
+      if (row[4] && row[4] !== report.scenario) continue;
+      out.push({ key: row[0], summary: row[0], label: row[1], format: row[2], missing: row[3], keyFigure: key.includes(row[0]), value: (f) => f[row[0]] });
       if (row[0] !== 'dead_letter') continue;
       for (const [cause, label] of CAUSES) {
         if (!report.columns.some((c) => (c.figures.dead_letter_by_cause?.[cause] ?? 0) > 0)) continue;
@@ -92,17 +98,20 @@ export function createTable(table, hint) {
   function columnsOf(report, perRun) {
     if (!perRun) {
       return (report.policies ?? []).map((summary) => ({
-        key: summary.policy,
-        policy: summary.policy,
+        key: summary.name,
+        policy: summary.name,
         summary,
-        labs: report.columns.filter((c) => c.policy === summary.policy),
+        labs: report.columns.filter((c) => c.policy === summary.name),
       }));
     }
     const several = (report.runs ?? 1) > 1;
-    return report.columns.map((c) => ({
+    // With one run each, a run tried again shows its last try; "each run" shows every try.
+    const last = (c) => !report.columns.some((o) => o.policy === c.policy && o.run === c.run && o.attempt > c.attempt);
+    return report.columns.filter((c) => several || last(c)).map((c) => ({
       key: c.lab,
       policy: c.policy,
       run: several ? c.run : null,
+      attempt: c.attempt ?? 0,
       labs: [c],
     }));
   }
@@ -124,7 +133,8 @@ export function createTable(table, hint) {
         const link = document.createElement('a');
         link.href = lab.lab_url;
         link.className = 'cmp-col-name';
-        link.textContent = column.run == null ? column.policy : `${column.policy}, run ${column.run + 1}`;
+        const again = column.attempt ? `, try ${column.attempt + 1}` : '';
+        link.textContent = column.run == null ? column.policy : `${column.policy}, run ${column.run + 1}${again}`;
         link.title = `Open the lab of ${link.textContent}`;
         parts.push(link);
       } else {
@@ -138,8 +148,9 @@ export function createTable(table, hint) {
           const link = document.createElement('a');
           link.href = lab.lab_url;
           link.dataset.runLink = '';
-          link.textContent = String(lab.run + 1);
-          link.title = `Open the lab of ${column.policy}, run ${lab.run + 1}`;
+          const again = lab.attempt ? ` (try ${lab.attempt + 1})` : '';
+          link.textContent = `${lab.run + 1}${lab.attempt ? `′`.repeat(lab.attempt) : ''}`;
+          link.title = `Open the lab of ${column.policy}, run ${lab.run + 1}${again}`;
           runs.append(' ', link);
         }
         parts.push(name, runs);
@@ -151,6 +162,19 @@ export function createTable(table, hint) {
       state.className = 'cmp-col-state';
       state.dataset.columnState = '';
       th.append(...parts, progress, state);
+      // The policy's full settings, as its lab holds them (the runs differ only in the seed).
+      const settings = (report.policies ?? []).find((p) => p.name === column.policy)?.policy;
+      if (settings) {
+        const details = document.createElement('details');
+        details.className = 'cmp-settings';
+        const summary = document.createElement('summary');
+        summary.textContent = 'settings';
+        const pre = document.createElement('pre');
+        pre.dataset.settings = '';
+        pre.textContent = JSON.stringify(settings, null, 1);
+        details.append(summary, pre);
+        th.append(details);
+      }
       head.append(th);
     }
     thead.replaceChildren(head);
@@ -159,10 +183,21 @@ export function createTable(table, hint) {
         const tr = document.createElement('tr');
         tr.dataset.row = row.key;
         if (row.sub) tr.className = 'cmp-sub';
+        if (row.keyFigure) {
+          tr.classList.add('cmp-key');
+          tr.dataset.keyFigure = '';
+        }
         const th = document.createElement('th');
         th.scope = 'row';
         const label = document.createElement('span');
         label.textContent = row.sub ? `by reason: ${row.label}` : row.label;
+        if (row.keyFigure) {
+          const tag = document.createElement('span');
+          tag.className = 'cmp-key-tag';
+          tag.textContent = 'the question';
+          tag.title = 'The scenario’s key figure: the verdict is judged on it alone';
+          label.append(' ', tag);
+        }
         const note = document.createElement('span');
         note.className = 'cmp-tie';
         note.hidden = true;
@@ -191,11 +226,15 @@ export function createTable(table, hint) {
       const of = `${settled} of ${burst} settled`;
       return { settled, done, text: lab.gone ? 'lab deleted' : lab.done ? `done: ${of}` : `running: ${of}` };
     }
-    const n = column.labs.length;
-    const finished = column.labs.filter((c) => c.done).length;
+    // A run tried again (the machine kept its first try late) is still one run.
+    const runs = new Set(column.labs.map((c) => c.run));
+    const n = runs.size;
+    const finished = [...runs].filter((run) => column.labs.every((c) => c.run !== run || c.done)).length;
     const gone = column.labs.filter((c) => c.gone).length;
     const deleted = gone ? `, ${gone} deleted` : '';
-    return { settled, done, text: done ? `done: all ${n} runs${deleted}` : `running: ${finished} of ${n} runs done${deleted}` };
+    const again = column.labs.length - n;
+    const retried = again ? `, ${again} tried again` : '';
+    return { settled, done, text: done ? `done: all ${n} runs${retried}${deleted}` : `running: ${finished} of ${n} runs done${retried}${deleted}` };
   }
 
   /** A cell's figure, its range (with several runs) and each run's value. */
@@ -207,18 +246,20 @@ export function createTable(table, hint) {
       const why = lab.gone ? 'the lab was deleted' : row.missing;
       return { value, text: value == null ? '—' : row.format(value), range: '', why };
     }
-    const spread = column.summary.figures[row.summary];
+    const median = column.summary.median?.[row.summary];
+    const [min, max] = column.summary.range?.[row.summary] ?? [];
     const runs = column.labs.map((c) => (c.gone ? null : (row.value(c.figures) ?? null)));
     const each = `each run: ${runs.map((v) => (v == null ? '—' : row.format(v))).join(', ')}`;
-    if (!spread) return { value: null, text: '—', range: '', runs, why: `${row.missing || 'no figure'}; ${each}` };
+    if (median == null) return { value: null, text: '—', range: '', runs, why: `${row.missing || 'no figure'}; ${each}` };
+    const valid = column.summary.runs.filter((r) => r.valid).length;
     return {
-      value: spread.median,
-      text: row.format(spread.median),
-      range: `[${row.format(spread.min)}–${row.format(spread.max)}]`,
-      min: spread.min,
-      max: spread.max,
+      value: median,
+      text: row.format(median),
+      range: min === max ? '' : `[${row.format(min)}–${row.format(max)}]`,
+      min,
+      max,
       runs,
-      why: `median of ${column.labs.length} runs; ${each}`,
+      why: `median of ${valid} valid run${valid === 1 ? '' : 's'}; ${each}`,
     };
   }
 
@@ -234,14 +275,15 @@ export function createTable(table, hint) {
       build(report, shown, columns);
       shape = next;
     }
-    const rule = 'where it beats the others by more than 5 %; closer is a tie.';
+    const verdict = report.verdict ?? {};
+    const rule = 'Only the rows marked “the question” are judged; the others are figures, with no winner.';
     hint.textContent = !report.done
-      ? 'Figures so far, while the policies run; the best of each row is marked once every policy has finished.'
-      : !several
-        ? `Best of each row in bold, marked “best”, ${rule}`
-        : perRun
-          ? 'Each run’s own figures. Which policy is best is judged on the medians and their ranges: untick “each run” to see them.'
-          : `Each cell is the median of ${report.runs} runs, the least and the most in brackets. Best of each row in bold, marked “best”, only beyond the others’ range and ${rule}`;
+      ? 'Figures so far, while the runs go one after another; the verdict comes once every run has finished.'
+      : perRun && several
+        ? 'Each run’s own figures. The verdict is judged over the runs: untick “each run” to see the medians.'
+        : several
+          ? `Each cell is the median of the valid runs, the least and the most in brackets. ${rule}`
+          : rule;
     // On a narrow screen the policies run off to the right: say so, and keep the row names.
     const overflows = wrap.scrollWidth > wrap.clientWidth + 1;
     wrap.dataset.overflows = String(overflows);
@@ -255,18 +297,17 @@ export function createTable(table, hint) {
       th.querySelector('[data-column-state]').textContent = text;
     });
 
-    // Each run's column is not marked: the best is judged over the runs, on the medians.
+    // Each run's column is not marked: the verdict is judged over the runs.
     const marks = !(several && perRun);
+    const same = report.same_for_all ?? [];
     for (const [r, row] of shown.entries()) {
       const tr = tbody.rows[r];
-      const best = marks ? (report.best[row.key] ?? []) : [];
-      const policies = [...new Set(report.columns.map((c) => c.policy))];
-      const everyone = policies.length > 1 && policies.every((p) => best.includes(p));
-      tr.querySelector('.cmp-tie').hidden = !everyone;
+      const best = marks && row.keyFigure ? (verdict.best ?? []) : [];
+      tr.querySelector('.cmp-tie').hidden = !(report.done && same.includes(row.summary));
       columns.forEach((column, i) => {
         const td = tr.cells[i + 1];
         const cell = cellOf(report, row, column, perRun);
-        const isBest = !everyone && best.includes(column.policy);
+        const isBest = best.includes(column.policy);
         const key = `${cell.text}|${cell.range}|${cell.why}|${isBest}`;
         if (td.dataset.drawn === key) return;
         td.dataset.drawn = key;

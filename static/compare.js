@@ -43,6 +43,7 @@ function watch(id) {
   const statusEl = main.querySelector('[data-status]');
   const whatEl = main.querySelector('[data-what]');
   const machineEl = main.querySelector('[data-machine]');
+  const verdictEl = main.querySelector('[data-verdict]');
   const again = main.querySelector('[data-again]');
   const charts = createCharts(main.querySelector('[data-charts]'), main.querySelector('[data-axis]'));
   const table = createTable(main.querySelector('[data-table]'), main.querySelector('[data-table-hint]'));
@@ -105,18 +106,19 @@ function watch(id) {
     const load = report.scenario === 'metastable' ? 'steady traffic' : `burst of ${report.burst}`;
     const runs = (report.runs ?? 1) > 1 ? `, ${report.runs} runs each` : '';
     whatEl.textContent = `· ${report.scenario}, ${load}, seed ${report.seed}${runs}`;
-    const machine = report.machine ?? {};
-    machineEl.hidden = machine.late_ms_p99 == null;
-    machineEl.dataset.warning = String(Boolean(machine.warning));
-    machineEl.textContent = machine.warning
-      ? `Warning: ${machine.warning}.`
-      : `Machine load: steps and arrivals ran ${machine.late_ms_p99} ms behind their schedule (p99).`;
+    const late = report.lateness_ms_p99;
+    machineEl.hidden = late == null && !report.warning;
+    machineEl.dataset.warning = String(Boolean(report.warning));
+    machineEl.textContent = report.warning
+      ? `Warning: ${report.warning}.`
+      : `Machine load: the runs ran ${late} ms behind their schedule (p99); a run past ${report.late_threshold_ms} ms is left out.`;
+    showVerdict(verdictEl, report);
     again.hidden = false;
     again.querySelector('[data-again-link]').href = `/compare${againQuery(report)}`;
     const several = (report.runs ?? 1) > 1;
     const columns = report.columns.map((c) => ({
       ...c,
-      name: several ? `${c.policy}, run ${c.run + 1}` : c.policy,
+      name: several ? `${c.policy}, run ${c.run + 1}${c.attempt ? `, try ${c.attempt + 1}` : ''}` : c.policy,
       snapshot: labs.get(c.lab)?.snapshot ?? null,
     }));
     table.update(report);
@@ -125,17 +127,44 @@ function watch(id) {
     const doneCount = report.columns.filter((c) => c.done).length;
     const finished = report.done && report.columns.every((c) => c.gone || labs.get(c.lab)?.final);
     main.dataset.done = String(finished);
-    const policies = several ? report.policies.length : report.columns.length;
+    const policies = report.policies.length;
     const each = several ? ` in each of their ${report.runs} runs` : '';
     if (finished) {
       const all = policies === 2 ? 'both' : `all ${policies}`;
       say(`Done: ${all} policies have settled every message${each}.`, 'done');
       return;
     }
-    const what = several ? 'runs' : 'policies';
-    say(`Running: ${doneCount} of ${report.columns.length} ${what} done.`, 'running');
+    const runsDone = new Set(report.columns.filter((c) => c.done).map((c) => c.run));
+    const going = report.columns.find((c) => !c.done)?.run ?? 0;
+    const finishedRuns = [...runsDone].filter((run) => report.columns.every((c) => c.run !== run || c.done)).length;
+    say(several
+      ? `Running run ${going + 1} of ${report.runs}: ${finishedRuns} of ${report.runs} runs done (${doneCount} of ${report.columns.length} labs).`
+      : `Running: ${doneCount} of ${report.columns.length} policies done.`, 'running');
     setTimeout(tick, REPORT_EVERY_MS);
   }
 
   tick();
+}
+
+/** The verdict in words: who is best on the scenario's question, by which test with which
+ *  result; or why there is none, and how many runs one needs. */
+function showVerdict(el, report) {
+  const verdict = report.verdict;
+  if (!verdict) return;
+  el.hidden = false;
+  el.dataset.best = JSON.stringify(verdict.best);
+  el.dataset.figure = verdict.figure ?? '';
+  const question = (report.key_figure ?? []).join(', then ');
+  const parts = [`The question: ${question}. `];
+  if (verdict.best.length) {
+    parts.push(`Verdict: best ${verdict.best.join(', ')} — ${verdict.result}.`);
+  } else {
+    parts.push(`${verdict.result[0].toUpperCase()}${verdict.result.slice(1)}.`);
+  }
+  if ((report.runs ?? 1) < verdict.runs_needed) {
+    parts.push(` A verdict needs ${verdict.runs_needed} runs of each policy.`);
+  }
+  parts.push(` Test: ${verdict.test}.`);
+  const text = parts.join('');
+  if (el.textContent !== text) el.textContent = text;
 }

@@ -56,7 +56,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "policies": policies});
+    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
     let created = client
         .post(format!("{base}/api/comparisons"))
         .json(&request)
@@ -89,7 +89,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         if started.elapsed() > limit {
             progress.end();
             return Err(format!(
-                "the comparison did not drain within {} s (--time-limit-s); try a smaller --burst",
+                "the comparison did not finish within {} s (--time-limit-s); try a smaller --burst or fewer --runs",
                 args.time_limit_s
             ));
         }
@@ -98,14 +98,11 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let _ = stop.send(());
     let _ = server.await;
     let mut out = std::io::stdout();
-    let printed = if args.json {
-        serde_json::to_string_pretty(&rows(&report)).map(|j| j + "\n")
-    } else {
-        Ok(table(&report))
-    };
+    let printed =
+        if args.json { serde_json::to_string_pretty(&report).map(|j| j + "\n") } else { Ok(table(&report)) };
     let _ = out.write_all(printed.map_err(|e| e.to_string())?.as_bytes());
     // The table says it too; on stderr it stands out, unless asked to be quiet.
-    if let (Some(warning), false) = (report["machine"]["warning"].as_str(), args.quiet) {
+    if let (Some(warning), false) = (report["warning"].as_str(), args.quiet) {
         eprintln!("warning: {warning}");
     }
     Ok(())
@@ -159,11 +156,18 @@ impl Progress {
     }
 }
 
-/// Each policy's settled messages so far.
+/// The run going now, and each of its policies' settled messages so far.
 fn progress_line(report: &Value) -> String {
     let columns = report["columns"].as_array().cloned().unwrap_or_default();
+    let runs = report["runs"].as_u64().unwrap_or(1);
+    // The first run not finished (a run again, once the machine kept it late); the last once
+    // all are.
+    let going = columns.iter().find(|c| c["done"] != true).or(columns.last());
+    let run = going.and_then(|c| c["run"].as_u64()).unwrap_or(0);
+    let attempt = going.and_then(|c| c["attempt"].as_u64()).unwrap_or(0);
     let parts: Vec<String> = columns
         .iter()
+        .filter(|c| c["run"].as_u64() == Some(run) && c["attempt"].as_u64() == Some(attempt))
         .map(|c| {
             let f = &c["figures"];
             let settled = f["delivered"].as_u64().unwrap_or(0) + f["dead_letter"].as_u64().unwrap_or(0);
@@ -175,117 +179,108 @@ fn progress_line(report: &Value) -> String {
             format!("{} {settled}/{of}", c["policy"].as_str().unwrap_or("?"))
         })
         .collect();
-    parts.join("  ")
+    let again =
+        if attempt > 0 { format!(" (again, as it ran late: try {})", attempt + 1) } else { String::new() };
+    format!("run {} of {runs}{again}: {}", run + 1, parts.join("  "))
 }
 
-/// The JSON list: one object per policy (per run of a policy, with `--runs`), then, with
-/// `--runs`, one per policy with each row's median, least and most.
-fn rows(report: &Value) -> Vec<Value> {
-    let columns = report["columns"].as_array().cloned().unwrap_or_default();
-    let mut rows: Vec<Value> = columns
-        .iter()
-        .map(|c| {
-            let f = &c["figures"];
-            json!({
-                "policy": c["policy"],
-                "run": c["run"],
-                "messages": f["messages"],
-                "requests": f["requests"],
-                "requests_per_delivered": f["requests_per_delivered"],
-                "delivered": f["delivered"],
-                "dead_letter": f["dead_letter"],
-                "dead_letter_by_cause": f["dead_letter_by_cause"],
-                "drain_ms": f["drain_ms"],
-                "peak_requests_per_100ms": f["peak_requests_per_100ms"],
-                "wasted": f["wasted"],
-                "latency_p50_ms": f["latency_p50_ms"],
-                "latency_p99_ms": f["latency_p99_ms"],
-                "offered": f["offered"],
-                "goodput_after_trigger": f["goodput_after_trigger"],
-                "applied_twice": f["applied_twice"],
-            })
-        })
-        .collect();
-    if report["runs"].as_u64().unwrap_or(1) > 1 {
-        for summary in report["policies"].as_array().into_iter().flatten() {
-            rows.push(
-                json!({"policy": summary["policy"], "runs": summary["runs"], "spread": summary["figures"]}),
-            );
-        }
-    }
-    rows
-}
-
-/// The table: a row per figure, a column per policy, the best of each row marked: `*` when it
-/// beat the others beyond their ranges, `=` on each of the policies tied for it. With several
-/// runs a cell is the median and, in brackets, the least and most.
+/// The table: a row per figure the scenario has, a column per policy, each cell the median of
+/// the valid runs with the least and the most in brackets. The key figures' rows come first,
+/// marked `>`, and only they carry the verdict: `*` on each policy judged best.
 fn table(report: &Value) -> String {
     let policies = report["policies"].as_array().cloned().unwrap_or_default();
-    let names: Vec<&str> = policies.iter().map(|p| p["policy"].as_str().unwrap_or("?")).collect();
+    let names: Vec<&str> = policies.iter().map(|p| p["name"].as_str().unwrap_or("?")).collect();
     let runs = report["runs"].as_u64().unwrap_or(1);
     let load = if report["scenario"] == "metastable" {
         "steady traffic".to_owned()
     } else {
         format!("burst {}", report["burst"])
     };
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+    };
+    let key = strings(&report["key_figure"]);
+    let best = strings(&report["verdict"]["best"]);
+    let same = strings(&report["same_for_all"]);
     let mut lines = vec![format!(
-        "{} scenario, {load}, seed {}{}",
+        "{} scenario, {load}, seed {}, {runs} run{} of each policy (median [least-most] of the valid runs)",
         report["scenario"].as_str().unwrap_or("?"),
         report["seed"],
-        if runs > 1 { format!(", {runs} runs each (median [min-max])") } else { String::new() }
+        if runs == 1 { "" } else { "s" },
     )];
-    let cell = |spread: &Value| -> String {
-        if spread.is_null() {
+    let cell = |policy: &Value, row: &str| -> String {
+        let median = &policy["median"][row];
+        if median.is_null() {
             return "-".into();
         }
-        let (median, min, max) = (number(&spread["median"]), number(&spread["min"]), number(&spread["max"]));
-        if runs > 1 { format!("{median} [{min}-{max}]") } else { median }
+        let range = &policy["range"][row];
+        if range[0] == range[1] {
+            number(median)
+        } else {
+            format!("{} [{}-{}]", number(median), number(&range[0]), number(&range[1]))
+        }
     };
+    // Key figures first; then every figure some policy has a value for.
+    let rows: Vec<&str> = key
+        .iter()
+        .map(String::as_str)
+        .chain(ROWS.iter().copied().filter(|row| !key.iter().any(|k| k == row)))
+        .filter(|row| policies.iter().any(|p| !p["median"][*row].is_null()))
+        .collect();
     let width = policies
         .iter()
-        .flat_map(|p| ROWS.iter().map(move |(row, _)| cell(&p["figures"][row]).len()))
+        .flat_map(|p| rows.iter().map(move |row| cell(p, row).len() + 1))
         .chain(names.iter().map(|n| n.len()))
         .max()
         .unwrap_or(0)
         .max(10)
         + 3;
-    let mut header = format!("{:<26}", "");
+    let label = |row: &str| {
+        let mark = if key.iter().any(|k| k == row) { "> " } else { "  " };
+        let same = if same.iter().any(|s| s == row) { " (same for all)" } else { "" };
+        format!("{mark}{row}{same}")
+    };
+    let label_width = rows.iter().map(|r| label(r).len()).max().unwrap_or(0) + 2;
+    let mut header = format!("{:<label_width$}", "");
     for name in &names {
         header += &format!("{name:>width$}");
     }
     lines.push(header);
-    for (row, _) in ROWS {
-        let best: Vec<&str> = report["best"][row]
-            .as_array()
-            .map(|b| b.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mut line = format!("{row:<26}");
+    for row in &rows {
+        let mut line = format!("{:<label_width$}", label(row));
+        let keyed = key.iter().any(|k| k == row);
         for (policy, name) in policies.iter().zip(&names) {
-            let mark = match () {
-                _ if names.len() < 2 || !best.contains(name) => " ",
-                _ if best.len() == 1 => "*",
-                _ => "=",
-            };
-            line += &format!("{:>width$}", format!("{}{mark}", cell(&policy["figures"][row])));
+            let mark = if keyed && best.iter().any(|b| b == name) { "*" } else { " " };
+            line += &format!("{:>width$}", format!("{}{mark}", cell(policy, row)));
         }
         lines.push(line);
     }
+    let verdict = &report["verdict"];
     lines.push(format!(
-        "* best on that row, beyond the others' range and by more than {:.0} %; = tied for best",
-        crate::compare::BEST_TOLERANCE * 100.0
+        "> the key figure{}: {}; * judged best by the {}",
+        if key.len() == 1 { "" } else { "s, judged in order" },
+        key.join(", then "),
+        verdict["test"].as_str().unwrap_or("test"),
     ));
-    match report["machine"]["late_ms_p99"].as_f64() {
-        Some(late) => {
-            lines.push(format!("machine load: steps and arrivals {late:.1} ms behind schedule (p99)"))
-        }
+    lines.push(format!("verdict: {}", verdict["result"].as_str().unwrap_or("-")));
+    if runs < verdict["runs_needed"].as_u64().unwrap_or(0) {
+        lines.push(format!(
+            "runs needed for a verdict: {} of each policy (--runs {})",
+            verdict["runs_needed"], verdict["runs_needed"]
+        ));
+    }
+    match report["lateness_ms_p99"].as_f64() {
+        Some(late) => lines.push(format!(
+            "machine load: the valid runs ran {late:.1} ms behind schedule (p99; a run past {} ms is left out)",
+            report["late_threshold_ms"]
+        )),
         None => lines.push("machine load: not measured".into()),
     }
-    if let Some(warning) = report["machine"]["warning"].as_str() {
+    if let Some(warning) = report["warning"].as_str() {
         lines.push(format!("warning: {warning}"));
     }
     lines.join("\n") + "\n"
 }
-
 /// A figure as shown: whole numbers without decimals, others with up to two.
 fn number(value: &Value) -> String {
     match value.as_f64() {

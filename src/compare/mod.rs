@@ -1,18 +1,22 @@
-//! Retry policies compared side by side: the same scenario, several policies at once, each in
-//! a lab of its own against a downstream of its own, with the same seed, all started together.
-//! A comparison is saved when it starts and survives a restart like its labs do; its figures
-//! are measured from the labs whenever they are asked for. With `runs` above 1 each policy runs
-//! that many times with seeds derived from the one given, and the table gives each figure's
-//! median with its range: a policy is best on a row only when it beats the others beyond their
-//! ranges, else the policies whose ranges overlap the best one's are tied. How late the
-//! script's steps and the traffic's arrivals ran against their schedule says how busy the
-//! machine was, and the report warns when that was too busy for the figures to mean much.
+//! Retry policies compared side by side: the same scenario, several policies, each run of each
+//! policy in a lab of its own against a downstream of its own. The runs go one after another,
+//! each run's policies together with one seed, so they share the moment's conditions and the
+//! machine runs one run at a time. A comparison is saved when it starts and survives a restart
+//! like its labs do (runs that had not started by then never will, and say so); its figures
+//! are measured from the labs whenever they are asked for.
+//!
+//! Each scenario asks one question, its key figure (`Scenario::key_figures`), and the verdict
+//! answers it alone, by a stated test over the runs (`verdict`); the other figures are medians
+//! and ranges. How late the driver's clock, the script's steps and the traffic's arrivals ran
+//! against their schedule says how busy the machine was: a run later than its threshold
+//! (`LATE_RUN_MS` unless the request names another) is left out and reported.
 
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod verdict;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -21,22 +25,23 @@ use serde_json::Value;
 
 use crate::config::Limits;
 use crate::domain::{LabId, Lateness};
+use crate::downstream::DownstreamUpdate;
 use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
 pub use report::{Figures, ROWS};
 pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
+pub use verdict::Verdict;
 
 /// Most policies in one comparison.
 pub const MAX_POLICIES: usize = 5;
-/// Past this lateness (p99, ms) of the script's steps or the traffic's arrivals, the report
-/// warns that the machine was too busy for the figures to mean much.
-pub const BUSY_LATE_MS: f64 = 20.0;
-
-/// A row's best is marked only when it is better than the others by more than this share;
-/// values closer than that are a tie (a 3 ms difference in a 2 s drain says nothing).
-pub const BEST_TOLERANCE: f64 = 0.05;
+/// Past this lateness (p99, ms) of the driver's clock ticks, the script's steps or the
+/// traffic's arrivals, a run is left out of the medians and the verdict: the machine, not the
+/// policy, would be what it measured.
+pub const LATE_RUN_MS: f64 = 20.0;
+/// The most lenient threshold a request may name.
+pub const MAX_LATE_RUN_MS: f64 = 1_000.0;
 
 /// A comparison's id: made like a lab's (a random UUID, then the instance that owns it past
 /// one machine), so a request for it can be sent on to that instance.
@@ -95,10 +100,16 @@ pub struct ComparisonRequest {
     pub policies: Vec<PolicyChoice>,
     #[serde(default = "default_seed")]
     pub seed: u64,
-    /// How many times each policy runs, each with its own seed derived from `seed`: 1 to
-    /// `--max-compare-runs`.
-    #[serde(default = "one")]
-    pub runs: u32,
+    /// How many times each policy runs, each with its own seed derived from `seed` (run `r` of
+    /// every policy shares one seed): 1 to `--max-compare-runs`. By default the fewest with
+    /// which the verdict's test can find a difference (4 for two policies on a scenario with
+    /// one key figure; more with more policies or two key figures).
+    #[serde(default)]
+    pub runs: Option<u32>,
+    /// Past this lateness (p99, ms) a run is left out of the medians and the verdict: 1 to
+    /// 1000, by default 20. Lenient thresholds let a busy machine's noise into the figures.
+    #[serde(default)]
+    pub late_threshold_ms: Option<f64>,
 }
 
 fn default_seed() -> u64 {
@@ -129,6 +140,12 @@ pub struct Comparison {
     pub runs: u32,
     pub columns: Vec<Column>,
     pub created_unix_ms: u64,
+    #[serde(default = "late_run_ms")]
+    pub late_threshold_ms: f64,
+}
+
+fn late_run_ms() -> f64 {
+    LATE_RUN_MS
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -138,67 +155,109 @@ pub struct Column {
     #[serde(default)]
     pub run: u32,
     pub lab: LabId,
-    /// When the scenario started, in the lab's own time.
+    /// When the scenario started, in the lab's own time (while `waiting`, when the lab was made).
     pub started_ms: u64,
+    /// Its run has not started yet. Comparisons from before runs went one after another
+    /// started every run at once: `false`.
+    #[serde(default)]
+    pub waiting: bool,
+    /// 0 for a run's first try; each re-run of a run the machine kept late counts one up.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
-/// A comparison's table, as `GET /api/comparisons/{id}` sends it.
+/// A comparison, as `GET /api/comparisons/{id}` sends it and `retrylab compare --json` prints
+/// it: one document.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ComparisonReport {
     pub id: String,
     pub url: String,
     #[schema(value_type = String)]
     pub scenario: Scenario,
+    /// Messages each run of each policy sends (not used by `metastable`, whose load is steady
+    /// traffic).
     pub burst: usize,
     pub seed: u64,
+    /// Runs of each policy.
     pub runs: u32,
-    /// Every column has drained (or its lab is gone).
+    /// The figures the verdict is judged on, in the order they are judged: the scenario's one
+    /// question.
+    pub key_figure: Vec<String>,
+    /// Every run has finished (or its lab is gone).
     pub done: bool,
+    /// One per policy, in the order asked.
+    pub policies: Vec<PolicyReport>,
+    pub verdict: Verdict,
+    /// The figures on which every valid run of every policy gave one value: "the same for all".
+    pub same_for_all: Vec<String>,
+    /// How late the comparison's clock ticks, script steps and traffic arrivals ran against
+    /// their schedule (p99, ms): the latest of its runs, those left out included; `None`
+    /// before any was measured.
+    #[schema(required = true)]
+    pub lateness_ms_p99: Option<f64>,
+    /// The lateness past which a run is left out of the verdict.
+    pub late_threshold_ms: f64,
+    /// The runs left out because the machine kept them waiting past `late_threshold_ms`.
+    pub invalid_runs: Vec<InvalidRun>,
+    /// Said when runs were left out, or when runs never started.
+    #[schema(required = true)]
+    pub warning: Option<String>,
     /// One per lab: each run of each policy.
     pub columns: Vec<ColumnReport>,
-    /// One per policy: each row's median over its runs, with the range.
-    pub policies: Vec<PolicySummary>,
-    /// For each row, the policies that did best on it: one when it beat the others beyond
-    /// their ranges, several when their ranges overlap (a tie).
-    pub best: HashMap<String, Vec<String>>,
-    pub machine: MachineLoad,
 }
 
-/// One policy over its runs: for each row with a value, the median, the least and the most;
-/// also `messages`, `offered`, and `dead_letter_by_cause.<cause>` for each cause any run of
-/// any policy had (0 in a run without it), which no policy is best on.
+/// One policy over its runs.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PolicySummary {
-    pub policy: String,
-    pub runs: u32,
-    pub figures: HashMap<String, Spread>,
+pub struct PolicyReport {
+    pub name: String,
+    /// Its full settings, as its first run's lab holds them (the runs differ only in `seed`);
+    /// `None` once that lab is gone.
+    #[schema(value_type = Option<Object>, required = true)]
+    pub policy: Option<Value>,
+    /// Each run's figures, in run order.
+    pub runs: Vec<PolicyRun>,
+    /// Each figure's median over the valid runs (also `messages`, `offered`, and
+    /// `dead_letter_by_cause.<cause>` for each cause any run had).
+    pub median: BTreeMap<String, f64>,
+    /// Each figure's least and most over the valid runs.
+    pub range: BTreeMap<String, [f64; 2]>,
 }
 
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PolicyRun {
+    pub run: u32,
+    pub attempt: u32,
+    /// Counted in the medians and the verdict: finished, its lab kept, and on time.
+    pub valid: bool,
+    pub figures: Figures,
+}
+
+/// A run (one attempt of it) left out: how late the machine ran while it did.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-/// How busy the machine was while the comparison ran: how late its script's steps and its
-/// traffic's arrivals were against their schedule (p99, ms), and a warning past 20 ms.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MachineLoad {
-    pub late_ms_p99: Option<f64>,
-    pub warning: Option<String>,
+pub struct InvalidRun {
+    pub run: u32,
+    pub attempt: u32,
+    pub lateness_ms_p99: f64,
+    /// A later attempt ran in its place.
+    pub re_run: bool,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ColumnReport {
     pub policy: String,
     pub run: u32,
+    /// 0 for the run's first try; a run the machine kept late is run again as attempt 1, 2.
+    pub attempt: u32,
     pub lab: String,
     pub lab_url: String,
     pub started_ms: u64,
+    /// Its run has not started yet: runs go one after another.
+    pub waiting: bool,
     pub done: bool,
     /// The lab was deleted (idle too long, or evicted): nothing left to measure.
     pub gone: bool,
+    /// The server stopped before this run could start; it never will.
+    pub interrupted: bool,
     pub figures: Figures,
 }
 
@@ -214,12 +273,22 @@ pub enum Refusal {
     },
 }
 
+/// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
+type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
+
+/// Makes a new lab (or says the server's `max_labs`): how a late run is run again.
+pub type MakeLab = Arc<dyn Fn() -> Result<Arc<Lab>, usize> + Send + Sync>;
+
+/// The most times one run is run again after the machine kept it late.
+pub const MAX_RE_RUNS: u32 = 1;
+
 /// Every comparison this server holds.
 #[derive(Default)]
 pub struct Comparisons {
-    all: RwLock<HashMap<ComparisonId, Comparison>>,
-    /// How late each running comparison's script steps were (in memory: a restart forgets).
-    steps_late: RwLock<HashMap<ComparisonId, Arc<Mutex<Lateness>>>>,
+    all: Arc<RwLock<HashMap<ComparisonId, Comparison>>>,
+    /// How late each running comparison's clock ticks and script steps were (in memory: a
+    /// restart forgets, and a comparison without it here is not being driven).
+    late: Arc<RwLock<HashMap<ComparisonId, RunLateness>>>,
 }
 
 impl Comparisons {
@@ -234,20 +303,21 @@ impl Comparisons {
                 Err(e) => tracing::warn!(comparison = %id, error = %e, "skipping an unreadable comparison"),
             }
         }
-        Comparisons { all: RwLock::new(all), steps_late: Default::default() }
+        Comparisons { all: Arc::new(RwLock::new(all)), late: Default::default() }
     }
 
     pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
         self.all.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
-    /// Sets up one lab per policy, saves the comparison, and starts the scenario in all of
-    /// them at once.
+    /// Sets up one lab per run of each policy, saves the comparison, and starts its runs one
+    /// after another, each run's policies together.
     pub async fn start(
         &self,
         request: ComparisonRequest,
         (labs, producer, store): (&Labs, &Producer, &Store),
         limits: &Limits,
+        make_lab: MakeLab,
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
@@ -258,13 +328,20 @@ impl Comparisons {
             return Err(Refusal::Invalid(duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
-        if !(1..=max_runs).contains(&request.runs) {
+        let runs =
+            request.runs.unwrap_or_else(|| default_runs(scenario, request.policies.len()).min(max_runs));
+        if !(1..=max_runs).contains(&runs) {
             return Err(Refusal::Limit {
                 limit: "max_compare_runs",
                 detail: format!("runs must be 1 to {max_runs} (max_compare_runs)"),
             });
         }
-        let runs = request.runs;
+        let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
+        if !(1.0..=MAX_LATE_RUN_MS).contains(&late_threshold_ms) {
+            return Err(Refusal::Invalid(format!(
+                "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
+            )));
+        }
         if request.burst == 0 {
             return Err(Refusal::Limit {
                 limit: "max_burst",
@@ -277,8 +354,8 @@ impl Comparisons {
                 detail: format!("burst must be 1 to {max_burst} (max_burst); choose a smaller burst"),
             });
         }
-        let columns = request.policies.len() * runs as usize;
-        let (active, adding) = (labs.active_messages(), request.burst * columns);
+        // Runs go one after another: at most one run's messages are in flight at a time.
+        let (active, adding) = (labs.active_messages(), request.burst * request.policies.len());
         if active + adding > limits.max_active_messages {
             return Err(Refusal::Limit {
                 limit: "max_active_messages",
@@ -291,18 +368,19 @@ impl Comparisons {
         }
         // Every policy is checked before any lab is made.
         let mut setups = Vec::new();
-        for choice in &request.policies {
-            let changes = choice.changes().map_err(|e| match choice {
-                PolicyChoice::Preset(_) => Refusal::Invalid(e),
-                PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
-            })?;
-            for run in 0..runs {
-                let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes.clone());
+        for run in 0..runs {
+            for choice in &request.policies {
+                let changes = choice.changes().map_err(|e| match choice {
+                    PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                    PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
+                })?;
+                let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes);
                 let downstream = scenario.downstream(request.burst);
                 setups.push(((choice.name().to_owned(), run), policy, downstream));
             }
         }
         let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
+        let mut settings = Vec::new();
         for ((name, run), policy, downstream) in setups {
             let lab = match labs.create() {
                 Ok(lab) => lab,
@@ -319,6 +397,7 @@ impl Comparisons {
             lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
             lab.set_downstream(&downstream).map_err(|e| Refusal::Invalid(e.to_string()))?;
             made.push(((name, run), lab));
+            settings.push((policy, downstream));
         }
         let comparison = Comparison {
             id: LabId::new(labs.instance),
@@ -333,86 +412,145 @@ impl Comparisons {
                     run: *run,
                     lab: lab.id,
                     started_ms: lab.now_ms(),
+                    // The first run starts now; the driver marks each later one as it starts.
+                    waiting: *run > 0,
+                    attempt: 0,
                 })
                 .collect(),
             created_unix_ms: unix_now_ms(),
+            late_threshold_ms,
         };
         for (_, lab) in &made {
             lab.persisted()
                 .await
                 .map_err(|_| Refusal::Invalid("the store did not confirm in time".into()))?;
         }
-        let body = serde_json::to_string(&comparison).expect("a comparison serializes");
-        let (writer, id, created) = (store.clone(), comparison.id.to_string(), comparison.created_unix_ms);
-        tokio::task::spawn_blocking(move || writer.save_comparison(&id, created, &body))
+        save(store, &comparison)
             .await
-            .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?
             .map_err(|e| Refusal::Invalid(format!("saving the comparison failed: {e}")))?;
         self.all.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, comparison.clone());
-        let script = scenario.script(request.burst);
-        let late = Arc::new(Mutex::new(Lateness::default()));
-        self.steps_late.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, late.clone());
-        for (_, lab) in made {
-            tokio::spawn(run(lab, producer.clone(), script.clone(), late.clone()));
-        }
+        let late = RunLateness::default();
+        self.late.write().unwrap_or_else(|p| p.into_inner()).insert(comparison.id, late.clone());
+        let driver = Driver {
+            all: self.all.clone(),
+            id: comparison.id,
+            scenario,
+            burst: request.burst,
+            labs: made.into_iter().map(|(_, lab)| lab).collect(),
+            settings,
+            producer: producer.clone(),
+            store: store.clone(),
+            late,
+            late_threshold_ms,
+            make_lab,
+        };
+        tokio::spawn(driver.drive());
         Ok(comparison)
     }
 
-    /// The comparison's table, measured now.
+    /// The comparison's document, measured now.
     pub fn report(&self, comparison: &Comparison, labs: &Labs) -> ComparisonReport {
         let scenario = comparison.scenario;
-        let ends_ms = scenario.script_ends_ms(comparison.burst);
-        let mut traffic_late: Vec<f64> = Vec::new();
+        let late = self.late.read().unwrap_or_else(|p| p.into_inner()).get(&comparison.id).cloned();
+        let driven = late.is_some();
+        // Each attempt of each run: how late the machine kept it (p99, ms).
+        let mut run_late: BTreeMap<(u32, u32), f64> = late
+            .map(|late| {
+                let late = late.lock().unwrap_or_else(|p| p.into_inner());
+                late.iter().filter_map(|(key, l)| Some((*key, l.p99_ms()?))).collect()
+            })
+            .unwrap_or_default();
         let columns: Vec<ColumnReport> = comparison
             .columns
             .iter()
             .map(|column| {
                 let lab = labs.get(&column.lab);
-                let figures = lab
-                    .as_ref()
-                    .map(|lab| {
-                        lab.read(|record, letters, counters| {
-                            report::figures(record, letters, counters, column.started_ms)
-                        })
-                    })
-                    .unwrap_or_default();
-                let done = match &lab {
-                    None => true,
-                    // Steady traffic: done once its script has run to the end and drained.
-                    Some(lab) if scenario.has_traffic() => {
-                        figures.drain_ms.is_some()
-                            && lab.traffic().is_none()
-                            && lab.now_ms() >= column.started_ms + ends_ms
-                    }
-                    Some(_) => figures.drain_ms.is_some() && figures.messages >= comparison.burst as u64,
+                let waiting = column.waiting;
+                let figures = match &lab {
+                    Some(lab) if !waiting => lab.read(|record, letters, counters| {
+                        report::figures(record, letters, counters, column.started_ms)
+                    }),
+                    _ => Figures::default(),
                 };
-                if let Some(late) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
-                    traffic_late.push(late);
+                let interrupted = waiting && !driven;
+                let done = lab.as_ref().is_none_or(|lab| {
+                    interrupted
+                        || (!waiting && column_done(scenario, comparison.burst, column, lab, &figures))
+                });
+                if let Some(traffic) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
+                    let slot = run_late.entry((column.run, column.attempt)).or_insert(traffic);
+                    *slot = slot.max(traffic);
                 }
                 ColumnReport {
                     policy: column.policy.clone(),
                     run: column.run,
+                    attempt: column.attempt,
                     lab: column.lab.to_string(),
                     lab_url: format!("/labs/{}", column.lab),
                     started_ms: column.started_ms,
+                    waiting,
                     done,
                     gone: lab.is_none(),
+                    interrupted,
                     figures,
                 }
             })
             .collect();
-        let policies = summaries(&columns);
-        let steps = self.steps_late.read().unwrap_or_else(|p| p.into_inner()).get(&comparison.id).cloned();
-        let steps_p99 = steps.and_then(|late| late.lock().unwrap_or_else(|p| p.into_inner()).p99_ms());
-        let late_ms_p99 = traffic_late.into_iter().chain(steps_p99).reduce(f64::max);
-        let warning = late_ms_p99.filter(|&late| late > BUSY_LATE_MS).map(|late| {
-            format!(
-                "the machine was busy: arrivals and steps ran up to {late:.0} ms behind their schedule \
-                 (p99), so these figures measure the machine as much as the policies; run again on a \
-                 quieter machine, or with --runs to see the spread"
-            )
-        });
+        let last_attempt = |run: u32| columns.iter().filter(|c| c.run == run).map(|c| c.attempt).max();
+        let invalid_runs: Vec<InvalidRun> = run_late
+            .iter()
+            .filter(|(_, late)| **late > comparison.late_threshold_ms)
+            .map(|(&(run, attempt), &late)| InvalidRun {
+                run,
+                attempt,
+                lateness_ms_p99: late,
+                re_run: last_attempt(run) > Some(attempt),
+            })
+            .collect();
+        let left_out = |run: u32, attempt: u32| {
+            invalid_runs.iter().any(|r| (r.run, r.attempt) == (run, attempt))
+                || last_attempt(run) > Some(attempt)
+        };
+        let valid = |c: &ColumnReport| !c.gone && !c.waiting && c.done && !left_out(c.run, c.attempt);
+        let lateness_ms_p99 = run_late.values().copied().reduce(f64::max);
         let done = columns.iter().all(|c| c.done);
+        // A policy's settings, as its first run's lab holds them.
+        let settings = |name: &str| {
+            let first = comparison.columns.iter().find(|c| c.policy == name)?;
+            serde_json::to_value(labs.get(&first.lab)?.policy()).ok()
+        };
+        let policies = policy_reports(&columns, valid, settings, |figure| scenario.has_figure(figure));
+        let key = scenario.key_figures();
+        let verdict = if done {
+            verdict::judge(key, &samples(key, &columns, valid))
+        } else {
+            let finished = (0..comparison.runs)
+                .filter(|&run| columns.iter().filter(|c| c.run == run).all(|c| c.done))
+                .count();
+            verdict::pending(
+                policies.len(),
+                key.len(),
+                format!("no verdict yet: {finished} of {} runs finished", comparison.runs),
+            )
+        };
+        let kept_out: Vec<&InvalidRun> = invalid_runs.iter().filter(|r| !r.re_run).collect();
+        let warning = if !kept_out.is_empty() {
+            let which: Vec<String> =
+                kept_out.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
+            Some(format!(
+                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) even when run again, and {} left out of the medians and the verdict",
+                which.join(", "),
+                comparison.late_threshold_ms,
+                if which.len() == 1 { "is" } else { "are" }
+            ))
+        } else if columns.iter().any(|c| c.interrupted) {
+            Some(
+                "the server stopped before every run could start: the runs that never started are left out"
+                    .into(),
+            )
+        } else {
+            None
+        };
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
@@ -420,39 +558,62 @@ impl Comparisons {
             burst: comparison.burst,
             seed: comparison.seed,
             runs: comparison.runs,
+            key_figure: key.iter().map(|(f, _)| (*f).to_owned()).collect(),
             done,
-            // A best among runs still going would crown whoever is ahead for now.
-            best: if done { best(&policies) } else { HashMap::new() },
+            same_for_all: if done { same_for_all(&policies) } else { Vec::new() },
             policies,
-            machine: MachineLoad { late_ms_p99, warning },
+            verdict,
+            lateness_ms_p99,
+            late_threshold_ms: comparison.late_threshold_ms,
+            invalid_runs,
+            warning,
             columns,
         }
     }
 }
 
-/// Figures summarized over the runs as the table's rows are, though no policy is best on them:
-/// how many messages there were, and (as `dead_letter_by_cause.<cause>`) each cause of dead
-/// letters that any run had.
+/// The default number of runs: the fewest with which the test can find a difference.
+pub fn default_runs(scenario: Scenario, policies: usize) -> u32 {
+    verdict::runs_needed(policies, scenario.key_figures().len())
+}
+
+/// Whether a started column has finished: drained, and for steady traffic, its script ended.
+fn column_done(scenario: Scenario, burst: usize, column: &Column, lab: &Lab, figures: &Figures) -> bool {
+    if scenario.has_traffic() {
+        figures.drain_ms.is_some()
+            && lab.traffic().is_none()
+            && lab.now_ms() >= column.started_ms + scenario.script_ends_ms(burst)
+    } else {
+        figures.drain_ms.is_some() && figures.messages >= burst as u64
+    }
+}
+
+async fn save(store: &Store, comparison: &Comparison) -> Result<(), String> {
+    let body = serde_json::to_string(comparison).expect("a comparison serializes");
+    let (writer, id, created) = (store.clone(), comparison.id.to_string(), comparison.created_unix_ms);
+    tokio::task::spawn_blocking(move || writer.save_comparison(&id, created, &body))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// Figures summarized over the runs as the table's rows are: how many messages there were, and
+/// (as `dead_letter_by_cause.<cause>`) each cause of dead letters that any run had.
 const ALSO_SUMMED: &[&str] = &["messages", "offered"];
 
 /// The median, least and most of `values`; `None` when there are none.
-fn spread(mut values: Vec<f64>) -> Option<Spread> {
+fn spread(mut values: Vec<f64>) -> Option<(f64, [f64; 2])> {
     if values.is_empty() {
         return None;
     }
     values.sort_by(f64::total_cmp);
     let n = values.len();
     let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
-    Some(Spread { median, min: values[0], max: values[n - 1] })
+    Some((median, [values[0], values[n - 1]]))
 }
 
-/// Each policy's rows over its runs (labs that are gone left out): median, least, most.
-fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
-    let causes: std::collections::BTreeSet<&str> = columns
-        .iter()
-        .filter(|c| !c.gone)
-        .flat_map(|c| c.figures.dead_letter_by_cause.keys().map(String::as_str))
-        .collect();
+/// The policies in the order they were asked for.
+fn policy_names(columns: &[ColumnReport]) -> Vec<&str> {
     let mut order: Vec<&str> = Vec::new();
     for column in columns {
         if !order.contains(&column.policy.as_str()) {
@@ -460,66 +621,103 @@ fn summaries(columns: &[ColumnReport]) -> Vec<PolicySummary> {
         }
     }
     order
+}
+
+/// Each policy over its runs: the runs' figures, and each figure's median and range over the
+/// valid ones.
+fn policy_reports(
+    columns: &[ColumnReport],
+    valid: impl Fn(&ColumnReport) -> bool,
+    settings: impl Fn(&str) -> Option<Value>,
+    has: impl Fn(&str) -> bool,
+) -> Vec<PolicyReport> {
+    let causes: std::collections::BTreeSet<&str> = columns
+        .iter()
+        .filter(|c| valid(c))
+        .flat_map(|c| c.figures.dead_letter_by_cause.keys().map(String::as_str))
+        .collect();
+    policy_names(columns)
         .into_iter()
-        .map(|policy| {
-            let runs: Vec<Value> = columns
+        .map(|name| {
+            let own: Vec<&ColumnReport> = columns.iter().filter(|c| c.policy == name).collect();
+            let values: Vec<Value> = own
                 .iter()
-                .filter(|c| c.policy == policy && !c.gone)
+                .filter(|c| valid(c))
                 .map(|c| serde_json::to_value(&c.figures).unwrap_or_default())
                 .collect();
-            let mut figures = HashMap::new();
-            let rows = ROWS.iter().map(|&(row, _)| row).chain(ALSO_SUMMED.iter().copied());
-            for row in rows {
-                let values = runs.iter().filter_map(|f| f.get(row)?.as_f64()).collect();
-                if let Some(spread) = spread(values) {
-                    figures.insert(row.to_owned(), spread);
+            let (mut median, mut range) = (BTreeMap::new(), BTreeMap::new());
+            let mut put = |figure: String, sample: Vec<f64>| {
+                if let Some((m, r)) = spread(sample) {
+                    median.insert(figure.clone(), m);
+                    range.insert(figure, r);
                 }
+            };
+            for row in ROWS.iter().chain(ALSO_SUMMED).filter(|row| has(row)) {
+                put((*row).to_owned(), values.iter().filter_map(|f| f.get(row)?.as_f64()).collect());
             }
             // A cause no run of this policy had counts 0 in each: another policy had it.
             for cause in &causes {
-                let values = runs
+                let sample = values
                     .iter()
                     .map(|f| f["dead_letter_by_cause"].get(cause).and_then(Value::as_f64).unwrap_or(0.0))
                     .collect();
-                if let Some(spread) = spread(values) {
-                    figures.insert(format!("dead_letter_by_cause.{cause}"), spread);
-                }
+                put(format!("dead_letter_by_cause.{cause}"), sample);
             }
-            let runs = columns.iter().filter(|c| c.policy == policy).count() as u32;
-            PolicySummary { policy: policy.to_owned(), runs, figures }
+            PolicyReport {
+                name: name.to_owned(),
+                policy: settings(name),
+                runs: own
+                    .iter()
+                    .map(|c| PolicyRun {
+                        run: c.run,
+                        attempt: c.attempt,
+                        valid: valid(c),
+                        figures: c.figures.clone(),
+                    })
+                    .collect(),
+                median,
+                range,
+            }
         })
         .collect()
 }
 
-/// For each row, the policy whose median is best, alone when it beat every other beyond their
-/// spread, or with every policy that ties with it: whose range overlaps its own, or whose
-/// median is within `BEST_TOLERANCE` of its median (a row every policy shares is "the same for
-/// all"); rows nobody has a value for yet are left out. With one run each, a range is a
-/// point: the tolerance alone decides.
-fn best(policies: &[PolicySummary]) -> HashMap<String, Vec<String>> {
-    let mut best = HashMap::new();
-    for &(row, less_is_better) in ROWS {
-        let spreads: Vec<(&Spread, &str)> =
-            policies.iter().filter_map(|p| Some((p.figures.get(row)?, p.policy.as_str()))).collect();
-        let better = |a: f64, b: f64| if less_is_better { a < b } else { a > b };
-        let Some(&(top, _)) =
-            spreads.iter().reduce(|a, b| if better(b.0.median, a.0.median) { b } else { a })
-        else {
-            continue;
-        };
-        // Another policy ties with the top one when it is not beaten beyond the spread (its
-        // best run reaches the top one's worst), or not by more than the tolerance.
-        let worst_of_top = if less_is_better { top.max } else { top.min };
-        let reach = |s: &Spread| if less_is_better { s.min } else { s.max };
-        let close = |v: f64| (v - top.median).abs() <= BEST_TOLERANCE * v.abs().max(top.median.abs());
-        let winners = spreads
-            .iter()
-            .filter(|(s, _)| std::ptr::eq(*s, top) || !better(worst_of_top, reach(s)) || close(s.median))
-            .map(|(_, policy)| (*policy).to_owned())
-            .collect();
-        best.insert(row.to_owned(), winners);
-    }
-    best
+/// Each key figure's values over each policy's valid runs, for the verdict.
+fn samples<'a>(
+    key: &[(&str, bool)],
+    columns: &'a [ColumnReport],
+    valid: impl Fn(&ColumnReport) -> bool,
+) -> Vec<Vec<verdict::Sample<'a>>> {
+    let names = policy_names(columns);
+    key.iter()
+        .map(|(figure, _)| {
+            names
+                .iter()
+                .map(|&policy| {
+                    let values = columns
+                        .iter()
+                        .filter(|c| c.policy == policy && valid(c))
+                        .map(|c| serde_json::to_value(&c.figures).ok()?.get(*figure)?.as_f64())
+                        .collect();
+                    verdict::Sample { policy, values }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The figures on which every valid run of every policy gave the same value (and there was at
+/// least one run with a value): only then is a row "the same for all".
+fn same_for_all(policies: &[PolicyReport]) -> Vec<String> {
+    let Some(first) = policies.first() else { return Vec::new() };
+    first
+        .range
+        .iter()
+        .filter(|(figure, range)| {
+            range[0] == range[1] && policies.iter().all(|p| p.range.get(*figure) == Some(*range))
+        })
+        .map(|(figure, _)| figure.clone())
+        .collect()
 }
 
 /// Reads a policy update, naming the field that cannot be read.
@@ -536,15 +734,174 @@ fn parse_policy(policy: Value) -> Result<PolicyUpdate, String> {
     })
 }
 
+/// Runs a comparison's runs one after another, each run's policies together so they share
+/// the moment's conditions, notes how late the machine kept each run, and runs a late one
+/// again (up to `MAX_RE_RUNS` times) in new labs.
+struct Driver {
+    all: Arc<RwLock<HashMap<ComparisonId, Comparison>>>,
+    id: ComparisonId,
+    scenario: Scenario,
+    burst: usize,
+    /// In the order of the comparison's columns, with each column's settings.
+    labs: Vec<Arc<Lab>>,
+    settings: Vec<(PolicyUpdate, DownstreamUpdate)>,
+    producer: Producer,
+    store: Store,
+    late: RunLateness,
+    late_threshold_ms: f64,
+    make_lab: MakeLab,
+}
+
+/// How often the driver's clock ticks while a run goes: each tick's lateness is how long the
+/// machine kept it waiting.
+const TICK_MS: u64 = 10;
+/// Longest a run may take before the next one starts anyway (a lab deleted mid-run never
+/// drains).
+const RUN_PATIENCE: Duration = Duration::from_secs(600);
+
+impl Driver {
+    async fn drive(mut self) {
+        let Some(runs) = self.comparison().map(|c| c.runs) else { return };
+        for run in 0..runs {
+            let mut attempt = 0;
+            loop {
+                let Some(comparison) = self.comparison() else { return };
+                let ours: Vec<usize> = comparison
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| (c.run, c.attempt) == (run, attempt))
+                    .map(|(i, _)| i)
+                    .collect();
+                self.play_run(&ours, (run, attempt)).await;
+                let late = self.lateness(&ours, (run, attempt));
+                if late.is_none_or(|late| late <= self.late_threshold_ms) || attempt == MAX_RE_RUNS {
+                    break;
+                }
+                tracing::info!(comparison = %self.id, run, attempt, late, "a comparison's run ran late; running it again");
+                if !self.again(&ours, run, attempt + 1).await {
+                    break;
+                }
+                attempt += 1;
+            }
+        }
+    }
+
+    /// Starts the columns `ours` (one attempt of one run) together and waits until all have
+    /// finished, ticking the clock whose lateness is the machine's.
+    async fn play_run(&self, ours: &[usize], key: (u32, u32)) {
+        let started = {
+            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
+            let Some(saved) = all.get_mut(&self.id) else { return };
+            for &i in ours {
+                saved.columns[i].started_ms = self.labs[i].now_ms();
+                saved.columns[i].waiting = false;
+            }
+            saved.clone()
+        };
+        if let Err(e) = save(&self.store, &started).await {
+            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's run start");
+        }
+        let script = self.scenario.script(self.burst);
+        for &i in ours {
+            let (lab, producer) = (self.labs[i].clone(), self.producer.clone());
+            tokio::spawn(play(lab, producer, script.clone(), (self.late.clone(), key)));
+        }
+        let begun = tokio::time::Instant::now();
+        let mut due = begun;
+        let mut tick = 0u64;
+        loop {
+            due += Duration::from_millis(TICK_MS);
+            tokio::time::sleep_until(due).await;
+            record(&self.late, key, due.elapsed().as_secs_f64() * 1000.0);
+            tick += 1;
+            // A busy machine may fall behind by more than a tick: catch up, not burst.
+            if due.elapsed() > Duration::from_millis(TICK_MS) {
+                due = tokio::time::Instant::now();
+            }
+            if !tick.is_multiple_of(10) {
+                continue;
+            }
+            if ours.iter().all(|&i| self.done(&started.columns[i], &self.labs[i])) {
+                break;
+            }
+            if begun.elapsed() > RUN_PATIENCE {
+                tracing::warn!(comparison = %self.id, run = key.0, "a comparison's run did not finish in time; going on");
+                break;
+            }
+        }
+    }
+
+    /// How late the machine kept one attempt of a run: its ticks and steps, and its labs'
+    /// traffic arrivals (p99, ms).
+    fn lateness(&self, ours: &[usize], key: (u32, u32)) -> Option<f64> {
+        let ticks = self.late.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(Lateness::p99_ms);
+        ours.iter().filter_map(|&i| self.labs[i].traffic_view().late_ms_p99).chain(ticks).reduce(f64::max)
+    }
+
+    /// Sets up new labs for the columns `ours` as attempt `attempt` of `run`, waiting; false
+    /// when the server cannot make them (the late run is then left out).
+    async fn again(&mut self, ours: &[usize], run: u32, attempt: u32) -> bool {
+        let mut made = Vec::new();
+        for &i in ours {
+            let Ok(lab) = (self.make_lab)() else { return false };
+            let (policy, downstream) = self.settings[i].clone();
+            if lab.set_policy(&policy).is_err() || lab.set_downstream(&downstream).is_err() {
+                return false;
+            }
+            if lab.persisted().await.is_err() {
+                return false;
+            }
+            made.push((i, lab, (policy, downstream)));
+        }
+        let saved = {
+            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
+            let Some(saved) = all.get_mut(&self.id) else { return false };
+            for (i, lab, settings) in made {
+                let policy = saved.columns[i].policy.clone();
+                saved.columns.push(Column {
+                    policy,
+                    run,
+                    lab: lab.id,
+                    started_ms: lab.now_ms(),
+                    waiting: true,
+                    attempt,
+                });
+                self.labs.push(lab);
+                self.settings.push(settings);
+            }
+            saved.clone()
+        };
+        if let Err(e) = save(&self.store, &saved).await {
+            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's re-run");
+        }
+        true
+    }
+
+    fn comparison(&self) -> Option<Comparison> {
+        self.all.read().unwrap_or_else(|p| p.into_inner()).get(&self.id).cloned()
+    }
+
+    fn done(&self, column: &Column, lab: &Lab) -> bool {
+        let figures = lab
+            .read(|record, letters, counters| report::figures(record, letters, counters, column.started_ms));
+        column_done(self.scenario, self.burst, column, lab, &figures)
+    }
+}
+
+fn record(late: &RunLateness, key: (u32, u32), behind_ms: f64) {
+    late.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().record(behind_ms);
+}
+
 /// Plays the scenario's script in one lab: bursts, traffic and downstream changes at their
 /// times, noting how late each step came against its plan.
-async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, late: Arc<Mutex<Lateness>>) {
+async fn play(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, (late, key): (RunLateness, (u32, u32))) {
     let start = tokio::time::Instant::now();
     for step in script {
         let due = start + Duration::from_millis(step.at_ms());
         tokio::time::sleep_until(due).await;
         let behind = due.elapsed().as_secs_f64() * 1000.0;
-        late.lock().unwrap_or_else(|p| p.into_inner()).record(behind);
+        record(&late, key, behind);
         match step {
             Step::Traffic { update, .. } => match lab.set_traffic(&update) {
                 Ok(_) => producer.drive_traffic(&lab),
@@ -575,34 +932,6 @@ async fn run(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, late: Arc<Mut
 mod tests {
     use super::*;
 
-    fn summary(policy: &str, row: &str, (median, min, max): (f64, f64, f64)) -> PolicySummary {
-        let figures = HashMap::from([(row.to_owned(), Spread { median, min, max })]);
-        PolicySummary { policy: policy.into(), runs: 3, figures }
-    }
-
-    #[test]
-    fn best_only_beyond_the_spread_and_ties_when_the_ranges_overlap() {
-        // Fewer requests is better. "a" beats "b" beyond both ranges: best alone.
-        let clear =
-            [summary("a", "requests", (100.0, 90.0, 110.0)), summary("b", "requests", (150.0, 120.0, 170.0))];
-        assert_eq!(best(&clear)["requests"], ["a"]);
-        // "a" has the better median, but "b"'s best run is within "a"'s range: a tie.
-        let overlap =
-            [summary("a", "requests", (100.0, 90.0, 130.0)), summary("b", "requests", (140.0, 120.0, 170.0))];
-        assert_eq!(best(&overlap)["requests"], ["a", "b"]);
-        // More delivered is better: the same rule the other way round.
-        let more =
-            [summary("a", "delivered", (80.0, 70.0, 85.0)), summary("b", "delivered", (95.0, 90.0, 99.0))];
-        assert_eq!(best(&more)["delivered"], ["b"]);
-        // One run each: a range is a point, so only equal values tie.
-        let points = [
-            summary("a", "wasted", (3.0, 3.0, 3.0)),
-            summary("b", "wasted", (3.0, 3.0, 3.0)),
-            summary("c", "wasted", (4.0, 4.0, 4.0)),
-        ];
-        assert_eq!(best(&points)["wasted"], ["a", "b"]);
-    }
-
     #[test]
     fn the_first_run_keeps_the_seed_and_the_others_differ() {
         assert_eq!(run_seed(7, 0), 7);
@@ -610,56 +939,100 @@ mod tests {
         assert_eq!(seeds.len(), 5);
     }
 
-    fn column(policy: &str, drain_ms: u64, requests: u64) -> ColumnReport {
+    fn column(policy: &str, run: u32, requests: u64, delivered: u64) -> ColumnReport {
         ColumnReport {
             policy: policy.into(),
-            run: 0,
+            run,
+            attempt: 0,
             lab: String::new(),
             lab_url: String::new(),
             started_ms: 0,
+            waiting: false,
             done: true,
             gone: false,
-            figures: Figures { drain_ms: Some(drain_ms), requests, ..Default::default() },
+            interrupted: false,
+            figures: Figures {
+                drain_ms: Some(1_000),
+                requests,
+                delivered,
+                messages: 20,
+                ..Default::default()
+            },
         }
     }
 
-    #[test]
-    fn a_best_within_the_tolerance_of_another_is_a_tie() {
-        // A 3 ms difference in a 2 s drain is a tie; 300 requests against 400 is not.
-        let columns = [column("none", 2_000, 300), column("full", 2_003, 400), column("equal", 2_600, 300)];
-        let best = best(&summaries(&columns));
-        assert_eq!(best["drain_ms"], ["none", "full"]);
-        assert_eq!(best["requests"], ["none", "equal"]);
-        let close = [column("a", 1_000, 300), column("b", 1_040, 310)];
-        let best = super::best(&summaries(&close));
-        assert_eq!((best["drain_ms"].len(), best["requests"].len()), (2, 2), "the same for all: {best:?}");
+    fn reports(columns: &[ColumnReport]) -> Vec<PolicyReport> {
+        policy_reports(columns, |c| c.run != 9, |_| None, |f| Scenario::Outage.has_figure(f))
     }
 
     #[test]
-    fn a_policy_over_its_runs_has_the_median_and_range_of_every_row_and_cause() {
-        let run = |policy: &str, requests: u64, timed_out: u64| {
-            let mut c = column(policy, 1_000, requests);
-            c.figures.messages = 20;
+    fn a_policy_over_its_runs_has_the_median_and_range_of_every_figure_and_cause() {
+        let run = |policy: &str, run: u32, requests: u64, timed_out: u64| {
+            let mut c = column(policy, run, requests, 20);
             if timed_out > 0 {
                 c.figures.dead_letter_by_cause.insert("time_budget".into(), timed_out);
             }
             c
         };
-        let columns = [run("a", 30, 2), run("a", 50, 0), run("a", 40, 5), run("b", 25, 0)];
-        let summaries = summaries(&columns);
-        let a = &summaries[0].figures;
-        assert_eq!(a["requests"], Spread { median: 40.0, min: 30.0, max: 50.0 });
-        assert_eq!(a["messages"], Spread { median: 20.0, min: 20.0, max: 20.0 });
-        assert_eq!(a["dead_letter_by_cause.time_budget"], Spread { median: 2.0, min: 0.0, max: 5.0 });
+        let columns = [run("a", 0, 30, 2), run("a", 1, 50, 0), run("a", 2, 40, 5), run("b", 0, 25, 0)];
+        let reports = reports(&columns);
+        let a = &reports[0];
+        assert_eq!((a.median["requests"], a.range["requests"]), (40.0, [30.0, 50.0]));
+        assert_eq!((a.median["messages"], a.range["messages"]), (20.0, [20.0, 20.0]));
+        assert_eq!(a.range["dead_letter_by_cause.time_budget"], [0.0, 5.0]);
+        assert_eq!(a.runs.iter().map(|r| r.run).collect::<Vec<_>>(), [0, 1, 2]);
         // A cause only another policy had is 0 in each run of this one.
-        let b = &summaries[1].figures;
-        assert_eq!(b["dead_letter_by_cause.time_budget"], Spread { median: 0.0, min: 0.0, max: 0.0 });
-        assert!(!best(&summaries).contains_key("messages"), "nobody is best on how many messages there were");
+        assert_eq!(reports[1].range["dead_letter_by_cause.time_budget"], [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_run_left_out_counts_in_no_median_and_no_verdict() {
+        // Run 9 stands for a run the machine kept late.
+        let columns = [column("a", 0, 30, 10), column("a", 9, 900, 10), column("b", 0, 40, 10)];
+        let reports = reports(&columns);
+        assert_eq!(reports[0].range["requests"], [30.0, 30.0]);
+        assert!(!reports[0].runs[1].valid && reports[0].runs[0].valid);
+        let key = [("requests", true)];
+        let samples = samples(&key, &columns, |c| c.run != 9);
+        assert_eq!(samples[0][0].values, [Some(30.0)]);
+    }
+
+    #[test]
+    fn the_same_for_all_only_when_every_run_of_every_policy_agrees() {
+        // Every run delivered 10: the same for all. Requests agree in medians only: not.
+        let columns = [
+            column("a", 0, 30, 10),
+            column("a", 1, 34, 10),
+            column("a", 2, 32, 10),
+            column("b", 0, 32, 10),
+            column("b", 1, 32, 10),
+            column("b", 2, 32, 10),
+        ];
+        let same = same_for_all(&reports(&columns));
+        assert!(same.contains(&"delivered".to_owned()), "{same:?}");
+        assert!(!same.contains(&"requests".to_owned()), "medians 32 and 32 over different runs: {same:?}");
+        // 95 delivered against 100 is no tie, however close.
+        let close = [column("a", 0, 30, 95), column("b", 0, 30, 100)];
+        assert!(!same_for_all(&reports(&close)).contains(&"delivered".to_owned()));
+        // A figure the scenario cannot have (no 429s on an outage) is no row at all, let alone
+        // the same for all.
+        let reports = reports(&close);
+        assert!(!reports[0].median.contains_key("throttled"));
+        assert!(!same_for_all(&reports).contains(&"throttled".to_owned()));
     }
 
     #[test]
     fn a_name_used_twice_is_found() {
         assert_eq!(duplicate_name(["none", "full", "none"]), Some("none"));
         assert_eq!(duplicate_name(["none", "full"]), None);
+    }
+
+    #[test]
+    fn the_default_runs_are_the_fewest_the_test_can_decide_on() {
+        assert_eq!(default_runs(Scenario::Overload, 2), 4);
+        assert_eq!(default_runs(Scenario::Metastable, 2), 4);
+        assert_eq!(default_runs(Scenario::Flaky, 2), 5);
+        assert_eq!(default_runs(Scenario::Overload, 5), 6);
+        assert!(default_runs(Scenario::Outage, 5) <= Limits::default().max_compare_runs);
     }
 }

@@ -187,6 +187,34 @@ impl Scenario {
         }
     }
 
+    /// The figures a comparison on this scenario is judged on, in order, with `true` when less
+    /// is better: the one question the scenario asks. A second figure is judged only among the
+    /// policies the first left (see `verdict`).
+    pub fn key_figures(self) -> &'static [(&'static str, bool)] {
+        match self {
+            // Did the endpoint recover once the slowdown ended?
+            Scenario::Metastable => &[("goodput_after_trigger", false)],
+            // What did each delivered message cost the overloaded endpoint?
+            Scenario::Overload => &[("requests_per_delivered", true)],
+            // How soon was everything settled, without giving messages up to get there?
+            Scenario::Outage => &[("dead_letter", true), ("drain_ms", true)],
+            // How often did the client knock on a door that said "not now"?
+            Scenario::Throttled => &[("throttled_per_delivered", true)],
+            // Were the messages delivered, and at what cost?
+            Scenario::Flaky => &[("delivered", false), ("requests_per_delivered", true)],
+        }
+    }
+
+    /// Whether the scenario can have this figure at all: only a rate-limited downstream
+    /// answers 429, and only a scenario with a trigger has goodput after it.
+    pub fn has_figure(self, figure: &str) -> bool {
+        match figure {
+            "throttled" | "throttled_per_delivered" => self == Scenario::Throttled,
+            "goodput_after_trigger" => self == Scenario::Metastable,
+            _ => true,
+        }
+    }
+
     /// Whether its load is steady traffic rather than a burst (then `burst` is not used).
     pub fn has_traffic(self) -> bool {
         self.script(1).iter().any(|s| matches!(s, Step::Traffic { .. }))

@@ -61,9 +61,29 @@ pub fn smallest_p(n: usize) -> f64 {
     2.0 / choose(2 * n, n) as f64
 }
 
-/// The fewest runs per group with which the test can reach `ALPHA`.
-pub fn runs_needed() -> usize {
-    (1..).find(|&n| smallest_p(n) < ALPHA).unwrap()
+/// The fewest runs per group with which the test can reach `level`: with two policies and one
+/// figure, `ALPHA`; with more, the level Holm's first step asks of the smallest p-value.
+pub fn runs_needed(level: f64) -> usize {
+    (1..).find(|&n| smallest_p(n) < level).unwrap()
+}
+
+/// Holm's step-down correction (Holm 1979, "A simple sequentially rejective multiple test
+/// procedure", Scand. J. Statist. 6(2)): with `m` p-values sorted ascending, the i-th (from 0)
+/// is rejected when it and every one before it is below `level / (m - i)`. Returns, in the
+/// order given, whether each is rejected. It keeps the chance of any false rejection at or
+/// below `level`, whatever the tests' dependence.
+pub fn holm(p_values: &[f64], level: f64) -> Vec<bool> {
+    let m = p_values.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| p_values[i].total_cmp(&p_values[j]));
+    let mut rejected = vec![false; m];
+    for (step, &i) in order.iter().enumerate() {
+        if p_values[i] >= level / (m - step) as f64 {
+            break;
+        }
+        rejected[i] = true;
+    }
+    rejected
 }
 
 /// Ranks from 1, ties sharing the mean of the ranks they span.
@@ -143,9 +163,22 @@ mod tests {
     }
 
     #[test]
+    fn holm_steps_down_and_stops_at_the_first_p_it_keeps() {
+        // Three tests at 0.05: 0.01 < 0.05/3, 0.02 < 0.05/2, 0.04 < 0.05: all rejected.
+        assert_eq!(holm(&[0.04, 0.01, 0.02], ALPHA), [true, true, true]);
+        // 0.03 is not below 0.05/2: it and everything after it are kept.
+        assert_eq!(holm(&[0.01, 0.03, 0.04], ALPHA), [true, false, false]);
+        // One test: the level itself; the smallest p with four runs a side passes it.
+        assert_eq!(holm(&[smallest_p(4)], ALPHA), [true]);
+        assert_eq!(holm(&[smallest_p(4); 2], ALPHA), [false, false]);
+    }
+
+    #[test]
     fn four_runs_a_group_is_the_fewest_that_can_decide() {
         assert!(smallest_p(3) > ALPHA && smallest_p(4) < ALPHA);
-        assert_eq!(runs_needed(), 4);
+        assert_eq!(runs_needed(ALPHA), 4);
+        // Five policies (ten pairs) on two figures: 0.05 / 20 needs six (2 / 924 = 0.0022).
+        assert_eq!(runs_needed(ALPHA / 20.0), 6);
         assert_eq!(mann_whitney(&[], &[1.0]), None);
     }
 }

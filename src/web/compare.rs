@@ -13,7 +13,11 @@ use super::AppState;
 use super::error::{AppError, Problem};
 use super::pages::NotFoundPage;
 use super::responses::{JsonBodyErrors, StoreErrors};
-use crate::compare::{ComparisonId, ComparisonReport, ComparisonRequest, PRESETS, Refusal, SCENARIOS};
+use std::sync::Arc;
+
+use crate::compare::{
+    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, PRESETS, Refusal, SCENARIOS,
+};
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
 #[utoipa::path(
@@ -35,21 +39,26 @@ pub async fn create(
 ) -> Result<Response, AppError> {
     let Json(request) = payload?;
     let parts = (&app.labs, &app.producer, &app.store);
-    let comparison = app.comparisons.start(request, parts, &app.limits).await.map_err(|r| match r {
-        Refusal::Invalid(detail) => AppError::Unprocessable(detail),
-        Refusal::Storage => AppError::Unavailable {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            retry_after_s: 1,
-            detail: "the store could not keep the comparison's labs: nothing was started; try again shortly"
-                .into(),
-        },
-        Refusal::Limit { limit: "max_labs", detail } => {
-            AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
-        }
-        Refusal::Limit { limit, detail } => {
-            AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
-        }
-    })?;
+    // A run the machine kept late is run again in labs made as any other.
+    let maker = app.clone();
+    let make_lab: MakeLab = Arc::new(move || maker.labs.create());
+    let comparison =
+        app.comparisons.start(request, parts, &app.limits, make_lab).await.map_err(|r| match r {
+            Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+            Refusal::Storage => AppError::Unavailable {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_s: 1,
+                detail:
+                    "the store could not keep the comparison's labs: nothing was started; try again shortly"
+                        .into(),
+            },
+            Refusal::Limit { limit: "max_labs", detail } => {
+                AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
+            }
+            Refusal::Limit { limit, detail } => {
+                AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
+            }
+        })?;
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
