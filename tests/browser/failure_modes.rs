@@ -636,11 +636,14 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
     assert!(following.as_str().unwrap().ends_with("following"), "{following}");
     let sent = server.snapshot(&lab).await["traffic"]["sent"].as_u64().unwrap();
     assert!(sent >= 600, "20 s at 40/s: {sent}");
-    // The newest row is on screen, the first is not.
-    let seen = page
-        .eval("(() => { const ids = [...document.querySelectorAll('.tl-row[data-message-id]')].map(r => Number(r.dataset.messageId)); return [Math.min(...ids), Math.max(...ids)]; })()")
-        .await
-        .unwrap();
+    // The newest row is on screen, the first is not: read once the scroll that following asks
+    // for has landed (it comes in a frame after the flag; a loaded run read the rows before it).
+    let seen = wait_for(
+        &page,
+        "the rows to scroll down to the newest",
+        "(() => { const ids = [...document.querySelectorAll('.tl-row[data-message-id]')].map(r => Number(r.dataset.messageId)); return ids.length && Math.min(...ids) > 1 && [Math.min(...ids), Math.max(...ids)]; })()",
+    )
+    .await;
     assert!(seen[0].as_u64().unwrap() > 1, "scrolled down to the newest rows: {seen}");
     // The newest row the page drew is inside the view, below the axis, and it is (near) the
     // newest message the page holds.
