@@ -109,6 +109,8 @@ impl ClaimId {
 /// Whether the run bore a claim out; `Pending` until the run's messages have settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+// Its own name in the OpenAPI description: the callers' card has a `Verdict` too.
+#[schema(as = ClaimVerdict)]
 pub enum Verdict {
     Pending,
     Holds,

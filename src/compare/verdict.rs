@@ -18,6 +18,8 @@ use super::stats::{self, ALPHA};
 
 /// The outcome of judging a comparison's policies on its key figures.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+// Its own name in the OpenAPI description: the callers' card has a `Verdict` too.
+#[schema(as = ComparisonVerdict)]
 pub struct Verdict {
     /// The key figure the verdict rests on: the last one on which a policy was judged worse.
     /// `None` when there is no verdict.

@@ -194,6 +194,22 @@ async fn the_openapi_description_matches_the_routes_and_the_snapshot() {
 }
 
 #[tokio::test]
+async fn three_kinds_of_verdict_keep_three_names_in_the_description() {
+    // The callers' card, a claim and a comparison each have a `Verdict`; under one name the
+    // description kept only the last, and a card's verdicts broke their own schema.
+    let app = TestApp::spawn().await;
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let schemas = &spec["components"]["schemas"];
+    let values = |name: &str| -> Vec<Value> { schemas[name]["enum"].as_array().cloned().unwrap_or_default() };
+    assert!(values("Verdict").contains(&Value::from("not_seen")), "{}", schemas["Verdict"]);
+    assert!(values("ClaimVerdict").contains(&Value::from("pending")), "{}", schemas["ClaimVerdict"]);
+    assert_eq!(schemas["ComparisonVerdict"]["type"], "object", "{}", schemas["ComparisonVerdict"]);
+    let card = &schemas["Check"]["properties"]["verdict"];
+    assert_eq!(card["$ref"], "#/components/schemas/Verdict", "a card's check names its verdict: {card}");
+}
+
+#[tokio::test]
 async fn behind_a_proxy_each_client_has_its_own_bucket() {
     let limits = Limits { control_rate_per_s: 1, control_burst: 1, ..Default::default() };
     let mut config = crate::helpers::config(limits, Default::default());
