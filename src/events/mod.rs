@@ -311,10 +311,6 @@ impl EventLog {
         self.window_bytes
     }
 
-    pub fn is_window_empty(&self) -> bool {
-        self.window.is_empty()
-    }
-
     /// Lets go of every event kept for resumes, and of the broadcast if no one listens: a
     /// resume from before now starts from a snapshot. After a reset, or once an unwatched lab
     /// has been quiet for a while, the window is memory no page will ask for.
@@ -390,7 +386,7 @@ mod tests {
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.is_empty()));
         drop(listener);
         log.forget_window();
-        assert!(log.sender.is_none() && log.is_window_empty() && log.window_bytes == 0);
+        assert!(log.sender.is_none() && log.window.is_empty() && log.window_bytes == 0);
         publish_n(&mut log, 1);
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.len() == 1));
     }

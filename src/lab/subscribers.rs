@@ -66,18 +66,15 @@ impl Lab {
 
     /// Lets go of the events kept for resumes when no page watches and the lab has published
     /// nothing for `retention.idle_event_window_ms`: an idle lab then costs what an empty one
-    /// does. Returns whether it let go.
-    pub fn rest_event_window(&self, now_unix_ms: u64) -> bool {
+    /// does.
+    pub fn rest_event_window(&self, now_unix_ms: u64) {
         if self.has_subscribers() {
-            return false;
+            return;
         }
         let mut state = self.lock();
-        let quiet = now_unix_ms.saturating_sub(state.active_unix_ms) >= self.retention.idle_event_window_ms;
-        if quiet && !state.log.is_window_empty() {
+        if now_unix_ms.saturating_sub(state.active_unix_ms) >= self.retention.idle_event_window_ms {
             state.log.forget_window();
-            return true;
         }
-        false
     }
 
     /// Whether the lab may be deleted to make room or for being idle: nobody watches it, it
