@@ -11,6 +11,7 @@
 //! against their schedule says how busy the machine was: a run later than its threshold
 //! (`LATE_RUN_MS` unless the request names another) is left out and reported.
 
+pub mod presets;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -31,7 +32,7 @@ use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
 pub use report::{Figures, ROWS};
-pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
+pub use scenario::{SCENARIOS, Scenario, Step};
 pub use verdict::Verdict;
 
 /// Most policies in one comparison.
@@ -82,7 +83,7 @@ impl PolicyChoice {
     /// The policy update this choice makes over the scenario's base policy.
     fn changes(&self) -> Result<PolicyUpdate, String> {
         match self {
-            PolicyChoice::Preset(name) => scenario::preset(name),
+            PolicyChoice::Preset(name) => presets::changes(name),
             PolicyChoice::Custom { policy, .. } => parse_policy(policy.clone()),
         }
     }

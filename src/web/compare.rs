@@ -16,7 +16,7 @@ use super::responses::{JsonBodyErrors, StoreErrors};
 use std::sync::Arc;
 
 use crate::compare::{
-    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, PRESETS, Refusal, SCENARIOS,
+    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, Refusal, SCENARIOS, presets,
 };
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
@@ -112,9 +112,14 @@ struct ComparePage {
     presets: Vec<(&'static str, &'static str)>,
 }
 
+/// Each preset's name and what it is, for the form's choices.
+fn preset_choices() -> Vec<(&'static str, &'static str)> {
+    presets::all().iter().map(|p| (p.name.as_str(), p.what.as_str())).collect()
+}
+
 /// `GET /compare`: choose a scenario and policies, and start.
 pub async fn form() -> Response {
-    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: PRESETS.to_vec() }
+    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: preset_choices() }
         .into_response()
 }
 
@@ -130,7 +135,7 @@ pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Resul
     Ok(ComparePage {
         comparison_id: id.to_string(),
         scenarios: SCENARIOS.to_vec(),
-        presets: PRESETS.to_vec(),
+        presets: preset_choices(),
     }
     .into_response())
 }

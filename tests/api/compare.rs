@@ -274,7 +274,7 @@ async fn the_command_line_prints_the_comparison_as_json() {
         .output()
         .unwrap();
     assert!(!unknown.status.success());
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, none, full"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, no-jitter, full-jitter"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,4 +578,27 @@ async fn the_comparison_document_is_what_its_openapi_schema_describes() {
     let mut errors = Vec::new();
     breaks(&spec, schema, &strayed, "", &mut errors);
     assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+/// The comparison's presets are the lab's (static/policy-presets.json): an old name is an alias
+/// of its new one, and `breaker-fail-fast` is the breaker the metastable tests end the failure
+/// with, setting for setting.
+#[tokio::test]
+async fn presets_are_the_labs_and_old_names_are_aliases() {
+    let app = TestApp::spawn().await;
+    let body = json!({"scenario": "flaky", "burst": 5, "seed": 1, "runs": 1, "policies": ["none", "no-jitter", "breaker-fail-fast", "budget"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let report = finished(&app, created["id"].as_str().unwrap()).await;
+    let settings = |name: &str| -> Value {
+        let policies = report["policies"].as_array().unwrap();
+        policies.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no {name}: {report}"))["policy"]
+            .clone()
+    };
+    assert_eq!(settings("none"), settings("no-jitter"));
+    assert_eq!(settings("none")["jitter"], "none");
+    let lab: Value = serde_json::from_str(crate::metastable::BREAKER_GIVING_UP).unwrap();
+    assert_eq!(settings("breaker-fail-fast")["breaker"], lab["breaker"]);
+    let lab: Value = serde_json::from_str(crate::metastable::BUDGET).unwrap();
+    assert_eq!(settings("budget")["retry_budget"], lab["retry_budget"]);
 }

@@ -32,12 +32,23 @@ struct Step {
     from_ms: u64,
 }
 
+/// The policy a step sets, as the page makes it: its own `policy` with what its named policy
+/// `preset` changes written over it (the table the comparison uses too).
+fn step_policy(step: &Value) -> Option<Value> {
+    let Some(name) = step["preset"].as_str() else { return step.get("policy").cloned() };
+    let preset = retrylab::compare::presets::find(name).unwrap_or_else(|| panic!("no policy preset {name}"));
+    let mut policy = step.get("policy").cloned().unwrap_or_else(|| json!({}));
+    for (field, value) in preset.policy.as_object().unwrap() {
+        policy[field] = value.clone();
+    }
+    Some(policy)
+}
+
 /// Applies one step as the page does: the policy (with the test's seed), each downstream
 /// update in order, then the burst.
 async fn apply(app: &TestApp, lab: &str, step: &Value) -> Step {
     let from_ms = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
-    if let Some(policy) = step.get("policy") {
-        let mut policy = policy.clone();
+    if let Some(mut policy) = step_policy(step) {
         policy["seed"] = json!(SEED);
         app.put(lab, "policy", &policy.to_string()).await;
     }
@@ -152,7 +163,7 @@ fn causes(snapshot: &Value, step: &Step) -> Vec<String> {
 #[test]
 fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prove() {
     let preset = preset("metastable");
-    let policy = &preset["policy"];
+    let policy = &step_policy(&preset).unwrap();
     assert_eq!(
         (
             &policy["jitter"],
@@ -182,11 +193,11 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     says(&preset, "the first one below does not end it, the second does");
     let policy_of = |fix: &str| -> Value { serde_json::from_str(fix).unwrap() };
     let budget = &preset["then"][0];
-    assert_eq!(budget["policy"], policy_of(metastable::BUDGET));
+    assert_eq!(step_policy(budget).unwrap(), policy_of(metastable::BUDGET));
     says(budget, "within a few seconds the goodput line is back on the offered line");
     // metastable_a_breaker_that_retries_what_it_refused_does_not_end_it
     let breaker = &preset["then"][1];
-    assert_eq!(breaker["policy"], policy_of(metastable::BREAKER_RETRYING));
+    assert_eq!(step_policy(breaker).unwrap(), policy_of(metastable::BREAKER_RETRYING));
     says(breaker, "Five failures in a row open the breaker, and for 4 s it refuses every attempt");
     says(breaker, "its probe succeeds");
     says(breaker, "more requests in a second than the 8 workers can do, and within 2 s it opens again");
@@ -194,7 +205,7 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     // metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it, and clicked late in the
     // retrying breaker's open spell, metastable_failing_fast_late_in_the_retrying_breakers_open_spell_still_opens_once
     let failing_fast = &preset["then"][2];
-    assert_eq!(failing_fast["policy"], policy_of(metastable::BREAKER_GIVING_UP));
+    assert_eq!(step_policy(failing_fast).unwrap(), policy_of(metastable::BREAKER_GIVING_UP));
     says(failing_fast, "goes to the dead-letter queue (circuit_open)");
     says(failing_fast, "It opens once, and every message it meets in its 4 s is dead-lettered");
     says(failing_fast, "within a few seconds the goodput line is back on the offered line");

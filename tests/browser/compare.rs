@@ -93,7 +93,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     page.navigate(&server.url("/compare")).await;
 
     // One policy is not a comparison: the page says so and stays.
-    fill_form(&page, "overload", &["none"], ("", ""), 20).await;
+    fill_form(&page, "overload", &["no-jitter"], ("", ""), 20).await;
     let count = page.eval("document.querySelector('[data-policy-count]').textContent").await.unwrap();
     assert_eq!(count, "1 chosen: choose at least 2");
     page.click("[data-start]").await;
@@ -101,7 +101,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     assert!(error.contains("2 to 5"), "{error}");
 
     // A custom policy the server cannot use: its refusal, in its words, under the form.
-    fill_form(&page, "overload", &["none"], ("mine", r#"{"jitter": "sideways"}"#), 20).await;
+    fill_form(&page, "overload", &["no-jitter"], ("mine", r#"{"jitter": "sideways"}"#), 20).await;
     page.click("[data-start]").await;
     let error = form_error(&page).await;
     assert!(error.starts_with("Not started: ") && error.contains("mine"), "{error}");
@@ -109,7 +109,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     page.screenshot("compare-form-refused-1280").await;
 
     // Two presets, a small overload: started, and on the comparison's own address.
-    fill_form(&page, "overload", &["none", "full"], ("", ""), 20).await;
+    fill_form(&page, "overload", &["no-jitter", "full-jitter"], ("", ""), 20).await;
     page.click("[data-start]").await;
     let path = wait_for_navigation(
         &page,
@@ -126,7 +126,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     let charts = page.eval(CHARTS).await.unwrap();
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!(report["done"], true, "{report}");
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         let shown = &table[policy]["values"];
         // The run's last try (the machine may have kept the first late, and it ran again).
         let columns = report["columns"].as_array().unwrap();
@@ -159,7 +159,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     // One run is one sample: no verdict, no cell crowned, and the page says how many runs a
     // verdict needs and which test it would take.
     assert_eq!(report["verdict"]["best"], json!([]), "{}", report["verdict"]);
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         assert_eq!(table[policy]["best"], json!([]), "{policy} is marked best on nothing");
     }
     let verdict = page.eval("document.querySelector('[data-verdict]').textContent").await.unwrap();
@@ -182,7 +182,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
         .unwrap();
     // One run each: a column per policy, linking to its run's last try.
     let all = report["columns"].as_array().unwrap();
-    let labs: Vec<Value> = ["none", "full"]
+    let labs: Vec<Value> = ["no-jitter", "full-jitter"]
         .iter()
         .map(|p| all.iter().rfind(|c| c["policy"] == *p).unwrap()["lab_url"].clone())
         .collect();
@@ -206,7 +206,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     // The counts are settled for good once done (measured times may still move by a few ms
     // as the server re-measures them).
     let reopened = page.eval(TABLE).await.unwrap();
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         for row in ["messages", "requests", "delivered", "dead_letter", "applied_twice"] {
             let (then, now) = (&table[policy]["values"][row], &reopened[policy]["values"][row]);
             assert_eq!(then, now, "{policy} {row} reopened");
@@ -239,7 +239,7 @@ async fn one_policy_is_one_chosen_and_the_table_says_it_scrolls_on_a_phone() {
     let page = browser.page().await;
     page.set_viewport(375, 812).await;
     page.navigate(&server.url("/compare")).await;
-    fill_form(&page, "flaky", &["none"], ("", ""), 5).await;
+    fill_form(&page, "flaky", &["no-jitter"], ("", ""), 5).await;
     page.click("[data-start]").await;
     let error = form_error(&page).await;
     assert!(error.contains("1 is chosen"), "{error}");
