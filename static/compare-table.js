@@ -116,6 +116,37 @@ export function createTable(table, hint) {
     }));
   }
 
+  /**
+   * "open in a lab": a new lab with this policy (as its first run's lab held it) and the
+   * scenario's endpoint, ready for a burst or traffic; the page goes there.
+   */
+  function openInLab(comparison, policy) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'secondary small';
+    button.dataset.openInLab = policy;
+    button.textContent = 'open in a lab';
+    button.title = `A new lab with ${policy} and this scenario's endpoint, ready to run`;
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      try {
+        const res = await fetch(`/api/comparisons/${comparison}/labs`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
+          body: JSON.stringify({ policy }),
+        });
+        const body = await res.json();
+        if (!res.ok) throw new Error(body.detail ?? res.statusText);
+        location.assign(body.url);
+      } catch (err) {
+        button.disabled = false;
+        button.textContent = 'open in a lab (failed: try again)';
+        button.title = err.message;
+      }
+    });
+    return button;
+  }
+
   function build(report, shown, columns) {
     const head = document.createElement('tr');
     const corner = document.createElement('th');
@@ -173,7 +204,7 @@ export function createTable(table, hint) {
         pre.dataset.settings = '';
         pre.textContent = JSON.stringify(settings, null, 1);
         details.append(summary, pre);
-        th.append(details);
+        th.append(details, openInLab(report.id, column.policy));
       }
       head.append(th);
     }

@@ -550,3 +550,54 @@ pub(crate) async fn start_comparison(server: &Server, body: &Value) -> String {
         .unwrap();
     created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned()
 }
+
+/// "open in a lab" under a column opens a new lab whose policy is the column's (as the API's
+/// document gives it) and whose endpoint is the scenario's, with nothing sent yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_in_a_lab_opens_a_lab_with_the_columns_policy_and_the_scenarios_endpoint() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let body = json!({"scenario": "overload", "burst": 20, "seed": 5, "runs": 1, "policies": ["no-jitter", "breaker-fail-fast"]});
+    let id = start_comparison(&server, &body).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    let column =
+        report["policies"].as_array().unwrap().iter().find(|p| p["name"] == "breaker-fail-fast").unwrap();
+    let run_lab = report["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["policy"] == "breaker-fail-fast")
+        .unwrap()["lab"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    page.click("[data-open-in-lab='breaker-fail-fast']").await;
+    let path = wait_for_navigation(
+        &page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/labs/') && location.pathname",
+    )
+    .await;
+    let lab = path.as_str().unwrap().trim_start_matches("/labs/").to_owned();
+    assert_ne!(lab, run_lab, "a new lab, not the run's");
+    let snapshot = server.snapshot(&lab).await;
+    let mut policy = snapshot["policy"].clone();
+    policy.as_object_mut().unwrap().remove("bands"); // drawn from the settings, not one of them
+    assert_eq!(policy, column["policy"], "the column's policy, setting for setting");
+    assert_eq!(snapshot["policy"]["breaker"]["refused"], "give_up");
+    let run = server.snapshot(&run_lab).await;
+    for field in ["mode", "capacity", "queue", "latency_ms", "retry_after_s"] {
+        assert_eq!(
+            snapshot["downstream"][field], run["downstream"][field],
+            "the scenario's endpoint: {field}"
+        );
+    }
+    assert_eq!(snapshot["downstream"]["mode"], "overloaded");
+    assert_eq!(snapshot["downstream"]["capacity"], 2, "overload's capacity for a burst of 20");
+    assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
+}
