@@ -248,13 +248,16 @@ export function createTable(table, hint) {
     );
   }
 
-  /** What a column's header says of its runs' progress. */
+  /**
+   * What a column's header says of its runs' progress: settled of the burst, or under steady
+   * traffic (`burst` null) of the messages that have arrived so far.
+   */
   function progressOf(column, burst) {
     const settled = column.labs.reduce((sum, c) => sum + c.figures.delivered + c.figures.dead_letter, 0);
     const done = column.labs.every((c) => c.done);
     if (column.labs.length === 1) {
       const lab = column.labs[0];
-      const of = `${settled} of ${burst} settled`;
+      const of = `${settled} of ${burst ?? lab.figures.messages} settled`;
       return { settled, done, text: lab.gone ? 'lab deleted' : lab.done ? `done: ${of}` : `running: ${of}` };
     }
     // A run tried again (the machine kept its first try late) is still one run.
@@ -322,8 +325,12 @@ export function createTable(table, hint) {
 
     columns.forEach((column, i) => {
       const th = thead.rows[0].cells[i + 1];
-      const { settled, done, text } = progressOf(column, report.burst);
-      th.querySelector('progress').value = Math.min(settled, report.burst * column.labs.length);
+      // Under steady traffic the burst is not used: the messages are those that arrived.
+      const burst = report.scenario === 'metastable' ? null : report.burst;
+      const { settled, done, text } = progressOf(column, burst);
+      const progress = th.querySelector('progress');
+      if (burst == null) progress.max = Math.max(1, column.labs.reduce((sum, c) => sum + c.figures.messages, 0));
+      progress.value = Math.min(settled, progress.max);
       th.dataset.done = String(done);
       th.querySelector('[data-column-state]').textContent = text;
     });

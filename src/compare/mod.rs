@@ -184,6 +184,10 @@ pub struct ComparisonReport {
     /// The figures the verdict is judged on, in the order they are judged: the scenario's one
     /// question.
     pub key_figure: Vec<String>,
+    /// When the scenario's timed change of the endpoint (the outage, the slowdown) starts and
+    /// ends, ms after each run's start; `None` for a scenario without one.
+    #[schema(required = true)]
+    pub trigger_ms: Option<[u64; 2]>,
     /// Every run has finished (or its lab is gone).
     pub done: bool,
     /// One per policy, in the order asked.
@@ -560,6 +564,7 @@ impl Comparisons {
             seed: comparison.seed,
             runs: comparison.runs,
             key_figure: key.iter().map(|(f, _)| (*f).to_owned()).collect(),
+            trigger_ms: scenario.trigger_ms(comparison.burst),
             done,
             same_for_all: if done { same_for_all(&policies) } else { Vec::new() },
             policies,

@@ -208,6 +208,15 @@ impl Scenario {
         self.script(1).iter().any(|s| matches!(s, Step::Traffic { .. }))
     }
 
+    /// When its timed change of the endpoint (the outage, the slowdown) starts and ends, ms
+    /// after the start.
+    pub fn trigger_ms(self, burst: usize) -> Option<[u64; 2]> {
+        self.script(burst).iter().find_map(|s| match s {
+            Step::Downstream { at_ms, update } => update.for_ms.map(|ms| [*at_ms, at_ms + ms]),
+            _ => None,
+        })
+    }
+
     /// When the script's last step ends (a traffic's `for_ms` included), ms after the start.
     pub fn script_ends_ms(self, burst: usize) -> u64 {
         self.script(burst)
@@ -243,6 +252,9 @@ mod tests {
             matches!(&steps[1], Step::Downstream { at_ms: 3_000, update } if update.for_ms == Some(2_000))
         );
         assert_eq!(Scenario::Metastable.script_ends_ms(100), 16_000);
+        assert_eq!(Scenario::Metastable.trigger_ms(100), Some([3_000, 5_000]));
+        assert_eq!(Scenario::Outage.trigger_ms(100), Some([0, 1_500]));
+        assert_eq!(Scenario::Overload.trigger_ms(100), None);
         let caps = crate::domain::TrafficCaps { max_rate_per_s: 5_000.0, max_for_ms: 3_600_000 };
         update.settings(caps, 0).unwrap();
     }

@@ -601,3 +601,93 @@ async fn open_in_a_lab_opens_a_lab_with_the_columns_policy_and_the_scenarios_end
     assert_eq!(snapshot["downstream"]["capacity"], 2, "overload's capacity for a burst of 20");
     assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
 }
+
+/// On a metastable comparison each policy's chart holds the goodput chart: offered load and
+/// goodput per second of its run, equal to its lab's load bins summed per second, the trigger's
+/// start and end marked where the scenario puts them; the policy without protection shows the
+/// collapse (goodput under half of the offered load over the 10 s after the slowdown ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_the_collapse() {
+    let Some(browser) = browser() else { return };
+    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
+    let server = Server::start().await;
+    let body = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000, "policies": ["no-jitter", "budget"]});
+    let id = start_comparison(&server, &body).await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    let started = std::time::Instant::now();
+    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
+        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    assert_eq!(report["trigger_ms"], json!([3000, 5000]), "{report}");
+    let charts = page
+        .eval(
+            "[...document.querySelectorAll('[data-chart]')].map(c => { const svg = c.querySelector('[data-goodput] svg');
+                const line = n => svg.querySelector(`[data-line=${n}]`)?.dataset.values.split(',').map(Number);
+                return { policy: c.dataset.policy, height: svg.getBoundingClientRect().height,
+                  from: Number(svg.dataset.fromS), to: Number(svg.dataset.toS),
+                  offered: line('offered'), goodput: line('goodput'), name: svg.getAttribute('aria-label'),
+                  marks: [...svg.querySelectorAll('[data-mark]')].map(m => Number(m.dataset.tMs)) }; })",
+        )
+        .await
+        .unwrap();
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 2, "{charts:?}");
+    for chart in charts {
+        let policy = chart["policy"].as_str().unwrap();
+        let column = report["columns"].as_array().unwrap().iter().rfind(|c| c["policy"] == policy).unwrap();
+        let started_ms = column["started_ms"].as_u64().unwrap();
+        assert!(chart["height"].as_f64().unwrap() >= 200.0, "{policy}: {chart}");
+        assert!(chart["name"].as_str().unwrap().contains("goodput"), "{chart}");
+        assert_eq!(
+            chart["marks"],
+            json!([started_ms + 3000, started_ms + 5000]),
+            "{policy}: the trigger marked"
+        );
+        // The lab's bins, summed per second as the chart sums them.
+        let snapshot = server.snapshot(column["lab"].as_str().unwrap()).await;
+        let (from, to) = (chart["from"].as_u64().unwrap(), chart["to"].as_u64().unwrap());
+        assert_eq!(from, started_ms / 1000, "{policy}: from the run's start");
+        assert!(to >= from + 16, "{policy}: the 16 s of traffic drawn: {chart}");
+        let mut per_second = vec![(0.0, 0.0); (to - from + 1) as usize];
+        let bin_ms = snapshot["load"]["bin_ms"].as_u64().unwrap();
+        for bin in snapshot["load"]["bins"].as_array().unwrap() {
+            let t = bin["t_ms"].as_u64().unwrap();
+            let width = bin["width_ms"].as_u64().unwrap_or(bin_ms);
+            let (first, last) = (t / 1000, (t + width - 1) / 1000);
+            let share = 1.0 / (last - first + 1) as f64;
+            for s in first.max(from)..=last.min(to) {
+                let slot = &mut per_second[(s - from) as usize];
+                slot.0 += bin["offered"].as_f64().unwrap_or(0.0) * share;
+                slot.1 += bin["delivered"].as_f64().unwrap_or(0.0) * share;
+            }
+        }
+        let shown = |line: &str| -> Vec<f64> {
+            chart[line].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+        };
+        let (offered, goodput) = (shown("offered"), shown("goodput"));
+        let near = |a: f64, b: f64| (a - b).abs() < 0.051;
+        for (i, (o, d)) in per_second.iter().enumerate() {
+            assert!(
+                near(offered[i], *o) && near(goodput[i], *d),
+                "{policy} second {i}: chart {} / {} vs API {o} / {d}",
+                offered[i],
+                goodput[i]
+            );
+        }
+        eprintln!("{policy}: offered {offered:?}\n  goodput {goodput:?}");
+        if policy == "no-jitter" {
+            // The 10 s after the slowdown ended, in the chart's seconds.
+            let end = ((started_ms + 5000) / 1000 - from) as usize + 1;
+            let window = end..(end + 10).min(offered.len());
+            let (o, d): (f64, f64) = (offered[window.clone()].iter().sum(), goodput[window].iter().sum());
+            assert!(d < o / 2.0, "no-jitter collapses: goodput {d} of {o} offered after the trigger");
+        }
+    }
+    page.screenshot("compare-metastable-goodput-charts-1280").await;
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "{}", list(&errors));
+}
