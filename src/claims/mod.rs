@@ -51,10 +51,18 @@ pub enum ClaimId {
     NoneDeadLetteredBefore,
     /// More messages were delivered than in the run before.
     MoreDeliveredThanBefore,
+    /// Every wait of the run was exactly its nominal length: no band to draw from (no jitter).
+    WaitsExactlyNominal,
+    /// Three in four of the run's retries left in the busiest 200 ms windows, one per wait the
+    /// policy has: the retries stand in columns.
+    RetriesInColumns,
+    /// Those windows hold a smaller share of the run's retries than of the run before's, by at
+    /// least 5 points: the columns dissolve.
+    RetriesOutOfColumns,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 19] = [
+    pub const ALL: [ClaimId; 22] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -74,6 +82,9 @@ impl ClaimId {
         ClaimId::SomeDeadLettered,
         ClaimId::NoneDeadLetteredBefore,
         ClaimId::MoreDeliveredThanBefore,
+        ClaimId::WaitsExactlyNominal,
+        ClaimId::RetriesInColumns,
+        ClaimId::RetriesOutOfColumns,
     ];
 
     /// The id as the API and the page write it.
@@ -98,6 +109,9 @@ impl ClaimId {
             ClaimId::SomeDeadLettered => "some_dead_lettered",
             ClaimId::NoneDeadLetteredBefore => "none_dead_lettered_before",
             ClaimId::MoreDeliveredThanBefore => "more_delivered_than_before",
+            ClaimId::WaitsExactlyNominal => "waits_exactly_nominal",
+            ClaimId::RetriesInColumns => "retries_in_columns",
+            ClaimId::RetriesOutOfColumns => "retries_out_of_columns",
         }
     }
 
@@ -158,6 +172,11 @@ pub struct RunMessage {
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunAttempt {
     pub round: u32,
+    /// The attempt's number in its round, 1 for the first.
+    #[serde(default)]
+    pub n: u32,
+    #[serde(default)]
+    pub started_ms: u64,
     pub status: Option<u16>,
     pub outcome: Option<String>,
     pub replayed: bool,
@@ -169,6 +188,13 @@ pub struct RunAttempt {
 pub struct RunWait {
     pub floor_ms: Option<u64>,
     pub actual_ms: Option<u64>,
+    /// The band the wait was drawn from, and what was drawn.
+    #[serde(default)]
+    pub low_ms: Option<u64>,
+    #[serde(default)]
+    pub high_ms: Option<u64>,
+    #[serde(default)]
+    pub planned_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -241,6 +267,31 @@ impl Run {
         let requests = self.scoped(scope).flat_map(|m| m.attempts.iter());
         let requests: Vec<_> = requests.filter(|a| a.outcome.as_deref() != Some("short_circuited")).collect();
         (requests.iter().filter(|a| a.status == Some(status)).count(), requests.len())
+    }
+
+    /// How many of the retries of the messages in `scope` (attempts after a round's first)
+    /// left in the busiest 200 ms windows, one window per wait the policy has, and of how many
+    /// retries: the columns a schedule without jitter stands its retries in. Each window is two
+    /// neighbouring 100 ms bins of the load chart, taken out before the next is sought.
+    fn in_columns(&self, scope: &[u64]) -> (usize, usize) {
+        let mut bins: Vec<(u64, usize)> = Vec::new();
+        let retries = self.scoped(scope).flat_map(|m| m.attempts.iter()).filter(|a| a.n >= 2);
+        for started in retries.map(|a| a.started_ms - a.started_ms % 100) {
+            match bins.iter_mut().find(|b| b.0 == started) {
+                Some(bin) => bin.1 += 1,
+                None => bins.push((started, 1)),
+            }
+        }
+        let retries = bins.iter().map(|b| b.1).sum();
+        let mut held = 0;
+        for _ in 1..self.policy.max_attempts {
+            let window =
+                |t: u64| bins.iter().filter(|b| b.0 == t || b.0 == t + 100).map(|b| b.1).sum::<usize>();
+            let Some(t) = bins.iter().map(|b| b.0).max_by_key(|&t| window(t)) else { break };
+            held += window(t);
+            bins.retain(|b| b.0 != t && b.0 != t + 100);
+        }
+        (held, retries)
     }
 
     fn figure(&self, id: ClaimId, whole: &Scope) -> (bool, String, String) {
@@ -353,6 +404,35 @@ impl Run {
                     format!("{n} of {of} messages of the run before became dead letters"),
                 )
             }
+            ClaimId::WaitsExactlyNominal => {
+                let waits: Vec<&RunWait> = attempts().filter_map(|a| a.wait.as_ref()).collect();
+                let exact = waits
+                    .iter()
+                    .filter(|w| w.low_ms.is_some() && w.low_ms == w.high_ms && w.planned_ms == w.low_ms);
+                all_of(
+                    exact.count(),
+                    waits.len(),
+                    "waits were exactly their nominal length, with no band to draw from",
+                )
+            }
+            ClaimId::RetriesInColumns => {
+                let (held, retries) = self.in_columns(scope);
+                let windows = self.policy.max_attempts.saturating_sub(1);
+                let what = format!("retries left in the {windows} busiest 200 ms windows");
+                share(held, retries, 3, 4, &what, "at least three in four")
+            }
+            ClaimId::RetriesOutOfColumns => {
+                let ((now, of), (then, of_then)) = (self.in_columns(scope), self.in_columns(&whole.before));
+                let percent = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 * 100.0 / of as f64 };
+                let (now_pct, then_pct) = (percent(now, of), percent(then, of_then));
+                let holds = of > 0 && of_then > 0 && now_pct + 5.0 <= then_pct;
+                let figure = format!("{now_pct:.0} % against {then_pct:.0} %");
+                let said = format!(
+                    "the busiest 200 ms windows held {figure} of the retries the run before ({})",
+                    if holds { "the columns dissolved" } else { "not 5 points fewer" }
+                );
+                (holds, figure, said)
+            }
             ClaimId::MoreDeliveredThanBefore => {
                 let (now, (of, then)) = (in_state("delivered"), before("delivered"));
                 let holds = of > 0 && now > then;
@@ -443,6 +523,64 @@ mod tests {
         assert_eq!((judged[1].verdict, judged[1].figure.as_str()), (Verdict::Fails, "0"));
         assert_eq!(judged[1].said, "0 attempts timed out at the client");
         assert_eq!(judged[2].verdict, Verdict::Holds);
+    }
+
+    /// A retry (attempt `n` of round 0) that started at `started_ms`, after a wait drawn from
+    /// [low, high].
+    fn retry(n: u32, started_ms: u64, band: (u64, u64), planned: u64) -> serde_json::Value {
+        serde_json::json!({ "round": 0, "n": n, "started_ms": started_ms, "status": 503, "outcome": "http_error",
+            "replayed": false, "retry_after_s": null,
+            "wait": { "floor_ms": null, "actual_ms": planned, "low_ms": band.0, "high_ms": band.1, "planned_ms": planned } })
+    }
+
+    #[test]
+    fn retries_without_jitter_stand_in_columns_and_jitter_dissolves_them() {
+        // Three messages, each retried at 500 and 1,500 ms exactly (max_attempts 2 in `run`: one
+        // wait, so one column): in columns. Then three whose retries spread over a second.
+        let exact = |id: u64, at: u64| {
+            serde_json::json!({ "id": id, "state": "delivered", "round": 0,
+                "attempts": [retry(1, 0, (500, 500), 500), retry(2, at, (500, 500), 500)] })
+        };
+        let spread = |id: u64, at: u64| {
+            serde_json::json!({ "id": id, "state": "delivered", "round": 0,
+                "attempts": [retry(1, 0, (0, 500), 120), retry(2, at, (0, 500), 120)] })
+        };
+        let lab = run(
+            serde_json::json!([
+                exact(1, 500),
+                exact(2, 520),
+                exact(3, 610),
+                spread(4, 1000),
+                spread(5, 1400),
+                spread(6, 1900)
+            ]),
+            (6, 0),
+        );
+        let first = Scope::of(&[1, 2, 3]);
+        let judged = lab.judge(&[ClaimId::WaitsExactlyNominal, ClaimId::RetriesInColumns], &first);
+        assert_eq!((judged[0].verdict, judged[0].figure.as_str()), (Verdict::Holds, "6 of 6"));
+        assert_eq!(
+            (judged[1].verdict, judged[1].figure.as_str()),
+            (Verdict::Holds, "3 of 3"),
+            "{}",
+            judged[1].said
+        );
+        let then = Scope { messages: vec![4, 5, 6], before: vec![1, 2, 3] };
+        let judged = lab.judge(
+            &[ClaimId::WaitsExactlyNominal, ClaimId::RetriesInColumns, ClaimId::RetriesOutOfColumns],
+            &then,
+        );
+        assert_eq!(judged[0].verdict, Verdict::Fails, "{}", judged[0].said);
+        assert_eq!(
+            (judged[1].verdict, judged[1].figure.as_str()),
+            (Verdict::Fails, "1 of 3"),
+            "{}",
+            judged[1].said
+        );
+        assert_eq!((judged[2].verdict, judged[2].figure.as_str()), (Verdict::Holds, "33 % against 100 %"));
+        // Compared with itself, nothing dissolved.
+        let same = Scope { messages: vec![1, 2, 3], before: vec![1, 2, 3] };
+        assert_eq!(lab.judge(&[ClaimId::RetriesOutOfColumns], &same)[0].verdict, Verdict::Fails);
     }
 
     #[test]
