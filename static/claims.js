@@ -6,8 +6,9 @@
 import { say } from './controls.js';
 
 /**
- * The claims list `list` (one item per claim: `data-claim`, `data-verdict` pending, holds or
- * fails, `data-figure`), asked of the server through `api`.
+ * The claims list `list` (one item per claim: `data-claim`, `data-verdict` pending, holds,
+ * fails or unknown (its messages are gone from the lab, so it cannot be judged),
+ * `data-figure`), asked of the server through `api`.
  */
 export function createClaims(list, api) {
   /** The claims on show and the messages they speak of: { ids, scope } or null. */
@@ -48,7 +49,8 @@ export function createClaims(list, api) {
         if (!el || claim.verdict === 'pending') continue;
         el.dataset.verdict = claim.verdict;
         el.dataset.figure = claim.figure;
-        el.textContent = `${claim.verdict === 'holds' ? '✔' : '✘'} ${claim.said}`;
+        const mark = { holds: '✔', fails: '✘', unknown: '?' }[claim.verdict] ?? '';
+        el.textContent = `${mark} ${claim.said}`;
       }
     } catch (err) {
       say(`Could not check the claims: ${err.message}`, 'error');

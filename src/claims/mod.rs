@@ -120,7 +120,9 @@ impl ClaimId {
     }
 }
 
-/// Whether the run bore a claim out; `Pending` until the run's messages have settled.
+/// Whether the run bore a claim out; `Pending` until the run's messages have settled, and
+/// `Unknown` when some of them are no longer in the lab (a reset, or forgotten): what is left
+/// cannot say, and waiting would never settle it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 // Its own name in the OpenAPI description: the callers' card has a `Verdict` too.
@@ -129,6 +131,7 @@ pub enum Verdict {
     Pending,
     Holds,
     Fails,
+    Unknown,
 }
 
 /// A claim judged on one run: the verdict, the figure it rests on ("8 of 8") and the sentence
@@ -242,13 +245,41 @@ impl Run {
         any
     }
 
+    /// How many of `scope`'s messages the lab no longer holds (a reset, or forgotten).
+    fn missing(&self, scope: &[u64]) -> usize {
+        let held: std::collections::HashSet<u64> = self.messages.iter().map(|m| m.id).collect();
+        scope.iter().filter(|id| !held.contains(id)).count()
+    }
+
     /// Judges each of `claims` on the messages in `scope` (empty: every message). Every verdict
-    /// is `Pending` until the run has settled.
+    /// is `Pending` until the run has settled; `Unknown`, saying why, when messages it speaks of
+    /// (the run's, or the run before's for a claim that compares) are gone from the lab.
     pub fn judge(&self, claims: &[ClaimId], scope: &Scope) -> Vec<Judged> {
         let settled = self.settled(&scope.messages);
+        let (gone, gone_before) = (self.missing(&scope.messages), self.missing(&scope.before));
         claims
             .iter()
             .map(|&id| {
+                let compares = matches!(
+                    id,
+                    ClaimId::HalfTheUnavailableOfBefore
+                        | ClaimId::FewerThrottledNotNone
+                        | ClaimId::NoneDeadLetteredBefore
+                        | ClaimId::MoreDeliveredThanBefore
+                        | ClaimId::RetriesOutOfColumns
+                );
+                let (lost, of, whose) = match (gone, compares && gone_before > 0) {
+                    (0, false) => (0, 0, ""),
+                    (0, true) => (gone_before, scope.before.len(), "the run before's"),
+                    _ => (gone, scope.messages.len(), "the run's"),
+                };
+                if lost > 0 {
+                    let said = format!(
+                        "cannot be judged: {lost} of {of} of {whose} messages are no longer in the lab \
+                         (reset, or forgotten as old)"
+                    );
+                    return Judged { id, verdict: Verdict::Unknown, figure: "–".into(), said };
+                }
                 let (holds, figure, said) = self.figure(id, scope);
                 let verdict = match (settled, holds) {
                     (false, _) => Verdict::Pending,
@@ -581,6 +612,29 @@ mod tests {
         // Compared with itself, nothing dissolved.
         let same = Scope { messages: vec![1, 2, 3], before: vec![1, 2, 3] };
         assert_eq!(lab.judge(&[ClaimId::RetriesOutOfColumns], &same)[0].verdict, Verdict::Fails);
+    }
+
+    #[test]
+    fn a_claim_whose_messages_are_gone_is_unknown_and_says_why_instead_of_pending_for_ever() {
+        let lab = run(
+            serde_json::json!([{ "id": 3, "state": "delivered", "round": 0, "attempts": [attempt(0, "ok")] }]),
+            (1, 0),
+        );
+        // Messages 1 and 2 were reset away: nothing left would ever settle them.
+        let judged = lab.judge(&[ClaimId::Delivered], &Scope::of(&[1, 2]));
+        assert_eq!((judged[0].verdict, judged[0].figure.as_str()), (Verdict::Unknown, "–"));
+        assert!(
+            judged[0].said.contains("2 of 2 of the run's messages are no longer in the lab"),
+            "{}",
+            judged[0].said
+        );
+        // A claim that compares needs the run before too; one that does not, only its own run.
+        let scope = Scope { messages: vec![3], before: vec![1] };
+        let judged = lab.judge(&[ClaimId::MoreDeliveredThanBefore, ClaimId::Delivered], &scope);
+        assert_eq!(judged[0].verdict, Verdict::Unknown);
+        assert!(judged[0].said.contains("the run before's"), "{}", judged[0].said);
+        assert_eq!(judged[1].verdict, Verdict::Holds);
+        assert_eq!(serde_json::to_value(Verdict::Unknown).unwrap(), "unknown");
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub struct Claims {
 }
 
 /// The story's claims judged on this lab's run: each with its verdict (`pending` until the run
-/// has settled, then `holds` or `fails`), the figure it rests on and the sentence the page shows.
+/// has settled, then `holds` or `fails`; `unknown`, saying why, once messages it speaks of are no
+/// longer in the lab), the figure it rests on and the sentence the page shows.
 #[utoipa::path(
     get,
     path = "/api/labs/{lab}/claims",
