@@ -244,6 +244,8 @@ async fn thundering_herd_comes_back_in_columns_and_jitter_spreads_them() {
     says(&preset, "overflows the capacity line");
     says(&preset, "turned away with 503");
     let done = settled(&app, &lab, &first).await;
+    // "every message retries at the same instant": the claim the page shows with it.
+    claims_hold(&done, &preset, &first, None);
     let back = reverted_at(&done, &first);
     let f = figures(&done, &first, u64::MAX);
     let line = finishes_per_bin(&done["downstream"]);
@@ -308,6 +310,8 @@ async fn a_fixed_interval_keeps_the_load_up_and_doubling_thins_it_at_a_price() {
     let (lab, preset, first) = start(&app, "fixed").await;
     says(&preset, "the same column every 400 ms");
     let done = settled(&app, &lab, &first).await;
+    // The column every 400 ms, and none of the messages given up, as the page shows them.
+    claims_hold(&done, &preset, &first, None);
     let back = reverted_at(&done, &first);
     let f = figures(&done, &first, back);
     // "For the whole outage the load chart shows the same column every 400 ms": every 400 ms
