@@ -443,15 +443,8 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     let body = json!({"scenario": "metastable", "seed": 19, "runs": 2, "late_threshold_ms": 1000, "policies": ["budget", one_try]});
     let id = start_comparison(&server, &body).await;
     let page = browser.page().await;
-    page.set_viewport(1280, 900).await;
-    page.navigate(&server.url(&format!("/compare/{id}"))).await;
-    // 16 s of traffic, then the drain: longer than one wait's patience.
-    let started = std::time::Instant::now();
-    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
-        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    eprintln!("the comparison ran {:.1} s", started.elapsed().as_secs_f64());
+    let took = watch_to_the_end(&page, &server, &id).await;
+    eprintln!("the comparison ran {:.1} s", took.as_secs_f64());
     let shown = page.eval(SPREADS).await.unwrap();
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!((report["done"].as_bool(), report["runs"].as_u64()), (Some(true), Some(2)), "{report}");
@@ -536,6 +529,19 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     assert!(errors.is_empty(), "{}", list(&errors));
 }
 
+/// Opens comparison `id`'s page at 1280 x 900 and waits for it to say it is done: under steady
+/// traffic (16 s, then the drain) longer than one wait's patience. Gives how long that took.
+async fn watch_to_the_end(page: &super::cdp::Page, server: &Server, id: &str) -> std::time::Duration {
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    let started = std::time::Instant::now();
+    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
+        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    started.elapsed()
+}
+
 /// Starts a comparison through the API and gives its id.
 pub(crate) async fn start_comparison(server: &Server, body: &Value) -> String {
     let created: Value = server
@@ -614,13 +620,7 @@ async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_
     let body = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000, "policies": ["no-jitter", "budget"]});
     let id = start_comparison(&server, &body).await;
     let page = browser.page().await;
-    page.set_viewport(1280, 900).await;
-    page.navigate(&server.url(&format!("/compare/{id}"))).await;
-    let started = std::time::Instant::now();
-    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
-        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    watch_to_the_end(&page, &server, &id).await;
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!(report["trigger_ms"], json!([3000, 5000]), "{report}");
     let charts = page
