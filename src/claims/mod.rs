@@ -59,10 +59,14 @@ pub enum ClaimId {
     /// Those windows hold a smaller share of the run's retries than of the run before's, by at
     /// least 5 points: the columns dissolve.
     RetriesOutOfColumns,
+    /// From half a second after the slowdown ended (the last ↩ flag) for ten seconds, every
+    /// second's goodput stayed below half of what was offered in it, and traffic kept arriving
+    /// (at least 8 new messages a second): the metastable failure outlasts its trigger.
+    GoodputStaysDown,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 22] = [
+    pub const ALL: [ClaimId; 23] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -85,6 +89,7 @@ impl ClaimId {
         ClaimId::WaitsExactlyNominal,
         ClaimId::RetriesInColumns,
         ClaimId::RetriesOutOfColumns,
+        ClaimId::GoodputStaysDown,
     ];
 
     /// The id as the API and the page write it.
@@ -112,6 +117,7 @@ impl ClaimId {
             ClaimId::WaitsExactlyNominal => "waits_exactly_nominal",
             ClaimId::RetriesInColumns => "retries_in_columns",
             ClaimId::RetriesOutOfColumns => "retries_out_of_columns",
+            ClaimId::GoodputStaysDown => "goodput_stays_down",
         }
     }
 
@@ -151,6 +157,35 @@ pub struct Run {
     pub counters: RunCounters,
     pub messages: Vec<RunMessage>,
     pub dead_letters: Vec<RunDeadLetter>,
+    /// Lab time now, the load per bin and the flags: what the claims about goodput read.
+    #[serde(default)]
+    pub now_ms: u64,
+    #[serde(default)]
+    pub load: RunLoad,
+    #[serde(default)]
+    pub markers: Vec<RunMarker>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunLoad {
+    pub bins: Vec<RunBin>,
+}
+
+/// One bin of the load chart: new messages offered and messages delivered in it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunBin {
+    pub t_ms: u64,
+    #[serde(default)]
+    pub offered: u64,
+    #[serde(default)]
+    pub delivered: u64,
+}
+
+/// A flag on the timeline; `scheduled` is a timed change going back by itself (↩).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunMarker {
+    pub at_ms: u64,
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -245,6 +280,24 @@ impl Run {
         any
     }
 
+    /// The ten seconds `goodput_stays_down` speaks of: from half a second after the last ↩ flag
+    /// (a timed change of the endpoint going back by itself), if there is one.
+    fn after_the_flag(&self) -> Option<(u64, u64)> {
+        let flag = self.markers.iter().filter(|m| m.kind == "scheduled").map(|m| m.at_ms).max()?;
+        Some((flag + 500, flag + 10_500))
+    }
+
+    /// New messages offered and delivered, per second of `[from, to)`, from the load bins.
+    pub fn per_second(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        (from..to)
+            .step_by(1_000)
+            .map(|t| {
+                let inside = self.load.bins.iter().filter(|b| (t..(t + 1_000).min(to)).contains(&b.t_ms));
+                inside.fold((0, 0), |(o, d), b| (o + b.offered, d + b.delivered))
+            })
+            .collect()
+    }
+
     /// How many of `scope`'s messages the lab no longer holds (a reset, or forgotten).
     fn missing(&self, scope: &[u64]) -> usize {
         let held: std::collections::HashSet<u64> = self.messages.iter().map(|m| m.id).collect();
@@ -281,6 +334,14 @@ impl Run {
                     return Judged { id, verdict: Verdict::Unknown, figure: "–".into(), said };
                 }
                 let (holds, figure, said) = self.figure(id, scope);
+                // A claim about the seconds after a flag is ready once they have passed, not
+                // once messages settle (steady traffic never does).
+                let settled = match id {
+                    ClaimId::GoodputStaysDown => {
+                        self.after_the_flag().is_some_and(|(_, to)| self.now_ms >= to)
+                    }
+                    _ => settled,
+                };
                 let verdict = match (settled, holds) {
                     (false, _) => Verdict::Pending,
                     (true, true) => Verdict::Holds,
@@ -464,6 +525,20 @@ impl Run {
                 );
                 (holds, figure, said)
             }
+            ClaimId::GoodputStaysDown => {
+                let Some((from, to)) = self.after_the_flag() else {
+                    return (false, "–".into(), "waiting for the slowdown to end (the ↩ flag)".into());
+                };
+                let seconds = self.per_second(from, to);
+                let down = seconds.iter().filter(|(o, d)| *o >= 8 && d * 2 < *o).count();
+                let (offered, delivered) = seconds.iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
+                let holds = seconds.len() == 10 && down == 10;
+                let figure = format!("{down} of {} s", seconds.len());
+                let said = format!(
+                    "{figure} after the ↩ flag had goodput under half of the offered load ({delivered} of {offered} delivered)"
+                );
+                (holds, figure, said)
+            }
             ClaimId::MoreDeliveredThanBefore => {
                 let (now, (of, then)) = (in_state("delivered"), before("delivered"));
                 let holds = of > 0 && now > then;
@@ -635,6 +710,34 @@ mod tests {
         assert!(judged[0].said.contains("the run before's"), "{}", judged[0].said);
         assert_eq!(judged[1].verdict, Verdict::Holds);
         assert_eq!(serde_json::to_value(Verdict::Unknown).unwrap(), "unknown");
+    }
+
+    #[test]
+    fn goodput_stays_down_waits_for_ten_seconds_after_the_flag_and_needs_every_one_down() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Pending, "no flag yet: {}", judged[0].said);
+        lab.markers = vec![RunMarker { at_ms: 3_000, kind: "scheduled".into() }];
+        // 20 offered a second in two bins, 2 delivered: down, from 3.5 s for 10 s.
+        lab.load.bins = (0..40)
+            .map(|i| RunBin { t_ms: 3_500 + i * 500, offered: 10, delivered: if i == 7 { 12 } else { 1 } })
+            .collect();
+        lab.now_ms = 13_000;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Pending, "not ten seconds yet: {}", judged[0].said);
+        lab.now_ms = 13_600;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        // The fourth second (bins 6 and 7) delivered 13 of 20: not down.
+        assert_eq!(
+            (judged[0].verdict, judged[0].figure.as_str()),
+            (Verdict::Fails, "9 of 10 s"),
+            "{}",
+            judged[0].said
+        );
+        lab.load.bins[7].delivered = 1;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Holds, "{}", judged[0].said);
+        assert!(judged[0].said.ends_with("(20 of 200 delivered)"), "{}", judged[0].said);
     }
 
     #[test]

@@ -298,6 +298,15 @@ async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_bud
         .await
         .unwrap();
     assert!(amplification.as_f64().unwrap() > 1.5, "retries multiply the load: {amplification}");
+    // The preset's claim, judged ten seconds after the flag: it holds, with the API's figure.
+    let shown = wait_for(
+        &page,
+        "the claim that goodput stays down to settle",
+        "(c => c && c.dataset.verdict !== 'pending' && [c.dataset.verdict, c.dataset.figure])(document.querySelector('[data-claim=goodput_stays_down]'))",
+    )
+    .await;
+    let judged: Value = server.get_json(&format!("/api/labs/{lab}/claims?ids=goodput_stays_down")).await;
+    assert_eq!(shown, json!(["holds", judged["claims"][0]["figure"]]), "{judged}");
     page.screenshot_viewport("metastable-stuck-1280x800").await;
 
     // The fix, while traffic keeps arriving: goodput comes back, and the page says so.
