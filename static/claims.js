@@ -15,7 +15,8 @@ export function createClaims(list, api) {
   let current = null;
   let asking = false;
 
-  /** Shows `ids` as pending, about `scope`: { messages, before } (message ids). */
+  /** Shows `ids` as pending, about `scope`: { messages, before } (message ids), or { from_ms }
+   *  (lab time of a change made while traffic runs). */
   function show(ids, scope) {
     current = ids.length ? { ids, scope } : null;
     list.replaceChildren(
@@ -40,6 +41,7 @@ export function createClaims(list, api) {
     const query = new URLSearchParams({ ids: pending.map((el) => el.dataset.claim).join(',') });
     if (asked.scope.messages?.length) query.set('messages', asked.scope.messages.join(','));
     if (asked.scope.before?.length) query.set('before', asked.scope.before.join(','));
+    if (asked.scope.from_ms != null) query.set('from_ms', String(asked.scope.from_ms));
     asking = true;
     try {
       const res = await api('GET', `/claims?${query}`);

@@ -151,14 +151,15 @@ export function createPresets(root, look, controls, model, claims) {
         button.textContent = step.label;
         button.addEventListener('click', () =>
           act(button, `Could not ${step.label}`, async () => {
+            const from = labNow(model);
             const sent = await run(step);
             text.textContent = step.look;
-            // A follow-up without a burst speaks of the messages already there.
+            // A follow-up without a burst speaks of the seconds after it, under the traffic.
             if (sent.length) {
               claims.show(step.claims ?? [], { messages: sent, before });
               before = sent;
               look.dataset.messages = sent.join(',');
-            } else claims.show([], {});
+            } else claims.show(step.claims ?? [], { from_ms: Math.floor(from) });
             name.textContent = `${title}, ${step.label}:`;
             const did = step.burst ? `sent ${step.burst} more messages` : 'policy changed';
             say(`${title}, ${step.label}: ${did}.`);

@@ -63,10 +63,14 @@ pub enum ClaimId {
     /// second's goodput stayed below half of what was offered in it, and traffic kept arriving
     /// (at least 8 new messages a second): the metastable failure outlasts its trigger.
     GoodputStaysDown,
+    /// Within 6 s of the change the run starts with (`from_ms`), a 3 s window delivered nine in
+    /// ten of the messages offered in it, and 9 s after the change one still does: goodput is
+    /// back on the offered load and stays there.
+    GoodputBack,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 23] = [
+    pub const ALL: [ClaimId; 24] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -90,6 +94,7 @@ impl ClaimId {
         ClaimId::RetriesInColumns,
         ClaimId::RetriesOutOfColumns,
         ClaimId::GoodputStaysDown,
+        ClaimId::GoodputBack,
     ];
 
     /// The id as the API and the page write it.
@@ -118,6 +123,7 @@ impl ClaimId {
             ClaimId::RetriesInColumns => "retries_in_columns",
             ClaimId::RetriesOutOfColumns => "retries_out_of_columns",
             ClaimId::GoodputStaysDown => "goodput_stays_down",
+            ClaimId::GoodputBack => "goodput_back",
         }
     }
 
@@ -248,11 +254,14 @@ pub struct RunDeadLetter {
 pub struct Scope {
     pub messages: Vec<u64>,
     pub before: Vec<u64>,
+    /// When the run began, in lab time, for the claims about the seconds after a change of
+    /// settings (a fix turned on while traffic runs, with no messages of its own).
+    pub from_ms: Option<u64>,
 }
 
 impl Scope {
     pub fn of(messages: &[u64]) -> Scope {
-        Scope { messages: messages.to_vec(), before: Vec::new() }
+        Scope { messages: messages.to_vec(), ..Scope::default() }
     }
 }
 
@@ -340,6 +349,7 @@ impl Run {
                     ClaimId::GoodputStaysDown => {
                         self.after_the_flag().is_some_and(|(_, to)| self.now_ms >= to)
                     }
+                    ClaimId::GoodputBack => scope.from_ms.is_some_and(|from| self.now_ms >= from + 12_000),
                     _ => settled,
                 };
                 let verdict = match (settled, holds) {
@@ -539,6 +549,31 @@ impl Run {
                 );
                 (holds, figure, said)
             }
+            ClaimId::GoodputBack => {
+                let Some(from) = whole.from_ms else {
+                    return (false, "–".into(), "no change to measure from".into());
+                };
+                // Nine in ten of a 3 s window's new messages delivered, with traffic arriving.
+                let back = |at: u64| {
+                    let (offered, delivered) =
+                        self.per_second(at, at + 3_000).iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
+                    offered >= 45 && delivered * 10 >= offered * 9
+                };
+                let recovered = (0..=6).find(|s| back(from + s * 1_000));
+                let stays = back(from + 9_000);
+                let holds = recovered.is_some() && stays;
+                let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
+                let said = match (recovered, stays) {
+                    (Some(s), true) => format!(
+                        "goodput back on the offered load {s} s after the change, and still 9 s after"
+                    ),
+                    (Some(s), false) => {
+                        format!("goodput back {s} s after the change, but not still 9 s after")
+                    }
+                    (None, _) => "goodput not back on the offered load within 6 s of the change".to_owned(),
+                };
+                (holds, figure, said)
+            }
             ClaimId::MoreDeliveredThanBefore => {
                 let (now, (of, then)) = (in_state("delivered"), before("delivered"));
                 let holds = of > 0 && now > then;
@@ -671,7 +706,7 @@ mod tests {
             "{}",
             judged[1].said
         );
-        let then = Scope { messages: vec![4, 5, 6], before: vec![1, 2, 3] };
+        let then = Scope { messages: vec![4, 5, 6], before: vec![1, 2, 3], from_ms: None };
         let judged = lab.judge(
             &[ClaimId::WaitsExactlyNominal, ClaimId::RetriesInColumns, ClaimId::RetriesOutOfColumns],
             &then,
@@ -685,7 +720,7 @@ mod tests {
         );
         assert_eq!((judged[2].verdict, judged[2].figure.as_str()), (Verdict::Holds, "33 % against 100 %"));
         // Compared with itself, nothing dissolved.
-        let same = Scope { messages: vec![1, 2, 3], before: vec![1, 2, 3] };
+        let same = Scope { messages: vec![1, 2, 3], before: vec![1, 2, 3], from_ms: None };
         assert_eq!(lab.judge(&[ClaimId::RetriesOutOfColumns], &same)[0].verdict, Verdict::Fails);
     }
 
@@ -704,7 +739,7 @@ mod tests {
             judged[0].said
         );
         // A claim that compares needs the run before too; one that does not, only its own run.
-        let scope = Scope { messages: vec![3], before: vec![1] };
+        let scope = Scope { messages: vec![3], before: vec![1], from_ms: None };
         let judged = lab.judge(&[ClaimId::MoreDeliveredThanBefore, ClaimId::Delivered], &scope);
         assert_eq!(judged[0].verdict, Verdict::Unknown);
         assert!(judged[0].said.contains("the run before's"), "{}", judged[0].said);
@@ -738,6 +773,30 @@ mod tests {
         let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
         assert_eq!(judged[0].verdict, Verdict::Holds, "{}", judged[0].said);
         assert!(judged[0].said.ends_with("(20 of 200 delivered)"), "{}", judged[0].said);
+    }
+
+    #[test]
+    fn goodput_back_needs_a_window_of_nine_in_ten_within_6_s_of_the_change_and_again_9_s_after() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        // 20 offered a second; nothing delivered for the first 4 s after the change at 10 s.
+        lab.load.bins = (0..40)
+            .map(|i| RunBin { t_ms: 10_000 + i * 500, offered: 10, delivered: if i < 8 { 0 } else { 10 } })
+            .collect();
+        let scope = Scope { from_ms: Some(10_000), ..Scope::default() };
+        lab.now_ms = 21_000;
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &scope)[0].verdict, Verdict::Pending);
+        lab.now_ms = 22_000;
+        let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "4 s"), "{}", judged.said);
+        // Not back 9 s after: it fails, and says so.
+        for bin in &mut lab.load.bins[18..24] {
+            bin.delivered = 0;
+        }
+        let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
+        assert_eq!(judged.verdict, Verdict::Fails);
+        assert_eq!(judged.said, "goodput back 4 s after the change, but not still 9 s after");
+        // Without a change to measure from it never settles.
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &Scope::default())[0].verdict, Verdict::Pending);
     }
 
     #[test]

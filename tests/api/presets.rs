@@ -117,8 +117,11 @@ fn claims_hold(snapshot: &Value, step: &Value, ours: &Step, before: Option<&Step
         .map(|c| ClaimId::parse(c.as_str().unwrap()).unwrap_or_else(|| panic!("no claim {c}")))
         .collect();
     assert!(!ids.is_empty());
-    let scope =
-        Scope { messages: ours.ids.clone(), before: before.map(|b| b.ids.clone()).unwrap_or_default() };
+    let scope = Scope {
+        messages: ours.ids.clone(),
+        before: before.map(|b| b.ids.clone()).unwrap_or_default(),
+        from_ms: None,
+    };
     let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
     for judged in run.judge(&ids, &scope) {
         println!("{}: {:?}, {}", judged.id.name(), judged.verdict, judged.said);
