@@ -85,7 +85,9 @@ pub struct CompareArgs {
     /// Messages each policy sends.
     #[arg(long, default_value_t = 100)]
     pub burst: usize,
-    /// A preset (fixed, none, full, equal, decorrelated, breaker, budget, ignore-retry-after)
+    /// A preset (no-retry, fixed, no-jitter, full-jitter, equal-jitter, decorrelated,
+    /// breaker-retry, breaker-fail-fast, budget, ignore-retry-after, honor-retry-after; the old
+    /// names none, full, equal and breaker still work; static/policy-presets.json defines them)
     /// or a custom policy as JSON: `{"name": "mine", "policy": {...}}`. Two to five.
     #[arg(long = "policy", required = true)]
     pub policies: Vec<String>,

@@ -6,15 +6,17 @@
 import { say } from './controls.js';
 
 /**
- * The claims list `list` (one item per claim: `data-claim`, `data-verdict` pending, holds or
- * fails, `data-figure`), asked of the server through `api`.
+ * The claims list `list` (one item per claim: `data-claim`, `data-verdict` pending, holds,
+ * fails or unknown (its messages are gone from the lab, so it cannot be judged),
+ * `data-figure`), asked of the server through `api`.
  */
 export function createClaims(list, api) {
   /** The claims on show and the messages they speak of: { ids, scope } or null. */
   let current = null;
   let asking = false;
 
-  /** Shows `ids` as pending, about `scope`: { messages, before } (message ids). */
+  /** Shows `ids` as pending, about `scope`: { messages, before } (message ids), or { from_ms }
+   *  (lab time of a change made while traffic runs). */
   function show(ids, scope) {
     current = ids.length ? { ids, scope } : null;
     list.replaceChildren(
@@ -39,6 +41,7 @@ export function createClaims(list, api) {
     const query = new URLSearchParams({ ids: pending.map((el) => el.dataset.claim).join(',') });
     if (asked.scope.messages?.length) query.set('messages', asked.scope.messages.join(','));
     if (asked.scope.before?.length) query.set('before', asked.scope.before.join(','));
+    if (asked.scope.from_ms != null) query.set('from_ms', String(asked.scope.from_ms));
     asking = true;
     try {
       const res = await api('GET', `/claims?${query}`);
@@ -48,7 +51,8 @@ export function createClaims(list, api) {
         if (!el || claim.verdict === 'pending') continue;
         el.dataset.verdict = claim.verdict;
         el.dataset.figure = claim.figure;
-        el.textContent = `${claim.verdict === 'holds' ? '✔' : '✘'} ${claim.said}`;
+        const mark = { holds: '✔', fails: '✘', unknown: '?' }[claim.verdict] ?? '';
+        el.textContent = `${mark} ${claim.said}`;
       }
     } catch (err) {
       say(`Could not check the claims: ${err.message}`, 'error');

@@ -7,9 +7,14 @@
 //!
 //! It reuses the lab page's load-chart styles; only the horizontal placement differs (a share
 //! of the axis instead of pixels per ms). Bins come from each lab's snapshot (`load`).
+//!
+//! Under steady traffic each chart also holds the lab page's goodput chart: offered load and
+//! goodput per second of the run, the trigger's start and end marked, so whether a policy
+//! recovered once the slowdown ended is read from two lines.
 
 import { ANSWERS, addToLoadSum, emptyLoadSum, fillBar, limitOf, niceCeil, paintBar } from './load-chart.js';
 import { count, duration } from './model.js';
+import { createGoodputChart } from './goodput-chart.js';
 
 /** A bar is never thinner than this many pixels: wide spans sum bins into wider bars. */
 const MIN_BAR_PX = 3;
@@ -143,6 +148,46 @@ export function createCharts(container, axisEl) {
     }
   }
 
+  /**
+   * The run's offered load and goodput per second, from its start for `runS` seconds (the
+   * longest any policy's run had messages: one time scale for all), with the trigger's start
+   * and end marked (`column.trigger`: ms after the start).
+   */
+  function drawGoodput(chart, column, binMs, runS) {
+    if (!chart.goodput) {
+      const figure = document.createElement('figure');
+      figure.className = 'goodput cmp-goodput';
+      figure.dataset.goodput = '';
+      const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+      svg.setAttribute('aria-label', `Offered load and goodput of ${column.name ?? column.policy}: nothing yet`);
+      figure.append(svg, document.createElement('figcaption'));
+      chart.root.append(figure);
+      chart.goodput = createGoodputChart(figure);
+    }
+    const fromS = startS(column);
+    const marks = column.trigger
+      ? [
+        { t_ms: column.started_ms + column.trigger[0], label: 'trigger' },
+        { t_ms: column.started_ms + column.trigger[1], label: '↩ ends' },
+      ]
+      : [];
+    // A run that is done has nothing more to come: its chart may reach past its last snapshot.
+    const nowMs = column.done ? Infinity : column.snapshot.now_ms;
+    chart.goodput.render(column.snapshot.load.bins, binMs, nowMs, { fromS, toS: fromS + runS, originS: fromS, marks });
+  }
+
+  /** The second of lab time a column's run started in. */
+  function startS(column) {
+    return Math.floor(column.started_ms / 1000);
+  }
+
+  /** How many seconds after its start a column's run last offered or delivered a message. */
+  function activeS(column) {
+    let last = startS(column);
+    for (const b of column.snapshot?.load.bins ?? []) if (b.offered || b.delivered) last = Math.max(last, Math.floor(b.t_ms / 1000));
+    return last - startS(column);
+  }
+
   function drawAxis() {
     const step = niceStep(view.span / 8);
     const ticks = [];
@@ -191,6 +236,7 @@ export function createCharts(container, axisEl) {
       });
       const ymax = niceCeil(top);
       view.ymax = ymax;
+      const runS = Math.max(0, ...columns.filter((c) => c.steady).map(activeS));
 
       columns.forEach((column, i) => {
         const chart = chartFor(column);
@@ -211,6 +257,7 @@ export function createCharts(container, axisEl) {
         chart.state.textContent = column.gone ? 'lab deleted' : column.done ? 'done' : 'running';
         chart.root.dataset.done = String(column.done);
         summarise(chart, column, all[i], limit, binMs);
+        if (column.steady && column.snapshot) drawGoodput(chart, column, binMs, runS);
       });
       drawAxis();
     },

@@ -116,6 +116,37 @@ export function createTable(table, hint) {
     }));
   }
 
+  /**
+   * "open in a lab": a new lab with this policy (as its first run's lab held it) and the
+   * scenario's endpoint, ready for a burst or traffic; the page goes there.
+   */
+  function openInLab(comparison, policy) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = 'secondary small';
+    button.dataset.openInLab = policy;
+    button.textContent = 'open in a lab';
+    button.title = `A new lab with ${policy} and this scenario's endpoint, ready to run`;
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      try {
+        const res = await fetch(`/api/comparisons/${comparison}/labs`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
+          body: JSON.stringify({ policy }),
+        });
+        const body = await res.json();
+        if (!res.ok) throw new Error(body.detail ?? res.statusText);
+        location.assign(body.url);
+      } catch (err) {
+        button.disabled = false;
+        button.textContent = 'open in a lab (failed: try again)';
+        button.title = err.message;
+      }
+    });
+    return button;
+  }
+
   function build(report, shown, columns) {
     const head = document.createElement('tr');
     const corner = document.createElement('th');
@@ -173,7 +204,7 @@ export function createTable(table, hint) {
         pre.dataset.settings = '';
         pre.textContent = JSON.stringify(settings, null, 1);
         details.append(summary, pre);
-        th.append(details);
+        th.append(details, openInLab(report.id, column.policy));
       }
       head.append(th);
     }
@@ -217,13 +248,16 @@ export function createTable(table, hint) {
     );
   }
 
-  /** What a column's header says of its runs' progress. */
+  /**
+   * What a column's header says of its runs' progress: settled of the burst, or under steady
+   * traffic (`burst` null) of the messages that have arrived so far.
+   */
   function progressOf(column, burst) {
     const settled = column.labs.reduce((sum, c) => sum + c.figures.delivered + c.figures.dead_letter, 0);
     const done = column.labs.every((c) => c.done);
     if (column.labs.length === 1) {
       const lab = column.labs[0];
-      const of = `${settled} of ${burst} settled`;
+      const of = `${settled} of ${burst ?? lab.figures.messages} settled`;
       return { settled, done, text: lab.gone ? 'lab deleted' : lab.done ? `done: ${of}` : `running: ${of}` };
     }
     // A run tried again (the machine kept its first try late) is still one run.
@@ -291,8 +325,12 @@ export function createTable(table, hint) {
 
     columns.forEach((column, i) => {
       const th = thead.rows[0].cells[i + 1];
-      const { settled, done, text } = progressOf(column, report.burst);
-      th.querySelector('progress').value = Math.min(settled, report.burst * column.labs.length);
+      // Under steady traffic the burst is not used: the messages are those that arrived.
+      const burst = report.scenario === 'metastable' ? null : report.burst;
+      const { settled, done, text } = progressOf(column, burst);
+      const progress = th.querySelector('progress');
+      if (burst == null) progress.max = Math.max(1, column.labs.reduce((sum, c) => sum + c.figures.messages, 0));
+      progress.value = Math.min(settled, progress.max);
       th.dataset.done = String(done);
       th.querySelector('[data-column-state]').textContent = text;
     });

@@ -103,7 +103,9 @@ function watch(id) {
       return;
     }
 
-    const load = report.scenario === 'metastable' ? 'steady traffic' : `burst of ${report.burst}`;
+    // The one scenario whose load is steady traffic rather than a burst.
+    const steady = report.scenario === 'metastable';
+    const load = steady ? 'steady traffic' : `burst of ${report.burst}`;
     const runs = (report.runs ?? 1) > 1 ? `, ${report.runs} runs each` : '';
     whatEl.textContent = `· ${report.scenario}, ${load}, seed ${report.seed}${runs}`;
     const late = report.lateness_ms_p99;
@@ -120,6 +122,8 @@ function watch(id) {
       ...c,
       name: several ? `${c.policy}, run ${c.run + 1}${c.attempt ? `, try ${c.attempt + 1}` : ''}` : c.policy,
       snapshot: labs.get(c.lab)?.snapshot ?? null,
+      steady,
+      trigger: report.trigger_ms,
     }));
     table.update(report);
     charts.update(columns);

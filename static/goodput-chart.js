@@ -49,8 +49,10 @@ const show = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1));
 
 /**
  * A chart in `figure` (an element holding an `svg` and a `figcaption`). `render(bins, binMs,
- * nowMs)` draws the last minute of whole seconds before lab time `nowMs` from the load bins (an
- * array of the snapshot's bin objects).
+ * nowMs, view)` draws the last minute of whole seconds before lab time `nowMs` from the load
+ * bins (an array of the snapshot's bin objects). `view` may fix the seconds drawn (`fromS`,
+ * `toS`), count the axis from `originS` (a run's start), and mark moments (`marks`: each
+ * `{ t_ms, label }` in lab time, a dashed line across the plot).
  */
 export function createGoodputChart(figure) {
   const svg = figure.querySelector('svg');
@@ -59,15 +61,18 @@ export function createGoodputChart(figure) {
   /** What was drawn last, so an unchanged chart is not drawn again. */
   let drawn = '';
 
-  function render(bins, binMs, nowMs) {
+  function render(bins, binMs, nowMs, view = {}) {
     const width = Math.max(280, Math.round(svg.clientWidth || 480));
     // Whole seconds only: the one under way is still filling.
-    const toS = Math.max(0, Math.floor(nowMs / 1000) - 1);
+    const nowS = Math.max(0, Math.floor(nowMs / 1000) - 1);
+    const toS = Math.min(nowS, view.toS ?? nowS);
     let firstS = toS;
     for (const b of bins) firstS = Math.min(firstS, Math.floor(b.t_ms / 1000));
-    const fromS = Math.max(firstS, toS - WINDOW_S + 1);
+    const fromS = Math.min(toS, view.fromS ?? Math.max(firstS, toS - WINDOW_S + 1));
+    const originS = view.originS ?? 0;
+    const marks = view.marks ?? [];
     const seconds = perSecond(bins, binMs, fromS, toS);
-    const key = `${width}|${fromS}|${seconds.map((s) => `${s.offered},${s.delivered}`).join(';')}`;
+    const key = `${width}|${fromS}|${originS}|${marks.map((m) => m.t_ms).join(',')}|${seconds.map((s) => `${s.offered},${s.delivered}`).join(';')}`;
     if (key === drawn) return;
     drawn = key;
 
@@ -87,10 +92,21 @@ export function createGoodputChart(figure) {
       parts.push(label);
     }
     for (const [i, s] of seconds.entries()) {
-      if (s.t_s % 10 !== 0 && i !== 0) continue;
+      if ((s.t_s - originS) % 10 !== 0 && i !== 0) continue;
       const label = el('text', { class: 'gp-tick', x: x(i), y: HEIGHT - 6, 'text-anchor': 'middle' });
-      label.textContent = `${s.t_s} s`;
+      label.textContent = `${s.t_s - originS} s`;
       parts.push(label);
+    }
+    // A moment (a trigger, its end) at its place within its second: a point at x(i) is second i.
+    for (const mark of marks) {
+      const at = mark.t_ms / 1000 - fromS;
+      if (at < 0 || at > span) continue;
+      const mx = (PAD.left + (at / span) * plotW).toFixed(1);
+      const line = el('line', { class: 'gp-mark', 'data-mark': mark.label, x1: mx, x2: mx, y1: PAD.top, y2: PAD.top + plotH });
+      line.dataset.tMs = String(mark.t_ms);
+      const label = el('text', { class: 'gp-mark-label', x: mx, y: PAD.top - 3, 'text-anchor': 'middle' });
+      label.textContent = mark.label;
+      parts.push(line, label);
     }
     const last = seconds[seconds.length - 1];
     // Each line named at its right end, by its last value; two ends closer than a line of text
@@ -120,11 +136,12 @@ export function createGoodputChart(figure) {
     svg.dataset.toS = String(toS);
 
     const sum = (field) => seconds.reduce((a, s) => a + s[field], 0);
-    const said = `Offered load and goodput per second of lab time, ${fromS} to ${toS} s: `
+    const marked = marks.map((m) => `; ${m.label} at ${show(m.t_ms / 1000 - originS)} s`).join('');
+    const said = `Offered load and goodput per second of ${originS ? 'the run' : 'lab time'}, ${fromS - originS} to ${toS - originS} s${marked}: `
       + `${show(sum('offered'))} new messages offered, ${show(sum('delivered'))} delivered; `
       + `in the last second ${show(last.offered)} offered, goodput ${show(last.delivered)}.`;
     svg.setAttribute('aria-label', said);
-    caption.textContent = 'New messages (offered, dashed) and messages delivered (goodput, solid), each per second of lab time.';
+    caption.textContent = `New messages (offered, dashed) and messages delivered (goodput, solid), each per second of ${originS ? 'the run' : 'lab time'}.`;
   }
 
   return { render };

@@ -12,17 +12,38 @@ import { metastableSentence } from './traffic.js';
  * The presets live in presets.json, read by this page and by the API tests that run each one
  * with a fixed seed and check the figures its sentences name. Each: what it sets (the whole
  * policy, every protection off unless named, so one preset does not inherit the last one's
- * breaker; then downstream updates in order; then a burst), the sentence shown after it, and
+ * breaker, as the waits and attempts it needs and the named policy preset it applies; then
+ * downstream updates in order; then a burst), the sentence shown after it, and
  * its follow-ups (the same shape, without the reset).
  */
 const PRESETS_URL = '/static/presets.json';
+
+/**
+ * The policy presets (no-jitter, full-jitter, budget, breaker-fail-fast, ...): one table, read by
+ * this page and by the comparison on the server, so a name means the same policy in both.
+ */
+const POLICY_PRESETS_URL = '/static/policy-presets.json';
+let policyPresets = null;
+
+/**
+ * The policy a step sets: its own `policy` (waits, attempts, timeout), with what its named
+ * policy `preset` changes written over it. Null when it sets neither.
+ */
+export async function stepPolicy(step) {
+  if (!step.preset) return step.policy ?? null;
+  policyPresets ??= fetch(POLICY_PRESETS_URL).then((res) => res.json());
+  const preset = (await policyPresets).find((p) => p.name === step.preset);
+  if (!preset) throw new Error(`no policy preset "${step.preset}"`);
+  return { ...step.policy, ...preset.policy };
+}
 
 /**
  * What a preset or a story step sets, in order: the policy, each downstream update, the steady
  * traffic, then the burst. Returns the burst's answer (its `message_ids`), if it sent one.
  */
 export async function applySettings(api, step) {
-  if (step.policy) await api('PUT', '/policy', step.policy);
+  const policy = await stepPolicy(step);
+  if (policy) await api('PUT', '/policy', policy);
   for (const update of step.downstream ?? []) await api('PUT', '/downstream', update);
   if (step.traffic) await api('PUT', '/traffic', step.traffic);
   return step.burst ? api('POST', '/bursts', { count: step.burst }) : null;
@@ -130,14 +151,15 @@ export function createPresets(root, look, controls, model, claims) {
         button.textContent = step.label;
         button.addEventListener('click', () =>
           act(button, `Could not ${step.label}`, async () => {
+            const from = labNow(model);
             const sent = await run(step);
             text.textContent = step.look;
-            // A follow-up without a burst speaks of the messages already there.
+            // A follow-up without a burst speaks of the seconds after it, under the traffic.
             if (sent.length) {
               claims.show(step.claims ?? [], { messages: sent, before });
               before = sent;
               look.dataset.messages = sent.join(',');
-            } else claims.show([], {});
+            } else claims.show(step.claims ?? [], { from_ms: Math.floor(from) });
             name.textContent = `${title}, ${step.label}:`;
             const did = step.burst ? `sent ${step.burst} more messages` : 'policy changed';
             say(`${title}, ${step.label}: ${did}.`);

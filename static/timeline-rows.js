@@ -50,18 +50,16 @@ export function createRows(state, { filled }) {
   /** Ids of drawn rows whose message changed since they were built. */
   const stale = new Set();
   let windowStale = true;
-  /** The list length the row box was last sized for, and the room below the rows it had. */
+  /** The list length the row box was last sized for. */
   let sizedFor = 0;
-  let tailFor = 0;
 
-  /** Size the row box for the list and `state.tail`; written only when it changes (a write restyles). */
+  /** Size the row box for the list; written only when it changes (a write restyles). */
   function size() {
     const length = state.list.length;
-    if (length === sizedFor && state.tail === tailFor) return;
-    if (length !== sizedFor) rowsEl.setAttribute('aria-rowcount', String(length));
+    if (length === sizedFor) return;
+    rowsEl.setAttribute('aria-rowcount', String(length));
     sizedFor = length;
-    tailFor = state.tail;
-    rowsEl.style.height = `${length * ROW_H + tailFor}px`;
+    rowsEl.style.height = `${length * ROW_H}px`;
   }
 
   function createRow(m) {

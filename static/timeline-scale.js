@@ -2,9 +2,12 @@
 //! zoom and pan buttons. The window is either "fit" (all of lab time, growing with the lab) or
 //! one the person chose by zooming and panning (or "latest": the newest run), held inside
 //! "fit". "Fit" covers whatever the lab measured: its messages, its load bins (requests from
-//! outside callers too) and its markers. While steady traffic runs the window "follows": the
-//! last 20 s, moving on with the lab clock, the newest rows in view. It is on by default and
-//! goes off when the person pans, zooms or scrolls away; "follow" turns it on again.
+//! outside callers too) and its markers. While steady traffic runs the window "follows" from
+//! the first arrival: about as long as a message's whole round under the policy (its attempts
+//! and waits), moving on with the lab clock in whole seconds, with the rows of the messages that
+//! arrived at its left edge in view, so each row shows a history (attempts, retries, waits) up
+//! to now and the rows fill the pane. It is on by default and goes off when the person pans,
+//! zooms or scrolls away; "follow" turns it on again.
 //!
 //! Positions are CSS custom properties in lab milliseconds (`--s` start, `--d` length); the
 //! stylesheet turns them into pixels with the timeline's `--t0` and `--k` (px per ms), so a
@@ -26,15 +29,20 @@ export const PAN_STEP = 0.25;
 const TICK_SPACING_PX = 90;
 /** "Fit" starts this long before the first message (fixed, so the window does not creep). */
 const LEAD_MS = 250;
-/** What "follow" shows: the last this much of lab time, moving on in whole steps. */
-const FOLLOW_SPAN_MS = 20_000;
+/**
+ * What "follow" shows: a message's longest round under the policy (every attempt to its timeout
+ * and every wait at its longest), with room to spare, held to these bounds; moving on in whole
+ * steps.
+ */
+const FOLLOW_MIN_SPAN_MS = 4000;
+const FOLLOW_MAX_SPAN_MS = 20_000;
 const FOLLOW_STEP_MS = 1000;
 /**
- * The rows follow in steps too: when the newest row reaches the bottom of the view, the rows
- * move up at once so that it stands this share of the view from the top, and the new rows fill
- * the view below it. Scrolling for every new row (50 a second) was most of the page's work.
+ * The rows follow in the same steps: the top row in view is the first message that arrived
+ * this share of the window after its left edge, so every row in view has the rest of the window
+ * to show its history. Scrolling for every new row (50 a second) was most of the page's work.
  */
-const FOLLOW_ROWS_AT = 0.25;
+const FOLLOW_ROWS_FROM = 0.05;
 /** Messages that start this close to the newest one are part of the same run. */
 const LATEST_SLACK_MS = 100;
 /** Flags this long before the newest run are shown with it. */
@@ -65,8 +73,10 @@ export function createScale(state) {
   let chosen = null;
   /** Follow the newest messages while traffic runs (until the person pans, zooms or scrolls). */
   let follow = true;
-  /** Rows when they were last scrolled to the newest; our own scroll is not the person's. */
-  let followedRows = 0;
+  /** The window start and row count the rows were last placed for, and the offset they were
+   *  placed at; our own scroll is not the person's. */
+  let followedFor = '';
+  let followedTop = 0;
   let ownScroll = false;
 
   /** Widen "fit" to take in lab time [first, end]. */
@@ -132,36 +142,69 @@ export function createScale(state) {
     return { t0: Math.min(Math.max(w.t0, fit.t0), fit.t0 + fit.span - span), span };
   }
 
-  /** Whether the window follows the newest messages now. */
-  function following(fit = fitWindow()) {
-    return follow && chosen == null && model.traffic?.rate_per_s > 0 && fit.span > FOLLOW_SPAN_MS;
+  /** Whether the window follows the newest messages now: from the first arrival. */
+  function following() {
+    return follow && chosen == null && model.traffic?.rate_per_s > 0;
+  }
+
+  /** How much lab time "follow" shows: a message's longest round under the policy, and some. */
+  function followSpan() {
+    const policy = model.policy;
+    if (!policy) return FOLLOW_MAX_SPAN_MS;
+    const waits = (policy.bands ?? []).reduce((sum, b) => sum + b.high_ms, 0);
+    const round = (waits + policy.max_attempts * policy.timeout_ms) * 1.2;
+    const span = Math.ceil(round / FOLLOW_STEP_MS) * FOLLOW_STEP_MS;
+    return Math.min(FOLLOW_MAX_SPAN_MS, Math.max(FOLLOW_MIN_SPAN_MS, span));
   }
 
   /** The window the next frame will show: what the person chose, held inside "fit". */
   function current() {
     const fit = fitWindow();
-    if (following(fit)) {
-      const t0 = Math.floor((labNow(model) - FOLLOW_SPAN_MS * 0.9) / FOLLOW_STEP_MS) * FOLLOW_STEP_MS;
-      return { t0: Math.max(fit.t0, t0), span: FOLLOW_SPAN_MS };
+    if (following()) {
+      const span = followSpan();
+      const t0 = Math.floor((labNow(model) - span * 0.9) / FOLLOW_STEP_MS) * FOLLOW_STEP_MS;
+      return { t0: Math.max(fit.t0, t0), span };
     }
     return chosen ? clampWindow(chosen, fit) : fit;
   }
 
+  /** When a row's message arrived (an outside caller's row: its first request). */
+  function arrivedAt(id) {
+    const m = id < 0 ? model.outside.rows.get(id) : model.messages.get(id);
+    return m?.created_ms ?? Infinity;
+  }
+
+  /** The first row whose message arrived at `t` or later (the rows are in arrival order). */
+  function firstRowFrom(t) {
+    let [lo, hi] = [0, state.list.length];
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (arrivedAt(state.list[mid]) < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
   /**
-   * While following, keep the newest rows in view as messages arrive, moving on in steps (see
-   * FOLLOW_ROWS_AT). Called first thing in a frame, before anything is written: a scroll offset
-   * set after a write makes the browser restyle and lay out the page there and then (and again
-   * at the frame's end). The rows drawn last frame are laid out by now, so the reads are free.
+   * While following, the rows in view are those that arrived just after the window's left edge
+   * (see FOLLOW_ROWS_FROM), and never fewer than fill the view: they move on when the window
+   * does, once a second. Called first thing in a frame, before anything is written: a scroll
+   * offset set after a write makes the browser restyle and lay out the page there and then (and
+   * again at the frame's end). The rows drawn last frame are laid out by now, so the reads are
+   * free.
    */
   function followRows() {
+    if (!following()) return;
+    const { t0, span } = current();
     const rows = state.list.length;
-    if (!following() || rows === followedRows) return;
-    followedRows = rows;
+    const placedFor = `${t0}|${rows}`;
+    if (placedFor === followedFor) return;
+    followedFor = placedFor;
     const visible = box.height - box.axis;
-    const newest = rows * ROW_H;
+    const first = firstRowFrom(t0 + span * FOLLOW_ROWS_FROM);
+    const target = Math.max(0, Math.min(first * ROW_H, rows * ROW_H - visible));
+    followedTop = target;
     const top = scroller.scrollTop;
-    if (newest - ROW_H >= top && newest <= top + visible) return;
-    const target = Math.max(0, Math.round(newest - visible * FOLLOW_ROWS_AT));
     if (target === top) return;
     ownScroll = true;
     scroller.scrollTop = target;
@@ -169,9 +212,9 @@ export function createScale(state) {
     if (scroller.scrollTop === top) ownScroll = false;
   }
 
-  /** Rows were added since the last scroll to the newest: the next frame must scroll. */
+  /** Rows came or the window moved since the rows were placed: the next frame must place them. */
   function rowsBehind() {
-    return following() && state.list.length !== followedRows;
+    return following() && `${current().t0}|${state.list.length}` !== followedFor;
   }
 
   scroller.addEventListener('scroll', () => {
@@ -179,9 +222,8 @@ export function createScale(state) {
       ownScroll = false;
       return;
     }
-    // The person scrolled up, away from the newest rows: stop following.
-    const newest = state.list.length * ROW_H;
-    if (following() && newest > scroller.scrollTop + box.height - box.axis + 40) {
+    // The person scrolled away from the rows following placed: stop following.
+    if (following() && Math.abs(scroller.scrollTop - followedTop) > 2 * ROW_H) {
       follow = false;
       requestDraw();
     }
@@ -194,8 +236,6 @@ export function createScale(state) {
 
   /** Apply the window for this frame: write `--t0` and `--k` only when they change. */
   function update() {
-    // While following, a view of empty room below the rows for the new ones to fill.
-    state.tail = following() ? Math.max(0, box.height - box.axis) : 0;
     if (!hasTime() || !(box.track > 0)) return;
     // After a reset or a new snapshot a chosen window may now hold everything: that is "fit".
     if (chosen && chosen.span >= fitWindow().span) chosen = null;
@@ -238,7 +278,7 @@ export function createScale(state) {
     const fit = fitWindow();
     // aria-disabled rather than disabled, so a button keeps the focus when it runs out.
     const off = (button, value) => button.setAttribute('aria-disabled', String(value));
-    const followed = following(fit);
+    const followed = following();
     controls.fit.setAttribute('aria-pressed', String(chosen == null && !followed));
     if (controls.follow) {
       // Only while steady traffic runs is there anything to follow.
@@ -357,7 +397,7 @@ export function createScale(state) {
   controls.follow?.addEventListener('click', () => {
     chosen = null;
     follow = true;
-    followedRows = 0;
+    followedFor = '';
     requestDraw();
   });
 

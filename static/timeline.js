@@ -36,8 +36,6 @@ export function createTimeline(root, model, requestDraw) {
      * creation order and outside callers' (negative ids) among them by their first request.
      */
     list: [],
-    /** Room below the last row, px, set by the scale: while following, a view of empty rows to fill. */
-    tail: 0,
   };
   const scale = createScale(state);
   const rows = createRows(state, {

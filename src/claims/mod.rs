@@ -51,10 +51,26 @@ pub enum ClaimId {
     NoneDeadLetteredBefore,
     /// More messages were delivered than in the run before.
     MoreDeliveredThanBefore,
+    /// Every wait of the run was exactly its nominal length: no band to draw from (no jitter).
+    WaitsExactlyNominal,
+    /// Three in four of the run's retries left in the busiest 200 ms windows, one per wait the
+    /// policy has: the retries stand in columns.
+    RetriesInColumns,
+    /// Those windows hold a smaller share of the run's retries than of the run before's, by at
+    /// least 5 points: the columns dissolve.
+    RetriesOutOfColumns,
+    /// From half a second after the slowdown ended (the last ↩ flag) for ten seconds, every
+    /// second's goodput stayed below half of what was offered in it, and traffic kept arriving
+    /// (at least 8 new messages a second): the metastable failure outlasts its trigger.
+    GoodputStaysDown,
+    /// Within 6 s of the change the run starts with (`from_ms`), a 3 s window delivered nine in
+    /// ten of the messages offered in it, and 9 s after the change one still does: goodput is
+    /// back on the offered load and stays there.
+    GoodputBack,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 19] = [
+    pub const ALL: [ClaimId; 24] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -74,6 +90,11 @@ impl ClaimId {
         ClaimId::SomeDeadLettered,
         ClaimId::NoneDeadLetteredBefore,
         ClaimId::MoreDeliveredThanBefore,
+        ClaimId::WaitsExactlyNominal,
+        ClaimId::RetriesInColumns,
+        ClaimId::RetriesOutOfColumns,
+        ClaimId::GoodputStaysDown,
+        ClaimId::GoodputBack,
     ];
 
     /// The id as the API and the page write it.
@@ -98,6 +119,11 @@ impl ClaimId {
             ClaimId::SomeDeadLettered => "some_dead_lettered",
             ClaimId::NoneDeadLetteredBefore => "none_dead_lettered_before",
             ClaimId::MoreDeliveredThanBefore => "more_delivered_than_before",
+            ClaimId::WaitsExactlyNominal => "waits_exactly_nominal",
+            ClaimId::RetriesInColumns => "retries_in_columns",
+            ClaimId::RetriesOutOfColumns => "retries_out_of_columns",
+            ClaimId::GoodputStaysDown => "goodput_stays_down",
+            ClaimId::GoodputBack => "goodput_back",
         }
     }
 
@@ -106,7 +132,9 @@ impl ClaimId {
     }
 }
 
-/// Whether the run bore a claim out; `Pending` until the run's messages have settled.
+/// Whether the run bore a claim out; `Pending` until the run's messages have settled, and
+/// `Unknown` when some of them are no longer in the lab (a reset, or forgotten): what is left
+/// cannot say, and waiting would never settle it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 // Its own name in the OpenAPI description: the callers' card has a `Verdict` too.
@@ -115,6 +143,7 @@ pub enum Verdict {
     Pending,
     Holds,
     Fails,
+    Unknown,
 }
 
 /// A claim judged on one run: the verdict, the figure it rests on ("8 of 8") and the sentence
@@ -134,6 +163,35 @@ pub struct Run {
     pub counters: RunCounters,
     pub messages: Vec<RunMessage>,
     pub dead_letters: Vec<RunDeadLetter>,
+    /// Lab time now, the load per bin and the flags: what the claims about goodput read.
+    #[serde(default)]
+    pub now_ms: u64,
+    #[serde(default)]
+    pub load: RunLoad,
+    #[serde(default)]
+    pub markers: Vec<RunMarker>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunLoad {
+    pub bins: Vec<RunBin>,
+}
+
+/// One bin of the load chart: new messages offered and messages delivered in it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunBin {
+    pub t_ms: u64,
+    #[serde(default)]
+    pub offered: u64,
+    #[serde(default)]
+    pub delivered: u64,
+}
+
+/// A flag on the timeline; `scheduled` is a timed change going back by itself (↩).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RunMarker {
+    pub at_ms: u64,
+    pub kind: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -158,6 +216,11 @@ pub struct RunMessage {
 #[derive(Debug, Clone, Deserialize)]
 pub struct RunAttempt {
     pub round: u32,
+    /// The attempt's number in its round, 1 for the first.
+    #[serde(default)]
+    pub n: u32,
+    #[serde(default)]
+    pub started_ms: u64,
     pub status: Option<u16>,
     pub outcome: Option<String>,
     pub replayed: bool,
@@ -169,6 +232,13 @@ pub struct RunAttempt {
 pub struct RunWait {
     pub floor_ms: Option<u64>,
     pub actual_ms: Option<u64>,
+    /// The band the wait was drawn from, and what was drawn.
+    #[serde(default)]
+    pub low_ms: Option<u64>,
+    #[serde(default)]
+    pub high_ms: Option<u64>,
+    #[serde(default)]
+    pub planned_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -184,11 +254,14 @@ pub struct RunDeadLetter {
 pub struct Scope {
     pub messages: Vec<u64>,
     pub before: Vec<u64>,
+    /// When the run began, in lab time, for the claims about the seconds after a change of
+    /// settings (a fix turned on while traffic runs, with no messages of its own).
+    pub from_ms: Option<u64>,
 }
 
 impl Scope {
     pub fn of(messages: &[u64]) -> Scope {
-        Scope { messages: messages.to_vec(), before: Vec::new() }
+        Scope { messages: messages.to_vec(), ..Scope::default() }
     }
 }
 
@@ -216,14 +289,69 @@ impl Run {
         any
     }
 
+    /// The ten seconds `goodput_stays_down` speaks of: from half a second after the last ↩ flag
+    /// (a timed change of the endpoint going back by itself), if there is one.
+    fn after_the_flag(&self) -> Option<(u64, u64)> {
+        let flag = self.markers.iter().filter(|m| m.kind == "scheduled").map(|m| m.at_ms).max()?;
+        Some((flag + 500, flag + 10_500))
+    }
+
+    /// New messages offered and delivered, per second of `[from, to)`, from the load bins.
+    pub fn per_second(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        (from..to)
+            .step_by(1_000)
+            .map(|t| {
+                let inside = self.load.bins.iter().filter(|b| (t..(t + 1_000).min(to)).contains(&b.t_ms));
+                inside.fold((0, 0), |(o, d), b| (o + b.offered, d + b.delivered))
+            })
+            .collect()
+    }
+
+    /// How many of `scope`'s messages the lab no longer holds (a reset, or forgotten).
+    fn missing(&self, scope: &[u64]) -> usize {
+        let held: std::collections::HashSet<u64> = self.messages.iter().map(|m| m.id).collect();
+        scope.iter().filter(|id| !held.contains(id)).count()
+    }
+
     /// Judges each of `claims` on the messages in `scope` (empty: every message). Every verdict
-    /// is `Pending` until the run has settled.
+    /// is `Pending` until the run has settled; `Unknown`, saying why, when messages it speaks of
+    /// (the run's, or the run before's for a claim that compares) are gone from the lab.
     pub fn judge(&self, claims: &[ClaimId], scope: &Scope) -> Vec<Judged> {
         let settled = self.settled(&scope.messages);
+        let (gone, gone_before) = (self.missing(&scope.messages), self.missing(&scope.before));
         claims
             .iter()
             .map(|&id| {
+                let compares = matches!(
+                    id,
+                    ClaimId::HalfTheUnavailableOfBefore
+                        | ClaimId::FewerThrottledNotNone
+                        | ClaimId::NoneDeadLetteredBefore
+                        | ClaimId::MoreDeliveredThanBefore
+                        | ClaimId::RetriesOutOfColumns
+                );
+                let (lost, of, whose) = match (gone, compares && gone_before > 0) {
+                    (0, false) => (0, 0, ""),
+                    (0, true) => (gone_before, scope.before.len(), "the run before's"),
+                    _ => (gone, scope.messages.len(), "the run's"),
+                };
+                if lost > 0 {
+                    let said = format!(
+                        "cannot be judged: {lost} of {of} of {whose} messages are no longer in the lab \
+                         (reset, or forgotten as old)"
+                    );
+                    return Judged { id, verdict: Verdict::Unknown, figure: "–".into(), said };
+                }
                 let (holds, figure, said) = self.figure(id, scope);
+                // A claim about the seconds after a flag is ready once they have passed, not
+                // once messages settle (steady traffic never does).
+                let settled = match id {
+                    ClaimId::GoodputStaysDown => {
+                        self.after_the_flag().is_some_and(|(_, to)| self.now_ms >= to)
+                    }
+                    ClaimId::GoodputBack => scope.from_ms.is_some_and(|from| self.now_ms >= from + 12_000),
+                    _ => settled,
+                };
                 let verdict = match (settled, holds) {
                     (false, _) => Verdict::Pending,
                     (true, true) => Verdict::Holds,
@@ -241,6 +369,31 @@ impl Run {
         let requests = self.scoped(scope).flat_map(|m| m.attempts.iter());
         let requests: Vec<_> = requests.filter(|a| a.outcome.as_deref() != Some("short_circuited")).collect();
         (requests.iter().filter(|a| a.status == Some(status)).count(), requests.len())
+    }
+
+    /// How many of the retries of the messages in `scope` (attempts after a round's first)
+    /// left in the busiest 200 ms windows, one window per wait the policy has, and of how many
+    /// retries: the columns a schedule without jitter stands its retries in. Each window is two
+    /// neighbouring 100 ms bins of the load chart, taken out before the next is sought.
+    fn in_columns(&self, scope: &[u64]) -> (usize, usize) {
+        let mut bins: Vec<(u64, usize)> = Vec::new();
+        let retries = self.scoped(scope).flat_map(|m| m.attempts.iter()).filter(|a| a.n >= 2);
+        for started in retries.map(|a| a.started_ms - a.started_ms % 100) {
+            match bins.iter_mut().find(|b| b.0 == started) {
+                Some(bin) => bin.1 += 1,
+                None => bins.push((started, 1)),
+            }
+        }
+        let retries = bins.iter().map(|b| b.1).sum();
+        let mut held = 0;
+        for _ in 1..self.policy.max_attempts {
+            let window =
+                |t: u64| bins.iter().filter(|b| b.0 == t || b.0 == t + 100).map(|b| b.1).sum::<usize>();
+            let Some(t) = bins.iter().map(|b| b.0).max_by_key(|&t| window(t)) else { break };
+            held += window(t);
+            bins.retain(|b| b.0 != t && b.0 != t + 100);
+        }
+        (held, retries)
     }
 
     fn figure(&self, id: ClaimId, whole: &Scope) -> (bool, String, String) {
@@ -353,6 +506,74 @@ impl Run {
                     format!("{n} of {of} messages of the run before became dead letters"),
                 )
             }
+            ClaimId::WaitsExactlyNominal => {
+                let waits: Vec<&RunWait> = attempts().filter_map(|a| a.wait.as_ref()).collect();
+                let exact = waits
+                    .iter()
+                    .filter(|w| w.low_ms.is_some() && w.low_ms == w.high_ms && w.planned_ms == w.low_ms);
+                all_of(
+                    exact.count(),
+                    waits.len(),
+                    "waits were exactly their nominal length, with no band to draw from",
+                )
+            }
+            ClaimId::RetriesInColumns => {
+                let (held, retries) = self.in_columns(scope);
+                let windows = self.policy.max_attempts.saturating_sub(1);
+                let what = format!("retries left in the {windows} busiest 200 ms windows");
+                share(held, retries, 3, 4, &what, "at least three in four")
+            }
+            ClaimId::RetriesOutOfColumns => {
+                let ((now, of), (then, of_then)) = (self.in_columns(scope), self.in_columns(&whole.before));
+                let percent = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 * 100.0 / of as f64 };
+                let (now_pct, then_pct) = (percent(now, of), percent(then, of_then));
+                let holds = of > 0 && of_then > 0 && now_pct + 5.0 <= then_pct;
+                let figure = format!("{now_pct:.0} % against {then_pct:.0} %");
+                let said = format!(
+                    "the busiest 200 ms windows held {figure} of the retries the run before ({})",
+                    if holds { "the columns dissolved" } else { "not 5 points fewer" }
+                );
+                (holds, figure, said)
+            }
+            ClaimId::GoodputStaysDown => {
+                let Some((from, to)) = self.after_the_flag() else {
+                    return (false, "–".into(), "waiting for the slowdown to end (the ↩ flag)".into());
+                };
+                let seconds = self.per_second(from, to);
+                let down = seconds.iter().filter(|(o, d)| *o >= 8 && d * 2 < *o).count();
+                let (offered, delivered) = seconds.iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
+                let holds = seconds.len() == 10 && down == 10;
+                let figure = format!("{down} of {} s", seconds.len());
+                let said = format!(
+                    "{figure} after the ↩ flag had goodput under half of the offered load ({delivered} of {offered} delivered)"
+                );
+                (holds, figure, said)
+            }
+            ClaimId::GoodputBack => {
+                let Some(from) = whole.from_ms else {
+                    return (false, "–".into(), "no change to measure from".into());
+                };
+                // Nine in ten of a 3 s window's new messages delivered, with traffic arriving.
+                let back = |at: u64| {
+                    let (offered, delivered) =
+                        self.per_second(at, at + 3_000).iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
+                    offered >= 45 && delivered * 10 >= offered * 9
+                };
+                let recovered = (0..=6).find(|s| back(from + s * 1_000));
+                let stays = back(from + 9_000);
+                let holds = recovered.is_some() && stays;
+                let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
+                let said = match (recovered, stays) {
+                    (Some(s), true) => format!(
+                        "goodput back on the offered load {s} s after the change, and still 9 s after"
+                    ),
+                    (Some(s), false) => {
+                        format!("goodput back {s} s after the change, but not still 9 s after")
+                    }
+                    (None, _) => "goodput not back on the offered load within 6 s of the change".to_owned(),
+                };
+                (holds, figure, said)
+            }
             ClaimId::MoreDeliveredThanBefore => {
                 let (now, (of, then)) = (in_state("delivered"), before("delivered"));
                 let holds = of > 0 && now > then;
@@ -443,6 +664,139 @@ mod tests {
         assert_eq!((judged[1].verdict, judged[1].figure.as_str()), (Verdict::Fails, "0"));
         assert_eq!(judged[1].said, "0 attempts timed out at the client");
         assert_eq!(judged[2].verdict, Verdict::Holds);
+    }
+
+    /// A retry (attempt `n` of round 0) that started at `started_ms`, after a wait drawn from
+    /// [low, high].
+    fn retry(n: u32, started_ms: u64, band: (u64, u64), planned: u64) -> serde_json::Value {
+        serde_json::json!({ "round": 0, "n": n, "started_ms": started_ms, "status": 503, "outcome": "http_error",
+            "replayed": false, "retry_after_s": null,
+            "wait": { "floor_ms": null, "actual_ms": planned, "low_ms": band.0, "high_ms": band.1, "planned_ms": planned } })
+    }
+
+    #[test]
+    fn retries_without_jitter_stand_in_columns_and_jitter_dissolves_them() {
+        // Three messages, each retried at 500 and 1,500 ms exactly (max_attempts 2 in `run`: one
+        // wait, so one column): in columns. Then three whose retries spread over a second.
+        let exact = |id: u64, at: u64| {
+            serde_json::json!({ "id": id, "state": "delivered", "round": 0,
+                "attempts": [retry(1, 0, (500, 500), 500), retry(2, at, (500, 500), 500)] })
+        };
+        let spread = |id: u64, at: u64| {
+            serde_json::json!({ "id": id, "state": "delivered", "round": 0,
+                "attempts": [retry(1, 0, (0, 500), 120), retry(2, at, (0, 500), 120)] })
+        };
+        let lab = run(
+            serde_json::json!([
+                exact(1, 500),
+                exact(2, 520),
+                exact(3, 610),
+                spread(4, 1000),
+                spread(5, 1400),
+                spread(6, 1900)
+            ]),
+            (6, 0),
+        );
+        let first = Scope::of(&[1, 2, 3]);
+        let judged = lab.judge(&[ClaimId::WaitsExactlyNominal, ClaimId::RetriesInColumns], &first);
+        assert_eq!((judged[0].verdict, judged[0].figure.as_str()), (Verdict::Holds, "6 of 6"));
+        assert_eq!(
+            (judged[1].verdict, judged[1].figure.as_str()),
+            (Verdict::Holds, "3 of 3"),
+            "{}",
+            judged[1].said
+        );
+        let then = Scope { messages: vec![4, 5, 6], before: vec![1, 2, 3], from_ms: None };
+        let judged = lab.judge(
+            &[ClaimId::WaitsExactlyNominal, ClaimId::RetriesInColumns, ClaimId::RetriesOutOfColumns],
+            &then,
+        );
+        assert_eq!(judged[0].verdict, Verdict::Fails, "{}", judged[0].said);
+        assert_eq!(
+            (judged[1].verdict, judged[1].figure.as_str()),
+            (Verdict::Fails, "1 of 3"),
+            "{}",
+            judged[1].said
+        );
+        assert_eq!((judged[2].verdict, judged[2].figure.as_str()), (Verdict::Holds, "33 % against 100 %"));
+        // Compared with itself, nothing dissolved.
+        let same = Scope { messages: vec![1, 2, 3], before: vec![1, 2, 3], from_ms: None };
+        assert_eq!(lab.judge(&[ClaimId::RetriesOutOfColumns], &same)[0].verdict, Verdict::Fails);
+    }
+
+    #[test]
+    fn a_claim_whose_messages_are_gone_is_unknown_and_says_why_instead_of_pending_for_ever() {
+        let lab = run(
+            serde_json::json!([{ "id": 3, "state": "delivered", "round": 0, "attempts": [attempt(0, "ok")] }]),
+            (1, 0),
+        );
+        // Messages 1 and 2 were reset away: nothing left would ever settle them.
+        let judged = lab.judge(&[ClaimId::Delivered], &Scope::of(&[1, 2]));
+        assert_eq!((judged[0].verdict, judged[0].figure.as_str()), (Verdict::Unknown, "–"));
+        assert!(
+            judged[0].said.contains("2 of 2 of the run's messages are no longer in the lab"),
+            "{}",
+            judged[0].said
+        );
+        // A claim that compares needs the run before too; one that does not, only its own run.
+        let scope = Scope { messages: vec![3], before: vec![1], from_ms: None };
+        let judged = lab.judge(&[ClaimId::MoreDeliveredThanBefore, ClaimId::Delivered], &scope);
+        assert_eq!(judged[0].verdict, Verdict::Unknown);
+        assert!(judged[0].said.contains("the run before's"), "{}", judged[0].said);
+        assert_eq!(judged[1].verdict, Verdict::Holds);
+        assert_eq!(serde_json::to_value(Verdict::Unknown).unwrap(), "unknown");
+    }
+
+    #[test]
+    fn goodput_stays_down_waits_for_ten_seconds_after_the_flag_and_needs_every_one_down() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Pending, "no flag yet: {}", judged[0].said);
+        lab.markers = vec![RunMarker { at_ms: 3_000, kind: "scheduled".into() }];
+        // 20 offered a second in two bins, 2 delivered: down, from 3.5 s for 10 s.
+        lab.load.bins = (0..40)
+            .map(|i| RunBin { t_ms: 3_500 + i * 500, offered: 10, delivered: if i == 7 { 12 } else { 1 } })
+            .collect();
+        lab.now_ms = 13_000;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Pending, "not ten seconds yet: {}", judged[0].said);
+        lab.now_ms = 13_600;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        // The fourth second (bins 6 and 7) delivered 13 of 20: not down.
+        assert_eq!(
+            (judged[0].verdict, judged[0].figure.as_str()),
+            (Verdict::Fails, "9 of 10 s"),
+            "{}",
+            judged[0].said
+        );
+        lab.load.bins[7].delivered = 1;
+        let judged = lab.judge(&[ClaimId::GoodputStaysDown], &Scope::default());
+        assert_eq!(judged[0].verdict, Verdict::Holds, "{}", judged[0].said);
+        assert!(judged[0].said.ends_with("(20 of 200 delivered)"), "{}", judged[0].said);
+    }
+
+    #[test]
+    fn goodput_back_needs_a_window_of_nine_in_ten_within_6_s_of_the_change_and_again_9_s_after() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        // 20 offered a second; nothing delivered for the first 4 s after the change at 10 s.
+        lab.load.bins = (0..40)
+            .map(|i| RunBin { t_ms: 10_000 + i * 500, offered: 10, delivered: if i < 8 { 0 } else { 10 } })
+            .collect();
+        let scope = Scope { from_ms: Some(10_000), ..Scope::default() };
+        lab.now_ms = 21_000;
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &scope)[0].verdict, Verdict::Pending);
+        lab.now_ms = 22_000;
+        let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "4 s"), "{}", judged.said);
+        // Not back 9 s after: it fails, and says so.
+        for bin in &mut lab.load.bins[18..24] {
+            bin.delivered = 0;
+        }
+        let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
+        assert_eq!(judged.verdict, Verdict::Fails);
+        assert_eq!(judged.said, "goodput back 4 s after the change, but not still 9 s after");
+        // Without a change to measure from it never settles.
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &Scope::default())[0].verdict, Verdict::Pending);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::compare::ROWS;
-use crate::compare::scenario::{self, Scenario};
+use crate::compare::presets;
+use crate::compare::scenario::Scenario;
 use crate::config::{CompareArgs, Config};
 use crate::server::serve;
 
@@ -40,7 +41,7 @@ fn policy(raw: &str) -> Result<Value, String> {
         }
         return Ok(custom);
     }
-    scenario::preset(raw)?;
+    presets::changes(raw)?;
     Ok(json!(raw))
 }
 

@@ -11,6 +11,7 @@
 //! against their schedule says how busy the machine was: a run later than its threshold
 //! (`LATE_RUN_MS` unless the request names another) is left out and reported.
 
+pub mod presets;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -31,7 +32,7 @@ use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
 pub use report::{Figures, ROWS};
-pub use scenario::{PRESETS, SCENARIOS, Scenario, Step};
+pub use scenario::{SCENARIOS, Scenario, Step};
 pub use verdict::Verdict;
 
 /// Most policies in one comparison.
@@ -82,7 +83,7 @@ impl PolicyChoice {
     /// The policy update this choice makes over the scenario's base policy.
     fn changes(&self) -> Result<PolicyUpdate, String> {
         match self {
-            PolicyChoice::Preset(name) => scenario::preset(name),
+            PolicyChoice::Preset(name) => presets::changes(name),
             PolicyChoice::Custom { policy, .. } => parse_policy(policy.clone()),
         }
     }
@@ -183,6 +184,10 @@ pub struct ComparisonReport {
     /// The figures the verdict is judged on, in the order they are judged: the scenario's one
     /// question.
     pub key_figure: Vec<String>,
+    /// When the scenario's timed change of the endpoint (the outage, the slowdown) starts and
+    /// ends, ms after each run's start; `None` for a scenario without one.
+    #[schema(required = true)]
+    pub trigger_ms: Option<[u64; 2]>,
     /// Every run has finished (or its lab is gone).
     pub done: bool,
     /// One per policy, in the order asked.
@@ -559,6 +564,7 @@ impl Comparisons {
             seed: comparison.seed,
             runs: comparison.runs,
             key_figure: key.iter().map(|(f, _)| (*f).to_owned()).collect(),
+            trigger_ms: scenario.trigger_ms(comparison.burst),
             done,
             same_for_all: if done { same_for_all(&policies) } else { Vec::new() },
             policies,

@@ -1,13 +1,13 @@
-//! The scenarios a comparison runs and the policy presets it compares. A scenario sets up the
-//! downstream, a base policy with small, watchable timings, and a script of what happens when
-//! (bursts, steady traffic, outages and slowdowns); a preset changes only what makes it that
-//! policy.
+//! The scenarios a comparison runs. A scenario sets up the downstream, a base policy with
+//! small, watchable timings, and a script of what happens when (bursts, steady traffic, outages
+//! and slowdowns); a preset (`presets`, the table the lab shares) changes only what makes it
+//! that policy.
 
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Arrivals, TrafficUpdate};
 use crate::downstream::{DownstreamUpdate, Mode};
-use crate::retry::{BreakerSettings, BudgetSettings, Jitter, PolicyUpdate, Refused, RetryAfterMode};
+use crate::retry::{Jitter, PolicyUpdate, RetryAfterMode};
 
 /// One kind of trouble for the downstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -27,18 +27,6 @@ pub enum Scenario {
 }
 
 pub const SCENARIOS: &[&str] = &["outage", "overload", "throttled", "flaky", "metastable"];
-
-/// The policy presets, by name, with what each changes over the scenario's base policy.
-pub const PRESETS: &[(&str, &str)] = &[
-    ("fixed", "a fixed interval: no growth, no jitter"),
-    ("none", "exponential backoff without jitter"),
-    ("full", "exponential backoff, full jitter"),
-    ("equal", "exponential backoff, equal jitter"),
-    ("decorrelated", "decorrelated jitter"),
-    ("breaker", "equal jitter and a circuit breaker"),
-    ("budget", "equal jitter and a retry budget"),
-    ("ignore-retry-after", "equal jitter, Retry-After ignored"),
-];
 
 /// One step of a scenario's script, `at_ms` after the start.
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +208,15 @@ impl Scenario {
         self.script(1).iter().any(|s| matches!(s, Step::Traffic { .. }))
     }
 
+    /// When its timed change of the endpoint (the outage, the slowdown) starts and ends, ms
+    /// after the start.
+    pub fn trigger_ms(self, burst: usize) -> Option<[u64; 2]> {
+        self.script(burst).iter().find_map(|s| match s {
+            Step::Downstream { at_ms, update } => update.for_ms.map(|ms| [*at_ms, at_ms + ms]),
+            _ => None,
+        })
+    }
+
     /// When the script's last step ends (a traffic's `for_ms` included), ms after the start.
     pub fn script_ends_ms(self, burst: usize) -> u64 {
         self.script(burst)
@@ -233,52 +230,15 @@ impl Scenario {
     }
 }
 
-/// What a preset changes over the base policy; an unknown name is an error listing them all.
-pub fn preset(name: &str) -> Result<PolicyUpdate, String> {
-    let jitter = |jitter| PolicyUpdate { jitter: Some(jitter), ..Default::default() };
-    let changes = match name {
-        "fixed" => PolicyUpdate { multiplier: Some(1.0), ..jitter(Jitter::None) },
-        "none" => jitter(Jitter::None),
-        "full" => jitter(Jitter::Full),
-        "equal" => jitter(Jitter::Equal),
-        "decorrelated" => jitter(Jitter::Decorrelated),
-        "breaker" => PolicyUpdate {
-            breaker: Some(Some(BreakerSettings {
-                failure_threshold: 5,
-                open_ms: 500,
-                half_open_probes: 2,
-                refused: Refused::Retry,
-            })),
-            ..Default::default()
-        },
-        "budget" => PolicyUpdate {
-            retry_budget: Some(Some(BudgetSettings { ratio: 0.1, min_per_s: 1.0 })),
-            ..Default::default()
-        },
-        "ignore-retry-after" => PolicyUpdate { honor_retry_after: Some(false), ..Default::default() },
-        _ => {
-            let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
-            return Err(format!(
-                "unknown policy preset '{name}'; choose one of: {}, or a custom policy as JSON",
-                names.join(", ")
-            ));
-        }
-    };
-    Ok(changes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::presets;
 
     #[test]
     fn unknown_names_list_the_valid_ones() {
         let error = Scenario::parse("meltdown").unwrap_err();
         assert!(error.contains("outage, overload, throttled, flaky, metastable"), "{error}");
-        let error = preset("yolo").unwrap_err();
-        assert!(
-            error.contains("fixed, none, full, equal, decorrelated, breaker, budget, ignore-retry-after")
-        );
         assert_eq!(Scenario::parse("metastable"), Ok(Scenario::Metastable));
     }
 
@@ -292,6 +252,9 @@ mod tests {
             matches!(&steps[1], Step::Downstream { at_ms: 3_000, update } if update.for_ms == Some(2_000))
         );
         assert_eq!(Scenario::Metastable.script_ends_ms(100), 16_000);
+        assert_eq!(Scenario::Metastable.trigger_ms(100), Some([3_000, 5_000]));
+        assert_eq!(Scenario::Outage.trigger_ms(100), Some([0, 1_500]));
+        assert_eq!(Scenario::Overload.trigger_ms(100), None);
         let caps = crate::domain::TrafficCaps { max_rate_per_s: 5_000.0, max_for_ms: 3_600_000 };
         update.settings(caps, 0).unwrap();
     }
@@ -305,10 +268,10 @@ mod tests {
             for burst in [1, 100, 2_000] {
                 DownstreamSettings::default().updated(&scenario.downstream(burst)).unwrap();
             }
-            for (preset_name, _) in PRESETS {
-                let policy = scenario.base_policy(7).then(preset(preset_name).unwrap());
+            for preset in presets::all() {
+                let policy = scenario.base_policy(7).then(presets::changes(&preset.name).unwrap());
                 let taken = Policy::default().updated(&policy).unwrap();
-                assert_eq!(taken.seed, Some(7), "{name} {preset_name}");
+                assert_eq!(taken.seed, Some(7), "{name} {}", preset.name);
             }
         }
     }

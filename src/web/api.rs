@@ -18,8 +18,8 @@ use crate::retry::{PolicyUpdate, PolicyView};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Created {
-    id: String,
-    url: String,
+    pub(super) id: String,
+    pub(super) url: String,
 }
 
 /// Creates a lab.

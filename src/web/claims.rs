@@ -22,6 +22,9 @@ pub struct ClaimsParams {
     messages: Option<String>,
     /// The run before's message ids, comma-separated, for the claims that compare with it.
     before: Option<String>,
+    /// When the run began (lab ms), for the claims about the seconds after a change of settings
+    /// (`goodput_back`).
+    from_ms: Option<u64>,
 }
 
 /// The verdicts: `settled` once every message of the run has arrived where it ends, and until
@@ -33,7 +36,8 @@ pub struct Claims {
 }
 
 /// The story's claims judged on this lab's run: each with its verdict (`pending` until the run
-/// has settled, then `holds` or `fails`), the figure it rests on and the sentence the page shows.
+/// has settled, then `holds` or `fails`; `unknown`, saying why, once messages it speaks of are no
+/// longer in the lab), the figure it rests on and the sentence the page shows.
 #[utoipa::path(
     get,
     path = "/api/labs/{lab}/claims",
@@ -62,6 +66,7 @@ pub async fn claims(
     let scope = Scope {
         messages: message_ids("messages", params.messages.as_deref())?,
         before: message_ids("before", params.before.as_deref())?,
+        from_ms: params.from_ms,
     };
     let run = Run::from_snapshot(&lab.snapshot()).expect("a snapshot reads back as a run");
     Ok(Json(Claims { settled: run.settled(&scope.messages), claims: run.judge(&ids, &scope) }))

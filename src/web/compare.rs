@@ -16,7 +16,7 @@ use super::responses::{JsonBodyErrors, StoreErrors};
 use std::sync::Arc;
 
 use crate::compare::{
-    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, PRESETS, Refusal, SCENARIOS,
+    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, Refusal, SCENARIOS, presets,
 };
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
@@ -90,6 +90,81 @@ pub async fn report(
     Ok(Json(app.comparisons.report(&comparison, &app.labs)))
 }
 
+/// Which of a comparison's policies to open in a lab of its own.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenInLab {
+    /// The policy's name, as the comparison gives it.
+    pub policy: String,
+}
+
+/// Opens one of a comparison's policies in a new lab, ready to run: the policy as its first
+/// run's lab held it (its seed included) and the endpoint as the scenario starts it. The
+/// scenario's script (its bursts, traffic and outages) is not started: the lab waits for its
+/// person.
+#[utoipa::path(
+    post,
+    path = "/api/comparisons/{id}/labs",
+    tag = "comparisons",
+    params(("id" = String, Path, description = "The comparison id (a UUID, then `-<instance>` past one machine)")),
+    request_body = OpenInLab,
+    responses(
+        (status = 201, body = super::api::Created),
+        (status = 400, description = "Not a comparison id, or a body that cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such comparison", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The comparison lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The policy's lab is gone (idle too long, or evicted): its settings went with it", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
+        JsonBodyErrors,
+        StoreErrors,
+    )
+)]
+pub async fn open_in_lab(
+    State(app): State<AppState>,
+    Path(raw): Path<String>,
+    payload: Result<Json<OpenInLab>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let id = parse_id(&app, &raw)?;
+    let Json(OpenInLab { policy }) = payload?;
+    let comparison = app
+        .comparisons
+        .get(&id)
+        .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
+    let first = comparison.columns.iter().filter(|c| c.policy == policy).min_by_key(|c| (c.run, c.attempt));
+    let Some(column) = first else {
+        let names: Vec<&str> = comparison
+            .columns
+            .iter()
+            .filter(|c| c.run == 0 && c.attempt == 0)
+            .map(|c| c.policy.as_str())
+            .collect();
+        return Err(AppError::Field {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            field: "policy".into(),
+            detail: format!("this comparison has no policy '{policy}'; it has {}", names.join(", ")),
+        });
+    };
+    let source = app.labs.get(&column.lab).ok_or_else(|| AppError::Rejected {
+        status: StatusCode::GONE,
+        detail: format!(
+            "the lab of '{policy}' is gone (idle too long, or evicted), and its settings with it"
+        ),
+    })?;
+    let settings = serde_json::to_value(source.policy()).and_then(serde_json::from_value);
+    let settings: crate::retry::PolicyUpdate = settings.expect("a policy's settings are an update of them");
+    let lab = app.labs.create().map_err(super::api::lab_limit)?;
+    let ready = lab.set_policy(&settings).is_ok()
+        && lab.set_downstream(&comparison.scenario.downstream(comparison.burst)).is_ok();
+    assert!(ready, "a comparison's policy and scenario were valid settings when it started");
+    if let Err(refused) = lab.persisted().await {
+        app.labs.remove(&lab.id); // a refused lab leaves nothing behind
+        return Err(refused.into());
+    }
+    let url = format!("/labs/{}", lab.id);
+    let created = super::api::Created { id: lab.id.to_string(), url: url.clone() };
+    Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
+}
+
 /// A comparison id, owned by this instance: another instance's is sent on there (fly-replay).
 fn parse_id(app: &super::App, raw: &str) -> Result<ComparisonId, AppError> {
     let id = ComparisonId::parse(raw).map_err(|_| {
@@ -112,9 +187,14 @@ struct ComparePage {
     presets: Vec<(&'static str, &'static str)>,
 }
 
+/// Each preset's name and what it is, for the form's choices.
+fn preset_choices() -> Vec<(&'static str, &'static str)> {
+    presets::all().iter().map(|p| (p.name.as_str(), p.what.as_str())).collect()
+}
+
 /// `GET /compare`: choose a scenario and policies, and start.
 pub async fn form() -> Response {
-    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: PRESETS.to_vec() }
+    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: preset_choices() }
         .into_response()
 }
 
@@ -130,7 +210,7 @@ pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Resul
     Ok(ComparePage {
         comparison_id: id.to_string(),
         scenarios: SCENARIOS.to_vec(),
-        presets: PRESETS.to_vec(),
+        presets: preset_choices(),
     }
     .into_response())
 }

@@ -38,6 +38,7 @@ use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages
         pages::metrics,
         compare::create,
         compare::report,
+        compare::open_in_lab,
     )
 )]
 pub struct ApiDoc;

@@ -150,6 +150,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("presets.js", JS, include_str!("../../static/presets.js")),
     ("traffic.js", JS, include_str!("../../static/traffic.js")),
     ("presets.json", "application/json", include_str!("../../static/presets.json")),
+    ("policy-presets.json", "application/json", include_str!("../../static/policy-presets.json")),
     ("story.js", JS, include_str!("../../static/story.js")),
     ("claims.js", JS, include_str!("../../static/claims.js")),
     ("legend.js", JS, include_str!("../../static/legend.js")),

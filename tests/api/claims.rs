@@ -49,3 +49,30 @@ async fn an_unknown_claim_or_a_message_id_that_is_not_a_number_is_a_422_naming_i
         assert_eq!(body["field"], field, "{query}: {body}");
     }
 }
+
+/// A run reset away never settles: its claims turn `unknown` and say why, rather than stay
+/// `pending` for ever.
+#[tokio::test]
+async fn claims_about_messages_a_reset_took_away_are_unknown_and_say_why() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    let ids = app.burst(&lab, 3).await;
+    let scope = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let path = format!("/api/labs/{lab}/claims?ids=dead_lettered&messages={scope}");
+    let (status, reset) = app.call(Method::POST, &format!("/api/labs/{lab}/reset"), None).await;
+    assert!(status.is_success(), "{reset}");
+    let (status, after) = app.call(Method::GET, &path, None).await;
+    assert_eq!(status, StatusCode::OK, "{after}");
+    let claim = &after["claims"][0];
+    assert_eq!(
+        (claim["verdict"].as_str(), claim["figure"].as_str()),
+        (Some("unknown"), Some("–")),
+        "{after}"
+    );
+    let said = claim["said"].as_str().unwrap();
+    assert!(
+        said.starts_with("cannot be judged: 3 of 3 of the run's messages are no longer in the lab"),
+        "{said}"
+    );
+}

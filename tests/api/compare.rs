@@ -274,7 +274,7 @@ async fn the_command_line_prints_the_comparison_as_json() {
         .output()
         .unwrap();
     assert!(!unknown.status.success());
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, none, full"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fixed, no-jitter, full-jitter"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,4 +578,53 @@ async fn the_comparison_document_is_what_its_openapi_schema_describes() {
     let mut errors = Vec::new();
     breaks(&spec, schema, &strayed, "", &mut errors);
     assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+/// The comparison's presets are the lab's (static/policy-presets.json): an old name is an alias
+/// of its new one, and `breaker-fail-fast` is the breaker the metastable tests end the failure
+/// with, setting for setting.
+#[tokio::test]
+async fn presets_are_the_labs_and_old_names_are_aliases() {
+    let app = TestApp::spawn().await;
+    let body = json!({"scenario": "flaky", "burst": 5, "seed": 1, "runs": 1, "policies": ["none", "no-jitter", "breaker-fail-fast", "budget"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let report = finished(&app, created["id"].as_str().unwrap()).await;
+    let settings = |name: &str| -> Value {
+        let policies = report["policies"].as_array().unwrap();
+        policies.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no {name}: {report}"))["policy"]
+            .clone()
+    };
+    assert_eq!(settings("none"), settings("no-jitter"));
+    assert_eq!(settings("none")["jitter"], "none");
+    let lab: Value = serde_json::from_str(crate::metastable::BREAKER_GIVING_UP).unwrap();
+    assert_eq!(settings("breaker-fail-fast")["breaker"], lab["breaker"]);
+    let lab: Value = serde_json::from_str(crate::metastable::BUDGET).unwrap();
+    assert_eq!(settings("budget")["retry_budget"], lab["retry_budget"]);
+}
+
+/// Opening a comparison's policy in a lab: a name the comparison does not have is a 422 naming
+/// the field; an unknown comparison is a 404; a known one gives a new lab with its settings.
+#[tokio::test]
+async fn opening_a_policy_in_a_lab_names_what_is_wrong() {
+    let app = TestApp::spawn().await;
+    let body =
+        json!({"scenario": "outage", "burst": 5, "seed": 1, "runs": 1, "policies": ["none", "budget"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let path = format!("/api/comparisons/{}/labs", created["id"].as_str().unwrap());
+    let (status, problem) = app.call(Method::POST, &path, Some(r#"{"policy": "yolo"}"#)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["field"], "policy");
+    assert!(problem["detail"].as_str().unwrap().contains("none, budget"), "{problem}");
+    let (status, problem) = app.call(Method::POST, &path, Some(r#"{"name": "none"}"#)).await;
+    assert!(status.is_client_error() && status != StatusCode::NOT_FOUND, "{status} {problem}");
+    let unknown = "/api/comparisons/00000000-0000-4000-8000-000000000000/labs";
+    let (status, _) = app.call(Method::POST, unknown, Some(r#"{"policy": "none"}"#)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, lab) = app.call(Method::POST, &path, Some(r#"{"policy": "budget"}"#)).await;
+    assert_eq!(status, StatusCode::CREATED, "{lab}");
+    let snapshot = app.snapshot(lab["id"].as_str().unwrap()).await;
+    assert_eq!(snapshot["policy"]["retry_budget"]["ratio"], 0.1);
+    assert_eq!(snapshot["policy"]["seed"], 1, "the first run's seed");
 }

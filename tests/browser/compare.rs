@@ -93,7 +93,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     page.navigate(&server.url("/compare")).await;
 
     // One policy is not a comparison: the page says so and stays.
-    fill_form(&page, "overload", &["none"], ("", ""), 20).await;
+    fill_form(&page, "overload", &["no-jitter"], ("", ""), 20).await;
     let count = page.eval("document.querySelector('[data-policy-count]').textContent").await.unwrap();
     assert_eq!(count, "1 chosen: choose at least 2");
     page.click("[data-start]").await;
@@ -101,7 +101,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     assert!(error.contains("2 to 5"), "{error}");
 
     // A custom policy the server cannot use: its refusal, in its words, under the form.
-    fill_form(&page, "overload", &["none"], ("mine", r#"{"jitter": "sideways"}"#), 20).await;
+    fill_form(&page, "overload", &["no-jitter"], ("mine", r#"{"jitter": "sideways"}"#), 20).await;
     page.click("[data-start]").await;
     let error = form_error(&page).await;
     assert!(error.starts_with("Not started: ") && error.contains("mine"), "{error}");
@@ -109,7 +109,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     page.screenshot("compare-form-refused-1280").await;
 
     // Two presets, a small overload: started, and on the comparison's own address.
-    fill_form(&page, "overload", &["none", "full"], ("", ""), 20).await;
+    fill_form(&page, "overload", &["no-jitter", "full-jitter"], ("", ""), 20).await;
     page.click("[data-start]").await;
     let path = wait_for_navigation(
         &page,
@@ -126,7 +126,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     let charts = page.eval(CHARTS).await.unwrap();
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!(report["done"], true, "{report}");
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         let shown = &table[policy]["values"];
         // The run's last try (the machine may have kept the first late, and it ran again).
         let columns = report["columns"].as_array().unwrap();
@@ -159,7 +159,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     // One run is one sample: no verdict, no cell crowned, and the page says how many runs a
     // verdict needs and which test it would take.
     assert_eq!(report["verdict"]["best"], json!([]), "{}", report["verdict"]);
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         assert_eq!(table[policy]["best"], json!([]), "{policy} is marked best on nothing");
     }
     let verdict = page.eval("document.querySelector('[data-verdict]').textContent").await.unwrap();
@@ -182,7 +182,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
         .unwrap();
     // One run each: a column per policy, linking to its run's last try.
     let all = report["columns"].as_array().unwrap();
-    let labs: Vec<Value> = ["none", "full"]
+    let labs: Vec<Value> = ["no-jitter", "full-jitter"]
         .iter()
         .map(|p| all.iter().rfind(|c| c["policy"] == *p).unwrap()["lab_url"].clone())
         .collect();
@@ -206,7 +206,7 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
     // The counts are settled for good once done (measured times may still move by a few ms
     // as the server re-measures them).
     let reopened = page.eval(TABLE).await.unwrap();
-    for policy in ["none", "full"] {
+    for policy in ["no-jitter", "full-jitter"] {
         for row in ["messages", "requests", "delivered", "dead_letter", "applied_twice"] {
             let (then, now) = (&table[policy]["values"][row], &reopened[policy]["values"][row]);
             assert_eq!(then, now, "{policy} {row} reopened");
@@ -239,7 +239,7 @@ async fn one_policy_is_one_chosen_and_the_table_says_it_scrolls_on_a_phone() {
     let page = browser.page().await;
     page.set_viewport(375, 812).await;
     page.navigate(&server.url("/compare")).await;
-    fill_form(&page, "flaky", &["none"], ("", ""), 5).await;
+    fill_form(&page, "flaky", &["no-jitter"], ("", ""), 5).await;
     page.click("[data-start]").await;
     let error = form_error(&page).await;
     assert!(error.contains("1 is chosen"), "{error}");
@@ -443,15 +443,8 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     let body = json!({"scenario": "metastable", "seed": 19, "runs": 2, "late_threshold_ms": 1000, "policies": ["budget", one_try]});
     let id = start_comparison(&server, &body).await;
     let page = browser.page().await;
-    page.set_viewport(1280, 900).await;
-    page.navigate(&server.url(&format!("/compare/{id}"))).await;
-    // 16 s of traffic, then the drain: longer than one wait's patience.
-    let started = std::time::Instant::now();
-    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
-        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    eprintln!("the comparison ran {:.1} s", started.elapsed().as_secs_f64());
+    let took = watch_to_the_end(&page, &server, &id).await;
+    eprintln!("the comparison ran {:.1} s", took.as_secs_f64());
     let shown = page.eval(SPREADS).await.unwrap();
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     assert_eq!((report["done"].as_bool(), report["runs"].as_u64()), (Some(true), Some(2)), "{report}");
@@ -536,6 +529,19 @@ async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis
     assert!(errors.is_empty(), "{}", list(&errors));
 }
 
+/// Opens comparison `id`'s page at 1280 x 900 and waits for it to say it is done: under steady
+/// traffic (16 s, then the drain) longer than one wait's patience. Gives how long that took.
+async fn watch_to_the_end(page: &super::cdp::Page, server: &Server, id: &str) -> std::time::Duration {
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    let started = std::time::Instant::now();
+    while page.eval("document.getElementById('compare').dataset.done === 'true'").await.unwrap() != true {
+        assert!(started.elapsed() < super::PATIENCE * 3, "the comparison never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    started.elapsed()
+}
+
 /// Starts a comparison through the API and gives its id.
 pub(crate) async fn start_comparison(server: &Server, body: &Value) -> String {
     let created: Value = server
@@ -549,4 +555,139 @@ pub(crate) async fn start_comparison(server: &Server, body: &Value) -> String {
         .await
         .unwrap();
     created["id"].as_str().unwrap_or_else(|| panic!("not started: {created}")).to_owned()
+}
+
+/// "open in a lab" under a column opens a new lab whose policy is the column's (as the API's
+/// document gives it) and whose endpoint is the scenario's, with nothing sent yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_in_a_lab_opens_a_lab_with_the_columns_policy_and_the_scenarios_endpoint() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let body = json!({"scenario": "overload", "burst": 20, "seed": 5, "runs": 1, "policies": ["no-jitter", "breaker-fail-fast"]});
+    let id = start_comparison(&server, &body).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    let column =
+        report["policies"].as_array().unwrap().iter().find(|p| p["name"] == "breaker-fail-fast").unwrap();
+    let run_lab = report["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["policy"] == "breaker-fail-fast")
+        .unwrap()["lab"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    page.click("[data-open-in-lab='breaker-fail-fast']").await;
+    let path = wait_for_navigation(
+        &page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/labs/') && location.pathname",
+    )
+    .await;
+    let lab = path.as_str().unwrap().trim_start_matches("/labs/").to_owned();
+    assert_ne!(lab, run_lab, "a new lab, not the run's");
+    let snapshot = server.snapshot(&lab).await;
+    let mut policy = snapshot["policy"].clone();
+    policy.as_object_mut().unwrap().remove("bands"); // drawn from the settings, not one of them
+    assert_eq!(policy, column["policy"], "the column's policy, setting for setting");
+    assert_eq!(snapshot["policy"]["breaker"]["refused"], "give_up");
+    let run = server.snapshot(&run_lab).await;
+    for field in ["mode", "capacity", "queue", "latency_ms", "retry_after_s"] {
+        assert_eq!(
+            snapshot["downstream"][field], run["downstream"][field],
+            "the scenario's endpoint: {field}"
+        );
+    }
+    assert_eq!(snapshot["downstream"]["mode"], "overloaded");
+    assert_eq!(snapshot["downstream"]["capacity"], 2, "overload's capacity for a burst of 20");
+    assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
+}
+
+/// On a metastable comparison each policy's chart holds the goodput chart: offered load and
+/// goodput per second of its run, equal to its lab's load bins summed per second, the trigger's
+/// start and end marked where the scenario puts them; the policy without protection shows the
+/// collapse (goodput under half of the offered load over the 10 s after the slowdown ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_the_collapse() {
+    let Some(browser) = browser() else { return };
+    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
+    let server = Server::start().await;
+    let body = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000, "policies": ["no-jitter", "budget"]});
+    let id = start_comparison(&server, &body).await;
+    let page = browser.page().await;
+    watch_to_the_end(&page, &server, &id).await;
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    assert_eq!(report["trigger_ms"], json!([3000, 5000]), "{report}");
+    let charts = page
+        .eval(
+            "[...document.querySelectorAll('[data-chart]')].map(c => { const svg = c.querySelector('[data-goodput] svg');
+                const line = n => svg.querySelector(`[data-line=${n}]`)?.dataset.values.split(',').map(Number);
+                return { policy: c.dataset.policy, height: svg.getBoundingClientRect().height,
+                  from: Number(svg.dataset.fromS), to: Number(svg.dataset.toS),
+                  offered: line('offered'), goodput: line('goodput'), name: svg.getAttribute('aria-label'),
+                  marks: [...svg.querySelectorAll('[data-mark]')].map(m => Number(m.dataset.tMs)) }; })",
+        )
+        .await
+        .unwrap();
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 2, "{charts:?}");
+    for chart in charts {
+        let policy = chart["policy"].as_str().unwrap();
+        let column = report["columns"].as_array().unwrap().iter().rfind(|c| c["policy"] == policy).unwrap();
+        let started_ms = column["started_ms"].as_u64().unwrap();
+        assert!(chart["height"].as_f64().unwrap() >= 200.0, "{policy}: {chart}");
+        assert!(chart["name"].as_str().unwrap().contains("goodput"), "{chart}");
+        assert_eq!(
+            chart["marks"],
+            json!([started_ms + 3000, started_ms + 5000]),
+            "{policy}: the trigger marked"
+        );
+        // The lab's bins, summed per second as the chart sums them.
+        let snapshot = server.snapshot(column["lab"].as_str().unwrap()).await;
+        let (from, to) = (chart["from"].as_u64().unwrap(), chart["to"].as_u64().unwrap());
+        assert_eq!(from, started_ms / 1000, "{policy}: from the run's start");
+        assert!(to >= from + 16, "{policy}: the 16 s of traffic drawn: {chart}");
+        let mut per_second = vec![(0.0, 0.0); (to - from + 1) as usize];
+        let bin_ms = snapshot["load"]["bin_ms"].as_u64().unwrap();
+        for bin in snapshot["load"]["bins"].as_array().unwrap() {
+            let t = bin["t_ms"].as_u64().unwrap();
+            let width = bin["width_ms"].as_u64().unwrap_or(bin_ms);
+            let (first, last) = (t / 1000, (t + width - 1) / 1000);
+            let share = 1.0 / (last - first + 1) as f64;
+            for s in first.max(from)..=last.min(to) {
+                let slot = &mut per_second[(s - from) as usize];
+                slot.0 += bin["offered"].as_f64().unwrap_or(0.0) * share;
+                slot.1 += bin["delivered"].as_f64().unwrap_or(0.0) * share;
+            }
+        }
+        let shown = |line: &str| -> Vec<f64> {
+            chart[line].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+        };
+        let (offered, goodput) = (shown("offered"), shown("goodput"));
+        let near = |a: f64, b: f64| (a - b).abs() < 0.051;
+        for (i, (o, d)) in per_second.iter().enumerate() {
+            assert!(
+                near(offered[i], *o) && near(goodput[i], *d),
+                "{policy} second {i}: chart {} / {} vs API {o} / {d}",
+                offered[i],
+                goodput[i]
+            );
+        }
+        eprintln!("{policy}: offered {offered:?}\n  goodput {goodput:?}");
+        if policy == "no-jitter" {
+            // The 10 s after the slowdown ended, in the chart's seconds.
+            let end = ((started_ms + 5000) / 1000 - from) as usize + 1;
+            let window = end..(end + 10).min(offered.len());
+            let (o, d): (f64, f64) = (offered[window.clone()].iter().sum(), goodput[window].iter().sum());
+            assert!(d < o / 2.0, "no-jitter collapses: goodput {d} of {o} offered after the trigger");
+        }
+    }
+    page.screenshot("compare-metastable-goodput-charts-1280").await;
+    let errors = page.console_errors();
+    assert!(errors.is_empty(), "{}", list(&errors));
 }

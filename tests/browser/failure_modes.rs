@@ -298,6 +298,15 @@ async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_bud
         .await
         .unwrap();
     assert!(amplification.as_f64().unwrap() > 1.5, "retries multiply the load: {amplification}");
+    // The preset's claim, judged ten seconds after the flag: it holds, with the API's figure.
+    let shown = wait_for(
+        &page,
+        "the claim that goodput stays down to settle",
+        "(c => c && c.dataset.verdict !== 'pending' && [c.dataset.verdict, c.dataset.figure])(document.querySelector('[data-claim=goodput_stays_down]'))",
+    )
+    .await;
+    let judged: Value = server.get_json(&format!("/api/labs/{lab}/claims?ids=goodput_stays_down")).await;
+    assert_eq!(shown, json!(["holds", judged["claims"][0]["figure"]]), "{judged}");
     page.screenshot_viewport("metastable-stuck-1280x800").await;
 
     // The fix, while traffic keeps arriving: goodput comes back, and the page says so.
@@ -626,7 +635,9 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
         "document.querySelector('#traffic-form').dataset.running === 'true'",
     )
     .await;
-    // Past the 20 s that "follow" shows, the window moves on with the newest messages.
+    // Following starts with the first arrival; once the window has moved on past the first
+    // messages, the rows in view move on with it: read once the scroll that following asks for
+    // has landed (it comes in a frame after the window moves).
     let following = wait_for(
         &page,
         "the timeline to follow",
@@ -634,33 +645,26 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
     )
     .await;
     assert!(following.as_str().unwrap().ends_with("following"), "{following}");
-    let sent = server.snapshot(&lab).await["traffic"]["sent"].as_u64().unwrap();
-    assert!(sent >= 600, "20 s at 40/s: {sent}");
-    // The newest row is on screen, the first is not: read once the scroll that following asks
-    // for has landed (it comes in a frame after the flag; a loaded run read the rows before it).
     let seen = wait_for(
         &page,
-        "the rows to scroll down to the newest",
+        "the rows to move on from the first messages",
         "(() => { const ids = [...document.querySelectorAll('.tl-row[data-message-id]')].map(r => Number(r.dataset.messageId)); return ids.length && Math.min(...ids) > 1 && [Math.min(...ids), Math.max(...ids)]; })()",
     )
     .await;
-    assert!(seen[0].as_u64().unwrap() > 1, "scrolled down to the newest rows: {seen}");
-    // The newest row the page drew is inside the view, below the axis, and it is (near) the
-    // newest message the page holds.
+    assert!(seen[0].as_u64().unwrap() > 1, "scrolled on from the first rows: {seen}");
+    let sent = server.snapshot(&lab).await["traffic"]["sent"].as_u64().unwrap();
+    assert!(sent > seen[0].as_u64().unwrap(), "newer messages than those in view arrived: {sent} {seen}");
+    // The rows in view fill the pane, from under the axis to its bottom.
+    wait_for(&page, "the rows to fill the pane", ROWS_FILL_THE_PANE).await;
+    // Scrolled down the rows (by more than a view, once the window has moved on far enough),
+    // the "now" line and the grid lines still cross the view, and are no taller than it (not as
+    // tall as every row).
     wait_for(
         &page,
-        "the newest row in view",
-        "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
-         const axis = sc.querySelector('.tl-axis').getBoundingClientRect().bottom; \
-         const rows = [...sc.querySelectorAll('.tl-row[data-message-id]')]; \
-         const newest = rows.reduce((a, b) => Number(b.dataset.messageId) > Number(a.dataset.messageId) ? b : a); \
-         const r = newest.getBoundingClientRect(); \
-         const total = Number(document.querySelector('[data-filter-count]').dataset.total); \
-         return r.top >= axis - 1 && r.bottom <= view.bottom + 1 && Number(newest.dataset.messageId) >= total - 5; })()",
+        "the rows scrolled down by more than a view",
+        "(sc => sc.scrollTop > sc.getBoundingClientRect().height)(document.querySelector('#timeline .tl-scroll'))",
     )
     .await;
-    // Scrolled down the rows, the "now" line and the grid lines still cross the view, and are
-    // no taller than it (not as tall as every row).
     let lines = page
         .eval(
             "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
@@ -707,6 +711,64 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
     .await;
     let status = page.eval("document.querySelector('[data-traffic-status]').textContent").await.unwrap();
     assert!(status.as_str().unwrap().starts_with("stopped; sent"), "{status}");
+    assert_no_console_errors(&page);
+}
+
+/// Whether the drawn rows cover the timeline's pane from just under its axis to its bottom.
+const ROWS_FILL_THE_PANE: &str = "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
+     const axis = sc.querySelector('.tl-axis').getBoundingClientRect().bottom; \
+     const rows = [...sc.querySelectorAll('.tl-row[data-message-id]')].map(r => r.getBoundingClientRect()).filter(r => r.bottom > axis && r.top < view.bottom); \
+     if (!rows.length) return false; const h = rows[0].height; \
+     const top = Math.min(...rows.map(r => r.top)), bottom = Math.max(...rows.map(r => r.bottom)); \
+     return top <= axis + 1 && bottom >= view.bottom - 1 && rows.length >= Math.floor((view.bottom - axis) / h) && rows.length; })()";
+
+/// Steady traffic at a flaky endpoint with quick retries: as soon as the first message arrives
+/// the timeline follows, its rows fill the pane, and within 2 s the rows in view show retries
+/// and the waits before them (the window is long enough to hold a message's history).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_steady_traffic_fills_the_pane_with_histories_from_the_first_arrival() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    server.put(&lab, "downstream", r#"{"mode": "flaky", "failure_rate": 0.5}"#).await;
+    page.eval(
+        "(f => { f.elements.namedItem('rate_per_s').value = '40'; f.elements.namedItem('arrivals').value = 'even'; })(document.getElementById('traffic-form'))",
+    )
+    .await
+    .unwrap();
+    page.click("[data-traffic-start]").await;
+    wait_for(&page, "the first arrival", "document.querySelector('.tl-row[data-message-id]') !== null").await;
+    let first = std::time::Instant::now();
+    let shown = format!(
+        "(() => {{ const following = document.querySelector('[data-follow]').dataset.following === 'true'; \
+           const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
+           const axis = sc.querySelector('.tl-axis').getBoundingClientRect().bottom; \
+           const inView = el => {{ const r = el.getBoundingClientRect(); return r.bottom > axis && r.top < view.bottom && r.right > view.left && r.left < view.right; }}; \
+           const retries = [...sc.querySelectorAll('.tl-bar')].filter(b => Number(b.dataset.n) >= 2 && inView(b)).length; \
+           const waits = [...sc.querySelectorAll('.tl-wait')].filter(inView).length; \
+           return {{ following, fill: {ROWS_FILL_THE_PANE}, retries, waits }}; }})()"
+    );
+    let mut last = Value::Null;
+    while first.elapsed() < std::time::Duration::from_secs(2) {
+        last = page.eval(&shown).await.unwrap();
+        if last["following"] == true && last["fill"].as_u64().is_some() && last["retries"].as_u64() > Some(0)
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let took = first.elapsed();
+    eprintln!("{:.2} s after the first arrival: {last}", took.as_secs_f64());
+    assert_eq!(last["following"], true, "following from the first arrival: {last}");
+    assert!(last["fill"].as_u64().is_some(), "the rows fill the pane: {last}");
+    assert!(
+        last["retries"].as_u64() > Some(0) && last["waits"].as_u64() > Some(0),
+        "retries in view: {last}"
+    );
+    assert!(took < std::time::Duration::from_secs(2), "within 2 s of the first arrival: {took:?}");
+    page.click("[data-traffic-stop]").await;
     assert_no_console_errors(&page);
 }
 

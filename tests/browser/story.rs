@@ -330,7 +330,11 @@ async fn a_preset_run_from_the_story_shows_its_claims_as_the_api_judges_them() {
     let (next, next_ids) = settled_claims(&page, "the fix's claims").await;
     assert_eq!(next_ids.len(), 60);
     assert!(next_ids.iter().all(|id| !first_ids.contains(id)));
-    judge(&server.snapshot(&lab).await, &next, &Scope { messages: next_ids, before: first_ids });
+    judge(
+        &server.snapshot(&lab).await,
+        &next,
+        &Scope { messages: next_ids, before: first_ids, from_ms: None },
+    );
     page.screenshot_viewport("story-preset-storm-claims-1280x900").await;
     assert_no_console_errors(&page);
 }
