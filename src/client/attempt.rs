@@ -5,11 +5,12 @@
 //! The order of the checks is the policy: an answer that delivers or cannot be fixed by
 //! retrying ends the round first; then a refusal by the open breaker that gives up; then the
 //! attempts used up; then the wait is planned, and the next attempt must start within the
-//! round's time budget; last the retry budget is asked (and counts the retry when it allows).
+//! round's time budget; last the protections are asked (the retry budget, then each one the
+//! policy lists; each counts the retry it allows).
 
 use rand::Rng;
 
-use super::ClientState;
+use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::AttemptEnd;
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
@@ -39,6 +40,9 @@ pub enum Next {
     Retry(Wait),
     /// The round ends in the dead-letter queue, for this cause.
     DeadLetter(Cause, String),
+    /// A protection refused the retry: the round ends in the dead-letter queue as
+    /// `retry_budget`, for this reason, and the refusal is counted as the protection's.
+    Refused(Stopped, String),
 }
 
 /// One attempt as it ended: its number in the round, what came back, and when it was judged.
@@ -60,8 +64,8 @@ pub fn before(policy: &Policy, n: u32) -> Option<Next> {
 }
 
 /// What comes after `attempt`, made under `policy`. Notes the round's start, and the wait's
-/// chosen value when it retries; the client's retry budget, as the policy it follows now sets
-/// it, counts the retry it allows.
+/// chosen value when it retries; the client's protections, as the policy it follows now sets
+/// them, count the retry they allow.
 pub fn next(
     policy: &Policy,
     budget: TimeBudget,
@@ -105,9 +109,12 @@ pub fn next(
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    if !client.allows_retry(following, now_ms) {
-        let reason = format!("retry budget spent: the client retried too much in 10 s; last: {last}");
-        return Next::DeadLetter(Cause::RetryBudget, reason);
+    if let Err(stopped) = client.allows_retry(following, now_ms, rng) {
+        let reason = match stopped.kind {
+            "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
+            kind => format!("retry not sent ({kind}): {}; last: {last}", stopped.why),
+        };
+        return Next::Refused(stopped, reason);
     }
     round.previous_wait_ms = Some(wait.chosen_ms);
     Next::Retry(wait)
@@ -270,7 +277,8 @@ mod tests {
             assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
         }
         let reason = "retry budget spent: the client retried too much in 10 s; last: HTTP 503";
-        assert_eq!(decide(10), Next::DeadLetter(Cause::RetryBudget, reason.into()));
+        let stopped = Stopped { kind: "retry_budget", why: "the client retried too much in 10 s".into() };
+        assert_eq!(decide(10), Next::Refused(stopped, reason.into()));
         // Once the window has moved past them, retries go again.
         assert!(matches!(decide(10_011), Next::Retry(_)));
     }
@@ -284,7 +292,7 @@ mod tests {
         let mut client = ClientState::default();
         let mut rng = StdRng::seed_from_u64(5);
         let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
-        assert!(matches!(next, Next::DeadLetter(Cause::RetryBudget, _)), "{next:?}");
+        assert!(matches!(next, Next::Refused(Stopped { kind: "retry_budget", .. }, _)), "{next:?}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::{Admission, BreakerState, Outcome, Policy};
+use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
 pub enum Go<'a> {
@@ -48,23 +48,29 @@ impl Lab {
         Some((resume, state.clients.policy().seed.map(|seed| attempt::stream_seed(seed, client, id))))
     }
 
-    /// Whether attempt `n` of message `id` may go: its client's breaker is asked, and a sent
-    /// attempt waits for a connection slot of the lab's and one of `server_slots`; the attempt
-    /// is recorded as started (with the time it queued).
-    pub async fn before_attempt<'a>(&'a self, id: u64, n: u32, server_slots: &'a Semaphore) -> Go<'a> {
+    /// Whether attempt `n` of message `id` may go: its client's protections are asked (with the
+    /// message's random stream), and a sent attempt waits for a connection slot of the lab's
+    /// and one of `server_slots`; the attempt is recorded as started (with the time it queued).
+    pub async fn before_attempt<'a>(
+        &'a self,
+        (id, n): (u64, u32),
+        server_slots: &'a Semaphore,
+        rng: &mut impl Rng,
+    ) -> Go<'a> {
         let policy = {
             let mut state = self.lock();
             let now = self.now_ms();
-            let policy = *state.clients.policy();
+            let policy = state.clients.policy().clone();
             if let Some(ended) = attempt::before(&policy, n) {
                 self.settle(&mut state, id, &ended, now);
                 return Go::Ended(ended);
             }
             let index = state.clients.of(id);
-            let (admission, changed) = state.clients.admit(index, now);
-            self.client_breaker_changed(&mut state, index, changed, now);
-            if admission == Admission::ShortCircuit {
+            let admit = state.clients.admit(index, n, now, rng);
+            self.client_breaker_changed(&mut state, index, admit.changed, now);
+            if let Err(stopped) = admit.go {
                 // Fails fast: no slot, no socket, no request.
+                state.record.load.suppressed(now, stopped.kind);
                 return match self.start(&mut state, (id, n), 0, now) {
                     true => Go::ShortCircuited(policy),
                     false => Go::Stop,
@@ -80,11 +86,8 @@ impl Lab {
         if !self.start(&mut state, (id, n), queued.elapsed().as_millis() as u64, now) {
             return Go::Stop;
         }
-        if n == 1 {
-            // The retry budget's window counts first attempts sent.
-            let index = state.clients.of(id);
-            state.clients.client_mut(index).1.first_attempt(now);
-        }
+        let index = state.clients.of(id);
+        state.clients.sent(index, n, now);
         Go::Send(policy, Slots { _lab: lab, _server: server })
     }
 
@@ -104,7 +107,7 @@ impl Lab {
         let now = self.now_ms();
         let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let changed = state.clients.record(index, end.outcome.is_failure(end.status), now);
+            let changed = state.clients.ended(index, end.outcome.is_failure(end.status), now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
         let finished = state.record.finish_attempt(id, end)?;
@@ -138,6 +141,10 @@ impl Lab {
             }
             Next::Delivered => self.delivered(state, id, now),
             Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
+            Next::Refused(stopped, reason) => {
+                state.record.load.suppressed(now, stopped.kind);
+                self.dead_lettered(state, id, (Cause::RetryBudget, reason.clone()), now);
+            }
         }
     }
 

@@ -124,7 +124,7 @@ impl Producer {
             tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
         }
         for n in resume.next_n.. {
-            let (policy, end) = match lab.before_attempt(id, n, &self.slots).await {
+            let (policy, end) = match lab.before_attempt((id, n), &self.slots, &mut rng).await {
                 Go::Send(policy, slots) => {
                     let end = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
                     drop(slots);

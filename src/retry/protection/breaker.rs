@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Gate, Protection, Report};
+
 /// The breaker's settings, part of the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +135,31 @@ impl Breaker {
         if let Phase::HalfOpen { sent, succeeded } = &mut self.state {
             *sent = *succeeded;
         }
+    }
+}
+
+/// The breaker behind the protections' trait: a short circuit refuses the attempt.
+impl Protection for Breaker {
+    type Settings = BreakerSettings;
+
+    fn gate(&mut self, settings: &BreakerSettings, _n: u32, now_ms: u64, _rng: &mut dyn rand::Rng) -> Gate {
+        match self.admit(settings, now_ms).0 {
+            Admission::ShortCircuit => Gate::Refuse,
+            Admission::Send | Admission::Probe => Gate::Go,
+        }
+    }
+
+    fn ended(&mut self, settings: &BreakerSettings, failed: bool, now_ms: u64) {
+        self.record(settings, failed, now_ms);
+    }
+
+    fn report(&self, _settings: &BreakerSettings, _now_ms: u64) -> Report {
+        let state = match self.state() {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        };
+        Report { state: Some(state), ..Report::default() }
     }
 }
 
