@@ -6,8 +6,8 @@
 
 use rand::Rng;
 
-use super::{Admit, BreakerChange, BreakerCounts, BreakerShare, BreakerShares, ClientState};
-use crate::retry::protection::Guards;
+use super::{Admit, BreakerChange, BreakerCounts, BreakerShare, BreakerShares, ClientState, ProtectionView};
+use crate::retry::protection::{Guards, Protection, Scope};
 use crate::retry::{BreakerState, Policy};
 
 #[derive(Debug)]
@@ -74,6 +74,25 @@ impl Clients {
     /// if it changed.
     pub fn ended(&mut self, index: usize, failed: bool, now_ms: u64) -> Option<BreakerState> {
         self.each[index].ended(&self.policy, failed, now_ms)
+    }
+
+    /// The retry budget and each protection the policy lists, as they stand now; a level is
+    /// the mean over the clients that hold one each.
+    pub fn protections(&self, now_ms: u64) -> Vec<ProtectionView> {
+        let mut views = Vec::new();
+        if let Some(settings) = self.policy.retry_budget {
+            let reports = self.each.iter().map(|client| client.budget.report(&settings, now_ms));
+            views.push(ProtectionView::of("retry_budget", Scope::PerClient, reports));
+        }
+        for (i, spec) in self.guards.specs().iter().enumerate() {
+            let holders = match spec.scope {
+                Scope::PerClient => &self.each[..],
+                Scope::Shared => &self.each[..1],
+            };
+            let reports = holders.iter().map(|client| client.guards[i].lock().report(now_ms));
+            views.push(ProtectionView::of(spec.settings.kind(), spec.scope, reports));
+        }
+        views
     }
 
     /// How many clients there are.

@@ -12,7 +12,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::protection::{Gate, Handle, Protection};
+use crate::retry::protection::{Gate, Handle, Protection, Report, Scope};
 use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
 
 /// The breaker's changes of state kept per client; the oldest go first.
@@ -42,6 +42,29 @@ pub struct Admit {
     pub go: Result<(), Stopped>,
     /// The breaker's new state, when asking changed it (an open breaker went half-open).
     pub changed: Option<BreakerState>,
+}
+
+/// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
+/// its own, or one shared by all), and where it stands now (a level is the mean over them).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProtectionView {
+    pub kind: &'static str,
+    pub scope: Scope,
+    pub held: u32,
+    #[serde(flatten)]
+    pub now: Report,
+}
+
+impl ProtectionView {
+    fn of(kind: &'static str, scope: Scope, reports: impl Iterator<Item = Report>) -> Self {
+        let (mut held, mut sum, mut now) = (0, 0.0, Report::default());
+        for report in reports {
+            held += 1;
+            sum += report.level.unwrap_or(0.0);
+            now = Report { level: report.level.map(|_| sum / f64::from(held)), ..report };
+        }
+        ProtectionView { kind, scope, held, now }
+    }
 }
 
 /// One client's live state; the policy it follows is its `Clients`'.

@@ -23,7 +23,7 @@ pub const COARSE_BIN_MS: u64 = 10_000;
 /// of coarse ones.
 const MAX_BINS: usize = ((FINE_FOR_MS + COARSE_BIN_MS) / BIN_MS) as usize + 360;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct LoadBin {
     /// The bin's start, ms of lab time.
@@ -60,6 +60,11 @@ pub struct LoadBin {
     /// downstream. Left out when none did.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub suppressed: BTreeMap<String, u64>,
+    /// Each protection's level in this bin, by its `kind`, as the first attempt that ended in
+    /// the bin left it: the tokens in a bucket, the retries left in a budget's window (with
+    /// many clients, the mean over those that hold one each). Left out when none was noted.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub levels: BTreeMap<String, f64>,
 }
 
 fn is_fine(width_ms: &u64) -> bool {
@@ -83,6 +88,7 @@ impl Default for LoadBin {
             delivered: 0,
             refused: 0,
             suppressed: BTreeMap::new(),
+            levels: BTreeMap::new(),
         }
     }
 }
@@ -104,6 +110,8 @@ impl LoadBin {
         for (kind, count) in &other.suppressed {
             *self.suppressed.entry(kind.clone()).or_default() += count;
         }
+        // Summed in order, so the later bin's level is the one that stays.
+        self.levels.extend(other.levels.iter().map(|(kind, level)| (kind.clone(), *level)));
     }
 }
 
@@ -221,6 +229,18 @@ impl Load {
     /// The client's protection `kind` stopped an attempt or a retry at `now_ms`.
     pub fn suppressed(&mut self, now_ms: u64, kind: &str) {
         *self.bin(now_ms).suppressed.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// Whether the bin of `now_ms` has no protection's level yet.
+    pub fn levels_due(&self, now_ms: u64) -> bool {
+        let t_ms = now_ms - now_ms % BIN_MS;
+        self.bins.get(&t_ms).is_none_or(|bin| bin.levels.is_empty())
+    }
+
+    /// Notes each protection's level at `now_ms`.
+    pub fn levels(&mut self, now_ms: u64, levels: impl IntoIterator<Item = (&'static str, f64)>) {
+        let bin = self.bin(now_ms);
+        bin.levels.extend(levels.into_iter().map(|(kind, level)| (kind.to_owned(), level)));
     }
 
     pub fn work_started(&mut self, now_ms: u64) {

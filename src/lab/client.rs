@@ -116,6 +116,14 @@ impl Lab {
         let client = state.clients.client_mut(index);
         let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);
+        if state.record.load.levels_due(now) {
+            // Where each protection stands, once a bin: the protection lane draws it.
+            let levels = state.clients.protections(now).into_iter();
+            let levels = levels.filter_map(|p| Some((p.kind, p.now.level?))).collect::<Vec<_>>();
+            if !levels.is_empty() {
+                state.record.load.levels(now, levels);
+            }
+        }
         Some(next)
     }
 

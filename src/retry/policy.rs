@@ -288,6 +288,14 @@ impl Policy {
                 return invalid("breaker.half_open_probes", detail);
             }
         }
+        for (i, spec) in self.protections.iter().enumerate() {
+            let kind = spec.settings.kind();
+            let twice = self.protections[..i].iter().any(|before| before.settings.kind() == kind);
+            if twice || (kind == "retry_budget" && self.retry_budget.is_some()) {
+                let detail = format!("{kind} is listed already: a policy has each kind once");
+                return invalid(&format!("protections[{i}].kind"), detail);
+            }
+        }
         if let Some(budget) = self.retry_budget {
             if !(0.0..=1.0).contains(&budget.ratio) {
                 return invalid("retry_budget.ratio", "retry_budget.ratio must be between 0 and 1".into());

@@ -71,6 +71,23 @@ async fn a_token_bucket_brings_half_failing_traffic_near_one_request_per_message
     assert_eq!(stopped as usize, refused, "each retry stopped is a dead letter that says so");
     assert_eq!(bucketed["policy"]["protections"][0]["kind"], "token_bucket");
     assert_eq!(bucketed["policy"]["protections"][0]["size"], 5.0);
+    // Its state now, and once a bin: the bucket ran dry, and new calls fill it a tenth at a time.
+    let now = &bucketed["protections"][0];
+    assert_eq!(
+        (&now["kind"], &now["scope"], &now["held"], &now["ceiling"]),
+        (&"token_bucket".into(), &"per_client".into(), &1.into(), &5.0.into())
+    );
+    assert!((0.0..=5.0).contains(&now["level"].as_f64().unwrap()), "{now}");
+    let levels: Vec<f64> = bucketed["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["levels"]["token_bucket"].as_f64())
+        .collect();
+    assert!(levels.len() > 10, "{levels:?}");
+    assert!(levels.iter().all(|l| (0.0..=5.0).contains(l)), "{levels:?}");
+    assert!(levels.iter().any(|&l| l < 1.5), "it ran dry: {levels:?}");
+    assert!(unprotected["protections"].as_array().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -123,6 +140,11 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
             "per_client or shared",
         ),
         (five, "policy.protections", "at most 4"),
+        (
+            r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 1}, "protections": [{"kind": "retry_budget"}]}"#,
+            "policy.protections[0].kind",
+            "listed already",
+        ),
     ] {
         let (status, problem) =
             app.call(reqwest::Method::PUT, &format!("/api/labs/{lab}/policy"), Some(body)).await;
