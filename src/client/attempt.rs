@@ -45,12 +45,14 @@ pub enum Next {
     Refused(Stopped, String),
 }
 
-/// One attempt as it ended: its number in the round, what came back, and when it was judged.
+/// One attempt as it ended: its number in the round, what came back, when it was judged, and
+/// the protection that refused it, when one did (it was not sent).
 #[derive(Debug, Clone, Copy)]
 pub struct Attempt<'a> {
     pub n: u32,
     pub end: &'a AttemptEnd,
     pub now_ms: u64,
+    pub refused: Option<&'a Stopped>,
 }
 
 /// Whether attempt `n` may start at all: after a crash cut off the attempt that used up the
@@ -69,30 +71,37 @@ pub fn before(policy: &Policy, n: u32) -> Option<Next> {
 pub fn next(
     policy: &Policy,
     budget: TimeBudget,
-    Attempt { n, end, now_ms }: Attempt,
+    Attempt { n, end, now_ms, refused }: Attempt,
     round: &mut Round,
     (following, client): (&Policy, &mut ClientState),
     rng: &mut impl Rng,
 ) -> Next {
     let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
-    let last = describe(end, policy.timeout_ms);
+    let last = match refused {
+        Some(Stopped { kind: "breaker", .. }) | None => describe(end, policy.timeout_ms),
+        Some(Stopped { kind, why }) => format!("refused by {kind}: {why}"),
+    };
     match retry::classify(end.outcome, end.status) {
         Verdict::Delivered => return Next::Delivered,
         Verdict::GiveUp => return Next::DeadLetter(Cause::Permanent, format!("permanent error: {last}")),
         Verdict::Retry => {}
     }
-    let short_circuited = end.outcome == Outcome::ShortCircuited;
-    if short_circuited && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
+    let by_breaker = end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == "breaker");
+    if by_breaker && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
         let reason = format!("circuit open: the breaker refused attempt {n}, and a refusal ends the round");
         return Next::DeadLetter(Cause::CircuitOpen, reason);
     }
     if n >= policy.max_attempts {
-        return match short_circuited {
-            true => Next::DeadLetter(
+        return match (by_breaker, refused) {
+            (true, _) => Next::DeadLetter(
                 Cause::CircuitOpen,
                 format!("circuit open: the breaker refused attempt {n} of {n}"),
             ),
-            false => Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}")),
+            // Another protection that refuses before sending stands in for the breaker.
+            (false, Some(_)) => Next::DeadLetter(Cause::CircuitOpen, format!("attempt {n} of {n} {last}")),
+            (false, None) => {
+                Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}"))
+            }
         };
     }
     let wait = retry::plan_wait(
@@ -160,7 +169,7 @@ mod tests {
         next(
             policy,
             BUDGET,
-            Attempt { n, end, now_ms },
+            Attempt { n, end, now_ms, refused: None },
             round,
             (policy, &mut client),
             &mut StdRng::seed_from_u64(7),
@@ -239,7 +248,7 @@ mod tests {
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
         let failed = end(Outcome::HttpError, Some(500));
         let mut decide_at = |now_ms| {
-            let attempt = Attempt { n: 2, end: &failed, now_ms };
+            let attempt = Attempt { n: 2, end: &failed, now_ms, refused: None };
             let mut client = ClientState::default();
             next(
                 &policy(),
@@ -270,7 +279,7 @@ mod tests {
         let failed = end(Outcome::HttpError, Some(503));
         let mut rng = StdRng::seed_from_u64(3);
         let mut decide = |now_ms| {
-            let attempt = Attempt { n: 1, end: &failed, now_ms };
+            let attempt = Attempt { n: 1, end: &failed, now_ms, refused: None };
             next(&policy, BUDGET, attempt, &mut Round::default(), (&policy, &mut client), &mut rng)
         };
         for now in 0..10 {
@@ -288,7 +297,7 @@ mod tests {
         // The attempt was made before a policy with a spent budget came in: the budget counts.
         let spent = Policy { retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.0 }), ..policy() };
         let failed = end(Outcome::HttpError, Some(503));
-        let attempt = Attempt { n: 1, end: &failed, now_ms: 0 };
+        let attempt = Attempt { n: 1, end: &failed, now_ms: 0, refused: None };
         let mut client = ClientState::default();
         let mut rng = StdRng::seed_from_u64(5);
         let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);

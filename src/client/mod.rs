@@ -12,7 +12,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::protection::{Gate, Handle, Protection, Report, Scope};
+use crate::retry::protection::{Handle, Protection, Report, Scope};
 use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
 
 /// The breaker's changes of state kept per client; the oldest go first.
@@ -105,9 +105,7 @@ impl ClientState {
         let mut changed = None;
         if let Some(settings) = policy.breaker {
             let before = self.breaker.state();
-            if self.breaker.gate(&settings, n, now_ms, rng) == Gate::Refuse {
-                go = Err(Stopped { kind: "breaker", why: "the circuit breaker is open".into() });
-            }
+            go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
             changed = (self.breaker.state() != before).then(|| self.breaker.state());
             changed.inspect(|&state| self.changed(state, now_ms));
         }
@@ -116,9 +114,7 @@ impl ClientState {
                 break;
             }
             let mut guard = guard.lock();
-            if guard.gate(n, now_ms, rng) == Gate::Refuse {
-                go = Err(Stopped { kind: guard.settings().kind(), why: "refused before it was sent".into() });
-            }
+            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
         }
         Admit { go, changed }
     }

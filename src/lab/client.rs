@@ -14,6 +14,7 @@ use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{Lab, LabState, unix_now_ms};
+use crate::client::Stopped;
 use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
@@ -24,8 +25,9 @@ use crate::retry::{BreakerState, Outcome, Policy};
 pub enum Go<'a> {
     /// Send it under this policy, holding the connection slots until it ends.
     Send(Policy, Slots<'a>),
-    /// The client's open breaker refused it: nothing is sent, and it counts as failed.
-    ShortCircuited(Policy),
+    /// One of the client's protections (the open breaker, ...) refused it: nothing is sent,
+    /// and it counts as failed.
+    ShortCircuited(Policy, Stopped),
     /// The round ended before this attempt (a crash cut off the one that used them up).
     Ended(Next),
     /// The message is no longer owed this attempt: the lab was reset.
@@ -72,7 +74,7 @@ impl Lab {
                 // Fails fast: no slot, no socket, no request.
                 state.record.load.suppressed(now, stopped.kind);
                 return match self.start(&mut state, (id, n), 0, now) {
-                    true => Go::ShortCircuited(policy),
+                    true => Go::ShortCircuited(policy, stopped),
                     false => Go::Stop,
                 };
             }
@@ -98,7 +100,7 @@ impl Lab {
     pub fn after_attempt(
         &self,
         (id, n): (u64, u32),
-        policy: &Policy,
+        (policy, refused): (&Policy, Option<&Stopped>),
         end: AttemptEnd,
         round: &mut Round,
         rng: &mut impl Rng,
@@ -112,7 +114,7 @@ impl Lab {
         }
         let finished = state.record.finish_attempt(id, end)?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
-        let attempt = Attempt { n, end: &end, now_ms: now };
+        let attempt = Attempt { n, end: &end, now_ms: now, refused };
         let client = state.clients.client_mut(index);
         let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);

@@ -128,7 +128,11 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
     let five = r#"{"protections": [{"kind": "token_bucket"}, {"kind": "token_bucket"}, {"kind": "token_bucket"},
         {"kind": "token_bucket"}, {"kind": "token_bucket"}]}"#;
     for (body, field, words) in [
-        (r#"{"protections": [{"kind": "aws"}]}"#, "policy.protections[0].kind", "retry_budget, token_bucket"),
+        (
+            r#"{"protections": [{"kind": "aws"}]}"#,
+            "policy.protections[0].kind",
+            "retry_budget, token_bucket, grpc",
+        ),
         (
             r#"{"protections": [{"kind": "token_bucket", "size": 0}]}"#,
             "policy.protections[0].size",
@@ -154,4 +158,31 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
     }
     let snapshot = app.snapshot(&lab).await;
     assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
+}
+
+#[tokio::test]
+async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
+    let app = TestApp::spawn().await;
+    let ((grpc, grpc_amplification), (sre, sre_amplification)) = tokio::join!(
+        run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "grpc"}]}"#),
+        run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "sre", "window_ms": 10000}]}"#),
+    );
+    // gRPC: half the attempts fail, so the tokens sit at or under half of 10 and retries stop.
+    assert!(grpc_amplification < 1.15, "grpc: {grpc_amplification:.3}");
+    let stopped = suppressed(&grpc, "grpc");
+    assert!(stopped > 100, "{stopped}");
+    let refused = dead_lettered_as(&grpc, "retry_budget", "retry not sent (grpc): gRPC retry throttling has");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(grpc["policy"]["protections"][0]["max_tokens"], 10.0);
+    assert_eq!(grpc["protections"][0]["ceiling"], 10.0);
+    // SRE: retries under a tenth of the requests. Half accepted is K = 2's edge: every attempt
+    // it refuses counts as a request that was not accepted, so the refusals feed themselves and
+    // can take it under one request a message.
+    assert!(sre_amplification < 1.2, "sre: {sre_amplification:.3}");
+    let retries_refused = dead_lettered_as(&sre, "retry_budget", "retry not sent (sre): retries are");
+    assert!(retries_refused > 50, "{retries_refused}");
+    assert!(
+        suppressed(&sre, "sre") as usize >= retries_refused,
+        "refused retries, and any attempt refused locally"
+    );
 }

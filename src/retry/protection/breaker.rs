@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Gate, Protection, Report};
+use super::{Protection, Report};
 
 /// The breaker's settings, part of the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -142,10 +142,16 @@ impl Breaker {
 impl Protection for Breaker {
     type Settings = BreakerSettings;
 
-    fn gate(&mut self, settings: &BreakerSettings, _n: u32, now_ms: u64, _rng: &mut dyn rand::Rng) -> Gate {
+    fn gate(
+        &mut self,
+        settings: &BreakerSettings,
+        _n: u32,
+        now_ms: u64,
+        _rng: &mut dyn rand::Rng,
+    ) -> Result<(), String> {
         match self.admit(settings, now_ms).0 {
-            Admission::ShortCircuit => Gate::Refuse,
-            Admission::Send | Admission::Probe => Gate::Go,
+            Admission::ShortCircuit => Err("the circuit breaker is open".into()),
+            Admission::Send | Admission::Probe => Ok(()),
         }
     }
 

@@ -16,14 +16,18 @@
 
 mod breaker;
 mod budget;
+mod grpc;
+mod sre;
 mod token_bucket;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
+pub use grpc::{GrpcSettings, GrpcThrottle};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+pub use sre::{AdaptiveThrottle, SreSettings};
 pub use token_bucket::{TokenBucket, TokenBucketSettings};
 
 use crate::invalid::Invalid;
@@ -31,22 +35,21 @@ use crate::invalid::Invalid;
 /// The most protections a policy may list, besides its `breaker` and `retry_budget`.
 pub const MAX_PROTECTIONS: usize = 4;
 
-/// What a protection says about an attempt about to be sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    Go,
-    /// Not sent: it fails fast, as the breaker's short circuit does.
-    Refuse,
-}
-
 /// One protection's rule. Every method has the protection's settings and the lab's time;
 /// those that may draw (a probabilistic refusal) have the message's random stream.
 pub trait Protection: Default {
     type Settings;
 
-    /// May attempt `n` of a message be sent now?
-    fn gate(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64, _rng: &mut dyn Rng) -> Gate {
-        Gate::Go
+    /// May attempt `n` of a message be sent now? When not, says why: the attempt fails fast,
+    /// unsent, as the breaker's short circuit does.
+    fn gate(
+        &mut self,
+        _settings: &Self::Settings,
+        _n: u32,
+        _now_ms: u64,
+        _rng: &mut dyn Rng,
+    ) -> Result<(), String> {
+        Ok(())
     }
 
     /// Attempt `n` was sent (the first attempt of a message is a new request).
@@ -105,17 +108,23 @@ pub enum ProtectionSettings {
     RetryBudget(BudgetSettings),
     /// Brooker's retry token bucket.
     TokenBucket(TokenBucketSettings),
+    /// gRPC's retry throttling (gRFC A6).
+    Grpc(GrpcSettings),
+    /// The SRE book's client-side adaptive throttling and per-client retry budget.
+    Sre(SreSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 2] = ["retry_budget", "token_bucket"];
+    pub const KINDS: [&'static str; 4] = ["retry_budget", "token_bucket", "grpc", "sre"];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
         match self {
             ProtectionSettings::RetryBudget(_) => Self::KINDS[0],
             ProtectionSettings::TokenBucket(_) => Self::KINDS[1],
+            ProtectionSettings::Grpc(_) => Self::KINDS[2],
+            ProtectionSettings::Sre(_) => Self::KINDS[3],
         }
     }
 
@@ -124,6 +133,8 @@ impl ProtectionSettings {
         match self {
             ProtectionSettings::RetryBudget(s) => Guard::RetryBudget(s, RetryBudget::default()),
             ProtectionSettings::TokenBucket(s) => Guard::TokenBucket(s, TokenBucket::new(&s)),
+            ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
+            ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
         }
     }
 }
@@ -176,6 +187,15 @@ impl ProtectionSettings {
                 within("deposit", s.deposit, 0.0, s.size)?;
                 within("cost", s.cost, 0.01, s.size)
             }
+            ProtectionSettings::Grpc(s) => {
+                within("max_tokens", s.max_tokens, 1.0, 1_000.0)?;
+                within("token_ratio", s.token_ratio, 0.001, s.max_tokens)
+            }
+            ProtectionSettings::Sre(s) => {
+                within("k", s.k, 1.0, 10.0)?;
+                within("window_ms", s.window_ms as f64, 100.0, 3_600_000.0)?;
+                within("retry_ratio", s.retry_ratio, 0.0, 1.0)
+            }
         }
     }
 }
@@ -186,6 +206,8 @@ impl ProtectionSettings {
 pub enum Guard {
     RetryBudget(BudgetSettings, RetryBudget),
     TokenBucket(TokenBucketSettings, TokenBucket),
+    Grpc(GrpcSettings, GrpcThrottle),
+    Sre(SreSettings, AdaptiveThrottle),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -194,6 +216,8 @@ macro_rules! dispatch {
         match $guard {
             Guard::RetryBudget($settings, $state) => $call,
             Guard::TokenBucket($settings, $state) => $call,
+            Guard::Grpc($settings, $state) => $call,
+            Guard::Sre($settings, $state) => $call,
         }
     };
 }
@@ -203,10 +227,12 @@ impl Guard {
         match *self {
             Guard::RetryBudget(s, _) => ProtectionSettings::RetryBudget(s),
             Guard::TokenBucket(s, _) => ProtectionSettings::TokenBucket(s),
+            Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
+            Guard::Sre(s, _) => ProtectionSettings::Sre(s),
         }
     }
 
-    pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Gate {
+    pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.gate(settings, n, now_ms, rng))
     }
 
@@ -316,7 +342,7 @@ mod tests {
         let field = |json: &str| ProtectionSpec::read(2, &serde_json::from_str(json).unwrap()).unwrap_err();
         let unknown = field(r#"{"kind": "nope"}"#);
         assert_eq!(unknown.field, "policy.protections[2].kind");
-        assert_eq!(unknown.detail, "kind must be one of: retry_budget, token_bucket");
+        assert_eq!(unknown.detail, "kind must be one of: retry_budget, token_bucket, grpc, sre");
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
         assert_eq!(
