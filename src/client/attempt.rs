@@ -13,6 +13,7 @@ use rand::Rng;
 use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::AttemptEnd;
+use crate::retry::protection::Ended;
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
 
 /// Where a message's round stands between its attempts; the sending loop keeps it.
@@ -22,6 +23,9 @@ pub struct Round {
     pub started_ms: Option<u64>,
     /// The last wait's value chosen from its band (decorrelated jitter grows from it).
     pub previous_wait_ms: Option<u64>,
+    /// The failure before the coming retry timed out (the AWS quota prices such a retry
+    /// higher and gives that back when it succeeds); not kept across a crash.
+    pub after_timeout: bool,
 }
 
 /// How long one round may last, and the setting that says so.
@@ -118,7 +122,8 @@ pub fn next(
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    if let Err(stopped) = client.allows_retry(following, now_ms, rng) {
+    let failed = Ended { after_timeout: round.after_timeout, ..ended(n, end) };
+    if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
         let reason = match stopped.kind {
             "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
             kind => format!("retry not sent ({kind}): {}; last: {last}", stopped.why),
@@ -126,7 +131,19 @@ pub fn next(
         return Next::Refused(stopped, reason);
     }
     round.previous_wait_ms = Some(wait.chosen_ms);
+    round.after_timeout = failed.timed_out;
     Next::Retry(wait)
+}
+
+/// Attempt `n` as the protections hear of it (`after_timeout` is the round's to say).
+pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
+    Ended {
+        n,
+        ok: end.outcome == Outcome::Ok,
+        failed: end.outcome.is_failure(end.status),
+        timed_out: end.outcome == Outcome::Timeout,
+        after_timeout: false,
+    }
 }
 
 /// How an attempt ended, in words, for a dead letter's reason.
@@ -244,7 +261,7 @@ mod tests {
     #[test]
     fn a_wait_that_would_end_past_the_time_budget_ends_the_round() {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
-        let mut round = Round { started_ms: Some(0), previous_wait_ms: None };
+        let mut round = Round { started_ms: Some(0), previous_wait_ms: None, after_timeout: false };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
         let failed = end(Outcome::HttpError, Some(500));
         let mut decide_at = |now_ms| {

@@ -7,7 +7,7 @@
 use rand::Rng;
 
 use super::{Admit, BreakerChange, BreakerCounts, BreakerShare, BreakerShares, ClientState, ProtectionView};
-use crate::retry::protection::{Guards, Protection, Scope};
+use crate::retry::protection::{Ended, Guards, Protection, Scope};
 use crate::retry::{BreakerState, Policy};
 
 #[derive(Debug)]
@@ -72,8 +72,8 @@ impl Clients {
 
     /// Tells client `index`'s protections how a sent attempt ended; the breaker's new state,
     /// if it changed.
-    pub fn ended(&mut self, index: usize, failed: bool, now_ms: u64) -> Option<BreakerState> {
-        self.each[index].ended(&self.policy, failed, now_ms)
+    pub fn ended(&mut self, index: usize, ended: &Ended, now_ms: u64) -> Option<BreakerState> {
+        self.each[index].ended(&self.policy, ended, now_ms)
     }
 
     /// The retry budget and each protection the policy lists, as they stand now; a level is

@@ -12,7 +12,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::protection::{Handle, Protection, Report, Scope};
+use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
 use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
 
 /// The breaker's changes of state kept per client; the oldest go first.
@@ -128,11 +128,11 @@ impl ClientState {
 
     /// Tells the protections how a sent attempt ended; returns the breaker's new state, if it
     /// changed.
-    pub fn ended(&mut self, policy: &Policy, failed: bool, now_ms: u64) -> Option<BreakerState> {
-        self.guards.iter().for_each(|guard| guard.lock().ended(failed, now_ms));
+    pub fn ended(&mut self, policy: &Policy, ended: &Ended, now_ms: u64) -> Option<BreakerState> {
+        self.guards.iter().for_each(|guard| guard.lock().ended(ended, now_ms));
         let settings = policy.breaker?;
         let before = self.breaker.state();
-        self.breaker.ended(&settings, failed, now_ms);
+        self.breaker.ended(&settings, ended, now_ms);
         let changed = (self.breaker.state() != before).then(|| self.breaker.state());
         changed.inspect(|&state| self.changed(state, now_ms))
     }
@@ -144,14 +144,20 @@ impl ClientState {
 
     /// Whether the protections allow a retry now (the retry budget first, then each one the
     /// policy lists); each that allows it counts it, until one refuses.
-    pub fn allows_retry(&mut self, policy: &Policy, now_ms: u64, rng: &mut dyn Rng) -> Result<(), Stopped> {
+    pub fn allows_retry(
+        &mut self,
+        policy: &Policy,
+        after: &Ended,
+        now_ms: u64,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Stopped> {
         if let Some(settings) = policy.retry_budget {
-            let why = self.budget.retry(&settings, now_ms, rng);
+            let why = self.budget.retry(&settings, after, now_ms, rng);
             why.map_err(|why| Stopped { kind: "retry_budget", why })?;
         }
         for guard in &self.guards {
             let mut guard = guard.lock();
-            let why = guard.retry(now_ms, rng);
+            let why = guard.retry(after, now_ms, rng);
             why.map_err(|why| Stopped { kind: guard.settings().kind(), why })?;
         }
         Ok(())

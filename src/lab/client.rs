@@ -19,6 +19,7 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
+use crate::retry::protection::Ended;
 use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
@@ -109,7 +110,8 @@ impl Lab {
         let now = self.now_ms();
         let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let changed = state.clients.ended(index, end.outcome.is_failure(end.status), now);
+            let ended = Ended { after_timeout: round.after_timeout, ..attempt::ended(n, &end) };
+            let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
         let finished = state.record.finish_attempt(id, end)?;

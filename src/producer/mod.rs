@@ -117,8 +117,11 @@ impl Producer {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_rng(&mut rand::rng()),
         };
-        let mut round =
-            Round { started_ms: resume.round_started_ms, previous_wait_ms: resume.previous_wait_ms };
+        let mut round = Round {
+            started_ms: resume.round_started_ms,
+            previous_wait_ms: resume.previous_wait_ms,
+            after_timeout: false,
+        };
         if resume.delay_ms > 0 {
             // The rest of a wait a crash interrupted.
             tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;

@@ -163,10 +163,22 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
 #[tokio::test]
 async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
     let app = TestApp::spawn().await;
-    let ((grpc, grpc_amplification), (sre, sre_amplification)) = tokio::join!(
+    // The AWS quota as small as a lab run: 50 tokens, ten retries' worth.
+    let aws = r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "aws_standard", "initial_retry_tokens": 50}]}"#;
+    let ((grpc, grpc_amplification), (sre, sre_amplification), (aws, aws_amplification)) = tokio::join!(
         run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "grpc"}]}"#),
         run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "sre", "window_ms": 10000}]}"#),
+        run(&app, aws),
     );
+    // AWS: a retry takes 5, a first-try success gives 1 back: about 0.2 retries a message at
+    // best, as each message's first try succeeds half the time.
+    assert!(aws_amplification < 1.4, "aws_standard: {aws_amplification:.3}");
+    let stopped = suppressed(&aws, "aws_standard");
+    assert!(stopped > 50, "{stopped}");
+    let refused =
+        dead_lettered_as(&aws, "retry_budget", "retry not sent (aws_standard): AWS retry quota has ");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(aws["protections"][0]["ceiling"], 50.0);
     // gRPC: half the attempts fail, so the tokens sit at or under half of 10 and retries stop.
     assert!(grpc_amplification < 1.15, "grpc: {grpc_amplification:.3}");
     let stopped = suppressed(&grpc, "grpc");

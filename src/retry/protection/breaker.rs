@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Protection, Report};
+use super::{Ended, Protection, Report};
 
 /// The breaker's settings, part of the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -155,8 +155,8 @@ impl Protection for Breaker {
         }
     }
 
-    fn ended(&mut self, settings: &BreakerSettings, failed: bool, now_ms: u64) {
-        self.record(settings, failed, now_ms);
+    fn ended(&mut self, settings: &BreakerSettings, ended: &Ended, now_ms: u64) {
+        self.record(settings, ended.failed, now_ms);
     }
 
     fn report(&self, _settings: &BreakerSettings, _now_ms: u64) -> Report {

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Protection, Report};
+use super::{Ended, Protection, Report};
 
 /// The sliding window the budget counts over.
 pub const BUDGET_WINDOW_MS: u64 = 10_000;
@@ -84,6 +84,7 @@ impl Protection for RetryBudget {
     fn retry(
         &mut self,
         settings: &BudgetSettings,
+        _after: &Ended,
         now_ms: u64,
         _rng: &mut dyn rand::Rng,
     ) -> Result<(), String> {

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Protection, Report};
+use super::{Ended, Protection, Report};
 
 /// Thousandths of a token.
 const SCALE: f64 = 1000.0;
@@ -53,14 +53,16 @@ impl GrpcThrottle {
 impl Protection for GrpcThrottle {
     type Settings = GrpcSettings;
 
-    fn ended(&mut self, settings: &GrpcSettings, failed: bool, _now_ms: u64) {
-        let change = if failed { -(SCALE as i64) } else { (settings.token_ratio * SCALE).round() as i64 };
+    fn ended(&mut self, settings: &GrpcSettings, ended: &Ended, _now_ms: u64) {
+        let change =
+            if ended.failed { -(SCALE as i64) } else { (settings.token_ratio * SCALE).round() as i64 };
         self.tokens = Some((self.tokens(settings) + change).clamp(0, settings.max()));
     }
 
     fn retry(
         &mut self,
         settings: &GrpcSettings,
+        _after: &Ended,
         _now_ms: u64,
         _rng: &mut dyn rand::Rng,
     ) -> Result<(), String> {
@@ -93,16 +95,19 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(0);
         assert_eq!(throttle.report(&settings, 0).level, Some(10.0), "it starts full");
         for _ in 0..4 {
-            throttle.ended(&settings, true, 0);
+            throttle.ended(&settings, &Ended::failure(1), 0);
         }
-        assert!(throttle.retry(&settings, 0, &mut rng).is_ok(), "6 of 10 tokens: above the threshold");
-        throttle.ended(&settings, true, 0);
-        let refused = throttle.retry(&settings, 0, &mut rng).unwrap_err();
+        assert!(
+            throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok(),
+            "6 of 10 tokens: above the threshold"
+        );
+        throttle.ended(&settings, &Ended::failure(1), 0);
+        let refused = throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).unwrap_err();
         assert_eq!(refused, "gRPC retry throttling has 5 tokens, retries need more than 5");
         // 0.1 a success, counted exactly: one success takes it just over the threshold.
-        throttle.ended(&settings, false, 0);
+        throttle.ended(&settings, &Ended::success(1), 0);
         assert_eq!(throttle.report(&settings, 0).level, Some(5.1));
-        assert!(throttle.retry(&settings, 0, &mut rng).is_ok());
+        assert!(throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok());
     }
 
     #[test]
@@ -110,20 +115,20 @@ mod tests {
         let settings = GrpcSettings::default();
         let mut throttle = GrpcThrottle::default();
         for _ in 0..100 {
-            throttle.ended(&settings, false, 0);
+            throttle.ended(&settings, &Ended::success(1), 0);
         }
         assert_eq!(throttle.report(&settings, 0).level, Some(10.0));
         for _ in 0..100 {
-            throttle.ended(&settings, true, 0);
+            throttle.ended(&settings, &Ended::failure(1), 0);
         }
         assert_eq!(throttle.report(&settings, 0).level, Some(0.0));
         // From empty, 51 successes (5.1 tokens) are needed before a retry goes again.
         for _ in 0..50 {
-            throttle.ended(&settings, false, 0);
+            throttle.ended(&settings, &Ended::success(1), 0);
         }
         let mut rng = StdRng::seed_from_u64(0);
-        assert!(throttle.retry(&settings, 0, &mut rng).is_err());
-        throttle.ended(&settings, false, 0);
-        assert!(throttle.retry(&settings, 0, &mut rng).is_ok());
+        assert!(throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_err());
+        throttle.ended(&settings, &Ended::success(1), 0);
+        assert!(throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok());
     }
 }

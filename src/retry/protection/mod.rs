@@ -14,6 +14,7 @@
 //! budget's window counts first attempts even while the policy has no budget, so one put in
 //! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
 
+mod aws;
 mod breaker;
 mod budget;
 mod grpc;
@@ -22,6 +23,7 @@ mod token_bucket;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+pub use aws::{AwsQuota, AwsQuotaSettings};
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use grpc::{GrpcSettings, GrpcThrottle};
@@ -34,6 +36,38 @@ use crate::invalid::Invalid;
 
 /// The most protections a policy may list, besides its `breaker` and `retry_budget`.
 pub const MAX_PROTECTIONS: usize = 4;
+
+/// How a sent attempt ended, as the protections hear of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// Its number in its round (1 is a new request).
+    pub n: u32,
+    /// Answered 2xx.
+    pub ok: bool,
+    /// It says the downstream is unhealthy: a 5xx, 408 or 429, a timeout, no connection.
+    pub failed: bool,
+    /// No answer came within the client's timeout.
+    pub timed_out: bool,
+    /// For a retry: the failure it followed had timed out (what the retry cost, to some).
+    pub after_timeout: bool,
+}
+
+impl Ended {
+    /// Attempt `n` failed with an answer.
+    pub fn failure(n: u32) -> Self {
+        Ended { n, failed: true, ..Ended::default() }
+    }
+
+    /// Attempt `n` timed out.
+    pub fn timeout(n: u32) -> Self {
+        Ended { timed_out: true, ..Ended::failure(n) }
+    }
+
+    /// Attempt `n` was answered 2xx.
+    pub fn success(n: u32) -> Self {
+        Ended { n, ok: true, ..Ended::default() }
+    }
+}
 
 /// One protection's rule. Every method has the protection's settings and the lab's time;
 /// those that may draw (a probabilistic refusal) have the message's random stream.
@@ -55,12 +89,19 @@ pub trait Protection: Default {
     /// Attempt `n` was sent (the first attempt of a message is a new request).
     fn sent(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) {}
 
-    /// A sent attempt ended; `failed` when it says the downstream is unhealthy.
-    fn ended(&mut self, _settings: &Self::Settings, _failed: bool, _now_ms: u64) {}
+    /// A sent attempt ended.
+    fn ended(&mut self, _settings: &Self::Settings, _ended: &Ended, _now_ms: u64) {}
 
     /// May a retry follow the failed attempt? Counts it when so; when not, says why in words
     /// for the trace and the dead letter ("a retry takes 1 token, the bucket has 0.4").
-    fn retry(&mut self, _settings: &Self::Settings, _now_ms: u64, _rng: &mut dyn Rng) -> Result<(), String> {
+    /// `after` is the failed attempt.
+    fn retry(
+        &mut self,
+        _settings: &Self::Settings,
+        _after: &Ended,
+        _now_ms: u64,
+        _rng: &mut dyn Rng,
+    ) -> Result<(), String> {
         Ok(())
     }
 
@@ -112,11 +153,13 @@ pub enum ProtectionSettings {
     Grpc(GrpcSettings),
     /// The SRE book's client-side adaptive throttling and per-client retry budget.
     Sre(SreSettings),
+    /// The AWS SDKs' retry quota (standard mode).
+    AwsStandard(AwsQuotaSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 4] = ["retry_budget", "token_bucket", "grpc", "sre"];
+    pub const KINDS: [&'static str; 5] = ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard"];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -125,6 +168,7 @@ impl ProtectionSettings {
             ProtectionSettings::TokenBucket(_) => Self::KINDS[1],
             ProtectionSettings::Grpc(_) => Self::KINDS[2],
             ProtectionSettings::Sre(_) => Self::KINDS[3],
+            ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
         }
     }
 
@@ -135,6 +179,7 @@ impl ProtectionSettings {
             ProtectionSettings::TokenBucket(s) => Guard::TokenBucket(s, TokenBucket::new(&s)),
             ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
             ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
+            ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
         }
     }
 }
@@ -196,6 +241,13 @@ impl ProtectionSettings {
                 within("window_ms", s.window_ms as f64, 100.0, 3_600_000.0)?;
                 within("retry_ratio", s.retry_ratio, 0.0, 1.0)
             }
+            ProtectionSettings::AwsStandard(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)
+            }
         }
     }
 }
@@ -208,6 +260,7 @@ pub enum Guard {
     TokenBucket(TokenBucketSettings, TokenBucket),
     Grpc(GrpcSettings, GrpcThrottle),
     Sre(SreSettings, AdaptiveThrottle),
+    AwsStandard(AwsQuotaSettings, AwsQuota),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -218,6 +271,7 @@ macro_rules! dispatch {
             Guard::TokenBucket($settings, $state) => $call,
             Guard::Grpc($settings, $state) => $call,
             Guard::Sre($settings, $state) => $call,
+            Guard::AwsStandard($settings, $state) => $call,
         }
     };
 }
@@ -229,6 +283,7 @@ impl Guard {
             Guard::TokenBucket(s, _) => ProtectionSettings::TokenBucket(s),
             Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
             Guard::Sre(s, _) => ProtectionSettings::Sre(s),
+            Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
         }
     }
 
@@ -240,12 +295,12 @@ impl Guard {
         dispatch!(self, |settings, state| state.sent(settings, n, now_ms))
     }
 
-    pub fn ended(&mut self, failed: bool, now_ms: u64) {
-        dispatch!(self, |settings, state| state.ended(settings, failed, now_ms))
+    pub fn ended(&mut self, ended: &Ended, now_ms: u64) {
+        dispatch!(self, |settings, state| state.ended(settings, ended, now_ms))
     }
 
-    pub fn retry(&mut self, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
-        dispatch!(self, |settings, state| state.retry(settings, now_ms, rng))
+    pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+        dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
     }
 
     pub fn report(&self, now_ms: u64) -> Report {
@@ -342,7 +397,10 @@ mod tests {
         let field = |json: &str| ProtectionSpec::read(2, &serde_json::from_str(json).unwrap()).unwrap_err();
         let unknown = field(r#"{"kind": "nope"}"#);
         assert_eq!(unknown.field, "policy.protections[2].kind");
-        assert_eq!(unknown.detail, "kind must be one of: retry_budget, token_bucket, grpc, sre");
+        assert_eq!(
+            unknown.detail,
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard"
+        );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
         assert_eq!(
@@ -371,7 +429,7 @@ mod tests {
         assert!(handles[0][1].same(&handles[1][1]) && handles[1][1].same(&handles[2][1]));
         // A retry through one client's shared handle spends the bucket the others see.
         let mut rng = StdRng::seed_from_u64(1);
-        handles[0][1].lock().retry(0, &mut rng).unwrap();
+        handles[0][1].lock().retry(&Ended::failure(1), 0, &mut rng).unwrap();
         assert_eq!(handles[2][1].lock().report(0).level, Some(4.0));
         assert_eq!(handles[2][0].lock().report(0).level, Some(5.0));
     }

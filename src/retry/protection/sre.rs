@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-use super::{Protection, Report};
+use super::{Ended, Protection, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -102,14 +102,20 @@ impl Protection for AdaptiveThrottle {
         }
     }
 
-    fn ended(&mut self, settings: &SreSettings, failed: bool, now_ms: u64) {
+    fn ended(&mut self, settings: &SreSettings, ended: &Ended, now_ms: u64) {
         self.forget_before(settings, now_ms);
-        if !failed {
+        if !ended.failed {
             self.note(now_ms, Count::Accept);
         }
     }
 
-    fn retry(&mut self, settings: &SreSettings, now_ms: u64, _rng: &mut dyn Rng) -> Result<(), String> {
+    fn retry(
+        &mut self,
+        settings: &SreSettings,
+        _after: &Ended,
+        now_ms: u64,
+        _rng: &mut dyn Rng,
+    ) -> Result<(), String> {
         self.forget_before(settings, now_ms);
         let share = self.retries as f64 / self.requests.max(1) as f64;
         match share < settings.retry_ratio {
@@ -193,10 +199,10 @@ mod tests {
         // 9 first attempts and 1 retry: 10 %, the budget is spent.
         throttle.gate(&settings, 2, 0, &mut rng).unwrap();
         assert_eq!(
-            throttle.retry(&settings, 0, &mut rng).unwrap_err(),
+            throttle.retry(&settings, &Ended::failure(2), 0, &mut rng).unwrap_err(),
             "retries are 10 % of the client's requests, the budget 10 %"
         );
         throttle.gate(&settings, 1, 0, &mut rng).unwrap();
-        assert!(throttle.retry(&settings, 0, &mut rng).is_ok(), "1 of 11");
+        assert!(throttle.retry(&settings, &Ended::failure(2), 0, &mut rng).is_ok(), "1 of 11");
     }
 }

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Protection, Report};
+use super::{Ended, Protection, Report};
 
 /// Brooker's numbers are the defaults: `AdaptiveRetryFactory(0.1, 5)`, a retry taking 1.0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -53,6 +53,7 @@ impl Protection for TokenBucket {
     fn retry(
         &mut self,
         settings: &TokenBucketSettings,
+        _after: &Ended,
         _now_ms: u64,
         _rng: &mut dyn rand::Rng,
     ) -> Result<(), String> {
@@ -83,21 +84,22 @@ mod tests {
         let mut bucket = TokenBucket::new(&settings);
         let mut rng = StdRng::seed_from_u64(0);
         // 5 tokens: 4 retries leave 1.0, which is not more than a retry's cost.
-        let allowed = (0..10).filter(|_| bucket.retry(&settings, 0, &mut rng).is_ok()).count();
+        let allowed =
+            (0..10).filter(|_| bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok()).count();
         assert_eq!(allowed, 4);
-        let refused = bucket.retry(&settings, 0, &mut rng).unwrap_err();
+        let refused = bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).unwrap_err();
         assert_eq!(refused, "the token bucket has 1.0 tokens, a retry takes more than 1");
         // Retries add nothing; eleven new calls put in 1.1 tokens (2.1): two more retries.
         for _ in 0..5 {
             bucket.sent(&settings, 2, 0);
         }
-        assert!(bucket.retry(&settings, 0, &mut rng).is_err());
+        assert!(bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_err());
         for _ in 0..11 {
             bucket.sent(&settings, 1, 0);
         }
-        assert!(bucket.retry(&settings, 0, &mut rng).is_ok());
-        assert!(bucket.retry(&settings, 0, &mut rng).is_ok());
-        assert!(bucket.retry(&settings, 0, &mut rng).is_err());
+        assert!(bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok());
+        assert!(bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok());
+        assert!(bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_err());
     }
 
     #[test]
@@ -123,7 +125,7 @@ mod tests {
             let mut tries = 1;
             while rand::RngExt::random_bool(&mut rng, 0.5)
                 && tries <= 3
-                && bucket.retry(&settings, 0, &mut rng).is_ok()
+                && bucket.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok()
             {
                 requests += 1;
                 tries += 1;
