@@ -23,14 +23,11 @@ async fn the_protection_lane_shows_each_protections_level_and_what_it_stopped_as
     server.put(&lab, "policy", r#"{"seed": 5, "protections": [{"kind": "token_bucket"}]}"#).await;
     server.burst(&lab, 60).await;
     wait_counter(&page, "delivered", 0).await;
-    let snapshot = loop {
-        let snapshot = server.snapshot(&lab).await;
-        let c = &snapshot["counters"];
-        if c["delivered"].as_u64().unwrap() + c["dead_letter"].as_u64().unwrap() == 60 {
-            break snapshot;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let settled = |s: &Value| {
+        s["counters"]["delivered"].as_u64().unwrap() + s["counters"]["dead_letter"].as_u64().unwrap() == 60
     };
+    let snapshot = super::load_history::wait_snapshot(&server, &lab, settled).await;
+    assert!(settled(&snapshot), "the burst settles: {}", snapshot["counters"]);
     let bins = snapshot["load"]["bins"].as_array().unwrap();
     let stopped: u64 = bins.iter().filter_map(|b| b["suppressed"]["token_bucket"].as_u64()).sum();
     assert!(stopped > 0, "60 at once against 5 tokens: some retries are stopped");
