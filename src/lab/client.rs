@@ -114,7 +114,7 @@ impl Lab {
             let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
-        let finished = state.record.finish_attempt(id, end)?;
+        let finished = state.record.finish_attempt(id, end, refused.map(|stopped| stopped.kind))?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let attempt = Attempt { n, end: &end, now_ms: now, refused };
         let client = state.clients.client_mut(index);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{TestApp, counter};
+use crate::helpers::{TestApp, counter, messages};
 
 const PATIENCE: Duration = Duration::from_secs(90);
 /// 3 s of traffic at 100 a second: about 300 messages.
@@ -197,4 +197,12 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
         suppressed(&sre, "sre") as usize >= retries_refused,
         "refused retries, and any attempt refused locally"
     );
+    // An attempt it refused locally went nowhere, and says who refused it.
+    let refused: Vec<&Value> = messages(&sre)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter(|a| a["outcome"] == "short_circuited")
+        .collect();
+    assert!(!refused.is_empty(), "the throttle refused some attempts before they were sent");
+    assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{:?}", refused[0]);
 }
