@@ -11,7 +11,8 @@ served. Run it again with a new release to add a newer fixture beside the old on
 It drives the real server over HTTP: a lab replayed after an outage, one whose letters came back
 until they were quarantined, one whose breaker opened and closed, one timed out in slow mode
 (retries answered from the stored result), one throttled with a timed setting still pending,
-and a comparison. Only the standard library is used.
+a lab whose listed protections stopped retries, and a comparison. Only the standard library is
+used.
 """
 
 import json
@@ -141,6 +142,16 @@ def main():
         server.burst(lab, 8)
         server.settle(lab)
         server.put(lab, "downstream", {"mode": "flaky", "failure_rate": 0.5, "for_ms": 3_600_000})
+
+        # Two clients against a half-failing endpoint, each with its own token bucket and one AWS
+        # retry quota shared by both: the load bins count the retries each stopped.
+        protections = [{"kind": "token_bucket"}, {"kind": "aws_standard", "initial_retry_tokens": 20, "scope": "shared"}]
+        lab = labs["protections"] = server.lab(
+            policy={"clients": 2, "max_attempts": 4, "protections": protections},
+            downstream={"mode": "flaky", "failure_rate": 0.5},
+        )
+        server.burst(lab, 30)
+        server.settle(lab)
 
         comparison = server.call(
             "POST", "/api/comparisons", {"scenario": "flaky", "burst": 5, "seed": 3, "policies": ["full", "none"]}

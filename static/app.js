@@ -17,6 +17,7 @@ import { createStory } from './story.js';
 import { createClaims } from './claims.js';
 import { createLegend } from './legend.js';
 import { createGoodputChart } from './goodput-chart.js';
+import { createProtectionLane } from './protection-lane.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
@@ -68,6 +69,7 @@ const claims = createClaims(document.querySelector('[data-claims]'), controls.ap
 const presets = createPresets(document.querySelector('[data-presets]'), document.querySelector('[data-look]'), controls, model, claims);
 createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, claims, model);
 const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
+const protectionLane = createProtectionLane(document.getElementById('protection-lane'));
 const legend = createLegend(
   document.getElementById('timeline'),
   [...document.querySelectorAll('#timeline-panel [data-legend]')],
@@ -81,6 +83,7 @@ setInterval(() => {
   claims.tick();
   legend.tick();
   if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
+  if (model.counters) protectionLane.render(model.load.bins.values(), labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);
 createSnippets(

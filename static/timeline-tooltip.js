@@ -104,7 +104,10 @@ function tipContent(m, a, now) {
   if (a.retry_after_s != null) rowsOut.push(['Retry-After', `${a.retry_after_s} s`]);
   if (a.replayed) rowsOut.push(['replayed', 'yes: the key was already applied, nothing applied again']);
   if (a.outcome === 'interrupted') rowsOut.push(['why', 'the client stopped mid-attempt (crash or restart)']);
-  if (a.outcome === 'short_circuited') rowsOut.push(['why', 'the circuit breaker was open: failed at once, no request sent']);
+  if (a.outcome === 'short_circuited') {
+    const by = a.refused_by ?? 'breaker';
+    rowsOut.push(['why', by === 'breaker' ? 'the circuit breaker was open: failed at once, no request sent' : `refused by the client's ${by} protection: failed at once, no request sent`]);
+  }
   const parts = [head, definitionList(rowsOut)];
   if (a.wait) {
     const w = a.wait;

@@ -5,13 +5,15 @@
 //! The order of the checks is the policy: an answer that delivers or cannot be fixed by
 //! retrying ends the round first; then a refusal by the open breaker that gives up; then the
 //! attempts used up; then the wait is planned, and the next attempt must start within the
-//! round's time budget; last the retry budget is asked (and counts the retry when it allows).
+//! round's time budget; last the protections are asked (the retry budget, then each one the
+//! policy lists; each counts the retry it allows).
 
 use rand::Rng;
 
-use super::ClientState;
+use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::AttemptEnd;
+use crate::retry::protection::Ended;
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
 
 /// Where a message's round stands between its attempts; the sending loop keeps it.
@@ -21,6 +23,9 @@ pub struct Round {
     pub started_ms: Option<u64>,
     /// The last wait's value chosen from its band (decorrelated jitter grows from it).
     pub previous_wait_ms: Option<u64>,
+    /// The failure before the coming retry timed out (the AWS quota prices such a retry
+    /// higher and gives that back when it succeeds); not kept across a crash.
+    pub after_timeout: bool,
 }
 
 /// How long one round may last, and the setting that says so.
@@ -39,14 +44,19 @@ pub enum Next {
     Retry(Wait),
     /// The round ends in the dead-letter queue, for this cause.
     DeadLetter(Cause, String),
+    /// A protection refused the retry: the round ends in the dead-letter queue as
+    /// `retry_budget`, for this reason, and the refusal is counted as the protection's.
+    Refused(Stopped, String),
 }
 
-/// One attempt as it ended: its number in the round, what came back, and when it was judged.
+/// One attempt as it ended: its number in the round, what came back, when it was judged, and
+/// the protection that refused it, when one did (it was not sent).
 #[derive(Debug, Clone, Copy)]
 pub struct Attempt<'a> {
     pub n: u32,
     pub end: &'a AttemptEnd,
     pub now_ms: u64,
+    pub refused: Option<&'a Stopped>,
 }
 
 /// Whether attempt `n` may start at all: after a crash cut off the attempt that used up the
@@ -60,35 +70,42 @@ pub fn before(policy: &Policy, n: u32) -> Option<Next> {
 }
 
 /// What comes after `attempt`, made under `policy`. Notes the round's start, and the wait's
-/// chosen value when it retries; the client's retry budget, as the policy it follows now sets
-/// it, counts the retry it allows.
+/// chosen value when it retries; the client's protections, as the policy it follows now sets
+/// them, count the retry they allow.
 pub fn next(
     policy: &Policy,
     budget: TimeBudget,
-    Attempt { n, end, now_ms }: Attempt,
+    Attempt { n, end, now_ms, refused }: Attempt,
     round: &mut Round,
     (following, client): (&Policy, &mut ClientState),
     rng: &mut impl Rng,
 ) -> Next {
     let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
-    let last = describe(end, policy.timeout_ms);
+    let last = match refused {
+        Some(Stopped { kind: "breaker", .. }) | None => describe(end, policy.timeout_ms),
+        Some(Stopped { kind, why }) => format!("refused by {kind}: {why}"),
+    };
     match retry::classify(end.outcome, end.status) {
         Verdict::Delivered => return Next::Delivered,
         Verdict::GiveUp => return Next::DeadLetter(Cause::Permanent, format!("permanent error: {last}")),
         Verdict::Retry => {}
     }
-    let short_circuited = end.outcome == Outcome::ShortCircuited;
-    if short_circuited && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
+    let by_breaker = end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == "breaker");
+    if by_breaker && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
         let reason = format!("circuit open: the breaker refused attempt {n}, and a refusal ends the round");
         return Next::DeadLetter(Cause::CircuitOpen, reason);
     }
     if n >= policy.max_attempts {
-        return match short_circuited {
-            true => Next::DeadLetter(
+        return match (by_breaker, refused) {
+            (true, _) => Next::DeadLetter(
                 Cause::CircuitOpen,
                 format!("circuit open: the breaker refused attempt {n} of {n}"),
             ),
-            false => Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}")),
+            // Another protection that refuses before sending stands in for the breaker.
+            (false, Some(_)) => Next::DeadLetter(Cause::CircuitOpen, format!("attempt {n} of {n} {last}")),
+            (false, None) => {
+                Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}"))
+            }
         };
     }
     let wait = retry::plan_wait(
@@ -105,12 +122,28 @@ pub fn next(
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    if !client.allows_retry(following, now_ms) {
-        let reason = format!("retry budget spent: the client retried too much in 10 s; last: {last}");
-        return Next::DeadLetter(Cause::RetryBudget, reason);
+    let failed = Ended { after_timeout: round.after_timeout, ..ended(n, end) };
+    if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
+        let reason = match stopped.kind {
+            "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
+            kind => format!("retry not sent ({kind}): {}; last: {last}", stopped.why),
+        };
+        return Next::Refused(stopped, reason);
     }
     round.previous_wait_ms = Some(wait.chosen_ms);
+    round.after_timeout = failed.timed_out;
     Next::Retry(wait)
+}
+
+/// Attempt `n` as the protections hear of it (`after_timeout` is the round's to say).
+pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
+    Ended {
+        n,
+        ok: end.outcome == Outcome::Ok,
+        failed: end.outcome.is_failure(end.status),
+        timed_out: end.outcome == Outcome::Timeout,
+        after_timeout: false,
+    }
 }
 
 /// How an attempt ended, in words, for a dead letter's reason.
@@ -153,7 +186,7 @@ mod tests {
         next(
             policy,
             BUDGET,
-            Attempt { n, end, now_ms },
+            Attempt { n, end, now_ms, refused: None },
             round,
             (policy, &mut client),
             &mut StdRng::seed_from_u64(7),
@@ -228,11 +261,11 @@ mod tests {
     #[test]
     fn a_wait_that_would_end_past_the_time_budget_ends_the_round() {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
-        let mut round = Round { started_ms: Some(0), previous_wait_ms: None };
+        let mut round = Round { started_ms: Some(0), previous_wait_ms: None, after_timeout: false };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
         let failed = end(Outcome::HttpError, Some(500));
         let mut decide_at = |now_ms| {
-            let attempt = Attempt { n: 2, end: &failed, now_ms };
+            let attempt = Attempt { n: 2, end: &failed, now_ms, refused: None };
             let mut client = ClientState::default();
             next(
                 &policy(),
@@ -263,14 +296,15 @@ mod tests {
         let failed = end(Outcome::HttpError, Some(503));
         let mut rng = StdRng::seed_from_u64(3);
         let mut decide = |now_ms| {
-            let attempt = Attempt { n: 1, end: &failed, now_ms };
+            let attempt = Attempt { n: 1, end: &failed, now_ms, refused: None };
             next(&policy, BUDGET, attempt, &mut Round::default(), (&policy, &mut client), &mut rng)
         };
         for now in 0..10 {
             assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
         }
         let reason = "retry budget spent: the client retried too much in 10 s; last: HTTP 503";
-        assert_eq!(decide(10), Next::DeadLetter(Cause::RetryBudget, reason.into()));
+        let stopped = Stopped { kind: "retry_budget", why: "the client retried too much in 10 s".into() };
+        assert_eq!(decide(10), Next::Refused(stopped, reason.into()));
         // Once the window has moved past them, retries go again.
         assert!(matches!(decide(10_011), Next::Retry(_)));
     }
@@ -280,11 +314,11 @@ mod tests {
         // The attempt was made before a policy with a spent budget came in: the budget counts.
         let spent = Policy { retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.0 }), ..policy() };
         let failed = end(Outcome::HttpError, Some(503));
-        let attempt = Attempt { n: 1, end: &failed, now_ms: 0 };
+        let attempt = Attempt { n: 1, end: &failed, now_ms: 0, refused: None };
         let mut client = ClientState::default();
         let mut rng = StdRng::seed_from_u64(5);
         let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
-        assert!(matches!(next, Next::DeadLetter(Cause::RetryBudget, _)), "{next:?}");
+        assert!(matches!(next, Next::Refused(Stopped { kind: "retry_budget", .. }, _)), "{next:?}");
     }
 
     #[test]

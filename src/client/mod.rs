@@ -1,17 +1,19 @@
-//! A client's live state: its circuit breaker with the history of its states, and its retry
-//! budget's window. One value per client, owned whole, so a lab can hold several, each with
-//! its own breaker and budget; `Clients` holds them all with the policy they follow. Pure:
-//! the caller passes `now`. `attempt` decides what follows each attempt of a message.
+//! A client's live state: its protections (the circuit breaker with the history of its states,
+//! the retry budget's window, and its hold on each protection the policy lists). One value per
+//! client, owned whole, so a lab can hold several; `Clients` holds them all with the policy
+//! they follow. Every protection is asked through the one trait, `retry::protection::Protection`.
+//! Pure: the caller passes `now`. `attempt` decides what follows each attempt of a message.
 
 pub mod attempt;
 mod clients;
 
 pub use clients::Clients;
-
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::{Admission, Breaker, BreakerState, Policy, RetryBudget};
+use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
+use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
 
 /// The breaker's changes of state kept per client; the oldest go first.
 const MAX_BREAKER_CHANGES: usize = 1_000;
@@ -26,12 +28,53 @@ pub struct BreakerChange {
     pub state: BreakerState,
 }
 
+/// The protection that stopped an attempt or a retry (its `kind`), and why, in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    pub kind: &'static str,
+    pub why: String,
+}
+
+/// What the client's protections say about an attempt about to be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admit {
+    /// `Err` when one refused it: nothing is sent, and it counts as a failed attempt.
+    pub go: Result<(), Stopped>,
+    /// The breaker's new state, when asking changed it (an open breaker went half-open).
+    pub changed: Option<BreakerState>,
+}
+
+/// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
+/// its own, or one shared by all), and where it stands now (a level is the mean over them).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProtectionView {
+    pub kind: &'static str,
+    pub scope: Scope,
+    pub held: u32,
+    #[serde(flatten)]
+    pub now: Report,
+}
+
+impl ProtectionView {
+    fn of(kind: &'static str, scope: Scope, reports: impl Iterator<Item = Report>) -> Self {
+        let (mut held, mut sum, mut now) = (0, 0.0, Report::default());
+        for report in reports {
+            held += 1;
+            sum += report.level.unwrap_or(0.0);
+            now = Report { level: report.level.map(|_| sum / f64::from(held)), ..report };
+        }
+        ProtectionView { kind, scope, held, now }
+    }
+}
+
 /// One client's live state; the policy it follows is its `Clients`'.
 #[derive(Debug, Default)]
 pub struct ClientState {
     breaker: Breaker,
     breaker_changes: BreakerChanges,
     budget: RetryBudget,
+    /// Its hold on each protection the policy lists, in the policy's order.
+    guards: Vec<Handle>,
 }
 
 impl ClientState {
@@ -50,18 +93,47 @@ impl ClientState {
         self.breaker_changes.all()
     }
 
-    /// Asks the breaker whether the next attempt may be sent; returns the state it changed to,
-    /// if it did.
-    pub fn admit(&mut self, policy: &Policy, now_ms: u64) -> (Admission, Option<BreakerState>) {
-        let Some(settings) = policy.breaker else { return (Admission::Send, None) };
-        let (admission, changed) = self.breaker.admit(&settings, now_ms);
-        (admission, changed.inspect(|&state| self.changed(state, now_ms)))
+    /// Its hold on each protection the policy lists.
+    pub fn guards(&self) -> &[Handle] {
+        &self.guards
     }
 
-    /// Tells the breaker how a sent attempt ended; returns the state it changed to, if it did.
-    pub fn record(&mut self, policy: &Policy, failed: bool, now_ms: u64) -> Option<BreakerState> {
+    /// Asks the protections whether attempt `n` may be sent: the breaker first, then each one
+    /// the policy lists, until one refuses.
+    pub fn admit(&mut self, policy: &Policy, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Admit {
+        let mut go = Ok(());
+        let mut changed = None;
+        if let Some(settings) = policy.breaker {
+            let before = self.breaker.state();
+            go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
+            changed = (self.breaker.state() != before).then(|| self.breaker.state());
+            changed.inspect(|&state| self.changed(state, now_ms));
+        }
+        for guard in &self.guards {
+            if go.is_err() {
+                break;
+            }
+            let mut guard = guard.lock();
+            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
+        }
+        Admit { go, changed }
+    }
+
+    /// Attempt `n` was sent. The retry budget's window counts first attempts whether or not
+    /// the policy has a budget now, as it always has.
+    pub fn sent(&mut self, policy: &Policy, n: u32, now_ms: u64) {
+        self.budget.sent(&policy.retry_budget.unwrap_or_default(), n, now_ms);
+        self.guards.iter().for_each(|guard| guard.lock().sent(n, now_ms));
+    }
+
+    /// Tells the protections how a sent attempt ended; returns the breaker's new state, if it
+    /// changed.
+    pub fn ended(&mut self, policy: &Policy, ended: &Ended, now_ms: u64) -> Option<BreakerState> {
+        self.guards.iter().for_each(|guard| guard.lock().ended(ended, now_ms));
         let settings = policy.breaker?;
-        let changed = self.breaker.record(&settings, failed, now_ms);
+        let before = self.breaker.state();
+        self.breaker.ended(&settings, ended, now_ms);
+        let changed = (self.breaker.state() != before).then(|| self.breaker.state());
         changed.inspect(|&state| self.changed(state, now_ms))
     }
 
@@ -70,15 +142,25 @@ impl ClientState {
         self.breaker.forget_probes();
     }
 
-    /// Counts a first attempt in the retry budget's window.
-    pub fn first_attempt(&mut self, now_ms: u64) {
-        self.budget.first_attempt(now_ms);
-    }
-
-    /// Whether the retry budget allows a retry now (always, without one); counts it if so.
-    pub fn allows_retry(&mut self, policy: &Policy, now_ms: u64) -> bool {
-        let Some(settings) = policy.retry_budget else { return true };
-        self.budget.try_retry(&settings, now_ms)
+    /// Whether the protections allow a retry now (the retry budget first, then each one the
+    /// policy lists); each that allows it counts it, until one refuses.
+    pub fn allows_retry(
+        &mut self,
+        policy: &Policy,
+        after: &Ended,
+        now_ms: u64,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Stopped> {
+        if let Some(settings) = policy.retry_budget {
+            let why = self.budget.retry(&settings, after, now_ms, rng);
+            why.map_err(|why| Stopped { kind: "retry_budget", why })?;
+        }
+        for guard in &self.guards {
+            let mut guard = guard.lock();
+            let why = guard.retry(after, now_ms, rng);
+            why.map_err(|why| Stopped { kind: guard.settings().kind(), why })?;
+        }
+        Ok(())
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).
@@ -101,7 +183,8 @@ impl ClientState {
         })
     }
 
-    /// A reset: the breaker, its history and the budget start afresh; the policy stays.
+    /// A reset: the breaker, its history and the budget start afresh; the policy stays (the
+    /// listed protections are made afresh by `Clients`).
     pub fn reset(&mut self) {
         self.breaker = Breaker::default();
         self.breaker_changes.clear();

@@ -394,6 +394,7 @@ mod tests {
             replayed: false,
             retry_after_s: None,
             wait: None,
+            refused_by: None,
         };
         let message = Message {
             id,

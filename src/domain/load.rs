@@ -23,7 +23,7 @@ pub const COARSE_BIN_MS: u64 = 10_000;
 /// of coarse ones.
 const MAX_BINS: usize = ((FINE_FOR_MS + COARSE_BIN_MS) / BIN_MS) as usize + 360;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct LoadBin {
     /// The bin's start, ms of lab time.
@@ -55,6 +55,16 @@ pub struct LoadBin {
     pub delivered: u64,
     /// Arrivals of steady traffic refused at the source in this bin (the lab owed too many).
     pub refused: u64,
+    /// Attempts and retries the client's own protections stopped in this bin, by the
+    /// protection's `kind` (`breaker`, `retry_budget`, `token_bucket`, ...): none reached the
+    /// downstream. Left out when none did.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub suppressed: BTreeMap<String, u64>,
+    /// Each protection's level in this bin, by its `kind`, as the first attempt that ended in
+    /// the bin left it: the tokens in a bucket, the retries left in a budget's window (with
+    /// many clients, the mean over those that hold one each). Left out when none was noted.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub levels: BTreeMap<String, f64>,
 }
 
 fn is_fine(width_ms: &u64) -> bool {
@@ -77,6 +87,8 @@ impl Default for LoadBin {
             offered: 0,
             delivered: 0,
             refused: 0,
+            suppressed: BTreeMap::new(),
+            levels: BTreeMap::new(),
         }
     }
 }
@@ -95,6 +107,11 @@ impl LoadBin {
         self.offered += other.offered;
         self.delivered += other.delivered;
         self.refused += other.refused;
+        for (kind, count) in &other.suppressed {
+            *self.suppressed.entry(kind.clone()).or_default() += count;
+        }
+        // Summed in order, so the later bin's level is the one that stays.
+        self.levels.extend(other.levels.iter().map(|(kind, level)| (kind.clone(), *level)));
     }
 }
 
@@ -153,7 +170,7 @@ impl Load {
     pub fn take_unsaved(&mut self) -> BinChanges {
         let unsaved = std::mem::take(&mut self.unsaved);
         BinChanges {
-            bins: unsaved.iter().filter_map(|t| self.bins.get(t).copied()).collect(),
+            bins: unsaved.iter().filter_map(|t| self.bins.get(t).cloned()).collect(),
             dropped_before: self.dropped_before.take(),
             coarsened: self.coarsened.take(),
         }
@@ -209,6 +226,23 @@ impl Load {
         }
     }
 
+    /// The client's protection `kind` stopped an attempt or a retry at `now_ms`.
+    pub fn suppressed(&mut self, now_ms: u64, kind: &str) {
+        *self.bin(now_ms).suppressed.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// Whether the bin of `now_ms` has no protection's level yet.
+    pub fn levels_due(&self, now_ms: u64) -> bool {
+        let t_ms = now_ms - now_ms % BIN_MS;
+        self.bins.get(&t_ms).is_none_or(|bin| bin.levels.is_empty())
+    }
+
+    /// Notes each protection's level at `now_ms`.
+    pub fn levels(&mut self, now_ms: u64, levels: impl IntoIterator<Item = (&'static str, f64)>) {
+        let bin = self.bin(now_ms);
+        bin.levels.extend(levels.into_iter().map(|(kind, level)| (kind.to_owned(), level)));
+    }
+
     pub fn work_started(&mut self, now_ms: u64) {
         self.in_process += 1;
         let in_process = self.in_process;
@@ -221,13 +255,13 @@ impl Load {
     }
 
     pub fn bins(&self) -> Vec<LoadBin> {
-        self.bins.values().copied().collect()
+        self.bins.values().cloned().collect()
     }
 
     /// The bins changed since the last call, whole.
     pub fn take_changed(&mut self) -> Vec<LoadBin> {
         let changed = std::mem::take(&mut self.changed);
-        changed.iter().filter_map(|t| self.bins.get(t).copied()).collect()
+        changed.iter().filter_map(|t| self.bins.get(t).cloned()).collect()
     }
 
     /// Forgets everything measured (a reset); work still in process stays counted.

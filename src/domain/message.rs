@@ -53,6 +53,10 @@ pub struct Attempt {
     pub replayed: bool,
     pub retry_after_s: Option<u64>,
     pub wait: Option<WaitRecord>,
+    /// The client's protection that refused it before it was sent (`breaker`, `sre`, ...):
+    /// no request went out. Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<String>,
 }
 
 /// The measured end of an attempt.

@@ -239,14 +239,16 @@ impl LabRecord {
             replayed: false,
             retry_after_s: None,
             wait: None,
+            refused_by: None,
         };
         message.attempts.push(attempt.clone());
         self.set_state(id, MessageState::InFlight);
         Some((attempt, waited_ms))
     }
 
-    pub fn finish_attempt(&mut self, id: u64, end: AttemptEnd) -> Option<Attempt> {
+    pub fn finish_attempt(&mut self, id: u64, end: AttemptEnd, refused_by: Option<&str>) -> Option<Attempt> {
         let attempt = self.message_mut(id)?.attempts.last_mut()?;
+        attempt.refused_by = refused_by.map(str::to_owned);
         attempt.duration_ms = Some(end.duration_ms);
         attempt.status = end.status;
         attempt.outcome = Some(end.outcome);

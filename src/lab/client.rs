@@ -14,18 +14,21 @@ use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::{Lab, LabState, unix_now_ms};
+use crate::client::Stopped;
 use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::{Admission, BreakerState, Outcome, Policy};
+use crate::retry::protection::Ended;
+use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
 pub enum Go<'a> {
     /// Send it under this policy, holding the connection slots until it ends.
     Send(Policy, Slots<'a>),
-    /// The client's open breaker refused it: nothing is sent, and it counts as failed.
-    ShortCircuited(Policy),
+    /// One of the client's protections (the open breaker, ...) refused it: nothing is sent,
+    /// and it counts as failed.
+    ShortCircuited(Policy, Stopped),
     /// The round ended before this attempt (a crash cut off the one that used them up).
     Ended(Next),
     /// The message is no longer owed this attempt: the lab was reset.
@@ -48,25 +51,31 @@ impl Lab {
         Some((resume, state.clients.policy().seed.map(|seed| attempt::stream_seed(seed, client, id))))
     }
 
-    /// Whether attempt `n` of message `id` may go: its client's breaker is asked, and a sent
-    /// attempt waits for a connection slot of the lab's and one of `server_slots`; the attempt
-    /// is recorded as started (with the time it queued).
-    pub async fn before_attempt<'a>(&'a self, id: u64, n: u32, server_slots: &'a Semaphore) -> Go<'a> {
+    /// Whether attempt `n` of message `id` may go: its client's protections are asked (with the
+    /// message's random stream), and a sent attempt waits for a connection slot of the lab's
+    /// and one of `server_slots`; the attempt is recorded as started (with the time it queued).
+    pub async fn before_attempt<'a>(
+        &'a self,
+        (id, n): (u64, u32),
+        server_slots: &'a Semaphore,
+        rng: &mut impl Rng,
+    ) -> Go<'a> {
         let policy = {
             let mut state = self.lock();
             let now = self.now_ms();
-            let policy = *state.clients.policy();
+            let policy = state.clients.policy().clone();
             if let Some(ended) = attempt::before(&policy, n) {
                 self.settle(&mut state, id, &ended, now);
                 return Go::Ended(ended);
             }
             let index = state.clients.of(id);
-            let (admission, changed) = state.clients.admit(index, now);
-            self.client_breaker_changed(&mut state, index, changed, now);
-            if admission == Admission::ShortCircuit {
+            let admit = state.clients.admit(index, n, now, rng);
+            self.client_breaker_changed(&mut state, index, admit.changed, now);
+            if let Err(stopped) = admit.go {
                 // Fails fast: no slot, no socket, no request.
+                state.record.load.suppressed(now, stopped.kind);
                 return match self.start(&mut state, (id, n), 0, now) {
-                    true => Go::ShortCircuited(policy),
+                    true => Go::ShortCircuited(policy, stopped),
                     false => Go::Stop,
                 };
             }
@@ -80,11 +89,8 @@ impl Lab {
         if !self.start(&mut state, (id, n), queued.elapsed().as_millis() as u64, now) {
             return Go::Stop;
         }
-        if n == 1 {
-            // The retry budget's window counts first attempts sent.
-            let index = state.clients.of(id);
-            state.clients.client_mut(index).1.first_attempt(now);
-        }
+        let index = state.clients.of(id);
+        state.clients.sent(index, n, now);
         Go::Send(policy, Slots { _lab: lab, _server: server })
     }
 
@@ -95,7 +101,7 @@ impl Lab {
     pub fn after_attempt(
         &self,
         (id, n): (u64, u32),
-        policy: &Policy,
+        (policy, refused): (&Policy, Option<&Stopped>),
         end: AttemptEnd,
         round: &mut Round,
         rng: &mut impl Rng,
@@ -104,15 +110,24 @@ impl Lab {
         let now = self.now_ms();
         let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let changed = state.clients.record(index, end.outcome.is_failure(end.status), now);
+            let ended = Ended { after_timeout: round.after_timeout, ..attempt::ended(n, &end) };
+            let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
-        let finished = state.record.finish_attempt(id, end)?;
+        let finished = state.record.finish_attempt(id, end, refused.map(|stopped| stopped.kind))?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
-        let attempt = Attempt { n, end: &end, now_ms: now };
+        let attempt = Attempt { n, end: &end, now_ms: now, refused };
         let client = state.clients.client_mut(index);
         let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);
+        if state.record.load.levels_due(now) {
+            // Where each protection stands, once a bin: the protection lane draws it.
+            let levels = state.clients.protections(now).into_iter();
+            let levels = levels.filter_map(|p| Some((p.kind, p.now.level?))).collect::<Vec<_>>();
+            if !levels.is_empty() {
+                state.record.load.levels(now, levels);
+            }
+        }
         Some(next)
     }
 
@@ -138,6 +153,10 @@ impl Lab {
             }
             Next::Delivered => self.delivered(state, id, now),
             Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
+            Next::Refused(stopped, reason) => {
+                state.record.load.suppressed(now, stopped.kind);
+                self.dead_lettered(state, id, (Cause::RetryBudget, reason.clone()), now);
+            }
         }
     }
 

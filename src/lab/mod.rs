@@ -215,7 +215,7 @@ impl Lab {
     }
 
     pub fn policy(&self) -> Policy {
-        *self.lock().clients.policy()
+        self.lock().clients.policy().clone()
     }
 
     pub fn counters(&self) -> Counters {

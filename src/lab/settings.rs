@@ -10,7 +10,7 @@ use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
 
 /// The settings in force: the downstream, its timed change if any, and the client's policy.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub downstream: DownstreamSettings,
     pub revert: Option<Revert>,
@@ -55,7 +55,7 @@ impl Lab {
         self.apply(
             &mut state,
             downstream,
-            Some(policy),
+            Some(policy.clone()),
             Marker { at_ms: now, kind: MarkerKind::Settings, label },
             now,
         );
@@ -68,7 +68,7 @@ impl Lab {
         Settings {
             downstream: state.endpoint.settings,
             revert: state.endpoint.revert,
-            policy: *state.clients.policy(),
+            policy: state.clients.policy().clone(),
         }
     }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{Lab, LabState};
 use crate::callers::{OutsideMessage, Untracked};
-use crate::client::BreakerChange;
+use crate::client::{BreakerChange, ProtectionView};
 use crate::config::Retention;
 use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
@@ -30,6 +30,8 @@ pub struct SnapshotView<'a> {
     breaker: BreakerView<'a>,
     traffic: TrafficView,
     clients: ClientsView,
+    /// The retry budget and each protection the policy lists, as they stand now.
+    protections: Vec<ProtectionView>,
     markers: &'a [Marker],
     load: LoadView,
     limits: SnapshotLimits,
@@ -115,6 +117,7 @@ impl Lab {
             },
             traffic: state.traffic.view(),
             clients: super::client::clients_view(state),
+            protections: state.clients.protections(self.now_ms()),
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
             limits: SnapshotLimits {
@@ -162,6 +165,7 @@ impl Lab {
             ),
             traffic: state.traffic.view(),
             clients: super::client::clients_view(state),
+            protections: state.clients.protections(self.now_ms()),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
@@ -221,6 +225,7 @@ pub(super) struct Captured {
     breaker: (BreakerState, Vec<BreakerChange>),
     traffic: TrafficView,
     clients: ClientsView,
+    protections: Vec<ProtectionView>,
     markers: Vec<Marker>,
     bins: Vec<LoadBin>,
     limits: (usize, usize),
@@ -244,6 +249,7 @@ impl Captured {
             breaker: BreakerView { state: self.breaker.0, changes: &self.breaker.1 },
             traffic: self.traffic,
             clients: self.clients,
+            protections: self.protections,
             markers: &self.markers,
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },

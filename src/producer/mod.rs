@@ -117,25 +117,31 @@ impl Producer {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_rng(&mut rand::rng()),
         };
-        let mut round =
-            Round { started_ms: resume.round_started_ms, previous_wait_ms: resume.previous_wait_ms };
+        let mut round = Round {
+            started_ms: resume.round_started_ms,
+            previous_wait_ms: resume.previous_wait_ms,
+            after_timeout: false,
+        };
         if resume.delay_ms > 0 {
             // The rest of a wait a crash interrupted.
             tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
         }
         for n in resume.next_n.. {
-            let (policy, end) = match lab.before_attempt(id, n, &self.slots).await {
+            let (policy, end, refused) = match lab.before_attempt((id, n), &self.slots, &mut rng).await {
                 Go::Send(policy, slots) => {
                     let end = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
                     drop(slots);
                     self.metrics.attempt(label(&end));
-                    (policy, end)
+                    (policy, end, None)
                 }
-                Go::ShortCircuited(policy) => (policy, answerless(Outcome::ShortCircuited)),
+                Go::ShortCircuited(policy, stopped) => {
+                    (policy, answerless(Outcome::ShortCircuited), Some(stopped))
+                }
                 Go::Ended(ended) => return self.ended(&ended),
                 Go::Stop => return,
             };
-            let Some(next) = lab.after_attempt((id, n), &policy, end, &mut round, &mut rng) else { return };
+            let decided = lab.after_attempt((id, n), (&policy, refused.as_ref()), end, &mut round, &mut rng);
+            let Some(next) = decided else { return };
             let Next::Retry(wait) = next else { return self.ended(&next) };
             let waited = Instant::now();
             tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;

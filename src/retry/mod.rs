@@ -11,13 +11,13 @@
 //! - equal: `nominal/2 + uniform(0, nominal/2)`
 //! - decorrelated: `min(cap, uniform(base, 3 * previous))`, previous starting at `base`
 
-mod breaker;
-mod budget;
 mod policy;
+pub mod protection;
 
-pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
-pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use policy::{Policy, PolicyUpdate, PolicyView, WaitBand};
+pub use protection::{
+    Admission, Breaker, BreakerSettings, BreakerState, BudgetSettings, Refused, RetryBudget,
+};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use serde::Deserializer;
 
+use super::protection::{MAX_PROTECTIONS, ProtectionSpec};
 use super::{Backoff, BreakerSettings, BudgetSettings, Jitter, RetryAfterMode, RetryAfterRule};
 use crate::invalid::Invalid;
 
@@ -19,7 +20,7 @@ const MAX_FAILURE_THRESHOLD: u32 = 1_000;
 const MAX_PROBES: u32 = 100;
 const MAX_MIN_PER_S: f64 = 10_000.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct Policy {
     pub jitter: Jitter,
@@ -51,6 +52,10 @@ pub struct Policy {
     /// would: each message belongs to one (round-robin), and each has its own breaker, retry
     /// budget and jitter stream. 1 is one client for every message.
     pub clients: u32,
+    /// Protections beyond the `breaker` and the `retry_budget`, each tagged by its `kind`,
+    /// per client or shared (`scope`); at most `MAX_PROTECTIONS`. Left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub protections: Vec<ProtectionSpec>,
 }
 
 impl Default for Policy {
@@ -71,6 +76,7 @@ impl Default for Policy {
             retry_after_mode: RetryAfterMode::Floor,
             seed: None,
             clients: 1,
+            protections: Vec::new(),
         }
     }
 }
@@ -124,6 +130,10 @@ pub struct PolicyUpdate {
     pub seed: Option<Option<u64>>,
     /// 1 to `--max-clients`.
     pub clients: Option<u32>,
+    /// The whole list; `[]` for none. Read as JSON first, so that an unusable one is named by
+    /// its field (`policy.protections[0].kind`).
+    #[schema(value_type = Option<Vec<ProtectionSpec>>)]
+    pub protections: Option<Vec<serde_json::Value>>,
 }
 
 impl PolicyUpdate {
@@ -145,8 +155,18 @@ impl PolicyUpdate {
             retry_after_mode: over.retry_after_mode.or(self.retry_after_mode),
             seed: over.seed.or(self.seed),
             clients: over.clients.or(self.clients),
+            protections: over.protections.or(self.protections),
         }
     }
+}
+
+/// The protections a policy lists, each read and checked, at most `MAX_PROTECTIONS`.
+fn read_protections(listed: &[serde_json::Value]) -> Result<Vec<ProtectionSpec>, Invalid> {
+    if listed.len() > MAX_PROTECTIONS {
+        let detail = format!("a policy lists at most {MAX_PROTECTIONS} protections (MAX_PROTECTIONS)");
+        return Err(Invalid::new("policy.protections", detail));
+    }
+    listed.iter().enumerate().map(|(i, value)| ProtectionSpec::read(i, value)).collect()
 }
 
 /// Tells a field given as `null` (`Some(None)`) from one left out (`None`).
@@ -183,7 +203,7 @@ impl Policy {
                 WaitBand { n, nominal_ms: backoff.nominal_ms(n), low_ms: band.low_ms, high_ms: band.high_ms }
             })
             .collect();
-        PolicyView { policy: *self, bands }
+        PolicyView { policy: self.clone(), bands }
     }
 
     /// The policy with `update` applied, or the first reason it would be unusable.
@@ -204,6 +224,10 @@ impl Policy {
             retry_after_mode: update.retry_after_mode.unwrap_or(self.retry_after_mode),
             seed: update.seed.unwrap_or(self.seed),
             clients: update.clients.unwrap_or(self.clients),
+            protections: match &update.protections {
+                Some(listed) => read_protections(listed)?,
+                None => self.protections.clone(),
+            },
         };
         next.validate()?;
         Ok(next)
@@ -262,6 +286,14 @@ impl Policy {
             if !(1..=MAX_PROBES).contains(&breaker.half_open_probes) {
                 let detail = format!("breaker.half_open_probes must be 1 to {MAX_PROBES}");
                 return invalid("breaker.half_open_probes", detail);
+            }
+        }
+        for (i, spec) in self.protections.iter().enumerate() {
+            let kind = spec.settings.kind();
+            let twice = self.protections[..i].iter().any(|before| before.settings.kind() == kind);
+            if twice || (kind == "retry_budget" && self.retry_budget.is_some()) {
+                let detail = format!("{kind} is listed already: a policy has each kind once");
+                return invalid(&format!("protections[{i}].kind"), detail);
             }
         }
         if let Some(budget) = self.retry_budget {

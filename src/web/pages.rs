@@ -155,6 +155,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("claims.js", JS, include_str!("../../static/claims.js")),
     ("legend.js", JS, include_str!("../../static/legend.js")),
     ("goodput-chart.js", JS, include_str!("../../static/goodput-chart.js")),
+    ("protection-lane.js", JS, include_str!("../../static/protection-lane.js")),
     ("story.json", "application/json", include_str!("../../static/story.json")),
     ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),

@@ -27,6 +27,7 @@ mod operations;
 mod outside;
 mod pages;
 mod presets;
+mod protection_kinds;
 mod protections;
 mod retries;
 mod snippets;

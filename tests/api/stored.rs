@@ -16,8 +16,19 @@ use crate::helpers::{TestApp, fresh_db};
 const CENTURY_S: u64 = 100 * 365 * 24 * 60 * 60;
 
 /// What may differ between two servings of the same store: the clock, the event count, the
-/// server's own settings, and the breaker's live state (a restarted client starts closed).
-const VOLATILE: [&str; 5] = ["/now_ms", "/last_event_id", "/limits", "/retention", "/breaker/state"];
+/// server's own settings, and the live state of the breaker and the protections (a restarted
+/// client starts closed and full).
+/// With several clients, how many breakers stood open is live only too: the store keeps the
+/// first client's breaker history alone.
+const VOLATILE: [&str; 7] = [
+    "/now_ms",
+    "/last_event_id",
+    "/limits",
+    "/retention",
+    "/breaker/state",
+    "/protections",
+    "/clients/changes",
+];
 
 /// Lists that a restart may only add to (a `restart` marker; the breaker's closing change).
 const GROWING: [&str; 2] = ["/markers", "/breaker/changes"];
@@ -26,23 +37,7 @@ const GROWING: [&str; 2] = ["/markers", "/breaker/changes"];
 async fn a_store_written_by_release_0_1_serves_the_same_labs_and_comparisons() {
     let served = open_fixture("stored-0.1").await;
     let (app, expected) = (&served.app, &served.expected);
-
-    let labs = expected["labs"].as_object().unwrap();
-    assert_eq!(labs.len(), 5, "the fixture's labs");
-    for (name, old) in labs {
-        let id = old["id"].as_str().unwrap();
-        let new = app.snapshot(id).await;
-        let old = &ran_out(old, &new);
-        let mut differences = Vec::new();
-        contained(old, &new, "", &mut differences);
-        assert!(
-            differences.is_empty(),
-            "lab {name} ({id}) is served differently:\n{}",
-            differences.join("\n")
-        );
-        let markers = &new["markers"].as_array().unwrap()[old["markers"].as_array().unwrap().len()..];
-        assert!(markers.iter().any(|m| m["kind"] == "restart"), "lab {name} marks the restart: {markers:?}");
-    }
+    served_the_same(app, expected, 5).await;
 
     for (name, old) in expected["comparisons"].as_object().unwrap() {
         let id = old["id"].as_str().unwrap();
@@ -79,6 +74,48 @@ async fn a_store_written_by_release_0_1_takes_new_work() {
         .await;
     assert_eq!(settled["counters"]["applied"], 6);
     assert_eq!(settled["counters"]["applied_twice"], 0);
+}
+
+#[tokio::test]
+async fn a_store_with_protections_serves_the_same_policies_and_what_they_stopped() {
+    let served = open_fixture("stored-protections").await;
+    let (app, expected) = (&served.app, &served.expected);
+    served_the_same(app, expected, 6).await;
+    let old = &expected["labs"]["protections"];
+    let stopped = |lab: &Value| -> u64 {
+        let bins = lab["load"]["bins"].as_array().unwrap();
+        bins.iter()
+            .flat_map(|b| b["suppressed"].as_object().into_iter().flatten())
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum()
+    };
+    assert!(stopped(old) > 0, "the fixture's protections stopped retries");
+    let new = app.snapshot(old["id"].as_str().unwrap()).await;
+    assert_eq!(stopped(&new), stopped(old));
+    assert_eq!(new["policy"]["protections"], old["policy"]["protections"]);
+    // A restarted client's protections start afresh: a full bucket, a full quota.
+    let levels: Vec<&Value> = new["protections"].as_array().unwrap().iter().map(|p| &p["level"]).collect();
+    assert_eq!(levels, [&Value::from(5.0), &Value::from(20.0)]);
+}
+
+/// Every lab of the fixture (`count` of them) is served as it was, but for what may differ.
+async fn served_the_same(app: &TestApp, expected: &Value, count: usize) {
+    let labs = expected["labs"].as_object().unwrap();
+    assert_eq!(labs.len(), count, "the fixture's labs");
+    for (name, old) in labs {
+        let id = old["id"].as_str().unwrap();
+        let new = app.snapshot(id).await;
+        let old = &ran_out(old, &new);
+        let mut differences = Vec::new();
+        contained(old, &new, "", &mut differences);
+        assert!(
+            differences.is_empty(),
+            "lab {name} ({id}) is served differently:\n{}",
+            differences.join("\n")
+        );
+        let markers = &new["markers"].as_array().unwrap()[old["markers"].as_array().unwrap().len()..];
+        assert!(markers.iter().any(|m| m["kind"] == "restart"), "lab {name} marks the restart: {markers:?}");
+    }
 }
 
 /// A timed setting the fixture left pending runs out on the lab's clock, which kept going

@@ -47,7 +47,8 @@ async fn a_chart_with_summed_older_bins_still_adds_up_to_every_request() {
     assert_no_console_errors(&page);
 }
 
-async fn wait_snapshot(server: &Server, lab: &str, done: impl Fn(&Value) -> bool) -> Value {
+/// The lab's snapshot once `done` holds for it (or the last one read when patience ran out).
+pub(super) async fn wait_snapshot(server: &Server, lab: &str, done: impl Fn(&Value) -> bool) -> Value {
     let start = std::time::Instant::now();
     loop {
         let snapshot = server.snapshot(lab).await;

@@ -15,6 +15,7 @@ mod load_history;
 mod new_user;
 mod open_large;
 mod outside;
+mod protection_lane;
 mod replay_in_place;
 mod scale;
 mod steady;

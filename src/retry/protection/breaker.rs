@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Ended, Protection, Report};
+
 /// The breaker's settings, part of the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +135,37 @@ impl Breaker {
         if let Phase::HalfOpen { sent, succeeded } = &mut self.state {
             *sent = *succeeded;
         }
+    }
+}
+
+/// The breaker behind the protections' trait: a short circuit refuses the attempt.
+impl Protection for Breaker {
+    type Settings = BreakerSettings;
+
+    fn gate(
+        &mut self,
+        settings: &BreakerSettings,
+        _n: u32,
+        now_ms: u64,
+        _rng: &mut dyn rand::Rng,
+    ) -> Result<(), String> {
+        match self.admit(settings, now_ms).0 {
+            Admission::ShortCircuit => Err("the circuit breaker is open".into()),
+            Admission::Send | Admission::Probe => Ok(()),
+        }
+    }
+
+    fn ended(&mut self, settings: &BreakerSettings, ended: &Ended, now_ms: u64) {
+        self.record(settings, ended.failed, now_ms);
+    }
+
+    fn report(&self, _settings: &BreakerSettings, _now_ms: u64) -> Report {
+        let state = match self.state() {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        };
+        Report { state: Some(state), ..Report::default() }
     }
 }
 

@@ -1,0 +1,436 @@
+//! Client protections: what may stop an attempt or a retry before it is sent. Each is a small
+//! state machine in a file of its own behind one trait, `Protection`, fed the lab's time and
+//! the message's seeded random stream, in the shape of tower's `retry::budget::TpsBudget`
+//! (`deposit`, `withdraw`). The policy names them through `ProtectionSettings`, a closed enum
+//! tagged by `kind` that serialises as `{"kind": "token_bucket", ...}` and dispatches to the
+//! protection's state (`Guard`).
+//!
+//! Per client or shared is a matter of construction, as tower's `ConcurrencyLimit::new` and
+//! `new_shared` are: a client holds a `Handle` on each guard; `Handle::new` makes one for that
+//! client alone, and cloning a handle hands the same guard to another client.
+//!
+//! The policy's own `breaker` and `retry_budget` fields are protections too, kept where they
+//! were so that stored policies read and write as before: each client holds its own (a
+//! budget's window counts first attempts even while the policy has no budget, so one put in
+//! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
+
+mod aws;
+mod breaker;
+mod budget;
+mod grpc;
+mod sre;
+mod token_bucket;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+pub use aws::{AwsQuota, AwsQuotaSettings};
+pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
+pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
+pub use grpc::{GrpcSettings, GrpcThrottle};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+pub use sre::{AdaptiveThrottle, SreSettings};
+pub use token_bucket::{TokenBucket, TokenBucketSettings};
+
+use crate::invalid::Invalid;
+
+/// The most protections a policy may list, besides its `breaker` and `retry_budget`.
+pub const MAX_PROTECTIONS: usize = 4;
+
+/// How a sent attempt ended, as the protections hear of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// Its number in its round (1 is a new request).
+    pub n: u32,
+    /// Answered 2xx.
+    pub ok: bool,
+    /// It says the downstream is unhealthy: a 5xx, 408 or 429, a timeout, no connection.
+    pub failed: bool,
+    /// No answer came within the client's timeout.
+    pub timed_out: bool,
+    /// For a retry: the failure it followed had timed out (what the retry cost, to some).
+    pub after_timeout: bool,
+}
+
+impl Ended {
+    /// Attempt `n` failed with an answer.
+    pub fn failure(n: u32) -> Self {
+        Ended { n, failed: true, ..Ended::default() }
+    }
+
+    /// Attempt `n` timed out.
+    pub fn timeout(n: u32) -> Self {
+        Ended { timed_out: true, ..Ended::failure(n) }
+    }
+
+    /// Attempt `n` was answered 2xx.
+    pub fn success(n: u32) -> Self {
+        Ended { n, ok: true, ..Ended::default() }
+    }
+}
+
+/// One protection's rule. Every method has the protection's settings and the lab's time;
+/// those that may draw (a probabilistic refusal) have the message's random stream.
+pub trait Protection: Default {
+    type Settings;
+
+    /// May attempt `n` of a message be sent now? When not, says why: the attempt fails fast,
+    /// unsent, as the breaker's short circuit does.
+    fn gate(
+        &mut self,
+        _settings: &Self::Settings,
+        _n: u32,
+        _now_ms: u64,
+        _rng: &mut dyn Rng,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Attempt `n` was sent (the first attempt of a message is a new request).
+    fn sent(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) {}
+
+    /// A sent attempt ended.
+    fn ended(&mut self, _settings: &Self::Settings, _ended: &Ended, _now_ms: u64) {}
+
+    /// May a retry follow the failed attempt? Counts it when so; when not, says why in words
+    /// for the trace and the dead letter ("a retry takes 1 token, the bucket has 0.4").
+    /// `after` is the failed attempt.
+    fn retry(
+        &mut self,
+        _settings: &Self::Settings,
+        _after: &Ended,
+        _now_ms: u64,
+        _rng: &mut dyn Rng,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Its live state, for the snapshot and the protection lane.
+    fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
+}
+
+/// A protection's live state as the page draws it: a named state (the breaker's `open`) and a
+/// level with its ceiling (the tokens left of a bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, utoipa::ToSchema)]
+pub struct Report {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<f64>,
+}
+
+/// Whether a protection is each client's own or one for all of a lab's clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Each client has its own, as the libraries do.
+    #[default]
+    PerClient,
+    /// One shared by all the lab's clients.
+    Shared,
+}
+
+/// A protection the policy lists: its kind and settings, and its scope.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProtectionSpec {
+    #[serde(flatten)]
+    pub settings: ProtectionSettings,
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+/// The protections there are, tagged by `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProtectionSettings {
+    /// Retries within a ratio of first attempts over 10 s (as the policy's `retry_budget`).
+    RetryBudget(BudgetSettings),
+    /// Brooker's retry token bucket.
+    TokenBucket(TokenBucketSettings),
+    /// gRPC's retry throttling (gRFC A6).
+    Grpc(GrpcSettings),
+    /// The SRE book's client-side adaptive throttling and per-client retry budget.
+    Sre(SreSettings),
+    /// The AWS SDKs' retry quota (standard mode).
+    AwsStandard(AwsQuotaSettings),
+}
+
+impl ProtectionSettings {
+    /// The kinds, as `kind` names them.
+    pub const KINDS: [&'static str; 5] = ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard"];
+
+    /// The name `kind` gives it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProtectionSettings::RetryBudget(_) => Self::KINDS[0],
+            ProtectionSettings::TokenBucket(_) => Self::KINDS[1],
+            ProtectionSettings::Grpc(_) => Self::KINDS[2],
+            ProtectionSettings::Sre(_) => Self::KINDS[3],
+            ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
+        }
+    }
+
+    /// A fresh state for these settings.
+    fn fresh(self) -> Guard {
+        match self {
+            ProtectionSettings::RetryBudget(s) => Guard::RetryBudget(s, RetryBudget::default()),
+            ProtectionSettings::TokenBucket(s) => Guard::TokenBucket(s, TokenBucket::new(&s)),
+            ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
+            ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
+            ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
+        }
+    }
+}
+
+impl ProtectionSpec {
+    /// Reads the `i`-th protection a policy lists, naming the field at fault
+    /// (`policy.protections[0].kind`, `policy.protections[0].size`) when it is unusable.
+    pub fn read(i: usize, value: &serde_json::Value) -> Result<ProtectionSpec, Invalid> {
+        let at = format!("policy.protections[{i}]");
+        let Some(object) = value.as_object() else {
+            return Err(Invalid::new(at, "a protection is an object with its kind"));
+        };
+        let kinds = ProtectionSettings::KINDS.join(", ");
+        if !object
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .is_some_and(|k| ProtectionSettings::KINDS.contains(&k))
+        {
+            return Err(Invalid::new(format!("{at}.kind"), format!("kind must be one of: {kinds}")));
+        }
+        if object.get("scope").is_some_and(|scope| scope != "per_client" && scope != "shared") {
+            return Err(Invalid::new(format!("{at}.scope"), "scope must be per_client or shared"));
+        }
+        let spec: ProtectionSpec = serde_json::from_value(value.clone()).map_err(|e| {
+            // serde names an unknown or mistyped parameter between backticks.
+            let message = e.to_string();
+            let param = message.split('`').nth(1).filter(|p| object.contains_key(*p));
+            Invalid::new(param.map_or(at.clone(), |p| format!("{at}.{p}")), message)
+        })?;
+        spec.settings.check().map_err(|(param, detail)| Invalid::new(format!("{at}.{param}"), detail))?;
+        Ok(spec)
+    }
+}
+
+impl ProtectionSettings {
+    /// The first parameter out of its range, and the range.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        let within =
+            |param: &'static str, value: f64, low: f64, high: f64| match (low..=high).contains(&value) {
+                true => Ok(()),
+                false => Err((param, format!("{param} must be {low} to {high}"))),
+            };
+        match self {
+            ProtectionSettings::RetryBudget(s) => {
+                within("ratio", s.ratio, 0.0, 1.0)?;
+                within("min_per_s", s.min_per_s, 0.0, 10_000.0)
+            }
+            ProtectionSettings::TokenBucket(s) => {
+                within("size", s.size, 1.0, 10_000.0)?;
+                within("deposit", s.deposit, 0.0, s.size)?;
+                within("cost", s.cost, 0.01, s.size)
+            }
+            ProtectionSettings::Grpc(s) => {
+                within("max_tokens", s.max_tokens, 1.0, 1_000.0)?;
+                within("token_ratio", s.token_ratio, 0.001, s.max_tokens)
+            }
+            ProtectionSettings::Sre(s) => {
+                within("k", s.k, 1.0, 10.0)?;
+                within("window_ms", s.window_ms as f64, 100.0, 3_600_000.0)?;
+                within("retry_ratio", s.retry_ratio, 0.0, 1.0)
+            }
+            ProtectionSettings::AwsStandard(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)
+            }
+        }
+    }
+}
+
+/// A protection's settings with its state: the closed set of kinds, each dispatched to its own
+/// `Protection`.
+#[derive(Debug, Clone)]
+pub enum Guard {
+    RetryBudget(BudgetSettings, RetryBudget),
+    TokenBucket(TokenBucketSettings, TokenBucket),
+    Grpc(GrpcSettings, GrpcThrottle),
+    Sre(SreSettings, AdaptiveThrottle),
+    AwsStandard(AwsQuotaSettings, AwsQuota),
+}
+
+/// Calls `$call` on the protection a guard holds, with its settings.
+macro_rules! dispatch {
+    ($guard:expr, |$settings:ident, $state:ident| $call:expr) => {
+        match $guard {
+            Guard::RetryBudget($settings, $state) => $call,
+            Guard::TokenBucket($settings, $state) => $call,
+            Guard::Grpc($settings, $state) => $call,
+            Guard::Sre($settings, $state) => $call,
+            Guard::AwsStandard($settings, $state) => $call,
+        }
+    };
+}
+
+impl Guard {
+    pub fn settings(&self) -> ProtectionSettings {
+        match *self {
+            Guard::RetryBudget(s, _) => ProtectionSettings::RetryBudget(s),
+            Guard::TokenBucket(s, _) => ProtectionSettings::TokenBucket(s),
+            Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
+            Guard::Sre(s, _) => ProtectionSettings::Sre(s),
+            Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
+        }
+    }
+
+    pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+        dispatch!(self, |settings, state| state.gate(settings, n, now_ms, rng))
+    }
+
+    pub fn sent(&mut self, n: u32, now_ms: u64) {
+        dispatch!(self, |settings, state| state.sent(settings, n, now_ms))
+    }
+
+    pub fn ended(&mut self, ended: &Ended, now_ms: u64) {
+        dispatch!(self, |settings, state| state.ended(settings, ended, now_ms))
+    }
+
+    pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+        dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
+    }
+
+    pub fn report(&self, now_ms: u64) -> Report {
+        dispatch!(self, |settings, state| state.report(settings, now_ms))
+    }
+}
+
+/// A client's hold on a guard: its own (`new`) or one it shares (a clone of another's).
+#[derive(Debug, Clone)]
+pub struct Handle(Arc<Mutex<Guard>>);
+
+impl Handle {
+    /// A guard for one client alone.
+    pub fn new(settings: ProtectionSettings) -> Self {
+        Handle(Arc::new(Mutex::new(settings.fresh())))
+    }
+
+    /// The guard. The lab's lock is held around every call, so this one is never contended;
+    /// it exists so that clients can share a guard.
+    pub fn lock(&self) -> MutexGuard<'_, Guard> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether two handles hold the same guard.
+    pub fn same(&self, other: &Handle) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The listed protections as a lab's clients hold them: the shared ones made once, here; the
+/// per-client ones made for each client that asks.
+#[derive(Debug, Clone, Default)]
+pub struct Guards {
+    specs: Vec<ProtectionSpec>,
+    shared: Vec<Option<Handle>>,
+}
+
+impl Guards {
+    pub fn new(specs: &[ProtectionSpec]) -> Self {
+        let shared =
+            specs.iter().map(|spec| (spec.scope == Scope::Shared).then(|| Handle::new(spec.settings)));
+        Guards { specs: specs.to_vec(), shared: shared.collect() }
+    }
+
+    /// What they were made for.
+    pub fn specs(&self) -> &[ProtectionSpec] {
+        &self.specs
+    }
+
+    /// One client's handles, in the policy's order: its own guard for each per-client
+    /// protection, the one for all for each shared one.
+    pub fn for_client(&self) -> Vec<Handle> {
+        let handles = self.specs.iter().zip(&self.shared);
+        handles.map(|(spec, shared)| shared.clone().unwrap_or_else(|| Handle::new(spec.settings))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+
+    fn bucket() -> ProtectionSpec {
+        serde_json::from_str(r#"{"kind": "token_bucket"}"#).unwrap()
+    }
+
+    #[test]
+    fn a_protection_reads_and_writes_tagged_by_its_kind_with_its_sources_defaults() {
+        let spec = bucket();
+        assert_eq!(spec.scope, Scope::PerClient);
+        assert_eq!(spec.settings, ProtectionSettings::TokenBucket(TokenBucketSettings::default()));
+        let written = serde_json::to_value(spec).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"kind": "token_bucket", "deposit": 0.1, "size": 5.0, "cost": 1.0,
+                "scope": "per_client"})
+        );
+        let shared: ProtectionSpec =
+            serde_json::from_str(r#"{"kind": "retry_budget", "scope": "shared", "ratio": 0.5}"#).unwrap();
+        assert_eq!(shared.scope, Scope::Shared);
+        assert_eq!(
+            shared.settings,
+            ProtectionSettings::RetryBudget(BudgetSettings { ratio: 0.5, min_per_s: 10.0 })
+        );
+        for bad in [r#"{"kind": "nope"}"#, r#"{"kind": "token_bucket", "sise": 3}"#, r#"{"size": 3}"#] {
+            assert!(serde_json::from_str::<ProtectionSpec>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_unusable_protection_names_its_field() {
+        let field = |json: &str| ProtectionSpec::read(2, &serde_json::from_str(json).unwrap()).unwrap_err();
+        let unknown = field(r#"{"kind": "nope"}"#);
+        assert_eq!(unknown.field, "policy.protections[2].kind");
+        assert_eq!(
+            unknown.detail,
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard"
+        );
+        assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
+        let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
+        assert_eq!(
+            (scope.field.as_str(), scope.detail.as_str()),
+            ("policy.protections[2].scope", "scope must be per_client or shared")
+        );
+        let range = field(r#"{"kind": "token_bucket", "size": 0.5}"#);
+        assert_eq!(
+            (range.field.as_str(), range.detail.as_str()),
+            ("policy.protections[2].size", "size must be 1 to 10000")
+        );
+        assert_eq!(field(r#"{"kind": "retry_budget", "ratio": 2}"#).field, "policy.protections[2].ratio");
+        assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
+        assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
+        assert_eq!(field("3").field, "policy.protections[2]");
+        let fine = ProtectionSpec::read(0, &serde_json::json!({"kind": "token_bucket", "scope": "shared"}));
+        assert_eq!(fine.unwrap().scope, Scope::Shared);
+    }
+
+    #[test]
+    fn per_client_guards_are_each_clients_own_and_a_shared_one_is_one_for_all() {
+        let shared = ProtectionSpec { scope: Scope::Shared, ..bucket() };
+        let guards = Guards::new(&[bucket(), shared]);
+        let handles: Vec<Vec<Handle>> = (0..3).map(|_| guards.for_client()).collect();
+        assert!(!handles[0][0].same(&handles[1][0]));
+        assert!(handles[0][1].same(&handles[1][1]) && handles[1][1].same(&handles[2][1]));
+        // A retry through one client's shared handle spends the bucket the others see.
+        let mut rng = StdRng::seed_from_u64(1);
+        handles[0][1].lock().retry(&Ended::failure(1), 0, &mut rng).unwrap();
+        assert_eq!(handles[2][1].lock().report(0).level, Some(4.0));
+        assert_eq!(handles[2][0].lock().report(0).level, Some(5.0));
+    }
+}

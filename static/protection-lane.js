@@ -1,0 +1,98 @@
+//! The protection lane: one row per client protection, drawn from what each reports in the load
+//! bins, by its kind: `levels` (where it stood in the bin: tokens in a bucket, retries left in
+//! a budget's window) and `suppressed` (the attempts and retries it stopped). Nothing here
+//! knows a protection by name, so a new kind draws with no new code. Per second of lab time
+//! over the last minute: the level as a line, what was stopped as bars; beside each row, the
+//! level now and everything stopped since the lab began (or was reset).
+
+const SVG = 'http://www.w3.org/2000/svg';
+const WINDOW_S = 60;
+const WIDTH = 480;
+const HEIGHT = 56;
+
+function svgEl(name, attrs = {}) {
+  const node = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+}
+
+/**
+ * What the bins say of each kind: every kind that reported, the total it stopped, its latest
+ * level, and per second from `fromS` to `toS` the level last noted and the count stopped.
+ */
+export function lanes(bins, fromS, toS) {
+  const byKind = new Map();
+  const lane = (kind) => {
+    if (!byKind.has(kind)) {
+      const seconds = [];
+      for (let s = fromS; s <= toS; s += 1) seconds.push({ level: null, stopped: 0 });
+      byKind.set(kind, { kind, stopped: 0, level: null, levelAt: -1, seconds });
+    }
+    return byKind.get(kind);
+  };
+  for (const b of [...bins].sort((x, y) => x.t_ms - y.t_ms)) {
+    const s = Math.floor(b.t_ms / 1000);
+    const inWindow = s >= fromS && s <= toS;
+    for (const [kind, count] of Object.entries(b.suppressed ?? {})) {
+      const l = lane(kind);
+      l.stopped += count;
+      if (inWindow) l.seconds[s - fromS].stopped += count;
+    }
+    for (const [kind, level] of Object.entries(b.levels ?? {})) {
+      const l = lane(kind);
+      if (b.t_ms > l.levelAt) Object.assign(l, { level, levelAt: b.t_ms });
+      if (inWindow) l.seconds[s - fromS].level = level;
+    }
+  }
+  return [...byKind.values()].sort((a, b) => a.kind.localeCompare(b.kind));
+}
+
+const show = (v) => (v == null ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(1));
+
+/** The lane in `panel`: `render(bins, nowMs)` draws it from the model's load bins. */
+export function createProtectionLane(panel) {
+  const list = panel.querySelector('[data-protection-rows]');
+  const empty = panel.querySelector('[data-protection-empty]');
+  let drawn = '';
+
+  function render(bins, nowMs) {
+    const toS = Math.max(0, Math.floor(nowMs / 1000));
+    const fromS = Math.max(0, toS - WINDOW_S + 1);
+    const rows = lanes(bins, fromS, toS);
+    const key = JSON.stringify(rows.map((r) => [r.kind, r.stopped, r.level, r.seconds]));
+    if (key === drawn) return;
+    drawn = key;
+    empty.hidden = rows.length > 0;
+    list.replaceChildren(...rows.map((r) => row(r, fromS)));
+  }
+
+  function row(lane, fromS) {
+    const item = document.createElement('li');
+    item.className = 'protection-row';
+    item.dataset.protection = lane.kind;
+    const head = document.createElement('p');
+    head.innerHTML = '<strong></strong>: level now <span data-protection-figure="level"></span>, '
+      + '<span data-protection-figure="stopped"></span> stopped in all';
+    head.querySelector('strong').textContent = lane.kind;
+    head.querySelector('[data-protection-figure="level"]').textContent = show(lane.level);
+    head.querySelector('[data-protection-figure="stopped"]').textContent = String(lane.stopped);
+    const svg = svgEl('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: 'img' });
+    svg.setAttribute('aria-label', `${lane.kind} per second over the last minute from second ${fromS}: its level as a line, what it stopped as bars`);
+    const step = WIDTH / WINDOW_S;
+    const topLevel = Math.max(1, ...lane.seconds.map((s) => s.level ?? 0));
+    const topStopped = Math.max(1, ...lane.seconds.map((s) => s.stopped));
+    const points = [];
+    lane.seconds.forEach((s, i) => {
+      if (s.stopped > 0) {
+        const h = (s.stopped / topStopped) * (HEIGHT - 4);
+        svg.append(svgEl('rect', { x: i * step + 1, y: HEIGHT - h, width: step - 2, height: h, class: 'protection-stopped' }));
+      }
+      if (s.level != null) points.push(`${(i + 0.5) * step},${HEIGHT - 2 - (s.level / topLevel) * (HEIGHT - 6)}`);
+    });
+    if (points.length) svg.append(svgEl('polyline', { points: points.join(' '), class: 'protection-level' }));
+    item.append(head, svg);
+    return item;
+  }
+
+  return { render };
+}

@@ -1,0 +1,208 @@
+//! The protections a policy lists (issue 29), on real requests: steady traffic against an
+//! endpoint that fails half its requests, as in Brooker's retry simulation. Without a
+//! protection, 3 retries send 1 + 1/2 + 1/4 + 1/8 = 1.875 requests per message; a protection
+//! brings that down, and every retry it stopped is counted in the load bins as its own.
+//! Bounds have wide margins: the endpoint's failures are random, and the machine is loaded.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{TestApp, counter, messages};
+
+const PATIENCE: Duration = Duration::from_secs(90);
+/// 3 s of traffic at 100 a second: about 300 messages.
+const TRAFFIC: &str = r#"{"rate_per_s": 100, "arrivals": "even", "for_ms": 3000}"#;
+
+fn load_sum(snapshot: &Value, field: &str) -> u64 {
+    snapshot["load"]["bins"].as_array().unwrap().iter().map(|b| b[field].as_u64().unwrap()).sum()
+}
+
+/// The retries `kind` stopped, summed over the load bins.
+fn suppressed(snapshot: &Value, kind: &str) -> u64 {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    bins.iter().map(|b| b["suppressed"][kind].as_u64().unwrap_or(0)).sum()
+}
+
+/// Runs the traffic against a half-failing endpoint under `policy` until every message
+/// settled; the snapshot then, and the requests per new message.
+async fn run(app: &TestApp, policy: &str) -> (Value, f64) {
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "flaky", "failure_rate": 0.5}"#).await;
+    app.put(&lab, "policy", policy).await;
+    app.put(&lab, "traffic", TRAFFIC).await;
+    let done = app
+        .wait_for(&lab, PATIENCE, |s| {
+            let sent = s["traffic"]["sent"].as_u64().unwrap();
+            s["traffic"]["rate_per_s"] == 0.0
+                && sent > 0
+                && counter(s, "delivered") + counter(s, "dead_letter") == sent
+        })
+        .await;
+    let amplification = load_sum(&done, "requests") as f64 / load_sum(&done, "offered") as f64;
+    eprintln!("{policy}: {amplification:.3} requests per message");
+    (done, amplification)
+}
+
+fn dead_lettered_as(snapshot: &Value, cause: &str, naming: &str) -> usize {
+    let letters = snapshot["dead_letters"].as_array().unwrap();
+    letters.iter().filter(|d| d["cause"] == cause && d["reason"].as_str().unwrap().contains(naming)).count()
+}
+
+#[tokio::test]
+async fn a_token_bucket_brings_half_failing_traffic_near_one_request_per_message_and_counts_what_it_stopped()
+{
+    let app = TestApp::spawn().await;
+    let (unprotected, (bucketed, bucket_amplification)) = tokio::join!(
+        run(&app, r#"{"max_attempts": 4, "seed": 1}"#),
+        run(&app, r#"{"max_attempts": 4, "seed": 1, "protections": [{"kind": "token_bucket"}]}"#),
+    );
+    let (unprotected, amplification) = unprotected;
+    assert!((1.7..2.05).contains(&amplification), "3 retries: {amplification:.3}");
+    assert_eq!(suppressed(&unprotected, "token_bucket"), 0);
+    assert!(unprotected["load"]["bins"].as_array().unwrap().iter().all(|b| b.get("suppressed").is_none()));
+
+    // Brooker's simulation: 1.14. The full bucket's first 4 retries come on top.
+    assert!((1.03..1.3).contains(&bucket_amplification), "token bucket: {bucket_amplification:.3}");
+    let stopped = suppressed(&bucketed, "token_bucket");
+    let refused =
+        dead_lettered_as(&bucketed, "retry_budget", "retry not sent (token_bucket): the token bucket has");
+    assert!(stopped > 50, "about 0.4 of 300 messages fail once the bucket is dry: {stopped}");
+    assert_eq!(stopped as usize, refused, "each retry stopped is a dead letter that says so");
+    assert_eq!(bucketed["policy"]["protections"][0]["kind"], "token_bucket");
+    assert_eq!(bucketed["policy"]["protections"][0]["size"], 5.0);
+    // Its state now, and once a bin: the bucket ran dry, and new calls fill it a tenth at a time.
+    let now = &bucketed["protections"][0];
+    assert_eq!(
+        (&now["kind"], &now["scope"], &now["held"], &now["ceiling"]),
+        (&"token_bucket".into(), &"per_client".into(), &1.into(), &5.0.into())
+    );
+    assert!((0.0..=5.0).contains(&now["level"].as_f64().unwrap()), "{now}");
+    let levels: Vec<f64> = bucketed["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["levels"]["token_bucket"].as_f64())
+        .collect();
+    assert!(levels.len() > 10, "{levels:?}");
+    assert!(levels.iter().all(|l| (0.0..=5.0).contains(l)), "{levels:?}");
+    assert!(levels.iter().any(|&l| l < 1.5), "it ran dry: {levels:?}");
+    assert!(unprotected["protections"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn with_many_clients_each_ones_token_bucket_amplifies_more_than_one_shared_by_all() {
+    let app = TestApp::spawn().await;
+    // 1,000 clients, about 300 messages: a client's own bucket never runs dry.
+    let per_client =
+        r#"{"max_attempts": 4, "seed": 2, "clients": 1000, "protections": [{"kind": "token_bucket"}]}"#;
+    let shared = r#"{"max_attempts": 4, "seed": 2, "clients": 1000,
+        "protections": [{"kind": "token_bucket", "scope": "shared"}]}"#;
+    let ((each, each_amplification), (one, shared_amplification)) =
+        tokio::join!(run(&app, per_client), run(&app, shared));
+    assert!(each_amplification > 1.7, "per client, as if unprotected: {each_amplification:.3}");
+    assert!(shared_amplification < 1.3, "shared: {shared_amplification:.3}");
+    assert_eq!(suppressed(&each, "token_bucket"), 0);
+    assert!(suppressed(&one, "token_bucket") > 50);
+    assert_eq!(one["policy"]["protections"][0]["scope"], "shared");
+}
+
+#[tokio::test]
+async fn a_listed_retry_budget_takes_towers_defaults_and_stops_retries_past_them() {
+    let app = TestApp::spawn().await;
+    // 20 % of requests and no floor: about 0.2 retries per message.
+    let policy =
+        r#"{"max_attempts": 4, "seed": 3, "protections": [{"kind": "retry_budget", "min_per_s": 0}]}"#;
+    let (done, amplification) = run(&app, policy).await;
+    assert_eq!(done["policy"]["protections"][0]["ratio"], 0.2, "tower's TpsBudget::default()");
+    assert!((1.05..1.35).contains(&amplification), "{amplification:.3}");
+    let stopped = suppressed(&done, "retry_budget");
+    assert!(stopped > 50, "{stopped}");
+    assert_eq!(stopped as usize, dead_lettered_as(&done, "retry_budget", "retry budget spent"));
+}
+
+#[tokio::test]
+async fn an_unusable_protection_is_a_422_naming_its_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let five = r#"{"protections": [{"kind": "token_bucket"}, {"kind": "token_bucket"}, {"kind": "token_bucket"},
+        {"kind": "token_bucket"}, {"kind": "token_bucket"}]}"#;
+    for (body, field, words) in [
+        (
+            r#"{"protections": [{"kind": "aws"}]}"#,
+            "policy.protections[0].kind",
+            "retry_budget, token_bucket, grpc",
+        ),
+        (
+            r#"{"protections": [{"kind": "token_bucket", "size": 0}]}"#,
+            "policy.protections[0].size",
+            "1 to 10000",
+        ),
+        (
+            r#"{"protections": [{"kind": "token_bucket"}, {"kind": "retry_budget", "scope": "all"}]}"#,
+            "policy.protections[1].scope",
+            "per_client or shared",
+        ),
+        (five, "policy.protections", "at most 4"),
+        (
+            r#"{"retry_budget": {"ratio": 0.1, "min_per_s": 1}, "protections": [{"kind": "retry_budget"}]}"#,
+            "policy.protections[0].kind",
+            "listed already",
+        ),
+    ] {
+        let (status, problem) =
+            app.call(reqwest::Method::PUT, &format!("/api/labs/{lab}/policy"), Some(body)).await;
+        assert_eq!(status, 422, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}");
+        assert!(problem["detail"].as_str().unwrap().contains(words), "{problem}");
+    }
+    let snapshot = app.snapshot(&lab).await;
+    assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
+}
+
+#[tokio::test]
+async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
+    let app = TestApp::spawn().await;
+    // The AWS quota as small as a lab run: 50 tokens, ten retries' worth.
+    let aws = r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "aws_standard", "initial_retry_tokens": 50}]}"#;
+    let ((grpc, grpc_amplification), (sre, sre_amplification), (aws, aws_amplification)) = tokio::join!(
+        run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "grpc"}]}"#),
+        run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "sre", "window_ms": 10000}]}"#),
+        run(&app, aws),
+    );
+    // AWS: a retry takes 5, a first-try success gives 1 back: about 0.2 retries a message at
+    // best, as each message's first try succeeds half the time.
+    assert!(aws_amplification < 1.4, "aws_standard: {aws_amplification:.3}");
+    let stopped = suppressed(&aws, "aws_standard");
+    assert!(stopped > 50, "{stopped}");
+    let refused =
+        dead_lettered_as(&aws, "retry_budget", "retry not sent (aws_standard): AWS retry quota has ");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(aws["protections"][0]["ceiling"], 50.0);
+    // gRPC: half the attempts fail, so the tokens sit at or under half of 10 and retries stop.
+    assert!(grpc_amplification < 1.15, "grpc: {grpc_amplification:.3}");
+    let stopped = suppressed(&grpc, "grpc");
+    assert!(stopped > 100, "{stopped}");
+    let refused = dead_lettered_as(&grpc, "retry_budget", "retry not sent (grpc): gRPC retry throttling has");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(grpc["policy"]["protections"][0]["max_tokens"], 10.0);
+    assert_eq!(grpc["protections"][0]["ceiling"], 10.0);
+    // SRE: retries under a tenth of the requests. Half accepted is K = 2's edge: every attempt
+    // it refuses counts as a request that was not accepted, so the refusals feed themselves and
+    // can take it under one request a message.
+    assert!(sre_amplification < 1.2, "sre: {sre_amplification:.3}");
+    let retries_refused = dead_lettered_as(&sre, "retry_budget", "retry not sent (sre): retries are");
+    assert!(retries_refused > 50, "{retries_refused}");
+    assert!(
+        suppressed(&sre, "sre") as usize >= retries_refused,
+        "refused retries, and any attempt refused locally"
+    );
+    // An attempt it refused locally went nowhere, and says who refused it.
+    let refused: Vec<&Value> = messages(&sre)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter(|a| a["outcome"] == "short_circuited")
+        .collect();
+    assert!(!refused.is_empty(), "the throttle refused some attempts before they were sent");
+    assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{:?}", refused[0]);
+}
