@@ -26,6 +26,17 @@ pub struct Preset {
     pub what: String,
     /// What it changes, as the JSON of `PUT /policy`.
     pub policy: Value,
+    /// Where its rule and defaults come from, for a preset that follows a library or a paper.
+    #[serde(default)]
+    pub source: Option<Source>,
+}
+
+/// A preset's source, linked where the preset is chosen.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    pub title: String,
+    pub url: String,
 }
 
 static PRESETS: LazyLock<Vec<Preset>> =
@@ -72,6 +83,26 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), count, "a name or alias used twice: {names:?}");
+    }
+
+    #[test]
+    fn presets_named_for_a_source_link_it_and_list_its_protection() {
+        for (name, kind) in [
+            ("token-bucket", "token_bucket"),
+            ("finagle", "retry_budget"),
+            ("grpc", "grpc"),
+            ("sre", "sre"),
+            ("aws-standard", "aws_standard"),
+        ] {
+            let preset = find(name).unwrap_or_else(|| panic!("no preset {name}"));
+            let source = preset.source.as_ref().unwrap_or_else(|| panic!("{name} names no source"));
+            assert!(source.url.starts_with("https://"), "{name}: {}", source.url);
+            let policy = Policy::default().updated(&changes(name).unwrap()).unwrap();
+            let json = serde_json::to_value(&policy).unwrap();
+            let kinds: Vec<&str> =
+                json["protections"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
+            assert_eq!(kinds, [kind], "{name}");
+        }
     }
 
     #[test]

@@ -184,12 +184,12 @@ struct ComparePage {
     /// Empty on the form; the comparison's id on its own page.
     comparison_id: String,
     scenarios: Vec<&'static str>,
-    presets: Vec<(&'static str, &'static str)>,
+    presets: &'static [presets::Preset],
 }
 
 /// Each preset's name and what it is, for the form's choices.
-fn preset_choices() -> Vec<(&'static str, &'static str)> {
-    presets::all().iter().map(|p| (p.name.as_str(), p.what.as_str())).collect()
+fn preset_choices() -> &'static [presets::Preset] {
+    presets::all()
 }
 
 /// `GET /compare`: choose a scenario and policies, and start.

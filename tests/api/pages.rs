@@ -206,3 +206,26 @@ async fn every_page_has_one_top_bar_whose_logo_keeps_the_lab_and_an_explicit_new
         assert!(!source.contains("<head>") && !source.contains("class=\"topbar\""), "{template}");
     }
 }
+
+/// The comparison's form offers the presets named for a library or a paper, each linking its
+/// source beside the few words that say what it is.
+#[tokio::test]
+async fn the_compare_form_links_each_sourced_preset_to_its_source() {
+    let app = TestApp::spawn().await;
+    let form = app.client.get(app.url("/compare")).send().await.unwrap().text().await.unwrap();
+    for (name, source) in [
+        ("grpc", "https://github.com/grpc/proposal/blob/master/A6-client-retries.md"),
+        ("sre", "https://sre.google/sre-book/handling-overload/"),
+        ("aws-standard", "https://github.com/boto/botocore/blob/develop/botocore/retries/standard.py"),
+    ] {
+        let at = form
+            .find(&format!(r#"name="policy" value="{name}""#))
+            .unwrap_or_else(|| panic!("the form offers no {name}"));
+        let label_end = at + form[at..].find("</label>").unwrap();
+        assert!(
+            form[at..label_end].contains(&format!(r#"href="{source}""#)),
+            "{name}: {}",
+            &form[at..label_end]
+        );
+    }
+}
