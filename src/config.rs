@@ -364,11 +364,13 @@ pub struct Limits {
     /// Control requests one client may make in a quick run before the rate applies.
     #[arg(long, env = "RETRYLAB_CONTROL_BURST", default_value_t = DEFAULT_LIMITS.control_burst)]
     pub control_burst: u32,
-    /// Labs one client may create per hour, sustained (opening `/` creates one): well below
+    /// Labs one client may create per hour, sustained (opening `/` creates one, a comparison
+    /// one per run of each policy): well below
     /// what it would take one address to cycle the whole store through `--max-labs`.
     #[arg(long, env = "RETRYLAB_LAB_CREATES_PER_HOUR", default_value_t = DEFAULT_LIMITS.lab_creates_per_hour)]
     pub lab_creates_per_hour: u32,
-    /// Labs one client may create in a quick run before the hourly rate applies.
+    /// Labs one client may create in a quick run before the hourly rate applies: also the most
+    /// labs one comparison may have.
     #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
     pub lab_create_burst: u32,
     /// Bytes of snapshots (`GET /api/labs/{lab}`, and an event stream that starts from one) one

@@ -271,13 +271,23 @@ pub enum Refusal {
         limit: &'static str,
         detail: String,
     },
+    /// The requesting address has created its labs for now (`lab_creates_per_hour`): a
+    /// comparison's labs count as `POST /api/labs`'s do. Nothing was made.
+    Allowance {
+        retry_after_s: u64,
+    },
 }
 
 /// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
 type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
 
-/// Makes a new lab (or says the server's `max_labs`): how a late run is run again.
-pub type MakeLab = Arc<dyn Fn() -> Result<Arc<Lab>, usize> + Send + Sync>;
+/// Makes a new lab for a late run to be run again in; `None` when the server holds
+/// `max_labs` or the address that asked has no lab left in its allowance.
+pub type MakeLab = Arc<dyn Fn() -> Option<Arc<Lab>> + Send + Sync>;
+
+/// Takes `n` labs from the allowance of the address that asked for the comparison (the one
+/// `POST /api/labs` draws on), or refuses them all.
+pub type Allowance = Box<dyn FnOnce(u32) -> Result<(), Refusal> + Send>;
 
 /// The most times one run is run again after the machine kept it late.
 pub const MAX_RE_RUNS: u32 = 1;
@@ -317,7 +327,7 @@ impl Comparisons {
         request: ComparisonRequest,
         (labs, producer, store): (&Labs, &Producer, &Store),
         limits: &Limits,
-        make_lab: MakeLab,
+        (allowance, make_lab): (Allowance, MakeLab),
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
@@ -328,12 +338,27 @@ impl Comparisons {
             return Err(Refusal::Invalid(duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
-        let runs =
-            request.runs.unwrap_or_else(|| default_runs(scenario, request.policies.len()).min(max_runs));
+        let policies = request.policies.len() as u32;
+        // Each run of each policy is a lab, drawn from the address's allowance: by default as
+        // many runs as one run of the allowance (`lab_create_burst`) holds, up to the test's need.
+        let burst = limits.lab_create_burst;
+        let runs = request.runs.unwrap_or_else(|| {
+            default_runs(scenario, request.policies.len()).min(max_runs).min(burst / policies).max(1)
+        });
         if !(1..=max_runs).contains(&runs) {
             return Err(Refusal::Limit {
                 limit: "max_compare_runs",
                 detail: format!("runs must be 1 to {max_runs} (max_compare_runs)"),
+            });
+        }
+        if runs * policies > burst {
+            return Err(Refusal::Limit {
+                limit: "lab_create_burst",
+                detail: format!(
+                    "this comparison needs {} labs ({runs} runs of {policies} policies) and one address may create \
+                     at most {burst} at once (lab_create_burst): ask for fewer runs or policies",
+                    runs * policies
+                ),
             });
         }
         let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
@@ -379,6 +404,8 @@ impl Comparisons {
                 setups.push(((choice.name().to_owned(), run), policy, downstream));
             }
         }
+        // All the labs are taken from the allowance before the first is made, or none.
+        allowance(runs * policies)?;
         let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
         let mut settings = Vec::new();
         for ((name, run), policy, downstream) in setups {
@@ -844,7 +871,7 @@ impl Driver {
     async fn again(&mut self, ours: &[usize], run: u32, attempt: u32) -> bool {
         let mut made = Vec::new();
         for &i in ours {
-            let Ok(lab) = (self.make_lab)() else { return false };
+            let Some(lab) = (self.make_lab)() else { return false };
             let (policy, downstream) = self.settings[i].clone();
             if lab.set_policy(&policy).is_err() || lab.set_downstream(&downstream).is_err() {
                 return false;
