@@ -387,7 +387,9 @@ pub struct Limits {
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
-    /// Bytes of events kept per lab for resumes: the oldest go first past it.
+    /// Bytes of events kept per lab (each counted with its overhead), for resumes and for the
+    /// open streams that read them: the oldest go first past it. The whole cost of a lab's
+    /// events, however many pages watch; a stream that has not read what left gets a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
     pub event_window_bytes: usize,
     /// Requests per second one outside client may send to a lab's endpoint, sustained (the
@@ -467,7 +469,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_snapshot_bytes_building: 32 * 1024 * 1024,
     lab_create_burst: 20,
     event_window: 10_000,
-    event_window_bytes: 8 * 1024 * 1024,
+    event_window_bytes: 1024 * 1024,
     subscriber_lag: 8_192,
     endpoint_rate_per_s: 50,
     endpoint_burst: 200,
