@@ -172,6 +172,9 @@ pub struct Column {
     /// script's length when the script had run and only its drain was lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_step: Option<u32>,
+    /// The driver saw the run finish: a restart leaves it be, whatever its lab does later.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finished: bool,
 }
 
 /// A comparison, as `GET /api/comparisons/{id}` sends it and `retrylab compare --json` prints
@@ -465,6 +468,7 @@ impl Comparisons {
                     attempt: 0,
                     played: Some(0),
                     lost_step: None,
+                    finished: false,
                 })
                 .collect(),
             created_unix_ms: unix_now_ms(),
@@ -526,6 +530,7 @@ impl Comparisons {
                 let interrupted = (waiting && !driven) || column.lost_step.is_some();
                 let done = lab.as_ref().is_none_or(|lab| {
                     interrupted
+                        || column.finished
                         || (!waiting && column_done(scenario, comparison.burst, column, lab, &figures))
                 });
                 if let Some(traffic) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
@@ -640,6 +645,9 @@ fn cut_short(comparison: &mut Comparison, labs: &Labs) -> bool {
     let steps = scenario.script(burst).len() as u32;
     let mut marked = false;
     for column in comparison.columns.iter_mut().filter(|c| !c.waiting && c.lost_step.is_none()) {
+        if column.finished {
+            continue;
+        }
         let (Some(played), Some(lab)) = (column.played, labs.get(&column.lab)) else { continue };
         let figures = lab
             .read(|record, letters, counters| report::figures(record, letters, counters, column.started_ms));
@@ -940,6 +948,9 @@ impl Driver {
                 continue;
             }
             if ours.iter().all(|&i| self.done(&started.columns[i], &self.labs[i])) {
+                let finish =
+                    |saved: &mut Comparison| ours.iter().for_each(|&i| saved.columns[i].finished = true);
+                self.saver().change("run's end", finish).await;
                 break;
             }
             if begun.elapsed() > RUN_PATIENCE {
@@ -984,6 +995,7 @@ impl Driver {
                     attempt,
                     played: Some(0),
                     lost_step: None,
+                    finished: false,
                 });
                 settings.push((lab, column_settings));
             }

@@ -404,3 +404,43 @@ async fn a_comparison_killed_right_after_its_201_is_done_after_the_restart() {
     assert_eq!(report["verdict"]["best"], json!([]), "{report}");
     assert!(report["warning"].as_str().is_some(), "{report}");
 }
+
+/// A run the server saw finish stays finished across a restart, whatever its lab did after:
+/// here a burst sent by hand into one of its labs, against a downstream that is down, is still
+/// being delivered when the server is killed.
+#[tokio::test]
+async fn a_finished_run_is_not_cut_short_by_what_its_lab_did_after() {
+    let db = fresh_db();
+    let server = Binary::start(&db);
+    // Every run counts at this threshold: no late run is run again after the report says done.
+    let body = json!({"scenario": "outage", "burst": 5, "seed": 3, "runs": 1, "late_threshold_ms": 1000, "policies": ["none", "full"]});
+    let (status, created) = server.app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let report = loop {
+        let report = comparison(&server.app, &id).await;
+        if report["done"] == true {
+            break report;
+        }
+        assert!(started.elapsed() < PATIENCE, "the comparison did not finish: {report}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The driver notes the end at its next look, every 100 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lab = report["columns"][0]["lab"].as_str().unwrap().to_owned();
+    server.app.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    server.app.burst(&lab, 5).await;
+    server.kill();
+    let restarted = Binary::start(&db);
+    let report = comparison(&restarted.app, &id).await;
+    for column in report["columns"].as_array().unwrap() {
+        assert_eq!(
+            (column["interrupted"].as_bool(), column["lost_step"].as_u64()),
+            (Some(false), None),
+            "{column}"
+        );
+    }
+    assert_eq!(report["done"], true, "{report}");
+    assert_eq!(report["warning"], Value::Null, "{report}");
+}
