@@ -315,6 +315,21 @@ pub struct Comparisons {
     /// How late each running comparison's clock ticks and script steps were (in memory: a
     /// restart forgets, and a comparison without it here is not being driven).
     late: Arc<RwLock<HashMap<ComparisonId, RunLateness>>>,
+    /// The comparisons whose driver is still going: one is not done before its driver is,
+    /// since a late run's re-run is added only once its first try has finished.
+    driving: Arc<Mutex<std::collections::HashSet<ComparisonId>>>,
+}
+
+/// Takes a comparison off `driving` when its driver ends, however it ends.
+struct Driving {
+    driving: Arc<Mutex<std::collections::HashSet<ComparisonId>>>,
+    id: ComparisonId,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        self.driving.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 impl Comparisons {
@@ -337,7 +352,7 @@ impl Comparisons {
                 Err(e) => tracing::warn!(comparison = %id, error = %e, "skipping an unreadable comparison"),
             }
         }
-        Comparisons { all: Arc::new(RwLock::new(all)), late: Default::default() }
+        Comparisons { all: Arc::new(RwLock::new(all)), late: Default::default(), driving: Default::default() }
     }
 
     pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
@@ -499,7 +514,12 @@ impl Comparisons {
             make_lab,
             turn: Default::default(),
         };
-        tokio::spawn(driver.drive());
+        self.driving.lock().unwrap_or_else(|p| p.into_inner()).insert(comparison.id);
+        let driving = Driving { driving: self.driving.clone(), id: comparison.id };
+        tokio::spawn(async move {
+            driver.drive().await;
+            drop(driving);
+        });
         Ok(comparison)
     }
 
@@ -572,7 +592,8 @@ impl Comparisons {
             !c.gone && !c.waiting && !c.interrupted && c.done && !left_out(c.run, c.attempt)
         };
         let lateness_ms_p99 = run_late.values().copied().reduce(f64::max);
-        let done = columns.iter().all(|c| c.done);
+        let driving = self.driving.lock().unwrap_or_else(|p| p.into_inner()).contains(&comparison.id);
+        let done = !driving && columns.iter().all(|c| c.done);
         // A policy's settings, as its first run's lab holds them.
         let settings = |name: &str| {
             let first = comparison.columns.iter().find(|c| c.policy == name)?;
