@@ -12,7 +12,8 @@
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
-//! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first.
+//! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
+//! `-- --event-window-bytes N` to run with another bound on each lab's events than the default.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +37,8 @@ async fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let many_only = args.iter().any(|a| a == "--many-only");
     let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
+    let window_bytes =
+        args.iter().position(|a| a == "--event-window-bytes").and_then(|i| args.get(i + 1)?.parse().ok());
     let plan = if quick {
         Plan {
             rates: vec![100.0, 400.0],
@@ -64,6 +67,7 @@ async fn main() {
         lab_creates_per_hour: 10_000,
         control_rate_per_s: 10_000,
         control_burst: 10_000,
+        event_window_bytes: window_bytes.unwrap_or(Limits::default().event_window_bytes),
         ..Limits::default()
     };
     let config = Config { limits, ..Config::new(dir.join("traffic.db")) };

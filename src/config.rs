@@ -366,11 +366,13 @@ pub struct Limits {
     /// Control requests one client may make in a quick run before the rate applies.
     #[arg(long, env = "RETRYLAB_CONTROL_BURST", default_value_t = DEFAULT_LIMITS.control_burst)]
     pub control_burst: u32,
-    /// Labs one client may create per hour, sustained (opening `/` creates one): well below
+    /// Labs one client may create per hour, sustained (opening `/` creates one, a comparison
+    /// one per run of each policy): well below
     /// what it would take one address to cycle the whole store through `--max-labs`.
     #[arg(long, env = "RETRYLAB_LAB_CREATES_PER_HOUR", default_value_t = DEFAULT_LIMITS.lab_creates_per_hour)]
     pub lab_creates_per_hour: u32,
-    /// Labs one client may create in a quick run before the hourly rate applies.
+    /// Labs one client may create in a quick run before the hourly rate applies: also the most
+    /// labs one comparison may have.
     #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
     pub lab_create_burst: u32,
     /// Bytes of snapshots (`GET /api/labs/{lab}`, and an event stream that starts from one) one
@@ -387,7 +389,9 @@ pub struct Limits {
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
-    /// Bytes of events kept per lab for resumes: the oldest go first past it.
+    /// Bytes of events kept per lab (each counted with its overhead), for resumes and for the
+    /// open streams that read them: the oldest go first past it. The whole cost of a lab's
+    /// events, however many pages watch; a stream that has not read what left gets a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
     pub event_window_bytes: usize,
     /// Requests per second one outside client may send to a lab's endpoint, sustained (the
@@ -467,7 +471,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_snapshot_bytes_building: 32 * 1024 * 1024,
     lab_create_burst: 20,
     event_window: 10_000,
-    event_window_bytes: 8 * 1024 * 1024,
+    event_window_bytes: 1024 * 1024,
     subscriber_lag: 8_192,
     endpoint_rate_per_s: 50,
     endpoint_burst: 200,

@@ -80,10 +80,12 @@ pub async fn serve_opened(
         .await
         .map_err(std::io::Error::other)?
         .map_err(std::io::Error::other)?;
+    // Before any delivery resumes: a run cut short is told from one that had finished.
+    let comparisons = Comparisons::restore(comparisons, &labs, &store).await;
     let (stop, stopped) = watch::channel(false);
     let app = Arc::new(App {
         labs,
-        comparisons: Comparisons::restore(comparisons),
+        comparisons,
         producer,
         store: store.clone(),
         metrics,

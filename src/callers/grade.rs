@@ -12,8 +12,13 @@ use super::{OutsideAttempt, OutsideMessage};
 /// A request counts as back before its `Retry-After` when it arrived more than this early
 /// (the wait is measured at the endpoint: from the answer leaving to the next request arriving).
 pub const RETRY_AFTER_SLACK_MS: u64 = 25;
-/// A key's waits grow when its last wait after a failure is at least this many times its first.
+/// A key's waits grow when its own part of its last wait after a failure is at least this many
+/// times that of its first, and at least `BACKOFF_MIN_GROWTH_MS` more. Its own part is what it
+/// waited past a `Retry-After` it honoured: a steady header is a floor under every wait that
+/// dilutes the growth of the backoff on top, and a header that grows (1 s, then 2 s) is the
+/// server's growth, not the client's.
 pub const BACKOFF_GROWTH: f64 = 1.25;
+pub const BACKOFF_MIN_GROWTH_MS: u64 = 50;
 /// Failing answers this close together count as keys that failed together (at one instant, as
 /// an outage or a rate limit makes them), judged when at least `TOGETHER_KEYS` were sent again.
 pub const TOGETHER_MS: u64 = 50;
@@ -193,8 +198,16 @@ fn retry_after(messages: &[&OutsideMessage]) -> Check {
     }
 }
 
+/// A wait after a failure: how long, when the next request came, and its own part (past a
+/// `Retry-After` the failure carried and the wait honoured).
+struct FailureWait {
+    waited: u64,
+    next_at: u64,
+    own: u64,
+}
+
 /// The waits after failures of each key, with the key.
-fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMessage, Vec<(u64, u64)>)> {
+fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMessage, Vec<FailureWait>)> {
     messages
         .iter()
         .map(|m| {
@@ -202,7 +215,12 @@ fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMess
                 .attempts
                 .windows(2)
                 .filter(|w| retryable_failure(&w[0]))
-                .filter_map(|w| w[1].waited_ms.map(|waited| (waited, w[1].started_ms)))
+                .filter_map(|w| {
+                    let waited = w[1].waited_ms?;
+                    let floor = w[0].retry_after_s.map_or(0, |s| s * 1000);
+                    let own = if waited >= floor { waited - floor } else { waited };
+                    Some(FailureWait { waited, next_at: w[1].started_ms, own })
+                })
                 .collect();
             (*m, waits)
         })
@@ -212,15 +230,25 @@ fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMess
 fn backoff(messages: &[&OutsideMessage]) -> Check {
     let (mut grew, mut flat) = (Vec::new(), Vec::new());
     for (message, waits) in failure_waits(messages) {
-        let [(first, _), .., (last, last_at)] = waits[..] else { continue };
-        let said = format!("key {}: waited {first} ms, then {last} ms (at {})", message.key, at(last_at));
-        if last as f64 >= first as f64 * BACKOFF_GROWTH {
+        let [first, .., last] = &waits[..] else { continue };
+        let (first, first_own) = (first.waited, first.own);
+        let (last, last_at, last_own) = (last.waited, last.next_at, last.own);
+        let said = format!(
+            "key {}: waited {first} ms, then {last} ms (at {}); past Retry-After {first_own} ms, then {last_own} ms",
+            message.key,
+            at(last_at)
+        );
+        let grown = (first_own as f64 * BACKOFF_GROWTH).max((first_own + BACKOFF_MIN_GROWTH_MS) as f64);
+        if last_own as f64 >= grown {
             grew.push(said);
         } else {
             flat.push(said);
         }
     }
-    let rule = format!("grows: the last wait after a failure at least {BACKOFF_GROWTH}x the first");
+    let rule = format!(
+        "grows: past any Retry-After honoured, the last wait after a failure at least {BACKOFF_GROWTH}x \
+         the first and {BACKOFF_MIN_GROWTH_MS} ms more"
+    );
     match (grew.len(), flat.len()) {
         (0, 0) => check(Verdict::NotSeen, "no key failed often enough to wait twice"),
         (n, 0) => check(Verdict::Pass, format!("{n} keys' waits grew ({rule}): {}", some(&grew))),
@@ -598,6 +626,67 @@ mod tests {
         );
         assert_eq!(checks.timeouts.verdict, Verdict::Pass);
         assert!(checks.timeouts.evidence.contains("100 ms"), "{}", checks.timeouts.evidence);
+    }
+
+    /// One key that failed `waits.len()` times with 503 and `Retry-After: retry_after_s`, each
+    /// answer 5 ms long, then got through, waiting `waits` (ms) between.
+    fn failed_then_through(retry_after_s: &[u64], waits: &[u64]) -> OutsideMessage {
+        let mut attempts = Vec::new();
+        let mut t = 0;
+        for (i, wait) in waits.iter().enumerate() {
+            attempts.push((t, t + 5, Some(503), Some(retry_after_s[i])));
+            t += 5 + wait;
+        }
+        attempts.push((t, t + 5, Some(200), None));
+        message(1, "k", "k", &attempts)
+    }
+
+    /// The page's snippets wait `Retry-After` and then their backoff with its jitter (tenacity:
+    /// 0.5 s doubling plus up to 0.25 s; Node and Go: 500 ms doubling, a quarter of it random).
+    /// Under a steady `Retry-After: 1` the header is most of each wait, yet the card sees their
+    /// backoff grow with two waits as with more, every time, whatever the draws.
+    #[test]
+    fn the_snippets_backoff_on_top_of_retry_after_passes_whatever_its_jitter_draws() {
+        use rand::SeedableRng;
+        use rand::rngs::StdRng;
+        use rand::{Rng, RngExt};
+        let tenacity = |k: u32, rng: &mut StdRng| 500 * 2u64.pow(k) + rng.random_range(0..=250);
+        let quarter = |k: u32, rng: &mut StdRng| {
+            let backoff = 500 * 2u64.pow(k);
+            backoff * 3 / 4 + rng.random_range(0..=backoff / 4)
+        };
+        let mut rng = StdRng::seed_from_u64(31);
+        for trial in 0..1_000 {
+            for (name, own) in
+                [("tenacity", &tenacity as &dyn Fn(u32, &mut StdRng) -> u64), ("node/go", &quarter)]
+            {
+                let count = 2 + rng.next_u32() as usize % 3;
+                let waits: Vec<u64> = (0..count as u32).map(|k| 1_000 + own(k, &mut rng)).collect();
+                let checks = checks(&[failed_then_through(&vec![1; count], &waits)]);
+                assert_eq!(
+                    checks.backoff.verdict,
+                    Verdict::Pass,
+                    "{name}, trial {trial}: {:?}",
+                    checks.backoff
+                );
+            }
+        }
+    }
+
+    /// A client that waits exactly what each `Retry-After` says has no backoff of its own, even
+    /// when the server's header grows.
+    #[test]
+    fn waits_that_grow_only_with_the_servers_retry_after_are_no_backoff() {
+        let checks = checks(&[failed_then_through(&[1, 2], &[1_002, 2_003])]);
+        assert_eq!(checks.backoff.verdict, Verdict::Fail, "{:?}", checks.backoff);
+        assert!(
+            checks.backoff.evidence.contains("past Retry-After 2 ms, then 3 ms"),
+            "{}",
+            checks.backoff.evidence
+        );
+        // Waited past it, and more each time: that is a backoff.
+        let checks = self::checks(&[failed_then_through(&[1, 1], &[1_100, 1_400])]);
+        assert_eq!(checks.backoff.verdict, Verdict::Pass, "{:?}", checks.backoff);
     }
 
     #[test]

@@ -52,6 +52,8 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let base = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
     let mut config = Config::new(dir.join("compare.db"));
     config.limits.control_rate_per_s = 1_000;
+    // This server is the command's own and serves one comparison: every lab it asks for is its.
+    config.limits.lab_create_burst = u32::MAX;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;

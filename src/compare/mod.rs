@@ -165,6 +165,17 @@ pub struct Column {
     /// 0 for a run's first try; each re-run of a run the machine kept late counts one up.
     #[serde(default)]
     pub attempt: u32,
+    /// The steps of the script known to have run in its lab, saved as each runs; `None` in
+    /// comparisons saved before steps were counted (they are judged as they always were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub played: Option<u32>,
+    /// A restart cut the run short: the first step of its script it lost (0-based; the
+    /// script's length when the script had run and only its drain was lost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_step: Option<u32>,
+    /// The driver saw the run finish: a restart leaves it be, whatever its lab does later.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finished: bool,
 }
 
 /// A comparison, as `GET /api/comparisons/{id}` sends it and `retrylab compare --json` prints
@@ -261,8 +272,13 @@ pub struct ColumnReport {
     pub done: bool,
     /// The lab was deleted (idle too long, or evicted): nothing left to measure.
     pub gone: bool,
-    /// The server stopped before this run could start; it never will.
+    /// The server stopped before this run could start, or while it ran (`lost_step`): it
+    /// will not run again, and counts in no median and no verdict.
     pub interrupted: bool,
+    /// Interrupted while it ran: the first step of the scenario's script it lost, 0-based (the
+    /// script's length when its script had run and only its drain was lost).
+    #[schema(required = true)]
+    pub lost_step: Option<u32>,
     pub figures: Figures,
 }
 
@@ -276,13 +292,23 @@ pub enum Refusal {
         limit: &'static str,
         detail: String,
     },
+    /// The requesting address has created its labs for now (`lab_creates_per_hour`): a
+    /// comparison's labs count as `POST /api/labs`'s do. Nothing was made.
+    Allowance {
+        retry_after_s: u64,
+    },
 }
 
 /// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
 type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
 
-/// Makes a new lab (or says the server's `max_labs`): how a late run is run again.
-pub type MakeLab = Arc<dyn Fn() -> Result<Arc<Lab>, usize> + Send + Sync>;
+/// Makes a new lab for a late run to be run again in; `None` when the server holds
+/// `max_labs` or the address that asked has no lab left in its allowance.
+pub type MakeLab = Arc<dyn Fn() -> Option<Arc<Lab>> + Send + Sync>;
+
+/// Takes `n` labs from the allowance of the address that asked for the comparison (the one
+/// `POST /api/labs` draws on), or refuses them all.
+pub type Allowance = Box<dyn FnOnce(u32) -> Result<(), Refusal> + Send>;
 
 /// The most times one run is run again after the machine kept it late.
 pub const MAX_RE_RUNS: u32 = 1;
@@ -294,21 +320,44 @@ pub struct Comparisons {
     /// How late each running comparison's clock ticks and script steps were (in memory: a
     /// restart forgets, and a comparison without it here is not being driven).
     late: Arc<RwLock<HashMap<ComparisonId, RunLateness>>>,
+    /// The comparisons whose driver is still going: one is not done before its driver is,
+    /// since a late run's re-run is added only once its first try has finished.
+    driving: Arc<Mutex<std::collections::HashSet<ComparisonId>>>,
+}
+
+/// Takes a comparison off `driving` when its driver ends, however it ends.
+struct Driving {
+    driving: Arc<Mutex<std::collections::HashSet<ComparisonId>>>,
+    id: ComparisonId,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        self.driving.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 impl Comparisons {
-    /// The comparisons the store kept; unreadable rows are skipped with a warning.
-    pub fn restore(rows: Vec<(String, String)>) -> Comparisons {
+    /// The comparisons the store kept; unreadable rows are skipped with a warning. Nothing
+    /// drives them after a restart: a run that was going when the server stopped is marked
+    /// with the step it lost (and saved so), unless its whole script had run and its lab had
+    /// settled, as its lab says before any delivery resumes.
+    pub async fn restore(rows: Vec<(String, String)>, labs: &Labs, store: &Store) -> Comparisons {
         let mut all = HashMap::new();
         for (id, body) in rows {
             match serde_json::from_str::<Comparison>(&body) {
-                Ok(comparison) => {
+                Ok(mut comparison) => {
+                    if cut_short(&mut comparison, labs)
+                        && let Err(e) = save(store, &comparison).await
+                    {
+                        tracing::warn!(comparison = %id, error = %e, "could not save a comparison's lost steps");
+                    }
                     all.insert(comparison.id, comparison);
                 }
                 Err(e) => tracing::warn!(comparison = %id, error = %e, "skipping an unreadable comparison"),
             }
         }
-        Comparisons { all: Arc::new(RwLock::new(all)), late: Default::default() }
+        Comparisons { all: Arc::new(RwLock::new(all)), late: Default::default(), driving: Default::default() }
     }
 
     pub fn get(&self, id: &ComparisonId) -> Option<Comparison> {
@@ -322,7 +371,7 @@ impl Comparisons {
         request: ComparisonRequest,
         (labs, producer, store): (&Labs, &Producer, &Store),
         limits: &Limits,
-        make_lab: MakeLab,
+        (allowance, make_lab): (Allowance, MakeLab),
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
@@ -333,12 +382,27 @@ impl Comparisons {
             return Err(Refusal::Invalid(duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
-        let runs =
-            request.runs.unwrap_or_else(|| default_runs(scenario, request.policies.len()).min(max_runs));
+        let policies = request.policies.len() as u32;
+        // Each run of each policy is a lab, drawn from the address's allowance: by default as
+        // many runs as one run of the allowance (`lab_create_burst`) holds, up to the test's need.
+        let burst = limits.lab_create_burst;
+        let runs = request.runs.unwrap_or_else(|| {
+            default_runs(scenario, request.policies.len()).min(max_runs).min(burst / policies).max(1)
+        });
         if !(1..=max_runs).contains(&runs) {
             return Err(Refusal::Limit {
                 limit: "max_compare_runs",
                 detail: format!("runs must be 1 to {max_runs} (max_compare_runs)"),
+            });
+        }
+        if runs * policies > burst {
+            return Err(Refusal::Limit {
+                limit: "lab_create_burst",
+                detail: format!(
+                    "this comparison needs {} labs ({runs} runs of {policies} policies) and one address may create \
+                     at most {burst} at once (lab_create_burst): ask for fewer runs or policies",
+                    runs * policies
+                ),
             });
         }
         let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
@@ -384,6 +448,8 @@ impl Comparisons {
                 setups.push(((choice.name().to_owned(), run), policy, downstream));
             }
         }
+        // All the labs are taken from the allowance before the first is made, or none.
+        allowance(runs * policies)?;
         let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
         let mut settings = Vec::new();
         for ((name, run), policy, downstream) in setups {
@@ -420,6 +486,9 @@ impl Comparisons {
                     // The first run starts now; the driver marks each later one as it starts.
                     waiting: *run > 0,
                     attempt: 0,
+                    played: Some(0),
+                    lost_step: None,
+                    finished: false,
                 })
                 .collect(),
             created_unix_ms: unix_now_ms(),
@@ -448,8 +517,14 @@ impl Comparisons {
             late,
             late_threshold_ms,
             make_lab,
+            turn: Default::default(),
         };
-        tokio::spawn(driver.drive());
+        self.driving.lock().unwrap_or_else(|p| p.into_inner()).insert(comparison.id);
+        let driving = Driving { driving: self.driving.clone(), id: comparison.id };
+        tokio::spawn(async move {
+            driver.drive().await;
+            drop(driving);
+        });
         Ok(comparison)
     }
 
@@ -477,9 +552,10 @@ impl Comparisons {
                     }),
                     _ => Figures::default(),
                 };
-                let interrupted = waiting && !driven;
+                let interrupted = (waiting && !driven) || column.lost_step.is_some();
                 let done = lab.as_ref().is_none_or(|lab| {
                     interrupted
+                        || column.finished
                         || (!waiting && column_done(scenario, comparison.burst, column, lab, &figures))
                 });
                 if let Some(traffic) = lab.as_ref().and_then(|lab| lab.traffic_view().late_ms_p99) {
@@ -497,6 +573,7 @@ impl Comparisons {
                     done,
                     gone: lab.is_none(),
                     interrupted,
+                    lost_step: column.lost_step,
                     figures,
                 }
             })
@@ -516,9 +593,12 @@ impl Comparisons {
             invalid_runs.iter().any(|r| (r.run, r.attempt) == (run, attempt))
                 || last_attempt(run) > Some(attempt)
         };
-        let valid = |c: &ColumnReport| !c.gone && !c.waiting && c.done && !left_out(c.run, c.attempt);
+        let valid = |c: &ColumnReport| {
+            !c.gone && !c.waiting && !c.interrupted && c.done && !left_out(c.run, c.attempt)
+        };
         let lateness_ms_p99 = run_late.values().copied().reduce(f64::max);
-        let done = columns.iter().all(|c| c.done);
+        let driving = self.driving.lock().unwrap_or_else(|p| p.into_inner()).contains(&comparison.id);
+        let done = !driving && columns.iter().all(|c| c.done);
         // A policy's settings, as its first run's lab holds them.
         let settings = |name: &str| {
             let first = comparison.columns.iter().find(|c| c.policy == name)?;
@@ -548,6 +628,13 @@ impl Comparisons {
                 comparison.late_threshold_ms,
                 if which.len() == 1 { "is" } else { "are" }
             ))
+        } else if let Some(cut) = columns.iter().find(|c| c.lost_step.is_some()) {
+            let lost = lost_what(scenario, comparison.burst, cut.lost_step.unwrap_or_default());
+            Some(format!(
+                "the server stopped while run {} went: it lost {lost}, and it and any run that never \
+                 started are left out of the medians and the verdict",
+                cut.run + 1
+            ))
         } else if columns.iter().any(|c| c.interrupted) {
             Some(
                 "the server stopped before every run could start: the runs that never started are left out"
@@ -574,6 +661,41 @@ impl Comparisons {
             invalid_runs,
             warning,
             columns,
+        }
+    }
+}
+
+/// Marks each run of `comparison` that was going when the server stopped with the first step
+/// it lost; true when any was marked.
+fn cut_short(comparison: &mut Comparison, labs: &Labs) -> bool {
+    let (scenario, burst) = (comparison.scenario, comparison.burst);
+    let steps = scenario.script(burst).len() as u32;
+    let mut marked = false;
+    for column in comparison.columns.iter_mut().filter(|c| !c.waiting && c.lost_step.is_none()) {
+        if column.finished {
+            continue;
+        }
+        let (Some(played), Some(lab)) = (column.played, labs.get(&column.lab)) else { continue };
+        let figures = lab
+            .read(|record, letters, counters| report::figures(record, letters, counters, column.started_ms));
+        if played >= steps && column_done(scenario, burst, column, &lab, &figures) {
+            continue;
+        }
+        tracing::warn!(lab = %column.lab, played, steps, "a comparison's run was cut short by a restart");
+        column.lost_step = Some(played.min(steps));
+        marked = true;
+    }
+    marked
+}
+
+/// What a run cut short lost, for the warning: step `lost` of the scenario's script.
+fn lost_what(scenario: Scenario, burst: usize, lost: u32) -> String {
+    match scenario.script(burst).get(lost as usize) {
+        None => "only the end of its drain".to_owned(),
+        Some(Step::Burst { at_ms, .. }) => format!("its burst at {at_ms} ms and all after it"),
+        Some(Step::Traffic { at_ms, .. }) => format!("its traffic from {at_ms} ms and all after it"),
+        Some(Step::Downstream { at_ms, .. }) => {
+            format!("the downstream's change at {at_ms} ms and all after it")
         }
     }
 }
@@ -756,6 +878,34 @@ struct Driver {
     late: RunLateness,
     late_threshold_ms: f64,
     make_lab: MakeLab,
+    /// Held while a change is saved, so a later save never carries an older copy.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Saves changes to one driven comparison, one at a time.
+#[derive(Clone)]
+struct Saver {
+    all: Arc<RwLock<HashMap<ComparisonId, Comparison>>>,
+    id: ComparisonId,
+    store: Store,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Saver {
+    /// Makes `change` and saves the comparison with it; `None` when it is gone.
+    async fn change(&self, what: &str, change: impl FnOnce(&mut Comparison)) -> Option<Comparison> {
+        let _turn = self.turn.lock().await;
+        let saved = {
+            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
+            let saved = all.get_mut(&self.id)?;
+            change(saved);
+            saved.clone()
+        };
+        if let Err(e) = save(&self.store, &saved).await {
+            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's {what}");
+        }
+        Some(saved)
+    }
 }
 
 /// How often the driver's clock ticks while a run goes: each tick's lateness is how long the
@@ -796,22 +946,18 @@ impl Driver {
     /// Starts the columns `ours` (one attempt of one run) together and waits until all have
     /// finished, ticking the clock whose lateness is the machine's.
     async fn play_run(&self, ours: &[usize], key: (u32, u32)) {
-        let started = {
-            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
-            let Some(saved) = all.get_mut(&self.id) else { return };
+        let start = |saved: &mut Comparison| {
             for &i in ours {
                 saved.columns[i].started_ms = self.labs[i].now_ms();
                 saved.columns[i].waiting = false;
             }
-            saved.clone()
         };
-        if let Err(e) = save(&self.store, &started).await {
-            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's run start");
-        }
+        let Some(started) = self.saver().change("run start", start).await else { return };
         let script = self.scenario.script(self.burst);
         for &i in ours {
             let (lab, producer) = (self.labs[i].clone(), self.producer.clone());
-            tokio::spawn(play(lab, producer, script.clone(), (self.late.clone(), key)));
+            let steps = (self.saver(), i);
+            tokio::spawn(play(lab, producer, script.clone(), (self.late.clone(), key), steps));
         }
         let begun = tokio::time::Instant::now();
         let mut due = begun;
@@ -829,6 +975,9 @@ impl Driver {
                 continue;
             }
             if ours.iter().all(|&i| self.done(&started.columns[i], &self.labs[i])) {
+                let finish =
+                    |saved: &mut Comparison| ours.iter().for_each(|&i| saved.columns[i].finished = true);
+                self.saver().change("run's end", finish).await;
                 break;
             }
             if begun.elapsed() > RUN_PATIENCE {
@@ -850,7 +999,7 @@ impl Driver {
     async fn again(&mut self, ours: &[usize], run: u32, attempt: u32) -> bool {
         let mut made = Vec::new();
         for &i in ours {
-            let Ok(lab) = (self.make_lab)() else { return false };
+            let Some(lab) = (self.make_lab)() else { return false };
             let (policy, downstream) = self.settings[i].clone();
             if lab.set_policy(&policy).is_err() || lab.set_downstream(&downstream).is_err() {
                 return false;
@@ -860,10 +1009,9 @@ impl Driver {
             }
             made.push((i, lab, (policy, downstream)));
         }
-        let saved = {
-            let mut all = self.all.write().unwrap_or_else(|p| p.into_inner());
-            let Some(saved) = all.get_mut(&self.id) else { return false };
-            for (i, lab, settings) in made {
+        let mut settings = Vec::new();
+        let add = |saved: &mut Comparison| {
+            for (i, lab, column_settings) in made {
                 let policy = saved.columns[i].policy.clone();
                 saved.columns.push(Column {
                     policy,
@@ -872,16 +1020,25 @@ impl Driver {
                     started_ms: lab.now_ms(),
                     waiting: true,
                     attempt,
+                    played: Some(0),
+                    lost_step: None,
+                    finished: false,
                 });
-                self.labs.push(lab);
-                self.settings.push(settings);
+                settings.push((lab, column_settings));
             }
-            saved.clone()
         };
-        if let Err(e) = save(&self.store, &saved).await {
-            tracing::warn!(comparison = %self.id, error = %e, "could not save a comparison's re-run");
+        if self.saver().change("re-run", add).await.is_none() {
+            return false;
+        }
+        for (lab, column_settings) in settings {
+            self.labs.push(lab);
+            self.settings.push(column_settings);
         }
         true
+    }
+
+    fn saver(&self) -> Saver {
+        Saver { all: self.all.clone(), id: self.id, store: self.store.clone(), turn: self.turn.clone() }
     }
 
     fn comparison(&self) -> Option<Comparison> {
@@ -901,9 +1058,17 @@ fn record(late: &RunLateness, key: (u32, u32), behind_ms: f64) {
 
 /// Plays the scenario's script in one lab: bursts, traffic and downstream changes at their
 /// times, noting how late each step came against its plan.
-async fn play(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, (late, key): (RunLateness, (u32, u32))) {
+/// Each step that ran is saved as played, so a restart knows which it lost.
+async fn play(
+    lab: Arc<Lab>,
+    producer: Producer,
+    script: Vec<Step>,
+    (late, key): (RunLateness, (u32, u32)),
+    (saver, column): (Saver, usize),
+) {
     let start = tokio::time::Instant::now();
-    for step in script {
+    let mut counting = true;
+    for (played, step) in (1..).zip(script) {
         let due = start + Duration::from_millis(step.at_ms());
         tokio::time::sleep_until(due).await;
         let behind = due.elapsed().as_secs_f64() * 1000.0;
@@ -931,6 +1096,13 @@ async fn play(lab: Arc<Lab>, producer: Producer, script: Vec<Step>, (late, key):
                 }
             }
         }
+        // Counted once what it changed in the lab is kept, and only while every step before
+        // it was: a step counted has run.
+        counting = counting && lab.persisted().await.is_ok();
+        let count = |saved: &mut Comparison| saved.columns[column].played = Some(played);
+        if counting && saver.change("steps", count).await.is_none() {
+            return;
+        }
     }
 }
 
@@ -957,6 +1129,7 @@ mod tests {
             done: true,
             gone: false,
             interrupted: false,
+            lost_step: None,
             figures: Figures {
                 drain_ms: Some(1_000),
                 requests,

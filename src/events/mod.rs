@@ -1,12 +1,12 @@
 //! The lab's event log: every change gets the next number, is kept in a bounded window for
-//! `Last-Event-ID` resumes, and is broadcast to live subscribers. Events are serialized once,
-//! when published, and shared by every subscriber.
+//! `Last-Event-ID` resumes, from which live subscribers read too (woken with the newest id).
+//! Events are serialized once, when published, and held once, in the window.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 use crate::callers::{OutsideMessage, Untracked};
 use crate::client::{BreakerCounts, BreakerShare};
@@ -219,6 +219,20 @@ fn envelope(event: &Event, at_ms: u64, moved: &[(&'static str, u64)]) -> String 
     data
 }
 
+/// What a subscriber reads next from the window.
+#[derive(Debug)]
+pub enum Since {
+    /// The events after the subscriber's last one, oldest first (empty when it has them all).
+    Events(Vec<Published>),
+    /// It fell further behind than it may (`lag`), or past what the window keeps: it starts
+    /// again from a snapshot.
+    Behind,
+}
+
+/// What each event kept costs beyond its text: the shared string's counts and the window's
+/// slot, so the window's bound is on the memory it holds, not only on the text.
+pub const EVENT_OVERHEAD_BYTES: usize = 48;
+
 /// Where a new subscriber starts.
 pub enum Start {
     /// The events after the subscriber's `Last-Event-ID`, all still in the window.
@@ -227,6 +241,9 @@ pub enum Start {
     Snapshot,
 }
 
+/// The lab's events: numbered, kept in one window for resumes, and read from that window by
+/// every subscriber (a wake-up carries only the newest id), so each event is held once and
+/// counted once against the window's bounds, however many pages watch.
 pub struct EventLog {
     last_id: u64,
     /// The counters as of the last event; `None` before the first.
@@ -239,9 +256,8 @@ pub struct EventLog {
     max_bytes: usize,
     /// How many events a subscriber may fall behind.
     lag: usize,
-    /// Made when the first subscriber comes and dropped once none is left: its buffer of
-    /// `lag` slots is allocated up front, and a lab nobody watches should not pay for it.
-    sender: Option<broadcast::Sender<Published>>,
+    /// Wakes the subscribers with the newest id; they read the events from the window.
+    wakeup: watch::Sender<u64>,
 }
 
 impl EventLog {
@@ -257,7 +273,7 @@ impl EventLog {
             window_bytes: 0,
             max_bytes: usize::MAX,
             lag: lag.max(1),
-            sender: None,
+            wakeup: watch::channel(last_id).0,
         }
     }
 
@@ -279,19 +295,14 @@ impl EventLog {
         let moved = self.moved(counters);
         let data = envelope(event, at_ms, &moved);
         let published = Published { id: self.last_id, data: data.into() };
-        self.window_bytes += published.data.len();
+        self.window_bytes += cost(&published);
         self.window.push_back(published.clone());
         while self.window.len() > self.capacity || self.window_bytes > self.max_bytes {
             let Some(oldest) = self.window.pop_front() else { break };
-            self.window_bytes -= oldest.data.len();
+            self.window_bytes -= cost(&oldest);
         }
-        // Without subscribers the event is only kept in the window.
-        if let Some(sender) = &self.sender {
-            if sender.receiver_count() == 0 {
-                self.sender = None;
-            } else {
-                let _ = sender.send(published.clone());
-            }
+        if self.wakeup.receiver_count() > 0 {
+            self.wakeup.send_replace(self.last_id);
         }
         published
     }
@@ -306,26 +317,38 @@ impl EventLog {
         }
     }
 
-    /// The bytes of the events kept for resumes.
+    /// The bytes of the events kept for resumes (and for subscribers to read), each with
+    /// `EVENT_OVERHEAD_BYTES`.
     pub fn window_bytes(&self) -> usize {
         self.window_bytes
     }
 
-    /// Lets go of every event kept for resumes, and of the broadcast if no one listens: a
-    /// resume from before now starts from a snapshot. After a reset, or once an unwatched lab
-    /// has been quiet for a while, the window is memory no page will ask for.
+    /// Lets go of every event kept for resumes: a resume from before now starts from a
+    /// snapshot (and so does a subscriber that had not read them). After a reset, or once an
+    /// unwatched lab has been quiet for a while, the window is memory no page will ask for.
     pub fn forget_window(&mut self) {
         self.window = VecDeque::new();
         self.window_bytes = 0;
-        if self.sender.as_ref().is_some_and(|s| s.receiver_count() == 0) {
-            self.sender = None;
-        }
     }
 
-    /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows.
-    pub fn subscribe(&mut self, after: Option<u64>) -> (Start, broadcast::Receiver<Published>) {
-        let lag = self.lag;
-        let receiver = self.sender.get_or_insert_with(|| broadcast::channel(lag).0).subscribe();
+    /// At most `max` events after `after`, for a subscriber that has read up to it.
+    pub fn since(&self, after: u64, max: usize) -> Since {
+        if after >= self.last_id {
+            return Since::Events(Vec::new());
+        }
+        let Some(first) = self.window.front().map(|e| e.id) else { return Since::Behind };
+        if self.last_id - after > self.lag as u64 || first > after + 1 {
+            return Since::Behind;
+        }
+        // Ids in the window run on without a gap.
+        let from = (after + 1 - first) as usize;
+        Since::Events(self.window.range(from..).take(max).cloned().collect())
+    }
+
+    /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows. The
+    /// receiver wakes when an event is published; `since` reads it.
+    pub fn subscribe(&mut self, after: Option<u64>) -> (Start, watch::Receiver<u64>) {
+        let receiver = self.wakeup.subscribe();
         let start = match after {
             Some(after) if after == self.last_id => Start::Resume(Vec::new()),
             Some(after)
@@ -337,6 +360,11 @@ impl EventLog {
         };
         (start, receiver)
     }
+}
+
+/// What an event kept in the window costs.
+fn cost(event: &Published) -> usize {
+    event.data.len() + EVENT_OVERHEAD_BYTES
 }
 
 #[cfg(test)]
@@ -376,17 +404,13 @@ mod tests {
     }
 
     #[test]
-    fn a_forgotten_window_resumes_only_from_now_and_drops_an_unheard_broadcast() {
+    fn a_forgotten_window_resumes_only_from_now() {
         let mut log = EventLog::new(10, 10, 0);
         publish_n(&mut log, 5);
-        let (_, listener) = log.subscribe(None);
         log.forget_window();
-        assert!(log.sender.is_some(), "kept while someone listens");
         assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot));
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.is_empty()));
-        drop(listener);
-        log.forget_window();
-        assert!(log.sender.is_none() && log.window.is_empty() && log.window_bytes == 0);
+        assert!(log.window.is_empty() && log.window_bytes == 0);
         publish_n(&mut log, 1);
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.len() == 1));
     }
@@ -419,7 +443,7 @@ mod tests {
         for _ in 0..5 {
             log.publish(&big(1_000), 0, Counters::default());
         }
-        let kept: usize = log.window.iter().map(|e| e.data.len()).sum();
+        let kept: usize = log.window.iter().map(cost).sum();
         assert!(kept <= 3_000 && log.window_bytes == kept, "{kept} bytes kept");
         assert_eq!(log.window.len(), 2, "the three oldest went");
         assert!(matches!(log.subscribe(Some(3)).0, Start::Resume(v) if v.len() == 2));
@@ -433,16 +457,34 @@ mod tests {
     }
 
     #[test]
-    fn the_broadcast_exists_only_while_someone_listens() {
+    fn subscribers_read_the_window_itself_woken_by_the_newest_id() {
         let mut log = EventLog::new(10, 8_192, 0);
         publish_n(&mut log, 3);
-        assert!(log.sender.is_none(), "nobody has subscribed: no buffer");
         let (_, mut receiver) = log.subscribe(Some(3));
-        publish_n(&mut log, 1);
-        assert_eq!(receiver.try_recv().unwrap().id, 4);
-        drop(receiver);
-        publish_n(&mut log, 1);
-        assert!(log.sender.is_none(), "the last subscriber left: the buffer goes");
+        assert!(!receiver.has_changed().unwrap());
+        publish_n(&mut log, 2);
+        assert_eq!(*receiver.borrow_and_update(), 5);
+        // The very events the window holds, not copies: one of each, however many read it.
+        let Since::Events(read) = log.since(3, 10) else { panic!("behind") };
+        assert_eq!(read.iter().map(|e| e.id).collect::<Vec<_>>(), [4, 5]);
+        assert!(Arc::ptr_eq(&read[0].data, &log.window[3].data));
+        let Since::Events(one) = log.since(3, 1) else { panic!("behind") };
+        assert_eq!(one.len(), 1, "at most max at a time");
+        assert!(matches!(log.since(5, 10), Since::Events(v) if v.is_empty()));
+    }
+
+    #[test]
+    fn a_subscriber_past_its_lag_or_the_window_is_behind() {
+        let mut log = EventLog::new(5, 3, 0);
+        publish_n(&mut log, 8);
+        assert!(matches!(log.since(5, 10), Since::Events(v) if v.len() == 3));
+        assert!(matches!(log.since(4, 10), Since::Behind), "4 behind, lag 3");
+        let mut log = EventLog::new(3, 100, 0);
+        publish_n(&mut log, 8);
+        assert!(matches!(log.since(4, 10), Since::Behind), "5 is no longer kept");
+        log.forget_window();
+        assert!(matches!(log.since(7, 10), Since::Behind));
+        assert!(matches!(log.since(8, 10), Since::Events(v) if v.is_empty()));
     }
 
     #[test]

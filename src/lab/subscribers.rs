@@ -4,10 +4,10 @@
 
 use std::sync::atomic::Ordering;
 
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 use super::Lab;
-use crate::events::{Published, Start};
+use crate::events::{Published, Since, Start};
 
 /// What a subscriber receives first.
 pub enum Opening {
@@ -16,8 +16,9 @@ pub enum Opening {
 }
 
 impl Lab {
-    /// Subscribes to the lab's events, resuming after `last_event_id` when the window allows.
-    pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, broadcast::Receiver<Published>) {
+    /// Subscribes to the lab's events, resuming after `last_event_id` when the window allows;
+    /// the receiver wakes at each new event, which `events_since` reads.
+    pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, watch::Receiver<u64>) {
         let mut state = self.lock();
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
@@ -32,14 +33,18 @@ impl Lab {
         (opening, receiver)
     }
 
-    /// A fresh subscription that starts from a snapshot, for a subscriber that fell behind:
-    /// the snapshot and the new receiver are taken under one lock, so nothing falls between.
-    pub fn resubscribe(&self) -> (u64, String, broadcast::Receiver<Published>) {
-        let mut state = self.lock();
-        let (_, receiver) = state.log.subscribe(None);
+    /// At most `max` events after `after`, from the window every subscriber reads.
+    pub fn events_since(&self, after: u64, max: usize) -> Since {
+        self.lock().log.since(after, max)
+    }
+
+    /// A snapshot and the id it is as of, for a subscriber that fell behind: the events after
+    /// that id are read from the window as they come.
+    pub fn resubscribe(&self) -> (u64, String) {
+        let state = self.lock();
         let captured = self.capture(&state);
         drop(state);
-        (captured.last_event_id, captured.json(), receiver)
+        (captured.last_event_id, captured.json())
     }
 
     /// Counts an open event stream, unless the lab already has `max_subscribers_per_lab`.

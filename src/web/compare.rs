@@ -13,10 +13,16 @@ use super::AppState;
 use super::error::{AppError, Problem};
 use super::pages::NotFoundPage;
 use super::responses::{JsonBodyErrors, StoreErrors};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Extension;
+use axum::extract::ConnectInfo;
+use axum::http::HeaderMap;
 
 use crate::compare::{
-    ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, Refusal, SCENARIOS, presets,
+    Allowance, ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, Refusal, SCENARIOS, presets,
 };
 
 /// Starts a comparison: one lab per policy, the same scenario and seed, all at once.
@@ -28,22 +34,37 @@ use crate::compare::{
     responses(
         (status = 201, body = ComparisonReport),
         (status = 400, description = "A body that cannot be read", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "max_labs reached, this address has created its labs for now (lab_creates_per_hour: a comparison's labs count as POST /api/labs' do, all at once), or too many control requests", body = Problem, content_type = "application/problem+json"),
         JsonBodyErrors,
         StoreErrors,
     )
 )]
 pub async fn create(
     State(app): State<AppState>,
+    headers: HeaderMap,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     payload: Result<Json<ComparisonRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let Json(request) = payload?;
     let parts = (&app.labs, &app.producer, &app.store);
-    // A run the machine kept late is run again in labs made as any other.
+    // Its labs are the asking address's as much as those of `POST /api/labs`: they draw on the
+    // same allowance, all at once, and so does a late run's re-run, one lab at a time.
+    let client = app.create_limiter.client_address(&headers, peer.map(|p| p.0.0));
+    let take = {
+        let app = app.clone();
+        move |labs: u32| match client {
+            Some(client) => app.create_limiter.take_n(client, labs, Instant::now()).map_err(|wait| {
+                Refusal::Allowance { retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
+            }),
+            None => Ok(()),
+        }
+    };
+    let allowance: Allowance = Box::new(take.clone());
     let maker = app.clone();
-    let make_lab: MakeLab = Arc::new(move || maker.labs.create());
+    let make_lab: MakeLab = Arc::new(move || take(1).ok().and_then(|()| maker.labs.create().ok()));
+    let setup = (allowance, make_lab);
     let comparison =
-        app.comparisons.start(request, parts, &app.limits, make_lab).await.map_err(|r| match r {
+        app.comparisons.start(request, parts, &app.limits, setup).await.map_err(|r| match r {
             Refusal::Invalid(detail) => AppError::Unprocessable(detail),
             Refusal::Storage => AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
@@ -52,6 +73,9 @@ pub async fn create(
                     "the store could not keep the comparison's labs: nothing was started; try again shortly"
                         .into(),
             },
+            Refusal::Allowance { retry_after_s } => {
+                AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s }
+            }
             Refusal::Limit { limit: "max_labs", detail } => {
                 AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
             }

@@ -343,7 +343,7 @@ pub async fn delete(
     let (request, target): (DeleteRequest, Target) = body_with_target(&body?)?;
     need_a_target(&target)?;
     let confirmed = match &target {
-        Target::Filter(selection) => Some(confirmed_filter(selection, request.expected)?),
+        Target::Filter(_) => Some(confirmed_filter(request.expected)?),
         _ => None,
     };
     let deleted = lab.delete_dead_letters(&target, confirmed).map_err(refused)?;
@@ -537,26 +537,25 @@ fn take<T: DeserializeOwned>(
     serde_json::from_value(value).map(Some).map_err(|e| field(name, format!("{name}: {e}")))
 }
 
-/// Delete and quarantine moves act on what they are told, never on "everything" by default.
+/// Delete and quarantine moves act on what they are told, never on "everything" by default:
+/// nor by a filter that narrows nothing (`{"filter": {"q": null}}` would otherwise act on
+/// every letter).
 fn need_a_target(target: &Target) -> Result<(), AppError> {
     match target {
         Target::All => Err(field("ids", "name the dead letters: give ids or a filter".into())),
+        Target::Filter(selection) if !selection.narrows() => Err(field(
+            "filter",
+            "the filter narrows nothing (a blank or null q alone is no filter), so it would act on \
+             every dead letter; give ids or a filter field that narrows, or reset the lab to empty it"
+                .into(),
+        )),
         _ => Ok(()),
     }
 }
 
-/// A delete by filter acts only on a filter that narrows and on the count the person
-/// confirmed: `{"filter": {"q": null}}` would otherwise empty the queue, and a filter matches
-/// what there is when it runs, which may be more than the person was shown.
-fn confirmed_filter(selection: &Selection, expected: Option<usize>) -> Result<usize, AppError> {
-    if !selection.narrows() {
-        return Err(field(
-            "filter",
-            "the filter narrows nothing (a blank or null q alone is no filter), so it would delete \
-             every dead letter; give ids or a filter field that narrows, or reset the lab to empty it"
-                .into(),
-        ));
-    }
+/// A delete by filter acts only on the count the person confirmed: a filter matches what
+/// there is when it runs, which may be more than the person was shown.
+fn confirmed_filter(expected: Option<usize>) -> Result<usize, AppError> {
     expected.ok_or_else(|| {
         field(
             "expected",

@@ -13,14 +13,11 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::watch;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::BroadcastStream;
-use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use super::error::{AppError, Problem};
 use super::responses::LabErrors;
 use super::{AppState, LabParam, LabPath};
-use crate::events::Published;
+use crate::events::{Published, Since};
 use crate::lab::{Lab, Opening};
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -47,9 +44,13 @@ impl Outgoing {
     }
 }
 
+/// The most events a subscriber takes from the window at once (under the lab's lock).
+const BATCH: usize = 256;
+
 struct Subscriber {
     lab: Arc<Lab>,
-    receiver: BroadcastStream<Published>,
+    /// Wakes when the lab publishes; the events are read from its window.
+    wakeup: watch::Receiver<u64>,
     pending: VecDeque<Outgoing>,
     last_id: u64,
     shutdown: watch::Receiver<bool>,
@@ -135,7 +136,7 @@ impl Subscriber {
         shutdown: watch::Receiver<bool>,
         open: OpenStream,
     ) -> Self {
-        let (opening, receiver) = lab.subscribe(resume_after);
+        let (opening, wakeup) = lab.subscribe(resume_after);
         let (pending, last_id) = match opening {
             Opening::Resume(events) => {
                 let last = events.last().map_or(resume_after.unwrap_or(0), |e| e.id);
@@ -143,17 +144,33 @@ impl Subscriber {
             }
             Opening::Snapshot { id, json } => (VecDeque::from([Outgoing::Snapshot { id, json }]), id),
         };
-        Subscriber { lab, receiver: BroadcastStream::new(receiver), pending, last_id, shutdown, _open: open }
+        Subscriber { lab, wakeup, pending, last_id, shutdown, _open: open }
     }
 
     /// The next event to send; `None` ends the stream.
     async fn next(&mut self) -> Option<Outgoing> {
-        if let Some(event) = self.pending.pop_front() {
-            return Some(event);
-        }
         loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
             if *self.shutdown.borrow() {
                 return None;
+            }
+            // Seen before the window is read: an event published after wakes the wait below.
+            self.wakeup.borrow_and_update();
+            match self.lab.events_since(self.last_id, BATCH) {
+                Since::Events(events) if !events.is_empty() => {
+                    self.last_id = events.last().map_or(self.last_id, |e| e.id);
+                    self.pending.extend(events.into_iter().map(Outgoing::Live));
+                    continue;
+                }
+                Since::Events(_) => {}
+                // Fell behind: a fresh snapshot, and the events after it from the window.
+                Since::Behind => {
+                    let (id, json) = self.lab.resubscribe();
+                    self.last_id = id;
+                    return Some(Outgoing::Snapshot { id, json });
+                }
             }
             tokio::select! {
                 changed = self.shutdown.changed() => {
@@ -161,23 +178,12 @@ impl Subscriber {
                         return None;
                     }
                 }
-                received = self.receiver.next() => match received {
-                    // Already covered by the snapshot or the resumed events.
-                    Some(Ok(published)) if published.id <= self.last_id => {}
-                    Some(Ok(published)) => {
-                        self.last_id = published.id;
-                        return Some(Outgoing::Live(published));
-                    }
-                    // Fell behind: a fresh snapshot and a new receiver, taken together.
-                    Some(Err(BroadcastStreamRecvError::Lagged(_))) => {
-                        let (id, json, receiver) = self.lab.resubscribe();
-                        self.receiver = BroadcastStream::new(receiver);
-                        self.last_id = id;
-                        return Some(Outgoing::Snapshot { id, json });
-                    }
+                changed = self.wakeup.changed() => {
                     // The lab's log is gone.
-                    None => return None,
-                },
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
             }
         }
     }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use retrylab::config::Limits;
+
 use crate::helpers::{TestApp, config, fresh_db};
 
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -111,6 +113,12 @@ async fn compared(app: &TestApp, request: &Value) -> Value {
     finished(app, created["id"].as_str().unwrap()).await
 }
 
+/// A server whose one address (the tests') may create more labs than the default allowance
+/// holds: a comparison's labs draw on it.
+async fn for_many_comparisons() -> TestApp {
+    TestApp::spawn_with(Limits { lab_create_burst: 1_000, ..Default::default() }).await
+}
+
 /// `count` comparisons of `policies` on `scenario`, with the default runs; their verdicts.
 /// The suite runs beside other tests on a loaded machine, so it holds the verdict's statistics
 /// with a lenient lateness threshold (every run counts); the benchmark
@@ -138,7 +146,7 @@ async fn verdicts(app: &TestApp, scenario: &str, burst: u64, policies: &Value, c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_policy_under_two_names_gets_no_verdict() {
     let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
-    let app = TestApp::spawn().await;
+    let app = for_many_comparisons().await;
     let same = json!({"jitter": "none"});
     let policies = json!([{"name": "a", "policy": same}, {"name": "b", "policy": same}]);
     let mut crowned = 0;
@@ -162,7 +170,7 @@ async fn one_policy_under_two_names_gets_no_verdict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_storm_against_full_jitter_gets_its_verdict() {
     let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
-    let app = TestApp::spawn().await;
+    let app = for_many_comparisons().await;
     let policies = json!([
         {"name": "storm", "policy": {"jitter": "none", "multiplier": 1, "base_ms": 50, "cap_ms": 50, "max_attempts": 10, "honor_retry_after": false}},
         {"name": "full-jitter", "policy": {"jitter": "full", "base_ms": 50, "cap_ms": 800, "max_attempts": 10, "honor_retry_after": false}},
@@ -627,4 +635,99 @@ async fn opening_a_policy_in_a_lab_names_what_is_wrong() {
     let snapshot = app.snapshot(lab["id"].as_str().unwrap()).await;
     assert_eq!(snapshot["policy"]["retry_budget"]["ratio"], 0.1);
     assert_eq!(snapshot["policy"]["seed"], 1, "the first run's seed");
+}
+
+/// Sends `body` to `path` as the address `from` (behind a proxy that names it).
+async fn call_from(app: &TestApp, from: &str, method: Method, path: &str, body: &Value) -> reqwest::Response {
+    let request = app.client.request(method, app.url(path)).header("Fly-Client-IP", from);
+    request.header("content-type", "application/json").body(body.to_string()).send().await.unwrap()
+}
+
+/// The labs the server holds, as `/metrics` counts them.
+async fn labs_held(app: &TestApp) -> u64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with("retrylab_active_labs ")).expect("the labs gauge");
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_comparisons_labs_draw_on_the_allowance_of_the_address_that_asks() {
+    // An allowance of 20 labs and none back within the test; room for 24 labs, so an address
+    // that got past its allowance would evict the idle lab of another.
+    let limits = Limits { lab_create_burst: 20, lab_creates_per_hour: 1, max_labs: 24, ..Default::default() };
+    let mut config = config(limits, Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let theirs = call_from(&app, "198.51.100.9", Method::POST, "/api/labs", &Value::Null).await;
+    assert_eq!(theirs.status(), StatusCode::CREATED);
+    let theirs = theirs.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    // Four labs each (two runs of two policies): five fit in the allowance.
+    let body = json!({"scenario": "outage", "burst": 5, "runs": 2, "policies": ["none", "full"]});
+    let mut started = 0;
+    let refused = loop {
+        let response = call_from(&app, "203.0.113.7", Method::POST, "/api/comparisons", &body).await;
+        if response.status() != StatusCode::CREATED {
+            break response;
+        }
+        started += 1;
+        assert!(started <= 5, "{started} comparisons of four labs from an allowance of 20");
+    };
+    assert_eq!(started, 5);
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    let problem: Value = refused.json().await.unwrap();
+    assert_eq!(problem["limit"], "lab_creates_per_hour", "{problem}");
+    // Nothing of the refused comparison was made: its 20 labs and theirs.
+    assert_eq!(labs_held(&app).await, 21);
+    // The same allowance as POST /api/labs: spent by comparisons, it refuses a lab too.
+    let lab = call_from(&app, "203.0.113.7", Method::POST, "/api/labs", &Value::Null).await;
+    assert_eq!(lab.status(), StatusCode::TOO_MANY_REQUESTS);
+    let (status, _) = app.call(Method::GET, &format!("/api/labs/{theirs}"), None).await;
+    assert_eq!(status, StatusCode::OK, "another address's idle lab is still there");
+    // More labs than the whole allowance can never be had: 422 naming it.
+    let five = json!(["none", "full", "equal", "fixed", "decorrelated"]);
+    let body = json!({"scenario": "overload", "burst": 5, "runs": 5, "policies": five});
+    let too_many = call_from(&app, "192.0.2.1", Method::POST, "/api/comparisons", &body).await;
+    assert_eq!(too_many.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = too_many.json().await.unwrap();
+    assert_eq!(problem["limit"], "lab_create_burst", "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("25 labs"), "{problem}");
+    assert_eq!(labs_held(&app).await, 21);
+}
+
+#[tokio::test]
+async fn by_default_a_comparison_asks_for_the_runs_its_allowance_holds() {
+    let app = TestApp::spawn_with(Limits { lab_create_burst: 6, ..Default::default() }).await;
+    let body = json!({"scenario": "overload", "burst": 5, "policies": ["none", "full"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // The test would like four runs of each; six labs hold three.
+    assert_eq!((created["runs"].as_u64(), created["verdict"]["runs_needed"].as_u64()), (Some(3), Some(4)));
+    assert_eq!(created["columns"].as_array().unwrap().len(), 6);
+}
+
+/// A run kept late is run again once its first try has finished: the comparison is not done
+/// in between. At a threshold of 1 ms of lateness each run is as good as sure to be run again;
+/// the first report that says done has every column the comparison will ever have.
+#[tokio::test]
+async fn a_comparison_is_not_done_before_its_late_runs_are_run_again() {
+    let app = TestApp::spawn().await;
+    let body = json!({"scenario": "outage", "burst": 5, "seed": 4, "runs": 1, "late_threshold_ms": 1, "policies": ["none", "full"]});
+    let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let first_done = loop {
+        let (_, report) = app.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+        if report["done"] == true {
+            break report;
+        }
+        assert!(started.elapsed() < PATIENCE, "the comparison did not finish: {report}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (_, later) = app.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+    let columns = |report: &Value| report["columns"].as_array().unwrap().len();
+    assert_eq!(columns(&first_done), columns(&later), "done, then run again: {later}");
+    assert_eq!(later["done"], true);
 }

@@ -374,10 +374,11 @@ async fn a_redrive_below_the_lowest_rate_is_refused_naming_the_field() {
     assert_eq!(counter(&snapshot, "dead_letter"), 2);
 }
 
-/// A delete by filter needs a filter that narrows and the count the person confirmed; when
+/// A delete or a quarantine move by filter needs a filter that narrows, and a delete the count
+/// the person confirmed; when
 /// more match by the time it runs, nothing is deleted and the answer says how many match now.
 #[tokio::test]
-async fn a_delete_by_filter_needs_a_narrowing_filter_and_the_confirmed_count() {
+async fn a_delete_or_quarantine_by_filter_needs_a_narrowing_filter_and_a_delete_the_confirmed_count() {
     let app = TestApp::spawn().await;
     let Mixed { lab, down, .. } = mixed_queue(&app).await;
     for filter in [json!({}), json!({ "q": null }), json!({ "q": "  " }), json!({ "cause": "" })] {
@@ -387,7 +388,15 @@ async fn a_delete_by_filter_needs_a_narrowing_filter_and_the_confirmed_count() {
             (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")),
             "{filter}: {problem}"
         );
+        // A quarantine move by such a filter would move every letter: refused the same way.
+        let (status, problem) = post(&app, &lab, "quarantine", json!({ "filter": filter })).await;
+        assert_eq!(
+            (status, problem["field"].clone()),
+            (StatusCode::UNPROCESSABLE_ENTITY, json!("filter")),
+            "quarantine by {filter}: {problem}"
+        );
     }
+    assert_eq!(counter(&app.snapshot(&lab).await, "quarantined"), 0, "nothing was moved");
     let by_cause = json!({ "cause": "attempts_used_up", "status": "503" });
     let (status, problem) = post(&app, &lab, "delete", json!({ "filter": by_cause })).await;
     assert_eq!(

@@ -314,3 +314,133 @@ fn the_events_doc_says_the_breaker_markers_and_load_survive_a_restart() {
         "docs/events.md says what survives a restart"
     );
 }
+
+/// A comparison's document from `app`.
+async fn comparison(app: &TestApp, id: &str) -> Value {
+    let (status, report) = app.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    report
+}
+
+/// A `metastable` comparison killed while its traffic runs, before its slowdown (3 s in): the
+/// server that starts again never judges a script that did not run. Each run that was going
+/// is marked interrupted with the step it lost (the slowdown, step 1), the comparison is done,
+/// nothing is crowned, and the warning says what was lost; a second restart says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comparison_killed_mid_script_is_marked_with_the_step_it_lost() {
+    let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
+    let db = fresh_db();
+    let server = Binary::start(&db);
+    let body = json!({"scenario": "metastable", "seed": 5, "runs": 1, "policies": ["none", "budget"]});
+    let asked = Instant::now();
+    let (status, created) = server.app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    // Its traffic is going in both labs, then a little longer: the kill lands about 1.2 s in.
+    loop {
+        let report = comparison(&server.app, &id).await;
+        let columns = report["columns"].as_array().unwrap();
+        if columns.iter().all(|c| c["figures"]["messages"].as_u64() > Some(0)) {
+            break;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(2), "no traffic within 2 s: {report}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_200).saturating_sub(asked.elapsed())).await;
+    let report = comparison(&server.app, &id).await;
+    assert_eq!(report["done"], false, "{report}");
+    let killed_at = asked.elapsed();
+    server.kill();
+    assert!(killed_at < Duration::from_millis(2_800), "killed {killed_at:?} in: after the slowdown was due");
+
+    let restarted = Binary::start(&db);
+    let report = comparison(&restarted.app, &id).await;
+    let assert_marked = |report: &Value| {
+        assert_eq!(report["done"], true, "{report}");
+        for column in report["columns"].as_array().unwrap() {
+            assert_eq!(
+                (column["interrupted"].as_bool(), column["lost_step"].as_u64()),
+                (Some(true), Some(1)),
+                "{column}"
+            );
+            assert_eq!(column["done"], true, "{column}");
+        }
+        assert_eq!(report["verdict"]["best"], json!([]), "{report}");
+        let warning = report["warning"].as_str().unwrap_or_else(|| panic!("no warning: {report}"));
+        assert!(warning.contains("the downstream's change at 3000 ms"), "{warning}");
+        for policy in report["policies"].as_array().unwrap() {
+            assert!(policy["runs"].as_array().unwrap().iter().all(|r| r["valid"] == false), "{policy}");
+            assert_eq!(policy["median"], json!({}), "no figure of a cut run is summarized: {policy}");
+        }
+    };
+    assert_marked(&report);
+    restarted.kill();
+    let again = Binary::start(&db);
+    assert_marked(&comparison(&again.app, &id).await);
+}
+
+/// Killed right after its 201, before its labs may have had their burst: after the restart the
+/// comparison is done at once (its first run cut short, its second never started), not
+/// `done: false` forever.
+#[tokio::test]
+async fn a_comparison_killed_right_after_its_201_is_done_after_the_restart() {
+    let db = fresh_db();
+    let server = Binary::start(&db);
+    let body = json!({"scenario": "outage", "burst": 20, "seed": 2, "runs": 2, "policies": ["none", "full"]});
+    let (status, created) = server.app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    server.kill();
+    let restarted = Binary::start(&db);
+    let report = comparison(&restarted.app, created["id"].as_str().unwrap()).await;
+    assert_eq!(report["done"], true, "{report}");
+    for column in report["columns"].as_array().unwrap() {
+        assert_eq!(column["interrupted"], true, "{column}");
+        // The first run lost a step, or its drain (2, the script's length); the second never began.
+        match column["run"].as_u64().unwrap() {
+            0 => assert!(column["lost_step"].as_u64().is_some_and(|s| s <= 2), "{column}"),
+            _ => assert_eq!((column["waiting"].as_bool(), column["lost_step"].as_u64()), (Some(true), None)),
+        }
+    }
+    assert_eq!(report["verdict"]["best"], json!([]), "{report}");
+    assert!(report["warning"].as_str().is_some(), "{report}");
+}
+
+/// A run the server saw finish stays finished across a restart, whatever its lab did after:
+/// here a burst sent by hand into one of its labs, against a downstream that is down, is still
+/// being delivered when the server is killed.
+#[tokio::test]
+async fn a_finished_run_is_not_cut_short_by_what_its_lab_did_after() {
+    let db = fresh_db();
+    let server = Binary::start(&db);
+    // Every run counts at this threshold: no late run is run again after the report says done.
+    let body = json!({"scenario": "outage", "burst": 5, "seed": 3, "runs": 1, "late_threshold_ms": 1000, "policies": ["none", "full"]});
+    let (status, created) = server.app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let report = loop {
+        let report = comparison(&server.app, &id).await;
+        if report["done"] == true {
+            break report;
+        }
+        assert!(started.elapsed() < PATIENCE, "the comparison did not finish: {report}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The driver notes the end at its next look, every 100 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lab = report["columns"][0]["lab"].as_str().unwrap().to_owned();
+    server.app.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    server.app.burst(&lab, 5).await;
+    server.kill();
+    let restarted = Binary::start(&db);
+    let report = comparison(&restarted.app, &id).await;
+    for column in report["columns"].as_array().unwrap() {
+        assert_eq!(
+            (column["interrupted"].as_bool(), column["lost_step"].as_u64()),
+            (Some(false), None),
+            "{column}"
+        );
+    }
+    assert_eq!(report["done"], true, "{report}");
+    assert_eq!(report["warning"], Value::Null, "{report}");
+}

@@ -52,7 +52,10 @@ fn runner(lang: &str, python: &Option<PathBuf>) -> Option<(String, Vec<String>)>
 
 /// Builds a Go program from `code` in a fresh folder; returns the program's path.
 fn build_go(code: &str) -> String {
-    let folder = std::env::temp_dir().join(format!("retrylab-go-snippet-{}", std::process::id()));
+    // A folder of its own per build: tests build side by side.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let folder = std::env::temp_dir().join(format!("retrylab-go-snippet-{}-{build}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join("main.go"), code).unwrap();
     let output =
@@ -164,4 +167,66 @@ async fn the_curl_snippet_run_twice_is_two_requests_each_retried_under_its_own_k
     assert_eq!(checks["key_reused"]["verdict"], "pass", "{checks}");
     assert_eq!(checks["retry_after"]["verdict"], "pass", "{checks}");
     assert_eq!(checks["attempts_capped"]["verdict"], "pass", "{checks}");
+}
+
+/// `retrylab grade -- CMD` on each snippet at hand, through an outage (`Retry-After: 1`) long
+/// enough for two or three retries. tenacity's, Node's and Go's back off on top of the header
+/// and pass every check they are graded on, "backs off" among them whatever their jitter
+/// draws; curl's and urllib3's wait the header exactly, as their notes say, and fail "backs
+/// off" and nothing else. The code is run as printed, with `{URL}` given to `grade` as its
+/// `{url}` (Go's reads `RETRYLAB_URL` instead: it is built before `grade` starts it).
+#[tokio::test]
+async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_cannot_pass() {
+    let python = python();
+    let schedule = r#"[{"mode": "down", "retry_after_s": 1, "ms": 5000}, {"mode": "healthy"}]"#;
+    let mut runs = Vec::new();
+    for snippet in snippets() {
+        let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
+            eprintln!("skipping the {} snippet: its tool is not here", snippet["id"]);
+            continue;
+        };
+        let (id, code) = (snippet["id"].as_str().unwrap().to_owned(), snippet["code"].as_str().unwrap());
+        let command = if program == "go" {
+            let code = code
+                .replace("\"{URL}\"", "os.Getenv(\"RETRYLAB_URL\")")
+                .replace("\"net/http\"", "\"net/http\"\n\t\"os\"");
+            vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
+        } else {
+            [vec![program], args, vec![code.replace("{URL}", "{url}")]].concat()
+        };
+        runs.push(tokio::task::spawn_blocking(move || {
+            let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+                .args(["grade", "--json", "--schedule", schedule, "--"])
+                .args(&command)
+                .output()
+                .unwrap();
+            (id, output)
+        }));
+    }
+    assert!(!runs.is_empty(), "curl at least is here");
+    for run in runs {
+        let (id, output) = run.await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let card: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{id}: {}{stderr}", String::from_utf8_lossy(&output.stdout)));
+        let checks = &card["callers"][0]["checks"];
+        let failed: Vec<&str> = checks
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, check)| check["verdict"] == "fail")
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let waits_the_header_exactly = ["curl", "urllib3"].contains(&id.as_str());
+        if waits_the_header_exactly {
+            assert_eq!(failed, ["backoff"], "{id}: {checks}");
+            assert_eq!(output.status.code(), Some(1), "{id}: {stderr}");
+        } else {
+            assert_eq!(checks["backoff"]["verdict"], "pass", "{id}: {checks}");
+            assert_eq!(failed, Vec::<&str>::new(), "{id}: {checks}");
+            assert_eq!(output.status.code(), Some(0), "{id}: {stderr}");
+        }
+        assert_eq!(checks["retry_after"]["verdict"], "pass", "{id}: {checks}");
+        assert_eq!(checks["key_reused"]["verdict"], "pass", "{id}: {checks}");
+    }
 }
