@@ -8,15 +8,17 @@
 mod capacity;
 mod endpoint;
 mod ledger;
+mod pipeline;
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 use crate::invalid::Invalid;
 
-pub use capacity::{Entry, Gate, Gcra, Waiter};
-pub use endpoint::{Clock, Endpoint, KeyChanges, Passage, Request};
+pub use capacity::Gcra;
+pub use endpoint::{Clock, Endpoint, KeyChanges, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use pipeline::{Discipline, Limit, Line, Passage, Pipeline, Rate, Stages, Waiter, Work};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
@@ -239,7 +241,7 @@ pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
-    Request { digest, caller }: Request,
+    Request { digest, caller, worked }: Request,
     Clock { now_ms, unix_ms }: Clock,
     rng: &mut impl Rng,
 ) -> Decision {
@@ -262,7 +264,7 @@ pub fn decide(
         _ if full.is_some() => full.expect("checked"),
         Mode::Healthy | Mode::Flaky | Mode::Throttled | Mode::Overloaded => {
             ledger.reserve(key, digest, outside);
-            match sample(settings.latency_ms, rng) {
+            match if worked { 0 } else { sample(settings.latency_ms, rng) } {
                 0 => Decision::Applied(ledger.complete(key, now_ms, unix_ms)),
                 latency_ms => Decision::Process { latency_ms },
             }
@@ -270,7 +272,9 @@ pub fn decide(
         Mode::Slow => {
             ledger.reserve(key, digest, outside);
             let response = ledger.complete(key, now_ms, unix_ms);
-            Decision::AppliedEarly { response, answer_after_ms: sample(settings.slow_ms, rng) }
+            // A request a worker already held (the mode changed while it waited) has waited.
+            let answer_after_ms = if worked { 0 } else { sample(settings.slow_ms, rng) };
+            Decision::AppliedEarly { response, answer_after_ms }
         }
     }
 }
@@ -295,7 +299,8 @@ mod tests {
         (now_ms, unix_ms): (u64, u64),
         rng: &mut impl Rng,
     ) -> Decision {
-        super::decide(ledger, settings, key, Request { digest, caller }, Clock { now_ms, unix_ms }, rng)
+        let request = Request { digest, caller, worked: false };
+        super::decide(ledger, settings, key, request, Clock { now_ms, unix_ms }, rng)
     }
 
     fn lab(body: &serde_json::Value) -> (BodyDigest, Caller) {

@@ -1,7 +1,8 @@
 //! The lab's side of its downstream endpoint: each request is counted where it arrives, let
-//! past the mode's gate (the rate limit, the workers and their queue), decided against the
-//! ledger and its write applied, all under the lab's lock, so a key can never be applied twice
-//! and every answer is an event in order with the client's own.
+//! past the endpoint's pipeline (the rate limit, the workers and their line), decided against
+//! the ledger and its write applied, all under the lab's lock, so a key can never be applied
+//! twice and every answer is an event in order with the client's own. The waiting and the
+//! working around these steps are `serve.rs`'s.
 
 use std::sync::atomic::Ordering;
 
@@ -10,22 +11,22 @@ use tokio::sync::oneshot;
 use super::{Lab, LabState, unix_now_ms};
 use crate::domain::Answer;
 use crate::downstream::{
-    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Request, StoredResponse, Waiter,
+    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Request, StoredResponse, Waiter, Work,
 };
 use crate::events::Event;
 use crate::store::StoreError;
 
 /// The lab's endpoint: a request waiting in the overloaded mode's line is handed its worker
-/// over a oneshot channel.
-pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<()>>;
+/// (and the work to do) over a oneshot channel.
+pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<Work>>;
 
-/// How a request got past the mode's gate; one waiting in line awaits its worker on the
+/// How a request got past the pipeline; one waiting in line awaits its worker on the
 /// receiver.
-pub type Passage = crate::downstream::Passage<oneshot::Receiver<()>>;
+pub type Passage = crate::downstream::Passage<oneshot::Receiver<Work>>;
 
-impl Waiter for oneshot::Sender<()> {
-    fn hand_over(self) -> bool {
-        self.send(()).is_ok()
+impl Waiter for oneshot::Sender<Work> {
+    fn hand_over(self, work: Work) -> bool {
+        self.send(work).is_ok()
     }
 }
 
@@ -49,22 +50,27 @@ pub struct Decided {
 }
 
 impl Lab {
-    /// A request was read: counts it where it arrives and lets it past the mode's gate, or
+    /// A request was read: counts it where it arrives and lets it past the pipeline, or
     /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
-    /// (for `downstream_done`). A request let straight on is counted in process until then.
+    /// (for `downstream_done`). A request let on to its work is counted in process from here.
     pub fn downstream_admit(&self, key: &IdempotencyKey) -> Arrival {
         self.change(|LabState { record, endpoint, .. }, now| {
             endpoint.ledger.count_request();
             let arrived = record.load.arrive(now);
-            let passage = endpoint.pass(now, oneshot::channel);
+            let passage = endpoint.pass(key, now, &mut rand::rng(), oneshot::channel);
             let (status, detail) = match passage {
                 Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
                 Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
-                Passage::Open => {
+                // Answered here: it never reaches its work, nor `downstream_done`.
+                Passage::Busy => {
+                    record.load.answer(arrived, Answer::Status(409));
+                    (409, "key still being processed")
+                }
+                Passage::Open | Passage::Work(_) => {
                     record.load.work_started(now);
                     return Some((Arrival { arrived_t_ms: arrived, passage }, None));
                 }
-                _ => return Some((Arrival { arrived_t_ms: arrived, passage }, None)),
+                Passage::Queued(_) => return Some((Arrival { arrived_t_ms: arrived, passage }, None)),
             };
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
@@ -78,22 +84,6 @@ impl Lab {
         .expect("an admission is always decided")
     }
 
-    /// The overloaded downstream takes `key` into its line; false when a request with that key
-    /// is already in line or in work there (its repeat is answered 409 at once).
-    pub fn downstream_line_enter(&self, key: &IdempotencyKey) -> bool {
-        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).insert(key.as_str().to_owned())
-    }
-
-    /// The request with `key` has left the overloaded downstream's line and work.
-    pub fn downstream_line_leave(&self, key: &IdempotencyKey) {
-        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).remove(key.as_str());
-    }
-
-    /// An overloaded downstream's worker is done: it goes to the next in line.
-    pub fn downstream_leave(&self) {
-        self.lock().endpoint.leave();
-    }
-
     /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
     /// straight on (its work ends here too).
     pub fn downstream_done(&self, arrived_t_ms: u64, answer: Answer, working: bool) {
@@ -104,16 +94,12 @@ impl Lab {
         state.record.load.answer(arrived_t_ms, answer);
     }
 
-    /// Work begins on a request (it holds a worker, or is processed straight away).
-    pub fn downstream_work_started(&self) {
-        let now = self.now_ms();
-        self.lock().record.load.work_started(now);
-    }
-
-    /// Work on a request ended; `wasted` when its client had already given up.
-    pub fn downstream_work_finished(&self, wasted: bool) {
+    /// A worker's work on the request with `key` has ended, and so has its wait for the
+    /// store: the key may come in again; `wasted` when its client had already given up.
+    pub fn downstream_work_done(&self, key: &IdempotencyKey, wasted: bool) {
         let now = self.now_ms();
         let mut state = self.lock();
+        state.endpoint.release(key);
         state.record.load.work_finished();
         if wasted {
             state.record.load.wasted(now);
@@ -134,15 +120,19 @@ impl Lab {
 
     /// Decides a downstream request against the ledger (see `Decided`). A key the ledger holds
     /// cold is read back from the store first, off the lab's lock, then decided like any other.
-    pub async fn downstream_decide(
+    /// A request a worker held (`worked`) gives its worker back in the same step.
+    pub(super) async fn downstream_decide(
         &self,
         key: &IdempotencyKey,
         digest: BodyDigest,
-        outside: bool,
+        (outside, worked): (bool, bool),
     ) -> Result<Decided, StoreError> {
+        let mut leave = worked;
         // Once is enough, unless a concurrent request with the same key changed it meanwhile.
         for _ in 0..3 {
-            let decided = self.decide_now(key, digest, outside);
+            let decided =
+                self.decide_now(key, Request { digest, caller: Caller::Lab, worked }, (outside, leave));
+            leave = false;
             let Decision::Recall { applied_unix_ms } = decided.decision else {
                 return Ok(decided);
             };
@@ -161,10 +151,19 @@ impl Lab {
     /// Decides a request against the ledger as it is in memory.
     /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
     /// own client is never held to them.
-    fn decide_now(&self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) -> Decided {
+    /// With `leave`, the worker that held it goes back first (to the next in line).
+    fn decide_now(&self, key: &IdempotencyKey, request: Request, (outside, leave): (bool, bool)) -> Decided {
         let mut rng = rand::rng();
         let mut state = self.lock();
         let now = self.now_ms();
+        if leave {
+            // The worker is done once its latency is: waiting for the store to commit the
+            // write is not the worker's, so the capacity is `capacity / latency_ms` whatever
+            // the store's pace.
+            for _ in 0..state.endpoint.leave(&mut rng) {
+                state.record.load.work_started(now);
+            }
+        }
         let (decision, event) = {
             let endpoint = &mut state.endpoint;
             let clock = Clock { now_ms: now, unix_ms: unix_now_ms() };
@@ -179,7 +178,7 @@ impl Lab {
                 }
                 true => Caller::Outside(Ok(())),
             };
-            let decision = endpoint.decide(key, Request { digest, caller }, clock, &mut rng);
+            let decision = endpoint.decide(key, Request { caller, ..request }, clock, &mut rng);
             self.count_outside_keys(before, endpoint.ledger.outside_keys());
             let said = match &decision {
                 Decision::Replay(r) => Some((r.status, false, true, None)),

@@ -126,7 +126,9 @@ impl Lab {
         marker: Marker,
         now: u64,
     ) {
-        state.endpoint.apply(downstream);
+        for _ in 0..state.endpoint.apply(downstream, &mut rand::rng()) {
+            state.record.load.work_started(now);
+        }
         if let Some(policy) = policy {
             let closed = state.clients.set_policy(policy, now);
             self.breaker_changed(state, closed, now);

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -15,16 +14,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rand::RngExt;
-use tokio::sync::oneshot;
 
 use super::callers::outside_caller;
 use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, StoredResponse};
-use crate::lab::{Arrival, Decided, Lab, Passage};
+use crate::downstream::{BodyDigest, IdempotencyKey, StoredResponse};
+use crate::lab::{Arrival, Lab, Passage, Refusal, Served};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -73,27 +70,22 @@ pub async fn downstream(
         Ok(read) => read,
         Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
     };
-    // The overloaded downstream holds a request in line and in work before its key is
-    // reserved in the ledger: a repeat meanwhile is 409 at once, as in every other mode.
-    let in_line = match lab.downstream_settings().mode {
-        Mode::Overloaded => match InLine::enter(&lab, &key) {
-            Some(held) => Some(held),
-            None => {
-                lab.downstream_refused(409, Some("key still being processed"));
-                return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
-            }
-        },
-        _ => None,
-    };
+    let Arrival { arrived_t_ms: arrived, passage } = lab.downstream_admit(&key);
+    if let Passage::Busy = passage {
+        // Counted and answered as it arrived: a repeat of a request still in line or in work.
+        return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
+    }
     let ticket = caller
         .as_ref()
         .and_then(|caller| lab.outside_arrived(caller, key.as_str(), Some(digest.to_string())));
-    let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
-    let working = matches!(admission, Passage::Open);
+    let working = matches!(passage, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
-    let answer = admitted(lab, key, (digest, caller.is_some()), (admission, in_line)).await;
+    let served = lab.downstream_serve(key, (digest, caller.is_some()), passage).await;
     // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
-    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    let response = match served {
+        Ok(Served { response, replayed }) => answer(response, replayed),
+        Err(refused) => refusal(refused).into_response(),
+    };
     visit.answered(&response);
     Ok(response)
 }
@@ -171,178 +163,38 @@ fn read(
     Ok((key, BodyDigest::of(&body)))
 }
 
-/// Answers a request by how it got past the mode's gate.
-async fn admitted(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    (digest, outside): (BodyDigest, bool),
-    (admission, in_line): (Passage, Option<InLine>),
-) -> Result<Response, AppError> {
-    match admission {
-        Passage::Open => {}
-        Passage::Throttled { retry_after_s } => {
-            return Err(AppError::Unavailable {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                retry_after_s,
-                detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
-            });
+/// The error a refused request is answered with.
+fn refusal(refused: Refusal) -> AppError {
+    match refused {
+        Refusal::Throttled { retry_after_s } => AppError::Unavailable {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after_s,
+            detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
+        },
+        Refusal::Shed { retry_after_s } => AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s,
+            detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
+        },
+        Refusal::InProgress => in_flight(),
+        Refusal::BodyMismatch => {
+            AppError::Unprocessable("this Idempotency-Key was first used with a different body".into())
         }
-        Passage::Shed { retry_after_s } => {
-            return Err(AppError::Unavailable {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                retry_after_s,
-                detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
-            });
-        }
-        Passage::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
-        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
-    }
-    let decided = decide(&lab, &key, digest, outside).await?;
-    respond(lab, key, decided, Latency::ToWaitOut).await
-}
-
-/// Whether a request's latency is still to be waited out when it is decided.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Latency {
-    ToWaitOut,
-    /// The overloaded downstream's worker held the request for it before deciding.
-    WaitedOut,
-}
-
-/// Answers a decided request.
-async fn respond(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    Decided { decision, epoch, durable_at }: Decided,
-    latency: Latency,
-) -> Result<Response, AppError> {
-    let waited_out = |ms: u64| if latency == Latency::WaitedOut { 0 } else { ms };
-    match decision {
-        Decision::Replay(stored) => {
-            // The first answer may not be committed yet: after a crash the key could be applied
-            // again, so its repeat waits for that commit too (and only for that one).
-            lab.persisted_through(durable_at).await?;
-            Ok(answer(stored, true))
-        }
-        Decision::InProgress => Err(in_flight()),
-        Decision::BodyMismatch => {
-            Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
-        }
-        // Also when the mode changed while an overloaded request waited in line (an outage
-        // window began): it is answered by the mode now in force.
-        Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+        Refusal::Unavailable { retry_after_s } => AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
-        }),
-        Decision::StorageFull { limit } => Err(storage_full(limit)),
-        Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
-        Decision::AppliedEarly { response, answer_after_ms } => {
-            once_committed(&lab, &key, (epoch, durable_at), response, waited_out(answer_after_ms)).await
+        },
+        Refusal::StorageFull { limit } => storage_full(limit),
+        Refusal::Unreadable(why) => unreadable(&why),
+        Refusal::NotDurable(not_durable) => not_durable.into(),
+        Refusal::Reset { waited: true } => {
+            AppError::Conflict("the lab was reset while this request waited".into())
         }
-        Decision::Applied(response) => once_committed(&lab, &key, (epoch, durable_at), response, 0).await,
-        Decision::Process { latency_ms } => process(lab, key, epoch, waited_out(latency_ms)).await,
-    }
-}
-
-/// Applies a reserved key's write after `latency_ms`, in a task of its own: axum drops the
-/// handler's future when the client hangs up, and a write that has begun must still land
-/// with its key.
-async fn process(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    epoch: u64,
-    latency_ms: u64,
-) -> Result<Response, AppError> {
-    let work = tokio::spawn(async move {
-        if latency_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        Refusal::Reset { waited: false } => {
+            AppError::Conflict("the lab was reset while this request was processed".into())
         }
-        let (stored, applied_event) = lab.downstream_complete(&key, epoch)?;
-        // The key and its answer are committed with the write before anyone hears of it; a
-        // write the store cannot keep is taken back, so a 503 applied nothing.
-        let kept = lab.persisted_through(applied_event).await;
-        if kept.is_err() {
-            lab.downstream_unapply(&key, epoch);
-        }
-        Some(kept.map(|()| stored))
-    });
-    match work.await {
-        Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
-        Ok(Some(Err(not_durable))) => Err(not_durable.into()),
-        _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
     }
-}
-
-/// The overloaded downstream: wait in line for a worker (if `turn` is given), hold it for the
-/// request's latency, then decide and answer. All of it runs in its own task, so a request
-/// whose client gave up still takes its worker when its turn comes: that work is wasted, and
-/// it is what keeps an overloaded service overloaded after the trigger has gone.
-async fn overloaded(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    (digest, outside): (BodyDigest, bool),
-    turn: Option<oneshot::Receiver<()>>,
-    in_line: Option<InLine>,
-) -> Result<Response, AppError> {
-    let (reply, replied) = oneshot::channel();
-    tokio::spawn(async move {
-        // The key stays taken until this work ends, whether or not its client still waits.
-        let _in_line = in_line;
-        if let Some(turn) = turn
-            && turn.await.is_err()
-        {
-            return; // the lab was reset, or its gate dropped the line
-        }
-        // The worker goes back to the gate however this ends, and once its `latency_ms` of
-        // work is done: waiting for the store to commit the write is not the worker's, so the
-        // capacity is `capacity / latency_ms` whatever the store's pace.
-        let worker = Worker(lab.clone());
-        let work = Work::start(&lab);
-        let latency = lab.downstream_settings().latency_ms;
-        let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
-        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-        drop(worker);
-        let outcome = match decide(&lab, &key, digest, outside).await {
-            Ok(decided) => respond(lab.clone(), key, decided, Latency::WaitedOut).await,
-            Err(unreadable) => Err(unreadable),
-        };
-        let wasted = reply.send(outcome).is_err();
-        work.finish(wasted);
-    });
-    replied
-        .await
-        .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
-}
-
-/// A write applied in the decision itself, answered once it is committed (its event,
-/// `durable_at`) and `answer_after_ms` later; a write the store cannot keep is taken back, so
-/// a 503 applied nothing.
-async fn once_committed(
-    lab: &Lab,
-    key: &IdempotencyKey,
-    (epoch, durable_at): (u64, u64),
-    response: StoredResponse,
-    answer_after_ms: u64,
-) -> Result<Response, AppError> {
-    if let Err(refused) = lab.persisted_through(durable_at).await {
-        lab.downstream_unapply(key, epoch);
-        return Err(refused.into());
-    }
-    if answer_after_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
-    }
-    Ok(answer(response, false))
-}
-
-/// Decides the request against the lab's ledger, reading a cold key back from the store.
-async fn decide(
-    lab: &Lab,
-    key: &IdempotencyKey,
-    digest: BodyDigest,
-    outside: bool,
-) -> Result<Decided, AppError> {
-    lab.downstream_decide(key, digest, outside).await.map_err(|e| unreadable(&e.to_string()))
 }
 
 /// The store could not read a key back: 503, nothing applied.
@@ -376,33 +228,6 @@ fn in_flight() -> AppError {
         retry_after_s: 1,
         detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
             .into(),
-    }
-}
-
-/// A key taken in the overloaded downstream's line, given back when dropped.
-struct InLine {
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-}
-
-impl InLine {
-    fn enter(lab: &Arc<Lab>, key: &IdempotencyKey) -> Option<InLine> {
-        lab.downstream_line_enter(key).then(|| InLine { lab: lab.clone(), key: key.clone() })
-    }
-}
-
-impl Drop for InLine {
-    fn drop(&mut self) {
-        self.lab.downstream_line_leave(&self.key);
-    }
-}
-
-/// A worker of the overloaded downstream, handed back to its gate when dropped.
-struct Worker(Arc<Lab>);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.0.downstream_leave();
     }
 }
 
@@ -440,32 +265,6 @@ impl Drop for Visit {
             if let Some(ticket) = self.ticket.take() {
                 self.lab.outside_ended(ticket, Ending::HungUp);
             }
-        }
-    }
-}
-
-/// Work on one request, counted in process while it lives.
-struct Work {
-    lab: Arc<Lab>,
-    done: bool,
-}
-
-impl Work {
-    fn start(lab: &Arc<Lab>) -> Work {
-        lab.downstream_work_started();
-        Work { lab: lab.clone(), done: false }
-    }
-
-    fn finish(mut self, wasted: bool) {
-        self.done = true;
-        self.lab.downstream_work_finished(wasted);
-    }
-}
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if !self.done {
-            self.lab.downstream_work_finished(false);
         }
     }
 }
