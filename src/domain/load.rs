@@ -55,6 +55,21 @@ pub struct LoadBin {
     pub delivered: u64,
     /// Arrivals of steady traffic refused at the source in this bin (the lab owed too many).
     pub refused: u64,
+    /// Requests the endpoint dropped in this bin, without doing their work, because their
+    /// client would have given up before it finished (the deadline defence).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_deadline: u64,
+    /// Requests dropped in this bin after waiting in line longer than CoDel allows.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub timed_out_in_queue: u64,
+    /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
+    /// and ignored.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ignored_hints: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_fine(width_ms: &u64) -> bool {
@@ -77,6 +92,9 @@ impl Default for LoadBin {
             offered: 0,
             delivered: 0,
             refused: 0,
+            dropped_deadline: 0,
+            timed_out_in_queue: 0,
+            ignored_hints: 0,
         }
     }
 }
@@ -95,6 +113,9 @@ impl LoadBin {
         self.offered += other.offered;
         self.delivered += other.delivered;
         self.refused += other.refused;
+        self.dropped_deadline += other.dropped_deadline;
+        self.timed_out_in_queue += other.timed_out_in_queue;
+        self.ignored_hints += other.ignored_hints;
     }
 }
 
@@ -188,6 +209,21 @@ impl Load {
     /// Work was finished at `now_ms` for a client that had already given up.
     pub fn wasted(&mut self, now_ms: u64) {
         self.bin(now_ms).wasted += 1;
+    }
+
+    /// A request was dropped at `now_ms` without its work: for its deadline, or (`false`)
+    /// after waiting too long in line.
+    pub fn dropped(&mut self, now_ms: u64, deadline: bool) {
+        let bin = self.bin(now_ms);
+        match deadline {
+            true => bin.dropped_deadline += 1,
+            false => bin.timed_out_in_queue += 1,
+        }
+    }
+
+    /// A request's hint header did not parse and was ignored.
+    pub fn ignored_hint(&mut self, now_ms: u64) {
+        self.bin(now_ms).ignored_hints += 1;
     }
 
     /// `count` new messages were created at `now_ms`.

@@ -6,8 +6,8 @@
 use rand::Rng;
 
 use super::{
-    BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, IdempotencyKey, KeyRow, Ledger,
-    Passage, Pipeline, Revert, Stages, Waiter, decide,
+    BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, Hints, IdempotencyKey, KeyRow, Ledger,
+    Limit, Moved, Passage, Pipeline, Revert, Stages, Waiter, decide,
 };
 
 /// One lab's endpoint; `W` is a request waiting in the overloaded mode's line, as its caller
@@ -27,6 +27,19 @@ pub struct Endpoint<W> {
     kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     removed: Vec<String>,
+}
+
+/// The endpoint's line and workers as the snapshot shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LineView {
+    /// Requests waiting in line.
+    pub waiting: usize,
+    /// Requests holding a worker.
+    pub in_work: u32,
+    /// How many may hold a worker at once (the overloaded mode's); null without a limit.
+    pub limit: Option<u32>,
+    /// The line is served newest first now.
+    pub lifo: bool,
 }
 
 /// What of the ledger the store has not been told yet.
@@ -92,17 +105,27 @@ impl<W: Waiter> Endpoint<W> {
     /// `place` makes its place in line when it must wait.
     pub fn pass<T>(
         &mut self,
-        key: &IdempotencyKey,
+        (key, hints): (&IdempotencyKey, Hints),
         now_ms: u64,
         rng: &mut impl Rng,
         place: impl FnOnce() -> (W, T),
     ) -> Passage<T> {
-        self.pipeline.pass(&self.stages, key.as_str(), now_ms, rng, place)
+        self.pipeline.pass(&self.stages, (key.as_str(), hints), now_ms, rng, place)
     }
 
-    /// A worker's work is done: it goes to the next in line; returns how many were handed one.
-    pub fn leave(&mut self, rng: &mut impl Rng) -> u32 {
-        self.pipeline.leave(&self.stages, rng)
+    /// A worker's work is done at `now_ms`: it goes to the next in line.
+    pub fn leave(&mut self, now_ms: u64, rng: &mut impl Rng) -> Moved {
+        self.pipeline.leave(&self.stages, now_ms, rng)
+    }
+
+    /// The line and the workers at `now_ms`.
+    pub fn line_view(&self, now_ms: u64) -> LineView {
+        LineView {
+            waiting: self.pipeline.waiting(),
+            in_work: self.pipeline.in_work(),
+            limit: self.stages.limit.map(|Limit::Fixed(n)| n),
+            lifo: self.pipeline.lifo(&self.stages, now_ms),
+        }
     }
 
     /// The request with `key` has left the line and its work.
@@ -111,11 +134,11 @@ impl<W: Waiter> Endpoint<W> {
     }
 
     /// Puts new settings in force; a higher limit, or another mode, lets the line in front of
-    /// the workers move: returns how many were handed a worker.
-    pub fn apply(&mut self, settings: DownstreamSettings, rng: &mut impl Rng) -> u32 {
+    /// the workers move.
+    pub fn apply(&mut self, settings: DownstreamSettings, now_ms: u64, rng: &mut impl Rng) -> Moved {
         self.settings = settings;
         self.stages = Stages::of(&settings);
-        self.pipeline.admit_waiting(&self.stages, rng)
+        self.pipeline.admit_waiting(&self.stages, now_ms, rng)
     }
 
     /// Decides a request that got past the gate against the ledger (see `downstream::decide`).

@@ -11,23 +11,32 @@ use tokio::sync::oneshot;
 use super::{Lab, LabState, unix_now_ms};
 use crate::domain::Answer;
 use crate::downstream::{
-    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Request, StoredResponse, Waiter, Work,
+    BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
+    Turn, Waiter,
 };
 use crate::events::Event;
 use crate::store::StoreError;
 
 /// The lab's endpoint: a request waiting in the overloaded mode's line is handed its worker
 /// (and the work to do) over a oneshot channel.
-pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<Work>>;
+pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<Turn>>;
 
 /// How a request got past the pipeline; one waiting in line awaits its worker on the
 /// receiver.
-pub type Passage = crate::downstream::Passage<oneshot::Receiver<Work>>;
+pub type Passage = crate::downstream::Passage<oneshot::Receiver<Turn>>;
 
-impl Waiter for oneshot::Sender<Work> {
-    fn hand_over(self, work: Work) -> bool {
-        self.send(work).is_ok()
+impl Waiter for oneshot::Sender<Turn> {
+    fn hand_over(self, turn: Turn) -> bool {
+        self.send(turn).is_ok()
     }
+}
+
+/// What a request's headers said that the endpoint may use, and whether one did not parse.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Said {
+    pub hints: Hints,
+    /// A hint header was there but did not parse: counted, and ignored.
+    pub ignored: bool,
 }
 
 /// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`)
@@ -53,12 +62,19 @@ impl Lab {
     /// A request was read: counts it where it arrives and lets it past the pipeline, or
     /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
     /// (for `downstream_done`). A request let on to its work is counted in process from here.
-    pub fn downstream_admit(&self, key: &IdempotencyKey) -> Arrival {
+    pub fn downstream_admit(&self, key: &IdempotencyKey, said: Said) -> Arrival {
         self.change(|LabState { record, endpoint, .. }, now| {
             endpoint.ledger.count_request();
             let arrived = record.load.arrive(now);
-            let passage = endpoint.pass(key, now, &mut rand::rng(), oneshot::channel);
+            if said.ignored {
+                record.load.ignored_hint(now);
+            }
+            let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
             let (status, detail) = match passage {
+                Passage::Dropped(why) => {
+                    record.load.dropped(now, why == Dropped::Deadline);
+                    (503, dropped_detail(why))
+                }
                 Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
                 Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
                 // Answered here: it never reaches its work, nor `downstream_done`.
@@ -92,6 +108,25 @@ impl Lab {
             state.record.load.work_finished();
         }
         state.record.load.answer(arrived_t_ms, answer);
+    }
+
+    /// Counts what a worker going free set in motion: work begun, requests dropped from the
+    /// line (each said in an event; its waiter answers it 503).
+    pub(super) fn moved(&self, state: &mut LabState, Moved { handed, dropped }: Moved, now: u64) {
+        for _ in 0..handed {
+            state.record.load.work_started(now);
+        }
+        for (key, why) in dropped {
+            state.record.load.dropped(now, why == Dropped::Deadline);
+            let event = Event::DownstreamRequest {
+                key,
+                status: 503,
+                applied: false,
+                replayed: false,
+                detail: Some(dropped_detail(why)),
+            };
+            self.publish(state, &event, now);
+        }
     }
 
     /// A worker's work on the request with `key` has ended, and so has its wait for the
@@ -160,9 +195,8 @@ impl Lab {
             // The worker is done once its latency is: waiting for the store to commit the
             // write is not the worker's, so the capacity is `capacity / latency_ms` whatever
             // the store's pace.
-            for _ in 0..state.endpoint.leave(&mut rng) {
-                state.record.load.work_started(now);
-            }
+            let moved = state.endpoint.leave(now, &mut rng);
+            self.moved(&mut state, moved, now);
         }
         let (decision, event) = {
             let endpoint = &mut state.endpoint;
@@ -283,5 +317,13 @@ impl Lab {
             };
             Some(((), Some(event)))
         });
+    }
+}
+
+/// What the events say of a dropped request.
+pub(super) fn dropped_detail(why: Dropped) -> &'static str {
+    match why {
+        Dropped::Deadline => "dropped: its client would have given up before the work finished",
+        Dropped::QueueTimeout => "dropped: waited in line longer than CoDel allows",
     }
 }

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::downstream::Decided;
 use super::{Lab, NotDurable, Passage};
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, StoredResponse, Work};
+use crate::downstream::{BodyDigest, Decision, Dropped, IdempotencyKey, StoredResponse, Turn, Work};
 
 /// The answer a served request gets: the stored one, flagged when it is a replay.
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub enum Refusal {
     Throttled { retry_after_s: u64 },
     /// No worker free and no room in line (503).
     Shed { retry_after_s: u64 },
+    /// Dropped by a defence without its work being done (503).
+    Dropped { why: Dropped, retry_after_s: u64 },
     /// The key's first request is still in line, in work, or being processed (409).
     InProgress,
     /// The key was first used with another body (422).
@@ -64,8 +66,9 @@ impl Lab {
             Passage::Throttled { retry_after_s } => return Err(Refusal::Throttled { retry_after_s }),
             Passage::Shed { retry_after_s } => return Err(Refusal::Shed { retry_after_s }),
             Passage::Busy => return Err(Refusal::InProgress),
-            Passage::Work(work) => Turn::Now(work),
-            Passage::Queued(turn) => Turn::Later(turn),
+            Passage::Dropped(why) => return Err(self.dropped(why)),
+            Passage::Work(work) => Worker::Now(work),
+            Passage::Queued(turn) => Worker::Later(turn),
         };
         let (reply, replied) = oneshot::channel();
         let lab = self.clone();
@@ -74,9 +77,13 @@ impl Lab {
         // service overloaded after the trigger has gone.
         tokio::spawn(async move {
             let work = match turn {
-                Turn::Now(work) => work,
-                Turn::Later(turn) => match turn.await {
-                    Ok(work) => work,
+                Worker::Now(work) => work,
+                Worker::Later(turn) => match turn.await {
+                    Ok(Turn::Work(work)) => work,
+                    Ok(Turn::Dropped(why)) => {
+                        let _ = reply.send(Err(lab.dropped(why)));
+                        return;
+                    }
                     Err(_) => return, // the pipeline dropped the line (the lab is gone)
                 },
             };
@@ -90,6 +97,10 @@ impl Lab {
             lab.downstream_work_done(&key, wasted);
         });
         replied.await.unwrap_or(Err(Refusal::Reset { waited: true }))
+    }
+
+    fn dropped(&self, why: Dropped) -> Refusal {
+        Refusal::Dropped { why, retry_after_s: self.downstream_settings().retry_after_s }
     }
 
     async fn decide_served(
@@ -184,7 +195,7 @@ impl Lab {
 }
 
 /// When a request's worker is its: now, or when its place in line says so.
-enum Turn {
+enum Worker {
     Now(Work),
-    Later(oneshot::Receiver<Work>),
+    Later(oneshot::Receiver<Turn>),
 }

@@ -126,9 +126,8 @@ impl Lab {
         marker: Marker,
         now: u64,
     ) {
-        for _ in 0..state.endpoint.apply(downstream, &mut rand::rng()) {
-            state.record.load.work_started(now);
-        }
+        let moved = state.endpoint.apply(downstream, now, &mut rand::rng());
+        self.moved(state, moved, now);
         if let Some(policy) = policy {
             let closed = state.clients.set_policy(policy, now);
             self.breaker_changed(state, closed, now);

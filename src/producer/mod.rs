@@ -163,6 +163,8 @@ impl Producer {
             .client
             .post(url)
             .header("Idempotency-Key", key)
+            // How long this attempt waits: the endpoint's deadline defence reads it.
+            .header("X-Request-Timeout-Ms", timeout_ms)
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_owned())
             .timeout(Duration::from_millis(timeout_ms));

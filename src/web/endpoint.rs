@@ -20,8 +20,8 @@ use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, IdempotencyKey, StoredResponse};
-use crate::lab::{Arrival, Lab, Passage, Refusal, Served};
+use crate::downstream::{BodyDigest, Dropped, Hints, IdempotencyKey, StoredResponse};
+use crate::lab::{Arrival, Lab, Passage, Refusal, Said, Served};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -34,6 +34,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
     params(
         LabParam,
         ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters"),
+        ("X-Request-Timeout-Ms" = Option<u64>, Header, description = "How long the client waits for this answer, in ms (1 to 86,400,000); the overloaded mode's deadline defence drops, without doing it, work that would finish after that. A value that does not parse is counted (the load bins' ignored_hints) and ignored"),
         ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters, no invisible or text-direction ones such as U+202E or U+200B); else its User-Agent, else its address names it"),
     ),
     request_body(content = Object, description = "Any JSON value"),
@@ -46,7 +47,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Injected failure or shed load, or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure, shed load, or dropped by a defence (deadline, CoDel), or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys), or the store is full (max_db_bytes, the disk)", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -70,7 +71,7 @@ pub async fn downstream(
         Ok(read) => read,
         Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
     };
-    let Arrival { arrived_t_ms: arrived, passage } = lab.downstream_admit(&key);
+    let Arrival { arrived_t_ms: arrived, passage } = lab.downstream_admit(&key, said(&headers));
     if let Passage::Busy = passage {
         // Counted and answered as it arrived: a repeat of a request still in line or in work.
         return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
@@ -88,6 +89,28 @@ pub async fn downstream(
     };
     visit.answered(&response);
     Ok(response)
+}
+
+/// The header in which a client says how long it waits for this answer, in ms (as Envoy's
+/// `x-envoy-expected-rq-timeout-ms` does); the deadline defence reads it.
+pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+/// The longest timeout taken from a client: longer means the header is not meant.
+const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What the request's headers tell the endpoint; one that does not parse (not a whole number
+/// of ms from 1 to a day, or sent twice) is counted and ignored, never refused.
+fn said(headers: &HeaderMap) -> Said {
+    let mut values = headers.get_all(TIMEOUT_HEADER).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Said { hints: Hints::default(), ignored: headers.contains_key(TIMEOUT_HEADER) };
+    };
+    let timeout_ms = value
+        .to_str()
+        .ok()
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms));
+    Said { hints: Hints { timeout_ms }, ignored: timeout_ms.is_none() }
 }
 
 /// A request refused before it reached the ledger is still an attempt of its caller's key, when
@@ -175,6 +198,20 @@ fn refusal(refused: Refusal) -> AppError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
             detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
+        },
+        Refusal::Dropped { why, retry_after_s } => AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s,
+            detail: match why {
+                Dropped::Deadline => {
+                    "dropped before its work: your client would have given up (X-Request-Timeout-Ms) before it \
+                     finished; nothing was applied"
+                }
+                Dropped::QueueTimeout => {
+                    "dropped after waiting in line longer than CoDel allows (a standing queue); nothing was applied"
+                }
+            }
+            .into(),
         },
         Refusal::InProgress => in_flight(),
         Refusal::BodyMismatch => {
