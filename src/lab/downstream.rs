@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
+use super::outside::ended_outside;
 use super::{Lab, LabState, unix_now_ms};
+use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
 use crate::downstream::{
     BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
@@ -39,13 +41,18 @@ pub struct Said {
     pub ignored: bool,
 }
 
-/// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`)
-/// and how it got past the mode's gate.
+/// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`),
+/// how it got past the pipeline, and where an outside caller's request is kept.
 #[derive(Debug)]
 pub struct Arrival {
     pub arrived_t_ms: u64,
     pub passage: Passage,
+    pub ticket: Option<Ticket>,
 }
+
+/// The `Retry-After` a repeat of a request still in line or in work is sent: its first answer
+/// is due within about a second.
+pub const BUSY_RETRY_AFTER_S: u64 = 1;
 
 /// A request decided against the ledger.
 #[derive(Debug)]
@@ -60,34 +67,54 @@ pub struct Decided {
 
 impl Lab {
     /// A request was read: counts it where it arrives and lets it past the pipeline, or
-    /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
-    /// (for `downstream_done`). A request let on to its work is counted in process from here.
-    pub fn downstream_admit(&self, key: &IdempotencyKey, said: Said) -> Arrival {
-        self.change(|LabState { record, endpoint, .. }, now| {
-            endpoint.ledger.count_request();
-            let arrived = record.load.arrive(now);
-            if said.ignored {
-                record.load.ignored_hint(now);
+    /// refuses it (and says so in an event), and keeps an outside caller's request (`from`:
+    /// who, and its body's digest), in one step. Returns the load bin it is counted in (for
+    /// `downstream_done`). A request let on to its work is counted in process from here.
+    pub fn downstream_admit(
+        &self,
+        key: &IdempotencyKey,
+        said: Said,
+        from: Option<(&CallerName, String)>,
+    ) -> Arrival {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let LabState { record, endpoint, .. } = &mut *state;
+        endpoint.ledger.count_request();
+        let arrived = record.load.arrive(now);
+        if said.ignored {
+            record.load.ignored_hint(now);
+        }
+        let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
+        let refused = match passage {
+            Passage::Dropped(why) => {
+                record.load.dropped(now, why == Dropped::Deadline);
+                Some((503, dropped_detail(why)))
             }
-            let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
-            let (status, detail) = match passage {
-                Passage::Dropped(why) => {
-                    record.load.dropped(now, why == Dropped::Deadline);
-                    (503, dropped_detail(why))
-                }
-                Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
-                Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
-                // Answered here: it never reaches its work, nor `downstream_done`.
-                Passage::Busy => {
-                    record.load.answer(arrived, Answer::Status(409));
-                    (409, "key still being processed")
-                }
-                Passage::Open | Passage::Work(_) => {
-                    record.load.work_started(now);
-                    return Some((Arrival { arrived_t_ms: arrived, passage }, None));
-                }
-                Passage::Queued(_) => return Some((Arrival { arrived_t_ms: arrived, passage }, None)),
-            };
+            Passage::Throttled { .. } => Some((429, "over the rate limit, nothing applied")),
+            Passage::Shed { .. } => Some((503, "shed: no worker free and no room in the queue")),
+            // Answered here: it never reaches its work, nor `downstream_done`.
+            Passage::Busy => {
+                record.load.answer(arrived, Answer::Status(409));
+                Some((409, "key still being processed"))
+            }
+            Passage::Open | Passage::Work(_) => {
+                record.load.work_started(now);
+                None
+            }
+            Passage::Queued(_) => None,
+        };
+        let busy = matches!(passage, Passage::Busy);
+        let mut ticket = None;
+        if let Some((caller, digest)) = from {
+            // A repeat refused as busy is kept as a refusal before the ledger: without its body.
+            let digest = (!busy).then_some(digest);
+            let (kept, untracked) = self.arrived_outside(&mut state, (caller, key.as_str(), digest), now);
+            if let Some(event) = untracked {
+                self.publish(&mut state, &event, now);
+            }
+            ticket = kept;
+        }
+        if let Some((status, detail)) = refused {
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
                 status,
@@ -95,19 +122,37 @@ impl Lab {
                 replayed: false,
                 detail: Some(detail),
             };
-            Some((Arrival { arrived_t_ms: arrived, passage }, Some(event)))
-        })
-        .expect("an admission is always decided")
+            self.publish(&mut state, &event, now);
+        }
+        if busy && let Some(ticket) = ticket.take() {
+            let ending = Ending::Answered { status: 409, retry_after_s: Some(BUSY_RETRY_AFTER_S) };
+            if let Some(event) = ended_outside(&mut state, ticket, ending, now) {
+                self.publish(&mut state, &event, now);
+            }
+        }
+        Arrival { arrived_t_ms: arrived, passage, ticket }
     }
 
     /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
-    /// straight on (its work ends here too).
-    pub fn downstream_done(&self, arrived_t_ms: u64, answer: Answer, working: bool) {
+    /// straight on (its work ends here too); an outside caller's request kept at its ticket
+    /// ends with it.
+    pub fn downstream_done(
+        &self,
+        arrived_t_ms: u64,
+        (answer, working): (Answer, bool),
+        kept: Option<(Ticket, Ending)>,
+    ) {
         let mut state = self.lock();
         if working {
             state.record.load.work_finished();
         }
         state.record.load.answer(arrived_t_ms, answer);
+        if let Some((ticket, ending)) = kept {
+            let now = self.now_ms();
+            if let Some(event) = ended_outside(&mut state, ticket, ending, now) {
+                self.publish(&mut state, &event, now);
+            }
+        }
     }
 
     /// Counts what a worker going free set in motion: work begun, requests dropped from the

@@ -43,7 +43,7 @@ use crate::store::Store;
 
 pub use client::{Go, Slots};
 use downstream::Endpoint;
-pub use downstream::{Arrival, Passage, Said};
+pub use downstream::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;

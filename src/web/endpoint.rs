@@ -21,7 +21,7 @@ use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
 use crate::downstream::{BodyDigest, Dropped, Hints, IdempotencyKey, StoredResponse};
-use crate::lab::{Arrival, Lab, Passage, Refusal, Said, Served};
+use crate::lab::{Arrival, BUSY_RETRY_AFTER_S, Lab, Passage, Refusal, Said, Served};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -71,14 +71,12 @@ pub async fn downstream(
         Ok(read) => read,
         Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
     };
-    let Arrival { arrived_t_ms: arrived, passage } = lab.downstream_admit(&key, said(&headers));
+    let from = caller.as_ref().map(|caller| (caller, digest.to_string()));
+    let Arrival { arrived_t_ms: arrived, passage, ticket } = lab.downstream_admit(&key, said(&headers), from);
     if let Passage::Busy = passage {
-        // Counted and answered as it arrived: a repeat of a request still in line or in work.
-        return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
+        // Counted, answered and kept as it arrived: a repeat of a request still in line or in work.
+        return Err(in_flight());
     }
-    let ticket = caller
-        .as_ref()
-        .and_then(|caller| lab.outside_arrived(caller, key.as_str(), Some(digest.to_string())));
     let working = matches!(passage, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
     let served = lab.downstream_serve(key, (digest, caller.is_some()), passage).await;
@@ -262,7 +260,7 @@ fn storage_full(limit: &'static str) -> AppError {
 fn in_flight() -> AppError {
     AppError::Unavailable {
         status: StatusCode::CONFLICT,
-        retry_after_s: 1,
+        retry_after_s: BUSY_RETRY_AFTER_S,
         detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
             .into(),
     }
@@ -283,25 +281,23 @@ impl Visit {
     fn answered(mut self, response: &Response) {
         self.answered = true;
         let status = response.status().as_u16();
-        self.lab.downstream_done(self.arrived, Answer::Status(status), self.working);
-        if let Some(ticket) = self.ticket.take() {
+        let kept = self.ticket.take().map(|ticket| {
             let retry_after_s = response
                 .headers()
                 .get(header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse().ok());
-            self.lab.outside_ended(ticket, Ending::Answered { status, retry_after_s });
-        }
+            (ticket, Ending::Answered { status, retry_after_s })
+        });
+        self.lab.downstream_done(self.arrived, (Answer::Status(status), self.working), kept);
     }
 }
 
 impl Drop for Visit {
     fn drop(&mut self) {
         if !self.answered {
-            self.lab.downstream_done(self.arrived, Answer::TimedOut, self.working);
-            if let Some(ticket) = self.ticket.take() {
-                self.lab.outside_ended(ticket, Ending::HungUp);
-            }
+            let kept = self.ticket.take().map(|ticket| (ticket, Ending::HungUp));
+            self.lab.downstream_done(self.arrived, (Answer::TimedOut, self.working), kept);
         }
     }
 }
