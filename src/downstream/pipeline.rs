@@ -528,8 +528,8 @@ mod tests {
         // At 1,000 ms: "silent" said nothing and is worked; "late" has 900 ms left.
         assert!(pipe.leave(&stages, 1_000, &mut rng).dropped.is_empty());
         assert!(worked(&told[1]));
-        // At 1,750 ms "late" has 150 ms left: work of 100-300 ms may or may not fit.
-        let at = 1_850; // 50 ms left: no work fits.
+        // At 1,850 ms "late" has 50 ms left: no work of 100-300 ms fits.
+        let at = 1_850;
         let moved = pipe.leave(&stages, at, &mut rng);
         assert_eq!(moved.dropped, vec![("late".to_owned(), Dropped::Deadline)]);
         assert_eq!(told[2].get(), Some(Turn::Dropped(Dropped::Deadline)));

@@ -4,7 +4,7 @@
 
 use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
-use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
+use crate::downstream::{Discipline, DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
 use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
@@ -174,7 +174,29 @@ fn describe(settings: &DownstreamSettings) -> String {
             format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
         }
         Mode::Overloaded => {
-            format!("overloaded (capacity {}, queue {}, {latency} each)", settings.capacity, settings.queue)
+            let d = settings.defences;
+            let mut defences = Vec::new();
+            if d.deadline {
+                defences.push("deadline drop".to_owned());
+            }
+            match d.queue {
+                Discipline::Fifo => {}
+                Discipline::Lifo => defences.push("LIFO".into()),
+                Discipline::AdaptiveLifo => {
+                    defences.push(format!("adaptive LIFO after {} ms", d.codel_interval_ms))
+                }
+                Discipline::Codel => {
+                    defences.push(format!("CoDel {} ms / {} ms", d.codel_target_ms, d.codel_interval_ms))
+                }
+            }
+            let defended = match defences.is_empty() {
+                true => String::new(),
+                false => format!("; defences: {}", defences.join(", ")),
+            };
+            format!(
+                "overloaded (capacity {}, queue {}, {latency} each{defended})",
+                settings.capacity, settings.queue
+            )
         }
         mode => mode.as_str().to_owned(),
     }
