@@ -91,6 +91,7 @@ function defended(d) {
   if (!d) return '';
   const on = [];
   if (d.deadline) on.push('drops work whose client will have given up');
+  if (d.retries_first) on.push('sheds a retry from a full line to make room for a first attempt');
   if (d.queue === 'lifo') on.push('serves the newest first');
   if (d.queue === 'adaptive_lifo') on.push(`serves the newest first once a queue stands ${d.codel_interval_ms} ms`);
   if (d.queue === 'codel') on.push(`drops what waited over ${d.codel_target_ms} ms once a queue stands ${d.codel_interval_ms} ms`);
@@ -268,6 +269,7 @@ export function createControls(model, lab) {
     if (body.mode === 'overloaded') {
       body.defences = {
         deadline: checked(params, 'deadline'),
+        retries_first: checked(params, 'retries_first'),
         queue: params.elements.namedItem('queue_discipline').value,
         codel_target_ms: num(params, 'codel_target_ms'),
         codel_interval_ms: num(params, 'codel_interval_ms'),
@@ -372,6 +374,7 @@ export function createControls(model, lab) {
         capacity: ds.capacity,
         queue: ds.queue,
         deadline: ds.defences?.deadline,
+        retries_first: ds.defences?.retries_first,
         queue_discipline: ds.defences?.queue,
         codel_target_ms: ds.defences?.codel_target_ms,
         codel_interval_ms: ds.defences?.codel_interval_ms,

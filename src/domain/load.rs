@@ -62,6 +62,9 @@ pub struct LoadBin {
     /// Requests dropped in this bin after waiting in line longer than CoDel allows.
     #[serde(skip_serializing_if = "is_zero")]
     pub timed_out_in_queue: u64,
+    /// Retries shed from a full line in this bin to make room for first attempts.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retries_shed: u64,
     /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
     /// and ignored.
     #[serde(skip_serializing_if = "is_zero")]
@@ -94,6 +97,7 @@ impl Default for LoadBin {
             refused: 0,
             dropped_deadline: 0,
             timed_out_in_queue: 0,
+            retries_shed: 0,
             ignored_hints: 0,
         }
     }
@@ -115,8 +119,17 @@ impl LoadBin {
         self.refused += other.refused;
         self.dropped_deadline += other.dropped_deadline;
         self.timed_out_in_queue += other.timed_out_in_queue;
+        self.retries_shed += other.retries_shed;
         self.ignored_hints += other.ignored_hints;
     }
+}
+
+/// Why the endpoint dropped a request without its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropCause {
+    Deadline,
+    TimedOutInQueue,
+    RetryShed,
 }
 
 /// How a request that reached the downstream ended.
@@ -211,13 +224,13 @@ impl Load {
         self.bin(now_ms).wasted += 1;
     }
 
-    /// A request was dropped at `now_ms` without its work: for its deadline, or (`false`)
-    /// after waiting too long in line.
-    pub fn dropped(&mut self, now_ms: u64, deadline: bool) {
+    /// A request was dropped at `now_ms` without its work, for `cause`.
+    pub fn dropped(&mut self, now_ms: u64, cause: DropCause) {
         let bin = self.bin(now_ms);
-        match deadline {
-            true => bin.dropped_deadline += 1,
-            false => bin.timed_out_in_queue += 1,
+        match cause {
+            DropCause::Deadline => bin.dropped_deadline += 1,
+            DropCause::TimedOutInQueue => bin.timed_out_in_queue += 1,
+            DropCause::RetryShed => bin.retries_shed += 1,
         }
     }
 

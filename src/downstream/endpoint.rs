@@ -113,6 +113,11 @@ impl<W: Waiter> Endpoint<W> {
         self.pipeline.pass(&self.stages, (key.as_str(), hints), now_ms, rng, place)
     }
 
+    /// The requests dropped from the line as others arrived (a retry shed for a first attempt).
+    pub fn take_dropped(&mut self) -> Vec<(String, super::Dropped)> {
+        self.pipeline.take_dropped()
+    }
+
     /// A worker's work is done at `now_ms`: it goes to the next in line.
     pub fn leave(&mut self, now_ms: u64, rng: &mut impl Rng) -> Moved {
         self.pipeline.leave(&self.stages, now_ms, rng)

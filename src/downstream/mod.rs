@@ -103,17 +103,26 @@ pub struct Defences {
     /// longest wait else). Facebook's and HBase's 100 ms (`...codel.interval`): scaled up,
     /// a long N lets work wait past its client's timeout between standing spells.
     pub codel_interval_ms: u64,
+    /// With the line full, a first attempt takes the place of the newest retry waiting (the
+    /// client marks retries in `X-Previous-Attempts`).
+    pub retries_first: bool,
 }
 
 impl Default for Defences {
     fn default() -> Self {
-        Defences { deadline: false, queue: Discipline::Fifo, codel_target_ms: 100, codel_interval_ms: 100 }
+        Defences {
+            deadline: false,
+            queue: Discipline::Fifo,
+            codel_target_ms: 100,
+            codel_interval_ms: 100,
+            retries_first: false,
+        }
     }
 }
 
 impl Defences {
     fn any(&self) -> bool {
-        self.deadline || self.queue != Discipline::Fifo
+        self.deadline || self.retries_first || self.queue != Discipline::Fifo
     }
 }
 
@@ -222,7 +231,11 @@ impl DownstreamSettings {
         }
         let d = next.defences;
         if d.any() && next.mode != Mode::Overloaded {
-            let field = if d.deadline { "defences.deadline" } else { "defences.queue" };
+            let field = match (d.deadline, d.retries_first) {
+                (true, _) => "defences.deadline",
+                (_, true) => "defences.retries_first",
+                _ => "defences.queue",
+            };
             return invalid(
                 field,
                 "the defences are the overloaded mode's: set mode to overloaded, or leave them off".into(),

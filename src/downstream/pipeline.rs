@@ -25,6 +25,8 @@ pub struct Stages {
     pub line: Line,
     /// Drop, without doing it, work whose client will have given up before it could finish.
     pub deadline: bool,
+    /// With the line full, a first attempt takes the place of the newest retry waiting.
+    pub retries_first: bool,
     /// How long a request's work takes, sampled in `[min, max]`.
     pub latency_ms: [u64; 2],
     /// The `Retry-After` a shed request is sent.
@@ -110,6 +112,7 @@ impl Stages {
             limit,
             line: Line { size: settings.queue, discipline: defences.queue, codel },
             deadline: defences.deadline,
+            retries_first: defences.retries_first,
             latency_ms: settings.latency_ms,
             retry_after_s: settings.retry_after_s,
         }
@@ -138,6 +141,8 @@ pub enum Dropped {
     Deadline,
     /// It waited in line longer than CoDel allows.
     QueueTimeout,
+    /// A retry, shed from a full line to make room for a first attempt.
+    RetryShed,
 }
 
 /// What a request waiting in line is told when it leaves the line.
@@ -162,6 +167,8 @@ pub trait Waiter {
 pub struct Hints {
     /// How long its client waits for the answer from its arrival, ms.
     pub timeout_ms: Option<u64>,
+    /// How many attempts of this request its client made before (0: a first attempt).
+    pub previous_attempts: Option<u32>,
 }
 
 /// What a worker going free set in motion: how many requests were handed a worker, and the
@@ -198,6 +205,8 @@ struct Place<W> {
     since_ms: u64,
     /// When its client gives up, if it said.
     gives_up_ms: Option<u64>,
+    /// Its client said it is a retry.
+    retry: bool,
 }
 
 /// The pipeline's state: the admission's rate, the workers busy, the line, and the keys in
@@ -210,6 +219,8 @@ pub struct Pipeline<W> {
     keys: HashSet<String>,
     /// When the line was last seen empty, ms.
     empty_at_ms: u64,
+    /// Requests dropped from the line as another arrived, until `take_dropped`.
+    dropped: Vec<(String, Dropped)>,
 }
 
 impl<W> Default for Pipeline<W> {
@@ -220,6 +231,7 @@ impl<W> Default for Pipeline<W> {
             line: VecDeque::new(),
             keys: HashSet::new(),
             empty_at_ms: 0,
+            dropped: Vec::new(),
         }
     }
 }
@@ -247,6 +259,7 @@ impl<W: Waiter> Pipeline<W> {
         }
         self.note_empty(now_ms);
         let gives_up_ms = hints.timeout_ms.map(|ms| now_ms.saturating_add(ms));
+        let retry = hints.previous_attempts.is_some_and(|n| n > 0);
         if self.in_work < limit.workers() {
             let work = stages.work(rng);
             if stages.deadline && too_late(now_ms, work, gives_up_ms) {
@@ -255,14 +268,34 @@ impl<W: Waiter> Pipeline<W> {
             self.in_work += 1;
             self.keys.insert(key.to_owned());
             Passage::Work(work)
-        } else if self.line.len() < stages.line.size as usize {
+        } else if self.line.len() < stages.line.size as usize || self.shed_a_retry_for(stages, retry) {
             let (waiter, turn) = place();
-            self.line.push_back(Place { waiter, key: key.to_owned(), since_ms: now_ms, gives_up_ms });
+            self.line.push_back(Place { waiter, key: key.to_owned(), since_ms: now_ms, gives_up_ms, retry });
             self.keys.insert(key.to_owned());
             Passage::Queued(turn)
         } else {
             Passage::Shed { retry_after_s: stages.retry_after_s }
         }
+    }
+
+    /// Retry-aware shedding: with the line full, a first attempt takes the place of the newest
+    /// retry waiting, which is answered 503 at once. The client marks its retries as gRPC's do
+    /// (gRFC A6, `grpc-previous-rpc-attempts`); a request that says nothing counts as a first.
+    fn shed_a_retry_for(&mut self, stages: &Stages, retry: bool) -> bool {
+        if !stages.retries_first || retry {
+            return false;
+        }
+        let Some(at) = self.line.iter().rposition(|place| place.retry) else { return false };
+        let Place { waiter, key, .. } = self.line.remove(at).expect("found");
+        waiter.hand_over(Turn::Dropped(Dropped::RetryShed));
+        self.keys.remove(&key);
+        self.dropped.push((key, Dropped::RetryShed));
+        true
+    }
+
+    /// The requests dropped from the line as others arrived, since the last call.
+    pub fn take_dropped(&mut self) -> Vec<(String, Dropped)> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// A worker's work is done at `now_ms`: it goes to the next in line, or becomes free.
@@ -310,7 +343,7 @@ impl<W: Waiter> Pipeline<W> {
                 Discipline::AdaptiveLifo if standing => self.line.pop_back(),
                 _ => self.line.pop_front(),
             };
-            let Some(Place { waiter, key, since_ms, gives_up_ms }) = next else { break };
+            let Some(Place { waiter, key, since_ms, gives_up_ms, .. }) = next else { break };
             self.note_empty(now_ms);
             let waited_ms = now_ms.saturating_sub(since_ms);
             let allowed_ms = if standing { codel.target_ms } else { codel.interval_ms };
@@ -506,7 +539,13 @@ mod tests {
         let told = keys
             .iter()
             .map(|&(key, at, timeout_ms)| {
-                match pipe.pass(stages, (key, Hints { timeout_ms }), at, rng, place(true)) {
+                match pipe.pass(
+                    stages,
+                    (key, Hints { timeout_ms, ..Default::default() }),
+                    at,
+                    rng,
+                    place(true),
+                ) {
                     Passage::Queued(told) => told,
                     other => panic!("{key} not queued: {other:?}"),
                 }
@@ -534,9 +573,21 @@ mod tests {
         assert_eq!(moved.dropped, vec![("late".to_owned(), Dropped::Deadline)]);
         assert_eq!(told[2].get(), Some(Turn::Dropped(Dropped::Deadline)));
         assert_eq!((moved.handed, pipe.in_work()), (0, 0), "the worker is free");
-        let again = pipe.pass(&stages, ("late", Hints { timeout_ms: Some(50) }), at, &mut rng, place(true));
+        let again = pipe.pass(
+            &stages,
+            ("late", Hints { timeout_ms: Some(50), ..Default::default() }),
+            at,
+            &mut rng,
+            place(true),
+        );
         assert!(matches!(again, Passage::Dropped(Dropped::Deadline)), "50 ms is too short for any work");
-        let plenty = pipe.pass(&stages, ("late", Hints { timeout_ms: Some(400) }), at, &mut rng, place(true));
+        let plenty = pipe.pass(
+            &stages,
+            ("late", Hints { timeout_ms: Some(400), ..Default::default() }),
+            at,
+            &mut rng,
+            place(true),
+        );
         assert!(matches!(plenty, Passage::Work(_)), "the dropped key was let go");
     }
 
@@ -591,5 +642,45 @@ mod tests {
         assert!(worked(&told[1]));
         let plain_lifo = defended(1, 10, Defences { queue: Discipline::Lifo, ..Default::default() });
         assert!(pipe.lifo(&plain_lifo, 0), "LIFO is always newest first");
+    }
+
+    #[test]
+    fn retries_first_sheds_the_newest_retry_from_a_full_line_for_a_first_attempt() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let stages = defended(1, 2, Defences { retries_first: true, ..Default::default() });
+        let mut pipe = Pipeline::default();
+        let hints = |previous| Hints { previous_attempts: Some(previous), ..Default::default() };
+        let mut pass = |pipe: &mut Pipeline<Place>, key: &str, previous| {
+            pipe.pass(&stages, (key, hints(previous)), 0, &mut rng, place(true))
+        };
+        assert!(matches!(pass(&mut pipe, "busy", 0), Passage::Work(_)));
+        let Passage::Queued(older) = pass(&mut pipe, "older-retry", 1) else { panic!() };
+        let Passage::Queued(newer) = pass(&mut pipe, "newer-retry", 3) else { panic!() };
+        assert!(
+            matches!(pass(&mut pipe, "another-retry", 1), Passage::Shed { .. }),
+            "a retry takes no one's place"
+        );
+        let Passage::Queued(first) = pass(&mut pipe, "first", 0) else {
+            panic!("a first attempt gets a place")
+        };
+        assert_eq!(newer.get(), Some(Turn::Dropped(Dropped::RetryShed)), "the newest retry gave it up");
+        assert_eq!(older.get(), None);
+        assert_eq!(pipe.take_dropped(), vec![("newer-retry".to_owned(), Dropped::RetryShed)]);
+        assert!(pipe.take_dropped().is_empty());
+        let Passage::Queued(_) = pass(&mut pipe, "second", 0) else { panic!() };
+        assert_eq!(older.get(), Some(Turn::Dropped(Dropped::RetryShed)));
+        assert!(matches!(pass(&mut pipe, "third", 0), Passage::Shed { .. }), "no retry left to shed");
+        assert!(matches!(pass(&mut pipe, "newer-retry", 0), Passage::Shed { .. }), "its key is free again");
+        let mut rng = StdRng::seed_from_u64(10);
+        assert_eq!(pipe.leave(&stages, 300, &mut rng).handed, 1);
+        assert!(worked(&first), "first attempts keep their order");
+        let fifo = overloaded(1, 2);
+        let mut plain_pipe = Pipeline::default();
+        let mut rng = StdRng::seed_from_u64(11);
+        for (key, previous) in [("a", 0), ("b", 1), ("c", 1)] {
+            plain_pipe.pass(&fifo, (key, hints(previous)), 0, &mut rng, place(true));
+        }
+        let off = plain_pipe.pass(&fifo, ("d", hints(0)), 0, &mut rng, place(true));
+        assert!(matches!(off, Passage::Shed { .. }), "off, a full line sheds whoever comes");
     }
 }

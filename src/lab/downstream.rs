@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::outside::ended_outside;
 use super::{Lab, LabState, unix_now_ms};
 use crate::callers::{CallerName, Ending, Ticket};
-use crate::domain::Answer;
+use crate::domain::{Answer, DropCause};
 use crate::downstream::{
     BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
     Turn, Waiter,
@@ -87,7 +87,7 @@ impl Lab {
         let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
         let refused = match passage {
             Passage::Dropped(why) => {
-                record.load.dropped(now, why == Dropped::Deadline);
+                record.load.dropped(now, cause(why));
                 Some((503, dropped_detail(why)))
             }
             Passage::Throttled { .. } => Some((429, "over the rate limit, nothing applied")),
@@ -103,6 +103,9 @@ impl Lab {
             }
             Passage::Queued(_) => None,
         };
+        // A first attempt may have taken a retry's place in line.
+        let shed = Moved { handed: 0, dropped: endpoint.take_dropped() };
+        self.moved(&mut state, shed, now);
         let busy = matches!(passage, Passage::Busy);
         let mut ticket = None;
         if let Some((caller, digest)) = from {
@@ -162,7 +165,7 @@ impl Lab {
             state.record.load.work_started(now);
         }
         for (key, why) in dropped {
-            state.record.load.dropped(now, why == Dropped::Deadline);
+            state.record.load.dropped(now, cause(why));
             let event = Event::DownstreamRequest {
                 key,
                 status: 503,
@@ -370,5 +373,15 @@ pub(super) fn dropped_detail(why: Dropped) -> &'static str {
     match why {
         Dropped::Deadline => "dropped: its client would have given up before the work finished",
         Dropped::QueueTimeout => "dropped: waited in line longer than CoDel allows",
+        Dropped::RetryShed => "shed: a retry, to make room in line for a first attempt",
+    }
+}
+
+/// The load bins' count a drop goes in.
+fn cause(why: Dropped) -> DropCause {
+    match why {
+        Dropped::Deadline => DropCause::Deadline,
+        Dropped::QueueTimeout => DropCause::TimedOutInQueue,
+        Dropped::RetryShed => DropCause::RetryShed,
     }
 }

@@ -179,6 +179,9 @@ fn describe(settings: &DownstreamSettings) -> String {
             if d.deadline {
                 defences.push("deadline drop".to_owned());
             }
+            if d.retries_first {
+                defences.push("retries shed first".to_owned());
+            }
             match d.queue {
                 Discipline::Fifo => {}
                 Discipline::Lifo => defences.push("LIFO".into()),

@@ -35,6 +35,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         LabParam,
         ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters"),
         ("X-Request-Timeout-Ms" = Option<u64>, Header, description = "How long the client waits for this answer, in ms (1 to 86,400,000); the overloaded mode's deadline defence drops, without doing it, work that would finish after that. A value that does not parse is counted (the load bins' ignored_hints) and ignored"),
+        ("X-Previous-Attempts" = Option<u32>, Header, description = "How many attempts of this request the client made before (0 for a first attempt, as gRPC's grpc-previous-rpc-attempts); with the overloaded mode's retries_first defence, a first attempt takes a full line's newest retry's place. A value that does not parse is counted (ignored_hints) and ignored"),
         ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters, no invisible or text-direction ones such as U+202E or U+200B); else its User-Agent, else its address names it"),
     ),
     request_body(content = Object, description = "Any JSON value"),
@@ -95,20 +96,39 @@ pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
 /// The longest timeout taken from a client: longer means the header is not meant.
 const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// What the request's headers tell the endpoint; one that does not parse (not a whole number
-/// of ms from 1 to a day, or sent twice) is counted and ignored, never refused.
+/// The header in which a client says how many attempts of this request it made before (as
+/// gRPC's `grpc-previous-rpc-attempts`, gRFC A6); retry-aware shedding reads it.
+pub const PREVIOUS_ATTEMPTS_HEADER: &str = "x-previous-attempts";
+
+/// What the request's headers tell the endpoint; one that does not parse (a timeout that is not
+/// a whole number of ms from 1 to a day, a count of attempts that is not a whole number, or
+/// either sent twice) is counted and ignored, never refused.
 fn said(headers: &HeaderMap) -> Said {
-    let mut values = headers.get_all(TIMEOUT_HEADER).iter();
+    let (timeout_ms, bad_timeout) =
+        hint(headers, TIMEOUT_HEADER, |ms: &u64| (1..=MAX_TIMEOUT_MS).contains(ms));
+    let (previous_attempts, bad_count) = hint(headers, PREVIOUS_ATTEMPTS_HEADER, |_: &u32| true);
+    Said { hints: Hints { timeout_ms, previous_attempts }, ignored: bad_timeout || bad_count }
+}
+
+/// A hint header's whole number, if it is there once and `fits`; and whether it was there but
+/// did not parse.
+fn hint<T: std::str::FromStr>(
+    headers: &HeaderMap,
+    name: &str,
+    fits: impl Fn(&T) -> bool,
+) -> (Option<T>, bool) {
+    let mut values = headers.get_all(name).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
-        return Said { hints: Hints::default(), ignored: headers.contains_key(TIMEOUT_HEADER) };
+        return (None, headers.contains_key(name));
     };
-    let timeout_ms = value
+    let parsed = value
         .to_str()
         .ok()
         .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms));
-    Said { hints: Hints { timeout_ms }, ignored: timeout_ms.is_none() }
+        .and_then(|v| v.parse::<T>().ok())
+        .filter(fits);
+    let bad = parsed.is_none();
+    (parsed, bad)
 }
 
 /// A request refused before it reached the ledger is still an attempt of its caller's key, when
@@ -207,6 +227,10 @@ fn refusal(refused: Refusal) -> AppError {
                 }
                 Dropped::QueueTimeout => {
                     "dropped after waiting in line longer than CoDel allows (a standing queue); nothing was applied"
+                }
+                Dropped::RetryShed => {
+                    "shed: a retry (X-Previous-Attempts), to make room in a full line for a first attempt; nothing \
+                     was applied"
                 }
             }
             .into(),

@@ -2,8 +2,8 @@
 //! `metastable.rs`): the naive client and the spike that leaves the plain endpoint stuck.
 //! With the deadline drop, CoDel queue timeouts or adaptive LIFO on, goodput is back within
 //! 5 s of the spike's end; without the spike each defence leaves a healthy endpoint alone.
-//! Also: the defences are validated naming their field, and a hint header that does not
-//! parse is counted and ignored.
+//! Also: a full line sheds a retry before a first attempt when asked to, the defences are
+//! validated naming their field, and a hint header that does not parse is counted and ignored.
 
 use std::time::Duration;
 
@@ -128,6 +128,10 @@ async fn defences_are_validated_naming_their_field() {
         (json!({"mode": "healthy", "defences": {"deadline": true}}), "downstream.defences.deadline"),
         (json!({"mode": "down", "defences": {"queue": "codel"}}), "downstream.defences.queue"),
         (
+            json!({"mode": "throttled", "defences": {"retries_first": true}}),
+            "downstream.defences.retries_first",
+        ),
+        (
             json!({"mode": "overloaded", "defences": {"codel_target_ms": 0}}),
             "downstream.defences.codel_target_ms",
         ),
@@ -149,31 +153,73 @@ async fn defences_are_validated_naming_their_field() {
         .await;
     assert_eq!(
         set["defences"],
-        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 100, "codel_interval_ms": 100})
+        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 100, "codel_interval_ms": 100, "retries_first": false})
     );
     let kept = app.put(&lab, "downstream", r#"{"capacity": 2}"#).await;
     assert_eq!(kept["defences"]["queue"], "lifo", "an update not naming them keeps them");
     let healthy = app.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
     assert_eq!(
         healthy["defences"],
-        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 100, "codel_interval_ms": 100}),
+        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 100, "codel_interval_ms": 100, "retries_first": false}),
         "leaving the overloaded mode leaves its defences behind"
     );
 }
 
-/// Sends one request from outside with `timeout` as its `X-Request-Timeout-Ms` header.
-async fn send(app: &TestApp, lab: &str, key: &str, timeout: &str) -> (StatusCode, Value) {
-    let response = reqwest::Client::new()
+/// Sends one request from outside with `key` and the hint headers given.
+async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) -> (StatusCode, Value) {
+    let mut request = reqwest::Client::new()
         .post(app.url(&format!("/labs/{lab}/downstream")))
         .header("idempotency-key", key)
-        .header("content-type", "application/json")
-        .header("x-request-timeout-ms", timeout)
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+        .header("content-type", "application/json");
+    for (name, value) in hints {
+        request = request.header(*name, *value);
+    }
+    let response = request.body("{}").send().await.unwrap();
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Sends one request from outside with `timeout` as its `X-Request-Timeout-Ms` header.
+async fn send(app: &TestApp, lab: &str, key: &str, timeout: &str) -> (StatusCode, Value) {
+    send_with(app, lab, key, &[("x-request-timeout-ms", timeout)]).await
+}
+
+#[tokio::test]
+async fn a_full_line_sheds_its_newest_retry_for_a_first_attempt() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let lab = app.new_lab().await;
+    let set_up = r#"{"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [3000, 3000], "defences": {"retries_first": true}}"#;
+    app.put(&lab, "downstream", set_up).await;
+    let go = |key: &'static str, previous: &'static str| {
+        let (app, lab) = (app.clone(), lab.clone());
+        tokio::spawn(async move { send_with(&app, &lab, key, &[("x-previous-attempts", previous)]).await })
+    };
+    // Each in its place before the next is sent (the snapshot's line says so).
+    let placed = |waiting: u64| {
+        move |snapshot: &Value| snapshot["line"]["in_work"] == 1 && snapshot["line"]["waiting"] == waiting
+    };
+    let working = go("working", "0");
+    app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+    let retry = go("a-retry", "2");
+    app.wait_for(&lab, Duration::from_secs(10), placed(1)).await;
+    let first = go("a-first", "0");
+    let shed =
+        app.wait_for(&lab, Duration::from_secs(10), |s| total(s, "retries_shed", 0, u64::MAX) == 1).await;
+    assert_eq!(shed["line"]["waiting"], 1, "{}", shed["line"]);
+    // The line holds a first attempt now: a retry that comes is shed as any would be.
+    let late_retry = go("late-retry", "1");
+    let (status, problem) = retry.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("a retry"), "{problem}");
+    let (status, problem) = late_retry.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("no room in the queue"), "{problem}");
+    assert_eq!(working.await.unwrap().0, StatusCode::OK);
+    assert_eq!(first.await.unwrap().0, StatusCode::OK, "the first attempt kept the retry's place");
+    let snapshot = app.snapshot(&lab).await;
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    assert_eq!(total(&snapshot, "retries_shed", 0, now + 1), 1);
+    assert_eq!(counter(&snapshot, "applied"), 2);
 }
 
 #[tokio::test]
@@ -197,10 +243,12 @@ async fn a_deadline_header_that_does_not_parse_is_counted_and_ignored() {
         let (status, body) = send(&app, &lab, &format!("bad-{i}"), bad).await;
         assert_eq!(status, StatusCode::OK, "{bad:?}: {body}");
     }
+    let (status, body) = send_with(&app, &lab, "bad-count", &[("x-previous-attempts", "two")]).await;
+    assert_eq!(status, StatusCode::OK, "an attempt count that is not a number: {body}");
     let snapshot = app.snapshot(&lab).await;
     let now = snapshot["now_ms"].as_u64().unwrap();
-    assert_eq!(total(&snapshot, "ignored_hints", 0, now + 1), 6);
+    assert_eq!(total(&snapshot, "ignored_hints", 0, now + 1), 7);
     assert_eq!(total(&snapshot, "dropped_deadline", 0, now + 1), 1);
-    assert_eq!(counter(&snapshot, "applied"), 7, "all but the dropped one applied");
+    assert_eq!(counter(&snapshot, "applied"), 8, "all but the dropped one applied");
     assert_eq!(snapshot["line"], json!({"waiting": 0, "in_work": 0, "limit": 2, "lifo": false}));
 }
