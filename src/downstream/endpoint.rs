@@ -14,6 +14,7 @@ use super::{
 /// holds it.
 #[derive(Debug)]
 pub struct Endpoint<W> {
+    /// The settings in force: change them with `apply`, so the pipeline follows.
     pub settings: DownstreamSettings,
     /// While a timed setting lasts: when and to what the downstream goes back.
     pub revert: Option<Revert>,

@@ -75,10 +75,12 @@ impl Lab {
     /// Puts settings back as they were (a change the store could not keep), without a marker.
     pub fn restore_settings(&self, Settings { downstream, revert, policy }: Settings) {
         let mut state = self.lock();
-        state.endpoint.settings = downstream;
+        let now = self.now_ms();
+        // Through `apply`, so the pipeline's stages follow the settings put back.
+        let moved = state.endpoint.apply(downstream, now, &mut rand::rng());
+        self.moved(&mut state, moved, now);
         state.endpoint.revert = revert;
         state.clients.restore_policy(policy);
-        let now = self.now_ms();
         self.sync_clients(&mut state, now);
         let event = Event::SettingsChanged {
             downstream: state.endpoint.view(),
