@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
 use crate::metastable::{
-    DOWNSTREAM, NAIVE, SETTLE_MS, SPIKE, TRAFFIC, at_lab_ms, marker_at, seconds, window,
+    DOWNSTREAM, NAIVE, SETTLE_MS, SPIKE, TRAFFIC, at_lab_ms, fixed_by_putting, marker_at, seconds, stuck,
+    window,
 };
 
 const DEADLINE: &str = r#"{"defences": {"deadline": true}}"#;
@@ -84,6 +85,30 @@ async fn adaptive_lifo_ends_the_metastable_failure() {
     let dropped =
         ["dropped_deadline", "timed_out_in_queue"].map(|n| total(&snapshot, n, 0, ended_ms + 8_000));
     assert_eq!(dropped, [0, 0], "adaptive LIFO alone drops nothing");
+}
+
+/// The metastable preset's server-side steps: the naive client kept, a defence turned on while
+/// it is stuck ends it as the retry budget does (`metastable::fixed_by`). They also turn the
+/// client's fixes off, as each of the preset's steps turns the others off.
+pub const DEADLINE_STEP: &str = r#"{"defences": {"deadline": true}}"#;
+pub const CODEL_STEP: &str = r#"{"defences": {"queue": "codel"}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_deadline_drop_turned_on_while_stuck_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", DEADLINE_STEP)).await;
+    assert!(total(&snapshot, "dropped_deadline", at, at + 12_000) > 0, "work past its deadline was dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_codel_turned_on_while_stuck_ends_it() {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", CODEL_STEP)).await;
+    assert!(total(&snapshot, "timed_out_in_queue", at, at + 12_000) > 0, "stale requests timed out in line");
 }
 
 /// The metastable control (no spike) with `defence` on: as healthy as without it, and nothing

@@ -106,7 +106,7 @@ pub async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
 }
 
 /// Runs the trigger and holds on until 11 s after it ended; returns the lab and when it ended.
-async fn stuck(app: &TestApp) -> (String, u64) {
+pub async fn stuck(app: &TestApp) -> (String, u64) {
     let lab = set_up(app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
     app.put(&lab, "downstream", SPIKE).await;
@@ -139,8 +139,13 @@ async fn stuck(app: &TestApp) -> (String, u64) {
 /// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
 /// machine that takes a second or two more.)
 async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
+    fixed_by_putting(app, lab, ("policy", fix)).await
+}
+
+/// `fixed_by`, the fix put to the lab's `what` (its `policy`, or its `downstream`).
+pub async fn fixed_by_putting(app: &TestApp, lab: &str, (what, fix): (&str, &str)) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
-    app.put(lab, "policy", fix).await;
+    app.put(lab, what, fix).await;
     let snapshot = at_lab_ms(app, lab, at + 12_000).await;
     let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
     println!("around the fix, per second: {per_second:?}");
