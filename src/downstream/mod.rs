@@ -95,13 +95,15 @@ pub struct Defences {
     pub deadline: bool,
     /// The line's discipline: `fifo`, `lifo`, `adaptive_lifo` or `codel`.
     pub queue: Discipline,
-    /// CoDel's M: the longest wait in line while a standing queue exists. Facebook's 5 ms is
-    /// for work of a few ms; the lab's takes 60-240 ms, so the default is the 100 ms HBase
-    /// chose for its own long work (`hbase.ipc.server.callqueue.codel.target.delay`).
+    /// CoDel's M: the longest wait in line while a standing queue exists. Facebook's M = 5 ms
+    /// and N = 100 ms are for work of a few ms; the lab's takes 60-240 ms, so both are scaled
+    /// by 5, keeping their ratio: 25 ms.
     pub codel_target_ms: u64,
     /// CoDel's N: how long the line must stay busy to count as a standing queue (and the
-    /// longest wait else). Facebook's and HBase's 100 ms (`...codel.interval`): scaled up,
-    /// a long N lets work wait past its client's timeout between standing spells.
+    /// longest wait else): Facebook's 100 ms scaled by 5, 500 ms, as long as the metastable
+    /// set-up's clients wait, so a wait it allows outside a standing queue is never cut short
+    /// of one its client still waits for. (HBase, whose calls also take long, moved both to
+    /// 100 ms; with M = N the lab's healthy runs dropped work on any stall of the machine.)
     pub codel_interval_ms: u64,
     /// With the line full, a first attempt takes the place of the newest retry waiting (the
     /// client marks retries in `X-Previous-Attempts`).
@@ -113,8 +115,8 @@ impl Default for Defences {
         Defences {
             deadline: false,
             queue: Discipline::Fifo,
-            codel_target_ms: 100,
-            codel_interval_ms: 100,
+            codel_target_ms: 25,
+            codel_interval_ms: 500,
             retries_first: false,
         }
     }

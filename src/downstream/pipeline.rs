@@ -573,21 +573,15 @@ mod tests {
         assert_eq!(moved.dropped, vec![("late".to_owned(), Dropped::Deadline)]);
         assert_eq!(told[2].get(), Some(Turn::Dropped(Dropped::Deadline)));
         assert_eq!((moved.handed, pipe.in_work()), (0, 0), "the worker is free");
-        let again = pipe.pass(
-            &stages,
-            ("late", Hints { timeout_ms: Some(50), ..Default::default() }),
-            at,
-            &mut rng,
-            place(true),
+        let mut waiting = |timeout_ms| {
+            let hints = Hints { timeout_ms: Some(timeout_ms), ..Default::default() };
+            pipe.pass(&stages, ("late", hints), at, &mut rng, place(true))
+        };
+        assert!(
+            matches!(waiting(50), Passage::Dropped(Dropped::Deadline)),
+            "50 ms is too short for any work"
         );
-        assert!(matches!(again, Passage::Dropped(Dropped::Deadline)), "50 ms is too short for any work");
-        let plenty = pipe.pass(
-            &stages,
-            ("late", Hints { timeout_ms: Some(400), ..Default::default() }),
-            at,
-            &mut rng,
-            place(true),
-        );
+        let plenty = waiting(400);
         assert!(matches!(plenty, Passage::Work(_)), "the dropped key was let go");
     }
 

@@ -18,7 +18,7 @@ use crate::metastable::{
 };
 
 const DEADLINE: &str = r#"{"defences": {"deadline": true}}"#;
-/// CoDel and adaptive LIFO with their defaults (M = N = 100 ms).
+/// CoDel and adaptive LIFO with their defaults (M = 25 ms, N = 500 ms).
 const CODEL: &str = r#"{"defences": {"queue": "codel"}}"#;
 const ADAPTIVE_LIFO: &str = r#"{"defences": {"queue": "adaptive_lifo"}}"#;
 
@@ -68,8 +68,15 @@ async fn the_deadline_drop_ends_the_metastable_failure() {
     // Through the spike the work (1 s) outlasts every client (500 ms): it is dropped, not done.
     let dropped = total(&snapshot, "dropped_deadline", ended_ms - 2_000, ended_ms);
     assert!(dropped >= 20, "dropped for their deadline during the spike: {dropped}");
-    let wasted = total(&snapshot, "wasted", ended_ms + 2_000, ended_ms + 8_000);
-    assert!(wasted <= 10, "work done for clients already gone after the spike: {wasted}");
+    // After it, little of the work done is for clients already gone (stuck without a defence,
+    // most of it is). Not none: the client's 500 ms run from its send, the endpoint's from the
+    // arrival, and a busy machine can stall a request in between.
+    let (from, to) = (ended_ms + 2_000, ended_ms + 8_000);
+    let (wasted, ok) = (total(&snapshot, "wasted", from, to), total(&snapshot, "ok", from, to));
+    assert!(
+        wasted * 10 <= wasted + ok,
+        "work done for clients already gone after the spike: {wasted}, ok {ok}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,26 +100,27 @@ async fn adaptive_lifo_ends_the_metastable_failure() {
 pub const DEADLINE_STEP: &str = r#"{"defences": {"deadline": true}}"#;
 pub const CODEL_STEP: &str = r#"{"defences": {"queue": "codel"}}"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metastable_a_deadline_drop_turned_on_while_stuck_ends_it() {
+/// Turns `step` on while the lab is stuck; it must end it, counting its drops in `count`.
+async fn ends_it_turned_on_while_stuck(step: &str, count: &str) {
     let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
-    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", DEADLINE_STEP)).await;
-    assert!(total(&snapshot, "dropped_deadline", at, at + 12_000) > 0, "work past its deadline was dropped");
+    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", step)).await;
+    assert!(total(&snapshot, count, at, at + 12_000) > 0, "{step} dropped nothing ({count})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_deadline_drop_turned_on_while_stuck_ends_it() {
+    ends_it_turned_on_while_stuck(DEADLINE_STEP, "dropped_deadline").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_codel_turned_on_while_stuck_ends_it() {
-    let _turn = OPEN_SYSTEM_RUNS.lock().await;
-    let app = TestApp::spawn().await;
-    let (lab, _) = stuck(&app).await;
-    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", CODEL_STEP)).await;
-    assert!(total(&snapshot, "timed_out_in_queue", at, at + 12_000) > 0, "stale requests timed out in line");
+    ends_it_turned_on_while_stuck(CODEL_STEP, "timed_out_in_queue").await;
 }
 
-/// The metastable control (no spike) with `defence` on: as healthy as without it, and nothing
-/// dropped.
+/// The metastable control (no spike) with `defence` on: as healthy as without it, and next to
+/// nothing dropped.
 async fn stays_healthy_with(defence: &str) {
     let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
@@ -130,9 +138,14 @@ async fn stays_healthy_with(defence: &str) {
         delivered as f64 >= offered as f64 * 0.9,
         "{defence}: delivered {delivered} of {offered}: {per_second:?}"
     );
-    let dropped =
-        ["dropped_deadline", "timed_out_in_queue", "ignored_hints"].map(|n| total(&snapshot, n, 0, now + 1));
-    assert_eq!(dropped, [0, 0, 0], "{defence}: nothing dropped, every hint parsed");
+    // Healthy waits are tens of ms, the defences' limits 500 ms (CoDel, no standing queue) and
+    // 300 ms (the deadline: 500 ms less 200 ms of work): a drop is a stall of the machine,
+    // rare, not the defence's doing; at most 1 in 100 requests, and every hint parsed.
+    let requests = total(&snapshot, "requests", 0, now + 1);
+    let dropped = ["dropped_deadline", "timed_out_in_queue"].map(|n| total(&snapshot, n, 0, now + 1));
+    println!("{defence}: dropped {dropped:?} of {requests} requests");
+    assert!(dropped.iter().sum::<u64>() * 100 <= requests, "{defence}: dropped {dropped:?} of {requests}");
+    assert_eq!(total(&snapshot, "ignored_hints", 0, now + 1), 0, "{defence}: every hint parsed");
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
 }
 
@@ -178,14 +191,14 @@ async fn defences_are_validated_naming_their_field() {
         .await;
     assert_eq!(
         set["defences"],
-        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 100, "codel_interval_ms": 100, "retries_first": false})
+        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false})
     );
     let kept = app.put(&lab, "downstream", r#"{"capacity": 2}"#).await;
     assert_eq!(kept["defences"]["queue"], "lifo", "an update not naming them keeps them");
     let healthy = app.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
     assert_eq!(
         healthy["defences"],
-        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 100, "codel_interval_ms": 100, "retries_first": false}),
+        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false}),
         "leaving the overloaded mode leaves its defences behind"
     );
 }

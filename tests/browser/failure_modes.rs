@@ -806,16 +806,16 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     .await;
     let said = said.as_str().unwrap_or_default().to_owned();
     assert!(
-        said.contains("drops work whose client will have given up, and drops what waited over 80 ms once a queue stands 100 ms"),
+        said.contains("drops work whose client will have given up, and drops what waited over 80 ms once a queue stands 500 ms"),
         "{said}"
     );
     let snapshot = server.snapshot(&lab).await;
     assert_eq!(
         snapshot["downstream"]["defences"],
-        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 100, "retries_first": false})
+        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false})
     );
     let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
-    assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 100 ms"), "{flag}");
+    assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 500 ms"), "{flag}");
     // A fresh page fills the form from the lab's settings.
     page.eval("window.beforeReload = true; location.reload()").await.unwrap();
     let shown = wait_for(
