@@ -21,6 +21,8 @@ step "examples/ledger_memory"
 LEDGER_MEMORY_KEYS=2000 cargo run --locked --quiet --example ledger_memory
 step "scripts/endpoint-throughput.sh (with examples/bare_endpoint)"
 BIN_DIR="$target/debug" ROUNDS=1 SECONDS_EACH=1 scripts/endpoint-throughput.sh
+step "scripts/defence-cost.sh"
+RETRYLAB_BIN="$bin" ROUNDS=1 SECONDS_EACH=1 scripts/defence-cost.sh
 step "scripts/lean-bench.py"
 python3 scripts/lean-bench.py --quick --bin "$bin" --bare "$target/debug/examples/bare_endpoint"
 step "scripts/compare-bench.py"

@@ -80,10 +80,22 @@ function describeMode(mode, ds, policy) {
       return `${ds.rate_per_s} requests/s for all callers, bursts of ${ds.burst}; over it 429 with Retry-After`;
     case 'overloaded':
       if (ds.capacity == null) return 'works on a few at once, queues a few more, turns the rest away with 503';
-      return `${ds.capacity} at once (${range(ds.latency_ms)} each), ${ds.queue} more wait; the rest get 503 at once`;
+      return `${ds.capacity} at once (${range(ds.latency_ms)} each), ${ds.queue} more wait; the rest get 503 at once${defended(ds.defences)}`;
     default:
       return '';
   }
+}
+
+/** The overloaded endpoint's defences in words, or nothing when none is on. */
+function defended(d) {
+  if (!d) return '';
+  const on = [];
+  if (d.deadline) on.push('drops work whose client will have given up');
+  if (d.retries_first) on.push('sheds a retry from a full line to make room for a first attempt');
+  if (d.queue === 'lifo') on.push('serves the newest first');
+  if (d.queue === 'adaptive_lifo') on.push(`serves the newest first once a queue stands ${d.codel_interval_ms} ms`);
+  if (d.queue === 'codel') on.push(`drops what waited over ${d.codel_target_ms} ms once a queue stands ${d.codel_interval_ms} ms`);
+  return on.length ? `; it ${on.join(', and ')}` : '';
 }
 
 /** Fill a form from the model unless the person is editing it. */
@@ -253,6 +265,16 @@ export function createControls(model, lab) {
       capacity: num(params, 'capacity'),
       queue: num(params, 'queue'),
     };
+    // The defences are the overloaded mode's: another mode refuses them.
+    if (body.mode === 'overloaded') {
+      body.defences = {
+        deadline: checked(params, 'deadline'),
+        retries_first: checked(params, 'retries_first'),
+        queue: params.elements.namedItem('queue_discipline').value,
+        codel_target_ms: num(params, 'codel_target_ms'),
+        codel_interval_ms: num(params, 'codel_interval_ms'),
+      };
+    }
     act(e.submitter ?? params, 'Could not change the parameters', async () => {
       await applyForm(params, '/downstream', body);
       params.dataset.dirty = 'false';
@@ -351,6 +373,11 @@ export function createControls(model, lab) {
         burst: ds.burst,
         capacity: ds.capacity,
         queue: ds.queue,
+        deadline: ds.defences?.deadline,
+        retries_first: ds.defences?.retries_first,
+        queue_discipline: ds.defences?.queue,
+        codel_target_ms: ds.defences?.codel_target_ms,
+        codel_interval_ms: ds.defences?.codel_interval_ms,
       });
       fill(policy, {
         ...pol,

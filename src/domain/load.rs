@@ -65,6 +65,24 @@ pub struct LoadBin {
     /// many clients, the mean over those that hold one each). Left out when none was noted.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub levels: BTreeMap<String, f64>,
+    /// Requests the endpoint dropped in this bin, without doing their work, because their
+    /// client would have given up before it finished (the deadline defence).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dropped_deadline: u64,
+    /// Requests dropped in this bin after waiting in line longer than CoDel allows.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub timed_out_in_queue: u64,
+    /// Retries shed from a full line in this bin to make room for first attempts.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retries_shed: u64,
+    /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
+    /// and ignored.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ignored_hints: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_fine(width_ms: &u64) -> bool {
@@ -89,6 +107,10 @@ impl Default for LoadBin {
             refused: 0,
             suppressed: BTreeMap::new(),
             levels: BTreeMap::new(),
+            dropped_deadline: 0,
+            timed_out_in_queue: 0,
+            retries_shed: 0,
+            ignored_hints: 0,
         }
     }
 }
@@ -112,7 +134,19 @@ impl LoadBin {
         }
         // Summed in order, so the later bin's level is the one that stays.
         self.levels.extend(other.levels.iter().map(|(kind, level)| (kind.clone(), *level)));
+        self.dropped_deadline += other.dropped_deadline;
+        self.timed_out_in_queue += other.timed_out_in_queue;
+        self.retries_shed += other.retries_shed;
+        self.ignored_hints += other.ignored_hints;
     }
+}
+
+/// Why the endpoint dropped a request without its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropCause {
+    Deadline,
+    TimedOutInQueue,
+    RetryShed,
 }
 
 /// How a request that reached the downstream ended.
@@ -205,6 +239,21 @@ impl Load {
     /// Work was finished at `now_ms` for a client that had already given up.
     pub fn wasted(&mut self, now_ms: u64) {
         self.bin(now_ms).wasted += 1;
+    }
+
+    /// A request was dropped at `now_ms` without its work, for `cause`.
+    pub fn dropped(&mut self, now_ms: u64, cause: DropCause) {
+        let bin = self.bin(now_ms);
+        match cause {
+            DropCause::Deadline => bin.dropped_deadline += 1,
+            DropCause::TimedOutInQueue => bin.timed_out_in_queue += 1,
+            DropCause::RetryShed => bin.retries_shed += 1,
+        }
+    }
+
+    /// A request's hint header did not parse and was ignored.
+    pub fn ignored_hint(&mut self, now_ms: u64) {
+        self.bin(now_ms).ignored_hints += 1;
     }
 
     /// `count` new messages were created at `now_ms`.

@@ -1,32 +1,46 @@
 //! The endpoint's whole state, owned in one place: its settings and their timed change, the
-//! ledger of idempotency keys, the throttled mode's rate limit and the overloaded mode's
-//! workers. It also notes what of the ledger the store has not yet been told.
+//! ledger of idempotency keys, and the pipeline in front of the work (the throttled mode's
+//! rate limit, the overloaded mode's workers and their line, the keys in line). It also notes
+//! what of the ledger the store has not yet been told.
 
 use rand::Rng;
 
 use super::{
-    BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, Entry, Gate, Gcra, IdempotencyKey,
-    KeyRow, Ledger, Mode, Revert, Waiter, decide,
+    BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, Hints, IdempotencyKey, KeyRow, Ledger,
+    Limit, Moved, Passage, Pipeline, Revert, Stages, Waiter, decide,
 };
 
 /// One lab's endpoint; `W` is a request waiting in the overloaded mode's line, as its caller
 /// holds it.
 #[derive(Debug)]
 pub struct Endpoint<W> {
+    /// The settings in force: change them with `apply`, so the pipeline follows.
     pub settings: DownstreamSettings,
     /// While a timed setting lasts: when and to what the downstream goes back.
     pub revert: Option<Revert>,
     pub ledger: Ledger,
-    /// The throttled mode's rate limit.
-    throttle: Gcra,
-    /// The overloaded mode's workers and queue.
-    gate: Gate<W>,
+    /// What stands between a request and its work, as the settings configure it.
+    stages: Stages,
+    pipeline: Pipeline<W>,
     /// Keys applied before this wall-clock time expired (the dedup window moved on)...
     expired_before: Option<u64>,
     /// ...but for these, whose messages may still send them.
     kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     removed: Vec<String>,
+}
+
+/// The endpoint's line and workers as the snapshot shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LineView {
+    /// Requests waiting in line.
+    pub waiting: usize,
+    /// Requests holding a worker.
+    pub in_work: u32,
+    /// How many may hold a worker at once (the overloaded mode's); null without a limit.
+    pub limit: Option<u32>,
+    /// The line is served newest first now.
+    pub lifo: bool,
 }
 
 /// What of the ledger the store has not been told yet.
@@ -41,27 +55,13 @@ pub struct KeyChanges {
     pub removed: Vec<String>,
 }
 
-/// How a request gets past the mode's gate; `T` is the caller's end of its place in line.
-#[derive(Debug)]
-pub enum Passage<T> {
-    /// Straight on.
-    Open,
-    /// A worker of the overloaded downstream is this request's; give it back with
-    /// `Endpoint::leave`.
-    Worker,
-    /// Wait in line for a worker (it is this request's when `T` says so).
-    Queued(T),
-    /// Over the rate limit: 429.
-    Throttled { retry_after_s: u64 },
-    /// No worker and no room in the queue: 503 at once.
-    Shed { retry_after_s: u64 },
-}
-
 /// The request being decided: its body's digest and who sent it.
 #[derive(Debug, Clone, Copy)]
 pub struct Request {
     pub digest: BodyDigest,
     pub caller: Caller,
+    /// Its latency was already waited out (a worker held it): the write is applied at once.
+    pub worked: bool,
 }
 
 /// The two clocks a decision reads: lab time and wall-clock time, in ms.
@@ -77,8 +77,8 @@ impl<W> Default for Endpoint<W> {
             settings: Default::default(),
             revert: None,
             ledger: Default::default(),
-            throttle: Default::default(),
-            gate: Default::default(),
+            stages: Stages::of(&DownstreamSettings::default()),
+            pipeline: Default::default(),
             expired_before: None,
             kept: Vec::new(),
             removed: Vec::new(),
@@ -89,43 +89,62 @@ impl<W> Default for Endpoint<W> {
 impl<W: Waiter> Endpoint<W> {
     /// The endpoint as the store kept it; its gate starts empty.
     pub fn restore(view: DownstreamView, ledger: Ledger) -> Self {
-        Endpoint { settings: view.settings, revert: view.revert, ledger, ..Default::default() }
+        Endpoint {
+            settings: view.settings,
+            stages: Stages::of(&view.settings),
+            revert: view.revert,
+            ledger,
+            ..Default::default()
+        }
     }
 
     pub fn view(&self) -> DownstreamView {
         DownstreamView { settings: self.settings, revert: self.revert }
     }
 
-    /// Lets a request arriving at `now_ms` past the mode's gate, or refuses it; `line` makes
-    /// its place in line when it must wait.
-    pub fn pass<T>(&mut self, now_ms: u64, line: impl FnOnce() -> (W, T)) -> Passage<T> {
-        let settings = self.settings;
-        match settings.mode {
-            Mode::Throttled => match self.throttle.check(settings.rate_per_s, settings.burst, now_ms) {
-                Ok(()) => Passage::Open,
-                // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
-                Err(wait_ms) => Passage::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) },
-            },
-            Mode::Overloaded => match self.gate.enter(settings.capacity, settings.queue, line) {
-                Entry::Now => Passage::Worker,
-                Entry::Queued(turn) => Passage::Queued(turn),
-                Entry::Full => Passage::Shed { retry_after_s: settings.retry_after_s },
-            },
-            _ => Passage::Open,
+    /// Lets a request with `key` arriving at `now_ms` past the pipeline, or refuses it;
+    /// `place` makes its place in line when it must wait.
+    pub fn pass<T>(
+        &mut self,
+        (key, hints): (&IdempotencyKey, Hints),
+        now_ms: u64,
+        rng: &mut impl Rng,
+        place: impl FnOnce() -> (W, T),
+    ) -> Passage<T> {
+        self.pipeline.pass(&self.stages, (key.as_str(), hints), now_ms, rng, place)
+    }
+
+    /// The requests dropped from the line as others arrived (a retry shed for a first attempt).
+    pub fn take_dropped(&mut self) -> Vec<(String, super::Dropped)> {
+        self.pipeline.take_dropped()
+    }
+
+    /// A worker's work is done at `now_ms`: it goes to the next in line.
+    pub fn leave(&mut self, now_ms: u64, rng: &mut impl Rng) -> Moved {
+        self.pipeline.leave(&self.stages, now_ms, rng)
+    }
+
+    /// The line and the workers at `now_ms`.
+    pub fn line_view(&self, now_ms: u64) -> LineView {
+        LineView {
+            waiting: self.pipeline.waiting(),
+            in_work: self.pipeline.in_work(),
+            limit: self.stages.limit.map(|Limit::Fixed(n)| n),
+            lifo: self.pipeline.lifo(&self.stages, now_ms),
         }
     }
 
-    /// An overloaded downstream's worker is done: it goes to the next in line.
-    pub fn leave(&mut self) {
-        self.gate.leave(self.settings.capacity);
+    /// The request with `key` has left the line and its work.
+    pub fn release(&mut self, key: &IdempotencyKey) {
+        self.pipeline.release(key.as_str());
     }
 
-    /// Puts new settings in force; a larger capacity, or another mode, lets the queue in
-    /// front of the workers move.
-    pub fn apply(&mut self, settings: DownstreamSettings) {
+    /// Puts new settings in force; a higher limit, or another mode, lets the line in front of
+    /// the workers move.
+    pub fn apply(&mut self, settings: DownstreamSettings, now_ms: u64, rng: &mut impl Rng) -> Moved {
         self.settings = settings;
-        let capacity = if settings.mode == Mode::Overloaded { settings.capacity } else { u32::MAX };
-        self.gate.admit_waiting(capacity);
+        self.stages = Stages::of(&settings);
+        self.pipeline.admit_waiting(&self.stages, now_ms, rng)
     }
 
     /// Decides a request that got past the gate against the ledger (see `downstream::decide`).

@@ -8,15 +8,20 @@
 mod capacity;
 mod endpoint;
 mod ledger;
+mod pipeline;
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
 use crate::invalid::Invalid;
 
-pub use capacity::{Entry, Gate, Gcra, Waiter};
-pub use endpoint::{Clock, Endpoint, KeyChanges, Passage, Request};
+pub use capacity::Gcra;
+pub use endpoint::{Clock, Endpoint, KeyChanges, LineView, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use pipeline::{
+    Codel, Discipline, Dropped, Hints, Limit, Line, Moved, Passage, Pipeline, Rate, Stages, Turn, Waiter,
+    Work,
+};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
 const MAX_LATENCY_MS: u64 = 60_000;
@@ -76,6 +81,51 @@ pub struct DownstreamSettings {
     pub capacity: u32,
     /// Overloaded: requests that wait in line for a worker.
     pub queue: u32,
+    /// Overloaded: the endpoint's own defences against overload; none by default.
+    pub defences: Defences,
+}
+
+/// The overloaded endpoint's defences, each a switch with its source's rule (see
+/// `pipeline.rs`). The default is none of them: a FIFO line that works every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Defences {
+    /// Drop, without doing it, a request whose client will have given up before its work
+    /// could finish (the client says how long it waits in `X-Request-Timeout-Ms`).
+    pub deadline: bool,
+    /// The line's discipline: `fifo`, `lifo`, `adaptive_lifo` or `codel`.
+    pub queue: Discipline,
+    /// CoDel's M: the longest wait in line while a standing queue exists. Facebook's M = 5 ms
+    /// and N = 100 ms are for work of a few ms; the lab's takes 60-240 ms, so both are scaled
+    /// by 5, keeping their ratio: 25 ms.
+    pub codel_target_ms: u64,
+    /// CoDel's N: how long the line must stay busy to count as a standing queue (and the
+    /// longest wait else): Facebook's 100 ms scaled by 5, 500 ms, as long as the metastable
+    /// set-up's clients wait, so a wait it allows outside a standing queue is never cut short
+    /// of one its client still waits for. (HBase, whose calls also take long, moved both to
+    /// 100 ms; with M = N the lab's healthy runs dropped work on any stall of the machine.)
+    pub codel_interval_ms: u64,
+    /// With the line full, a first attempt takes the place of the newest retry waiting (the
+    /// client marks retries in `X-Previous-Attempts`).
+    pub retries_first: bool,
+}
+
+impl Default for Defences {
+    fn default() -> Self {
+        Defences {
+            deadline: false,
+            queue: Discipline::Fifo,
+            codel_target_ms: 25,
+            codel_interval_ms: 500,
+            retries_first: false,
+        }
+    }
+}
+
+impl Defences {
+    fn any(&self) -> bool {
+        self.deadline || self.retries_first || self.queue != Discipline::Fifo
+    }
 }
 
 impl Default for DownstreamSettings {
@@ -90,6 +140,7 @@ impl Default for DownstreamSettings {
             burst: 5,
             capacity: 4,
             queue: 0,
+            defences: Defences::default(),
         }
     }
 }
@@ -124,6 +175,8 @@ pub struct DownstreamUpdate {
     pub burst: Option<u32>,
     pub capacity: Option<u32>,
     pub queue: Option<u32>,
+    /// The overloaded mode's defences, whole (absent keeps them; on another mode they go).
+    pub defences: Option<Defences>,
     /// The new setting lasts this long, then the downstream goes back to what it was.
     pub for_ms: Option<u64>,
 }
@@ -132,8 +185,16 @@ impl DownstreamSettings {
     /// The settings with `update` applied, or the first reason they would be unusable.
     pub fn updated(&self, update: &DownstreamUpdate) -> Result<DownstreamSettings, Invalid> {
         let invalid = |field: &str, detail: String| Err(Invalid::new(format!("downstream.{field}"), detail));
+        let mode = update.mode.unwrap_or(self.mode);
+        // A change of mode away from overloaded, not naming defences, leaves them behind:
+        // they mean nothing without its line.
+        let defences = match (update.defences, mode) {
+            (Some(defences), _) => defences,
+            (None, Mode::Overloaded) => self.defences,
+            (None, _) => Defences::default(),
+        };
         let next = DownstreamSettings {
-            mode: update.mode.unwrap_or(self.mode),
+            mode,
             latency_ms: update.latency_ms.unwrap_or(self.latency_ms),
             failure_rate: update.failure_rate.unwrap_or(self.failure_rate),
             slow_ms: update.slow_ms.unwrap_or(self.slow_ms),
@@ -142,6 +203,7 @@ impl DownstreamSettings {
             burst: update.burst.unwrap_or(self.burst),
             capacity: update.capacity.unwrap_or(self.capacity),
             queue: update.queue.unwrap_or(self.queue),
+            defences,
         };
         for (name, [min, max]) in [("latency_ms", next.latency_ms), ("slow_ms", next.slow_ms)] {
             if min > max || max > MAX_LATENCY_MS {
@@ -168,6 +230,30 @@ impl DownstreamSettings {
         }
         if next.queue > MAX_QUEUE {
             return invalid("queue", format!("queue must be 0 to {MAX_QUEUE}"));
+        }
+        let d = next.defences;
+        if d.any() && next.mode != Mode::Overloaded {
+            let field = match (d.deadline, d.retries_first) {
+                (true, _) => "defences.deadline",
+                (_, true) => "defences.retries_first",
+                _ => "defences.queue",
+            };
+            return invalid(
+                field,
+                "the defences are the overloaded mode's: set mode to overloaded, or leave them off".into(),
+            );
+        }
+        if !(1..=MAX_LATENCY_MS).contains(&d.codel_target_ms) {
+            return invalid(
+                "defences.codel_target_ms",
+                format!("codel_target_ms must be 1 to {MAX_LATENCY_MS}"),
+            );
+        }
+        if !(d.codel_target_ms..=MAX_LATENCY_MS).contains(&d.codel_interval_ms) {
+            return invalid(
+                "defences.codel_interval_ms",
+                format!("codel_interval_ms must be codel_target_ms to {MAX_LATENCY_MS}"),
+            );
         }
         if update.for_ms.is_some_and(|ms| !(1..=MAX_FOR_MS).contains(&ms)) {
             return invalid("for_ms", format!("for_ms must be 1 to {MAX_FOR_MS}"));
@@ -239,7 +325,7 @@ pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
-    Request { digest, caller }: Request,
+    Request { digest, caller, worked }: Request,
     Clock { now_ms, unix_ms }: Clock,
     rng: &mut impl Rng,
 ) -> Decision {
@@ -262,7 +348,7 @@ pub fn decide(
         _ if full.is_some() => full.expect("checked"),
         Mode::Healthy | Mode::Flaky | Mode::Throttled | Mode::Overloaded => {
             ledger.reserve(key, digest, outside);
-            match sample(settings.latency_ms, rng) {
+            match if worked { 0 } else { sample(settings.latency_ms, rng) } {
                 0 => Decision::Applied(ledger.complete(key, now_ms, unix_ms)),
                 latency_ms => Decision::Process { latency_ms },
             }
@@ -270,7 +356,9 @@ pub fn decide(
         Mode::Slow => {
             ledger.reserve(key, digest, outside);
             let response = ledger.complete(key, now_ms, unix_ms);
-            Decision::AppliedEarly { response, answer_after_ms: sample(settings.slow_ms, rng) }
+            // A request a worker already held (the mode changed while it waited) has waited.
+            let answer_after_ms = if worked { 0 } else { sample(settings.slow_ms, rng) };
+            Decision::AppliedEarly { response, answer_after_ms }
         }
     }
 }
@@ -295,7 +383,8 @@ mod tests {
         (now_ms, unix_ms): (u64, u64),
         rng: &mut impl Rng,
     ) -> Decision {
-        super::decide(ledger, settings, key, Request { digest, caller }, Clock { now_ms, unix_ms }, rng)
+        let request = Request { digest, caller, worked: false };
+        super::decide(ledger, settings, key, request, Clock { now_ms, unix_ms }, rng)
     }
 
     fn lab(body: &serde_json::Value) -> (BodyDigest, Caller) {

@@ -1,41 +1,58 @@
 //! The lab's side of its downstream endpoint: each request is counted where it arrives, let
-//! past the mode's gate (the rate limit, the workers and their queue), decided against the
-//! ledger and its write applied, all under the lab's lock, so a key can never be applied twice
-//! and every answer is an event in order with the client's own.
+//! past the endpoint's pipeline (the rate limit, the workers and their line), decided against
+//! the ledger and its write applied, all under the lab's lock, so a key can never be applied
+//! twice and every answer is an event in order with the client's own. The waiting and the
+//! working around these steps are `serve.rs`'s.
 
 use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
+use super::outside::ended_outside;
 use super::{Lab, LabState, unix_now_ms};
-use crate::domain::Answer;
+use crate::callers::{CallerName, Ending, Ticket};
+use crate::domain::{Answer, DropCause};
 use crate::downstream::{
-    BodyDigest, Caller, Clock, Decision, IdempotencyKey, Request, StoredResponse, Waiter,
+    BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
+    Turn, Waiter,
 };
 use crate::events::Event;
 use crate::store::StoreError;
 
 /// The lab's endpoint: a request waiting in the overloaded mode's line is handed its worker
-/// over a oneshot channel.
-pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<()>>;
+/// (and the work to do) over a oneshot channel.
+pub(super) type Endpoint = crate::downstream::Endpoint<oneshot::Sender<Turn>>;
 
-/// How a request got past the mode's gate; one waiting in line awaits its worker on the
+/// How a request got past the pipeline; one waiting in line awaits its worker on the
 /// receiver.
-pub type Passage = crate::downstream::Passage<oneshot::Receiver<()>>;
+pub type Passage = crate::downstream::Passage<oneshot::Receiver<Turn>>;
 
-impl Waiter for oneshot::Sender<()> {
-    fn hand_over(self) -> bool {
-        self.send(()).is_ok()
+impl Waiter for oneshot::Sender<Turn> {
+    fn hand_over(self, turn: Turn) -> bool {
+        self.send(turn).is_ok()
     }
 }
 
-/// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`)
-/// and how it got past the mode's gate.
+/// What a request's headers said that the endpoint may use, and whether one did not parse.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Said {
+    pub hints: Hints,
+    /// A hint header was there but did not parse: counted, and ignored.
+    pub ignored: bool,
+}
+
+/// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`),
+/// how it got past the pipeline, and where an outside caller's request is kept.
 #[derive(Debug)]
 pub struct Arrival {
     pub arrived_t_ms: u64,
     pub passage: Passage,
+    pub ticket: Option<Ticket>,
 }
+
+/// The `Retry-After` a repeat of a request still in line or in work is sent: its first answer
+/// is due within about a second.
+pub const BUSY_RETRY_AFTER_S: u64 = 1;
 
 /// A request decided against the ledger.
 #[derive(Debug)]
@@ -49,23 +66,58 @@ pub struct Decided {
 }
 
 impl Lab {
-    /// A request was read: counts it where it arrives and lets it past the mode's gate, or
-    /// refuses it (and says so in an event), in one step. Returns the load bin it is counted in
-    /// (for `downstream_done`). A request let straight on is counted in process until then.
-    pub fn downstream_admit(&self, key: &IdempotencyKey) -> Arrival {
-        self.change(|LabState { record, endpoint, .. }, now| {
-            endpoint.ledger.count_request();
-            let arrived = record.load.arrive(now);
-            let passage = endpoint.pass(now, oneshot::channel);
-            let (status, detail) = match passage {
-                Passage::Throttled { .. } => (429, "over the rate limit, nothing applied"),
-                Passage::Shed { .. } => (503, "shed: no worker free and no room in the queue"),
-                Passage::Open => {
-                    record.load.work_started(now);
-                    return Some((Arrival { arrived_t_ms: arrived, passage }, None));
-                }
-                _ => return Some((Arrival { arrived_t_ms: arrived, passage }, None)),
-            };
+    /// A request was read: counts it where it arrives and lets it past the pipeline, or
+    /// refuses it (and says so in an event), and keeps an outside caller's request (`from`:
+    /// who, and its body's digest), in one step. Returns the load bin it is counted in (for
+    /// `downstream_done`). A request let on to its work is counted in process from here.
+    pub fn downstream_admit(
+        &self,
+        key: &IdempotencyKey,
+        said: Said,
+        from: Option<(&CallerName, String)>,
+    ) -> Arrival {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let LabState { record, endpoint, .. } = &mut *state;
+        endpoint.ledger.count_request();
+        let arrived = record.load.arrive(now);
+        if said.ignored {
+            record.load.ignored_hint(now);
+        }
+        let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
+        let refused = match passage {
+            Passage::Dropped(why) => {
+                record.load.dropped(now, cause(why));
+                Some((503, dropped_detail(why)))
+            }
+            Passage::Throttled { .. } => Some((429, "over the rate limit, nothing applied")),
+            Passage::Shed { .. } => Some((503, "shed: no worker free and no room in the queue")),
+            // Answered here: it never reaches its work, nor `downstream_done`.
+            Passage::Busy => {
+                record.load.answer(arrived, Answer::Status(409));
+                Some((409, "key still being processed"))
+            }
+            Passage::Open | Passage::Work(_) => {
+                record.load.work_started(now);
+                None
+            }
+            Passage::Queued(_) => None,
+        };
+        // A first attempt may have taken a retry's place in line.
+        let shed = Moved { handed: 0, dropped: endpoint.take_dropped() };
+        self.moved(&mut state, shed, now);
+        let busy = matches!(passage, Passage::Busy);
+        let mut ticket = None;
+        if let Some((caller, digest)) = from {
+            // A repeat refused as busy is kept as a refusal before the ledger: without its body.
+            let digest = (!busy).then_some(digest);
+            let (kept, untracked) = self.arrived_outside(&mut state, (caller, key.as_str(), digest), now);
+            if let Some(event) = untracked {
+                self.publish(&mut state, &event, now);
+            }
+            ticket = kept;
+        }
+        if let Some((status, detail)) = refused {
             let event = Event::DownstreamRequest {
                 key: key.as_str().into(),
                 status,
@@ -73,47 +125,64 @@ impl Lab {
                 replayed: false,
                 detail: Some(detail),
             };
-            Some((Arrival { arrived_t_ms: arrived, passage }, Some(event)))
-        })
-        .expect("an admission is always decided")
-    }
-
-    /// The overloaded downstream takes `key` into its line; false when a request with that key
-    /// is already in line or in work there (its repeat is answered 409 at once).
-    pub fn downstream_line_enter(&self, key: &IdempotencyKey) -> bool {
-        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).insert(key.as_str().to_owned())
-    }
-
-    /// The request with `key` has left the overloaded downstream's line and work.
-    pub fn downstream_line_leave(&self, key: &IdempotencyKey) {
-        self.keys_in_line.lock().unwrap_or_else(|e| e.into_inner()).remove(key.as_str());
-    }
-
-    /// An overloaded downstream's worker is done: it goes to the next in line.
-    pub fn downstream_leave(&self) {
-        self.lock().endpoint.leave();
+            self.publish(&mut state, &event, now);
+        }
+        if busy && let Some(ticket) = ticket.take() {
+            let ending = Ending::Answered { status: 409, retry_after_s: Some(BUSY_RETRY_AFTER_S) };
+            if let Some(event) = ended_outside(&mut state, ticket, ending, now) {
+                self.publish(&mut state, &event, now);
+            }
+        }
+        Arrival { arrived_t_ms: arrived, passage, ticket }
     }
 
     /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
-    /// straight on (its work ends here too).
-    pub fn downstream_done(&self, arrived_t_ms: u64, answer: Answer, working: bool) {
+    /// straight on (its work ends here too); an outside caller's request kept at its ticket
+    /// ends with it.
+    pub fn downstream_done(
+        &self,
+        arrived_t_ms: u64,
+        (answer, working): (Answer, bool),
+        kept: Option<(Ticket, Ending)>,
+    ) {
         let mut state = self.lock();
         if working {
             state.record.load.work_finished();
         }
         state.record.load.answer(arrived_t_ms, answer);
+        if let Some((ticket, ending)) = kept {
+            let now = self.now_ms();
+            if let Some(event) = ended_outside(&mut state, ticket, ending, now) {
+                self.publish(&mut state, &event, now);
+            }
+        }
     }
 
-    /// Work begins on a request (it holds a worker, or is processed straight away).
-    pub fn downstream_work_started(&self) {
-        let now = self.now_ms();
-        self.lock().record.load.work_started(now);
+    /// Counts what a worker going free set in motion: work begun, requests dropped from the
+    /// line (each said in an event; its waiter answers it 503).
+    pub(super) fn moved(&self, state: &mut LabState, Moved { handed, dropped }: Moved, now: u64) {
+        for _ in 0..handed {
+            state.record.load.work_started(now);
+        }
+        for (key, why) in dropped {
+            state.record.load.dropped(now, cause(why));
+            let event = Event::DownstreamRequest {
+                key,
+                status: 503,
+                applied: false,
+                replayed: false,
+                detail: Some(dropped_detail(why)),
+            };
+            self.publish(state, &event, now);
+        }
     }
 
-    /// Work on a request ended; `wasted` when its client had already given up.
-    pub fn downstream_work_finished(&self, wasted: bool) {
+    /// A worker's work on the request with `key` has ended, and so has its wait for the
+    /// store: the key may come in again; `wasted` when its client had already given up.
+    pub fn downstream_work_done(&self, key: &IdempotencyKey, wasted: bool) {
         let now = self.now_ms();
         let mut state = self.lock();
+        state.endpoint.release(key);
         state.record.load.work_finished();
         if wasted {
             state.record.load.wasted(now);
@@ -134,15 +203,19 @@ impl Lab {
 
     /// Decides a downstream request against the ledger (see `Decided`). A key the ledger holds
     /// cold is read back from the store first, off the lab's lock, then decided like any other.
-    pub async fn downstream_decide(
+    /// A request a worker held (`worked`) gives its worker back in the same step.
+    pub(super) async fn downstream_decide(
         &self,
         key: &IdempotencyKey,
         digest: BodyDigest,
-        outside: bool,
+        (outside, worked): (bool, bool),
     ) -> Result<Decided, StoreError> {
+        let mut leave = worked;
         // Once is enough, unless a concurrent request with the same key changed it meanwhile.
         for _ in 0..3 {
-            let decided = self.decide_now(key, digest, outside);
+            let decided =
+                self.decide_now(key, Request { digest, caller: Caller::Lab, worked }, (outside, leave));
+            leave = false;
             let Decision::Recall { applied_unix_ms } = decided.decision else {
                 return Ok(decided);
             };
@@ -161,10 +234,18 @@ impl Lab {
     /// Decides a request against the ledger as it is in memory.
     /// An outside caller's new key is refused (507) past the limits on outside keys; the lab's
     /// own client is never held to them.
-    fn decide_now(&self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) -> Decided {
+    /// With `leave`, the worker that held it goes back first (to the next in line).
+    fn decide_now(&self, key: &IdempotencyKey, request: Request, (outside, leave): (bool, bool)) -> Decided {
         let mut rng = rand::rng();
         let mut state = self.lock();
         let now = self.now_ms();
+        if leave {
+            // The worker is done once its latency is: waiting for the store to commit the
+            // write is not the worker's, so the capacity is `capacity / latency_ms` whatever
+            // the store's pace.
+            let moved = state.endpoint.leave(now, &mut rng);
+            self.moved(&mut state, moved, now);
+        }
         let (decision, event) = {
             let endpoint = &mut state.endpoint;
             let clock = Clock { now_ms: now, unix_ms: unix_now_ms() };
@@ -179,7 +260,7 @@ impl Lab {
                 }
                 true => Caller::Outside(Ok(())),
             };
-            let decision = endpoint.decide(key, Request { digest, caller }, clock, &mut rng);
+            let decision = endpoint.decide(key, Request { caller, ..request }, clock, &mut rng);
             self.count_outside_keys(before, endpoint.ledger.outside_keys());
             let said = match &decision {
                 Decision::Replay(r) => Some((r.status, false, true, None)),
@@ -284,5 +365,23 @@ impl Lab {
             };
             Some(((), Some(event)))
         });
+    }
+}
+
+/// What the events say of a dropped request.
+pub(super) fn dropped_detail(why: Dropped) -> &'static str {
+    match why {
+        Dropped::Deadline => "dropped: its client would have given up before the work finished",
+        Dropped::QueueTimeout => "dropped: waited in line longer than CoDel allows",
+        Dropped::RetryShed => "shed: a retry, to make room in line for a first attempt",
+    }
+}
+
+/// The load bins' count a drop goes in.
+fn cause(why: Dropped) -> DropCause {
+    match why {
+        Dropped::Deadline => DropCause::Deadline,
+        Dropped::QueueTimeout => DropCause::TimedOutInQueue,
+        Dropped::RetryShed => DropCause::RetryShed,
     }
 }

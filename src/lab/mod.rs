@@ -5,7 +5,8 @@
 //!
 //! The other files each hold one seam of the lab: `settings` (its downstream and policy as
 //! they change, and the markers), `client` (its client's breaker and retry budget),
-//! `downstream` (its endpoint's gate and decisions), `snapshot` (the lab as one document),
+//! `downstream` (its endpoint's pipeline and decisions), `serve` (a request's waiting and
+//! working at the endpoint), `snapshot` (the lab as one document),
 //! `subscribers` (who watches it), `flush` (how its changes reach the store), `deliveries`
 //! (its running tasks), `clock` (its time, monotonic from an origin on the wall clock),
 //! `registry` (all labs).
@@ -18,6 +19,7 @@ mod flush;
 mod outside;
 mod queue;
 mod registry;
+mod serve;
 mod settings;
 mod snapshot;
 mod subscribers;
@@ -41,10 +43,11 @@ use crate::store::Store;
 
 pub use client::{Go, Slots};
 use downstream::Endpoint;
-pub use downstream::{Arrival, Decided, Passage};
+pub use downstream::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;
+pub use serve::{Refusal, Served};
 pub use settings::Settings;
 pub use snapshot::{SnapshotLimits, SnapshotView};
 pub use subscribers::Opening;
@@ -80,7 +83,6 @@ pub struct Lab {
     neighbours: Weak<registry::Held>,
     /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
     /// reserves them: a repeat meanwhile is answered 409 at once.
-    keys_in_line: Mutex<std::collections::HashSet<String>>,
     limits: Limits,
     retention: Retention,
 }
@@ -176,7 +178,6 @@ impl Lab {
             outside_keys_total: registry.outside_keys.clone(),
             outside_messages_total: registry.outside_messages.clone(),
             neighbours: registry.held(),
-            keys_in_line: Default::default(),
             limits,
             retention: registry.retention.clone(),
         }

@@ -8,6 +8,17 @@ use super::{Lab, LabState};
 use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Ticket, Untracked, report};
 use crate::events::Event;
 
+/// `Lab::outside_ended` within a change of the lab's: the event to publish.
+pub(super) fn ended_outside(
+    LabState { callers, .. }: &mut LabState,
+    ticket: Ticket,
+    ending: Ending,
+    now: u64,
+) -> Option<Event> {
+    let message = callers.end(ticket, ending, now)?.clone();
+    Some(Event::OutsideAttempt { message })
+}
+
 impl Lab {
     fn caller_bounds(&self) -> Bounds {
         Bounds {
@@ -20,42 +31,46 @@ impl Lab {
     /// A request of an outside caller with `key` arrived: where it is kept, or `None` when a
     /// bound held it back (counted, and said in an event).
     pub fn outside_arrived(&self, caller: &CallerName, key: &str, digest: Option<String>) -> Option<Ticket> {
+        self.change(|state, now| Some(self.arrived_outside(state, (caller, key, digest), now))).flatten()
+    }
+
+    /// `outside_arrived` within a change of the lab's: the ticket, and the event to publish.
+    pub(super) fn arrived_outside(
+        &self,
+        LabState { callers, .. }: &mut LabState,
+        (caller, key, digest): (&CallerName, &str, Option<String>),
+        now: u64,
+    ) -> (Option<Ticket>, Option<Event>) {
         let bounds = self.caller_bounds();
-        self.change(|LabState { callers, .. }, now| {
-            let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
-            let before = callers.messages().len();
-            match callers.arrive((caller, key), digest, now, (bounds, room)) {
-                Ok(ticket) => {
-                    if callers.messages().len() > before {
-                        self.outside_messages_total.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some((Some(ticket), None))
+        let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
+        let before = callers.messages().len();
+        match callers.arrive((caller, key), digest, now, (bounds, room)) {
+            Ok(ticket) => {
+                if callers.messages().len() > before {
+                    self.outside_messages_total.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(refusal) => {
-                    let limit = match refusal {
-                        Refusal::Keys if room => "max_outside_keys_per_lab",
-                        Refusal::Keys => "max_outside_keys",
-                        Refusal::Callers => "max_callers_per_lab",
-                        Refusal::Attempts => "max_outside_attempts_per_key",
-                    };
-                    let event = Event::OutsideUntracked {
-                        caller: caller.as_str().to_owned(),
-                        limit,
-                        untracked: callers.untracked(),
-                    };
-                    Some((None, Some(event)))
-                }
+                (Some(ticket), None)
             }
-        })
-        .flatten()
+            Err(refusal) => {
+                let limit = match refusal {
+                    Refusal::Keys if room => "max_outside_keys_per_lab",
+                    Refusal::Keys => "max_outside_keys",
+                    Refusal::Callers => "max_callers_per_lab",
+                    Refusal::Attempts => "max_outside_attempts_per_key",
+                };
+                let event = Event::OutsideUntracked {
+                    caller: caller.as_str().to_owned(),
+                    limit,
+                    untracked: callers.untracked(),
+                };
+                (None, Some(event))
+            }
+        }
     }
 
     /// The request kept at `ticket` was answered, or its client hung up.
     pub fn outside_ended(&self, ticket: Ticket, ending: Ending) {
-        self.change(|LabState { callers, .. }, now| {
-            let message = callers.end(ticket, ending, now)?.clone();
-            Some(((), Event::OutsideAttempt { message }))
-        });
+        self.change(|state, now| Some(((), ended_outside(state, ticket, ending, now)?)));
     }
 
     /// A report card per outside caller, and the requests the bounds held back.

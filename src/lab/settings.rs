@@ -4,7 +4,7 @@
 
 use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
-use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
+use crate::downstream::{Discipline, DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
 use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
@@ -75,10 +75,12 @@ impl Lab {
     /// Puts settings back as they were (a change the store could not keep), without a marker.
     pub fn restore_settings(&self, Settings { downstream, revert, policy }: Settings) {
         let mut state = self.lock();
-        state.endpoint.settings = downstream;
+        let now = self.now_ms();
+        // Through `apply`, so the pipeline's stages follow the settings put back.
+        let moved = state.endpoint.apply(downstream, now, &mut rand::rng());
+        self.moved(&mut state, moved, now);
         state.endpoint.revert = revert;
         state.clients.restore_policy(policy);
-        let now = self.now_ms();
         self.sync_clients(&mut state, now);
         let event = Event::SettingsChanged {
             downstream: state.endpoint.view(),
@@ -126,7 +128,8 @@ impl Lab {
         marker: Marker,
         now: u64,
     ) {
-        state.endpoint.apply(downstream);
+        let moved = state.endpoint.apply(downstream, now, &mut rand::rng());
+        self.moved(state, moved, now);
         if let Some(policy) = policy {
             let closed = state.clients.set_policy(policy, now);
             self.breaker_changed(state, closed, now);
@@ -173,7 +176,32 @@ fn describe(settings: &DownstreamSettings) -> String {
             format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
         }
         Mode::Overloaded => {
-            format!("overloaded (capacity {}, queue {}, {latency} each)", settings.capacity, settings.queue)
+            let d = settings.defences;
+            let mut defences = Vec::new();
+            if d.deadline {
+                defences.push("deadline drop".to_owned());
+            }
+            if d.retries_first {
+                defences.push("retries shed first".to_owned());
+            }
+            match d.queue {
+                Discipline::Fifo => {}
+                Discipline::Lifo => defences.push("LIFO".into()),
+                Discipline::AdaptiveLifo => {
+                    defences.push(format!("adaptive LIFO after {} ms", d.codel_interval_ms))
+                }
+                Discipline::Codel => {
+                    defences.push(format!("CoDel {} ms / {} ms", d.codel_target_ms, d.codel_interval_ms))
+                }
+            }
+            let defended = match defences.is_empty() {
+                true => String::new(),
+                false => format!("; defences: {}", defences.join(", ")),
+            };
+            format!(
+                "overloaded (capacity {}, queue {}, {latency} each{defended})",
+                settings.capacity, settings.queue
+            )
         }
         mode => mode.as_str().to_owned(),
     }

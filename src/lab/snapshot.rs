@@ -12,7 +12,7 @@ use crate::client::{BreakerChange, ProtectionView};
 use crate::config::Retention;
 use crate::dlq::{DeadLetter, Redrive};
 use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
-use crate::downstream::DownstreamView;
+use crate::downstream::{DownstreamView, LineView};
 use crate::events::ClientsView;
 use crate::retry::{BreakerState, PolicyView};
 
@@ -25,6 +25,9 @@ pub struct SnapshotView<'a> {
     now_ms: u64,
     last_event_id: u64,
     downstream: DownstreamView,
+    /// The endpoint's line and workers now: how many wait and work, and whether the line is
+    /// served newest first (LIFO, or adaptive LIFO while a standing queue exists).
+    line: LineView,
     policy: PolicyView,
     counters: Counters,
     breaker: BreakerView<'a>,
@@ -109,6 +112,7 @@ impl Lab {
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
             downstream: state.endpoint.view(),
+            line: state.endpoint.line_view(self.now_ms()),
             policy: state.clients.policy().view(),
             counters: state.counters(),
             breaker: BreakerView {
@@ -157,6 +161,7 @@ impl Lab {
             now_ms: self.now_ms(),
             last_event_id: state.log.last_id(),
             downstream: state.endpoint.view(),
+            line: state.endpoint.line_view(self.now_ms()),
             policy: state.clients.policy().view(),
             counters: state.counters(),
             breaker: (
@@ -220,6 +225,7 @@ pub(super) struct Captured {
     now_ms: u64,
     pub(super) last_event_id: u64,
     downstream: DownstreamView,
+    line: LineView,
     policy: PolicyView,
     counters: Counters,
     breaker: (BreakerState, Vec<BreakerChange>),
@@ -244,6 +250,7 @@ impl Captured {
             now_ms: self.now_ms,
             last_event_id: self.last_event_id,
             downstream: self.downstream,
+            line: self.line,
             policy: self.policy,
             counters: self.counters,
             breaker: BreakerView { state: self.breaker.0, changes: &self.breaker.1 },

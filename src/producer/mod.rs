@@ -129,7 +129,7 @@ impl Producer {
         for n in resume.next_n.. {
             let (policy, end, refused) = match lab.before_attempt((id, n), &self.slots, &mut rng).await {
                 Go::Send(policy, slots) => {
-                    let end = self.send(&url, &resume.key, &body, policy.timeout_ms).await;
+                    let end = self.send(&url, (&resume.key, n), &body, policy.timeout_ms).await;
                     drop(slots);
                     self.metrics.attempt(label(&end));
                     (policy, end, None)
@@ -157,18 +157,22 @@ impl Producer {
     }
 
     /// Sends one attempt and measures it.
-    async fn send(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> AttemptEnd {
+    async fn send(&self, url: &str, attempt: (&str, u32), body: &str, timeout_ms: u64) -> AttemptEnd {
         let started = Instant::now();
-        let mut end = self.send_once(url, key, body, timeout_ms).await;
+        let mut end = self.send_once(url, attempt, body, timeout_ms).await;
         end.duration_ms = started.elapsed().as_millis() as u64;
         end
     }
 
-    async fn send_once(&self, url: &str, key: &str, body: &str, timeout_ms: u64) -> AttemptEnd {
+    async fn send_once(&self, url: &str, (key, n): (&str, u32), body: &str, timeout_ms: u64) -> AttemptEnd {
         let request = self
             .client
             .post(url)
             .header("Idempotency-Key", key)
+            // How long this attempt waits: the endpoint's deadline defence reads it.
+            .header("X-Request-Timeout-Ms", timeout_ms)
+            // Which attempt of its round this is, as gRPC marks them: retry-aware shedding reads it.
+            .header("X-Previous-Attempts", n.saturating_sub(1))
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_owned())
             .timeout(Duration::from_millis(timeout_ms));

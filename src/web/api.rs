@@ -81,11 +81,30 @@ pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
 ) -> Result<Json<DownstreamView>, AppError> {
-    let Json(update) = payload?;
+    let Json(update) = payload.map_err(defence_named)?;
     let before = lab.settings();
     let downstream = lab.set_downstream(&update)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(downstream))
+}
+
+/// A defence the body names that does not parse (an unknown discipline, a field that is not
+/// one) is answered 422 naming it (`downstream.defences.queue`), as a value out of range is.
+fn defence_named(rejection: JsonRejection) -> AppError {
+    let detail = rejection.body_text();
+    let path = detail.split_once("target type: ").and_then(|(_, rest)| rest.split_once(": "));
+    match path {
+        Some((path, why))
+            if rejection.status() == StatusCode::UNPROCESSABLE_ENTITY && path.starts_with("defences") =>
+        {
+            AppError::Field {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                field: format!("downstream.{path}"),
+                detail: format!("{path}: {why}"),
+            }
+        }
+        _ => rejection.into(),
+    }
 }
 
 /// Changes the retry policy; absent fields keep their value.

@@ -7,7 +7,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -15,16 +14,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rand::RngExt;
-use tokio::sync::oneshot;
 
 use super::callers::outside_caller;
 use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Decision, IdempotencyKey, Mode, StoredResponse};
-use crate::lab::{Arrival, Decided, Lab, Passage};
+use crate::downstream::{BodyDigest, Dropped, Hints, IdempotencyKey, StoredResponse};
+use crate::lab::{Arrival, BUSY_RETRY_AFTER_S, Lab, Passage, Refusal, Said, Served};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
 pub const ROUTE: &str = "/labs/{lab}/downstream";
@@ -37,6 +34,8 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
     params(
         LabParam,
         ("Idempotency-Key" = String, Header, description = "1 to 255 visible ASCII characters"),
+        ("X-Request-Timeout-Ms" = Option<u64>, Header, description = "How long the client waits for this answer, in ms (1 to 86,400,000); the overloaded mode's deadline defence drops, without doing it, work that would finish after that. A value that does not parse is counted (the load bins' ignored_hints) and ignored"),
+        ("X-Previous-Attempts" = Option<u32>, Header, description = "How many attempts of this request the client made before (0 for a first attempt, as gRPC's grpc-previous-rpc-attempts); with the overloaded mode's retries_first defence, a first attempt takes a full line's newest retry's place. A value that does not parse is counted (ignored_hints) and ignored"),
         ("X-Client-Name" = Option<String>, Header, description = "Names this caller on the lab's page and report card (1 to 64 characters, no control characters, no invisible or text-direction ones such as U+202E or U+200B); else its User-Agent, else its address names it"),
     ),
     request_body(content = Object, description = "Any JSON value"),
@@ -49,7 +48,7 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Injected failure or shed load, or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure, shed load, or dropped by a defence (deadline, CoDel), or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys), or the store is full (max_db_bytes, the disk)", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -73,29 +72,63 @@ pub async fn downstream(
         Ok(read) => read,
         Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
     };
-    // The overloaded downstream holds a request in line and in work before its key is
-    // reserved in the ledger: a repeat meanwhile is 409 at once, as in every other mode.
-    let in_line = match lab.downstream_settings().mode {
-        Mode::Overloaded => match InLine::enter(&lab, &key) {
-            Some(held) => Some(held),
-            None => {
-                lab.downstream_refused(409, Some("key still being processed"));
-                return Err(kept_refusal(&lab, caller.as_ref(), &headers, in_flight()));
-            }
-        },
-        _ => None,
-    };
-    let ticket = caller
-        .as_ref()
-        .and_then(|caller| lab.outside_arrived(caller, key.as_str(), Some(digest.to_string())));
-    let Arrival { arrived_t_ms: arrived, passage: admission } = lab.downstream_admit(&key);
-    let working = matches!(admission, Passage::Open);
+    let from = caller.as_ref().map(|caller| (caller, digest.to_string()));
+    let Arrival { arrived_t_ms: arrived, passage, ticket } = lab.downstream_admit(&key, said(&headers), from);
+    if let Passage::Busy = passage {
+        // Counted, answered and kept as it arrived: a repeat of a request still in line or in work.
+        return Err(in_flight());
+    }
+    let working = matches!(passage, Passage::Open);
     let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
-    let answer = admitted(lab, key, (digest, caller.is_some()), (admission, in_line)).await;
+    let served = lab.downstream_serve(key, (digest, caller.is_some()), passage).await;
     // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
-    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    let response = match served {
+        Ok(Served { response, replayed }) => answer(response, replayed),
+        Err(refused) => refusal(refused).into_response(),
+    };
     visit.answered(&response);
     Ok(response)
+}
+
+/// The header in which a client says how long it waits for this answer, in ms (as Envoy's
+/// `x-envoy-expected-rq-timeout-ms` does); the deadline defence reads it.
+pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+/// The longest timeout taken from a client: longer means the header is not meant.
+const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The header in which a client says how many attempts of this request it made before (as
+/// gRPC's `grpc-previous-rpc-attempts`, gRFC A6); retry-aware shedding reads it.
+pub const PREVIOUS_ATTEMPTS_HEADER: &str = "x-previous-attempts";
+
+/// What the request's headers tell the endpoint; one that does not parse (a timeout that is not
+/// a whole number of ms from 1 to a day, a count of attempts that is not a whole number, or
+/// either sent twice) is counted and ignored, never refused.
+fn said(headers: &HeaderMap) -> Said {
+    let (timeout_ms, bad_timeout) =
+        hint(headers, TIMEOUT_HEADER, |ms: &u64| (1..=MAX_TIMEOUT_MS).contains(ms));
+    let (previous_attempts, bad_count) = hint(headers, PREVIOUS_ATTEMPTS_HEADER, |_: &u32| true);
+    Said { hints: Hints { timeout_ms, previous_attempts }, ignored: bad_timeout || bad_count }
+}
+
+/// A hint header's whole number, if it is there once and `fits`; and whether it was there but
+/// did not parse.
+fn hint<T: std::str::FromStr>(
+    headers: &HeaderMap,
+    name: &str,
+    fits: impl Fn(&T) -> bool,
+) -> (Option<T>, bool) {
+    let mut values = headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return (None, headers.contains_key(name));
+    };
+    let parsed = value
+        .to_str()
+        .ok()
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<T>().ok())
+        .filter(fits);
+    let bad = parsed.is_none();
+    (parsed, bad)
 }
 
 /// A request refused before it reached the ledger is still an attempt of its caller's key, when
@@ -171,178 +204,56 @@ fn read(
     Ok((key, BodyDigest::of(&body)))
 }
 
-/// Answers a request by how it got past the mode's gate.
-async fn admitted(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    (digest, outside): (BodyDigest, bool),
-    (admission, in_line): (Passage, Option<InLine>),
-) -> Result<Response, AppError> {
-    match admission {
-        Passage::Open => {}
-        Passage::Throttled { retry_after_s } => {
-            return Err(AppError::Unavailable {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                retry_after_s,
-                detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
-            });
+/// The error a refused request is answered with.
+fn refusal(refused: Refusal) -> AppError {
+    match refused {
+        Refusal::Throttled { retry_after_s } => AppError::Unavailable {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after_s,
+            detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
+        },
+        Refusal::Shed { retry_after_s } => AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s,
+            detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
+        },
+        Refusal::Dropped { why, retry_after_s } => AppError::Unavailable {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after_s,
+            detail: match why {
+                Dropped::Deadline => {
+                    "dropped before its work: your client would have given up (X-Request-Timeout-Ms) before it \
+                     finished; nothing was applied"
+                }
+                Dropped::QueueTimeout => {
+                    "dropped after waiting in line longer than CoDel allows (a standing queue); nothing was applied"
+                }
+                Dropped::RetryShed => {
+                    "shed: a retry (X-Previous-Attempts), to make room in a full line for a first attempt; nothing \
+                     was applied"
+                }
+            }
+            .into(),
+        },
+        Refusal::InProgress => in_flight(),
+        Refusal::BodyMismatch => {
+            AppError::Unprocessable("this Idempotency-Key was first used with a different body".into())
         }
-        Passage::Shed { retry_after_s } => {
-            return Err(AppError::Unavailable {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                retry_after_s,
-                detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
-            });
-        }
-        Passage::Worker => return overloaded(lab, key, (digest, outside), None, in_line).await,
-        Passage::Queued(turn) => return overloaded(lab, key, (digest, outside), Some(turn), in_line).await,
-    }
-    let decided = decide(&lab, &key, digest, outside).await?;
-    respond(lab, key, decided, Latency::ToWaitOut).await
-}
-
-/// Whether a request's latency is still to be waited out when it is decided.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Latency {
-    ToWaitOut,
-    /// The overloaded downstream's worker held the request for it before deciding.
-    WaitedOut,
-}
-
-/// Answers a decided request.
-async fn respond(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    Decided { decision, epoch, durable_at }: Decided,
-    latency: Latency,
-) -> Result<Response, AppError> {
-    let waited_out = |ms: u64| if latency == Latency::WaitedOut { 0 } else { ms };
-    match decision {
-        Decision::Replay(stored) => {
-            // The first answer may not be committed yet: after a crash the key could be applied
-            // again, so its repeat waits for that commit too (and only for that one).
-            lab.persisted_through(durable_at).await?;
-            Ok(answer(stored, true))
-        }
-        Decision::InProgress => Err(in_flight()),
-        Decision::BodyMismatch => {
-            Err(AppError::Unprocessable("this Idempotency-Key was first used with a different body".into()))
-        }
-        // Also when the mode changed while an overloaded request waited in line (an outage
-        // window began): it is answered by the mode now in force.
-        Decision::Unavailable { retry_after_s } => Err(AppError::Unavailable {
+        Refusal::Unavailable { retry_after_s } => AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
             detail: "the downstream is unavailable (injected failure); nothing was applied".into(),
-        }),
-        Decision::StorageFull { limit } => Err(storage_full(limit)),
-        Decision::Recall { .. } => Err(unreadable("the key changed while it was read back")),
-        Decision::AppliedEarly { response, answer_after_ms } => {
-            once_committed(&lab, &key, (epoch, durable_at), response, waited_out(answer_after_ms)).await
+        },
+        Refusal::StorageFull { limit } => storage_full(limit),
+        Refusal::Unreadable(why) => unreadable(&why),
+        Refusal::NotDurable(not_durable) => not_durable.into(),
+        Refusal::Reset { waited: true } => {
+            AppError::Conflict("the lab was reset while this request waited".into())
         }
-        Decision::Applied(response) => once_committed(&lab, &key, (epoch, durable_at), response, 0).await,
-        Decision::Process { latency_ms } => process(lab, key, epoch, waited_out(latency_ms)).await,
-    }
-}
-
-/// Applies a reserved key's write after `latency_ms`, in a task of its own: axum drops the
-/// handler's future when the client hangs up, and a write that has begun must still land
-/// with its key.
-async fn process(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    epoch: u64,
-    latency_ms: u64,
-) -> Result<Response, AppError> {
-    let work = tokio::spawn(async move {
-        if latency_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+        Refusal::Reset { waited: false } => {
+            AppError::Conflict("the lab was reset while this request was processed".into())
         }
-        let (stored, applied_event) = lab.downstream_complete(&key, epoch)?;
-        // The key and its answer are committed with the write before anyone hears of it; a
-        // write the store cannot keep is taken back, so a 503 applied nothing.
-        let kept = lab.persisted_through(applied_event).await;
-        if kept.is_err() {
-            lab.downstream_unapply(&key, epoch);
-        }
-        Some(kept.map(|()| stored))
-    });
-    match work.await {
-        Ok(Some(Ok(stored))) => Ok(answer(stored, false)),
-        Ok(Some(Err(not_durable))) => Err(not_durable.into()),
-        _ => Err(AppError::Conflict("the lab was reset while this request was processed".into())),
     }
-}
-
-/// The overloaded downstream: wait in line for a worker (if `turn` is given), hold it for the
-/// request's latency, then decide and answer. All of it runs in its own task, so a request
-/// whose client gave up still takes its worker when its turn comes: that work is wasted, and
-/// it is what keeps an overloaded service overloaded after the trigger has gone.
-async fn overloaded(
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-    (digest, outside): (BodyDigest, bool),
-    turn: Option<oneshot::Receiver<()>>,
-    in_line: Option<InLine>,
-) -> Result<Response, AppError> {
-    let (reply, replied) = oneshot::channel();
-    tokio::spawn(async move {
-        // The key stays taken until this work ends, whether or not its client still waits.
-        let _in_line = in_line;
-        if let Some(turn) = turn
-            && turn.await.is_err()
-        {
-            return; // the lab was reset, or its gate dropped the line
-        }
-        // The worker goes back to the gate however this ends, and once its `latency_ms` of
-        // work is done: waiting for the store to commit the write is not the worker's, so the
-        // capacity is `capacity / latency_ms` whatever the store's pace.
-        let worker = Worker(lab.clone());
-        let work = Work::start(&lab);
-        let latency = lab.downstream_settings().latency_ms;
-        let latency_ms = rand::rng().random_range(latency[0]..=latency[1]);
-        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
-        drop(worker);
-        let outcome = match decide(&lab, &key, digest, outside).await {
-            Ok(decided) => respond(lab.clone(), key, decided, Latency::WaitedOut).await,
-            Err(unreadable) => Err(unreadable),
-        };
-        let wasted = reply.send(outcome).is_err();
-        work.finish(wasted);
-    });
-    replied
-        .await
-        .unwrap_or_else(|_| Err(AppError::Conflict("the lab was reset while this request waited".into())))
-}
-
-/// A write applied in the decision itself, answered once it is committed (its event,
-/// `durable_at`) and `answer_after_ms` later; a write the store cannot keep is taken back, so
-/// a 503 applied nothing.
-async fn once_committed(
-    lab: &Lab,
-    key: &IdempotencyKey,
-    (epoch, durable_at): (u64, u64),
-    response: StoredResponse,
-    answer_after_ms: u64,
-) -> Result<Response, AppError> {
-    if let Err(refused) = lab.persisted_through(durable_at).await {
-        lab.downstream_unapply(key, epoch);
-        return Err(refused.into());
-    }
-    if answer_after_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(answer_after_ms)).await;
-    }
-    Ok(answer(response, false))
-}
-
-/// Decides the request against the lab's ledger, reading a cold key back from the store.
-async fn decide(
-    lab: &Lab,
-    key: &IdempotencyKey,
-    digest: BodyDigest,
-    outside: bool,
-) -> Result<Decided, AppError> {
-    lab.downstream_decide(key, digest, outside).await.map_err(|e| unreadable(&e.to_string()))
 }
 
 /// The store could not read a key back: 503, nothing applied.
@@ -373,36 +284,9 @@ fn storage_full(limit: &'static str) -> AppError {
 fn in_flight() -> AppError {
     AppError::Unavailable {
         status: StatusCode::CONFLICT,
-        retry_after_s: 1,
+        retry_after_s: BUSY_RETRY_AFTER_S,
         detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
             .into(),
-    }
-}
-
-/// A key taken in the overloaded downstream's line, given back when dropped.
-struct InLine {
-    lab: Arc<Lab>,
-    key: IdempotencyKey,
-}
-
-impl InLine {
-    fn enter(lab: &Arc<Lab>, key: &IdempotencyKey) -> Option<InLine> {
-        lab.downstream_line_enter(key).then(|| InLine { lab: lab.clone(), key: key.clone() })
-    }
-}
-
-impl Drop for InLine {
-    fn drop(&mut self) {
-        self.lab.downstream_line_leave(&self.key);
-    }
-}
-
-/// A worker of the overloaded downstream, handed back to its gate when dropped.
-struct Worker(Arc<Lab>);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.0.downstream_leave();
     }
 }
 
@@ -421,51 +305,23 @@ impl Visit {
     fn answered(mut self, response: &Response) {
         self.answered = true;
         let status = response.status().as_u16();
-        self.lab.downstream_done(self.arrived, Answer::Status(status), self.working);
-        if let Some(ticket) = self.ticket.take() {
+        let kept = self.ticket.take().map(|ticket| {
             let retry_after_s = response
                 .headers()
                 .get(header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse().ok());
-            self.lab.outside_ended(ticket, Ending::Answered { status, retry_after_s });
-        }
+            (ticket, Ending::Answered { status, retry_after_s })
+        });
+        self.lab.downstream_done(self.arrived, (Answer::Status(status), self.working), kept);
     }
 }
 
 impl Drop for Visit {
     fn drop(&mut self) {
         if !self.answered {
-            self.lab.downstream_done(self.arrived, Answer::TimedOut, self.working);
-            if let Some(ticket) = self.ticket.take() {
-                self.lab.outside_ended(ticket, Ending::HungUp);
-            }
-        }
-    }
-}
-
-/// Work on one request, counted in process while it lives.
-struct Work {
-    lab: Arc<Lab>,
-    done: bool,
-}
-
-impl Work {
-    fn start(lab: &Arc<Lab>) -> Work {
-        lab.downstream_work_started();
-        Work { lab: lab.clone(), done: false }
-    }
-
-    fn finish(mut self, wasted: bool) {
-        self.done = true;
-        self.lab.downstream_work_finished(wasted);
-    }
-}
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if !self.done {
-            self.lab.downstream_work_finished(false);
+            let kept = self.ticket.take().map(|ticket| (ticket, Ending::HungUp));
+            self.lab.downstream_done(self.arrived, (Answer::TimedOut, self.working), kept);
         }
     }
 }

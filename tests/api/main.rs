@@ -11,6 +11,7 @@ mod compare;
 mod crash_ids;
 mod dead_letters;
 mod dedup_window;
+mod defences;
 mod deployment;
 mod durability;
 mod events;

@@ -22,17 +22,17 @@ use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
 /// twice the client's 500 ms timeout. Healthy waits are a few tens of ms: the margin to the
 /// timeout is wide, so a busy machine's hiccups do not tip the control over, and the rates
 /// are low enough that the machine's load is not what is measured.
-const DOWNSTREAM: &str =
+pub const DOWNSTREAM: &str =
     r#"{"mode": "overloaded", "capacity": 8, "queue": 40, "latency_ms": [200, 200], "retry_after_s": 0}"#;
 /// The naive client: no jitter, five attempts, a 500 ms timeout, and waits (800 ms, doubling)
 /// long enough that a retry comes after its first attempt's work has left the queue (the
 /// endpoint answers a key still in line 409 at once): each retry is a new request in line.
-const NAIVE: &str = r#"{"jitter": "none", "base_ms": 800, "cap_ms": 3200, "multiplier": 2, "max_attempts": 5, "timeout_ms": 500, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 19}"#;
+pub const NAIVE: &str = r#"{"jitter": "none", "base_ms": 800, "cap_ms": 3200, "multiplier": 2, "max_attempts": 5, "timeout_ms": 500, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 19}"#;
 /// 70 % of capacity.
-const TRAFFIC: &str = r#"{"rate_per_s": 28, "arrivals": "poisson"}"#;
+pub const TRAFFIC: &str = r#"{"rate_per_s": 28, "arrivals": "poisson"}"#;
 /// The trigger: the work takes five times as long for 2 s.
-const SPIKE: &str = r#"{"latency_ms": [1000, 1000], "for_ms": 2000}"#;
-const SETTLE_MS: u64 = 2_000;
+pub const SPIKE: &str = r#"{"latency_ms": [1000, 1000], "for_ms": 2000}"#;
+pub const SETTLE_MS: u64 = 2_000;
 
 async fn set_up(app: &TestApp) -> String {
     let lab = app.new_lab().await;
@@ -43,21 +43,21 @@ async fn set_up(app: &TestApp) -> String {
 }
 
 /// Offered load and goodput (messages created and delivered) in `[from, to)` ms of lab time.
-fn window(snapshot: &Value, from: u64, to: u64) -> (u64, u64) {
+pub fn window(snapshot: &Value, from: u64, to: u64) -> (u64, u64) {
     let bins = snapshot["load"]["bins"].as_array().unwrap();
     let inside = bins.iter().filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()));
     inside
         .fold((0, 0), |(o, d), b| (o + b["offered"].as_u64().unwrap(), d + b["delivered"].as_u64().unwrap()))
 }
 
-fn marker_at(snapshot: &Value, label: &str) -> u64 {
+pub fn marker_at(snapshot: &Value, label: &str) -> u64 {
     let markers = snapshot["markers"].as_array().unwrap();
     let found = markers.iter().rev().find(|m| m["label"].as_str().is_some_and(|l| l.starts_with(label)));
     found.unwrap_or_else(|| panic!("no marker '{label}': {markers:?}"))["at_ms"].as_u64().unwrap()
 }
 
 /// Goodput per second over `[from, to)`, as (offered, delivered) pairs, for the failure message.
-fn seconds(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64)> {
+pub fn seconds(snapshot: &Value, from: u64, to: u64) -> Vec<(u64, u64)> {
     (from..to).step_by(1_000).map(|t| window(snapshot, t, (t + 1_000).min(to))).collect()
 }
 
@@ -94,7 +94,7 @@ async fn metastable_control_without_the_trigger_stays_healthy() {
 /// The lab's snapshot once its clock has passed `t` ms, and its trigger has ended. It sleeps
 /// rather than polls: a snapshot of hundreds of messages taken every few ms would be load on
 /// the two cores the set-up is measured on.
-async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
+pub async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let snapshot = app.snapshot(lab).await;
@@ -108,7 +108,7 @@ async fn at_lab_ms(app: &TestApp, lab: &str, t: u64) -> Value {
 }
 
 /// Runs the trigger and holds on until 11 s after it ended; returns the lab and when it ended.
-async fn stuck(app: &TestApp) -> (String, u64) {
+pub async fn stuck(app: &TestApp) -> (String, u64) {
     let lab = set_up(app).await;
     tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
     app.put(&lab, "downstream", SPIKE).await;
@@ -138,8 +138,13 @@ async fn stuck(app: &TestApp) -> (String, u64) {
 /// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
 /// machine that takes a second or two more.)
 async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
+    fixed_by_putting(app, lab, ("policy", fix)).await
+}
+
+/// `fixed_by`, the fix put to the lab's `what` (its `policy`, or its `downstream`).
+pub async fn fixed_by_putting(app: &TestApp, lab: &str, (what, fix): (&str, &str)) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
-    app.put(lab, "policy", fix).await;
+    app.put(lab, what, fix).await;
     let snapshot = at_lab_ms(app, lab, at + 12_000).await;
     let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
     println!("around the fix, per second: {per_second:?}");

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use retrylab::claims::{ClaimId, Run, Scope, Verdict};
 
 use crate::helpers::{TestApp, counter, messages};
-use crate::metastable;
+use crate::{defences, metastable};
 
 const PRESETS: &str = include_str!("../../static/presets.json");
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -213,7 +213,19 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     says(failing_fast, "It opens once, and every message it meets in its 4 s is dead-lettered");
     says(failing_fast, "within a few seconds the goodput line is back on the offered line");
     says(failing_fast, "the breaker stays closed");
-    assert_eq!(preset["then"].as_array().unwrap().len(), 3, "only the endings the tests prove");
+    // defences::metastable_a_deadline_drop_turned_on_while_stuck_ends_it and
+    // defences::metastable_codel_turned_on_while_stuck_ends_it: the naive client kept.
+    for (step, fix) in
+        [(&preset["then"][3], defences::DEADLINE_STEP), (&preset["then"][4], defences::CODEL_STEP)]
+    {
+        assert_eq!(step["downstream"], json!([policy_of(fix)]));
+        assert_eq!(step["policy"], json!({"breaker": null, "retry_budget": null}), "the client's fixes off");
+        says(step, "The client is as naive as before");
+        says(step, "within a few seconds the goodput line is back on the offered line");
+    }
+    says(&preset["then"][3], "no longer begins work that would finish after its client has given up");
+    says(&preset["then"][4], "one that waited longer gets a 503 when its turn comes");
+    assert_eq!(preset["then"].as_array().unwrap().len(), 5, "only the endings the tests prove");
 }
 
 #[tokio::test]

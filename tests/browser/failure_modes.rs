@@ -836,3 +836,56 @@ async fn with_many_clients_the_breaker_band_shows_the_share_open() {
     assert_eq!(clients, "10");
     assert_no_console_errors(&page);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_page_says_so() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    server.put(&lab, "downstream", r#"{"mode": "overloaded", "capacity": 8, "queue": 40}"#).await;
+    wait_for(
+        &page,
+        "the form to show the overloaded endpoint",
+        "document.getElementById('params-form').elements.namedItem('capacity').value === '8'",
+    )
+    .await;
+    let script = "(() => { const f = document.getElementById('params-form');
+        f.closest('details').open = true;
+        f.elements.namedItem('deadline').checked = true;
+        f.elements.namedItem('queue_discipline').value = 'codel';
+        f.elements.namedItem('codel_target_ms').value = '80';
+        f.elements.namedItem('codel_target_ms').dispatchEvent(new Event('input', { bubbles: true }));
+        return true; })()";
+    page.eval(script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
+    let said = wait_for(
+        &page,
+        "the page to say the defences are on",
+        "(s => s.includes('drops what waited') && s)(document.querySelector('[data-mode-now-what]').textContent)",
+    )
+    .await;
+    let said = said.as_str().unwrap_or_default().to_owned();
+    assert!(
+        said.contains("drops work whose client will have given up, and drops what waited over 80 ms once a queue stands 500 ms"),
+        "{said}"
+    );
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(
+        snapshot["downstream"]["defences"],
+        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false})
+    );
+    let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
+    assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 500 ms"), "{flag}");
+    // A fresh page fills the form from the lab's settings.
+    page.eval("window.beforeReload = true; location.reload()").await.unwrap();
+    let shown = wait_for(
+        &page,
+        "the form to show the defences",
+        "(f => !window.beforeReload && f?.elements.namedItem('deadline').checked && f.elements.namedItem('queue_discipline').value)(document.getElementById('params-form'))",
+    )
+    .await;
+    assert_eq!(shown, "codel");
+    assert_no_console_errors(&page);
+}

@@ -1,0 +1,680 @@
+//! The endpoint as a pipeline of parts, each a plain type driven by the caller's clock:
+//! admission (the throttled mode's rate limit), the line's discipline (first in, first out, or
+//! one of the overloaded mode's defences: LIFO, adaptive LIFO, CoDel), the deadline drop, the
+//! concurrency limit (the overloaded mode's fixed number of workers) and the work (its latency,
+//! sampled once, when a worker is the request's). The modes are configurations of it
+//! (`Stages::of`). It also keeps the keys in line or in work, so a repeat of a request that is
+//! still waiting is told so at once.
+
+use std::collections::{HashSet, VecDeque};
+
+use rand::{Rng, RngExt};
+
+use serde::{Deserialize, Serialize};
+
+use super::{DownstreamSettings, Gcra, Mode};
+
+/// What stands between a request and its work, as the endpoint's settings configure it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stages {
+    /// A rate every request must fit (the throttled mode's), or none.
+    pub admission: Option<Rate>,
+    /// How many requests are worked at once (the overloaded mode's workers), or no limit.
+    pub limit: Option<Limit>,
+    /// How many more wait for a worker, and in what order.
+    pub line: Line,
+    /// Drop, without doing it, work whose client will have given up before it could finish.
+    pub deadline: bool,
+    /// With the line full, a first attempt takes the place of the newest retry waiting.
+    pub retries_first: bool,
+    /// How long a request's work takes, sampled in `[min, max]`.
+    pub latency_ms: [u64; 2],
+    /// The `Retry-After` a shed request is sent.
+    pub retry_after_s: u64,
+}
+
+/// A rate limit: `rate_per_s` sustained, bursts of `burst` (kept with GCRA).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub rate_per_s: f64,
+    pub burst: u32,
+}
+
+/// The concurrency limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// A fixed number of workers.
+    Fixed(u32),
+}
+
+impl Limit {
+    fn workers(self) -> u32 {
+        match self {
+            Limit::Fixed(n) => n,
+        }
+    }
+}
+
+/// The line in front of the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    pub size: u32,
+    pub discipline: Discipline,
+    /// CoDel's times, which adaptive LIFO's "standing queue" also reads.
+    pub codel: Codel,
+}
+
+/// Which waiting request a free worker takes, and which are dropped first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Discipline {
+    /// The one that waited longest.
+    #[default]
+    Fifo,
+    /// The newest.
+    Lifo,
+    /// The one that waited longest, but the newest while a standing queue exists (the line
+    /// has not been empty for `codel_interval_ms`): Maurer, "Fail at Scale", ACM Queue 2015.
+    AdaptiveLifo,
+    /// The one that waited longest, after dropping every one that waited too long: while a
+    /// standing queue exists, `codel_target_ms`, else `codel_interval_ms` (ibid.).
+    Codel,
+}
+
+/// CoDel's two times as "Fail at Scale" states them: "if the queue has not been empty for the
+/// last N ms, then time spent in the queue is limited to M ms; if it has been empty in the
+/// last N ms, time in queue is limited to N ms" (Facebook's M = 5, N = 100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Codel {
+    /// M: the longest wait while a standing queue exists.
+    pub target_ms: u64,
+    /// N: how long the line must stay busy to be a standing queue, and the longest wait else.
+    pub interval_ms: u64,
+}
+
+impl Stages {
+    /// The pipeline a mode is: throttled is admission alone; overloaded is a fixed limit with
+    /// a FIFO line; the others let every request straight on.
+    pub fn of(settings: &DownstreamSettings) -> Stages {
+        let (admission, limit) = match settings.mode {
+            Mode::Throttled => (Some(Rate { rate_per_s: settings.rate_per_s, burst: settings.burst }), None),
+            Mode::Overloaded => (None, Some(Limit::Fixed(settings.capacity))),
+            _ => (None, None),
+        };
+        // The defences are the overloaded mode's: the others have no line.
+        let defences = match settings.mode {
+            Mode::Overloaded => settings.defences,
+            _ => Default::default(),
+        };
+        let codel = Codel { target_ms: defences.codel_target_ms, interval_ms: defences.codel_interval_ms };
+        Stages {
+            admission,
+            limit,
+            line: Line { size: settings.queue, discipline: defences.queue, codel },
+            deadline: defences.deadline,
+            retries_first: defences.retries_first,
+            latency_ms: settings.latency_ms,
+            retry_after_s: settings.retry_after_s,
+        }
+    }
+
+    fn workers(&self) -> u32 {
+        self.limit.map_or(u32::MAX, Limit::workers)
+    }
+
+    fn work(&self, rng: &mut impl Rng) -> Work {
+        let [min, max] = self.latency_ms;
+        Work { latency_ms: rng.random_range(min..=max) }
+    }
+}
+
+/// A worker's hold on one request: how long its work takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Work {
+    pub latency_ms: u64,
+}
+
+/// Why a request was dropped without its work being done (503 at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Its client will have given up before the work could finish.
+    Deadline,
+    /// It waited in line longer than CoDel allows.
+    QueueTimeout,
+    /// A retry, shed from a full line to make room for a first attempt.
+    RetryShed,
+}
+
+/// What a request waiting in line is told when it leaves the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// A worker is its, with this work to do.
+    Work(Work),
+    /// It is dropped.
+    Dropped(Dropped),
+}
+
+/// A request waiting in line, as its caller holds it (the pipeline keeps no runtime: the
+/// caller's channel says when a worker is its).
+pub trait Waiter {
+    /// Tells the request its turn; `false` when it stopped waiting (then a worker it was
+    /// handed goes to the next).
+    fn hand_over(self, turn: Turn) -> bool;
+}
+
+/// What a request says of itself that the pipeline may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hints {
+    /// How long its client waits for the answer from its arrival, ms.
+    pub timeout_ms: Option<u64>,
+    /// How many attempts of this request its client made before (0: a first attempt).
+    pub previous_attempts: Option<u32>,
+}
+
+/// What a worker going free set in motion: how many requests were handed a worker, and the
+/// keys of those dropped on the way (each answered 503 by its waiter).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    pub handed: u32,
+    pub dropped: Vec<(String, Dropped)>,
+}
+
+/// How a request gets past the pipeline; `T` is the caller's end of its place in line.
+#[derive(Debug)]
+pub enum Passage<T> {
+    /// Straight on, with no limit to hold it.
+    Open,
+    /// A worker is this request's: do the work, then give it back with `Pipeline::leave`.
+    Work(Work),
+    /// Wait in line: a worker is this request's when `T` says so.
+    Queued(T),
+    /// Over the admission rate: 429.
+    Throttled { retry_after_s: u64 },
+    /// No worker free and no room in line: 503 at once.
+    Shed { retry_after_s: u64 },
+    /// A request with this key is in line or in work: 409 at once.
+    Busy,
+    /// Dropped without its work being done: 503 at once.
+    Dropped(Dropped),
+}
+
+#[derive(Debug)]
+struct Place<W> {
+    waiter: W,
+    key: String,
+    since_ms: u64,
+    /// When its client gives up, if it said.
+    gives_up_ms: Option<u64>,
+    /// Its client said it is a retry.
+    retry: bool,
+}
+
+/// The pipeline's state: the admission's rate, the workers busy, the line, and the keys in
+/// line or in work.
+#[derive(Debug)]
+pub struct Pipeline<W> {
+    throttle: Gcra,
+    in_work: u32,
+    line: VecDeque<Place<W>>,
+    keys: HashSet<String>,
+    /// When the line was last seen empty, ms.
+    empty_at_ms: u64,
+    /// Requests dropped from the line as another arrived, until `take_dropped`.
+    dropped: Vec<(String, Dropped)>,
+}
+
+impl<W> Default for Pipeline<W> {
+    fn default() -> Self {
+        Pipeline {
+            throttle: Gcra::default(),
+            in_work: 0,
+            line: VecDeque::new(),
+            keys: HashSet::new(),
+            empty_at_ms: 0,
+            dropped: Vec::new(),
+        }
+    }
+}
+
+impl<W: Waiter> Pipeline<W> {
+    /// A request with `key` arrives at `now_ms`; `place` makes its place in line (the waiter
+    /// the pipeline keeps, and the caller's end), called only when it must wait.
+    pub fn pass<T>(
+        &mut self,
+        stages: &Stages,
+        (key, hints): (&str, Hints),
+        now_ms: u64,
+        rng: &mut impl Rng,
+        place: impl FnOnce() -> (W, T),
+    ) -> Passage<T> {
+        if let Some(Rate { rate_per_s, burst }) = stages.admission
+            && let Err(wait_ms) = self.throttle.check(rate_per_s, burst, now_ms)
+        {
+            // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
+            return Passage::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) };
+        }
+        let Some(limit) = stages.limit else { return Passage::Open };
+        if self.keys.contains(key) {
+            return Passage::Busy;
+        }
+        self.note_empty(now_ms);
+        let gives_up_ms = hints.timeout_ms.map(|ms| now_ms.saturating_add(ms));
+        let retry = hints.previous_attempts.is_some_and(|n| n > 0);
+        if self.in_work < limit.workers() {
+            let work = stages.work(rng);
+            if stages.deadline && too_late(now_ms, work, gives_up_ms) {
+                return Passage::Dropped(Dropped::Deadline);
+            }
+            self.in_work += 1;
+            self.keys.insert(key.to_owned());
+            Passage::Work(work)
+        } else if self.line.len() < stages.line.size as usize || self.shed_a_retry_for(stages, retry) {
+            let (waiter, turn) = place();
+            self.line.push_back(Place { waiter, key: key.to_owned(), since_ms: now_ms, gives_up_ms, retry });
+            self.keys.insert(key.to_owned());
+            Passage::Queued(turn)
+        } else {
+            Passage::Shed { retry_after_s: stages.retry_after_s }
+        }
+    }
+
+    /// Retry-aware shedding: with the line full, a first attempt takes the place of the newest
+    /// retry waiting, which is answered 503 at once. The client marks its retries as gRPC's do
+    /// (gRFC A6, `grpc-previous-rpc-attempts`); a request that says nothing counts as a first.
+    fn shed_a_retry_for(&mut self, stages: &Stages, retry: bool) -> bool {
+        if !stages.retries_first || retry {
+            return false;
+        }
+        let Some(at) = self.line.iter().rposition(|place| place.retry) else { return false };
+        let Place { waiter, key, .. } = self.line.remove(at).expect("found");
+        waiter.hand_over(Turn::Dropped(Dropped::RetryShed));
+        self.keys.remove(&key);
+        self.dropped.push((key, Dropped::RetryShed));
+        true
+    }
+
+    /// The requests dropped from the line as others arrived, since the last call.
+    pub fn take_dropped(&mut self) -> Vec<(String, Dropped)> {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// A worker's work is done at `now_ms`: it goes to the next in line, or becomes free.
+    /// With fewer workers allowed than busy (the limit was just lowered), it is retired
+    /// instead.
+    pub fn leave(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
+        let mut moved = Moved::default();
+        if self.in_work <= stages.workers() && self.hand_over_next(stages, now_ms, rng, &mut moved) {
+            moved.handed = 1;
+            return moved;
+        }
+        self.in_work = self.in_work.saturating_sub(1);
+        moved
+    }
+
+    /// Lets waiting requests through after the limit was raised or the mode changed.
+    pub fn admit_waiting(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
+        let mut moved = Moved::default();
+        while self.in_work < stages.workers() && self.hand_over_next(stages, now_ms, rng, &mut moved) {
+            self.in_work += 1;
+            moved.handed += 1;
+        }
+        moved
+    }
+
+    /// The request with `key` is out of line and work for good: a repeat may come in.
+    pub fn release(&mut self, key: &str) {
+        self.keys.remove(key);
+    }
+
+    /// Hands a worker to the next request in line that still waits and may still be worked,
+    /// dropping on the way those its defences say to.
+    fn hand_over_next(
+        &mut self,
+        stages: &Stages,
+        now_ms: u64,
+        rng: &mut impl Rng,
+        moved: &mut Moved,
+    ) -> bool {
+        let Line { discipline, codel, .. } = stages.line;
+        let standing = self.standing(codel, now_ms);
+        loop {
+            let next = match discipline {
+                Discipline::Lifo => self.line.pop_back(),
+                Discipline::AdaptiveLifo if standing => self.line.pop_back(),
+                _ => self.line.pop_front(),
+            };
+            let Some(Place { waiter, key, since_ms, gives_up_ms, .. }) = next else { break };
+            self.note_empty(now_ms);
+            let waited_ms = now_ms.saturating_sub(since_ms);
+            let allowed_ms = if standing { codel.target_ms } else { codel.interval_ms };
+            let work = stages.work(rng);
+            let dropped = if discipline == Discipline::Codel && waited_ms > allowed_ms {
+                Some(Dropped::QueueTimeout)
+            } else if stages.deadline && too_late(now_ms, work, gives_up_ms) {
+                Some(Dropped::Deadline)
+            } else {
+                None
+            };
+            let handed = match dropped {
+                Some(why) => {
+                    waiter.hand_over(Turn::Dropped(why));
+                    moved.dropped.push((key.clone(), why));
+                    false
+                }
+                None => waiter.hand_over(Turn::Work(work)),
+            };
+            if handed {
+                return true;
+            }
+            self.keys.remove(&key);
+        }
+        false
+    }
+
+    fn note_empty(&mut self, now_ms: u64) {
+        if self.line.is_empty() {
+            self.empty_at_ms = now_ms;
+        }
+    }
+
+    /// A standing queue: the line has not been empty for CoDel's interval.
+    fn standing(&self, codel: Codel, now_ms: u64) -> bool {
+        !self.line.is_empty() && now_ms.saturating_sub(self.empty_at_ms) >= codel.interval_ms
+    }
+
+    /// Whether the line is being served newest first now.
+    pub fn lifo(&self, stages: &Stages, now_ms: u64) -> bool {
+        match stages.line.discipline {
+            Discipline::Lifo => true,
+            Discipline::AdaptiveLifo => self.standing(stages.line.codel, now_ms),
+            _ => false,
+        }
+    }
+
+    pub fn in_work(&self) -> u32 {
+        self.in_work
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.line.len()
+    }
+}
+
+/// The deadline drop's rule: work that would finish after its client gives up is not begun
+/// (Amazon Builders' Library, "Using load shedding to avoid overload": a server that knows
+/// the client's timeout can drop work whose client will have given up).
+fn too_late(now_ms: u64, work: Work, gives_up_ms: Option<u64>) -> bool {
+    gives_up_ms.is_some_and(|at| now_ms + work.latency_ms > at)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+    use crate::downstream::Defences;
+
+    /// A place in line that records the turn it was told; one that stopped waiting refuses.
+    struct Place(Rc<Cell<Option<Turn>>>, bool);
+
+    impl Waiter for Place {
+        fn hand_over(self, turn: Turn) -> bool {
+            if self.1 {
+                self.0.set(Some(turn));
+            }
+            self.1
+        }
+    }
+
+    type Told = Rc<Cell<Option<Turn>>>;
+
+    fn place(waiting: bool) -> impl FnOnce() -> (Place, Told) {
+        move || {
+            let turn = Rc::new(Cell::new(None));
+            (Place(turn.clone(), waiting), turn)
+        }
+    }
+
+    fn overloaded(capacity: u32, queue: u32) -> Stages {
+        defended(capacity, queue, Defences::default())
+    }
+
+    fn defended(capacity: u32, queue: u32, defences: Defences) -> Stages {
+        Stages::of(&DownstreamSettings {
+            mode: Mode::Overloaded,
+            capacity,
+            queue,
+            latency_ms: [100, 300],
+            defences,
+            ..Default::default()
+        })
+    }
+
+    fn plain(key: &str) -> (&str, Hints) {
+        (key, Hints::default())
+    }
+
+    fn worked(told: &Told) -> bool {
+        matches!(told.get(), Some(Turn::Work(_)))
+    }
+
+    #[test]
+    fn the_overloaded_mode_works_capacity_queues_in_order_and_sheds_the_rest() {
+        let (stages, mut rng) = (overloaded(2, 3), StdRng::seed_from_u64(1));
+        let mut pipe = Pipeline::default();
+        let mut pass = |pipe: &mut Pipeline<Place>, key: &str, waiting: bool| {
+            pipe.pass(&stages, plain(key), 0, &mut rng, place(waiting))
+        };
+        let Passage::Work(work) = pass(&mut pipe, "a", true) else { panic!("a worker") };
+        assert!((100..=300).contains(&work.latency_ms), "{work:?}");
+        assert!(matches!(pass(&mut pipe, "b", true), Passage::Work(_)));
+        assert!(matches!(pass(&mut pipe, "a", true), Passage::Busy), "a key in work is busy");
+        let Passage::Queued(first) = pass(&mut pipe, "c", true) else { panic!("queued") };
+        let Passage::Queued(gone) = pass(&mut pipe, "d", false) else { panic!("queued") };
+        let Passage::Queued(second) = pass(&mut pipe, "e", true) else { panic!("queued") };
+        assert!(matches!(pass(&mut pipe, "c", true), Passage::Busy), "a key in line is busy");
+        assert!(matches!(pass(&mut pipe, "f", true), Passage::Shed { retry_after_s: 1 }));
+        let mut rng = StdRng::seed_from_u64(2);
+        assert_eq!(pipe.leave(&stages, 10, &mut rng).handed, 1);
+        assert!(worked(&first) && second.get().is_none(), "the first in line gets the worker");
+        assert_eq!(pipe.in_work(), 2);
+        assert_eq!(pipe.leave(&stages, 20, &mut rng).handed, 1);
+        assert!(gone.get().is_none() && worked(&second), "one that stopped waiting is passed over");
+        let again = pipe.pass(&stages, plain("d"), 20, &mut rng, place(true));
+        assert!(matches!(again, Passage::Queued(_)), "the key of one that stopped waiting is free again");
+        pipe.release("a");
+        let again = pipe.pass(&stages, plain("a"), 20, &mut rng, place(true));
+        assert!(matches!(again, Passage::Queued(_)), "a released key comes in as new");
+    }
+
+    #[test]
+    fn a_raised_limit_lets_the_line_in_and_a_lowered_one_retires_workers() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut pipe = Pipeline::default();
+        let one = overloaded(1, 2);
+        assert!(matches!(pipe.pass(&one, plain("a"), 0, &mut rng, place(true)), Passage::Work(_)));
+        let Passage::Queued(waiting) = pipe.pass(&one, plain("b"), 0, &mut rng, place(true)) else {
+            panic!()
+        };
+        assert_eq!(pipe.admit_waiting(&overloaded(2, 2), 5, &mut rng).handed, 1);
+        assert!(worked(&waiting));
+        assert_eq!(pipe.in_work(), 2);
+        assert_eq!(pipe.leave(&one, 10, &mut rng), Moved::default(), "one worker too many: retired");
+        assert_eq!(pipe.in_work(), 1);
+    }
+
+    #[test]
+    fn the_throttled_mode_is_admission_alone() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut pipe: Pipeline<Place> = Pipeline::default();
+        let throttled = Stages::of(&DownstreamSettings {
+            mode: Mode::Throttled,
+            rate_per_s: 10.0,
+            burst: 2,
+            ..Default::default()
+        });
+        let mut at =
+            |pipe: &mut Pipeline<Place>, now| pipe.pass(&throttled, plain("k"), now, &mut rng, place(true));
+        assert!(matches!(at(&mut pipe, 1_000), Passage::Open));
+        assert!(matches!(at(&mut pipe, 1_000), Passage::Open), "the same key is not held");
+        assert!(matches!(at(&mut pipe, 1_000), Passage::Throttled { retry_after_s: 1 }));
+        assert!(matches!(at(&mut pipe, 1_100), Passage::Open), "one interval later, on the caller's clock");
+        let healthy = Stages::of(&DownstreamSettings::default());
+        let mut rng = StdRng::seed_from_u64(5);
+        assert!(matches!(pipe.pass(&healthy, plain("k"), 1_100, &mut rng, place(true)), Passage::Open));
+    }
+
+    /// One worker busy from 0 ms, and `keys` in line behind it, arriving at the given ms.
+    fn busy_with_line(
+        stages: &Stages,
+        keys: &[(&str, u64, Option<u64>)],
+        rng: &mut StdRng,
+    ) -> (Pipeline<Place>, Vec<Told>) {
+        let mut pipe = Pipeline::default();
+        assert!(matches!(pipe.pass(stages, plain("busy"), 0, rng, place(true)), Passage::Work(_)));
+        let told = keys
+            .iter()
+            .map(|&(key, at, timeout_ms)| {
+                match pipe.pass(
+                    stages,
+                    (key, Hints { timeout_ms, ..Default::default() }),
+                    at,
+                    rng,
+                    place(true),
+                ) {
+                    Passage::Queued(told) => told,
+                    other => panic!("{key} not queued: {other:?}"),
+                }
+            })
+            .collect();
+        (pipe, told)
+    }
+
+    #[test]
+    fn the_deadline_drops_work_whose_client_will_have_given_up_and_only_that() {
+        let mut rng = StdRng::seed_from_u64(6);
+        let stages = defended(1, 4, Defences { deadline: true, ..Default::default() });
+        // Work takes 100-300 ms; the clients wait 1,000 ms from their arrival, one says nothing.
+        let line = [("early", 0, Some(1_000)), ("silent", 10, None), ("late", 900, Some(1_000))];
+        let (mut pipe, told) = busy_with_line(&stages, &line, &mut rng);
+        // At 650 ms "early" has 350 ms left, more than any work takes: worked.
+        assert_eq!(pipe.leave(&stages, 650, &mut rng).handed, 1);
+        assert!(worked(&told[0]));
+        // At 1,000 ms: "silent" said nothing and is worked; "late" has 900 ms left.
+        assert!(pipe.leave(&stages, 1_000, &mut rng).dropped.is_empty());
+        assert!(worked(&told[1]));
+        // At 1,850 ms "late" has 50 ms left: no work of 100-300 ms fits.
+        let at = 1_850;
+        let moved = pipe.leave(&stages, at, &mut rng);
+        assert_eq!(moved.dropped, vec![("late".to_owned(), Dropped::Deadline)]);
+        assert_eq!(told[2].get(), Some(Turn::Dropped(Dropped::Deadline)));
+        assert_eq!((moved.handed, pipe.in_work()), (0, 0), "the worker is free");
+        let mut waiting = |timeout_ms| {
+            let hints = Hints { timeout_ms: Some(timeout_ms), ..Default::default() };
+            pipe.pass(&stages, ("late", hints), at, &mut rng, place(true))
+        };
+        assert!(
+            matches!(waiting(50), Passage::Dropped(Dropped::Deadline)),
+            "50 ms is too short for any work"
+        );
+        let plenty = waiting(400);
+        assert!(matches!(plenty, Passage::Work(_)), "the dropped key was let go");
+    }
+
+    #[test]
+    fn codel_limits_the_wait_to_its_target_only_while_a_standing_queue_exists() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let codel = Defences {
+            queue: Discipline::Codel,
+            codel_target_ms: 100,
+            codel_interval_ms: 1_000,
+            ..Default::default()
+        };
+        let stages = defended(1, 10, codel);
+        let line = [("a", 0, None), ("b", 50, None), ("c", 800, None), ("d", 1_150, None)];
+        let (mut pipe, told) = busy_with_line(&stages, &line, &mut rng);
+        // At 900 ms the line has not been empty for 900 ms < N: waits up to N (1,000 ms) pass.
+        assert_eq!(pipe.leave(&stages, 900, &mut rng).handed, 1);
+        assert!(worked(&told[0]), "waited 900 ms, under N");
+        // At 1,200 ms the line has been busy since 0 ms: a standing queue, waits over M (100 ms)
+        // are dropped in order until one fits.
+        let moved = pipe.leave(&stages, 1_200, &mut rng);
+        let timed_out = |k: &str| (k.to_owned(), Dropped::QueueTimeout);
+        assert_eq!(moved.dropped, vec![timed_out("b"), timed_out("c")]);
+        assert_eq!(moved.handed, 1);
+        assert!(worked(&told[3]), "waited 50 ms, under M");
+        assert!(pipe.lifo(&stages, 1_200).eq(&false), "CoDel serves in order");
+        // The line emptied at 1,200 ms: no standing queue, the limit is N again.
+        let Passage::Queued(e) = pipe.pass(&stages, plain("e"), 1_300, &mut rng, place(true)) else {
+            panic!()
+        };
+        assert_eq!(pipe.leave(&stages, 2_100, &mut rng).handed, 1);
+        assert!(worked(&e), "waited 800 ms with the line empty 900 ms before: under N");
+    }
+
+    #[test]
+    fn adaptive_lifo_serves_the_newest_while_a_standing_queue_exists() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let lifo =
+            Defences { queue: Discipline::AdaptiveLifo, codel_interval_ms: 1_000, ..Default::default() };
+        let stages = defended(1, 10, lifo);
+        let line = [("a", 0, None), ("b", 100, None), ("c", 200, None), ("d", 1_100, None)];
+        let (mut pipe, told) = busy_with_line(&stages, &line, &mut rng);
+        assert!(!pipe.lifo(&stages, 500), "no standing queue yet");
+        assert_eq!(pipe.leave(&stages, 500, &mut rng).handed, 1);
+        assert!(worked(&told[0]), "in order while the queue is young");
+        assert!(pipe.lifo(&stages, 1_200));
+        assert_eq!(pipe.leave(&stages, 1_200, &mut rng).handed, 1);
+        assert!(worked(&told[3]) && told[1].get().is_none(), "the newest first once it stands");
+        assert_eq!(pipe.leave(&stages, 1_300, &mut rng).handed, 1);
+        assert!(worked(&told[2]) && told[1].get().is_none());
+        assert!(pipe.leave(&stages, 1_400, &mut rng).dropped.is_empty(), "nothing is dropped");
+        assert!(worked(&told[1]));
+        let plain_lifo = defended(1, 10, Defences { queue: Discipline::Lifo, ..Default::default() });
+        assert!(pipe.lifo(&plain_lifo, 0), "LIFO is always newest first");
+    }
+
+    #[test]
+    fn retries_first_sheds_the_newest_retry_from_a_full_line_for_a_first_attempt() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let stages = defended(1, 2, Defences { retries_first: true, ..Default::default() });
+        let mut pipe = Pipeline::default();
+        let hints = |previous| Hints { previous_attempts: Some(previous), ..Default::default() };
+        let mut pass = |pipe: &mut Pipeline<Place>, key: &str, previous| {
+            pipe.pass(&stages, (key, hints(previous)), 0, &mut rng, place(true))
+        };
+        assert!(matches!(pass(&mut pipe, "busy", 0), Passage::Work(_)));
+        let Passage::Queued(older) = pass(&mut pipe, "older-retry", 1) else { panic!() };
+        let Passage::Queued(newer) = pass(&mut pipe, "newer-retry", 3) else { panic!() };
+        assert!(
+            matches!(pass(&mut pipe, "another-retry", 1), Passage::Shed { .. }),
+            "a retry takes no one's place"
+        );
+        let Passage::Queued(first) = pass(&mut pipe, "first", 0) else {
+            panic!("a first attempt gets a place")
+        };
+        assert_eq!(newer.get(), Some(Turn::Dropped(Dropped::RetryShed)), "the newest retry gave it up");
+        assert_eq!(older.get(), None);
+        assert_eq!(pipe.take_dropped(), vec![("newer-retry".to_owned(), Dropped::RetryShed)]);
+        assert!(pipe.take_dropped().is_empty());
+        let Passage::Queued(_) = pass(&mut pipe, "second", 0) else { panic!() };
+        assert_eq!(older.get(), Some(Turn::Dropped(Dropped::RetryShed)));
+        assert!(matches!(pass(&mut pipe, "third", 0), Passage::Shed { .. }), "no retry left to shed");
+        assert!(matches!(pass(&mut pipe, "newer-retry", 0), Passage::Shed { .. }), "its key is free again");
+        let mut rng = StdRng::seed_from_u64(10);
+        assert_eq!(pipe.leave(&stages, 300, &mut rng).handed, 1);
+        assert!(worked(&first), "first attempts keep their order");
+        let fifo = overloaded(1, 2);
+        let mut plain_pipe = Pipeline::default();
+        let mut rng = StdRng::seed_from_u64(11);
+        for (key, previous) in [("a", 0), ("b", 1), ("c", 1)] {
+            plain_pipe.pass(&fifo, (key, hints(previous)), 0, &mut rng, place(true));
+        }
+        let off = plain_pipe.pass(&fifo, ("d", hints(0)), 0, &mut rng, place(true));
+        assert!(matches!(off, Passage::Shed { .. }), "off, a full line sheds whoever comes");
+    }
+}

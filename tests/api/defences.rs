@@ -1,0 +1,292 @@
+//! The endpoint's own defences against overload, on the metastable set-up (see
+//! `metastable.rs`): the naive client and the spike that leaves the plain endpoint stuck.
+//! With the deadline drop, CoDel queue timeouts or adaptive LIFO on, goodput is back within
+//! 5 s of the spike's end; without the spike each defence leaves a healthy endpoint alone.
+//! Also: a full line sheds a retry before a first attempt when asked to, the defences are
+//! validated naming their field, and a hint header that does not parse is counted and ignored.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
+use crate::metastable::{
+    DOWNSTREAM, NAIVE, SETTLE_MS, SPIKE, TRAFFIC, at_lab_ms, fixed_by_putting, marker_at, seconds, stuck,
+    window,
+};
+
+const DEADLINE: &str = r#"{"defences": {"deadline": true}}"#;
+/// CoDel and adaptive LIFO with their defaults (M = 25 ms, N = 500 ms).
+const CODEL: &str = r#"{"defences": {"queue": "codel"}}"#;
+const ADAPTIVE_LIFO: &str = r#"{"defences": {"queue": "adaptive_lifo"}}"#;
+
+async fn set_up(app: &TestApp, defence: &str) -> String {
+    let lab = app.new_lab().await;
+    app.put(&lab, "downstream", DOWNSTREAM).await;
+    let set = app.put(&lab, "downstream", defence).await;
+    assert_eq!(set["mode"], "overloaded", "{set}");
+    app.put(&lab, "policy", NAIVE).await;
+    app.put(&lab, "traffic", TRAFFIC).await;
+    lab
+}
+
+/// A load bin count summed over `[from, to)` ms (absent counts are zero).
+fn total(snapshot: &Value, name: &str, from: u64, to: u64) -> u64 {
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let inside = bins.iter().filter(|b| (from..to).contains(&b["t_ms"].as_u64().unwrap()));
+    inside.map(|b| b[name].as_u64().unwrap_or(0)).sum()
+}
+
+/// Runs the spike with `defence` on; goodput in the 3 s from 5 s after the spike's end must be
+/// at least 80 % of what was offered in them. Returns the snapshot and when the spike ended.
+async fn recovers_with(defence: &str) -> (Value, u64) {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let lab = set_up(&app, defence).await;
+    tokio::time::sleep(Duration::from_millis(SETTLE_MS)).await;
+    app.put(&lab, "downstream", SPIKE).await;
+    let ended = at_lab_ms(&app, &lab, SETTLE_MS + 2_000).await;
+    let ended_ms = marker_at(&ended, "back to");
+    let snapshot = at_lab_ms(&app, &lab, ended_ms + 8_000).await;
+    let per_second = seconds(&snapshot, ended_ms - 2_000, ended_ms + 8_000);
+    println!("{defence}: around the spike's end, per second {per_second:?}");
+    let (offered, delivered) = window(&snapshot, ended_ms + 5_000, ended_ms + 8_000);
+    assert!(offered >= 45, "traffic kept arriving: {offered} in 3 s; per second {per_second:?}");
+    assert!(
+        delivered as f64 >= offered as f64 * 0.8,
+        "{defence}: goodput {delivered} of {offered} offered 5-8 s after the spike; per second {per_second:?}"
+    );
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+    (snapshot, ended_ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_drop_ends_the_metastable_failure() {
+    let (snapshot, ended_ms) = recovers_with(DEADLINE).await;
+    // Through the spike the work (1 s) outlasts every client (500 ms): it is dropped, not done.
+    let dropped = total(&snapshot, "dropped_deadline", ended_ms - 2_000, ended_ms);
+    assert!(dropped >= 20, "dropped for their deadline during the spike: {dropped}");
+    // After it, little of the work done is for clients already gone (stuck without a defence,
+    // most of it is). Not none: the client's 500 ms run from its send, the endpoint's from the
+    // arrival, and a busy machine can stall a request in between.
+    let (from, to) = (ended_ms + 2_000, ended_ms + 8_000);
+    let (wasted, ok) = (total(&snapshot, "wasted", from, to), total(&snapshot, "ok", from, to));
+    assert!(
+        wasted * 10 <= wasted + ok,
+        "work done for clients already gone after the spike: {wasted}, ok {ok}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codel_queue_timeouts_end_the_metastable_failure() {
+    let (snapshot, ended_ms) = recovers_with(CODEL).await;
+    let timed_out = total(&snapshot, "timed_out_in_queue", ended_ms - 2_000, ended_ms + 8_000);
+    assert!(timed_out >= 10, "timed out in the queue: {timed_out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_lifo_ends_the_metastable_failure() {
+    let (snapshot, ended_ms) = recovers_with(ADAPTIVE_LIFO).await;
+    let dropped =
+        ["dropped_deadline", "timed_out_in_queue"].map(|n| total(&snapshot, n, 0, ended_ms + 8_000));
+    assert_eq!(dropped, [0, 0], "adaptive LIFO alone drops nothing");
+}
+
+/// The metastable preset's server-side steps: the naive client kept, a defence turned on while
+/// it is stuck ends it as the retry budget does (`metastable::fixed_by`). They also turn the
+/// client's fixes off, as each of the preset's steps turns the others off.
+pub const DEADLINE_STEP: &str = r#"{"defences": {"deadline": true}}"#;
+pub const CODEL_STEP: &str = r#"{"defences": {"queue": "codel"}}"#;
+
+/// Turns `step` on while the lab is stuck; it must end it, counting its drops in `count`.
+async fn ends_it_turned_on_while_stuck(step: &str, count: &str) {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let (lab, _) = stuck(&app).await;
+    let (snapshot, at) = fixed_by_putting(&app, &lab, ("downstream", step)).await;
+    assert!(total(&snapshot, count, at, at + 12_000) > 0, "{step} dropped nothing ({count})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_a_deadline_drop_turned_on_while_stuck_ends_it() {
+    ends_it_turned_on_while_stuck(DEADLINE_STEP, "dropped_deadline").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metastable_codel_turned_on_while_stuck_ends_it() {
+    ends_it_turned_on_while_stuck(CODEL_STEP, "timed_out_in_queue").await;
+}
+
+/// The metastable control (no spike) with `defence` on: as healthy as without it, and next to
+/// nothing dropped.
+async fn stays_healthy_with(defence: &str) {
+    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let lab = set_up(&app, defence).await;
+    tokio::time::sleep(Duration::from_millis(SETTLE_MS + 6_000)).await;
+    let snapshot = app.snapshot(&lab).await;
+    let start = marker_at(&snapshot, "traffic:");
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    let whole = (now - 1_000 - start) / 1_000 * 1_000;
+    let per_second = seconds(&snapshot, start, start + whole);
+    let (offered, delivered) = window(&snapshot, start, start + whole);
+    println!("{defence}: per second {per_second:?}");
+    assert!(per_second.len() >= 5 && offered >= 100, "{per_second:?}");
+    assert!(
+        delivered as f64 >= offered as f64 * 0.9,
+        "{defence}: delivered {delivered} of {offered}: {per_second:?}"
+    );
+    // Healthy waits are tens of ms, the defences' limits 500 ms (CoDel, no standing queue) and
+    // 300 ms (the deadline: 500 ms less 200 ms of work): a drop is a stall of the machine,
+    // rare, not the defence's doing; at most 1 in 100 requests, and every hint parsed.
+    let requests = total(&snapshot, "requests", 0, now + 1);
+    let dropped = ["dropped_deadline", "timed_out_in_queue"].map(|n| total(&snapshot, n, 0, now + 1));
+    println!("{defence}: dropped {dropped:?} of {requests} requests");
+    assert!(dropped.iter().sum::<u64>() * 100 <= requests, "{defence}: dropped {dropped:?} of {requests}");
+    assert_eq!(total(&snapshot, "ignored_hints", 0, now + 1), 0, "{defence}: every hint parsed");
+    assert_eq!(counter(&snapshot, "applied_twice"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_spike_each_defence_leaves_a_healthy_endpoint_alone() {
+    for defence in [DEADLINE, CODEL, ADAPTIVE_LIFO] {
+        stays_healthy_with(defence).await;
+    }
+}
+
+#[tokio::test]
+async fn defences_are_validated_naming_their_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let path = format!("/api/labs/{lab}/downstream");
+    for (body, field) in [
+        (json!({"mode": "overloaded", "defences": {"queue": "random"}}), "downstream.defences.queue"),
+        (json!({"mode": "healthy", "defences": {"deadline": true}}), "downstream.defences.deadline"),
+        (json!({"mode": "down", "defences": {"queue": "codel"}}), "downstream.defences.queue"),
+        (
+            json!({"mode": "throttled", "defences": {"retries_first": true}}),
+            "downstream.defences.retries_first",
+        ),
+        (
+            json!({"mode": "overloaded", "defences": {"codel_target_ms": 0}}),
+            "downstream.defences.codel_target_ms",
+        ),
+        (
+            json!({"mode": "overloaded", "defences": {"codel_target_ms": 500, "codel_interval_ms": 100}}),
+            "downstream.defences.codel_interval_ms",
+        ),
+        (json!({"mode": "overloaded", "defences": {"deadline": "yes"}}), "downstream.defences.deadline"),
+        (json!({"mode": "overloaded", "defences": {"shed": true}}), "downstream.defences.shed"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &path, Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    let settings = app.snapshot(&lab).await["downstream"].clone();
+    assert_eq!(settings["mode"], "healthy", "nothing refused was applied");
+    let set = app
+        .put(&lab, "downstream", r#"{"mode": "overloaded", "defences": {"deadline": true, "queue": "lifo"}}"#)
+        .await;
+    assert_eq!(
+        set["defences"],
+        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false})
+    );
+    let kept = app.put(&lab, "downstream", r#"{"capacity": 2}"#).await;
+    assert_eq!(kept["defences"]["queue"], "lifo", "an update not naming them keeps them");
+    let healthy = app.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
+    assert_eq!(
+        healthy["defences"],
+        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false}),
+        "leaving the overloaded mode leaves its defences behind"
+    );
+}
+
+/// Sends one request from outside with `key` and the hint headers given.
+async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) -> (StatusCode, Value) {
+    let mut request = reqwest::Client::new()
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json");
+    for (name, value) in hints {
+        request = request.header(*name, *value);
+    }
+    let response = request.body("{}").send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Sends one request from outside with `timeout` as its `X-Request-Timeout-Ms` header.
+async fn send(app: &TestApp, lab: &str, key: &str, timeout: &str) -> (StatusCode, Value) {
+    send_with(app, lab, key, &[("x-request-timeout-ms", timeout)]).await
+}
+
+#[tokio::test]
+async fn a_full_line_sheds_its_newest_retry_for_a_first_attempt() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let lab = app.new_lab().await;
+    let set_up = r#"{"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [3000, 3000], "defences": {"retries_first": true}}"#;
+    app.put(&lab, "downstream", set_up).await;
+    let go = |key: &'static str, previous: &'static str| {
+        let (app, lab) = (app.clone(), lab.clone());
+        tokio::spawn(async move { send_with(&app, &lab, key, &[("x-previous-attempts", previous)]).await })
+    };
+    // Each in its place before the next is sent (the snapshot's line says so).
+    let placed = |waiting: u64| {
+        move |snapshot: &Value| snapshot["line"]["in_work"] == 1 && snapshot["line"]["waiting"] == waiting
+    };
+    let working = go("working", "0");
+    app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+    let retry = go("a-retry", "2");
+    app.wait_for(&lab, Duration::from_secs(10), placed(1)).await;
+    let first = go("a-first", "0");
+    let shed =
+        app.wait_for(&lab, Duration::from_secs(10), |s| total(s, "retries_shed", 0, u64::MAX) == 1).await;
+    assert_eq!(shed["line"]["waiting"], 1, "{}", shed["line"]);
+    // The line holds a first attempt now: a retry that comes is shed as any would be.
+    let late_retry = go("late-retry", "1");
+    let (status, problem) = retry.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("a retry"), "{problem}");
+    let (status, problem) = late_retry.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("no room in the queue"), "{problem}");
+    assert_eq!(working.await.unwrap().0, StatusCode::OK);
+    assert_eq!(first.await.unwrap().0, StatusCode::OK, "the first attempt kept the retry's place");
+    let snapshot = app.snapshot(&lab).await;
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    assert_eq!(total(&snapshot, "retries_shed", 0, now + 1), 1);
+    assert_eq!(counter(&snapshot, "applied"), 2);
+}
+
+#[tokio::test]
+async fn a_deadline_header_that_does_not_parse_is_counted_and_ignored() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    app.put(
+        &lab,
+        "downstream",
+        r#"{"mode": "overloaded", "capacity": 2, "latency_ms": [50, 50], "defences": {"deadline": true}}"#,
+    )
+    .await;
+    // Too short for the 50 ms of work: dropped at once, nothing applied.
+    let (status, problem) = send(&app, &lab, "short", "20").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("X-Request-Timeout-Ms"), "{problem}");
+    // Long enough: worked.
+    assert_eq!(send(&app, &lab, "long", "5000").await.0, StatusCode::OK);
+    // Not a number of ms: worked as if unsaid, and counted.
+    for (i, bad) in ["-5", "abc", "1.5", "0", "99999999999999999999", " "].iter().enumerate() {
+        let (status, body) = send(&app, &lab, &format!("bad-{i}"), bad).await;
+        assert_eq!(status, StatusCode::OK, "{bad:?}: {body}");
+    }
+    let (status, body) = send_with(&app, &lab, "bad-count", &[("x-previous-attempts", "two")]).await;
+    assert_eq!(status, StatusCode::OK, "an attempt count that is not a number: {body}");
+    let snapshot = app.snapshot(&lab).await;
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    assert_eq!(total(&snapshot, "ignored_hints", 0, now + 1), 7);
+    assert_eq!(total(&snapshot, "dropped_deadline", 0, now + 1), 1);
+    assert_eq!(counter(&snapshot, "applied"), 8, "all but the dropped one applied");
+    assert_eq!(snapshot["line"], json!({"waiting": 0, "in_work": 0, "limit": 2, "lifo": false}));
+}
