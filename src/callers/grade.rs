@@ -198,12 +198,14 @@ fn retry_after(messages: &[&OutsideMessage]) -> Check {
     }
 }
 
-/// A wait after a failure: how long, when the next request came, and its own part (past a
-/// `Retry-After` the failure carried and the wait honoured).
+/// A wait after a failure: how long, when the next request came, its own part (past a
+/// `Retry-After` the failure carried and the wait honoured), and whether it honoured one
+/// (a wait after a failure without the header honours it trivially).
 struct FailureWait {
     waited: u64,
     next_at: u64,
     own: u64,
+    honoured: bool,
 }
 
 /// The waits after failures of each key, with the key.
@@ -218,8 +220,9 @@ fn failure_waits<'a>(messages: &'a [&'a OutsideMessage]) -> Vec<(&'a OutsideMess
                 .filter_map(|w| {
                     let waited = w[1].waited_ms?;
                     let floor = w[0].retry_after_s.map_or(0, |s| s * 1000);
-                    let own = if waited >= floor { waited - floor } else { waited };
-                    Some(FailureWait { waited, next_at: w[1].started_ms, own })
+                    let honoured = waited >= floor;
+                    let own = if honoured { waited - floor } else { waited };
+                    Some(FailureWait { waited, next_at: w[1].started_ms, own, honoured })
                 })
                 .collect();
             (*m, waits)
@@ -231,8 +234,12 @@ fn backoff(messages: &[&OutsideMessage]) -> Check {
     let (mut grew, mut flat) = (Vec::new(), Vec::new());
     for (message, waits) in failure_waits(messages) {
         let [first, .., last] = &waits[..] else { continue };
-        let (first, first_own) = (first.waited, first.own);
-        let (last, last_at, last_own) = (last.waited, last.next_at, last.own);
+        // The parts past the header compare only when both waits honoured it; a wait that cut a
+        // header short is compared whole, so one that shrank cannot pass as grown.
+        let own_parts = first.honoured && last.honoured;
+        let (first, first_own) = (first.waited, if own_parts { first.own } else { first.waited });
+        let (last, last_at, last_own) =
+            (last.waited, last.next_at, if own_parts { last.own } else { last.waited });
         let said = format!(
             "key {}: waited {first} ms, then {last} ms (at {}); past Retry-After {first_own} ms, then {last_own} ms",
             message.key,
@@ -687,6 +694,10 @@ mod tests {
         // Waited past it, and more each time: that is a backoff.
         let checks = self::checks(&[failed_then_through(&[1, 1], &[1_100, 1_400])]);
         assert_eq!(checks.backoff.verdict, Verdict::Pass, "{:?}", checks.backoff);
+        // Past it once, then short of it: the wait shrank (1,100 ms, then 800 ms), whatever
+        // the part past the header would say.
+        let checks = self::checks(&[failed_then_through(&[1, 1], &[1_100, 800])]);
+        assert_eq!(checks.backoff.verdict, Verdict::Fail, "{:?}", checks.backoff);
     }
 
     #[test]

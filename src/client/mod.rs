@@ -98,23 +98,25 @@ impl ClientState {
         &self.guards
     }
 
-    /// Asks the protections whether attempt `n` may be sent: the breaker first, then each one
-    /// the policy lists, until one refuses.
+    /// Asks the protections whether attempt `n` may be sent: each one the policy lists, then
+    /// the breaker, until one refuses. The breaker comes last because a half-open breaker hands
+    /// out its probes as it admits them: a probe another protection then refused would never
+    /// be sent, never answer, and keep the breaker half-open for good.
     pub fn admit(&mut self, policy: &Policy, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Admit {
         let mut go = Ok(());
+        for guard in &self.guards {
+            let mut guard = guard.lock();
+            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
+            if go.is_err() {
+                break;
+            }
+        }
         let mut changed = None;
-        if let Some(settings) = policy.breaker {
+        if let (Ok(()), Some(settings)) = (&go, policy.breaker) {
             let before = self.breaker.state();
             go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
             changed = (self.breaker.state() != before).then(|| self.breaker.state());
             changed.inspect(|&state| self.changed(state, now_ms));
-        }
-        for guard in &self.guards {
-            if go.is_err() {
-                break;
-            }
-            let mut guard = guard.lock();
-            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
         }
         Admit { go, changed }
     }
@@ -238,3 +240,51 @@ pub struct BreakerShare {
 
 /// The shares kept per lab; the oldest go first.
 pub type BreakerShares = History<BreakerShare, MAX_BREAKER_CHANGES>;
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+
+    /// A half-open breaker's probe is handed out only once every other protection has let the
+    /// attempt go: a probe the SRE throttle refused after the breaker gave it would never
+    /// answer, and the breaker would refuse everything after it, for good.
+    #[test]
+    fn a_probe_is_handed_out_only_to_an_attempt_every_other_protection_lets_go() {
+        let update = serde_json::from_value(serde_json::json!({
+            "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
+            "protections": [{"kind": "sre", "window_ms": 600000}],
+        }))
+        .unwrap();
+        let mut clients = Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new());
+        let (policy, client) = clients.client_mut(0);
+        let policy = policy.clone();
+        let mut rng = StdRng::seed_from_u64(3);
+        let (mut refused_by_sre, mut sent_after) = (0, 0);
+        // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
+        // asked for every 20 ms, past the breaker's 10 ms open.
+        for i in 0..400u64 {
+            let now = i * 20;
+            match client.admit(&policy, 1, now, &mut rng).go {
+                Ok(()) => {
+                    sent_after += u32::from(refused_by_sre > 0);
+                    client.sent(&policy, 1, now);
+                    client.ended(&policy, &Ended::failure(1), now + 1);
+                }
+                Err(Stopped { kind: "sre", .. }) => {
+                    refused_by_sre += 1;
+                    assert_ne!(
+                        client.breaker_state(),
+                        BreakerState::HalfOpen,
+                        "a probe given to a refused attempt"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+        assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
+        assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+    }
+}

@@ -81,8 +81,7 @@ pub struct Lab {
     outside_messages_total: Arc<AtomicUsize>,
     /// Every lab of this server (the registry's), for what they owe together.
     neighbours: Weak<registry::Held>,
-    /// Keys of requests the overloaded downstream holds (in line or in work) before the ledger
-    /// reserves them: a repeat meanwhile is answered 409 at once.
+    /// The server's limits this lab is held to.
     limits: Limits,
     retention: Retention,
 }

@@ -46,7 +46,7 @@ pub struct Claims {
     responses(
         (status = 200, body = Claims),
         LabErrors,
-        (status = 422, description = "An unknown claim id or a message id that is not a number; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "An unknown claim id, a message id that is not a number, or a from_ms later than the lab's clock; `field` names it", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Too many bytes of snapshots: claims are judged on one, read by this client (snapshot_bytes_per_s) or being built at once (max_snapshot_bytes_building)", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -63,6 +63,10 @@ pub async fn claims(
                 .ok_or_else(|| unusable("ids", format!("ids: no claim is named {name:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A run begins no later than the lab's clock now; past it, the claims' sums would overflow.
+    if let Some(from_ms) = params.from_ms.filter(|&ms| ms > lab.now_ms()) {
+        return Err(unusable("from_ms", format!("from_ms: {from_ms} is later than the lab's clock now")));
+    }
     let scope = Scope {
         messages: message_ids("messages", params.messages.as_deref())?,
         before: message_ids("before", params.before.as_deref())?,

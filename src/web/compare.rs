@@ -137,8 +137,9 @@ pub struct OpenInLab {
         (status = 400, description = "Not a comparison id, or a body that cannot be read", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such comparison", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The comparison lives on another instance (fly-replay)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "This server's limits (restarted with tighter ones) no longer take the policy's settings", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The policy's lab is gone (idle too long, or evicted): its settings went with it", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "max_labs reached, or too many control requests", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "max_labs reached, this address has created its labs for now (lab_creates_per_hour: opening a policy in a lab counts as POST /api/labs does), or too many control requests", body = Problem, content_type = "application/problem+json"),
         JsonBodyErrors,
         StoreErrors,
     )
@@ -177,9 +178,17 @@ pub async fn open_in_lab(
     let settings = serde_json::to_value(source.policy()).and_then(serde_json::from_value);
     let settings: crate::retry::PolicyUpdate = settings.expect("a policy's settings are an update of them");
     let lab = app.labs.create().map_err(super::api::lab_limit)?;
-    let ready = lab.set_policy(&settings).is_ok()
-        && lab.set_downstream(&comparison.scenario.downstream(comparison.burst)).is_ok();
-    assert!(ready, "a comparison's policy and scenario were valid settings when it started");
+    // Valid when the comparison ran; a server restarted with tighter limits may refuse them now.
+    let ready = lab
+        .set_policy(&settings)
+        .and_then(|_| lab.set_downstream(&comparison.scenario.downstream(comparison.burst)));
+    if let Err(refused) = ready {
+        app.labs.remove(&lab.id); // a refused lab leaves nothing behind
+        return Err(AppError::Rejected {
+            status: StatusCode::CONFLICT,
+            detail: format!("this server's limits no longer take the settings of '{policy}': {refused}"),
+        });
+    }
     if let Err(refused) = lab.persisted().await {
         app.labs.remove(&lab.id); // a refused lab leaves nothing behind
         return Err(refused.into());

@@ -166,12 +166,18 @@ fn reads_snapshot(app: &AppState, request: &Request) -> Option<usize> {
     Some(lab.snapshot_estimate())
 }
 
-/// Requests that create a lab: `POST /api/labs`, and opening `/`.
+/// Requests that create a lab: `POST /api/labs`, opening `/`, and opening a comparison's policy
+/// in a lab (`POST /api/comparisons/{id}/labs`). A comparison's own labs are taken from the same
+/// allowance by its handler, all at once.
 fn creates_lab(request: &Request) -> bool {
-    matches!(
-        (request.method(), request.uri().path()),
-        (&Method::POST, "/api/labs") | (&Method::GET | &Method::HEAD, "/")
-    )
+    let path = request.uri().path();
+    let opens_in_lab = request.method() == Method::POST
+        && path.strip_prefix("/api/comparisons/").is_some_and(|rest| rest.ends_with("/labs"));
+    opens_in_lab
+        || matches!(
+            (request.method(), path),
+            (&Method::POST, "/api/labs") | (&Method::GET | &Method::HEAD, "/")
+        )
 }
 
 /// The limit a request is held to, if any, and its setting's name.

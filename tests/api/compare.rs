@@ -731,3 +731,28 @@ async fn a_comparison_is_not_done_before_its_late_runs_are_run_again() {
     assert_eq!(columns(&first_done), columns(&later), "done, then run again: {later}");
     assert_eq!(later["done"], true);
 }
+
+/// Opening a comparison's policy in a lab makes a lab as `POST /api/labs` does, and draws on
+/// the same allowance of the address that asks.
+#[tokio::test]
+async fn opening_a_policy_in_a_lab_draws_on_the_same_allowance() {
+    let limits = Limits { lab_create_burst: 3, lab_creates_per_hour: 1, ..Default::default() };
+    let mut config = config(limits, Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let body = json!({"scenario": "outage", "burst": 5, "runs": 1, "policies": ["no-jitter", "budget"]});
+    let created = call_from(&app, "203.0.113.7", Method::POST, "/api/comparisons", &body).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let id = created.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/comparisons/{id}/labs");
+    let open = json!({"policy": "budget"});
+    let third = call_from(&app, "203.0.113.7", Method::POST, &path, &open).await;
+    assert_eq!(third.status(), StatusCode::CREATED, "the allowance's third lab");
+    let fourth = call_from(&app, "203.0.113.7", Method::POST, &path, &open).await;
+    assert_eq!(fourth.status(), StatusCode::TOO_MANY_REQUESTS);
+    let problem: Value = fourth.json().await.unwrap();
+    assert_eq!(problem["limit"], "lab_creates_per_hour", "{problem}");
+    // Another address has an allowance of its own.
+    let theirs = call_from(&app, "198.51.100.9", Method::POST, &path, &open).await;
+    assert_eq!(theirs.status(), StatusCode::CREATED);
+}

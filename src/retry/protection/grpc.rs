@@ -54,8 +54,14 @@ impl Protection for GrpcThrottle {
     type Settings = GrpcSettings;
 
     fn ended(&mut self, settings: &GrpcSettings, ended: &Ended, _now_ms: u64) {
-        let change =
-            if ended.failed { -(SCALE as i64) } else { (settings.token_ratio * SCALE).round() as i64 };
+        // gRFC A6: a failed RPC takes a token, a successful one gives back `token_ratio`; an
+        // answer that is neither (a 4xx the client does not count as the server's failure)
+        // changes nothing.
+        let change = match (ended.ok, ended.failed) {
+            (true, _) => (settings.token_ratio * SCALE).round() as i64,
+            (false, true) => -(SCALE as i64),
+            (false, false) => 0,
+        };
         self.tokens = Some((self.tokens(settings) + change).clamp(0, settings.max()));
     }
 
@@ -130,5 +136,18 @@ mod tests {
         assert!(throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_err());
         throttle.ended(&settings, &Ended::success(1), 0);
         assert!(throttle.retry(&settings, &Ended::failure(1), 0, &mut rng).is_ok());
+    }
+
+    /// An answer that is neither a success nor the server's failure (a 409, say) is no success
+    /// to the throttle: it earns nothing back.
+    #[test]
+    fn an_answer_that_is_not_a_success_earns_nothing() {
+        let settings = GrpcSettings::default();
+        let mut throttle = GrpcThrottle::default();
+        throttle.ended(&settings, &Ended::failure(1), 0);
+        for _ in 0..20 {
+            throttle.ended(&settings, &Ended { n: 1, ..Ended::default() }, 0);
+        }
+        assert_eq!(throttle.report(&settings, 0).level, Some(9.0));
     }
 }
