@@ -43,6 +43,7 @@ CLIENT = {"base_ms": 10, "cap_ms": 200, "timeout_ms": 5000, "max_attempts": 4, "
 PROTECTIONS = [
     ("3 retries, no protection", None),
     ("token_bucket", {"kind": "token_bucket"}),
+    ("ratio_breaker, retries only", {"kind": "ratio_breaker", "retries_only": True}),
     ("aws_standard", {"kind": "aws_standard"}),
     ("grpc", {"kind": "grpc"}),
     ("sre", {"kind": "sre"}),
@@ -51,6 +52,7 @@ PROTECTIONS = [
 HIS = {
     "3 retries, no protection": "1.89x, 93.5 %",
     "token_bucket": "1.14x, 57 % (1,000 clients per client: 1.92x)",
+    "ratio_breaker, retries only": "1.00x, 50 % (his breaker)",
 }
 
 

@@ -18,6 +18,7 @@ mod aws;
 mod breaker;
 mod budget;
 mod grpc;
+mod ratio_breaker;
 mod sre;
 mod token_bucket;
 
@@ -28,6 +29,7 @@ pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use grpc::{GrpcSettings, GrpcThrottle};
 use rand::Rng;
+pub use ratio_breaker::{RatioBreaker, RatioBreakerSettings};
 use serde::{Deserialize, Serialize};
 pub use sre::{AdaptiveThrottle, SreSettings};
 pub use token_bucket::{TokenBucket, TokenBucketSettings};
@@ -155,11 +157,14 @@ pub enum ProtectionSettings {
     Sre(SreSettings),
     /// The AWS SDKs' retry quota (standard mode).
     AwsStandard(AwsQuotaSettings),
+    /// A breaker on the failure ratio over a window (Polly v8's circuit breaker).
+    RatioBreaker(RatioBreakerSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 5] = ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard"];
+    pub const KINDS: [&'static str; 6] =
+        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker"];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -169,6 +174,7 @@ impl ProtectionSettings {
             ProtectionSettings::Grpc(_) => Self::KINDS[2],
             ProtectionSettings::Sre(_) => Self::KINDS[3],
             ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
+            ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
         }
     }
 
@@ -180,6 +186,7 @@ impl ProtectionSettings {
             ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
             ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
             ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
+            ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
         }
     }
 }
@@ -248,6 +255,12 @@ impl ProtectionSettings {
                 within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
                 within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)
             }
+            ProtectionSettings::RatioBreaker(s) => {
+                within("failure_ratio", s.failure_ratio, 0.001, 1.0)?;
+                within("sampling_duration_ms", s.sampling_duration_ms as f64, 100.0, 3_600_000.0)?;
+                within("minimum_throughput", f64::from(s.minimum_throughput), 2.0, 1_000_000.0)?;
+                within("break_duration_ms", s.break_duration_ms as f64, 1.0, 3_600_000.0)
+            }
         }
     }
 }
@@ -261,6 +274,7 @@ pub enum Guard {
     Grpc(GrpcSettings, GrpcThrottle),
     Sre(SreSettings, AdaptiveThrottle),
     AwsStandard(AwsQuotaSettings, AwsQuota),
+    RatioBreaker(RatioBreakerSettings, RatioBreaker),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -272,6 +286,7 @@ macro_rules! dispatch {
             Guard::Grpc($settings, $state) => $call,
             Guard::Sre($settings, $state) => $call,
             Guard::AwsStandard($settings, $state) => $call,
+            Guard::RatioBreaker($settings, $state) => $call,
         }
     };
 }
@@ -284,6 +299,7 @@ impl Guard {
             Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
             Guard::Sre(s, _) => ProtectionSettings::Sre(s),
             Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
+            Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
         }
     }
 
@@ -399,7 +415,7 @@ mod tests {
         assert_eq!(unknown.field, "policy.protections[2].kind");
         assert_eq!(
             unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard"
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
