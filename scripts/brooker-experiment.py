@@ -12,7 +12,7 @@ circuit breaker 1.00x and 50 %; with 1,000 clients the per-client token bucket 1
     cargo build --release --bin retrylab && python3 scripts/brooker-experiment.py
 
 --bin another build; --seconds of traffic per row (5); --rate messages a second (200);
---clients the client counts (1,10,1000). --quick: one second at 50 a second, 1 and 10 clients
+--clients the client counts (1,10,1000); --only token_bucket the rows of one protection. --quick: one second at 50 a second, 1 and 10 clients
 (CI proves the script works; its figures mean little). Prints a markdown table for BENCHMARKS.md.
 """
 import argparse
@@ -31,6 +31,7 @@ parser.add_argument("--bin", default="target/release/retrylab")
 parser.add_argument("--seconds", type=float, default=5)
 parser.add_argument("--rate", type=float, default=200)
 parser.add_argument("--clients", default="1,10,1000")
+parser.add_argument("--only", default="", help="the rows whose protection starts with this")
 parser.add_argument("--quick", action="store_true")
 args = parser.parse_args()
 if args.quick:
@@ -115,7 +116,7 @@ def main():
         print("| protection | scope | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in counts)
               + " | Brooker (simulated) |")
         print("| --- | --- | " + " | ".join("---" for _ in counts) + " | --- |")
-        for name, protection in PROTECTIONS:
+        for name, protection in [row for row in PROTECTIONS if row[0].startswith(args.only)]:
             for scope in ["per_client"] if protection is None else ["per_client", "shared"]:
                 cells = []
                 for clients in counts:

@@ -107,6 +107,9 @@ pub trait Protection: Default {
         Ok(())
     }
 
+    /// Every attempt in flight was cut off (the client died): none of them will end.
+    fn interrupted(&mut self, _settings: &Self::Settings) {}
+
     /// Its live state, for the snapshot and the protection lane.
     fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
 }
@@ -317,6 +320,10 @@ impl Guard {
 
     pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
+    }
+
+    pub fn interrupted(&mut self) {
+        dispatch!(self, |settings, state| state.interrupted(settings))
     }
 
     pub fn report(&self, now_ms: u64) -> Report {

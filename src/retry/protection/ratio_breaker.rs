@@ -155,6 +155,13 @@ impl Protection for RatioBreaker {
         }
     }
 
+    /// A probe that was cut off never answers: let another through.
+    fn interrupted(&mut self, _settings: &RatioBreakerSettings) {
+        if let Phase::HalfOpen { probing } = &mut self.phase {
+            *probing = false;
+        }
+    }
+
     fn retry(
         &mut self,
         settings: &RatioBreakerSettings,
@@ -277,6 +284,9 @@ mod tests {
         assert_eq!(state(&breaker), Some("open"), "a failed probe opens it again");
         assert!(breaker.gate(&settings, 1, 11_009, &mut rng).is_err());
         assert!(breaker.gate(&settings, 1, 11_010, &mut rng).is_ok());
+        // A probe cut off by a crash never answers: another may go.
+        breaker.interrupted(&settings);
+        assert!(breaker.gate(&settings, 1, 11_011, &mut rng).is_ok());
         breaker.ended(&settings, &Ended::success(1), 11_020);
         assert_eq!(state(&breaker), Some("closed"), "a successful probe closes it");
         assert_eq!(breaker.health(), (0.0, 0), "with its counts cleared");
