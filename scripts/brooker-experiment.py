@@ -49,6 +49,7 @@ PROTECTIONS = [
     ("grpc", {"kind": "grpc"}),
     ("sre", {"kind": "sre"}),
     ("retry_budget", {"kind": "retry_budget"}),
+    ("envoy", {"kind": "envoy"}),
 ]
 HIS = {
     "3 retries, no protection": "1.89x, 93.5 %",

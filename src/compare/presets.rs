@@ -94,6 +94,7 @@ mod tests {
             ("sre", "sre"),
             ("aws-standard", "aws_standard"),
             ("ratio-breaker", "ratio_breaker"),
+            ("envoy", "envoy"),
         ] {
             let preset = find(name).unwrap_or_else(|| panic!("no preset {name}"));
             let source = preset.source.as_ref().unwrap_or_else(|| panic!("{name} names no source"));

@@ -248,3 +248,20 @@ async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_wind
     let state = polly["protections"][0]["state"].as_str().unwrap();
     assert!(["closed", "open", "half_open"].contains(&state), "{state}");
 }
+
+#[tokio::test]
+async fn envoys_budget_stops_a_retry_while_too_many_are_out() {
+    let app = TestApp::spawn().await;
+    // Waits of 100 ms: about 50 retries a second each out for 100 ms or more, some 5 at once,
+    // past a budget of one at a time while fewer than 10 requests are in flight.
+    let policy = r#"{"max_attempts": 4, "seed": 6, "base_ms": 100, "cap_ms": 100, "jitter": "none",
+        "protections": [{"kind": "envoy", "min_retry_concurrency": 1}]}"#;
+    let (done, amplification) = run(&app, policy).await;
+    assert!(amplification < 1.5, "{amplification:.3}");
+    let stopped = suppressed(&done, "envoy");
+    assert!(stopped > 50, "{stopped}");
+    let refused =
+        dead_lettered_as(&done, "retry_budget", "retry not sent (envoy): Envoy's retry budget allows ");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(done["policy"]["protections"][0]["budget_percent"], 20.0, "Envoy's default");
+}

@@ -17,6 +17,7 @@
 mod aws;
 mod breaker;
 mod budget;
+mod envoy;
 mod grpc;
 mod ratio_breaker;
 mod sre;
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use aws::{AwsQuota, AwsQuotaSettings};
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
+pub use envoy::{EnvoyBudget, EnvoySettings};
 pub use grpc::{GrpcSettings, GrpcThrottle};
 use rand::Rng;
 pub use ratio_breaker::{RatioBreaker, RatioBreakerSettings};
@@ -162,12 +164,14 @@ pub enum ProtectionSettings {
     AwsStandard(AwsQuotaSettings),
     /// A breaker on the failure ratio over a window (Polly v8's circuit breaker).
     RatioBreaker(RatioBreakerSettings),
+    /// Envoy's retry budget: retries outstanding within a share of the active requests.
+    Envoy(EnvoySettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 6] =
-        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker"];
+    pub const KINDS: [&'static str; 7] =
+        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker", "envoy"];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -178,6 +182,7 @@ impl ProtectionSettings {
             ProtectionSettings::Sre(_) => Self::KINDS[3],
             ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
             ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
+            ProtectionSettings::Envoy(_) => Self::KINDS[6],
         }
     }
 
@@ -190,6 +195,7 @@ impl ProtectionSettings {
             ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
             ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
             ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
+            ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
         }
     }
 }
@@ -264,6 +270,10 @@ impl ProtectionSettings {
                 within("minimum_throughput", f64::from(s.minimum_throughput), 2.0, 1_000_000.0)?;
                 within("break_duration_ms", s.break_duration_ms as f64, 1.0, 3_600_000.0)
             }
+            ProtectionSettings::Envoy(s) => {
+                within("budget_percent", s.budget_percent, 0.0, 100.0)?;
+                within("min_retry_concurrency", f64::from(s.min_retry_concurrency), 0.0, 100_000.0)
+            }
         }
     }
 }
@@ -278,6 +288,7 @@ pub enum Guard {
     Sre(SreSettings, AdaptiveThrottle),
     AwsStandard(AwsQuotaSettings, AwsQuota),
     RatioBreaker(RatioBreakerSettings, RatioBreaker),
+    Envoy(EnvoySettings, EnvoyBudget),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -290,6 +301,7 @@ macro_rules! dispatch {
             Guard::Sre($settings, $state) => $call,
             Guard::AwsStandard($settings, $state) => $call,
             Guard::RatioBreaker($settings, $state) => $call,
+            Guard::Envoy($settings, $state) => $call,
         }
     };
 }
@@ -303,6 +315,7 @@ impl Guard {
             Guard::Sre(s, _) => ProtectionSettings::Sre(s),
             Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
             Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
+            Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
         }
     }
 
@@ -422,7 +435,7 @@ mod tests {
         assert_eq!(unknown.field, "policy.protections[2].kind");
         assert_eq!(
             unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker"
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
