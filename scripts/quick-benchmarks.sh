@@ -27,6 +27,8 @@ step "scripts/lean-bench.py"
 python3 scripts/lean-bench.py --quick --bin "$bin" --bare "$target/debug/examples/bare_endpoint"
 step "scripts/compare-bench.py"
 QUICK=1 python3 scripts/compare-bench.py "$bin"
+step "scripts/brooker-experiment.py"
+python3 scripts/brooker-experiment.py --quick --bin "$bin"
 step "scripts/endpoint-flood.py"
 python3 scripts/endpoint-flood.py "$bin" 50
 step "scripts/event-window-memory.py"

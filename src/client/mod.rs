@@ -142,6 +142,7 @@ impl ClientState {
     /// Probes that were cut off (the client died) never answer.
     pub fn forget_probes(&mut self) {
         self.breaker.forget_probes();
+        self.guards.iter().for_each(|guard| guard.lock().interrupted());
     }
 
     /// Whether the protections allow a retry now (the retry budget first, then each one the

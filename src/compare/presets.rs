@@ -93,6 +93,8 @@ mod tests {
             ("grpc", "grpc"),
             ("sre", "sre"),
             ("aws-standard", "aws_standard"),
+            ("ratio-breaker", "ratio_breaker"),
+            ("envoy", "envoy"),
         ] {
             let preset = find(name).unwrap_or_else(|| panic!("no preset {name}"));
             let source = preset.source.as_ref().unwrap_or_else(|| panic!("{name} names no source"));

@@ -206,3 +206,62 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     assert!(!refused.is_empty(), "the throttle refused some attempts before they were sent");
     assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{:?}", refused[0]);
 }
+
+#[tokio::test]
+async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_window_failed() {
+    let app = TestApp::spawn().await;
+    // Polly's rule with a throughput a lab run reaches in a fifth of a second (20, not 100).
+    let retries_only = r#"{"max_attempts": 4, "seed": 5,
+        "protections": [{"kind": "ratio_breaker", "minimum_throughput": 20, "retries_only": true}]}"#;
+    let polly = r#"{"max_attempts": 4, "seed": 5,
+        "protections": [{"kind": "ratio_breaker", "minimum_throughput": 20, "break_duration_ms": 500}]}"#;
+    let ((brooker, brooker_amplification), (polly, _)) =
+        tokio::join!(run(&app, retries_only), run(&app, polly));
+    // Brooker's breaker: half fail, far over a tenth, so after its first 20 attempts no retry
+    // goes out (his simulation: 1.00 requests a message and 50 % success).
+    assert!(brooker_amplification < 1.15, "retries only: {brooker_amplification:.3}");
+    let stopped = suppressed(&brooker, "ratio_breaker");
+    assert!(stopped > 100, "{stopped}");
+    let refused = dead_lettered_as(
+        &brooker,
+        "retry_budget",
+        "retry not sent (ratio_breaker): the ratio breaker is open",
+    );
+    assert_eq!(stopped as usize, refused);
+    let sent = brooker["traffic"]["sent"].as_u64().unwrap();
+    let delivered = counter(&brooker, "delivered");
+    assert!(delivered * 10 < sent * 7, "about half delivered: {delivered} of {sent}");
+    assert_eq!(brooker["policy"]["protections"][0]["sampling_duration_ms"], 30_000, "Polly's 30 s");
+    // Polly's breaker refuses first attempts too while open, each named, none sent.
+    let short: Vec<&Value> = messages(&polly)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter(|a| a["outcome"] == "short_circuited")
+        .collect();
+    assert!(short.len() > 50, "{}", short.len());
+    assert!(
+        short.iter().all(|a| a["refused_by"] == "ratio_breaker" && a["status"].is_null()),
+        "{:?}",
+        short[0]
+    );
+    assert!(suppressed(&polly, "ratio_breaker") as usize >= short.len());
+    let state = polly["protections"][0]["state"].as_str().unwrap();
+    assert!(["closed", "open", "half_open"].contains(&state), "{state}");
+}
+
+#[tokio::test]
+async fn envoys_budget_stops_a_retry_while_too_many_are_out() {
+    let app = TestApp::spawn().await;
+    // Waits of 100 ms: about 50 retries a second each out for 100 ms or more, some 5 at once,
+    // past a budget of one at a time while fewer than 10 requests are in flight.
+    let policy = r#"{"max_attempts": 4, "seed": 6, "base_ms": 100, "cap_ms": 100, "jitter": "none",
+        "protections": [{"kind": "envoy", "min_retry_concurrency": 1}]}"#;
+    let (done, amplification) = run(&app, policy).await;
+    assert!(amplification < 1.5, "{amplification:.3}");
+    let stopped = suppressed(&done, "envoy");
+    assert!(stopped > 50, "{stopped}");
+    let refused =
+        dead_lettered_as(&done, "retry_budget", "retry not sent (envoy): Envoy's retry budget allows ");
+    assert_eq!(stopped as usize, refused);
+    assert_eq!(done["policy"]["protections"][0]["budget_percent"], 20.0, "Envoy's default");
+}

@@ -17,7 +17,9 @@
 mod aws;
 mod breaker;
 mod budget;
+mod envoy;
 mod grpc;
+mod ratio_breaker;
 mod sre;
 mod token_bucket;
 
@@ -26,8 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use aws::{AwsQuota, AwsQuotaSettings};
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
+pub use envoy::{EnvoyBudget, EnvoySettings};
 pub use grpc::{GrpcSettings, GrpcThrottle};
 use rand::Rng;
+pub use ratio_breaker::{RatioBreaker, RatioBreakerSettings};
 use serde::{Deserialize, Serialize};
 pub use sre::{AdaptiveThrottle, SreSettings};
 pub use token_bucket::{TokenBucket, TokenBucketSettings};
@@ -105,6 +109,9 @@ pub trait Protection: Default {
         Ok(())
     }
 
+    /// Every attempt in flight was cut off (the client died): none of them will end.
+    fn interrupted(&mut self, _settings: &Self::Settings) {}
+
     /// Its live state, for the snapshot and the protection lane.
     fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
 }
@@ -155,11 +162,16 @@ pub enum ProtectionSettings {
     Sre(SreSettings),
     /// The AWS SDKs' retry quota (standard mode).
     AwsStandard(AwsQuotaSettings),
+    /// A breaker on the failure ratio over a window (Polly v8's circuit breaker).
+    RatioBreaker(RatioBreakerSettings),
+    /// Envoy's retry budget: retries outstanding within a share of the active requests.
+    Envoy(EnvoySettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 5] = ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard"];
+    pub const KINDS: [&'static str; 7] =
+        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker", "envoy"];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -169,6 +181,8 @@ impl ProtectionSettings {
             ProtectionSettings::Grpc(_) => Self::KINDS[2],
             ProtectionSettings::Sre(_) => Self::KINDS[3],
             ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
+            ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
+            ProtectionSettings::Envoy(_) => Self::KINDS[6],
         }
     }
 
@@ -180,6 +194,8 @@ impl ProtectionSettings {
             ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
             ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
             ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
+            ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
+            ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
         }
     }
 }
@@ -248,6 +264,16 @@ impl ProtectionSettings {
                 within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
                 within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)
             }
+            ProtectionSettings::RatioBreaker(s) => {
+                within("failure_ratio", s.failure_ratio, 0.001, 1.0)?;
+                within("sampling_duration_ms", s.sampling_duration_ms as f64, 100.0, 3_600_000.0)?;
+                within("minimum_throughput", f64::from(s.minimum_throughput), 2.0, 1_000_000.0)?;
+                within("break_duration_ms", s.break_duration_ms as f64, 1.0, 3_600_000.0)
+            }
+            ProtectionSettings::Envoy(s) => {
+                within("budget_percent", s.budget_percent, 0.0, 100.0)?;
+                within("min_retry_concurrency", f64::from(s.min_retry_concurrency), 0.0, 100_000.0)
+            }
         }
     }
 }
@@ -261,6 +287,8 @@ pub enum Guard {
     Grpc(GrpcSettings, GrpcThrottle),
     Sre(SreSettings, AdaptiveThrottle),
     AwsStandard(AwsQuotaSettings, AwsQuota),
+    RatioBreaker(RatioBreakerSettings, RatioBreaker),
+    Envoy(EnvoySettings, EnvoyBudget),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -272,6 +300,8 @@ macro_rules! dispatch {
             Guard::Grpc($settings, $state) => $call,
             Guard::Sre($settings, $state) => $call,
             Guard::AwsStandard($settings, $state) => $call,
+            Guard::RatioBreaker($settings, $state) => $call,
+            Guard::Envoy($settings, $state) => $call,
         }
     };
 }
@@ -284,6 +314,8 @@ impl Guard {
             Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
             Guard::Sre(s, _) => ProtectionSettings::Sre(s),
             Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
+            Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
+            Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
         }
     }
 
@@ -301,6 +333,10 @@ impl Guard {
 
     pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
+    }
+
+    pub fn interrupted(&mut self) {
+        dispatch!(self, |settings, state| state.interrupted(settings))
     }
 
     pub fn report(&self, now_ms: u64) -> Report {
@@ -399,7 +435,7 @@ mod tests {
         assert_eq!(unknown.field, "policy.protections[2].kind");
         assert_eq!(
             unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard"
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
