@@ -184,6 +184,9 @@ fn describe(settings: &DownstreamSettings) -> String {
             if d.retries_first {
                 defences.push("retries shed first".to_owned());
             }
+            if d.pushback {
+                defences.push("shed retries told not to retry".to_owned());
+            }
             match d.queue {
                 Discipline::Fifo => {}
                 Discipline::Lifo => defences.push("LIFO".into()),
