@@ -182,7 +182,9 @@ pub struct DownstreamUpdate {
     pub queue: Option<u32>,
     /// The overloaded mode's defences, whole (absent keeps them; on another mode they go).
     pub defences: Option<Defences>,
-    /// The new setting lasts this long, then the downstream goes back to what it was.
+    /// The new setting lasts this long, then the downstream goes back to what it was. An
+    /// update without it ends a timed setting early, unless it names only `defences`: then the
+    /// timed setting ends when it was to, and the defences stay after it.
     pub for_ms: Option<u64>,
 }
 

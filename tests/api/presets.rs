@@ -263,6 +263,17 @@ async fn each_metastable_ending_sets_what_its_sentence_depends_on_whatever_came_
             let after = state_after(&app, &preset, &[first, last]).await;
             assert_eq!(after, alone, "step {b} ({}) after step {a} ({})", last["label"], first["label"]);
         }
+        // Clicked during the spike, it leaves the spike to end when it was to, and its settings
+        // stay after it.
+        let lab = app.new_lab().await;
+        apply(&app, &lab, &preset).await;
+        app.put(&lab, "downstream", &preset["later"]["downstream"].to_string()).await;
+        apply(&app, &lab, last).await;
+        let s = app.snapshot(&lab).await;
+        let revert = &s["downstream"]["revert"];
+        assert_eq!(revert["to"]["latency_ms"], json!([200, 200]), "step {b} during the spike: {revert}");
+        assert_eq!(revert["to"]["defences"], alone.2, "step {b} during the spike: {revert}");
+        assert_eq!(s["downstream"]["defences"], alone.2);
     }
 }
 
