@@ -43,6 +43,7 @@ const CAUSES = [
   ['circuit_open', 'circuit breaker open'],
   ['retry_budget', 'retry budget spent'],
   ['permanent', 'permanent error (4xx)'],
+  ['pushback', 'told not to retry (pushback)'],
 ];
 
 export function createTable(table, hint) {

@@ -5,7 +5,7 @@
 //! the counts per cause and per last status of the whole queue. The same filter goes to the
 //! server for an action on everything it matches.
 
-export const CAUSES = ['attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent'];
+export const CAUSES = ['attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback'];
 
 export const CAUSE_TEXT = {
   attempts_used_up: 'attempts used up',
@@ -13,6 +13,7 @@ export const CAUSE_TEXT = {
   circuit_open: 'circuit open',
   retry_budget: 'retry budget',
   permanent: 'permanent error',
+  pushback: 'told not to retry',
 };
 
 /** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */

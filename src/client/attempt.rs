@@ -12,7 +12,7 @@ use rand::Rng;
 
 use super::{ClientState, Stopped};
 use crate::dlq::Cause;
-use crate::domain::AttemptEnd;
+use crate::domain::{AttemptEnd, Pushback};
 use crate::retry::protection::Ended;
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
 
@@ -89,6 +89,12 @@ pub fn next(
         Verdict::Delivered => return Next::Delivered,
         Verdict::GiveUp => return Next::DeadLetter(Cause::Permanent, format!("permanent error: {last}")),
         Verdict::Retry => {}
+    }
+    // gRFC A6, "Pushback": a negative or unparseable pushback is "the server asking the client
+    // not to retry at all"; the round ends on it, whatever attempts are left.
+    if end.pushback == Some(Pushback::DoNotRetry) {
+        let reason = format!("pushback: the endpoint said not to retry (X-Retry-Pushback-Ms); last: {last}");
+        return Next::DeadLetter(Cause::Pushback, reason);
     }
     let by_breaker = end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == "breaker");
     if by_breaker && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
@@ -178,7 +184,7 @@ mod tests {
     }
 
     fn end(outcome: Outcome, status: Option<u16>) -> AttemptEnd {
-        AttemptEnd { duration_ms: 20, status, outcome, replayed: false, retry_after_s: None }
+        AttemptEnd { duration_ms: 20, status, outcome, replayed: false, retry_after_s: None, pushback: None }
     }
 
     fn decide(policy: &Policy, n: u32, end: &AttemptEnd, now_ms: u64, round: &mut Round) -> Next {
@@ -227,6 +233,40 @@ mod tests {
         let policy = Policy { jitter: Jitter::Full, ..policy() };
         let Next::Retry(wait) = decide(&policy, 1, &answer, 0, &mut Round::default()) else { panic!() };
         assert_eq!((wait.floor_ms, wait.planned_ms), (Some(2_000), 2_000));
+    }
+
+    #[test]
+    fn a_pushback_not_to_retry_ends_the_round_with_attempts_left_and_a_wait_one_does_not() {
+        let told = |pushback| AttemptEnd { pushback: Some(pushback), ..end(Outcome::HttpError, Some(503)) };
+        let stop = decide(&policy(), 1, &told(Pushback::DoNotRetry), 0, &mut Round::default());
+        assert_eq!(
+            stop,
+            Next::DeadLetter(
+                Cause::Pushback,
+                "pushback: the endpoint said not to retry (X-Retry-Pushback-Ms); last: HTTP 503".into()
+            )
+        );
+        let wait = decide(&policy(), 1, &told(Pushback::AfterMs(0)), 0, &mut Round::default());
+        assert!(matches!(wait, Next::Retry(_)), "{wait:?}");
+        // A success says nothing of retrying.
+        let ok = AttemptEnd { pushback: Some(Pushback::DoNotRetry), ..end(Outcome::Ok, Some(200)) };
+        assert_eq!(decide(&policy(), 1, &ok, 0, &mut Round::default()), Next::Delivered);
+    }
+
+    #[test]
+    fn a_pushback_is_read_as_grfc_a6_says() {
+        for (value, read) in [
+            ("0", Pushback::AfterMs(0)),
+            ("250", Pushback::AfterMs(250)),
+            ("-1", Pushback::DoNotRetry),
+            ("-250", Pushback::DoNotRetry),
+            ("soon", Pushback::DoNotRetry),
+            ("", Pushback::DoNotRetry),
+            ("1.5", Pushback::DoNotRetry),
+            ("4294967296", Pushback::DoNotRetry),
+        ] {
+            assert_eq!(Pushback::parse(value.as_bytes()), read, "{value:?}");
+        }
     }
 
     #[test]

@@ -117,6 +117,7 @@ fn cause_name(cause: Cause) -> &'static str {
         Cause::CircuitOpen => "circuit_open",
         Cause::RetryBudget => "retry_budget",
         Cause::Permanent => "permanent",
+        Cause::Pushback => "pushback",
     }
 }
 

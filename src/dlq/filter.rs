@@ -17,7 +17,7 @@ use crate::domain::Outcome;
 #[serde(deny_unknown_fields)]
 pub struct Filter {
     /// Causes, comma-separated: `attempts_used_up`, `time_budget`, `circuit_open`,
-    /// `retry_budget`, `permanent`.
+    /// `retry_budget`, `permanent`, `pushback`.
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).
@@ -114,8 +114,14 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 5] =
-        [Cause::AttemptsUsedUp, Cause::TimeBudget, Cause::CircuitOpen, Cause::RetryBudget, Cause::Permanent];
+    pub const ALL: [Cause; 6] = [
+        Cause::AttemptsUsedUp,
+        Cause::TimeBudget,
+        Cause::CircuitOpen,
+        Cause::RetryBudget,
+        Cause::Permanent,
+        Cause::Pushback,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -124,6 +130,7 @@ impl Cause {
             Cause::CircuitOpen => "circuit_open",
             Cause::RetryBudget => "retry_budget",
             Cause::Permanent => "permanent",
+            Cause::Pushback => "pushback",
         }
     }
 
@@ -135,6 +142,7 @@ impl Cause {
             Cause::CircuitOpen => "circuit open",
             Cause::RetryBudget => "retry budget",
             Cause::Permanent => "permanent error",
+            Cause::Pushback => "told not to retry",
         }
     }
 

@@ -68,6 +68,9 @@ pub enum Cause {
     RetryBudget,
     /// The downstream answered with an error that retrying cannot fix.
     Permanent,
+    /// The downstream said not to retry (`X-Retry-Pushback-Ms` negative, as gRFC A6's
+    /// `grpc-retry-pushback-ms`).
+    Pushback,
 }
 
 impl DeadLetter {

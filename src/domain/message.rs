@@ -67,6 +67,32 @@ pub struct AttemptEnd {
     pub outcome: Outcome,
     pub replayed: bool,
     pub retry_after_s: Option<u64>,
+    /// What the answer's `X-Retry-Pushback-Ms` said, when it had one.
+    pub pushback: Option<Pushback>,
+}
+
+/// A server's pushback, as gRFC A6 ("Pushback") defines `grpc-retry-pushback-ms` and the lab's
+/// `X-Retry-Pushback-Ms` mirrors it: "an ASCII encoded signed 32-bit integer ... that represents
+/// how many milliseconds to wait before sending a retry. If the value for pushback is negative
+/// or unparseble, then it will be seen as the server asking the client not to retry at all."
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// Retry after this many ms. The lab's client reads it but plans its waits as before: its
+    /// endpoint sends only `-1`.
+    AfterMs(u32),
+    /// Do not retry.
+    DoNotRetry,
+}
+
+impl Pushback {
+    /// The header's value as A6 reads it.
+    pub fn parse(value: &[u8]) -> Pushback {
+        let ms = std::str::from_utf8(value).ok().and_then(|v| v.parse::<i32>().ok());
+        match ms.and_then(|ms| u32::try_from(ms).ok()) {
+            Some(ms) => Pushback::AfterMs(ms),
+            None => Pushback::DoNotRetry,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

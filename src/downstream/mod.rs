@@ -108,6 +108,10 @@ pub struct Defences {
     /// With the line full, a first attempt takes the place of the newest retry waiting (the
     /// client marks retries in `X-Previous-Attempts`).
     pub retries_first: bool,
+    /// With `retries_first`, a retry shed from the line is told not to retry: its 503 carries
+    /// `X-Retry-Pushback-Ms: -1`, the lab's name for gRPC's `grpc-retry-pushback-ms`, whose
+    /// negative value asks the client not to retry at all (gRFC A6, "Pushback").
+    pub pushback: bool,
 }
 
 impl Default for Defences {
@@ -118,6 +122,7 @@ impl Default for Defences {
             codel_target_ms: 25,
             codel_interval_ms: 500,
             retries_first: false,
+            pushback: false,
         }
     }
 }
@@ -177,7 +182,9 @@ pub struct DownstreamUpdate {
     pub queue: Option<u32>,
     /// The overloaded mode's defences, whole (absent keeps them; on another mode they go).
     pub defences: Option<Defences>,
-    /// The new setting lasts this long, then the downstream goes back to what it was.
+    /// The new setting lasts this long, then the downstream goes back to what it was. An
+    /// update without it ends a timed setting early, unless it names only `defences`: then the
+    /// timed setting ends when it was to, and the defences stay after it.
     pub for_ms: Option<u64>,
 }
 
@@ -232,6 +239,12 @@ impl DownstreamSettings {
             return invalid("queue", format!("queue must be 0 to {MAX_QUEUE}"));
         }
         let d = next.defences;
+        if d.pushback && !d.retries_first {
+            return invalid(
+                "defences.pushback",
+                "pushback is sent with the retries retries_first sheds: turn retries_first on too".into(),
+            );
+        }
         if d.any() && next.mode != Mode::Overloaded {
             let field = match (d.deadline, d.retries_first) {
                 (true, _) => "defences.deadline",

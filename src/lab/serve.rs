@@ -27,7 +27,9 @@ pub enum Refusal {
     /// No worker free and no room in line (503).
     Shed { retry_after_s: u64 },
     /// Dropped by a defence without its work being done (503).
-    Dropped { why: Dropped, retry_after_s: u64 },
+    /// With `pushback`, its client is told not to retry (a retry shed under the pushback
+    /// defence).
+    Dropped { why: Dropped, retry_after_s: u64, pushback: bool },
     /// The key's first request is still in line, in work, or being processed (409).
     InProgress,
     /// The key was first used with another body (422).
@@ -100,7 +102,9 @@ impl Lab {
     }
 
     fn dropped(&self, why: Dropped) -> Refusal {
-        Refusal::Dropped { why, retry_after_s: self.downstream_settings().retry_after_s }
+        let settings = self.downstream_settings();
+        let pushback = why == Dropped::RetryShed && settings.defences.pushback;
+        Refusal::Dropped { why, retry_after_s: settings.retry_after_s, pushback }
     }
 
     async fn decide_served(

@@ -27,7 +27,16 @@ impl Lab {
         let next = endpoint.settings.updated(update)?;
         // Going back restores what was set before the first timed change, not a timed one.
         let before = endpoint.revert.map_or(endpoint.settings, |r| r.to);
-        endpoint.revert = update.for_ms.map(|ms| Revert { at_ms: now + ms, to: before });
+        let only_defences = *update == DownstreamUpdate { defences: update.defences, ..Default::default() };
+        endpoint.revert = match (update.for_ms, endpoint.revert) {
+            (Some(ms), _) => Some(Revert { at_ms: now + ms, to: before }),
+            // Defences turned on or off during a timed change (a preset's ending clicked during
+            // its spike) leave the change to end when it was to, and stay after it.
+            (None, Some(revert)) if only_defences && before.mode == next.mode => {
+                Some(Revert { to: DownstreamSettings { defences: next.defences, ..revert.to }, ..revert })
+            }
+            (None, _) => None,
+        };
         let label = match update.for_ms {
             Some(ms) => format!("{} for {ms} ms", describe(&next)),
             None => describe(&next),
@@ -183,6 +192,9 @@ fn describe(settings: &DownstreamSettings) -> String {
             }
             if d.retries_first {
                 defences.push("retries shed first".to_owned());
+            }
+            if d.pushback {
+                defences.push("shed retries told not to retry".to_owned());
             }
             match d.queue {
                 Discipline::Fifo => {}

@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::client::attempt::{Next, Round};
-use crate::domain::{AttemptEnd, MarkerKind, Outcome};
+use crate::domain::{AttemptEnd, MarkerKind, Outcome, Pushback};
 use crate::lab::{Go, Lab};
 use crate::metrics::Metrics;
 use crate::retry;
@@ -184,6 +184,7 @@ impl Producer {
         let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
         let replayed = header("idempotent-replayed") == Some("true");
         let retry_after_s = header(RETRY_AFTER.as_str()).and_then(retry::parse_retry_after);
+        let pushback = response.headers().get("x-retry-pushback-ms").map(|v| Pushback::parse(v.as_bytes()));
         // The deadline covers the body too: a reply cut off mid-body is not a success.
         if let Err(e) = response.bytes().await {
             return failed(&e);
@@ -194,13 +195,14 @@ impl Producer {
             outcome: Outcome::of_status(status),
             replayed,
             retry_after_s,
+            pushback,
         }
     }
 }
 
 /// An attempt that brought no answer back, and took no time (yet).
 fn answerless(outcome: Outcome) -> AttemptEnd {
-    AttemptEnd { duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None }
+    AttemptEnd { duration_ms: 0, status: None, outcome, replayed: false, retry_after_s: None, pushback: None }
 }
 
 fn failed(error: &reqwest::Error) -> AttemptEnd {

@@ -48,7 +48,8 @@ pub const ROUTE: &str = "/labs/{lab}/downstream";
         (status = 415, description = "The body is not sent as application/json (or a +json type)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key was first used with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Throttled mode: over the rate limit; or this client is over endpoint_rate_per_s; see Retry-After", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Injected failure, shed load, or dropped by a defence (deadline, CoDel), or the store did not confirm in time or could not read a key's stored answer back; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Injected failure, shed load, or dropped by a defence (deadline, CoDel, retries_first), or the store did not confirm in time or could not read a key's stored answer back; see Retry-After. A retry shed by retries_first with the pushback defence on carries `X-Retry-Pushback-Ms: -1`: do not retry (the lab's name for gRPC's grpc-retry-pushback-ms, gRFC A6, whose negative or unparseable value asks the client not to retry at all)", body = Problem, content_type = "application/problem+json",
+            headers(("X-Retry-Pushback-Ms" = i32, description = "Sent only on a retry the pushback defence shed: -1, do not retry"))),
         (status = 507, description = "No room for another outside key (max_outside_keys_per_lab, max_outside_keys), or the store is full (max_db_bytes, the disk)", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -84,7 +85,16 @@ pub async fn downstream(
     // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
     let response = match served {
         Ok(Served { response, replayed }) => answer(response, replayed),
-        Err(refused) => refusal(refused).into_response(),
+        Err(refused) => {
+            let pushback = matches!(refused, Refusal::Dropped { pushback: true, .. });
+            let mut response = refusal(refused).into_response();
+            if pushback {
+                // gRFC A6, "Pushback": "If the value for pushback is negative or unparseble, then it
+                // will be seen as the server asking the client not to retry at all."
+                response.headers_mut().insert(PUSHBACK_HEADER, HeaderValue::from_static("-1"));
+            }
+            response
+        }
     };
     visit.answered(&response);
     Ok(response)
@@ -99,6 +109,11 @@ const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 /// The header in which a client says how many attempts of this request it made before (as
 /// gRPC's `grpc-previous-rpc-attempts`, gRFC A6); retry-aware shedding reads it.
 pub const PREVIOUS_ATTEMPTS_HEADER: &str = "x-previous-attempts";
+
+/// The header in which the endpoint tells a client when to retry, in ms, or, negative, not to
+/// retry at all: the lab's name for gRPC's `grpc-retry-pushback-ms` (gRFC A6). The endpoint
+/// sends only `-1`, on a retry its pushback defence sheds.
+pub const PUSHBACK_HEADER: &str = "x-retry-pushback-ms";
 
 /// What the request's headers tell the endpoint; one that does not parse (a timeout that is not
 /// a whole number of ms from 1 to a day, a count of attempts that is not a whole number, or
@@ -217,7 +232,7 @@ fn refusal(refused: Refusal) -> AppError {
             retry_after_s,
             detail: "overloaded: no worker free and no room in the queue; nothing was applied".into(),
         },
-        Refusal::Dropped { why, retry_after_s } => AppError::Unavailable {
+        Refusal::Dropped { why, retry_after_s, .. } => AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
             detail: match why {

@@ -2,7 +2,8 @@
 //! `metastable.rs`): the naive client and the spike that leaves the plain endpoint stuck.
 //! With the deadline drop, CoDel queue timeouts or adaptive LIFO on, goodput is back within
 //! 5 s of the spike's end; without the spike each defence leaves a healthy endpoint alone.
-//! Also: a full line sheds a retry before a first attempt when asked to, the defences are
+//! Also: a full line sheds a retry before a first attempt when asked to (and with pushback on
+//! tells it not to retry, which the lab's client honours), the defences are
 //! validated naming their field, and a hint header that does not parse is counted and ignored.
 
 use std::time::Duration;
@@ -11,7 +12,7 @@ use reqwest::Method;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter};
+use crate::helpers::{OPEN_SYSTEM_RUNS, TestApp, counter, messages};
 use crate::metastable::{
     DOWNSTREAM, NAIVE, SETTLE_MS, SPIKE, TRAFFIC, at_lab_ms, fixed_by_putting, marker_at, seconds, stuck,
     window,
@@ -179,6 +180,7 @@ async fn defences_are_validated_naming_their_field() {
         ),
         (json!({"mode": "overloaded", "defences": {"deadline": "yes"}}), "downstream.defences.deadline"),
         (json!({"mode": "overloaded", "defences": {"shed": true}}), "downstream.defences.shed"),
+        (json!({"mode": "overloaded", "defences": {"pushback": true}}), "downstream.defences.pushback"),
     ] {
         let (status, problem) = app.call(Method::PUT, &path, Some(&body.to_string())).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
@@ -191,20 +193,32 @@ async fn defences_are_validated_naming_their_field() {
         .await;
     assert_eq!(
         set["defences"],
-        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false})
+        json!({"deadline": true, "queue": "lifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false, "pushback": false})
     );
     let kept = app.put(&lab, "downstream", r#"{"capacity": 2}"#).await;
     assert_eq!(kept["defences"]["queue"], "lifo", "an update not naming them keeps them");
     let healthy = app.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
     assert_eq!(
         healthy["defences"],
-        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false}),
+        json!({"deadline": false, "queue": "fifo", "codel_target_ms": 25, "codel_interval_ms": 500, "retries_first": false, "pushback": false}),
         "leaving the overloaded mode leaves its defences behind"
     );
 }
 
 /// Sends one request from outside with `key` and the hint headers given.
 async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) -> (StatusCode, Value) {
+    let (status, _, body) = answer(app, lab, key, hints).await;
+    (status, body)
+}
+
+/// Sends one request from outside with `key` and the hint headers given: its status, its
+/// `X-Retry-Pushback-Ms` and its body.
+async fn answer(
+    app: &TestApp,
+    lab: &str,
+    key: &str,
+    hints: &[(&str, &str)],
+) -> (StatusCode, Option<String>, Value) {
     let mut request = reqwest::Client::new()
         .post(app.url(&format!("/labs/{lab}/downstream")))
         .header("idempotency-key", key)
@@ -214,7 +228,8 @@ async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) 
     }
     let response = request.body("{}").send().await.unwrap();
     let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    let pushback = response.headers().get("x-retry-pushback-ms").map(|v| v.to_str().unwrap().to_owned());
+    (status, pushback, response.json().await.unwrap_or(Value::Null))
 }
 
 /// Sends one request from outside with `timeout` as its `X-Request-Timeout-Ms` header.
@@ -258,6 +273,88 @@ async fn a_full_line_sheds_its_newest_retry_for_a_first_attempt() {
     let now = snapshot["now_ms"].as_u64().unwrap();
     assert_eq!(total(&snapshot, "retries_shed", 0, now + 1), 1);
     assert_eq!(counter(&snapshot, "applied"), 2);
+}
+
+/// With pushback on, the retry shed from the line is told not to retry (`X-Retry-Pushback-Ms:
+/// -1`, gRFC A6's negative pushback); a retry shed for want of room (no defence at work) is not,
+/// nor one shed with pushback off.
+#[tokio::test]
+async fn a_retry_shed_with_pushback_on_is_told_not_to_retry() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    for pushback in [true, false] {
+        let lab = app.new_lab().await;
+        let set_up = json!({"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [1000, 1000],
+            "defences": {"retries_first": true, "pushback": pushback}});
+        app.put(&lab, "downstream", &set_up.to_string()).await;
+        let go = |key: &'static str, previous: &'static str| {
+            let (app, lab) = (app.clone(), lab.clone());
+            tokio::spawn(async move { answer(&app, &lab, key, &[("x-previous-attempts", previous)]).await })
+        };
+        let placed = |waiting: u64| {
+            move |snapshot: &Value| snapshot["line"]["in_work"] == 1 && snapshot["line"]["waiting"] == waiting
+        };
+        let working = go("working", "0");
+        app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+        let retry = go("a-retry", "1");
+        app.wait_for(&lab, Duration::from_secs(10), placed(1)).await;
+        let first = go("a-first", "0");
+        app.wait_for(&lab, Duration::from_secs(10), |s| total(s, "retries_shed", 0, u64::MAX) == 1).await;
+        let late_retry = go("late-retry", "1");
+        let (status, told, problem) = retry.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+        assert_eq!(told, pushback.then(|| "-1".to_owned()), "pushback {pushback}: {problem}");
+        let (status, told, problem) = late_retry.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+        assert_eq!(told, None, "shed for want of room, not by the defence: {problem}");
+        assert_eq!(working.await.unwrap().0, StatusCode::OK);
+        assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    }
+}
+
+/// The lab's client honours the pushback: each retry the endpoint sheds with pushback on ends
+/// its message's round at once, in the dead-letter queue as `pushback`, with attempts left.
+#[tokio::test]
+async fn the_labs_client_ends_the_round_on_a_pushback() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let set_up = r#"{"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [200, 200], "retry_after_s": 0,
+        "defences": {"retries_first": true, "pushback": true}}"#;
+    app.put(&lab, "downstream", set_up).await;
+    let policy = r#"{"jitter": "none", "base_ms": 20, "cap_ms": 20, "multiplier": 1, "max_attempts": 10,
+        "timeout_ms": 5000, "honor_retry_after": false, "breaker": null, "retry_budget": null, "seed": 3}"#;
+    app.put(&lab, "policy", policy).await;
+    // A burst keeps retries coming; new messages' first attempts shed them from the line.
+    app.burst(&lab, 5).await;
+    app.put(&lab, "traffic", r#"{"rate_per_s": 5, "arrivals": "even", "for_ms": 3000}"#).await;
+    let done = app
+        .wait_for(&lab, Duration::from_secs(60), |s| {
+            s["traffic"]["sent"].as_u64().unwrap_or(0) >= 10
+                && counter(s, "in_flight") == 0
+                && messages(s).iter().all(|m| m["state"] == "delivered" || m["state"] == "dead_letter")
+        })
+        .await;
+    let letters = done["dead_letters"].as_array().unwrap();
+    let told: Vec<&Value> = letters.iter().filter(|d| d["cause"] == "pushback").collect();
+    let shed = total(&done, "retries_shed", 0, u64::MAX);
+    assert!(shed > 0, "the set-up sheds retries: {}", done["load"]);
+    assert_eq!(
+        told.len() as u64,
+        shed,
+        "every shed retry, and nothing else, ended its round on the pushback"
+    );
+    for letter in told {
+        let attempts = letter["attempts"].as_array().unwrap();
+        let last = attempts.last().unwrap();
+        assert_eq!(last["status"], 503, "{letter}");
+        assert!(attempts.len() < 10, "it ended with attempts left: {letter}");
+        assert!(letter["reason"].as_str().unwrap().contains("X-Retry-Pushback-Ms"), "{letter}");
+        let message = messages(&done).iter().find(|m| m["id"] == letter["id"]).unwrap().clone();
+        assert_eq!(
+            message["attempts"].as_array().unwrap().len(),
+            attempts.len(),
+            "no attempt after it: {message}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -228,6 +228,55 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     assert_eq!(preset["then"].as_array().unwrap().len(), 5, "only the endings the tests prove");
 }
 
+/// What a lab is set to (its breaker, retry budget and defences) after `clicked`, in order, from
+/// `preset`'s start.
+async fn state_after(app: &TestApp, preset: &Value, clicked: &[&Value]) -> (Value, Value, Value) {
+    let lab = app.new_lab().await;
+    apply(app, &lab, preset).await;
+    for step in clicked {
+        apply(app, &lab, step).await;
+    }
+    let s = app.snapshot(&lab).await;
+    (s["policy"]["breaker"].clone(), s["policy"]["retry_budget"].clone(), s["downstream"]["defences"].clone())
+}
+
+/// Each ending of the metastable preset sets everything its sentence depends on, whatever was
+/// clicked before it: the client's fixes (retry budget, breaker) and the endpoint's defences.
+/// A client fix clicked after a defence turns the defence off, or its sentence ("does not end
+/// it", "back on the offered line") would be said of a run the defence also shaped.
+#[tokio::test]
+async fn each_metastable_ending_sets_what_its_sentence_depends_on_whatever_came_before() {
+    // Some hundred settings in a second, more than a person clicks.
+    let limits = retrylab::config::Limits {
+        control_rate_per_s: 1_000,
+        control_burst: 1_000,
+        lab_create_burst: 100,
+        lab_creates_per_hour: 1_000,
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(limits).await;
+    let preset = preset("metastable");
+    let steps = preset["then"].as_array().unwrap();
+    for (b, last) in steps.iter().enumerate() {
+        let alone = state_after(&app, &preset, &[last]).await;
+        for (a, first) in steps.iter().enumerate().filter(|&(a, _)| a != b) {
+            let after = state_after(&app, &preset, &[first, last]).await;
+            assert_eq!(after, alone, "step {b} ({}) after step {a} ({})", last["label"], first["label"]);
+        }
+        // Clicked during the spike, it leaves the spike to end when it was to, and its settings
+        // stay after it.
+        let lab = app.new_lab().await;
+        apply(&app, &lab, &preset).await;
+        app.put(&lab, "downstream", &preset["later"]["downstream"].to_string()).await;
+        apply(&app, &lab, last).await;
+        let s = app.snapshot(&lab).await;
+        let revert = &s["downstream"]["revert"];
+        assert_eq!(revert["to"]["latency_ms"], json!([200, 200]), "step {b} during the spike: {revert}");
+        assert_eq!(revert["to"]["defences"], alone.2, "step {b} during the spike: {revert}");
+        assert_eq!(s["downstream"]["defences"], alone.2);
+    }
+}
+
 #[tokio::test]
 async fn retry_storm_towers_over_the_capacity_and_backoff_spreads_it() {
     let app = TestApp::spawn().await;
