@@ -92,6 +92,7 @@ function defended(d) {
   const on = [];
   if (d.deadline) on.push('drops work whose client will have given up');
   if (d.retries_first) on.push('sheds a retry from a full line to make room for a first attempt');
+  if (d.pushback) on.push('tells a retry it shed not to retry');
   if (d.queue === 'lifo') on.push('serves the newest first');
   if (d.queue === 'adaptive_lifo') on.push(`serves the newest first once a queue stands ${d.codel_interval_ms} ms`);
   if (d.queue === 'codel') on.push(`drops what waited over ${d.codel_target_ms} ms once a queue stands ${d.codel_interval_ms} ms`);
@@ -270,6 +271,8 @@ export function createControls(model, lab) {
       body.defences = {
         deadline: checked(params, 'deadline'),
         retries_first: checked(params, 'retries_first'),
+        // Pushback rides on retries first; alone it is refused.
+        pushback: checked(params, 'retries_first') && checked(params, 'pushback'),
         queue: params.elements.namedItem('queue_discipline').value,
         codel_target_ms: num(params, 'codel_target_ms'),
         codel_interval_ms: num(params, 'codel_interval_ms'),
@@ -375,6 +378,7 @@ export function createControls(model, lab) {
         queue: ds.queue,
         deadline: ds.defences?.deadline,
         retries_first: ds.defences?.retries_first,
+        pushback: ds.defences?.pushback,
         queue_discipline: ds.defences?.queue,
         codel_target_ms: ds.defences?.codel_target_ms,
         codel_interval_ms: ds.defences?.codel_interval_ms,

@@ -887,5 +887,29 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     )
     .await;
     assert_eq!(shown, "codel");
+    // Pushback rides on retries first; the form sends both, and a fresh page shows it kept.
+    let script = "(() => { const f = document.getElementById('params-form');
+        f.closest('details').open = true;
+        f.elements.namedItem('retries_first').checked = true;
+        f.elements.namedItem('pushback').checked = true;
+        f.elements.namedItem('pushback').dispatchEvent(new Event('input', { bubbles: true }));
+        return true; })()";
+    page.eval(script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
+    wait_for(
+        &page,
+        "the page to say a shed retry is told not to retry",
+        "document.querySelector('[data-mode-now-what]').textContent.includes('tells a retry it shed not to retry')",
+    )
+    .await;
+    let defences = server.snapshot(&lab).await["downstream"]["defences"].clone();
+    assert_eq!((defences["retries_first"].clone(), defences["pushback"].clone()), (json!(true), json!(true)));
+    page.eval("window.beforeReload = true; location.reload()").await.unwrap();
+    wait_for(
+        &page,
+        "the form to show pushback on",
+        "(f => !window.beforeReload && f?.elements.namedItem('pushback').checked)(document.getElementById('params-form'))",
+    )
+    .await;
     assert_no_console_errors(&page);
 }
