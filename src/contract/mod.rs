@@ -3,8 +3,13 @@
 //! gives a query for it) and says what it found, with the requests it rests on and the rule's
 //! source. Knows HTTP only as a client: no server here.
 //!
-//! The rules are those of the IETF draft "The Idempotency-Key HTTP Header Field"
-//! (draft-ietf-httpapi-idempotency-key-header-07), cited by section beside each check; where
+//! The rules are those of the IETF draft "The Idempotency-Key HTTP Header Field", cited by
+//! section beside each check. The numbers are those of revision -06, whose text was read whole
+//! in the working group's repository (ietf-wg-httpapi/idempotency, commit dab060c): 2.1
+//! syntax, 2.5 responsibilities, 2.6 enforcement (a repeat gets the stored result, a request
+//! still in work a conflict), 2.7 error handling (400 for a missing key, 422 for a key reused
+//! with another body, 409 for a request still in work). Later revisions (-07 of October 2025)
+//! keep the title and abstract; their numbering was not re-read. Where
 //! providers differ from it (a reused key with another body: 422 in the draft, 400 at Stripe,
 //! 409 elsewhere), the check reports the code it got instead of failing it.
 
@@ -461,7 +466,7 @@ async fn missing_key(p: &mut Prober) -> CheckResult {
         ),
         _ => (Verdict::Warn, format!("answered {}; the draft says 400", status(&e))),
     };
-    p.result("missing_key", "draft-ietf-httpapi-idempotency-key-header-07, section 2.7", found)
+    p.result("missing_key", "draft-ietf-httpapi-idempotency-key-header-06, section 2.7", found)
 }
 
 /// Draft section 2.1: the key is one sf-string; 255 characters is Stripe's longest key.
@@ -498,7 +503,7 @@ async fn bad_key(p: &mut Prober) -> CheckResult {
     };
     p.result(
         "bad_key",
-        "draft-ietf-httpapi-idempotency-key-header-07, section 2.1; Stripe: keys up to 255 characters",
+        "draft-ietf-httpapi-idempotency-key-header-06, section 2.1; Stripe: keys up to 255 characters",
         found,
     )
 }
@@ -541,7 +546,7 @@ async fn replay(p: &mut Prober) -> CheckResult {
             (Verdict::Pass, format!("the same {} and body again; {NOT_VERIFIED}", status(&first)))
         }
     };
-    p.result("replay", "draft-ietf-httpapi-idempotency-key-header-07, section 2.6", found)
+    p.result("replay", "draft-ietf-httpapi-idempotency-key-header-06, section 2.6", found)
 }
 
 /// Draft section 2.7: a key reused with another body is refused (422 in the draft; Stripe
@@ -577,7 +582,7 @@ async fn other_body(p: &mut Prober) -> CheckResult {
             ),
         ),
     };
-    p.result("other_body", "draft-ietf-httpapi-idempotency-key-header-07, section 2.7", found)
+    p.result("other_body", "draft-ietf-httpapi-idempotency-key-header-06, section 2.7", found)
 }
 
 /// Draft sections 2.6 and 2.7: copies of one request at once are applied once; the others get
@@ -601,11 +606,11 @@ async fn concurrent(p: &mut Prober) -> CheckResult {
         None if successes.is_empty() => (Verdict::Warn, format!("{said}; none succeeded")),
         None => (Verdict::Pass, format!("{said}; {NOT_VERIFIED}")),
     };
-    p.result("concurrent", "draft-ietf-httpapi-idempotency-key-header-07, sections 2.6 and 2.7", found)
+    p.result("concurrent", "draft-ietf-httpapi-idempotency-key-header-06, sections 2.6 and 2.7", found)
 }
 
-/// Draft section 2.5: a client that timed out sends the request again with its key, and the
-/// server applies it once.
+/// Draft sections 2.5 and 2.6: a client that timed out sends the request again with its key,
+/// and the server applies it once (the stored result, or a conflict while the first is in work).
 async fn timeout_retry(p: &mut Prober) -> CheckResult {
     let before = p.effect().await.ok().flatten();
     let (key, body) = (p.key("timeout_retry"), p.body());
@@ -626,7 +631,7 @@ async fn timeout_retry(p: &mut Prober) -> CheckResult {
             format!("the retry got {}; effect not verified (give --effect to count it)", status(&again)),
         ),
     };
-    p.result("timeout_retry", "draft-ietf-httpapi-idempotency-key-header-07, section 2.5", found)
+    p.result("timeout_retry", "draft-ietf-httpapi-idempotency-key-header-06, sections 2.5 and 2.6", found)
 }
 
 /// A 409 says "not yet": with a `Retry-After` (RFC 9110 section 10.2.3) the client knows when
@@ -648,7 +653,7 @@ fn conflict_retry_after(p: &mut Prober) -> CheckResult {
     p.current = conflicts;
     p.result(
         "conflict_retry_after",
-        "draft-ietf-httpapi-idempotency-key-header-07, section 2.7; RFC 9110, section 10.2.3",
+        "draft-ietf-httpapi-idempotency-key-header-06, section 2.7; RFC 9110, section 10.2.3",
         found,
     )
 }
