@@ -16,7 +16,7 @@ export function createClaims(list, api) {
   let asking = false;
 
   /** Shows `ids` as pending, about `scope`: { messages, before } (message ids), or { from_ms }
-   *  (lab time of a change made while traffic runs). */
+   *  (lab time of a change made while traffic runs, also kept as the item's `data-from-ms`). */
   function show(ids, scope) {
     current = ids.length ? { ids, scope } : null;
     list.replaceChildren(
@@ -25,6 +25,7 @@ export function createClaims(list, api) {
         li.dataset.claim = id;
         li.dataset.verdict = 'pending';
         li.dataset.figure = '';
+        if (scope.from_ms != null) li.dataset.fromMs = String(scope.from_ms);
         li.textContent = '… waiting for the run to settle';
         return li;
       }),

@@ -59,6 +59,11 @@ pub enum ClaimId {
     /// Those windows hold a smaller share of the run's retries than of the run before's, by at
     /// least 5 points: the columns dissolve.
     RetriesOutOfColumns,
+    /// Before the timed change that the last ↩ flag ended (from the first bin with traffic to
+    /// half a second before the last settings flag before it): at least eight in ten of the new
+    /// messages offered were delivered in those seconds, with at least 20 offered: goodput
+    /// follows the offered load while the endpoint is healthy.
+    GoodputFollowsOffered,
     /// From half a second after the slowdown ended (the last ↩ flag) for ten seconds, every
     /// second's goodput stayed below half of what was offered in it, and traffic kept arriving
     /// (at least 8 new messages a second): the metastable failure outlasts its trigger.
@@ -67,10 +72,14 @@ pub enum ClaimId {
     /// ten of the messages offered in it, and 9 s after the change one still does: goodput is
     /// back on the offered load and stays there.
     GoodputBack,
+    /// `goodput_back` for a fix that first drains a full queue with what the workers have left
+    /// over: a 3 s window within 10 s of the change, and again 13 s after it.
+    #[serde(rename = "goodput_back_within_10_s")]
+    GoodputBackWithin10S,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 24] = [
+    pub const ALL: [ClaimId; 26] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -93,8 +102,10 @@ impl ClaimId {
         ClaimId::WaitsExactlyNominal,
         ClaimId::RetriesInColumns,
         ClaimId::RetriesOutOfColumns,
+        ClaimId::GoodputFollowsOffered,
         ClaimId::GoodputStaysDown,
         ClaimId::GoodputBack,
+        ClaimId::GoodputBackWithin10S,
     ];
 
     /// The id as the API and the page write it.
@@ -122,8 +133,10 @@ impl ClaimId {
             ClaimId::WaitsExactlyNominal => "waits_exactly_nominal",
             ClaimId::RetriesInColumns => "retries_in_columns",
             ClaimId::RetriesOutOfColumns => "retries_out_of_columns",
+            ClaimId::GoodputFollowsOffered => "goodput_follows_offered",
             ClaimId::GoodputStaysDown => "goodput_stays_down",
             ClaimId::GoodputBack => "goodput_back",
+            ClaimId::GoodputBackWithin10S => "goodput_back_within_10_s",
         }
     }
 
@@ -296,6 +309,19 @@ impl Run {
         Some((flag + 500, flag + 10_500))
     }
 
+    /// The seconds `goodput_follows_offered` speaks of: from the first bin with new messages
+    /// to half a second before the timed change the last ↩ flag ended began (the last settings
+    /// flag before it), once that flag is up.
+    fn before_the_change(&self) -> Option<(u64, u64)> {
+        let flag = self.markers.iter().filter(|m| m.kind == "scheduled").map(|m| m.at_ms).max()?;
+        let began =
+            self.markers.iter().filter(|m| m.kind == "settings" && m.at_ms < flag).map(|m| m.at_ms).max()?;
+        // The last half second's messages meet the change in the queue: left out.
+        let to = began.saturating_sub(500);
+        let first = self.load.bins.iter().filter(|b| b.offered > 0 && b.t_ms < to).map(|b| b.t_ms).min()?;
+        Some((first, to))
+    }
+
     /// New messages offered and delivered, per second of `[from, to)`, from the load bins.
     pub fn per_second(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
         (from..to)
@@ -349,7 +375,11 @@ impl Run {
                     ClaimId::GoodputStaysDown => {
                         self.after_the_flag().is_some_and(|(_, to)| self.now_ms >= to)
                     }
-                    ClaimId::GoodputBack => scope.from_ms.is_some_and(|from| self.now_ms >= from + 12_000),
+                    ClaimId::GoodputFollowsOffered => self.before_the_change().is_some(),
+                    ClaimId::GoodputBack | ClaimId::GoodputBackWithin10S => {
+                        let (_, again_s) = back_within(id);
+                        scope.from_ms.is_some_and(|from| self.now_ms >= from + (again_s + 3) * 1_000)
+                    }
                     _ => settled,
                 };
                 let verdict = match (settled, holds) {
@@ -535,6 +565,30 @@ impl Run {
                 );
                 (holds, figure, said)
             }
+            ClaimId::GoodputFollowsOffered => {
+                let Some((from, to)) = self.before_the_change() else {
+                    return (
+                        false,
+                        "–".into(),
+                        "waiting for the slowdown to begin and end (the ↩ flag)".into(),
+                    );
+                };
+                let seconds = self.per_second(from, to);
+                let (offered, delivered) = seconds.iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
+                let holds = offered >= 20 && delivered * 10 >= offered * 8;
+                let figure = format!("{delivered} of {offered}");
+                let said = match (holds, offered >= 20) {
+                    (_, false) => format!("only {offered} new messages before the slowdown: too few to say"),
+                    (true, _) => format!(
+                        "before the slowdown, {figure} new messages were delivered in the {} s they arrived in",
+                        seconds.len()
+                    ),
+                    (false, _) => {
+                        format!("only {figure} new messages delivered before the slowdown (8 in 10 needed)")
+                    }
+                };
+                (holds, figure, said)
+            }
             ClaimId::GoodputStaysDown => {
                 let Some((from, to)) = self.after_the_flag() else {
                     return (false, "–".into(), "waiting for the slowdown to end (the ↩ flag)".into());
@@ -549,28 +603,31 @@ impl Run {
                 );
                 (holds, figure, said)
             }
-            ClaimId::GoodputBack => {
+            ClaimId::GoodputBack | ClaimId::GoodputBackWithin10S => {
                 let Some(from) = whole.from_ms else {
                     return (false, "–".into(), "no change to measure from".into());
                 };
+                let (within_s, again_s) = back_within(id);
                 // Nine in ten of a 3 s window's new messages delivered, with traffic arriving.
                 let back = |at: u64| {
                     let (offered, delivered) =
                         self.per_second(at, at + 3_000).iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
                     offered >= 45 && delivered * 10 >= offered * 9
                 };
-                let recovered = (0..=6).find(|s| back(from + s * 1_000));
-                let stays = back(from + 9_000);
+                let recovered = (0..=within_s).find(|s| back(from + s * 1_000));
+                let stays = back(from + again_s * 1_000);
                 let holds = recovered.is_some() && stays;
                 let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
                 let said = match (recovered, stays) {
                     (Some(s), true) => format!(
-                        "goodput back on the offered load {s} s after the change, and still 9 s after"
+                        "goodput back on the offered load {s} s after the change, and still {again_s} s after"
                     ),
                     (Some(s), false) => {
-                        format!("goodput back {s} s after the change, but not still 9 s after")
+                        format!("goodput back {s} s after the change, but not still {again_s} s after")
                     }
-                    (None, _) => "goodput not back on the offered load within 6 s of the change".to_owned(),
+                    (None, _) => {
+                        format!("goodput not back on the offered load within {within_s} s of the change")
+                    }
                 };
                 (holds, figure, said)
             }
@@ -584,6 +641,15 @@ impl Run {
                 )
             }
         }
+    }
+}
+
+/// For the claims that goodput is back after a change: how many seconds after it the first
+/// good 3 s window may start, and when the window that says it stayed back starts.
+fn back_within(id: ClaimId) -> (u64, u64) {
+    match id {
+        ClaimId::GoodputBackWithin10S => (10, 13),
+        _ => (6, 9),
     }
 }
 
@@ -797,6 +863,56 @@ mod tests {
         assert_eq!(judged.said, "goodput back 4 s after the change, but not still 9 s after");
         // Without a change to measure from it never settles.
         assert_eq!(lab.judge(&[ClaimId::GoodputBack], &Scope::default())[0].verdict, Verdict::Pending);
+        // Back only 8 s after the change: too late for goodput_back, in time for the slower
+        // fix's claim, which settles 16 s after and looks again 13 s after.
+        for (i, bin) in lab.load.bins.iter_mut().enumerate() {
+            bin.delivered = if i < 16 { 0 } else { 10 };
+        }
+        lab.now_ms = 25_000;
+        let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
+        assert_eq!(
+            (judged.verdict, judged.said.as_str()),
+            (Verdict::Fails, "goodput not back on the offered load within 6 s of the change")
+        );
+        let judged = &lab.judge(&[ClaimId::GoodputBackWithin10S], &scope)[0];
+        assert_eq!(judged.verdict, Verdict::Pending);
+        lab.now_ms = 26_000;
+        let judged = &lab.judge(&[ClaimId::GoodputBackWithin10S], &scope)[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "8 s"), "{}", judged.said);
+    }
+
+    #[test]
+    fn goodput_follows_offered_reads_the_seconds_before_the_timed_change_once_its_flag_is_up() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        // Traffic from 1 s; the change at 4 s, its ↩ flag at 6 s; nothing delivered after 4 s.
+        lab.load.bins = (2..24)
+            .map(|i| RunBin { t_ms: i * 500, offered: 5, delivered: if i < 8 { 5 } else { 0 } })
+            .collect();
+        let flag = |at_ms: u64, kind: &str| RunMarker { at_ms, kind: kind.to_owned() };
+        lab.markers = vec![flag(0, "settings"), flag(4_000, "settings")];
+        let judged = &lab.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0];
+        assert_eq!(judged.verdict, Verdict::Pending, "no ↩ flag yet: {}", judged.said);
+        lab.markers.push(flag(6_000, "scheduled"));
+        lab.markers.push(flag(7_000, "settings"));
+        let judged = &lab.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0];
+        // The seconds from 1 s to 3.5 s: the last half second before the change is left out.
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "25 of 25"), "{}", judged.said);
+        // A bin before the change that delivered nothing: 20 of 25 is still eight in ten, 10 is not.
+        lab.load.bins[0].delivered = 0;
+        assert_eq!(
+            lab.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0].verdict,
+            Verdict::Holds
+        );
+        lab.load.bins[1].delivered = 0;
+        lab.load.bins[2].delivered = 0;
+        let judged = &lab.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Fails, "10 of 25"), "{}", judged.said);
+        // Too few new messages to say anything.
+        lab.load.bins.iter_mut().for_each(|b| b.offered = 1);
+        assert_eq!(
+            lab.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0].verdict,
+            Verdict::Fails
+        );
     }
 
     #[test]

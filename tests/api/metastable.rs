@@ -115,18 +115,16 @@ pub async fn stuck(app: &TestApp) -> (String, u64) {
     let ended = at_lab_ms(app, &lab, SETTLE_MS + 2_000).await;
     let ended_ms = marker_at(&ended, "back to");
     let snapshot = at_lab_ms(app, &lab, ended_ms + 11_000).await;
-    let trigger = ended_ms - 2_000;
-    let (before_o, before_d) = window(&snapshot, trigger - SETTLE_MS + 500, trigger - 400);
-    assert!(
-        before_d as f64 >= before_o as f64 * 0.8,
-        "healthy before the trigger: offered {before_o}, delivered {before_d}"
-    );
+    // Healthy before it: eight in ten of the new messages delivered in the seconds before the
+    // trigger (the claim the page shows first with the preset, goodput_follows_offered).
+    let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
+    let judged = &run.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0];
+    assert_eq!(judged.verdict, Verdict::Holds, "healthy before the trigger: {}", judged.said);
     // From half a second after the trigger ended, for ten seconds: every second's goodput
     // below half of what was offered in it, while traffic kept arriving; judged by the claim the
     // page shows with the metastable preset (retrylab::claims, goodput_stays_down).
     let after = seconds(&snapshot, ended_ms + 500, ended_ms + 10_500);
     println!("after the trigger, per second: {after:?}");
-    let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
     let judged = &run.judge(&[ClaimId::GoodputStaysDown], &Scope::default())[0];
     assert_eq!(judged.verdict, Verdict::Holds, "{}; per second {after:?}", judged.said);
     (lab, ended_ms)
@@ -134,24 +132,34 @@ pub async fn stuck(app: &TestApp) -> (String, u64) {
 
 /// Turns `fix` on while stuck; goodput must be back within a few seconds (a 3 s window starting
 /// at most 6 s after the fix holds 90 % of what was offered in it, and at least 45 offered) and
-/// stay back 9 s after, while traffic keeps arriving: the claim goodput_back. (The budget takes longest: new messages still arrive at 70 % of capacity, so
-/// the queue of work for clients long gone drains at what is left, about 10 a second; on a busy
-/// machine that takes a second or two more.)
+/// stay back 9 s after, while traffic keeps arriving: the claim goodput_back.
 async fn fixed_by(app: &TestApp, lab: &str, fix: &str) -> (Value, u64) {
     fixed_by_putting(app, lab, ("policy", fix)).await
 }
 
 /// `fixed_by`, the fix put to the lab's `what` (its `policy`, or its `downstream`).
-pub async fn fixed_by_putting(app: &TestApp, lab: &str, (what, fix): (&str, &str)) -> (Value, u64) {
+pub async fn fixed_by_putting(app: &TestApp, lab: &str, put: (&str, &str)) -> (Value, u64) {
+    back_as_claimed(app, lab, put, ClaimId::GoodputBack, 12_000).await
+}
+
+/// Puts `fix` to the lab's `what` while stuck and judges `claim` on the snapshot taken `settle_ms`
+/// after it, when the claim has settled: it must hold, and nothing may be applied twice.
+async fn back_as_claimed(
+    app: &TestApp,
+    lab: &str,
+    (what, fix): (&str, &str),
+    claim: ClaimId,
+    settle_ms: u64,
+) -> (Value, u64) {
     let at = app.snapshot(lab).await["now_ms"].as_u64().unwrap();
     app.put(lab, what, fix).await;
-    let snapshot = at_lab_ms(app, lab, at + 12_000).await;
-    let per_second = seconds(&snapshot, at - 2_000, at + 12_000);
+    let snapshot = at_lab_ms(app, lab, at + settle_ms).await;
+    let per_second = seconds(&snapshot, at - 2_000, at + settle_ms);
     println!("around the fix, per second: {per_second:?}");
-    // Judged by the claim the page shows with the preset's fixes (goodput_back).
+    // Judged by the claim the page shows with the preset's ending.
     let run = Run::from_snapshot(&snapshot.to_string()).unwrap();
     let scope = Scope { from_ms: Some(at), ..Scope::default() };
-    let judged = &run.judge(&[ClaimId::GoodputBack], &scope)[0];
+    let judged = &run.judge(&[claim], &scope)[0];
     println!("{}", judged.said);
     assert_eq!(judged.verdict, Verdict::Holds, "{}; per second {per_second:?}", judged.said);
     assert_eq!(counter(&snapshot, "applied_twice"), 0);
@@ -163,7 +171,10 @@ async fn metastable_a_spike_leaves_it_stuck_and_a_retry_budget_ends_it() {
     let _turn = OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
     let (lab, _) = stuck(&app).await;
-    fixed_by(&app, &lab, BUDGET).await;
+    // New messages still arrive at 70 % of capacity, so the queue of work for clients long gone
+    // drains at what is left, about 12 a second: about 5 s on a quiet machine, more on a busy
+    // one. The preset's sentence says "within ten seconds" (goodput_back_within_10_s).
+    back_as_claimed(&app, &lab, ("policy", BUDGET), ClaimId::GoodputBackWithin10S, 16_000).await;
 }
 
 /// The breaker both breaker steps turn on: five failures in a row open it, and it stays open

@@ -197,7 +197,7 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     let policy_of = |fix: &str| -> Value { serde_json::from_str(fix).unwrap() };
     let budget = &preset["then"][0];
     assert_eq!(step_policy(budget).unwrap(), policy_of(metastable::BUDGET));
-    says(budget, "within a few seconds the goodput line is back on the offered line");
+    says(budget, "within ten seconds the goodput line is back on the offered line");
     // metastable_a_breaker_that_retries_what_it_refused_does_not_end_it
     let breaker = &preset["then"][1];
     assert_eq!(step_policy(breaker).unwrap(), policy_of(metastable::BREAKER_RETRYING));
@@ -226,6 +226,14 @@ fn the_metastable_preset_is_the_set_up_whose_sentences_the_metastable_tests_prov
     says(&preset["then"][3], "no longer begins work that would finish after its client has given up");
     says(&preset["then"][4], "one that waited longer gets a 503 when its turn comes");
     assert_eq!(preset["then"].as_array().unwrap().len(), 5, "only the endings the tests prove");
+    // The claims the page shows are those the tests above judge: stuck() the preset's two, the
+    // budget's test goodput_back_within_10_s (it drains a full queue with what the workers have
+    // left), fixed_by() goodput_back for each other ending that ends it (not the retrying
+    // breaker's, which does not).
+    assert_eq!(preset["claims"], json!(["goodput_follows_offered", "goodput_stays_down"]));
+    let endings: Vec<&Value> = preset["then"].as_array().unwrap().iter().map(|s| &s["claims"]).collect();
+    let (slow, back) = (json!(["goodput_back_within_10_s"]), json!(["goodput_back"]));
+    assert_eq!(endings, [&slow, &Value::Null, &back, &back, &back]);
 }
 
 /// What a lab is set to (its breaker, retry budget and defences) after `clicked`, in order, from
