@@ -58,7 +58,8 @@ pub struct OutsideView<'a> {
     max_outside_attempts_per_key: usize,
 }
 
-/// The client's circuit breaker: its state now and every change, oldest first.
+/// The first client's circuit breaker (the only one with one client; `clients` counts every
+/// client's): its state now and every change, oldest first.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct BreakerView<'a> {
     state: BreakerState,
