@@ -262,14 +262,19 @@ fn a_cold_key_is_read_back_by_its_name_and_time() {
     assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
 }
 
-#[test]
-fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
-    let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
-    for sql in &MIGRATIONS[..3] {
+/// A fresh store file as a build of schema version `version` left it.
+fn at_version(version: usize) -> Connection {
+    let connection = connect(&temporary_path()).unwrap();
+    for sql in &MIGRATIONS[..version] {
         connection.execute_batch(sql).unwrap();
     }
-    connection.pragma_update(None, "user_version", 3).unwrap();
+    connection.pragma_update(None, "user_version", version).unwrap();
+    connection
+}
+
+#[test]
+fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
+    let mut connection = at_version(3);
     connection
         .execute_batch(
             "INSERT INTO labs VALUES ('good', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0); \
@@ -337,12 +342,7 @@ fn fine_load_rows_summed_into_coarse_ones_leave_the_store() {
 
 #[test]
 fn the_first_clients_breaker_history_moves_to_its_own_row_at_version_10() {
-    let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
-    for sql in &MIGRATIONS[..9] {
-        connection.execute_batch(sql).unwrap();
-    }
-    connection.pragma_update(None, "user_version", 9).unwrap();
+    let mut connection = at_version(9);
     let opened = r#"[{"at_ms":5,"state":"open"}]"#;
     connection
         .execute(
