@@ -13,7 +13,8 @@
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
 //! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
-//! `-- --event-window-bytes N` to run with another bound on each lab's events than the default.
+//! `-- --event-window-bytes N` to run with another bound on each lab's events than the default,
+//! `-- --rates 4000,6000,8000` to ask the one lab for other rates than 500 to 4,000 a second.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,7 +40,11 @@ async fn main() {
     let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
     let window_bytes =
         args.iter().position(|a| a == "--event-window-bytes").and_then(|i| args.get(i + 1)?.parse().ok());
-    let plan = if quick {
+    let rates: Option<Vec<f64>> = args
+        .iter()
+        .position(|a| a == "--rates")
+        .and_then(|i| args.get(i + 1)?.split(',').map(|r| r.trim().parse().ok()).collect());
+    let mut plan = if quick {
         Plan {
             rates: vec![100.0, 400.0],
             per_rate: Duration::from_secs(1),
@@ -56,6 +61,9 @@ async fn main() {
             many_for: Duration::from_secs(many_s.unwrap_or(600)),
         }
     };
+    if let Some(rates) = rates {
+        plan.rates = rates;
+    }
     let dir = std::env::temp_dir().join(format!("retrylab-traffic-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // A small window of settled messages, so the many labs reach their steady size within a
@@ -68,6 +76,12 @@ async fn main() {
         control_rate_per_s: 10_000,
         control_burst: 10_000,
         event_window_bytes: window_bytes.unwrap_or(Limits::default().event_window_bytes),
+        // Room for whatever `--rates` asks for.
+        max_traffic_rate_per_s: plan
+            .rates
+            .iter()
+            .copied()
+            .fold(Limits::default().max_traffic_rate_per_s, f64::max),
         ..Limits::default()
     };
     let config = Config { limits, ..Config::new(dir.join("traffic.db")) };

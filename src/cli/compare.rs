@@ -58,9 +58,9 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
-    let client = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
     let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
-    let created = client
+    let created = http
         .post(format!("{base}/api/comparisons"))
         .json(&request)
         .send()
@@ -77,7 +77,7 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let mut progress = Progress::new(args.quiet);
     let report = loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let report: Value = client
+        let report: Value = http
             .get(&url)
             .send()
             .await

@@ -1,14 +1,34 @@
 //! A lab's clients, all alike: the policy they follow (held once), each client's state in one
 //! list, and what they share: the protections the policy lists as `shared` (made once, each
-//! client holding the same one), and the history of how many breakers stood open. The first
-//! client is special only in what the store keeps: its breaker's history; the others' state is
-//! live only and starts fresh after a restart.
+//! client holding the same one), and the history of how many breakers stood open. The store
+//! keeps every client's breaker history and that shared history; the rest of a client's state
+//! is live only and starts fresh after a restart.
 
 use rand::Rng;
 
 use super::{Admit, BreakerChange, BreakerCounts, BreakerShare, BreakerShares, ClientState, ProtectionView};
 use crate::retry::protection::{Ended, Guards, Protection, Scope};
 use crate::retry::{BreakerState, Policy};
+
+/// The breaker histories as the store kept them.
+#[derive(Debug, Default)]
+pub struct StoredBreakers {
+    /// Each client that had a history: its place in the list, and its changes, oldest first.
+    pub clients: Vec<(u32, Vec<BreakerChange>)>,
+    /// How many breakers stood in each state after each change, oldest first.
+    pub shares: Vec<BreakerShare>,
+}
+
+/// The breaker histories the store is owed, each as JSON, written whole.
+#[derive(Debug, Default)]
+pub struct BreakerRows {
+    /// Each client whose history changed: its place in the list, and its whole history.
+    pub clients: Vec<(u32, String)>,
+    /// The clients from this place on are gone (the policy runs fewer): their rows go too.
+    pub gone_from: Option<u32>,
+    /// The shared history of how many breakers stood in each state, when it changed.
+    pub shares: Option<String>,
+}
 
 #[derive(Debug)]
 pub struct Clients {
@@ -19,20 +39,31 @@ pub struct Clients {
     shares: BreakerShares,
     /// The protections the policy lists, the shared ones made once.
     guards: Guards,
+    /// The clients from this place on were dropped since the store last heard.
+    gone_from: Option<u32>,
 }
 
 impl Default for Clients {
     fn default() -> Self {
-        Clients::restore(Policy::default(), Vec::new())
+        Clients::restore(Policy::default(), StoredBreakers::default())
     }
 }
 
 impl Clients {
-    /// The clients as the store kept them: the policy, and the first client's breaker history.
-    pub fn restore(policy: Policy, first_breaker_changes: Vec<BreakerChange>) -> Self {
-        let mut each = vec![ClientState::restore(first_breaker_changes)];
+    /// The clients as the store kept them: the policy, and every breaker history (a history
+    /// of a client the policy no longer runs is let go, in the store too).
+    pub fn restore(policy: Policy, stored: StoredBreakers) -> Self {
+        let mut each = Vec::new();
         each.resize_with(count(&policy), ClientState::default);
-        let mut clients = Clients { policy, each, shares: Default::default(), guards: Guards::default() };
+        let mut gone_from = None;
+        for (index, changes) in stored.clients {
+            match each.get_mut(index as usize) {
+                Some(client) => *client = ClientState::restore(changes),
+                None => gone_from = Some(each.len() as u32),
+            }
+        }
+        let shares = BreakerShares::restore(stored.shares);
+        let mut clients = Clients { policy, each, shares, guards: Guards::default(), gone_from };
         clients.guard_afresh();
         clients
     }
@@ -51,13 +82,9 @@ impl Clients {
         (&self.policy, &mut self.each[index])
     }
 
-    /// The first client: its breaker's history is the one the store keeps.
+    /// The first client (the snapshot's `breaker` is its breaker).
     pub fn first(&self) -> &ClientState {
         &self.each[0]
-    }
-
-    pub fn first_mut(&mut self) -> &mut ClientState {
-        &mut self.each[0]
     }
 
     /// Asks client `index`'s protections whether attempt `n` may be sent.
@@ -137,6 +164,9 @@ impl Clients {
     pub fn resize(&mut self, now_ms: u64) -> bool {
         let before = self.each.len();
         self.each.truncate(count(&self.policy));
+        if self.each.len() < before {
+            self.dropped_from(self.each.len() as u32);
+        }
         for other in &mut self.each[1..] {
             other.follow(&self.policy, now_ms);
         }
@@ -176,6 +206,42 @@ impl Clients {
     /// Probes that were cut off (the clients died) never answer.
     pub fn forget_probes(&mut self) {
         self.each.iter_mut().for_each(ClientState::forget_probes);
+    }
+
+    /// The server restarted: every breaker starts closed again, and each history that said
+    /// otherwise says so. Returns the first client's new state, if it changed, and whether
+    /// any other client's did.
+    pub fn restarted(&mut self, now_ms: u64) -> (Option<BreakerState>, bool) {
+        let first = self.each[0].restarted(now_ms);
+        let mut others = false;
+        for client in &mut self.each[1..] {
+            others |= client.restarted(now_ms).is_some();
+        }
+        (first, others)
+    }
+
+    /// The breaker histories that changed since the last call, for the store.
+    pub fn take_changes(&mut self) -> BreakerRows {
+        let changed = self.each.iter_mut().enumerate();
+        let clients = changed.filter_map(|(i, client)| Some((i as u32, client.take_changes()?))).collect();
+        BreakerRows { clients, gone_from: self.gone_from.take(), shares: self.shares.take_unsaved() }
+    }
+
+    /// The store could not commit `rows`: they go with the next commit.
+    pub fn changes_not_saved(&mut self, rows: &BreakerRows) {
+        for &(index, _) in &rows.clients {
+            self.each.get_mut(index as usize).map(ClientState::changes_not_saved);
+        }
+        if rows.shares.is_some() {
+            self.shares.mark_unsaved();
+        }
+        if let Some(from) = rows.gone_from {
+            self.dropped_from(from);
+        }
+    }
+
+    fn dropped_from(&mut self, from: u32) {
+        self.gone_from = Some(self.gone_from.map_or(from, |gone| gone.min(from)));
     }
 }
 

@@ -7,7 +7,7 @@
 pub mod attempt;
 mod clients;
 
-pub use clients::Clients;
+pub use clients::{BreakerRows, Clients, StoredBreakers};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -210,7 +210,7 @@ impl ClientState {
 }
 
 /// How many clients' breakers stand in each state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BreakerCounts {
     pub closed: u32,
     pub open: u32,
@@ -232,7 +232,7 @@ impl BreakerCounts {
 }
 
 /// The clients' breakers at `at_ms`, after one of them changed state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BreakerShare {
     pub at_ms: u64,
     #[serde(flatten)]
@@ -259,7 +259,7 @@ mod tests {
             "protections": [{"kind": "sre", "window_ms": 600000}],
         }))
         .unwrap();
-        let mut clients = Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new());
+        let mut clients = Clients::restore(Policy::default().updated(&update).unwrap(), Default::default());
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(3);

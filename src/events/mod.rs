@@ -160,8 +160,8 @@ pub enum Event {
 }
 
 /// The lab's clients: how many, how many breakers stand in each state, and the counts after
-/// each change of one of them, oldest first (only with more than one client; in memory, so a
-/// restart starts them afresh).
+/// each change of one of them, oldest first (only with more than one client; stored, so they
+/// survive a restart, which closes every breaker and adds the count after it).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ClientsView {
     pub count: u32,

@@ -126,7 +126,7 @@ impl Flush for Lab {
 
 impl LabState {
     /// Everything the store is owed, from each part: the messages, the dead letters, the
-    /// endpoint's keys and the client's breaker history.
+    /// endpoint's keys and the clients' breaker histories.
     fn take_changes(&mut self) -> RecordChanges {
         let MessageChanges { cleared, messages, deleted_messages, load, markers } =
             self.record.take_changes();
@@ -145,7 +145,7 @@ impl LabState {
             removed_keys: removed,
             load,
             markers,
-            breaker_changes: self.clients.first_mut().take_changes(),
+            breakers: self.clients.take_changes(),
             outside: self.callers.take_changes(),
         }
     }
@@ -164,7 +164,7 @@ impl LabState {
             removed_keys,
             load,
             markers,
-            breaker_changes,
+            breakers,
             outside,
         } = changes;
         self.callers.restore_changes(&outside);
@@ -176,8 +176,6 @@ impl LabState {
             kept: keys_kept,
             removed: removed_keys,
         });
-        if breaker_changes.is_some() {
-            self.clients.first_mut().changes_not_saved();
-        }
+        self.clients.changes_not_saved(&breakers);
     }
 }

@@ -11,10 +11,10 @@
 //! (its running tasks), `clock` (its time, monotonic from an origin on the wall clock),
 //! `registry` (all labs).
 
-mod client;
+mod attempts;
 mod clock;
 mod deliveries;
-mod downstream;
+mod endpoint;
 mod flush;
 mod outside;
 mod queue;
@@ -41,9 +41,9 @@ use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::Policy;
 use crate::store::Store;
 
-pub use client::{Go, Slots};
-use downstream::Endpoint;
-pub use downstream::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
+pub use attempts::{Go, Slots};
+use endpoint::Endpoint;
+pub use endpoint::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
 pub use flush::NotDurable;
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;

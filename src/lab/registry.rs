@@ -177,7 +177,7 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
         messages,
         load_bins,
         markers,
-        breaker_changes,
+        breakers,
         outside_messages,
         forgotten_delivered,
     } = parts;
@@ -185,7 +185,7 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
     Parts {
         record: LabRecord::restore(stored),
         endpoint: Endpoint::restore(DownstreamView { settings: downstream, revert }, ledger),
-        clients: Clients::restore(policy, breaker_changes),
+        clients: Clients::restore(policy, breakers),
         dead_letters: DeadLetterQueue::restore(dead_letters),
         callers: Callers::restore(outside_messages),
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::downstream::Decided;
+use super::endpoint::Decided;
 use super::{Lab, NotDurable, Passage};
 use crate::downstream::{BodyDigest, Decision, Dropped, IdempotencyKey, StoredResponse, Turn, Work};
 

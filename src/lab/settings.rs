@@ -153,12 +153,16 @@ impl Lab {
         self.publish(state, &Event::Marker { marker }, now);
     }
 
-    /// The server restarted: the breaker starts closed again, and its history says so.
+    /// The server restarted: every client's breaker starts closed again, and its history says
+    /// so (and, with several clients, how many stand open).
     pub fn breaker_restarted(&self) {
         let mut state = self.lock();
         let now = self.now_ms();
-        let closed = state.clients.first_mut().restarted(now);
-        self.breaker_changed(&mut state, closed, now);
+        let (first, others) = state.clients.restarted(now);
+        self.breaker_changed(&mut state, first, now);
+        if others && first.is_none() {
+            self.shares_changed(&mut state, now);
+        }
     }
 
     /// Adds a marker on the time axis (a crash, a restart).

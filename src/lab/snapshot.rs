@@ -58,7 +58,8 @@ pub struct OutsideView<'a> {
     max_outside_attempts_per_key: usize,
 }
 
-/// The client's circuit breaker: its state now and every change, oldest first.
+/// The first client's circuit breaker (the only one with one client; `clients` counts every
+/// client's): its state now and every change, oldest first.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct BreakerView<'a> {
     state: BreakerState,
@@ -120,7 +121,7 @@ impl Lab {
                 changes: state.clients.first().breaker_changes(),
             },
             traffic: state.traffic.view(),
-            clients: super::client::clients_view(state),
+            clients: super::attempts::clients_view(state),
             protections: state.clients.protections(self.now_ms()),
             markers: record.markers.all(),
             load: LoadView { bin_ms: BIN_MS, bins: record.load.bins() },
@@ -169,7 +170,7 @@ impl Lab {
                 state.clients.first().breaker_changes().to_vec(),
             ),
             traffic: state.traffic.view(),
-            clients: super::client::clients_view(state),
+            clients: super::attempts::clients_view(state),
             protections: state.clients.protections(self.now_ms()),
             markers: record.markers.all().to_vec(),
             bins: record.load.bins(),

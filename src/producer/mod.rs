@@ -25,7 +25,8 @@ use crate::store::{Store, StoreError};
 /// Sends messages; cheap to clone.
 #[derive(Clone)]
 pub struct Producer {
-    client: reqwest::Client,
+    /// The HTTP client every delivery sends with (reqwest's; one per server, pooled).
+    http: reqwest::Client,
     /// Connection slots shared by every lab, so many labs cannot exhaust the sockets.
     slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
@@ -35,12 +36,12 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(base_url: String, metrics: Arc<Metrics>, slots: usize) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
+        let http = reqwest::Client::builder()
             // Loopback only: a proxy from the environment must not sit in between.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        Ok(Producer { client, slots: Arc::new(Semaphore::new(slots)), metrics, base_url: base_url.into() })
+        Ok(Producer { http, slots: Arc::new(Semaphore::new(slots)), metrics, base_url: base_url.into() })
     }
 
     /// Starts delivering the given messages, each in its own task the lab can stop.
@@ -166,7 +167,7 @@ impl Producer {
 
     async fn send_once(&self, url: &str, (key, n): (&str, u32), body: &str, timeout_ms: u64) -> AttemptEnd {
         let request = self
-            .client
+            .http
             .post(url)
             .header("Idempotency-Key", key)
             // How long this attempt waits: the endpoint's deadline defence reads it.

@@ -15,9 +15,7 @@ mod policy;
 pub mod protection;
 
 pub use policy::{Policy, PolicyUpdate, PolicyView, WaitBand};
-pub use protection::{
-    Admission, Breaker, BreakerSettings, BreakerState, BudgetSettings, Refused, RetryBudget,
-};
+pub use protection::{Breaker, BreakerSettings, BreakerState, BudgetSettings, Refused, RetryBudget};
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 

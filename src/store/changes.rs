@@ -3,7 +3,7 @@
 //! dead letters, its endpoint and its client.
 
 use crate::callers::{CallerChanges, OutsideMessage};
-use crate::client::BreakerChange;
+use crate::client::{BreakerRows, StoredBreakers};
 use crate::domain::{BinChanges, LoadBin, Marker, Message};
 use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
 use crate::retry::Policy;
@@ -28,8 +28,8 @@ pub struct RecordChanges {
     pub load: BinChanges,
     /// Every marker, as JSON, when they changed.
     pub markers: Option<String>,
-    /// Every change of the breaker's state, as JSON, when there was a new one.
-    pub breaker_changes: Option<String>,
+    /// The breaker histories that changed: each client's, and how many stood open.
+    pub breakers: BreakerRows,
     /// Outside callers' messages changed (and whether all were cleared first).
     pub outside: CallerChanges,
 }
@@ -46,7 +46,7 @@ pub struct RecordParts {
     pub messages: Vec<Message>,
     pub load_bins: Vec<LoadBin>,
     pub markers: Vec<Marker>,
-    pub breaker_changes: Vec<BreakerChange>,
+    pub breakers: StoredBreakers,
     pub outside_messages: Vec<OutsideMessage>,
     /// Delivered messages that left the window of settled messages.
     pub forgotten_delivered: u64,

@@ -4,6 +4,7 @@ use rusqlite::{Connection, params};
 
 use super::StoreError;
 use super::{RecordChanges, RecordParts};
+use crate::client::{BreakerChange, BreakerRows, StoredBreakers};
 use crate::dlq::DeadLetter;
 use crate::domain::Message;
 use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
@@ -84,7 +85,7 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     }
     let changes = &batch.changes;
     if changes.cleared {
-        for table in ["messages", "dead_letters", "idempotency_keys", "load_bins"] {
+        for table in ["messages", "dead_letters", "idempotency_keys", "load_bins", "client_breakers"] {
             tx.execute(&format!("DELETE FROM {table} WHERE lab_id = ?1"), [lab])?;
         }
     }
@@ -101,11 +102,7 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             .prepare_cached("UPDATE labs SET markers = ?2 WHERE id = ?1")?
             .execute(params![lab, markers])? as u64;
     }
-    if let Some(breaker) = &changes.breaker_changes {
-        rows += tx
-            .prepare_cached("UPDATE labs SET breaker_changes = ?2 WHERE id = ?1")?
-            .execute(params![lab, breaker])? as u64;
-    }
+    rows += write_breakers(tx, lab, &changes.breakers)?;
     if let Some(before) = changes.load.dropped_before {
         rows += tx
             .prepare_cached("DELETE FROM load_bins WHERE lab_id = ?1 AND t_ms < ?2")?
@@ -177,6 +174,33 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     Ok(rows)
 }
 
+/// Writes the breaker histories that changed: a client's row whole (none while its history is
+/// empty), the rows of clients the policy no longer runs gone, the shares on the lab's row.
+fn write_breakers(tx: &Connection, lab: &str, breakers: &BreakerRows) -> Result<u64, StoreError> {
+    let mut rows = 0;
+    if let Some(from) = breakers.gone_from {
+        rows += tx
+            .prepare_cached("DELETE FROM client_breakers WHERE lab_id = ?1 AND client >= ?2")?
+            .execute(params![lab, from])? as u64;
+    }
+    let mut upsert = tx.prepare_cached(
+        "INSERT OR REPLACE INTO client_breakers (lab_id, client, changes) VALUES (?1, ?2, ?3)",
+    )?;
+    let mut delete = tx.prepare_cached("DELETE FROM client_breakers WHERE lab_id = ?1 AND client = ?2")?;
+    for (client, changes) in &breakers.clients {
+        rows += match changes.as_str() {
+            "[]" => delete.execute(params![lab, client])?,
+            _ => upsert.execute(params![lab, client, changes])?,
+        } as u64;
+    }
+    if let Some(shares) = &breakers.shares {
+        rows += tx
+            .prepare_cached("UPDATE labs SET breaker_shares = ?2 WHERE id = ?1")?
+            .execute(params![lab, shares])? as u64;
+    }
+    Ok(rows)
+}
+
 /// Marks the keys applied before `before` expired, all but `kept` (the keys of messages that
 /// may still send them), and drops their answers; returns how many.
 fn expire_keys(tx: &Connection, lab: &str, before: u64, kept: &[String]) -> Result<u64, StoreError> {
@@ -199,7 +223,7 @@ fn expire_keys(tx: &Connection, lab: &str, before: u64, kept: &[String]) -> Resu
 pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
-         next_message_id, last_event_id, epoch, markers, breaker_changes, traffic, forgotten_delivered, \
+         next_message_id, last_event_id, epoch, markers, breaker_shares, traffic, forgotten_delivered, \
          traffic_sent, traffic_refused FROM labs",
     )?;
     let rows = statement
@@ -223,7 +247,7 @@ pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, Store
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
-        .map(|(row, markers, breaker_changes)| {
+        .map(|(row, markers, breaker_shares)| {
             let mut ledger = Ledger::restore(row.counts);
             load_keys(connection, &row.id, &mut ledger)?;
             let downstream: DownstreamView = serde_json::from_str(&row.downstream)?;
@@ -241,7 +265,10 @@ pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, Store
                     &row.id,
                 )?,
                 markers: serde_json::from_str(&markers)?,
-                breaker_changes: serde_json::from_str(&breaker_changes)?,
+                breakers: StoredBreakers {
+                    clients: load_client_breakers(connection, &row.id)?,
+                    shares: serde_json::from_str(&breaker_shares)?,
+                },
                 outside_messages: load_json(
                     connection,
                     "SELECT body FROM outside_messages WHERE lab_id = ?1 ORDER BY id",
@@ -253,6 +280,19 @@ pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, Store
             Ok(LoadedLab { row, parts, dead_letters })
         })
         .collect()
+}
+
+/// Each client's breaker history that the store holds, by its place in the list of clients.
+fn load_client_breakers(
+    connection: &Connection,
+    lab: &str,
+) -> Result<Vec<(u32, Vec<BreakerChange>)>, StoreError> {
+    let mut statement =
+        connection.prepare_cached("SELECT client, changes FROM client_breakers WHERE lab_id = ?1")?;
+    let rows = statement.query_map([lab], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))?;
+    let rows = rows.collect::<Result<Vec<_>, _>>()?;
+    let parsed = rows.into_iter().map(|(client, changes)| Ok((client, serde_json::from_str(&changes)?)));
+    parsed.collect()
 }
 
 pub(super) fn load_messages(connection: &Connection, lab: &str) -> Result<Vec<Message>, StoreError> {

@@ -262,14 +262,19 @@ fn a_cold_key_is_read_back_by_its_name_and_time() {
     assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
 }
 
-#[test]
-fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
-    let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
-    for sql in &MIGRATIONS[..3] {
+/// A fresh store file as a build of schema version `version` left it.
+fn at_version(version: usize) -> Connection {
+    let connection = connect(&temporary_path()).unwrap();
+    for sql in &MIGRATIONS[..version] {
         connection.execute_batch(sql).unwrap();
     }
-    connection.pragma_update(None, "user_version", 3).unwrap();
+    connection.pragma_update(None, "user_version", version).unwrap();
+    connection
+}
+
+#[test]
+fn keys_stored_before_version_4_are_moved_in_the_order_applied() {
+    let mut connection = at_version(3);
     connection
         .execute_batch(
             "INSERT INTO labs VALUES ('good', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0); \
@@ -333,4 +338,56 @@ fn fine_load_rows_summed_into_coarse_ones_leave_the_store() {
         rows.iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect();
     assert!(bins[..6].iter().all(|b| b.width_ms == 10_000 && b.requests == 200 && b.ok == 200), "{bins:?}");
     assert_eq!((bins[6].width_ms, bins[6].requests), (100, 1));
+}
+
+#[test]
+fn the_first_clients_breaker_history_moves_to_its_own_row_at_version_10() {
+    let mut connection = at_version(9);
+    let opened = r#"[{"at_ms":5,"state":"open"}]"#;
+    connection
+        .execute(
+            "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
+             applied_twice, next_message_id, last_event_id, epoch, breaker_changes) \
+             VALUES ('old', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0, ?1), ('quiet', 0, 0, '{}', '{}', 0, 0, 0, 0, 0, 0, '[]')",
+            [opened],
+        )
+        .unwrap();
+    migrate(&mut connection).unwrap();
+    let rows: Vec<(String, u32, String)> = connection
+        .prepare("SELECT lab_id, client, changes FROM client_breakers ORDER BY lab_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [("old".into(), 0, opened.into())], "a row for the history there was, none for '[]'");
+    let shares: String =
+        connection.query_row("SELECT breaker_shares FROM labs WHERE id = 'old'", [], |r| r.get(0)).unwrap();
+    assert_eq!(shares, "[]");
+}
+
+#[test]
+fn each_clients_breaker_history_is_written_whole_and_goes_with_its_client() {
+    use crate::client::BreakerRows;
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let history = |state: &str| format!(r#"[{{"at_ms":1,"state":"{state}"}}]"#);
+    let clients = vec![(0, history("open")), (2, history("open")), (5, history("half_open"))];
+    let breakers = BreakerRows { clients, gone_from: None, shares: Some("[1]".into()) };
+    write(&mut connection, RecordChanges { breakers, ..Default::default() });
+    // Client 0's history emptied (a reset writes '[]'), the policy runs three clients now.
+    let breakers = BreakerRows { clients: vec![(0, "[]".into())], gone_from: Some(3), shares: None };
+    write(&mut connection, RecordChanges { breakers, ..Default::default() });
+    let rows: Vec<(u32, String)> = connection
+        .prepare("SELECT client, changes FROM client_breakers WHERE lab_id = 'good' ORDER BY client")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [(2, history("open"))], "client 2's alone");
+    let shares: String =
+        connection.query_row("SELECT breaker_shares FROM labs WHERE id = 'good'", [], |r| r.get(0)).unwrap();
+    assert_eq!(shares, "[1]", "the shares as last written");
 }

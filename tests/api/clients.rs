@@ -7,7 +7,9 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, counter};
+use retrylab::config::{Config, Limits, Retention};
+
+use crate::helpers::{TestApp, config, counter};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -84,23 +86,29 @@ async fn clients_outside_one_to_the_cap_are_refused_naming_it() {
     assert_eq!(app.snapshot(&lab).await["clients"]["count"], 1000);
 }
 
-#[tokio::test]
-async fn the_dry_run_warns_when_only_another_clients_breaker_is_open() {
-    let app = TestApp::spawn().await;
-    let lab = app.fast_lab().await;
-    // Three clients, one attempt each, a breaker that opens on the first failure and stays open.
+/// Three clients whose third alone fails, so only its breaker opens (and stays open).
+async fn third_clients_breaker_opened(app: &TestApp, lab: &str) -> Value {
+    // One attempt each, a breaker that opens on the first failure and stays open.
     let policy = json!({"clients": 3, "max_attempts": 1,
         "breaker": {"failure_threshold": 1, "open_ms": 600000, "half_open_probes": 1}});
-    app.put(&lab, "policy", &policy.to_string()).await;
+    app.put(lab, "policy", &policy.to_string()).await;
     // Messages 1 and 2 (the first two clients') are delivered; message 3, the third client's,
     // fails while the endpoint is down, and only that client's breaker opens.
-    app.burst(&lab, 2).await;
-    app.wait_for(&lab, PATIENCE, |s| settled(s) && counter(s, "delivered") == 2).await;
-    app.set_mode(&lab, "down").await;
-    app.burst(&lab, 1).await;
-    let failed = app.wait_for(&lab, PATIENCE, |s| settled(s) && counter(s, "dead_letter") == 1).await;
+    app.burst(lab, 2).await;
+    app.wait_for(lab, PATIENCE, |s| settled(s) && counter(s, "delivered") == 2).await;
+    app.set_mode(lab, "down").await;
+    app.burst(lab, 1).await;
+    let failed = app.wait_for(lab, PATIENCE, |s| settled(s) && counter(s, "dead_letter") == 1).await;
     assert_eq!(failed["clients"]["breakers"], json!({"closed": 2, "open": 1, "half_open": 0}));
     assert_eq!(failed["breaker"]["state"], "closed", "the first client's breaker stays closed");
+    failed
+}
+
+#[tokio::test]
+async fn the_dry_run_warns_when_only_client_2s_breaker_is_open() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    third_clients_breaker_opened(&app, &lab).await;
     app.set_mode(&lab, "healthy").await;
 
     let path = format!("/api/labs/{lab}/dead-letters/replay");
@@ -110,4 +118,33 @@ async fn the_dry_run_warns_when_only_another_clients_breaker_is_open() {
     assert_eq!(dry["breakers"], json!({"closed": 2, "open": 1, "half_open": 0}), "{dry}");
     let warning = dry["warning"].as_str().unwrap_or_else(|| panic!("no warning: {dry}"));
     assert!(warning.starts_with("1 of 3 circuit breakers are open"), "{warning}");
+}
+
+/// Every client's breaker history is stored, not the first client's alone: client 2's breaker
+/// opened before the restart, and after it the breakers' history still says so, and says it
+/// closed at the restart (which only a history read back open can say).
+#[tokio::test]
+async fn client_2s_breaker_history_survives_a_restart() {
+    let settings = config(Limits::default(), Retention::default());
+    let db = settings.db.clone();
+    let (first, server) = TestApp::spawn_stoppable(settings).await;
+    let lab = first.fast_lab().await;
+    let failed = third_clients_breaker_opened(&first, &lab).await;
+    let before = failed["clients"]["changes"].as_array().unwrap().clone();
+    let opened = before.last().unwrap_or_else(|| panic!("no change noted: {}", failed["clients"]));
+    assert_eq!((opened["open"].as_u64(), opened["closed"].as_u64()), (Some(1), Some(2)), "{opened}");
+    server.stop().await;
+
+    let again = Config { db, ..config(Limits::default(), Retention::default()) };
+    let (second, server) = TestApp::spawn_stoppable(again).await;
+    let restored = second.snapshot(&lab).await;
+    let changes = restored["clients"]["changes"].as_array().unwrap();
+    assert!(changes.len() >= before.len(), "{changes:?}");
+    assert_eq!(changes[..before.len()], before[..], "the breakers' history from before the restart");
+    let closed = &changes[before.len()..];
+    assert_eq!(closed.len(), 1, "the restart closed client 2's breaker: {closed:?}");
+    assert_eq!((closed[0]["open"].as_u64(), closed[0]["closed"].as_u64()), (Some(0), Some(3)), "{closed:?}");
+    assert_eq!(restored["clients"]["breakers"], json!({"closed": 3, "open": 0, "half_open": 0}));
+    assert_eq!(restored["breaker"]["changes"], json!([]), "the first client's breaker never changed");
+    server.stop().await;
 }

@@ -48,7 +48,7 @@ pub enum BreakerState {
 
 /// What the breaker says about the attempt about to be made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
+pub enum BreakerAnswer {
     /// Send it.
     Send,
     /// Send it as one of the half-open probes.
@@ -86,7 +86,11 @@ impl Breaker {
 
     /// Decides an attempt; returns the new state too when deciding changed it (an open
     /// breaker whose time is up goes half-open).
-    pub fn admit(&mut self, settings: &BreakerSettings, now_ms: u64) -> (Admission, Option<BreakerState>) {
+    pub fn admit(
+        &mut self,
+        settings: &BreakerSettings,
+        now_ms: u64,
+    ) -> (BreakerAnswer, Option<BreakerState>) {
         let mut changed = None;
         if let Phase::Open { until_ms } = self.state
             && now_ms >= until_ms
@@ -95,13 +99,13 @@ impl Breaker {
             changed = Some(BreakerState::HalfOpen);
         }
         let admission = match &mut self.state {
-            Phase::Closed { .. } => Admission::Send,
-            Phase::Open { .. } => Admission::ShortCircuit,
+            Phase::Closed { .. } => BreakerAnswer::Send,
+            Phase::Open { .. } => BreakerAnswer::ShortCircuit,
             Phase::HalfOpen { sent, .. } if *sent < settings.half_open_probes => {
                 *sent += 1;
-                Admission::Probe
+                BreakerAnswer::Probe
             }
-            Phase::HalfOpen { .. } => Admission::ShortCircuit,
+            Phase::HalfOpen { .. } => BreakerAnswer::ShortCircuit,
         };
         (admission, changed)
     }
@@ -150,8 +154,8 @@ impl Protection for Breaker {
         _rng: &mut dyn rand::Rng,
     ) -> Result<(), String> {
         match self.admit(settings, now_ms).0 {
-            Admission::ShortCircuit => Err("the circuit breaker is open".into()),
-            Admission::Send | Admission::Probe => Ok(()),
+            BreakerAnswer::ShortCircuit => Err("the circuit breaker is open".into()),
+            BreakerAnswer::Send | BreakerAnswer::Probe => Ok(()),
         }
     }
 
@@ -184,8 +188,8 @@ mod tests {
         assert_eq!(breaker.record(&SETTINGS, true, 2), None);
         assert_eq!(breaker.record(&SETTINGS, true, 3), None);
         assert_eq!(breaker.record(&SETTINGS, true, 4), Some(BreakerState::Open));
-        assert_eq!(breaker.admit(&SETTINGS, 50), (Admission::ShortCircuit, None));
-        assert_eq!(breaker.admit(&SETTINGS, 103), (Admission::ShortCircuit, None), "open until 104");
+        assert_eq!(breaker.admit(&SETTINGS, 50), (BreakerAnswer::ShortCircuit, None));
+        assert_eq!(breaker.admit(&SETTINGS, 103), (BreakerAnswer::ShortCircuit, None), "open until 104");
     }
 
     #[test]
@@ -194,12 +198,12 @@ mod tests {
         for t in 0..3 {
             breaker.record(&SETTINGS, true, t);
         }
-        assert_eq!(breaker.admit(&SETTINGS, 102), (Admission::Probe, Some(BreakerState::HalfOpen)));
-        assert_eq!(breaker.admit(&SETTINGS, 103), (Admission::Probe, None));
-        assert_eq!(breaker.admit(&SETTINGS, 104), (Admission::ShortCircuit, None), "only two probes");
+        assert_eq!(breaker.admit(&SETTINGS, 102), (BreakerAnswer::Probe, Some(BreakerState::HalfOpen)));
+        assert_eq!(breaker.admit(&SETTINGS, 103), (BreakerAnswer::Probe, None));
+        assert_eq!(breaker.admit(&SETTINGS, 104), (BreakerAnswer::ShortCircuit, None), "only two probes");
         assert_eq!(breaker.record(&SETTINGS, false, 105), None);
         assert_eq!(breaker.record(&SETTINGS, false, 106), Some(BreakerState::Closed));
-        assert_eq!(breaker.admit(&SETTINGS, 107), (Admission::Send, None));
+        assert_eq!(breaker.admit(&SETTINGS, 107), (BreakerAnswer::Send, None));
     }
 
     #[test]
@@ -224,7 +228,7 @@ mod tests {
         }
         breaker.admit(&SETTINGS, 200);
         assert_eq!(breaker.record(&SETTINGS, true, 201), Some(BreakerState::Open));
-        assert_eq!(breaker.admit(&SETTINGS, 250).0, Admission::ShortCircuit);
-        assert_eq!(breaker.admit(&SETTINGS, 301).0, Admission::Probe);
+        assert_eq!(breaker.admit(&SETTINGS, 250).0, BreakerAnswer::ShortCircuit);
+        assert_eq!(breaker.admit(&SETTINGS, 301).0, BreakerAnswer::Probe);
     }
 }

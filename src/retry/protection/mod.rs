@@ -26,7 +26,7 @@ mod token_bucket;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use aws::{AwsQuota, AwsQuotaSettings};
-pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
+pub use breaker::{Breaker, BreakerAnswer, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use envoy::{EnvoyBudget, EnvoySettings};
 pub use grpc::{GrpcSettings, GrpcThrottle};

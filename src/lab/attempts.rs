@@ -208,7 +208,7 @@ impl Lab {
         }
     }
 
-    fn shares_changed(&self, state: &mut LabState, now: u64) {
+    pub(super) fn shares_changed(&self, state: &mut LabState, now: u64) {
         state.clients.note_share(now);
         let clients = clients_view(state);
         self.publish(state, &Event::Clients { clients }, now);

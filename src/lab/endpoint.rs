@@ -1,4 +1,4 @@
-//! The lab's side of its downstream endpoint: each request is counted where it arrives, let
+//! The lab's side of its endpoint: each request is counted where it arrives, let
 //! past the endpoint's pipeline (the rate limit, the workers and their line), decided against
 //! the ledger and its write applied, all under the lab's lock, so a key can never be applied
 //! twice and every answer is an event in order with the client's own. The waiting and the
