@@ -18,8 +18,9 @@ const CENTURY_S: u64 = 100 * 365 * 24 * 60 * 60;
 /// What may differ between two servings of the same store: the clock, the event count, the
 /// server's own settings, and the live state of the breaker and the protections (a restarted
 /// client starts closed and full).
-/// With several clients, how many breakers stood open is live only too: the store keeps the
-/// first client's breaker history alone.
+/// With several clients, how many breakers stood open is live only too in these fixtures: the
+/// releases that wrote them kept the first client's breaker history alone (since migration 10
+/// every client's is kept, `client_2s_breaker_history_survives_a_restart`).
 const VOLATILE: [&str; 7] = [
     "/now_ms",
     "/last_event_id",
