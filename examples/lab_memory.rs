@@ -1,6 +1,7 @@
 //! What a lab holds in memory, counted by the allocator (every live byte the process asked
 //! for, the store's SQLite aside, which allocates on its own): an empty lab, and a lab that took
-//! bursts of messages and was then reset, which should cost what an empty one does.
+//! bursts of messages and was then reset, which should cost what an empty one does; and what
+//! five minutes of a busy lab's load history (its fine bins) hold.
 //!
 //!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000]
 //!
@@ -11,6 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use retrylab::config::{Limits, Retention};
+use retrylab::domain::{Answer, BIN_MS, FINE_FOR_MS, Load};
 use retrylab::lab::Labs;
 use retrylab::store::{Store, StoreSettings};
 
@@ -93,6 +95,25 @@ async fn main() {
     );
     drop((empty, used));
     let _ = std::fs::remove_dir_all(&dir);
+
+    // A busy lab's load history: five minutes of fine bins, one request, answer, offered and
+    // delivered message in each, as a lab at 10 messages/s fills them.
+    let before = live();
+    let mut load = Load::default();
+    let fine_bins = FINE_FOR_MS / BIN_MS;
+    for t_ms in (0..FINE_FOR_MS).step_by(BIN_MS as usize) {
+        let bin = load.arrive(t_ms);
+        load.answer(bin, Answer::Status(200));
+        load.offered(t_ms, 1);
+        load.delivered(t_ms);
+    }
+    drop(load.take_unsaved());
+    drop(load.take_changed());
+    let held = live() - before;
+    println!(
+        "load history: {fine_bins} fine bins hold {held} live bytes, {} per bin",
+        held / fine_bins as isize
+    );
 }
 
 async fn fill(lab: &retrylab::lab::Lab, messages: usize, max_burst: usize) {

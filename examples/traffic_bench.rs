@@ -8,7 +8,9 @@
 //!    10 ms.
 //! 2. **Many labs.** 100 labs at 10 messages/s each, each with an open event stream read by
 //!    this process: how long an event took from the lab to its reader (p99), and the RSS of
-//!    the process (server and readers) now and then.
+//!    the process (server and readers) now and then, beside the bytes live in it (counted by
+//!    the allocator: what the process holds, apart from what the allocator keeps for reuse),
+//!    the bytes of the labs' event windows and the idempotency keys held (from `/metrics`).
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
@@ -130,6 +132,7 @@ async fn main() {
         "## Many labs: {} labs at {} messages/s, each with an open event stream\n",
         plan.labs, plan.lab_rate
     );
+    let idle_rss = rss_mib();
     let mut labs = Vec::new();
     for _ in 0..plan.labs {
         let lab = new_lab(&client, &base).await;
@@ -145,8 +148,8 @@ async fn main() {
     for lab in &labs {
         put(&client, lab, "traffic", json!({"rate_per_s": plan.lab_rate})).await;
     }
-    println!("| after | RSS |");
-    println!("| ---: | ---: |");
+    println!("| after | RSS | live bytes | event windows | keys whole / fingerprint |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
     let timer = Timer::start();
     let started = Instant::now();
     let every = (plan.many_for / 10).max(Duration::from_secs(1));
@@ -155,7 +158,19 @@ async fn main() {
         tokio::time::sleep(every.min(plan.many_for.saturating_sub(started.elapsed()))).await;
         let now = rss_mib();
         rss.push(now);
-        println!("| {:.0} s | {now:.0} MiB |", started.elapsed().as_secs_f64());
+        let metrics = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        let gauge = |name: &str| -> f64 {
+            let line = metrics.lines().find(|l| l.starts_with(name));
+            line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(f64::NAN)
+        };
+        println!(
+            "| {:.0} s | {now:.0} MiB | {:.0} MiB | {:.1} MiB | {:.0} / {:.0} |",
+            started.elapsed().as_secs_f64(),
+            LIVE.load(Ordering::Relaxed) as f64 / 1048576.0,
+            gauge("retrylab_event_window_bytes") / 1048576.0,
+            gauge("retrylab_idempotency_keys{held=\"whole\"}"),
+            gauge("retrylab_idempotency_keys{held=\"fingerprint\"}"),
+        );
     }
     let timer_p99 = timer.stop();
     stop.store(true, Ordering::Relaxed);
@@ -191,12 +206,13 @@ async fn main() {
         _ => f64::NAN,
     };
     println!(
-        "\n{events} events read over {:.0} s; delivery p50 {}, p99 {}, max {} (1 ms buckets); a 10 ms timer meanwhile late by {timer_p99:.1} ms at p99; RSS over the second half {:+.0} MiB.",
+        "\n{events} events read over {:.0} s; delivery p50 {}, p99 {}, max {} (1 ms buckets); a 10 ms timer meanwhile late by {timer_p99:.1} ms at p99; RSS over the second half {:+.0} MiB; RSS per lab above the idle server ({idle_rss:.0} MiB) at the end {:.2} MiB.",
         plan.many_for.as_secs_f64(),
         shown(p(0.5)),
         shown(p(0.99)),
         shown(delays.iter().rposition(|&c| c > 0)),
-        growth
+        growth,
+        (rss.last().copied().unwrap_or(f64::NAN) - idle_rss) / plan.labs as f64,
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -313,6 +329,30 @@ fn number_after(block: &[u8], key: &[u8]) -> Option<f64> {
         block[at..].iter().copied().take_while(|b| b.is_ascii_digit() || *b == b'.').collect();
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
+
+/// The system's allocator, counting the bytes live: beside the RSS, what the process holds
+/// apart from what the allocator keeps for reuse.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn unix_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
