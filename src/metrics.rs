@@ -139,6 +139,8 @@ impl Metrics {
         if let Some(oldest) = oldest_overall {
             oldest_overall_age.set(now_unix_ms.saturating_sub(oldest) as f64 / 1000.0);
         }
+        // The counts before the longest hold, which only grows: it is never below the highest
+        // step they show.
         let long_holds = Family::<HoldLabel, Counter>::default();
         for (at_least_ms, count) in labs.lock_holds.at_least() {
             long_holds.get_or_create(&HoldLabel { at_least_ms }).inc_by(count);
