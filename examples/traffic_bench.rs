@@ -17,6 +17,9 @@
 //! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
 //! `-- --event-window-bytes N` to run with another bound on each lab's events than the default.
 
+#[path = "support/counting.rs"]
+mod counting;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,7 +169,7 @@ async fn main() {
         println!(
             "| {:.0} s | {now:.0} MiB | {:.0} MiB | {:.1} MiB | {:.0} / {:.0} |",
             started.elapsed().as_secs_f64(),
-            LIVE.load(Ordering::Relaxed) as f64 / 1048576.0,
+            counting::live() as f64 / 1048576.0,
             gauge("retrylab_event_window_bytes") / 1048576.0,
             gauge("retrylab_idempotency_keys{held=\"whole\"}"),
             gauge("retrylab_idempotency_keys{held=\"fingerprint\"}"),
@@ -329,30 +332,6 @@ fn number_after(block: &[u8], key: &[u8]) -> Option<f64> {
         block[at..].iter().copied().take_while(|b| b.is_ascii_digit() || *b == b'.').collect();
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
-
-/// The system's allocator, counting the bytes live: beside the RSS, what the process holds
-/// apart from what the allocator keeps for reuse.
-struct Counting;
-
-static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
-
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { std::alloc::System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { std::alloc::System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 fn unix_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
