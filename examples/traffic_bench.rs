@@ -8,13 +8,18 @@
 //!    10 ms.
 //! 2. **Many labs.** 100 labs at 10 messages/s each, each with an open event stream read by
 //!    this process: how long an event took from the lab to its reader (p99), and the RSS of
-//!    the process (server and readers) now and then.
+//!    the process (server and readers) now and then, beside the bytes live in it (counted by
+//!    the allocator: what the process holds, apart from what the allocator keeps for reuse),
+//!    the bytes of the labs' event windows and the idempotency keys held (from `/metrics`).
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
 //! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
 //! `-- --event-window-bytes N` to run with another bound on each lab's events than the default,
 //! `-- --rates 4000,6000,8000` to ask the one lab for other rates than 500 to 4,000 a second.
+
+#[path = "support/counting.rs"]
+mod counting;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -144,6 +149,7 @@ async fn main() {
         "## Many labs: {} labs at {} messages/s, each with an open event stream\n",
         plan.labs, plan.lab_rate
     );
+    let idle_rss = rss_mib();
     let mut labs = Vec::new();
     for _ in 0..plan.labs {
         let lab = new_lab(&client, &base).await;
@@ -159,8 +165,8 @@ async fn main() {
     for lab in &labs {
         put(&client, lab, "traffic", json!({"rate_per_s": plan.lab_rate})).await;
     }
-    println!("| after | RSS |");
-    println!("| ---: | ---: |");
+    println!("| after | RSS | live bytes | event windows | keys whole / fingerprint |");
+    println!("| ---: | ---: | ---: | ---: | ---: |");
     let timer = Timer::start();
     let started = Instant::now();
     let every = (plan.many_for / 10).max(Duration::from_secs(1));
@@ -169,7 +175,19 @@ async fn main() {
         tokio::time::sleep(every.min(plan.many_for.saturating_sub(started.elapsed()))).await;
         let now = rss_mib();
         rss.push(now);
-        println!("| {:.0} s | {now:.0} MiB |", started.elapsed().as_secs_f64());
+        let metrics = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        let gauge = |name: &str| -> f64 {
+            let line = metrics.lines().find(|l| l.starts_with(name));
+            line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(f64::NAN)
+        };
+        println!(
+            "| {:.0} s | {now:.0} MiB | {:.0} MiB | {:.1} MiB | {:.0} / {:.0} |",
+            started.elapsed().as_secs_f64(),
+            counting::live() as f64 / 1048576.0,
+            gauge("retrylab_event_window_bytes") / 1048576.0,
+            gauge("retrylab_idempotency_keys{held=\"whole\"}"),
+            gauge("retrylab_idempotency_keys{held=\"fingerprint\"}"),
+        );
     }
     let timer_p99 = timer.stop();
     stop.store(true, Ordering::Relaxed);
@@ -205,12 +223,13 @@ async fn main() {
         _ => f64::NAN,
     };
     println!(
-        "\n{events} events read over {:.0} s; delivery p50 {}, p99 {}, max {} (1 ms buckets); a 10 ms timer meanwhile late by {timer_p99:.1} ms at p99; RSS over the second half {:+.0} MiB.",
+        "\n{events} events read over {:.0} s; delivery p50 {}, p99 {}, max {} (1 ms buckets); a 10 ms timer meanwhile late by {timer_p99:.1} ms at p99; RSS over the second half {:+.0} MiB; RSS per lab above the idle server ({idle_rss:.0} MiB) at the end {:.2} MiB.",
         plan.many_for.as_secs_f64(),
         shown(p(0.5)),
         shown(p(0.99)),
         shown(delays.iter().rposition(|&c| c > 0)),
-        growth
+        growth,
+        (rss.last().copied().unwrap_or(f64::NAN) - idle_rss) / plan.labs as f64,
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -21,7 +21,10 @@ probe posts to another lab's endpoint one request at a time, first alone and the
 of its own, behind --client-ip-header, so none is held to another's allowance of bytes); then
 the bulk actions on the N letters (a dry run, quarantine and back, a redrive started and
 cancelled, a delete by filter) are timed one by one. The time an action takes to answer bounds
-how long it held the lab's lock.
+how long it held the lab's lock; the server's own count of long holds (`/metrics`,
+`retrylab_lab_lock_long_holds`, and the longest hold) says how long it did: each action's row
+gives the longest of its holds, to the step of that count it reached (1, 5, 10, 25, 50, 100 ms...),
+and the exact figure when it was the longest hold so far.
 """
 import argparse
 import json
@@ -210,9 +213,34 @@ def probe(server, lab, seconds, latencies):
         latencies.append((time.monotonic() - started) * 1000)
 
 
+def lock_holds(server):
+    """The server's count of lab-lock holds at each length (ms), and its longest hold (ms)."""
+    with urllib.request.urlopen(server.url + "/metrics", timeout=60) as response:
+        text = response.read().decode()
+    steps = {int(m.group(1)): int(m.group(2))
+             for m in re.finditer(r'^retrylab_lab_lock_long_holds_total\{at_least_ms="(\d+)"\} (\d+)', text, re.M)}
+    longest = re.search(r"^retrylab_lab_lock_longest_hold_seconds (\S+)", text, re.M)
+    return steps, float(longest.group(1)) * 1000 if longest else 0.0
+
+
+def held_during(before, after):
+    """The longest lock hold between two reads of `lock_holds`, as (at least, below) in ms: exact
+    (both the same) when it was the longest so far, else between the highest step that counted
+    a hold and the next (0 to 1 when none reached 1 ms)."""
+    (steps_before, longest_before), (steps_after, longest_after) = before, after
+    if longest_after > longest_before:
+        return longest_after, longest_after
+    steps = sorted(steps_after)
+    grown = [step for step in steps if steps_after[step] > steps_before.get(step, 0)]
+    at_least = max(grown, default=0)
+    below = next((step for step in steps if step > at_least), float("inf"))
+    return at_least, below
+
+
 def timed(server, lab, action):
-    """How long `action` took to answer, and the longest a request to the same lab's endpoint
-    (which takes the lab's lock) waited meanwhile: a bound on how long the action held it."""
+    """How long `action` took to answer, the longest a request to the same lab's endpoint
+    (which takes the lab's lock) waited meanwhile, and the longest hold of any lab's lock the
+    server counted meanwhile (the action's own, and its commit's)."""
     waits, running = [], True
 
     def watch():
@@ -228,12 +256,13 @@ def timed(server, lab, action):
     watcher = threading.Thread(target=watch)
     watcher.start()
     time.sleep(0.05)
+    holds = lock_holds(server)
     started = time.monotonic()
     action()
     took = (time.monotonic() - started) * 1000
     running = False
     watcher.join()
-    return took, max(waits)
+    return took, max(waits), held_during(holds, lock_holds(server))
 
 
 def contention_run():
@@ -282,9 +311,11 @@ def contention_run():
             "delete by filter": lambda: server.call("POST", f"{path}/delete", {**everything, "expected": args.letters}),
         }
         for name, action in actions.items():
-            took, held = timed(server, lab, action)
+            took, waited, held = timed(server, lab, action)
             figures[f"{name} ms"] = took
-            figures[f"{name}: longest wait for the lab ms"] = held
+            figures[f"{name}: longest wait for the lab ms"] = waited
+            figures[f"{name}: longest lock hold, at least ms"] = held[0]
+            figures[f"{name}: longest lock hold, below ms"] = held[1]
         # The redrive sent its first letter as it started; against the down endpoint it may
         # come back as a new letter after the delete.
         assert dead_letters(server, lab) <= 1, "the delete took every letter"
@@ -299,7 +330,7 @@ if args.contention:
           "min / median / max:")
     for name in runs[0]:
         values = [run[name] for run in runs]
-        print(f"  {name:45} {min(values):10.2f} {statistics.median(values):10.2f} {max(values):10.2f}")
+        print(f"  {name:48} {min(values):10.2f} {statistics.median(values):10.2f} {max(values):10.2f}")
     raise SystemExit(0)
 
 runs = [one_run() for _ in range(args.runs)]

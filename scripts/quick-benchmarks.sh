@@ -19,6 +19,8 @@ step "examples/traffic_bench"
 cargo run --locked --quiet --example traffic_bench -- --quick
 step "examples/ledger_memory"
 LEDGER_MEMORY_KEYS=2000 cargo run --locked --quiet --example ledger_memory
+step "examples/lab_memory"
+cargo run --locked --quiet --example lab_memory -- --quick
 step "scripts/endpoint-throughput.sh (with examples/bare_endpoint)"
 BIN_DIR="$target/debug" ROUNDS=1 SECONDS_EACH=1 scripts/endpoint-throughput.sh
 step "scripts/defence-cost.sh"

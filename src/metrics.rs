@@ -39,6 +39,12 @@ struct LabLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HoldLabel {
+    /// Holds that lasted at least this many milliseconds.
+    at_least_ms: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
     /// What ended the round: `attempts_used_up`, `time_budget`, `circuit_open`, `retry_budget`, `permanent`.
     cause: String,
@@ -133,6 +139,15 @@ impl Metrics {
         if let Some(oldest) = oldest_overall {
             oldest_overall_age.set(now_unix_ms.saturating_sub(oldest) as f64 / 1000.0);
         }
+        // The counts before the longest hold, which only grows: it is never below the highest
+        // step they show.
+        let long_holds = Family::<HoldLabel, Counter>::default();
+        for (at_least_ms, count) in labs.lock_holds.at_least() {
+            long_holds.get_or_create(&HoldLabel { at_least_ms }).inc_by(count);
+        }
+        let longest_hold = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        longest_hold.set(labs.lock_holds.longest_us() as f64 / 1e6);
+
         let mut now = Registry::with_prefix("retrylab");
         now.register("dead_letter_depth", "Dead letters waiting in each lab", depth);
         now.register("dead_letter_depth_overall", "Dead letters waiting in all labs", depth_overall);
@@ -162,6 +177,17 @@ impl Metrics {
             window_bytes,
         );
         now.register("idempotency_keys", "Applied idempotency keys in memory, by how they are held", keys);
+        now.register(
+            "lab_lock_long_holds",
+            "Holds of a lab's lock that lasted at least at_least_ms milliseconds, all labs together",
+            long_holds,
+        );
+        now.register_with_unit(
+            "lab_lock_longest_hold",
+            "The longest any lab's lock was held since the server started (0 when none reached 1 ms)",
+            prometheus_client::registry::Unit::Seconds,
+            longest_hold,
+        );
         now.register("store_commits", "Transactions the store committed", commits);
         now.register("store_rows", "Rows the store wrote", rows);
 

@@ -25,6 +25,29 @@ pub struct DeadLetterChanges {
     pub deleted_dead_letters: Vec<u64>,
 }
 
+impl DeadLetterChanges {
+    /// These rows followed by `later` ones, taken after: a letter in both is written as `later`
+    /// has it (kept or deleted), once.
+    pub fn then(self, later: DeadLetterChanges) -> DeadLetterChanges {
+        if self.dead_letters.is_empty() && self.deleted_dead_letters.is_empty() {
+            return later;
+        }
+        let mut rows: HashMap<u64, Option<(u64, String)>> = HashMap::new();
+        for changes in [self, later] {
+            rows.extend(changes.dead_letters.into_iter().map(|(id, at, json)| (id, Some((at, json)))));
+            rows.extend(changes.deleted_dead_letters.into_iter().map(|id| (id, None)));
+        }
+        let mut merged = DeadLetterChanges::default();
+        for (id, row) in rows {
+            match row {
+                Some((at, json)) => merged.dead_letters.push((id, at, json)),
+                None => merged.deleted_dead_letters.push(id),
+            }
+        }
+        merged
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// The message's id.
@@ -234,15 +257,21 @@ impl DeadLetterQueue {
         self.dirty = dirty;
     }
 
-    /// Adds the rows changed since the last call to `changes`.
-    pub fn take_changes(&mut self, changes: &mut DeadLetterChanges) {
-        let dirty = std::mem::take(&mut self.dirty);
-        if dirty.is_empty() {
-            return;
-        }
-        let letters: HashMap<u64, &DeadLetter> = self.letters.iter().map(|d| (d.id, d)).collect();
-        for id in dirty {
-            match letters.get(&id) {
+    /// How many letters changed since the store last took them.
+    pub fn unsaved(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Adds at most `max` of the rows changed since the last call to `changes`; the rest are
+    /// left for the next call.
+    pub fn take_changes(&mut self, changes: &mut DeadLetterChanges, max: usize) {
+        let taken: Vec<u64> = match self.dirty.len() <= max {
+            true => std::mem::take(&mut self.dirty).into_iter().collect(),
+            false => self.dirty.iter().take(max).copied().collect(),
+        };
+        for id in taken {
+            self.dirty.remove(&id);
+            match self.get(id) {
                 Some(d) => changes.dead_letters.push((id, d.dead_lettered_unix_ms, to_json(d))),
                 None => changes.deleted_dead_letters.push(id),
             }
@@ -299,15 +328,44 @@ mod tests {
         let mut queue = DeadLetterQueue::default();
         queue.push(DeadLetter::new(&message(1, 0), (Cause::AttemptsUsedUp, "gave up".into()), (5, 5), 3));
         let mut first = DeadLetterChanges::default();
-        queue.take_changes(&mut first);
+        queue.take_changes(&mut first, usize::MAX);
         assert_eq!(first.dead_letters.len(), 1);
         let mut none = DeadLetterChanges::default();
-        queue.take_changes(&mut none);
+        queue.take_changes(&mut none, usize::MAX);
         assert!(none.dead_letters.is_empty(), "taken once");
         queue.restore_changes(&first);
         let mut again = DeadLetterChanges::default();
-        queue.take_changes(&mut again);
+        queue.take_changes(&mut again, usize::MAX);
         assert_eq!(again.dead_letters.len(), 1);
+    }
+
+    #[test]
+    fn changes_taken_a_few_at_a_time_are_each_written_once_as_they_last_were() {
+        let letter =
+            |id, at| DeadLetter::new(&message(id, 0), (Cause::AttemptsUsedUp, "x".into()), (at, at), 3);
+        let mut queue = DeadLetterQueue::default();
+        for id in 1..=5 {
+            queue.push(letter(id, id * 10));
+        }
+        let mut early = DeadLetterChanges::default();
+        queue.take_changes(&mut early, 3);
+        assert_eq!((early.dead_letters.len(), queue.unsaved()), (3, 2), "three taken, two left");
+        // Between two takes, a letter already taken changes again and another goes.
+        let (again, gone) = (early.dead_letters[0].0, early.dead_letters[1].0);
+        queue.set_quarantined(&[again], true);
+        queue.remove(&[gone]);
+        let mut late = DeadLetterChanges::default();
+        queue.take_changes(&mut late, usize::MAX);
+        assert_eq!(queue.unsaved(), 0);
+        let merged = early.then(late);
+        let mut kept: Vec<u64> = merged.dead_letters.iter().map(|(id, _, _)| *id).collect();
+        kept.sort_unstable();
+        let mut expected: Vec<u64> = (1..=5).filter(|&id| id != gone).collect();
+        expected.sort_unstable();
+        assert_eq!(kept, expected, "each kept letter once");
+        assert_eq!(merged.deleted_dead_letters, [gone], "the letter that went is deleted, not written");
+        let (_, _, json) = merged.dead_letters.iter().find(|(id, _, _)| *id == again).unwrap();
+        assert!(json.contains("\"quarantined\":true"), "as it last was: {json}");
     }
 
     #[test]

@@ -90,7 +90,7 @@ mod tests {
         }
         queue.put_back(Vec::new()); // sorts by time, as the store's copy is
         let mut changes = DeadLetterChanges::default();
-        queue.take_changes(&mut changes);
+        queue.take_changes(&mut changes, usize::MAX);
         assert_eq!(queue.redrive(), None);
 
         queue.start_redrive(&[1, 2], 5.0);
@@ -100,7 +100,7 @@ mod tests {
 
         // What a restart reads back: the letters as the store holds them.
         let mut changes = DeadLetterChanges::default();
-        queue.take_changes(&mut changes);
+        queue.take_changes(&mut changes, usize::MAX);
         let stored: Vec<DeadLetter> = queue.letters().to_vec();
         let restored = DeadLetterQueue::restore(stored);
         assert_eq!(restored.redrive(), Some(Redrive { total: 2, sent: 1, rate_per_s: 5.0 }));

@@ -115,29 +115,117 @@ impl Default for LoadBin {
     }
 }
 
-impl LoadBin {
+/// A bin as the lab holds it: the counts every busy bin has, in 32 bits each (a 10 s bin would
+/// need 400 million requests a second to overflow one; they saturate), and what few bins have
+/// (the protections' counts and levels, the defences' drops) apart, boxed, only when some is
+/// there. A `LoadBin` is 184 bytes and this 56: five minutes of fine bins, 3,000 of them, is
+/// most of what a busy lab holds beside its events.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Bin {
+    width_ms: u32,
+    requests: u32,
+    ok: u32,
+    unavailable: u32,
+    throttled: u32,
+    timed_out: u32,
+    other: u32,
+    wasted: u32,
+    peak_in_process: u32,
+    offered: u32,
+    delivered: u32,
+    refused: u32,
+    rare: Option<Box<Rare>>,
+}
+
+/// The parts of a bin that few bins have.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Rare {
+    suppressed: BTreeMap<String, u64>,
+    levels: BTreeMap<String, f64>,
+    dropped_deadline: u64,
+    timed_out_in_queue: u64,
+    retries_shed: u64,
+    ignored_hints: u64,
+}
+
+/// Adds `n` to a count, saturating.
+fn add(count: &mut u32, n: u64) {
+    *count = u32::try_from(u64::from(*count).saturating_add(n)).unwrap_or(u32::MAX);
+}
+
+impl Bin {
+    fn new(width_ms: u64, peak_in_process: u64) -> Self {
+        let mut bin = Bin { width_ms: u32::try_from(width_ms).unwrap_or(u32::MAX), ..Default::default() };
+        add(&mut bin.peak_in_process, peak_in_process);
+        bin
+    }
+
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    /// The bin as the store, the snapshot and the events show it.
+    fn shown(&self, t_ms: u64) -> LoadBin {
+        let rare = self.rare.as_deref().cloned().unwrap_or_default();
+        LoadBin {
+            t_ms,
+            width_ms: u64::from(self.width_ms),
+            requests: u64::from(self.requests),
+            ok: u64::from(self.ok),
+            unavailable: u64::from(self.unavailable),
+            throttled: u64::from(self.throttled),
+            timed_out: u64::from(self.timed_out),
+            other: u64::from(self.other),
+            wasted: u64::from(self.wasted),
+            peak_in_process: u64::from(self.peak_in_process),
+            offered: u64::from(self.offered),
+            delivered: u64::from(self.delivered),
+            refused: u64::from(self.refused),
+            suppressed: rare.suppressed,
+            levels: rare.levels,
+            dropped_deadline: rare.dropped_deadline,
+            timed_out_in_queue: rare.timed_out_in_queue,
+            retries_shed: rare.retries_shed,
+            ignored_hints: rare.ignored_hints,
+        }
+    }
+
+    /// A bin as the store kept it.
+    fn held(bin: LoadBin) -> Self {
+        let mut held = Bin::new(bin.width_ms, 0);
+        held.absorb(&bin);
+        held
+    }
+
     /// Adds `other`'s counts into this bin (the peak is the higher of the two).
     fn absorb(&mut self, other: &LoadBin) {
-        self.requests += other.requests;
-        self.ok += other.ok;
-        self.unavailable += other.unavailable;
-        self.throttled += other.throttled;
-        self.timed_out += other.timed_out;
-        self.other += other.other;
-        self.wasted += other.wasted;
-        self.peak_in_process = self.peak_in_process.max(other.peak_in_process);
-        self.offered += other.offered;
-        self.delivered += other.delivered;
-        self.refused += other.refused;
+        add(&mut self.requests, other.requests);
+        add(&mut self.ok, other.ok);
+        add(&mut self.unavailable, other.unavailable);
+        add(&mut self.throttled, other.throttled);
+        add(&mut self.timed_out, other.timed_out);
+        add(&mut self.other, other.other);
+        add(&mut self.wasted, other.wasted);
+        let peak = other.peak_in_process.max(u64::from(self.peak_in_process));
+        self.peak_in_process = u32::try_from(peak).unwrap_or(u32::MAX);
+        add(&mut self.offered, other.offered);
+        add(&mut self.delivered, other.delivered);
+        add(&mut self.refused, other.refused);
+        let rare_counts =
+            [other.dropped_deadline, other.timed_out_in_queue, other.retries_shed, other.ignored_hints];
+        if other.suppressed.is_empty() && other.levels.is_empty() && rare_counts == [0; 4] {
+            return;
+        }
+        let rare = self.rare();
         for (kind, count) in &other.suppressed {
-            *self.suppressed.entry(kind.clone()).or_default() += count;
+            *rare.suppressed.entry(kind.clone()).or_default() += count;
         }
         // Summed in order, so the later bin's level is the one that stays.
-        self.levels.extend(other.levels.iter().map(|(kind, level)| (kind.clone(), *level)));
-        self.dropped_deadline += other.dropped_deadline;
-        self.timed_out_in_queue += other.timed_out_in_queue;
-        self.retries_shed += other.retries_shed;
-        self.ignored_hints += other.ignored_hints;
+        rare.levels.extend(other.levels.iter().map(|(kind, level)| (kind.clone(), *level)));
+        rare.dropped_deadline += other.dropped_deadline;
+        rare.timed_out_in_queue += other.timed_out_in_queue;
+        rare.retries_shed += other.retries_shed;
+        rare.ignored_hints += other.ignored_hints;
     }
 }
 
@@ -159,7 +247,7 @@ pub enum Answer {
 
 #[derive(Debug, Default)]
 pub struct Load {
-    bins: BTreeMap<u64, LoadBin>,
+    bins: BTreeMap<u64, Bin>,
     /// Bins changed since the last `take_changed`.
     changed: BTreeSet<u64>,
     /// Bins changed since the store last took them.
@@ -194,7 +282,7 @@ impl Load {
             .max()
             .unwrap_or(0);
         Load {
-            bins: bins.into_iter().map(|bin| (bin.t_ms, bin)).collect(),
+            bins: bins.into_iter().map(|bin| (bin.t_ms, Bin::held(bin))).collect(),
             fine_from_ms,
             ..Default::default()
         }
@@ -204,7 +292,7 @@ impl Load {
     pub fn take_unsaved(&mut self) -> BinChanges {
         let unsaved = std::mem::take(&mut self.unsaved);
         BinChanges {
-            bins: unsaved.iter().filter_map(|t| self.bins.get(t).cloned()).collect(),
+            bins: unsaved.iter().filter_map(|&t| Some(self.bins.get(&t)?.shown(t))).collect(),
             dropped_before: self.dropped_before.take(),
             coarsened: self.coarsened.take(),
         }
@@ -219,84 +307,86 @@ impl Load {
 
     /// A request reached the downstream at `now_ms`; returns the bin it is counted in.
     pub fn arrive(&mut self, now_ms: u64) -> u64 {
-        let bin = self.bin(now_ms);
-        bin.requests += 1;
-        bin.t_ms
+        let t_ms = self.t_ms(now_ms);
+        add(&mut self.bin(now_ms).requests, 1);
+        t_ms
     }
 
     /// How the request that arrived in bin `arrived_t_ms` was answered.
     pub fn answer(&mut self, arrived_t_ms: u64, answer: Answer) {
         let bin = self.bin(arrived_t_ms);
-        match answer {
-            Answer::Status(200..=299) => bin.ok += 1,
-            Answer::Status(503) => bin.unavailable += 1,
-            Answer::Status(429) => bin.throttled += 1,
-            Answer::Status(_) => bin.other += 1,
-            Answer::TimedOut => bin.timed_out += 1,
-        }
+        let count = match answer {
+            Answer::Status(200..=299) => &mut bin.ok,
+            Answer::Status(503) => &mut bin.unavailable,
+            Answer::Status(429) => &mut bin.throttled,
+            Answer::Status(_) => &mut bin.other,
+            Answer::TimedOut => &mut bin.timed_out,
+        };
+        add(count, 1);
     }
 
     /// Work was finished at `now_ms` for a client that had already given up.
     pub fn wasted(&mut self, now_ms: u64) {
-        self.bin(now_ms).wasted += 1;
+        add(&mut self.bin(now_ms).wasted, 1);
     }
 
     /// A request was dropped at `now_ms` without its work, for `cause`.
     pub fn dropped(&mut self, now_ms: u64, cause: DropCause) {
-        let bin = self.bin(now_ms);
+        let rare = self.bin(now_ms).rare();
         match cause {
-            DropCause::Deadline => bin.dropped_deadline += 1,
-            DropCause::TimedOutInQueue => bin.timed_out_in_queue += 1,
-            DropCause::RetryShed => bin.retries_shed += 1,
+            DropCause::Deadline => rare.dropped_deadline += 1,
+            DropCause::TimedOutInQueue => rare.timed_out_in_queue += 1,
+            DropCause::RetryShed => rare.retries_shed += 1,
         }
     }
 
     /// A request's hint header did not parse and was ignored.
     pub fn ignored_hint(&mut self, now_ms: u64) {
-        self.bin(now_ms).ignored_hints += 1;
+        self.bin(now_ms).rare().ignored_hints += 1;
     }
 
     /// `count` new messages were created at `now_ms`.
     pub fn offered(&mut self, now_ms: u64, count: u64) {
         if count > 0 {
-            self.bin(now_ms).offered += count;
+            add(&mut self.bin(now_ms).offered, count);
         }
     }
 
     /// A message was delivered at `now_ms`.
     pub fn delivered(&mut self, now_ms: u64) {
-        self.bin(now_ms).delivered += 1;
+        add(&mut self.bin(now_ms).delivered, 1);
     }
 
     /// `count` arrivals were refused at the source at `now_ms`.
     pub fn refused(&mut self, now_ms: u64, count: u64) {
         if count > 0 {
-            self.bin(now_ms).refused += count;
+            add(&mut self.bin(now_ms).refused, count);
         }
     }
 
     /// The client's protection `kind` stopped an attempt or a retry at `now_ms`.
     pub fn suppressed(&mut self, now_ms: u64, kind: &str) {
-        *self.bin(now_ms).suppressed.entry(kind.to_owned()).or_default() += 1;
+        *self.bin(now_ms).rare().suppressed.entry(kind.to_owned()).or_default() += 1;
     }
 
     /// Whether the bin of `now_ms` has no protection's level yet.
     pub fn levels_due(&self, now_ms: u64) -> bool {
         let t_ms = now_ms - now_ms % BIN_MS;
-        self.bins.get(&t_ms).is_none_or(|bin| bin.levels.is_empty())
+        self.bins.get(&t_ms).is_none_or(|bin| bin.rare.as_ref().is_none_or(|rare| rare.levels.is_empty()))
     }
 
     /// Notes each protection's level at `now_ms`.
     pub fn levels(&mut self, now_ms: u64, levels: impl IntoIterator<Item = (&'static str, f64)>) {
-        let bin = self.bin(now_ms);
-        bin.levels.extend(levels.into_iter().map(|(kind, level)| (kind.to_owned(), level)));
+        let rare = self.bin(now_ms).rare();
+        rare.levels.extend(levels.into_iter().map(|(kind, level)| (kind.to_owned(), level)));
     }
 
     pub fn work_started(&mut self, now_ms: u64) {
         self.in_process += 1;
         let in_process = self.in_process;
         let bin = self.bin(now_ms);
-        bin.peak_in_process = bin.peak_in_process.max(in_process);
+        let peak = u64::from(bin.peak_in_process).max(in_process);
+        bin.peak_in_process = u32::try_from(peak).unwrap_or(u32::MAX);
     }
 
     pub fn work_finished(&mut self) {
@@ -304,13 +394,13 @@ impl Load {
     }
 
     pub fn bins(&self) -> Vec<LoadBin> {
-        self.bins.values().cloned().collect()
+        self.bins.iter().map(|(&t_ms, bin)| bin.shown(t_ms)).collect()
     }
 
     /// The bins changed since the last call, whole.
     pub fn take_changed(&mut self) -> Vec<LoadBin> {
         let changed = std::mem::take(&mut self.changed);
-        changed.iter().filter_map(|t| self.bins.get(t).cloned()).collect()
+        changed.iter().filter_map(|&t| Some(self.bins.get(&t)?.shown(t))).collect()
     }
 
     /// Forgets everything measured (a reset); work still in process stays counted.
@@ -323,18 +413,34 @@ impl Load {
         self.fine_from_ms = 0;
     }
 
-    fn bin(&mut self, at_ms: u64) -> &mut LoadBin {
+    /// The start and width of the bin `at_ms` falls in. An answer can come for a request that
+    /// arrived in a bin since summed: it joins the sum.
+    fn place(&self, at_ms: u64) -> (u64, u64) {
+        if at_ms < self.fine_from_ms {
+            (at_ms - at_ms % COARSE_BIN_MS, COARSE_BIN_MS)
+        } else {
+            (at_ms - at_ms % BIN_MS, BIN_MS)
+        }
+    }
+
+    /// The start of the bin `at_ms` is counted in, once older bins are summed.
+    fn t_ms(&mut self, at_ms: u64) -> u64 {
+        self.coarsen_before(at_ms);
+        self.place(at_ms).0
+    }
+
+    /// Sums the fine bins older than five minutes before `at_ms`.
+    fn coarsen_before(&mut self, at_ms: u64) {
         let fine_from = at_ms.saturating_sub(FINE_FOR_MS);
         let fine_from = fine_from - fine_from % COARSE_BIN_MS;
         if fine_from > self.fine_from_ms {
             self.coarsen(fine_from);
         }
-        // An answer can come for a request that arrived in a bin since summed: it joins the sum.
-        let (t_ms, width_ms) = if at_ms < self.fine_from_ms {
-            (at_ms - at_ms % COARSE_BIN_MS, COARSE_BIN_MS)
-        } else {
-            (at_ms - at_ms % BIN_MS, BIN_MS)
-        };
+    }
+
+    fn bin(&mut self, at_ms: u64) -> &mut Bin {
+        self.coarsen_before(at_ms);
+        let (t_ms, width_ms) = self.place(at_ms);
         self.changed.insert(t_ms);
         self.unsaved.insert(t_ms);
         if self.bins.len() >= MAX_BINS
@@ -344,12 +450,7 @@ impl Load {
             self.dropped_before = self.dropped_before.max(Some(dropped + 1));
         }
         let in_process = self.in_process;
-        self.bins.entry(t_ms).or_insert(LoadBin {
-            t_ms,
-            width_ms,
-            peak_in_process: in_process,
-            ..Default::default()
-        })
+        self.bins.entry(t_ms).or_insert_with(|| Bin::new(width_ms, in_process))
     }
 
     /// Sums the fine bins that start before `until_ms` (a multiple of `COARSE_BIN_MS`) into one
@@ -360,7 +461,7 @@ impl Load {
         let fine: Vec<u64> = self
             .bins
             .range(from..until_ms)
-            .filter(|(_, bin)| bin.width_ms == BIN_MS)
+            .filter(|(_, bin)| u64::from(bin.width_ms) == BIN_MS)
             .map(|(t, _)| *t)
             .collect();
         if fine.is_empty() {
@@ -371,13 +472,9 @@ impl Load {
             self.changed.remove(&t);
             self.unsaved.remove(&t);
             let start = t - t % COARSE_BIN_MS;
-            let coarse = self.bins.entry(start).or_insert(LoadBin {
-                t_ms: start,
-                width_ms: COARSE_BIN_MS,
-                ..Default::default()
-            });
-            coarse.width_ms = COARSE_BIN_MS;
-            coarse.absorb(&bin);
+            let coarse = self.bins.entry(start).or_insert_with(|| Bin::new(COARSE_BIN_MS, 0));
+            coarse.width_ms = COARSE_BIN_MS as u32;
+            coarse.absorb(&bin.shown(t));
             self.changed.insert(start);
             self.unsaved.insert(start);
         }
@@ -396,6 +493,41 @@ fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bin_is_held_compactly_and_shown_as_it_was_counted() {
+        assert!(std::mem::size_of::<Bin>() <= 56, "{} bytes", std::mem::size_of::<Bin>());
+        let whole = LoadBin {
+            t_ms: 40_000,
+            width_ms: COARSE_BIN_MS,
+            requests: 9,
+            ok: 1,
+            unavailable: 2,
+            throttled: 3,
+            timed_out: 4,
+            other: 5,
+            wasted: 6,
+            peak_in_process: 7,
+            offered: 8,
+            delivered: 10,
+            refused: 11,
+            suppressed: BTreeMap::from([("breaker".to_owned(), 12)]),
+            levels: BTreeMap::from([("token_bucket".to_owned(), 0.5)]),
+            dropped_deadline: 13,
+            timed_out_in_queue: 14,
+            retries_shed: 15,
+            ignored_hints: 16,
+        };
+        assert_eq!(Bin::held(whole.clone()).shown(whole.t_ms), whole, "every field as stored");
+        let plain = LoadBin { t_ms: 100, requests: 1, ok: 1, ..Default::default() };
+        let held = Bin::held(plain.clone());
+        assert!(held.rare.is_none(), "a bin with none of the rare counts holds no room for them");
+        assert_eq!(held.shown(100), plain);
+        let mut full = Bin::new(BIN_MS, 0);
+        add(&mut full.requests, u64::MAX);
+        add(&mut full.requests, 1);
+        assert_eq!(full.shown(0).requests, u64::from(u32::MAX), "a count saturates");
+    }
 
     #[test]
     fn requests_are_binned_by_arrival_and_answers_join_their_bin() {

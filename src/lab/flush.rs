@@ -13,6 +13,11 @@ use crate::store::{Batch, Flush, LabRow, RecordChanges};
 /// How long a caller waits for the store to confirm a commit before answering 503.
 const STORE_PATIENCE: Duration = Duration::from_secs(10);
 
+/// Changed dead letters turned into rows under one hold of the lab's lock: an action on a
+/// whole queue (20,000 quarantined or marked for a redrive) is written out this many at a time,
+/// with the lock let go between, so the lab's requests do not wait for all of it at once.
+const ROWS_PER_HOLD: usize = 1_000;
+
 /// The store did not confirm a commit: it failed (full, or another error), or did not answer
 /// in time.
 #[derive(Debug)]
@@ -74,7 +79,18 @@ impl Lab {
 
 impl Flush for Lab {
     fn take_batch(&self) -> Option<Batch> {
+        // The rows of many changed letters are taken a chunk per hold; every chunk goes into
+        // this one batch, so they are still committed together with the lab's row. Bounded by
+        // what was owed at the start, so letters changing meanwhile cannot keep it going.
+        let mut early = DeadLetterChanges::default();
         let mut state = self.lock();
+        let mut holds = state.dead_letters.unsaved() / ROWS_PER_HOLD;
+        while holds > 0 && !state.deleted && state.dead_letters.unsaved() > ROWS_PER_HOLD {
+            state.dead_letters.take_changes(&mut early, ROWS_PER_HOLD);
+            drop(state);
+            holds -= 1;
+            state = self.lock();
+        }
         state.flush_pending = false;
         let lab_id = self.id.to_string();
         if state.deleted {
@@ -83,7 +99,7 @@ impl Flush for Lab {
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
         state.endpoint.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
-        let changes = state.take_changes();
+        let changes = state.take_changes(early);
         let record = &state.record;
         let row = LabRow {
             id: lab_id.clone(),
@@ -125,13 +141,14 @@ impl Flush for Lab {
 }
 
 impl LabState {
-    /// Everything the store is owed, from each part: the messages, the dead letters, the
-    /// endpoint's keys and the clients' breaker histories.
-    fn take_changes(&mut self) -> RecordChanges {
+    /// Everything the store is owed, from each part: the messages, the dead letters (after
+    /// the `early` ones taken in chunks), the endpoint's keys and the clients' breaker histories.
+    fn take_changes(&mut self, early: DeadLetterChanges) -> RecordChanges {
         let MessageChanges { cleared, messages, deleted_messages, load, markers } =
             self.record.take_changes();
         let mut letters = DeadLetterChanges::default();
-        self.dead_letters.take_changes(&mut letters);
+        self.dead_letters.take_changes(&mut letters, usize::MAX);
+        let letters = early.then(letters);
         let KeyChanges { keys, expired_before, kept, removed } = self.endpoint.take_changes();
         RecordChanges {
             cleared,
@@ -177,5 +194,51 @@ impl LabState {
             removed: removed_keys,
         });
         self.clients.changes_not_saved(&breakers);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ROWS_PER_HOLD;
+    use crate::config::Limits;
+    use crate::dlq::{Cause, DeadLetter, Selection, Target};
+    use crate::domain::{Message, MessageState};
+    use crate::lab::Labs;
+    use crate::store::{Flush, Store};
+
+    #[tokio::test]
+    async fn an_action_on_more_letters_than_a_hold_takes_is_one_batch_of_each_letter_once() {
+        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let lab = labs.create().unwrap();
+        let count = ROWS_PER_HOLD * 5 / 2;
+        {
+            let mut state = lab.lock();
+            for id in 1..=count as u64 {
+                let key = format!("k{id}");
+                let message = Message {
+                    id,
+                    key,
+                    state: MessageState::DeadLetter,
+                    round: 0,
+                    created_ms: 0,
+                    attempts: vec![],
+                };
+                let letter = DeadLetter::new(&message, (Cause::AttemptsUsedUp, "x".into()), (id, id), 3);
+                state.dead_letters.push(letter);
+            }
+        }
+        drop(lab.take_batch());
+        // As if the store's writer had the lab already: this test takes the batch itself.
+        lab.lock().flush_pending = true;
+        let moved = lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
+        assert_eq!(moved.len(), count);
+        let batch = lab.take_batch().expect("rows to write");
+        let mut ids: Vec<u64> = batch.changes.dead_letters.iter().map(|(id, _, _)| *id).collect();
+        ids.sort_unstable();
+        let every: Vec<u64> = (1..=count as u64).collect();
+        assert!(ids == every, "every letter, once, in one batch: {} rows of {count}", ids.len());
+        assert!(batch.changes.dead_letters.iter().all(|(_, _, json)| json.contains("\"quarantined\":true")));
+        assert_eq!(batch.upto, lab.lock().log.last_id(), "the batch holds everything up to the last event");
+        assert_eq!(lab.lock().dead_letters.unsaved(), 0);
     }
 }

@@ -16,6 +16,7 @@ mod clock;
 mod deliveries;
 mod endpoint;
 mod flush;
+mod holds;
 mod outside;
 mod queue;
 mod registry;
@@ -26,7 +27,7 @@ mod subscribers;
 mod traffic;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, watch};
@@ -45,6 +46,7 @@ pub use attempts::{Go, Slots};
 use endpoint::Endpoint;
 pub use endpoint::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
 pub use flush::NotDurable;
+pub use holds::{HOLD_STEPS_MS, LockHolds};
 pub use queue::{Deleted, Detail, DryRun, Listing, RedriveRefusal, Step};
 pub use registry::Labs;
 pub use serve::{Refusal, Served};
@@ -81,6 +83,8 @@ pub struct Lab {
     outside_messages_total: Arc<AtomicUsize>,
     /// Every lab of this server (the registry's), for what they owe together.
     neighbours: Weak<registry::Held>,
+    /// How long the labs' locks were held (the registry's, for every lab of this server).
+    lock_holds: Arc<LockHolds>,
     /// The server's limits this lab is held to.
     limits: Limits,
     retention: Retention,
@@ -177,6 +181,7 @@ impl Lab {
             outside_keys_total: registry.outside_keys.clone(),
             outside_messages_total: registry.outside_messages.clone(),
             neighbours: registry.held(),
+            lock_holds: registry.lock_holds.clone(),
             limits,
             retention: registry.retention.clone(),
         }
@@ -186,10 +191,11 @@ impl Lab {
         self.clock.now_ms()
     }
 
-    fn lock(&self) -> MutexGuard<'_, LabState> {
+    fn lock(&self) -> holds::Held<'_, LabState> {
         // A panic while holding the lock cannot leave the record half-changed in a way that
         // matters more than losing the lab, so a poisoned lock is used as is.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        holds::Held { guard, since: std::time::Instant::now(), holds: &self.lock_holds }
     }
 
     /// Applies one change and publishes the event it yields, atomically, and schedules the

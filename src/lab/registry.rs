@@ -39,6 +39,8 @@ pub struct Labs {
     pub(super) outside_keys: Arc<std::sync::atomic::AtomicUsize>,
     /// Outside messages kept, all labs together (held to `max_outside_keys` too).
     pub(super) outside_messages: Arc<std::sync::atomic::AtomicUsize>,
+    /// How long the labs' locks were held, all labs together.
+    pub lock_holds: Arc<super::LockHolds>,
     pub(super) limits: Limits,
     pub(super) retention: Retention,
     pub(super) store: Store,
@@ -52,6 +54,7 @@ impl Labs {
             instance: None,
             outside_keys: Default::default(),
             outside_messages: Default::default(),
+            lock_holds: Default::default(),
             limits,
             retention,
             store,

@@ -542,3 +542,29 @@ async fn metrics_show_the_depth_by_cause_and_the_age_of_the_oldest() {
     assert!((0.3..60.0).contains(&age), "the first letters are at least 300 ms old: {age}");
     assert!(overall >= age, "{overall} < {age}");
 }
+
+#[tokio::test]
+async fn metrics_count_the_long_holds_of_a_labs_lock_by_length() {
+    let app = TestApp::spawn().await;
+    let _queue = queue_of(&app, 300).await;
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let value = |name: &str| -> f64 {
+        let line =
+            text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let steps = [1, 5, 10, 25, 50, 100, 250, 1000];
+    let counts: Vec<f64> = steps
+        .iter()
+        .map(|ms| value(&format!(r#"retrylab_lab_lock_long_holds_total{{at_least_ms="{ms}"}}"#)))
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "a hold counts at every step it reached: {counts:?}");
+    // The counts are read before the longest hold, which only grows: it is at least the
+    // highest step that counted a hold (filling the queue took the lock for a millisecond or
+    // more at least once on any machine slow enough to matter; none is asserted).
+    let longest = value("retrylab_lab_lock_longest_hold_seconds ");
+    let reached = steps.iter().zip(&counts).filter(|(_, n)| **n > 0.0).map(|(ms, _)| *ms).next_back();
+    if let Some(ms) = reached {
+        assert!(longest >= ms as f64 / 1000.0, "{longest} s against {counts:?}");
+    }
+}
