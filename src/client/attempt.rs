@@ -44,8 +44,9 @@ pub enum Next {
     Retry(Wait),
     /// The round ends in the dead-letter queue, for this cause.
     DeadLetter(Cause, String),
-    /// A protection refused the retry: the round ends in the dead-letter queue as
-    /// `retry_budget`, for this reason, and the refusal is counted as the protection's.
+    /// A protection refused the retry: the round ends in the dead-letter queue with the
+    /// protection's cause (`Cause::refused_by`), for this reason, and the refusal is counted
+    /// as the protection's.
     Refused(Stopped, String),
 }
 
@@ -107,8 +108,10 @@ pub fn next(
                 Cause::CircuitOpen,
                 format!("circuit open: the breaker refused attempt {n} of {n}"),
             ),
-            // Another protection that refuses before sending stands in for the breaker.
-            (false, Some(_)) => Next::DeadLetter(Cause::CircuitOpen, format!("attempt {n} of {n} {last}")),
+            // Another protection that refused to send the last attempt: the round ends on it.
+            (false, Some(stopped)) => {
+                Next::DeadLetter(Cause::refused_by(stopped.kind), format!("attempt {n} of {n} {last}"))
+            }
             (false, None) => {
                 Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}"))
             }

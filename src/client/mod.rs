@@ -99,17 +99,20 @@ impl ClientState {
     }
 
     /// Asks the protections whether attempt `n` may be sent: each one the policy lists, then
-    /// the breaker, until one refuses. The breaker comes last because a half-open breaker hands
-    /// out its probes as it admits them: a probe another protection then refused would never
-    /// be sent, never answer, and keep the breaker half-open for good.
+    /// the breaker, until one refuses; those that let it go before the refusal give back what
+    /// they handed out (a half-open breaker's probe). The breaker comes last because its
+    /// half-open probe is handed out as it admits: a probe another protection then refused
+    /// would never be sent, never answer, and keep the breaker half-open for good.
     pub fn admit(&mut self, policy: &Policy, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Admit {
         let mut go = Ok(());
+        let mut passed = 0;
         for guard in &self.guards {
             let mut guard = guard.lock();
             go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
             if go.is_err() {
                 break;
             }
+            passed += 1;
         }
         let mut changed = None;
         if let (Ok(()), Some(settings)) = (&go, policy.breaker) {
@@ -117,6 +120,9 @@ impl ClientState {
             go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
             changed = (self.breaker.state() != before).then(|| self.breaker.state());
             changed.inspect(|&state| self.changed(state, now_ms));
+        }
+        if go.is_err() {
+            self.guards[..passed].iter().for_each(|guard| guard.lock().gate_undone(n));
         }
         Admit { go, changed }
     }
@@ -145,8 +151,9 @@ impl ClientState {
         self.guards.iter().for_each(|guard| guard.lock().interrupted());
     }
 
-    /// Whether the protections allow a retry now (the retry budget first, then each one the
-    /// policy lists); each that allows it counts it, until one refuses.
+    /// Whether the protections allow a retry now: the retry budget first, then each one the
+    /// policy lists, until one refuses. Each that allows it counts it; when a later one
+    /// refuses, those before it give back what they took, so a retry not made costs nothing.
     pub fn allows_retry(
         &mut self,
         policy: &Policy,
@@ -158,10 +165,17 @@ impl ClientState {
             let why = self.budget.retry(&settings, after, now_ms, rng);
             why.map_err(|why| Stopped { kind: "retry_budget", why })?;
         }
-        for guard in &self.guards {
+        for (i, guard) in self.guards.iter().enumerate() {
             let mut guard = guard.lock();
-            let why = guard.retry(after, now_ms, rng);
-            why.map_err(|why| Stopped { kind: guard.settings().kind(), why })?;
+            if let Err(why) = guard.retry(after, now_ms, rng) {
+                let stopped = Stopped { kind: guard.settings().kind(), why };
+                drop(guard);
+                self.guards[..i].iter().for_each(|guard| guard.lock().retry_undone(after));
+                if let Some(settings) = policy.retry_budget {
+                    self.budget.retry_undone(&settings, after);
+                }
+                return Err(stopped);
+            }
         }
         Ok(())
     }
@@ -287,5 +301,69 @@ mod tests {
         }
         assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
         assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+    }
+
+    fn following(update: serde_json::Value) -> Clients {
+        let update = serde_json::from_value(update).unwrap();
+        Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new())
+    }
+
+    /// A listed ratio breaker's half-open probe, handed out to an attempt a protection listed
+    /// after it refused, is handed back: that attempt is never sent, and a probe lost with it
+    /// would keep the breaker refusing everything for good.
+    #[test]
+    fn a_listed_breakers_probe_comes_back_when_a_later_protection_refuses_the_attempt() {
+        let mut clients = following(serde_json::json!({"protections": [
+            {"kind": "ratio_breaker", "minimum_throughput": 2, "break_duration_ms": 100},
+            {"kind": "sre", "window_ms": 600000},
+        ]}));
+        let (policy, client) = clients.client_mut(0);
+        let policy = policy.clone();
+        let mut rng = StdRng::seed_from_u64(3);
+        let (mut refused_by_sre, mut refused_by_breaker, mut sent_after) = (0, 0, 0);
+        for i in 0..400u64 {
+            let now = i * 20;
+            match client.admit(&policy, 1, now, &mut rng).go {
+                Ok(()) => {
+                    sent_after += u32::from(refused_by_sre > 0);
+                    client.sent(&policy, 1, now);
+                    client.ended(&policy, &Ended::failure(1), now + 1);
+                }
+                Err(Stopped { kind: "sre", .. }) => refused_by_sre += 1,
+                Err(_) => refused_by_breaker += 1,
+            }
+        }
+        assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
+        assert!(refused_by_breaker > 10, "the breaker refused {refused_by_breaker}, sent {sent_after}");
+        assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+    }
+
+    /// A retry one protection allowed and a later one refused is not made: the token bucket
+    /// and the policy's retry budget, asked before the AWS quota that refuses, give back what
+    /// they took for it.
+    #[test]
+    fn a_retry_a_later_protection_refuses_costs_those_before_it_nothing() {
+        let mut clients = following(serde_json::json!({
+            "retry_budget": {"ratio": 0, "min_per_s": 0.2},
+            "protections": [
+                {"kind": "token_bucket"},
+                {"kind": "aws_standard", "initial_retry_tokens": 5, "timeout_retry_cost": 5},
+            ],
+        }));
+        let (policy, client) = clients.client_mut(0);
+        let policy = policy.clone();
+        let mut rng = StdRng::seed_from_u64(1);
+        let levels = |client: &ClientState| {
+            let budget = client.budget.report(&policy.retry_budget.unwrap(), 0).level;
+            let bucket = client.guards()[0].lock().report(0).level;
+            let quota = client.guards()[1].lock().report(0).level;
+            [budget, bucket, quota].map(Option::unwrap)
+        };
+        assert_eq!(levels(client), [2.0, 5.0, 5.0]);
+        client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap();
+        assert_eq!(levels(client), [1.0, 4.0, 0.0], "the first retry took from each");
+        let refused = client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap_err();
+        assert_eq!(refused.kind, "aws_standard");
+        assert_eq!(levels(client), [1.0, 4.0, 0.0], "the refused one took nothing");
     }
 }

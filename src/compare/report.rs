@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::dlq::{Cause, DeadLetterQueue};
+use crate::dlq::DeadLetterQueue;
 use crate::domain::{Counters, LabRecord, MarkerKind, MessageState, Outcome};
 
 /// One policy's results so far.
@@ -72,7 +72,7 @@ pub fn figures(
     latencies.sort_unstable();
     let mut by_cause = BTreeMap::new();
     for letter in letters.letters() {
-        *by_cause.entry(cause_name(letter.cause).to_owned()).or_insert(0) += 1;
+        *by_cause.entry(letter.cause.as_str().to_owned()).or_insert(0) += 1;
     }
     let bins = record.load.bins();
     let settled = !messages.is_empty() && record.active_messages() == 0;
@@ -107,17 +107,6 @@ pub fn figures(
         offered: bins.iter().map(|b| b.offered).sum(),
         goodput_after_trigger,
         applied_twice: counters.applied_twice,
-    }
-}
-
-fn cause_name(cause: Cause) -> &'static str {
-    match cause {
-        Cause::AttemptsUsedUp => "attempts_used_up",
-        Cause::TimeBudget => "time_budget",
-        Cause::CircuitOpen => "circuit_open",
-        Cause::RetryBudget => "retry_budget",
-        Cause::Permanent => "permanent",
-        Cause::Pushback => "pushback",
     }
 }
 

@@ -71,6 +71,27 @@ pub enum Cause {
     /// The downstream said not to retry (`X-Retry-Pushback-Ms` negative, as gRFC A6's
     /// `grpc-retry-pushback-ms`).
     Pushback,
+    /// A listed protection refused the retry, or the last attempt before it was sent: each
+    /// kind its own cause, named as the kind is (the listed `retry_budget` refuses as the
+    /// policy's budget does, and files under `retry_budget`).
+    TokenBucket,
+    Grpc,
+    Sre,
+    AwsStandard,
+    RatioBreaker,
+    Envoy,
+}
+
+impl Cause {
+    /// The cause of a round a protection ended, by the protection's kind (`breaker` for the
+    /// policy's breaker, `retry_budget` for its budget or the listed one).
+    pub fn refused_by(kind: &str) -> Cause {
+        let by_kind = Cause::ALL.into_iter().find(|cause| cause.as_str() == kind);
+        match kind {
+            "breaker" => Cause::CircuitOpen,
+            _ => by_kind.unwrap_or(Cause::RetryBudget),
+        }
+    }
 }
 
 impl DeadLetter {
@@ -259,6 +280,36 @@ impl DeadLetterQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_protections_refusal_files_under_its_kind_and_the_old_fields_keep_theirs() {
+        let causes = [
+            "breaker",
+            "retry_budget",
+            "token_bucket",
+            "grpc",
+            "sre",
+            "aws_standard",
+            "ratio_breaker",
+            "envoy",
+        ]
+        .map(|kind| Cause::refused_by(kind).as_str());
+        assert_eq!(
+            causes,
+            [
+                "circuit_open",
+                "retry_budget",
+                "token_bucket",
+                "grpc",
+                "sre",
+                "aws_standard",
+                "ratio_breaker",
+                "envoy"
+            ]
+        );
+        let written = serde_json::to_value(Cause::refused_by("aws_standard")).unwrap();
+        assert_eq!(written, "aws_standard", "stored as the filter names it");
+    }
     use crate::domain::MessageState;
 
     fn message(id: u64, round: u32) -> Message {

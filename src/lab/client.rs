@@ -155,7 +155,7 @@ impl Lab {
             Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
             Next::Refused(stopped, reason) => {
                 state.record.load.suppressed(now, stopped.kind);
-                self.dead_lettered(state, id, (Cause::RetryBudget, reason.clone()), now);
+                self.dead_lettered(state, id, (Cause::refused_by(stopped.kind), reason.clone()), now);
             }
         }
     }

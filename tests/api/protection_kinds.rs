@@ -66,7 +66,7 @@ async fn a_token_bucket_brings_half_failing_traffic_near_one_request_per_message
     assert!((1.03..1.3).contains(&bucket_amplification), "token bucket: {bucket_amplification:.3}");
     let stopped = suppressed(&bucketed, "token_bucket");
     let refused =
-        dead_lettered_as(&bucketed, "retry_budget", "retry not sent (token_bucket): the token bucket has");
+        dead_lettered_as(&bucketed, "token_bucket", "retry not sent (token_bucket): the token bucket has");
     assert!(stopped > 50, "about 0.4 of 300 messages fail once the bucket is dry: {stopped}");
     assert_eq!(stopped as usize, refused, "each retry stopped is a dead letter that says so");
     assert_eq!(bucketed["policy"]["protections"][0]["kind"], "token_bucket");
@@ -176,14 +176,14 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     let stopped = suppressed(&aws, "aws_standard");
     assert!(stopped > 50, "{stopped}");
     let refused =
-        dead_lettered_as(&aws, "retry_budget", "retry not sent (aws_standard): AWS retry quota has ");
+        dead_lettered_as(&aws, "aws_standard", "retry not sent (aws_standard): AWS retry quota has ");
     assert_eq!(stopped as usize, refused);
     assert_eq!(aws["protections"][0]["ceiling"], 50.0);
     // gRPC: half the attempts fail, so the tokens sit at or under half of 10 and retries stop.
     assert!(grpc_amplification < 1.15, "grpc: {grpc_amplification:.3}");
     let stopped = suppressed(&grpc, "grpc");
     assert!(stopped > 100, "{stopped}");
-    let refused = dead_lettered_as(&grpc, "retry_budget", "retry not sent (grpc): gRPC retry throttling has");
+    let refused = dead_lettered_as(&grpc, "grpc", "retry not sent (grpc): gRPC retry throttling has");
     assert_eq!(stopped as usize, refused);
     assert_eq!(grpc["policy"]["protections"][0]["max_tokens"], 10.0);
     assert_eq!(grpc["protections"][0]["ceiling"], 10.0);
@@ -191,7 +191,7 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     // it refuses counts as a request that was not accepted, so the refusals feed themselves and
     // can take it under one request a message.
     assert!(sre_amplification < 1.2, "sre: {sre_amplification:.3}");
-    let retries_refused = dead_lettered_as(&sre, "retry_budget", "retry not sent (sre): retries are");
+    let retries_refused = dead_lettered_as(&sre, "sre", "retry not sent (sre): retries are");
     assert!(retries_refused > 50, "{retries_refused}");
     assert!(
         suppressed(&sre, "sre") as usize >= retries_refused,
@@ -224,7 +224,7 @@ async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_wind
     assert!(stopped > 100, "{stopped}");
     let refused = dead_lettered_as(
         &brooker,
-        "retry_budget",
+        "ratio_breaker",
         "retry not sent (ratio_breaker): the ratio breaker is open",
     );
     assert_eq!(stopped as usize, refused);
@@ -245,6 +245,13 @@ async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_wind
         short[0]
     );
     assert!(suppressed(&polly, "ratio_breaker") as usize >= short.len());
+    // A round whose last attempt it refused ends on it, filed under its kind.
+    let letters = polly["dead_letters"].as_array().unwrap();
+    let last_refused = letters.iter().filter(|d| {
+        d["attempts"].as_array().unwrap().last().is_some_and(|a| a["refused_by"] == "ratio_breaker")
+    });
+    let causes: Vec<&Value> = last_refused.map(|d| &d["cause"]).collect();
+    assert!(!causes.is_empty() && causes.iter().all(|c| *c == "ratio_breaker"), "{causes:?}");
     let state = polly["protections"][0]["state"].as_str().unwrap();
     assert!(["closed", "open", "half_open"].contains(&state), "{state}");
 }
@@ -260,8 +267,7 @@ async fn envoys_budget_stops_a_retry_while_too_many_are_out() {
     assert!(amplification < 1.5, "{amplification:.3}");
     let stopped = suppressed(&done, "envoy");
     assert!(stopped > 50, "{stopped}");
-    let refused =
-        dead_lettered_as(&done, "retry_budget", "retry not sent (envoy): Envoy's retry budget allows ");
+    let refused = dead_lettered_as(&done, "envoy", "retry not sent (envoy): Envoy's retry budget allows ");
     assert_eq!(stopped as usize, refused);
     assert_eq!(done["policy"]["protections"][0]["budget_percent"], 20.0, "Envoy's default");
 }

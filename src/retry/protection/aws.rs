@@ -87,6 +87,11 @@ impl Protection for AwsQuota {
         Ok(())
     }
 
+    fn retry_undone(&mut self, settings: &AwsQuotaSettings, after: &Ended) {
+        let available = self.available(settings).saturating_add(settings.cost(after.timed_out));
+        self.available = Some(available.min(settings.initial_retry_tokens));
+    }
+
     fn report(&self, settings: &AwsQuotaSettings, _now_ms: u64) -> Report {
         let ceiling = Some(f64::from(settings.initial_retry_tokens));
         Report { state: None, level: Some(f64::from(self.available(settings))), ceiling }

@@ -112,6 +112,14 @@ pub trait Protection: Default {
     /// Every attempt in flight was cut off (the client died): none of them will end.
     fn interrupted(&mut self, _settings: &Self::Settings) {}
 
+    /// This one let attempt `n` go, but a protection asked after it refused it: the attempt is
+    /// not sent, so what the gate handed out (a half-open breaker's probe) is given back.
+    fn gate_undone(&mut self, _settings: &Self::Settings, _n: u32) {}
+
+    /// This one allowed the retry after `after`, but a protection asked after it refused it:
+    /// the retry is not made, so what it took (tokens, a place in a window) is given back.
+    fn retry_undone(&mut self, _settings: &Self::Settings, _after: &Ended) {}
+
     /// Its live state, for the snapshot and the protection lane.
     fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
 }
@@ -337,6 +345,14 @@ impl Guard {
 
     pub fn interrupted(&mut self) {
         dispatch!(self, |settings, state| state.interrupted(settings))
+    }
+
+    pub fn gate_undone(&mut self, n: u32) {
+        dispatch!(self, |settings, state| state.gate_undone(settings, n))
+    }
+
+    pub fn retry_undone(&mut self, after: &Ended) {
+        dispatch!(self, |settings, state| state.retry_undone(settings, after))
     }
 
     pub fn report(&self, now_ms: u64) -> Report {
