@@ -50,6 +50,7 @@ const CAUSES = [
   ['aws_standard', 'refused by the AWS retry quota'],
   ['ratio_breaker', 'refused by the ratio breaker'],
   ['envoy', "refused by Envoy's retry budget"],
+  ['aws_standard_2026', 'refused by the AWS retry quota (2026 mode)'],
 ];
 
 export function createTable(table, hint) {

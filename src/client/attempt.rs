@@ -26,6 +26,16 @@ pub struct Round {
     /// The failure before the coming retry timed out (the AWS quota prices such a retry
     /// higher and gives that back when it succeeds); not kept across a crash.
     pub after_timeout: bool,
+    /// The failure before the coming retry was a throttling answer (429), which the AWS
+    /// 2026 quota prices lower; not kept across a crash.
+    pub after_throttled: bool,
+}
+
+impl Round {
+    /// Attempt `n` as the protections hear of it, with what the retry that made it followed.
+    pub fn ended(&self, n: u32, end: &AttemptEnd) -> Ended {
+        Ended { after_timeout: self.after_timeout, after_throttled: self.after_throttled, ..ended(n, end) }
+    }
 }
 
 /// How long one round may last, and the setting that says so.
@@ -117,6 +127,7 @@ pub fn next(
             }
         };
     }
+    let failed = round.ended(n, end);
     let wait = retry::plan_wait(
         &policy.backoff(),
         policy.retry_after_rule(),
@@ -125,13 +136,14 @@ pub fn next(
         end.retry_after_s,
         rng,
     );
+    // A protection that sets its own waits (the AWS 2026 mode's) plans this one.
+    let wait = client.wait(&failed, end.retry_after_s, rng).unwrap_or(wait);
     if now_ms + wait.planned_ms > round_started_ms.saturating_add(budget.ms) {
         let TimeBudget { ms, setting } = budget;
         let reason =
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    let failed = Ended { after_timeout: round.after_timeout, ..ended(n, end) };
     if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
         let reason = match stopped.kind {
             "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
@@ -141,6 +153,7 @@ pub fn next(
     }
     round.previous_wait_ms = Some(wait.chosen_ms);
     round.after_timeout = failed.timed_out;
+    round.after_throttled = failed.throttled;
     Next::Retry(wait)
 }
 
@@ -151,7 +164,8 @@ pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
         ok: end.outcome == Outcome::Ok,
         failed: end.outcome.is_failure(end.status),
         timed_out: end.outcome == Outcome::Timeout,
-        after_timeout: false,
+        throttled: end.status == Some(429),
+        ..Ended::default()
     }
 }
 
@@ -304,7 +318,7 @@ mod tests {
     #[test]
     fn a_wait_that_would_end_past_the_time_budget_ends_the_round() {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
-        let mut round = Round { started_ms: Some(0), previous_wait_ms: None, after_timeout: false };
+        let mut round = Round { started_ms: Some(0), ..Round::default() };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
         let failed = end(Outcome::HttpError, Some(500));
         let mut decide_at = |now_ms| {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
 use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
-use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
+use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
 
 /// The breaker's changes of state kept per client; the oldest go first.
 const MAX_BREAKER_CHANGES: usize = 1_000;
@@ -178,6 +178,12 @@ impl ClientState {
             }
         }
         Ok(())
+    }
+
+    /// The wait before the retry after `after`, when a listed protection sets it (the first
+    /// that does); `None` leaves it to the policy's backoff.
+    pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
+        self.guards.iter().find_map(|guard| guard.lock().wait(after, retry_after_s, rng))
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).

@@ -18,7 +18,7 @@ use crate::domain::Outcome;
 pub struct Filter {
     /// Causes, comma-separated: `attempts_used_up`, `time_budget`, `circuit_open`,
     /// `retry_budget`, `permanent`, `pushback`, or a protection's kind (`token_bucket`, `grpc`,
-    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`).
+    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`, `aws_standard_2026`).
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).
@@ -115,7 +115,7 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 13] = [
         Cause::AttemptsUsedUp,
         Cause::TimeBudget,
         Cause::CircuitOpen,
@@ -128,6 +128,7 @@ impl Cause {
         Cause::AwsStandard,
         Cause::RatioBreaker,
         Cause::Envoy,
+        Cause::AwsStandard2026,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -144,6 +145,7 @@ impl Cause {
             Cause::AwsStandard => "aws_standard",
             Cause::RatioBreaker => "ratio_breaker",
             Cause::Envoy => "envoy",
+            Cause::AwsStandard2026 => "aws_standard_2026",
         }
     }
 
@@ -162,6 +164,7 @@ impl Cause {
             Cause::AwsStandard => "AWS retry quota",
             Cause::RatioBreaker => "ratio breaker",
             Cause::Envoy => "Envoy retry budget",
+            Cause::AwsStandard2026 => "AWS retry quota (2026)",
         }
     }
 

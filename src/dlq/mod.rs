@@ -80,6 +80,8 @@ pub enum Cause {
     AwsStandard,
     RatioBreaker,
     Envoy,
+    #[serde(rename = "aws_standard_2026")]
+    AwsStandard2026,
 }
 
 impl Cause {
@@ -281,35 +283,6 @@ impl DeadLetterQueue {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_protections_refusal_files_under_its_kind_and_the_old_fields_keep_theirs() {
-        let causes = [
-            "breaker",
-            "retry_budget",
-            "token_bucket",
-            "grpc",
-            "sre",
-            "aws_standard",
-            "ratio_breaker",
-            "envoy",
-        ]
-        .map(|kind| Cause::refused_by(kind).as_str());
-        assert_eq!(
-            causes,
-            [
-                "circuit_open",
-                "retry_budget",
-                "token_bucket",
-                "grpc",
-                "sre",
-                "aws_standard",
-                "ratio_breaker",
-                "envoy"
-            ]
-        );
-        let written = serde_json::to_value(Cause::refused_by("aws_standard")).unwrap();
-        assert_eq!(written, "aws_standard", "stored as the filter names it");
-    }
     use crate::domain::MessageState;
 
     fn message(id: u64, round: u32) -> Message {
@@ -386,5 +359,15 @@ mod tests {
         queue.push(DeadLetter::new(&message(2, 0), (Cause::AttemptsUsedUp, "new".into()), (6, 900), 3));
         assert_eq!(queue.expire(500), vec![1]);
         assert_eq!(queue.letters().iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_protections_refusal_files_under_its_kind_and_the_old_fields_keep_theirs() {
+        assert_eq!(Cause::refused_by("breaker"), Cause::CircuitOpen);
+        for kind in crate::retry::protection::ProtectionSettings::KINDS {
+            let cause = Cause::refused_by(kind);
+            assert_eq!(cause.as_str(), kind, "each kind its cause, the listed retry_budget the budget's");
+            assert_eq!(serde_json::to_value(cause).unwrap(), kind, "stored as the filter names it");
+        }
     }
 }

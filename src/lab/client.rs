@@ -19,7 +19,6 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::protection::Ended;
 use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
@@ -110,7 +109,7 @@ impl Lab {
         let now = self.now_ms();
         let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let ended = Ended { after_timeout: round.after_timeout, ..attempt::ended(n, &end) };
+            let ended = round.ended(n, &end);
             let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }

@@ -160,6 +160,37 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
     assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
 }
 
+/// The AWS SDKs' 2026 mode: a retry takes 14, and it sets its own waits, 50 ms × 2^(n−1) at
+/// most after a 5xx, whatever the policy's backoff says.
+#[tokio::test]
+async fn the_aws_2026_mode_prices_a_retry_at_14_and_waits_from_50_ms() {
+    let app = TestApp::spawn().await;
+    // 140 tokens: ten retries' worth; the policy's own backoff (1 s) is not the one used.
+    let policy = r#"{"max_attempts": 3, "seed": 6, "base_ms": 1000, "cap_ms": 20000,
+        "protections": [{"kind": "aws_standard_2026", "initial_retry_tokens": 140}]}"#;
+    let (done, amplification) = run(&app, policy).await;
+    // A first-try success gives back 1, a retry takes 14: far fewer retries than the
+    // standard mode's 5 allow.
+    assert!(amplification < 1.3, "aws_standard_2026: {amplification:.3}");
+    let stopped = suppressed(&done, "aws_standard_2026");
+    assert!(stopped > 50, "{stopped}");
+    let reason = "retry not sent (aws_standard_2026): AWS retry quota has ";
+    assert_eq!(stopped as usize, dead_lettered_as(&done, "aws_standard_2026", reason));
+    let letters = done["dead_letters"].as_array().unwrap();
+    assert!(letters.iter().any(|d| d["reason"].as_str().unwrap().contains("a retry takes 14")));
+    let waits: Vec<(u64, &Value)> = messages(&done)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter_map(|a| Some((a["n"].as_u64()?, a.get("wait").filter(|w| !w.is_null())?)))
+        .collect();
+    assert!(waits.len() > 20, "{}", waits.len());
+    for (n, wait) in waits {
+        let top = 50 << (n - 1);
+        assert_eq!(wait["nominal_ms"], top, "{wait}");
+        assert!(wait["planned_ms"].as_u64().unwrap() <= top, "{wait}");
+    }
+}
+
 #[tokio::test]
 async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
     let app = TestApp::spawn().await;

@@ -15,6 +15,7 @@
 //! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
 
 mod aws;
+mod aws_2026;
 mod breaker;
 mod budget;
 mod envoy;
@@ -26,6 +27,7 @@ mod token_bucket;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use aws::{AwsQuota, AwsQuotaSettings};
+pub use aws_2026::{Aws2026, Aws2026Settings};
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use envoy::{EnvoyBudget, EnvoySettings};
@@ -37,6 +39,7 @@ pub use sre::{AdaptiveThrottle, SreSettings};
 pub use token_bucket::{TokenBucket, TokenBucketSettings};
 
 use crate::invalid::Invalid;
+use crate::retry::Wait;
 
 /// The most protections a policy may list, besides its `breaker` and `retry_budget`.
 pub const MAX_PROTECTIONS: usize = 4;
@@ -52,8 +55,12 @@ pub struct Ended {
     pub failed: bool,
     /// No answer came within the client's timeout.
     pub timed_out: bool,
+    /// Answered 429: a throttling answer (the AWS SDKs price and wait for these apart).
+    pub throttled: bool,
     /// For a retry: the failure it followed had timed out (what the retry cost, to some).
     pub after_timeout: bool,
+    /// For a retry: the failure it followed was a throttling answer.
+    pub after_throttled: bool,
 }
 
 impl Ended {
@@ -65,6 +72,11 @@ impl Ended {
     /// Attempt `n` timed out.
     pub fn timeout(n: u32) -> Self {
         Ended { timed_out: true, ..Ended::failure(n) }
+    }
+
+    /// Attempt `n` was answered 429.
+    pub fn throttled(n: u32) -> Self {
+        Ended { throttled: true, ..Ended::failure(n) }
     }
 
     /// Attempt `n` was answered 2xx.
@@ -107,6 +119,19 @@ pub trait Protection: Default {
         _rng: &mut dyn Rng,
     ) -> Result<(), String> {
         Ok(())
+    }
+
+    /// The wait before the retry after `after`, when the protection sets it itself (the AWS
+    /// 2026 mode waits by the kind of failure); `None` leaves it to the policy's backoff.
+    /// `retry_after_s` is the failed answer's `Retry-After`.
+    fn wait(
+        &self,
+        _settings: &Self::Settings,
+        _after: &Ended,
+        _retry_after_s: Option<u64>,
+        _rng: &mut dyn Rng,
+    ) -> Option<Wait> {
+        None
     }
 
     /// Every attempt in flight was cut off (the client died): none of them will end.
@@ -174,12 +199,23 @@ pub enum ProtectionSettings {
     RatioBreaker(RatioBreakerSettings),
     /// Envoy's retry budget: retries outstanding within a share of the active requests.
     Envoy(EnvoySettings),
+    /// The AWS SDKs' standard mode as of 2026 (mode version 2.1): its quota and its waits.
+    #[serde(rename = "aws_standard_2026")]
+    AwsStandard2026(Aws2026Settings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 7] =
-        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker", "envoy"];
+    pub const KINDS: [&'static str; 8] = [
+        "retry_budget",
+        "token_bucket",
+        "grpc",
+        "sre",
+        "aws_standard",
+        "ratio_breaker",
+        "envoy",
+        "aws_standard_2026",
+    ];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -191,6 +227,7 @@ impl ProtectionSettings {
             ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
             ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
             ProtectionSettings::Envoy(_) => Self::KINDS[6],
+            ProtectionSettings::AwsStandard2026(_) => Self::KINDS[7],
         }
     }
 
@@ -204,6 +241,7 @@ impl ProtectionSettings {
             ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
             ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
             ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
+            ProtectionSettings::AwsStandard2026(s) => Guard::AwsStandard2026(s, Aws2026::default()),
         }
     }
 }
@@ -282,6 +320,17 @@ impl ProtectionSettings {
                 within("budget_percent", s.budget_percent, 0.0, 100.0)?;
                 within("min_retry_concurrency", f64::from(s.min_retry_concurrency), 0.0, 100_000.0)
             }
+            ProtectionSettings::AwsStandard2026(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("throttling_retry_cost", f64::from(s.throttling_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
+                within("base_scale_ms", s.base_scale_ms as f64, 1.0, 60_000.0)?;
+                within("throttling_base_scale_ms", s.throttling_base_scale_ms as f64, 1.0, 60_000.0)?;
+                within("max_backoff_ms", s.max_backoff_ms as f64, 1.0, 300_000.0)?;
+                within("retry_after_max_additional_ms", s.retry_after_max_additional_ms as f64, 0.0, 60_000.0)
+            }
         }
     }
 }
@@ -297,6 +346,7 @@ pub enum Guard {
     AwsStandard(AwsQuotaSettings, AwsQuota),
     RatioBreaker(RatioBreakerSettings, RatioBreaker),
     Envoy(EnvoySettings, EnvoyBudget),
+    AwsStandard2026(Aws2026Settings, Aws2026),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -310,6 +360,7 @@ macro_rules! dispatch {
             Guard::AwsStandard($settings, $state) => $call,
             Guard::RatioBreaker($settings, $state) => $call,
             Guard::Envoy($settings, $state) => $call,
+            Guard::AwsStandard2026($settings, $state) => $call,
         }
     };
 }
@@ -324,6 +375,7 @@ impl Guard {
             Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
             Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
             Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
+            Guard::AwsStandard2026(s, _) => ProtectionSettings::AwsStandard2026(s),
         }
     }
 
@@ -341,6 +393,10 @@ impl Guard {
 
     pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
+    }
+
+    pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
+        dispatch!(self, |settings, state| state.wait(settings, after, retry_after_s, rng))
     }
 
     pub fn interrupted(&mut self) {
@@ -451,7 +507,8 @@ mod tests {
         assert_eq!(unknown.field, "policy.protections[2].kind");
         assert_eq!(
             unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy"
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy, \
+             aws_standard_2026"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
