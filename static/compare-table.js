@@ -51,6 +51,7 @@ const CAUSES = [
   ['ratio_breaker', 'refused by the ratio breaker'],
   ['envoy', "refused by Envoy's retry budget"],
   ['aws_standard_2026', 'refused by the AWS retry quota (2026 mode)'],
+  ['aws_adaptive', 'refused by the AWS retry quota (adaptive mode)'],
 ];
 
 export function createTable(table, hint) {

@@ -8,6 +8,7 @@
 export const CAUSES = [
   'attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback',
   'token_bucket', 'grpc', 'sre', 'aws_standard', 'ratio_breaker', 'envoy', 'aws_standard_2026',
+  'aws_adaptive',
 ];
 
 export const CAUSE_TEXT = {
@@ -24,6 +25,7 @@ export const CAUSE_TEXT = {
   ratio_breaker: 'ratio breaker',
   envoy: 'Envoy retry budget',
   aws_standard_2026: 'AWS retry quota (2026)',
+  aws_adaptive: 'AWS retry quota (adaptive)',
 };
 
 /** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */

@@ -42,6 +42,9 @@ pub struct Admit {
     pub go: Result<(), Stopped>,
     /// The breaker's new state, when asking changed it (an open breaker went half-open).
     pub changed: Option<BreakerState>,
+    /// When it may go: how long it waits first, in ms, for a protection that paces the
+    /// client's attempts (the AWS adaptive mode's rate limiter).
+    pub delay_ms: u64,
 }
 
 /// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
@@ -124,7 +127,8 @@ impl ClientState {
         if go.is_err() {
             self.guards[..passed].iter().for_each(|guard| guard.lock().gate_undone(n));
         }
-        Admit { go, changed }
+        let delay_ms = if go.is_ok() { self.paced(n, now_ms) } else { 0 };
+        Admit { go, changed, delay_ms }
     }
 
     /// Attempt `n` was sent. The retry budget's window counts first attempts whether or not
@@ -184,6 +188,12 @@ impl ClientState {
     /// that does); `None` leaves it to the policy's backoff.
     pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
         self.guards.iter().find_map(|guard| guard.lock().wait(after, retry_after_s, rng))
+    }
+
+    /// How long attempt `n`, let go, must still wait before it is sent (0: it goes now), as
+    /// the protections that pace the client say when asked again.
+    pub fn paced(&mut self, n: u32, now_ms: u64) -> u64 {
+        self.guards.iter().map(|guard| guard.lock().delay(n, now_ms)).max().unwrap_or(0)
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).

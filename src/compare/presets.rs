@@ -94,6 +94,7 @@ mod tests {
             ("sre", "sre"),
             ("aws-standard", "aws_standard"),
             ("aws-2026", "aws_standard_2026"),
+            ("aws-adaptive", "aws_adaptive"),
             ("ratio-breaker", "ratio_breaker"),
             ("envoy", "envoy"),
         ] {

@@ -18,7 +18,8 @@ use crate::domain::Outcome;
 pub struct Filter {
     /// Causes, comma-separated: `attempts_used_up`, `time_budget`, `circuit_open`,
     /// `retry_budget`, `permanent`, `pushback`, or a protection's kind (`token_bucket`, `grpc`,
-    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`, `aws_standard_2026`).
+    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`, `aws_standard_2026`,
+    /// `aws_adaptive`).
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).
@@ -115,7 +116,7 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::AttemptsUsedUp,
         Cause::TimeBudget,
         Cause::CircuitOpen,
@@ -129,6 +130,7 @@ impl Cause {
         Cause::RatioBreaker,
         Cause::Envoy,
         Cause::AwsStandard2026,
+        Cause::AwsAdaptive,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -146,6 +148,7 @@ impl Cause {
             Cause::RatioBreaker => "ratio_breaker",
             Cause::Envoy => "envoy",
             Cause::AwsStandard2026 => "aws_standard_2026",
+            Cause::AwsAdaptive => "aws_adaptive",
         }
     }
 
@@ -165,6 +168,7 @@ impl Cause {
             Cause::RatioBreaker => "ratio breaker",
             Cause::Envoy => "Envoy retry budget",
             Cause::AwsStandard2026 => "AWS retry quota (2026)",
+            Cause::AwsAdaptive => "AWS retry quota (adaptive)",
         }
     }
 

@@ -82,6 +82,7 @@ pub enum Cause {
     Envoy,
     #[serde(rename = "aws_standard_2026")]
     AwsStandard2026,
+    AwsAdaptive,
 }
 
 impl Cause {

@@ -8,7 +8,7 @@
 //! the connection slots and records the start) and `after_attempt` (what comes next, decided by
 //! `client::attempt::next` and recorded in the same change). The sending loop does the I/O.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -59,7 +59,7 @@ impl Lab {
         server_slots: &'a Semaphore,
         rng: &mut impl Rng,
     ) -> Go<'a> {
-        let policy = {
+        let (policy, delay_ms) = {
             let mut state = self.lock();
             let now = self.now_ms();
             let policy = state.clients.policy().clone();
@@ -78,8 +78,17 @@ impl Lab {
                     false => Go::Stop,
                 };
             }
-            policy
+            (policy, admit.delay_ms)
         };
+        let mut delay_ms = delay_ms;
+        while delay_ms > 0 {
+            // A protection paces the client (the AWS adaptive mode's send rate): the attempt
+            // sleeps and asks again until it has its token, before it asks for a connection.
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let mut state = self.lock();
+            let (now, index) = (self.now_ms(), state.clients.of(id));
+            delay_ms = state.clients.client_mut(index).1.paced(n, now);
+        }
         let queued = Instant::now();
         let Ok(lab) = self.request_slots.acquire().await else { return Go::Stop };
         let Ok(server) = server_slots.acquire().await else { return Go::Stop };

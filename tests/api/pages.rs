@@ -218,6 +218,7 @@ async fn the_compare_form_links_each_sourced_preset_to_its_source() {
         ("sre", "https://sre.google/sre-book/handling-overload/"),
         ("aws-standard", "https://github.com/boto/botocore/blob/develop/botocore/retries/standard.py"),
         ("aws-2026", "https://github.com/boto/botocore/blob/develop/botocore/retries/standard.py"),
+        ("aws-adaptive", "https://github.com/boto/botocore/blob/develop/botocore/retries/adaptive.py"),
         ("ratio-breaker", "https://www.pollydocs.org/strategies/circuit-breaker.html"),
         (
             "envoy",

@@ -191,6 +191,44 @@ async fn the_aws_2026_mode_prices_a_retry_at_14_and_waits_from_50_ms() {
     }
 }
 
+/// The AWS adaptive mode against an endpoint that throttles: its rate limiter turns on at the
+/// first 429 and paces every attempt, first ones too, so it sends fewer requests and meets
+/// fewer 429s than the standard mode on the same endpoint and traffic.
+#[tokio::test]
+async fn the_aws_adaptive_mode_paces_the_client_once_throttled() {
+    let app = TestApp::spawn().await;
+    let throttled = |policy: &'static str| {
+        let app = &app;
+        async move {
+            let lab = app.fast_lab().await;
+            app.put(&lab, "downstream", r#"{"mode": "throttled", "rate_per_s": 20, "burst": 5}"#).await;
+            app.put(&lab, "policy", policy).await;
+            app.put(&lab, "traffic", r#"{"rate_per_s": 60, "arrivals": "even", "for_ms": 3000}"#).await;
+            app.wait_for(&lab, PATIENCE, |s| {
+                let sent = s["traffic"]["sent"].as_u64().unwrap();
+                s["traffic"]["rate_per_s"] == 0.0
+                    && sent > 0
+                    && counter(s, "delivered") + counter(s, "dead_letter") == sent
+            })
+            .await
+        }
+    };
+    let (standard, adaptive) = tokio::join!(
+        throttled(r#"{"max_attempts": 3, "seed": 2, "protections": [{"kind": "aws_standard"}]}"#),
+        throttled(r#"{"max_attempts": 3, "seed": 2, "protections": [{"kind": "aws_adaptive"}]}"#),
+    );
+    let limiter = &adaptive["protections"][0];
+    assert_eq!(limiter["kind"], "aws_adaptive");
+    assert_eq!(limiter["state"], "on", "{limiter}");
+    assert!(limiter["level"].as_f64().unwrap() > 0.0, "a send rate: {limiter}");
+    assert_eq!(standard["protections"][0].get("state"), None, "the standard mode has no limiter");
+    let (sent, paced) = (load_sum(&standard, "requests"), load_sum(&adaptive, "requests"));
+    let (met, met_paced) = (load_sum(&standard, "throttled"), load_sum(&adaptive, "throttled"));
+    eprintln!("standard {sent} requests, {met} throttled; adaptive {paced} requests, {met_paced} throttled");
+    assert!(paced < sent, "adaptive {paced} requests, standard {sent}");
+    assert!(met_paced * 3 < met, "adaptive met {met_paced} 429s, standard {met}");
+}
+
 #[tokio::test]
 async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
     let app = TestApp::spawn().await;

@@ -16,6 +16,7 @@
 
 mod aws;
 mod aws_2026;
+mod aws_adaptive;
 mod breaker;
 mod budget;
 mod envoy;
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use aws::{AwsQuota, AwsQuotaSettings};
 pub use aws_2026::{Aws2026, Aws2026Settings};
+pub use aws_adaptive::{AwsAdaptive, AwsAdaptiveSettings};
 pub use breaker::{Admission, Breaker, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use envoy::{EnvoyBudget, EnvoySettings};
@@ -104,6 +106,13 @@ pub trait Protection: Default {
 
     /// Attempt `n` was sent (the first attempt of a message is a new request).
     fn sent(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) {}
+
+    /// How long attempt `n`, which every protection let go, must wait before it is sent, in
+    /// ms: 0 when it may go now (a client-side rate limiter took its token), else the time
+    /// to sleep before asking again.
+    fn delay(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) -> u64 {
+        0
+    }
 
     /// A sent attempt ended.
     fn ended(&mut self, _settings: &Self::Settings, _ended: &Ended, _now_ms: u64) {}
@@ -202,11 +211,13 @@ pub enum ProtectionSettings {
     /// The AWS SDKs' standard mode as of 2026 (mode version 2.1): its quota and its waits.
     #[serde(rename = "aws_standard_2026")]
     AwsStandard2026(Aws2026Settings),
+    /// The AWS SDKs' adaptive mode: the standard quota and a client-side rate limiter.
+    AwsAdaptive(AwsAdaptiveSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 8] = [
+    pub const KINDS: [&'static str; 9] = [
         "retry_budget",
         "token_bucket",
         "grpc",
@@ -215,6 +226,7 @@ impl ProtectionSettings {
         "ratio_breaker",
         "envoy",
         "aws_standard_2026",
+        "aws_adaptive",
     ];
 
     /// The name `kind` gives it.
@@ -228,6 +240,7 @@ impl ProtectionSettings {
             ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
             ProtectionSettings::Envoy(_) => Self::KINDS[6],
             ProtectionSettings::AwsStandard2026(_) => Self::KINDS[7],
+            ProtectionSettings::AwsAdaptive(_) => Self::KINDS[8],
         }
     }
 
@@ -242,6 +255,7 @@ impl ProtectionSettings {
             ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
             ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
             ProtectionSettings::AwsStandard2026(s) => Guard::AwsStandard2026(s, Aws2026::default()),
+            ProtectionSettings::AwsAdaptive(s) => Guard::AwsAdaptive(s, AwsAdaptive::default()),
         }
     }
 }
@@ -331,6 +345,19 @@ impl ProtectionSettings {
                 within("max_backoff_ms", s.max_backoff_ms as f64, 1.0, 300_000.0)?;
                 within("retry_after_max_additional_ms", s.retry_after_max_additional_ms as f64, 0.0, 60_000.0)
             }
+            ProtectionSettings::AwsAdaptive(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
+                within("beta", s.beta, 0.01, 0.99)?;
+                within("scale_constant", s.scale_constant, 0.01, 100.0)?;
+                within("min_rate", s.min_rate, 0.01, 10_000.0)?;
+                within("max_rate_adjust_scale", s.max_rate_adjust_scale, 1.0, 100.0)?;
+                within("smoothing", s.smoothing, 0.01, 1.0)?;
+                within("time_bucket_range_ms", s.time_bucket_range_ms as f64, 10.0, 60_000.0)
+            }
         }
     }
 }
@@ -347,6 +374,7 @@ pub enum Guard {
     RatioBreaker(RatioBreakerSettings, RatioBreaker),
     Envoy(EnvoySettings, EnvoyBudget),
     AwsStandard2026(Aws2026Settings, Aws2026),
+    AwsAdaptive(AwsAdaptiveSettings, AwsAdaptive),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -361,6 +389,7 @@ macro_rules! dispatch {
             Guard::RatioBreaker($settings, $state) => $call,
             Guard::Envoy($settings, $state) => $call,
             Guard::AwsStandard2026($settings, $state) => $call,
+            Guard::AwsAdaptive($settings, $state) => $call,
         }
     };
 }
@@ -376,11 +405,16 @@ impl Guard {
             Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
             Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
             Guard::AwsStandard2026(s, _) => ProtectionSettings::AwsStandard2026(s),
+            Guard::AwsAdaptive(s, _) => ProtectionSettings::AwsAdaptive(s),
         }
     }
 
     pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.gate(settings, n, now_ms, rng))
+    }
+
+    pub fn delay(&mut self, n: u32, now_ms: u64) -> u64 {
+        dispatch!(self, |settings, state| state.delay(settings, n, now_ms))
     }
 
     pub fn sent(&mut self, n: u32, now_ms: u64) {
@@ -508,7 +542,7 @@ mod tests {
         assert_eq!(
             unknown.detail,
             "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy, \
-             aws_standard_2026"
+             aws_standard_2026, aws_adaptive"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
