@@ -44,6 +44,17 @@ pub struct Figures {
 /// The window `goodput_after_trigger` is measured over.
 const AFTER_TRIGGER_MS: u64 = 10_000;
 
+/// The goodput after the trigger from which the failure counts as ended: half the new messages
+/// of those 10 s delivered. A policy that leaves the endpoint stuck delivers next to none of
+/// them (under a quarter in every run recorded); one that ends it drains the queue within a
+/// few seconds and delivers the rest.
+pub const FAILURE_ENDED_AT: f64 = 0.5;
+
+/// Whether a goodput after the trigger says the failure ended.
+pub fn failure_ended(goodput_after_trigger: Option<f64>) -> Option<bool> {
+    goodput_after_trigger.map(|goodput| goodput >= FAILURE_ENDED_AT)
+}
+
 /// The figures of a lab whose comparison started at `started_ms` (lab time).
 pub fn figures(
     record: &LabRecord,
