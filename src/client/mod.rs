@@ -279,23 +279,23 @@ mod tests {
 
     use super::*;
 
-    /// A half-open breaker's probe is handed out only once every other protection has let the
-    /// attempt go: a probe the SRE throttle refused after the breaker gave it would never
-    /// answer, and the breaker would refuse everything after it, for good.
-    #[test]
-    fn a_probe_is_handed_out_only_to_an_attempt_every_other_protection_lets_go() {
-        let update = serde_json::from_value(serde_json::json!({
-            "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
-            "protections": [{"kind": "sre", "window_ms": 600000}],
-        }))
-        .unwrap();
-        let mut clients = Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new());
+    fn following(update: serde_json::Value) -> Clients {
+        let update = serde_json::from_value(update).unwrap();
+        Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new())
+    }
+
+    /// Under `update`, asks to send a first attempt every 20 ms for 8 s, and each that goes
+    /// fails: how many the SRE throttle refused, how many another protection refused, and how
+    /// many went after the throttle's first refusal. `at_sre_refusal` sees the client then.
+    fn every_attempt_failing(
+        update: serde_json::Value,
+        mut at_sre_refusal: impl FnMut(&ClientState),
+    ) -> (u32, u32, u32) {
+        let mut clients = following(update);
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(3);
-        let (mut refused_by_sre, mut sent_after) = (0, 0);
-        // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
-        // asked for every 20 ms, past the breaker's 10 ms open.
+        let (mut refused_by_sre, mut refused_by_other, mut sent_after) = (0, 0, 0);
         for i in 0..400u64 {
             let now = i * 20;
             match client.admit(&policy, 1, now, &mut rng).go {
@@ -306,22 +306,33 @@ mod tests {
                 }
                 Err(Stopped { kind: "sre", .. }) => {
                     refused_by_sre += 1;
-                    assert_ne!(
-                        client.breaker_state(),
-                        BreakerState::HalfOpen,
-                        "a probe given to a refused attempt"
-                    );
+                    at_sre_refusal(client);
                 }
-                Err(_) => {}
+                Err(_) => refused_by_other += 1,
             }
         }
-        assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
-        assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+        (refused_by_sre, refused_by_other, sent_after)
     }
 
-    fn following(update: serde_json::Value) -> Clients {
-        let update = serde_json::from_value(update).unwrap();
-        Clients::restore(Policy::default().updated(&update).unwrap(), Vec::new())
+    /// A half-open breaker's probe is handed out only once every other protection has let the
+    /// attempt go: a probe the SRE throttle refused after the breaker gave it would never
+    /// answer, and the breaker would refuse everything after it, for good.
+    #[test]
+    fn a_probe_is_handed_out_only_to_an_attempt_every_other_protection_lets_go() {
+        // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
+        // asked for every 20 ms, past the breaker's 10 ms open.
+        let (refused_by_sre, _, sent_after) = every_attempt_failing(
+            serde_json::json!({
+                "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
+                "protections": [{"kind": "sre", "window_ms": 600000}],
+            }),
+            |client| {
+                let state = client.breaker_state();
+                assert_ne!(state, BreakerState::HalfOpen, "a probe given to a refused attempt");
+            },
+        );
+        assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
+        assert!(sent_after > 0, "nothing went after the throttle's first refusal");
     }
 
     /// A listed ratio breaker's half-open probe, handed out to an attempt a protection listed
@@ -329,26 +340,11 @@ mod tests {
     /// would keep the breaker refusing everything for good.
     #[test]
     fn a_listed_breakers_probe_comes_back_when_a_later_protection_refuses_the_attempt() {
-        let mut clients = following(serde_json::json!({"protections": [
+        let update = serde_json::json!({"protections": [
             {"kind": "ratio_breaker", "minimum_throughput": 2, "break_duration_ms": 100},
             {"kind": "sre", "window_ms": 600000},
-        ]}));
-        let (policy, client) = clients.client_mut(0);
-        let policy = policy.clone();
-        let mut rng = StdRng::seed_from_u64(3);
-        let (mut refused_by_sre, mut refused_by_breaker, mut sent_after) = (0, 0, 0);
-        for i in 0..400u64 {
-            let now = i * 20;
-            match client.admit(&policy, 1, now, &mut rng).go {
-                Ok(()) => {
-                    sent_after += u32::from(refused_by_sre > 0);
-                    client.sent(&policy, 1, now);
-                    client.ended(&policy, &Ended::failure(1), now + 1);
-                }
-                Err(Stopped { kind: "sre", .. }) => refused_by_sre += 1,
-                Err(_) => refused_by_breaker += 1,
-            }
-        }
+        ]});
+        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(update, |_| {});
         assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
         assert!(refused_by_breaker > 10, "the breaker refused {refused_by_breaker}, sent {sent_after}");
         assert!(sent_after > 0, "nothing went after the throttle's first refusal");

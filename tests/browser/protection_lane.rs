@@ -12,6 +12,21 @@ fn figure(kind: &str, which: &str) -> String {
     )
 }
 
+/// 60 messages at once under `policy` against an endpoint failing half its requests, the page
+/// open on the lab: the snapshot once every one is delivered or dead-lettered.
+async fn half_failing_burst(page: &Page, server: &Server, lab: &str, policy: &str) -> Value {
+    server.put(lab, "downstream", r#"{"mode": "flaky", "failure_rate": 0.5}"#).await;
+    server.put(lab, "policy", policy).await;
+    server.burst(lab, 60).await;
+    wait_counter(page, "delivered", 0).await;
+    let settled = |s: &Value| {
+        s["counters"]["delivered"].as_u64().unwrap() + s["counters"]["dead_letter"].as_u64().unwrap() == 60
+    };
+    let snapshot = super::load_history::wait_snapshot(server, lab, settled).await;
+    assert!(settled(&snapshot), "the burst settles: {}", snapshot["counters"]);
+    snapshot
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_protection_lane_shows_each_protections_level_and_what_it_stopped_as_the_api_does() {
     let Some(browser) = browser() else { return };
@@ -20,15 +35,8 @@ async fn the_protection_lane_shows_each_protections_level_and_what_it_stopped_as
     let lab = open_new_lab(&page, &server).await;
     let empty = page.eval("document.querySelector('[data-protection-empty]').hidden").await.unwrap();
     assert_eq!(empty, json!(false), "a lab without protections says none reported");
-    server.put(&lab, "downstream", r#"{"mode": "flaky", "failure_rate": 0.5}"#).await;
-    server.put(&lab, "policy", r#"{"seed": 5, "protections": [{"kind": "token_bucket"}]}"#).await;
-    server.burst(&lab, 60).await;
-    wait_counter(&page, "delivered", 0).await;
-    let settled = |s: &Value| {
-        s["counters"]["delivered"].as_u64().unwrap() + s["counters"]["dead_letter"].as_u64().unwrap() == 60
-    };
-    let snapshot = super::load_history::wait_snapshot(&server, &lab, settled).await;
-    assert!(settled(&snapshot), "the burst settles: {}", snapshot["counters"]);
+    let policy = r#"{"seed": 5, "protections": [{"kind": "token_bucket"}]}"#;
+    let snapshot = half_failing_burst(&page, &server, &lab, policy).await;
     let bins = snapshot["load"]["bins"].as_array().unwrap();
     let stopped: u64 = bins.iter().filter_map(|b| b["suppressed"]["token_bucket"].as_u64()).sum();
     assert!(stopped > 0, "60 at once against 5 tokens: some retries are stopped");
@@ -67,18 +75,10 @@ async fn each_listed_kinds_row_counts_what_the_api_says_it_stopped() {
     let server = Server::start().await;
     let page = browser.page().await;
     let lab = open_new_lab(&page, &server).await;
-    server.put(&lab, "downstream", r#"{"mode": "flaky", "failure_rate": 0.5}"#).await;
     // The AWS quota as small as two of its retries (14 each).
     let policy = r#"{"seed": 8, "protections": [{"kind": "grpc"},
         {"kind": "aws_standard_2026", "initial_retry_tokens": 28}]}"#;
-    server.put(&lab, "policy", policy).await;
-    server.burst(&lab, 60).await;
-    wait_counter(&page, "delivered", 0).await;
-    let settled = |s: &Value| {
-        s["counters"]["delivered"].as_u64().unwrap() + s["counters"]["dead_letter"].as_u64().unwrap() == 60
-    };
-    let snapshot = super::load_history::wait_snapshot(&server, &lab, settled).await;
-    assert!(settled(&snapshot), "the burst settles: {}", snapshot["counters"]);
+    let snapshot = half_failing_burst(&page, &server, &lab, policy).await;
     let bins = snapshot["load"]["bins"].as_array().unwrap();
     for kind in ["grpc", "aws_standard_2026"] {
         let stops: Vec<(u64, u64)> = bins
