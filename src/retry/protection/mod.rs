@@ -556,6 +556,18 @@ mod tests {
             ("policy.protections[2].size", "size must be 1 to 10000")
         );
         assert_eq!(field(r#"{"kind": "retry_budget", "ratio": 2}"#).field, "policy.protections[2].ratio");
+        let beta = field(r#"{"kind": "aws_adaptive", "beta": 1.5}"#);
+        assert_eq!(
+            (beta.field.as_str(), beta.detail.as_str()),
+            ("policy.protections[2].beta", "beta must be 0.01 to 0.99")
+        );
+        let cost = field(r#"{"kind": "aws_standard_2026", "initial_retry_tokens": 10}"#);
+        assert_eq!(
+            (cost.field.as_str(), cost.detail.as_str()),
+            ("policy.protections[2].retry_cost", "retry_cost must be 1 to 10")
+        );
+        let unknown = field(r#"{"kind": "aws_standard_2026", "timeout_retry_cost": 10}"#);
+        assert_eq!(unknown.field, "policy.protections[2].timeout_retry_cost", "not a parameter of the 2026 mode");
         assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
         assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
         assert_eq!(field("3").field, "policy.protections[2]");
