@@ -44,6 +44,14 @@ const CAUSES = [
   ['retry_budget', 'retry budget spent'],
   ['permanent', 'permanent error (4xx)'],
   ['pushback', 'told not to retry (pushback)'],
+  ['token_bucket', 'refused by the token bucket'],
+  ['grpc', 'refused by gRPC retry throttling'],
+  ['sre', 'refused by SRE adaptive throttling'],
+  ['aws_standard', 'refused by the AWS retry quota'],
+  ['ratio_breaker', 'refused by the ratio breaker'],
+  ['envoy', "refused by Envoy's retry budget"],
+  ['aws_standard_2026', 'refused by the AWS retry quota (2026 mode)'],
+  ['aws_adaptive', 'refused by the AWS retry quota (adaptive mode)'],
 ];
 
 export function createTable(table, hint) {

@@ -5,7 +5,11 @@
 //! the counts per cause and per last status of the whole queue. The same filter goes to the
 //! server for an action on everything it matches.
 
-export const CAUSES = ['attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback'];
+export const CAUSES = [
+  'attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback',
+  'token_bucket', 'grpc', 'sre', 'aws_standard', 'ratio_breaker', 'envoy', 'aws_standard_2026',
+  'aws_adaptive',
+];
 
 export const CAUSE_TEXT = {
   attempts_used_up: 'attempts used up',
@@ -14,6 +18,14 @@ export const CAUSE_TEXT = {
   retry_budget: 'retry budget',
   permanent: 'permanent error',
   pushback: 'told not to retry',
+  token_bucket: 'token bucket',
+  grpc: 'gRPC retry throttling',
+  sre: 'SRE adaptive throttling',
+  aws_standard: 'AWS retry quota',
+  ratio_breaker: 'ratio breaker',
+  envoy: 'Envoy retry budget',
+  aws_standard_2026: 'AWS retry quota (2026)',
+  aws_adaptive: 'AWS retry quota (adaptive)',
 };
 
 /** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */

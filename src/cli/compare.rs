@@ -266,6 +266,9 @@ fn table(report: &Value) -> String {
         verdict["test"].as_str().unwrap_or("test"),
     ));
     lines.push(format!("verdict: {}", verdict["result"].as_str().unwrap_or("-")));
+    if let Some(line) = failure_ended(&policies) {
+        lines.push(line);
+    }
     if runs < verdict["runs_needed"].as_u64().unwrap_or(0) {
         lines.push(format!(
             "runs needed for a verdict: {} of each policy (--runs {})",
@@ -284,11 +287,56 @@ fn table(report: &Value) -> String {
     }
     lines.join("\n") + "\n"
 }
+/// On a scenario with a trigger, which policies ended the failure and which did not (each
+/// policy's `ends_failure`, from its median goodput after the trigger).
+fn failure_ended(policies: &[Value]) -> Option<String> {
+    let which = |ended: bool| -> Vec<&str> {
+        let names = policies.iter().filter(|p| p["ends_failure"].as_bool() == Some(ended));
+        names.map(|p| p["name"].as_str().unwrap_or("?")).collect()
+    };
+    let (ended, stuck) = (which(true), which(false));
+    if ended.is_empty() && stuck.is_empty() {
+        return None;
+    }
+    let list = |names: Vec<&str>| if names.is_empty() { "none of them".to_owned() } else { names.join(", ") };
+    Some(format!(
+        "ended the failure (half or more of the new messages delivered in the 10 s after the trigger): {}; \
+         left it stuck: {}",
+        list(ended),
+        list(stuck)
+    ))
+}
+
 /// A figure as shown: whole numbers without decimals, others with up to two.
 fn number(value: &Value) -> String {
     match value.as_f64() {
         Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
         Some(x) => format!("{}", (x * 100.0).round() / 100.0),
         None => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_table_says_which_policies_ended_the_failure_only_where_it_was_asked() {
+        let policies = [
+            json!({"name": "none", "ends_failure": false}),
+            json!({"name": "budget", "ends_failure": true}),
+            json!({"name": "grpc", "ends_failure": true}),
+        ];
+        assert_eq!(
+            failure_ended(&policies).unwrap(),
+            "ended the failure (half or more of the new messages delivered in the 10 s after the trigger): \
+             budget, grpc; left it stuck: none"
+        );
+        let stuck = [json!({"name": "none", "ends_failure": false})];
+        assert!(failure_ended(&stuck).unwrap().ends_with(": none of them; left it stuck: none"));
+        let outage = [json!({"name": "none", "ends_failure": null}), json!({"name": "full"})];
+        assert_eq!(failure_ended(&outage), None);
     }
 }

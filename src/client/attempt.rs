@@ -4,9 +4,11 @@
 //!
 //! The order of the checks is the policy: an answer that delivers or cannot be fixed by
 //! retrying ends the round first; then a refusal by the open breaker that gives up; then the
-//! attempts used up; then the wait is planned, and the next attempt must start within the
-//! round's time budget; last the protections are asked (the retry budget, then each one the
-//! policy lists; each counts the retry it allows).
+//! attempts used up; then the wait is planned (by the policy's backoff, or by a listed
+//! protection that sets its own, as the AWS 2026 mode does), and the next attempt must start
+//! within the round's time budget; last the protections are asked (the retry budget, then each
+//! one the policy lists; each counts the retry it allows, and gives it back when a later one
+//! refuses).
 
 use rand::Rng;
 
@@ -26,6 +28,16 @@ pub struct Round {
     /// The failure before the coming retry timed out (the AWS quota prices such a retry
     /// higher and gives that back when it succeeds); not kept across a crash.
     pub after_timeout: bool,
+    /// The failure before the coming retry was a throttling answer (429), which the AWS
+    /// 2026 quota prices lower; not kept across a crash.
+    pub after_throttled: bool,
+}
+
+impl Round {
+    /// Attempt `n` as the protections hear of it, with what the retry that made it followed.
+    pub fn ended(&self, n: u32, end: &AttemptEnd) -> Ended {
+        Ended { after_timeout: self.after_timeout, after_throttled: self.after_throttled, ..ended(n, end) }
+    }
 }
 
 /// How long one round may last, and the setting that says so.
@@ -44,8 +56,9 @@ pub enum Next {
     Retry(Wait),
     /// The round ends in the dead-letter queue, for this cause.
     DeadLetter(Cause, String),
-    /// A protection refused the retry: the round ends in the dead-letter queue as
-    /// `retry_budget`, for this reason, and the refusal is counted as the protection's.
+    /// A protection refused the retry: the round ends in the dead-letter queue with the
+    /// protection's cause (`Cause::refused_by`), for this reason, and the refusal is counted
+    /// as the protection's.
     Refused(Stopped, String),
 }
 
@@ -107,13 +120,16 @@ pub fn next(
                 Cause::CircuitOpen,
                 format!("circuit open: the breaker refused attempt {n} of {n}"),
             ),
-            // Another protection that refuses before sending stands in for the breaker.
-            (false, Some(_)) => Next::DeadLetter(Cause::CircuitOpen, format!("attempt {n} of {n} {last}")),
+            // Another protection that refused to send the last attempt: the round ends on it.
+            (false, Some(stopped)) => {
+                Next::DeadLetter(Cause::refused_by(stopped.kind), format!("attempt {n} of {n} {last}"))
+            }
             (false, None) => {
                 Next::DeadLetter(Cause::AttemptsUsedUp, format!("attempts used up ({n}); last: {last}"))
             }
         };
     }
+    let failed = round.ended(n, end);
     let wait = retry::plan_wait(
         &policy.backoff(),
         policy.retry_after_rule(),
@@ -122,13 +138,14 @@ pub fn next(
         end.retry_after_s,
         rng,
     );
+    // A protection that sets its own waits (the AWS 2026 mode's) plans this one.
+    let wait = client.wait(&failed, end.retry_after_s, rng).unwrap_or(wait);
     if now_ms + wait.planned_ms > round_started_ms.saturating_add(budget.ms) {
         let TimeBudget { ms, setting } = budget;
         let reason =
             format!("time budget: the next attempt would start past {ms} ms ({setting}); last: {last}");
         return Next::DeadLetter(Cause::TimeBudget, reason);
     }
-    let failed = Ended { after_timeout: round.after_timeout, ..ended(n, end) };
     if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
         let reason = match stopped.kind {
             "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
@@ -138,6 +155,7 @@ pub fn next(
     }
     round.previous_wait_ms = Some(wait.chosen_ms);
     round.after_timeout = failed.timed_out;
+    round.after_throttled = failed.throttled;
     Next::Retry(wait)
 }
 
@@ -148,7 +166,8 @@ pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
         ok: end.outcome == Outcome::Ok,
         failed: end.outcome.is_failure(end.status),
         timed_out: end.outcome == Outcome::Timeout,
-        after_timeout: false,
+        throttled: end.status == Some(429),
+        ..Ended::default()
     }
 }
 
@@ -301,7 +320,7 @@ mod tests {
     #[test]
     fn a_wait_that_would_end_past_the_time_budget_ends_the_round() {
         // The round began at 0; the next attempt would start at 9 950 + at least 100.
-        let mut round = Round { started_ms: Some(0), previous_wait_ms: None, after_timeout: false };
+        let mut round = Round { started_ms: Some(0), ..Round::default() };
         let budget = TimeBudget { ms: 10_000, setting: "max_total_ms" };
         let failed = end(Outcome::HttpError, Some(500));
         let mut decide_at = |now_ms| {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
 use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
-use crate::retry::{Breaker, BreakerState, Policy, RetryBudget};
+use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
 
 /// The breaker's changes of state kept per client; the oldest go first.
 const MAX_BREAKER_CHANGES: usize = 1_000;
@@ -42,6 +42,9 @@ pub struct Admit {
     pub go: Result<(), Stopped>,
     /// The breaker's new state, when asking changed it (an open breaker went half-open).
     pub changed: Option<BreakerState>,
+    /// When it may go: how long it waits first, in ms, for a protection that paces the
+    /// client's attempts (the AWS adaptive mode's rate limiter).
+    pub delay_ms: u64,
 }
 
 /// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
@@ -99,17 +102,20 @@ impl ClientState {
     }
 
     /// Asks the protections whether attempt `n` may be sent: each one the policy lists, then
-    /// the breaker, until one refuses. The breaker comes last because a half-open breaker hands
-    /// out its probes as it admits them: a probe another protection then refused would never
-    /// be sent, never answer, and keep the breaker half-open for good.
+    /// the breaker, until one refuses; those that let it go before the refusal give back what
+    /// they handed out (a half-open breaker's probe). The breaker comes last because its
+    /// half-open probe is handed out as it admits: a probe another protection then refused
+    /// would never be sent, never answer, and keep the breaker half-open for good.
     pub fn admit(&mut self, policy: &Policy, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Admit {
         let mut go = Ok(());
+        let mut passed = 0;
         for guard in &self.guards {
             let mut guard = guard.lock();
             go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
             if go.is_err() {
                 break;
             }
+            passed += 1;
         }
         let mut changed = None;
         if let (Ok(()), Some(settings)) = (&go, policy.breaker) {
@@ -118,7 +124,11 @@ impl ClientState {
             changed = (self.breaker.state() != before).then(|| self.breaker.state());
             changed.inspect(|&state| self.changed(state, now_ms));
         }
-        Admit { go, changed }
+        if go.is_err() {
+            self.guards[..passed].iter().for_each(|guard| guard.lock().gate_undone(n));
+        }
+        let delay_ms = if go.is_ok() { self.paced(n, now_ms) } else { 0 };
+        Admit { go, changed, delay_ms }
     }
 
     /// Attempt `n` was sent. The retry budget's window counts first attempts whether or not
@@ -145,8 +155,9 @@ impl ClientState {
         self.guards.iter().for_each(|guard| guard.lock().interrupted());
     }
 
-    /// Whether the protections allow a retry now (the retry budget first, then each one the
-    /// policy lists); each that allows it counts it, until one refuses.
+    /// Whether the protections allow a retry now: the retry budget first, then each one the
+    /// policy lists, until one refuses. Each that allows it counts it; when a later one
+    /// refuses, those before it give back what they took, so a retry not made costs nothing.
     pub fn allows_retry(
         &mut self,
         policy: &Policy,
@@ -158,12 +169,31 @@ impl ClientState {
             let why = self.budget.retry(&settings, after, now_ms, rng);
             why.map_err(|why| Stopped { kind: "retry_budget", why })?;
         }
-        for guard in &self.guards {
+        for (i, guard) in self.guards.iter().enumerate() {
             let mut guard = guard.lock();
-            let why = guard.retry(after, now_ms, rng);
-            why.map_err(|why| Stopped { kind: guard.settings().kind(), why })?;
+            if let Err(why) = guard.retry(after, now_ms, rng) {
+                let stopped = Stopped { kind: guard.settings().kind(), why };
+                drop(guard);
+                self.guards[..i].iter().for_each(|guard| guard.lock().retry_undone(after));
+                if let Some(settings) = policy.retry_budget {
+                    self.budget.retry_undone(&settings, after);
+                }
+                return Err(stopped);
+            }
         }
         Ok(())
+    }
+
+    /// The wait before the retry after `after`, when a listed protection sets it (the first
+    /// that does); `None` leaves it to the policy's backoff.
+    pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
+        self.guards.iter().find_map(|guard| guard.lock().wait(after, retry_after_s, rng))
+    }
+
+    /// How long attempt `n`, let go, must still wait before it is sent (0: it goes now), as
+    /// the protections that pace the client say when asked again.
+    pub fn paced(&mut self, n: u32, now_ms: u64) -> u64 {
+        self.guards.iter().map(|guard| guard.lock().delay(n, now_ms)).max().unwrap_or(0)
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).
@@ -249,23 +279,23 @@ mod tests {
 
     use super::*;
 
-    /// A half-open breaker's probe is handed out only once every other protection has let the
-    /// attempt go: a probe the SRE throttle refused after the breaker gave it would never
-    /// answer, and the breaker would refuse everything after it, for good.
-    #[test]
-    fn a_probe_is_handed_out_only_to_an_attempt_every_other_protection_lets_go() {
-        let update = serde_json::from_value(serde_json::json!({
-            "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
-            "protections": [{"kind": "sre", "window_ms": 600000}],
-        }))
-        .unwrap();
-        let mut clients = Clients::restore(Policy::default().updated(&update).unwrap(), Default::default());
+    fn following(update: serde_json::Value) -> Clients {
+        let update = serde_json::from_value(update).unwrap();
+        Clients::restore(Policy::default().updated(&update).unwrap(), Default::default())
+    }
+
+    /// Under `update`, asks to send a first attempt every 20 ms for 8 s, and each that goes
+    /// fails: how many the SRE throttle refused, how many another protection refused, and how
+    /// many went after the throttle's first refusal. `at_sre_refusal` sees the client then.
+    fn every_attempt_failing(
+        update: serde_json::Value,
+        mut at_sre_refusal: impl FnMut(&ClientState),
+    ) -> (u32, u32, u32) {
+        let mut clients = following(update);
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(3);
-        let (mut refused_by_sre, mut sent_after) = (0, 0);
-        // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
-        // asked for every 20 ms, past the breaker's 10 ms open.
+        let (mut refused_by_sre, mut refused_by_other, mut sent_after) = (0, 0, 0);
         for i in 0..400u64 {
             let now = i * 20;
             match client.admit(&policy, 1, now, &mut rng).go {
@@ -276,16 +306,76 @@ mod tests {
                 }
                 Err(Stopped { kind: "sre", .. }) => {
                     refused_by_sre += 1;
-                    assert_ne!(
-                        client.breaker_state(),
-                        BreakerState::HalfOpen,
-                        "a probe given to a refused attempt"
-                    );
+                    at_sre_refusal(client);
                 }
-                Err(_) => {}
+                Err(_) => refused_by_other += 1,
             }
         }
+        (refused_by_sre, refused_by_other, sent_after)
+    }
+
+    /// A half-open breaker's probe is handed out only once every other protection has let the
+    /// attempt go: a probe the SRE throttle refused after the breaker gave it would never
+    /// answer, and the breaker would refuse everything after it, for good.
+    #[test]
+    fn a_probe_is_handed_out_only_to_an_attempt_every_other_protection_lets_go() {
+        // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
+        // asked for every 20 ms, past the breaker's 10 ms open.
+        let (refused_by_sre, _, sent_after) = every_attempt_failing(
+            serde_json::json!({
+                "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
+                "protections": [{"kind": "sre", "window_ms": 600000}],
+            }),
+            |client| {
+                let state = client.breaker_state();
+                assert_ne!(state, BreakerState::HalfOpen, "a probe given to a refused attempt");
+            },
+        );
         assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
         assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+    }
+
+    /// A listed ratio breaker's half-open probe, handed out to an attempt a protection listed
+    /// after it refused, is handed back: that attempt is never sent, and a probe lost with it
+    /// would keep the breaker refusing everything for good.
+    #[test]
+    fn a_listed_breakers_probe_comes_back_when_a_later_protection_refuses_the_attempt() {
+        let update = serde_json::json!({"protections": [
+            {"kind": "ratio_breaker", "minimum_throughput": 2, "break_duration_ms": 100},
+            {"kind": "sre", "window_ms": 600000},
+        ]});
+        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(update, |_| {});
+        assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
+        assert!(refused_by_breaker > 10, "the breaker refused {refused_by_breaker}, sent {sent_after}");
+        assert!(sent_after > 0, "nothing went after the throttle's first refusal");
+    }
+
+    /// A retry one protection allowed and a later one refused is not made: the token bucket
+    /// and the policy's retry budget, asked before the AWS quota that refuses, give back what
+    /// they took for it.
+    #[test]
+    fn a_retry_a_later_protection_refuses_costs_those_before_it_nothing() {
+        let mut clients = following(serde_json::json!({
+            "retry_budget": {"ratio": 0, "min_per_s": 0.2},
+            "protections": [
+                {"kind": "token_bucket"},
+                {"kind": "aws_standard", "initial_retry_tokens": 5, "timeout_retry_cost": 5},
+            ],
+        }));
+        let (policy, client) = clients.client_mut(0);
+        let policy = policy.clone();
+        let mut rng = StdRng::seed_from_u64(1);
+        let levels = |client: &ClientState| {
+            let budget = client.budget.report(&policy.retry_budget.unwrap(), 0).level;
+            let bucket = client.guards()[0].lock().report(0).level;
+            let quota = client.guards()[1].lock().report(0).level;
+            [budget, bucket, quota].map(Option::unwrap)
+        };
+        assert_eq!(levels(client), [2.0, 5.0, 5.0]);
+        client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap();
+        assert_eq!(levels(client), [1.0, 4.0, 0.0], "the first retry took from each");
+        let refused = client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap_err();
+        assert_eq!(refused.kind, "aws_standard");
+        assert_eq!(levels(client), [1.0, 4.0, 0.0], "the refused one took nothing");
     }
 }

@@ -237,6 +237,11 @@ pub struct PolicyReport {
     pub median: BTreeMap<String, f64>,
     /// Each figure's least and most over the valid runs.
     pub range: BTreeMap<String, [f64; 2]>,
+    /// On a scenario with a trigger (metastable): whether this policy ended the failure, its
+    /// median goodput after the trigger at least `FAILURE_ENDED_AT` (half the new messages of
+    /// the 10 s after the slowdown delivered); `None` on other scenarios or before it is
+    /// measured.
+    pub ends_failure: Option<bool>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -803,6 +808,7 @@ fn policy_reports(
                         figures: c.figures.clone(),
                     })
                     .collect(),
+                ends_failure: report::failure_ended(median.get("goodput_after_trigger").copied()),
                 median,
                 range,
             }
@@ -1162,6 +1168,31 @@ mod tests {
         assert_eq!(a.runs.iter().map(|r| r.run).collect::<Vec<_>>(), [0, 1, 2]);
         // A cause only another policy had is 0 in each run of this one.
         assert_eq!(reports[1].range["dead_letter_by_cause.time_budget"], [0.0, 0.0]);
+    }
+
+    /// On metastable, a policy ended the failure when its median goodput after the trigger is
+    /// at least half; elsewhere the question is not asked.
+    #[test]
+    fn a_metastable_report_says_which_policies_ended_the_failure() {
+        let run = |policy: &str, run: u32, goodput: f64| {
+            let mut c = column(policy, run, 100, 20);
+            c.figures.goodput_after_trigger = Some(goodput);
+            c
+        };
+        let columns = [
+            run("none", 0, 0.1),
+            run("none", 1, 0.2),
+            run("budget", 0, 0.9),
+            run("budget", 1, 0.4),
+            run("budget", 2, 0.95),
+            run("edge", 0, 0.5),
+        ];
+        let metastable = |f: &str| Scenario::Metastable.has_figure(f);
+        let judged = policy_reports(&columns, |_| true, |_| None, metastable);
+        let ended: Vec<(&str, Option<bool>)> =
+            judged.iter().map(|r| (r.name.as_str(), r.ends_failure)).collect();
+        assert_eq!(ended, [("none", Some(false)), ("budget", Some(true)), ("edge", Some(true))]);
+        assert!(reports(&columns).iter().all(|r| r.ends_failure.is_none()), "no trigger, no question");
     }
 
     #[test]

@@ -93,6 +93,8 @@ mod tests {
             ("grpc", "grpc"),
             ("sre", "sre"),
             ("aws-standard", "aws_standard"),
+            ("aws-2026", "aws_standard_2026"),
+            ("aws-adaptive", "aws_adaptive"),
             ("ratio-breaker", "ratio_breaker"),
             ("envoy", "envoy"),
         ] {

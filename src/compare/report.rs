@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::dlq::{Cause, DeadLetterQueue};
+use crate::dlq::DeadLetterQueue;
 use crate::domain::{Counters, LabRecord, MarkerKind, MessageState, Outcome};
 
 /// One policy's results so far.
@@ -44,6 +44,17 @@ pub struct Figures {
 /// The window `goodput_after_trigger` is measured over.
 const AFTER_TRIGGER_MS: u64 = 10_000;
 
+/// The goodput after the trigger from which the failure counts as ended: half the new messages
+/// of those 10 s delivered. A policy that leaves the endpoint stuck delivers next to none of
+/// them (under a quarter in every run recorded); one that ends it drains the queue within a
+/// few seconds and delivers the rest.
+pub const FAILURE_ENDED_AT: f64 = 0.5;
+
+/// Whether a goodput after the trigger says the failure ended.
+pub fn failure_ended(goodput_after_trigger: Option<f64>) -> Option<bool> {
+    goodput_after_trigger.map(|goodput| goodput >= FAILURE_ENDED_AT)
+}
+
 /// The figures of a lab whose comparison started at `started_ms` (lab time).
 pub fn figures(
     record: &LabRecord,
@@ -72,7 +83,7 @@ pub fn figures(
     latencies.sort_unstable();
     let mut by_cause = BTreeMap::new();
     for letter in letters.letters() {
-        *by_cause.entry(cause_name(letter.cause).to_owned()).or_insert(0) += 1;
+        *by_cause.entry(letter.cause.as_str().to_owned()).or_insert(0) += 1;
     }
     let bins = record.load.bins();
     let settled = !messages.is_empty() && record.active_messages() == 0;
@@ -107,17 +118,6 @@ pub fn figures(
         offered: bins.iter().map(|b| b.offered).sum(),
         goodput_after_trigger,
         applied_twice: counters.applied_twice,
-    }
-}
-
-fn cause_name(cause: Cause) -> &'static str {
-    match cause {
-        Cause::AttemptsUsedUp => "attempts_used_up",
-        Cause::TimeBudget => "time_budget",
-        Cause::CircuitOpen => "circuit_open",
-        Cause::RetryBudget => "retry_budget",
-        Cause::Permanent => "permanent",
-        Cause::Pushback => "pushback",
     }
 }
 

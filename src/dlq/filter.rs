@@ -17,7 +17,9 @@ use crate::domain::Outcome;
 #[serde(deny_unknown_fields)]
 pub struct Filter {
     /// Causes, comma-separated: `attempts_used_up`, `time_budget`, `circuit_open`,
-    /// `retry_budget`, `permanent`, `pushback`.
+    /// `retry_budget`, `permanent`, `pushback`, or a protection's kind (`token_bucket`, `grpc`,
+    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`, `aws_standard_2026`,
+    /// `aws_adaptive`).
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).
@@ -114,13 +116,21 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 6] = [
+    pub const ALL: [Cause; 14] = [
         Cause::AttemptsUsedUp,
         Cause::TimeBudget,
         Cause::CircuitOpen,
         Cause::RetryBudget,
         Cause::Permanent,
         Cause::Pushback,
+        Cause::TokenBucket,
+        Cause::Grpc,
+        Cause::Sre,
+        Cause::AwsStandard,
+        Cause::RatioBreaker,
+        Cause::Envoy,
+        Cause::AwsStandard2026,
+        Cause::AwsAdaptive,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -131,6 +141,14 @@ impl Cause {
             Cause::RetryBudget => "retry_budget",
             Cause::Permanent => "permanent",
             Cause::Pushback => "pushback",
+            Cause::TokenBucket => "token_bucket",
+            Cause::Grpc => "grpc",
+            Cause::Sre => "sre",
+            Cause::AwsStandard => "aws_standard",
+            Cause::RatioBreaker => "ratio_breaker",
+            Cause::Envoy => "envoy",
+            Cause::AwsStandard2026 => "aws_standard_2026",
+            Cause::AwsAdaptive => "aws_adaptive",
         }
     }
 
@@ -143,6 +161,14 @@ impl Cause {
             Cause::RetryBudget => "retry budget",
             Cause::Permanent => "permanent error",
             Cause::Pushback => "told not to retry",
+            Cause::TokenBucket => "token bucket",
+            Cause::Grpc => "gRPC retry throttling",
+            Cause::Sre => "SRE adaptive throttling",
+            Cause::AwsStandard => "AWS retry quota",
+            Cause::RatioBreaker => "ratio breaker",
+            Cause::Envoy => "Envoy retry budget",
+            Cause::AwsStandard2026 => "AWS retry quota (2026)",
+            Cause::AwsAdaptive => "AWS retry quota (adaptive)",
         }
     }
 

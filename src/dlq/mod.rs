@@ -94,6 +94,30 @@ pub enum Cause {
     /// The downstream said not to retry (`X-Retry-Pushback-Ms` negative, as gRFC A6's
     /// `grpc-retry-pushback-ms`).
     Pushback,
+    /// A listed protection refused the retry, or the last attempt before it was sent: each
+    /// kind its own cause, named as the kind is (the listed `retry_budget` refuses as the
+    /// policy's budget does, and files under `retry_budget`).
+    TokenBucket,
+    Grpc,
+    Sre,
+    AwsStandard,
+    RatioBreaker,
+    Envoy,
+    #[serde(rename = "aws_standard_2026")]
+    AwsStandard2026,
+    AwsAdaptive,
+}
+
+impl Cause {
+    /// The cause of a round a protection ended, by the protection's kind (`breaker` for the
+    /// policy's breaker, `retry_budget` for its budget or the listed one).
+    pub fn refused_by(kind: &str) -> Cause {
+        let by_kind = Cause::ALL.into_iter().find(|cause| cause.as_str() == kind);
+        match kind {
+            "breaker" => Cause::CircuitOpen,
+            _ => by_kind.unwrap_or(Cause::RetryBudget),
+        }
+    }
 }
 
 impl DeadLetter {
@@ -288,6 +312,7 @@ impl DeadLetterQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::domain::MessageState;
 
     fn message(id: u64, round: u32) -> Message {
@@ -393,5 +418,15 @@ mod tests {
         queue.push(DeadLetter::new(&message(2, 0), (Cause::AttemptsUsedUp, "new".into()), (6, 900), 3));
         assert_eq!(queue.expire(500), vec![1]);
         assert_eq!(queue.letters().iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn a_protections_refusal_files_under_its_kind_and_the_old_fields_keep_theirs() {
+        assert_eq!(Cause::refused_by("breaker"), Cause::CircuitOpen);
+        for kind in crate::retry::protection::ProtectionSettings::KINDS {
+            let cause = Cause::refused_by(kind);
+            assert_eq!(cause.as_str(), kind, "each kind its cause, the listed retry_budget the budget's");
+            assert_eq!(serde_json::to_value(cause).unwrap(), kind, "stored as the filter names it");
+        }
     }
 }

@@ -8,7 +8,7 @@
 //! the connection slots and records the start) and `after_attempt` (what comes next, decided by
 //! `client::attempt::next` and recorded in the same change). The sending loop does the I/O.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -19,7 +19,6 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::protection::Ended;
 use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
@@ -60,7 +59,7 @@ impl Lab {
         server_slots: &'a Semaphore,
         rng: &mut impl Rng,
     ) -> Go<'a> {
-        let policy = {
+        let (policy, delay_ms) = {
             let mut state = self.lock();
             let now = self.now_ms();
             let policy = state.clients.policy().clone();
@@ -79,8 +78,17 @@ impl Lab {
                     false => Go::Stop,
                 };
             }
-            policy
+            (policy, admit.delay_ms)
         };
+        let mut delay_ms = delay_ms;
+        while delay_ms > 0 {
+            // A protection paces the client (the AWS adaptive mode's send rate): the attempt
+            // sleeps and asks again until it has its token, before it asks for a connection.
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let mut state = self.lock();
+            let (now, index) = (self.now_ms(), state.clients.of(id));
+            delay_ms = state.clients.client_mut(index).1.paced(n, now);
+        }
         let queued = Instant::now();
         let Ok(lab) = self.request_slots.acquire().await else { return Go::Stop };
         let Ok(server) = server_slots.acquire().await else { return Go::Stop };
@@ -110,7 +118,7 @@ impl Lab {
         let now = self.now_ms();
         let index = state.clients.of(id);
         if end.outcome != Outcome::ShortCircuited {
-            let ended = Ended { after_timeout: round.after_timeout, ..attempt::ended(n, &end) };
+            let ended = round.ended(n, &end);
             let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
@@ -155,7 +163,7 @@ impl Lab {
             Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
             Next::Refused(stopped, reason) => {
                 state.record.load.suppressed(now, stopped.kind);
-                self.dead_lettered(state, id, (Cause::RetryBudget, reason.clone()), now);
+                self.dead_lettered(state, id, (Cause::refused_by(stopped.kind), reason.clone()), now);
             }
         }
     }

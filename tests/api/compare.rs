@@ -286,17 +286,21 @@ async fn the_command_line_prints_the_comparison_as_json() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_metastable_comparison_runs_steady_traffic_and_only_the_budget_recovers() {
+async fn the_metastable_comparison_runs_steady_traffic_and_says_the_budget_and_grpc_end_it() {
     let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
     let app = TestApp::spawn().await;
-    let request = json!({"scenario": "metastable", "seed": 19, "runs": 1, "policies": ["none", "budget"]});
+    // A loaded machine runs late; the run counts whatever its lateness, so that each policy
+    // has its medians and says whether it ended the failure.
+    let request = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000,
+        "policies": ["none", "budget", "grpc"]});
     let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let report = finished(&app, created["id"].as_str().unwrap()).await;
-    let (naive, budget) = (figures(&report, "none"), figures(&report, "budget"));
-    println!("none: {naive}\nbudget: {budget}\nlateness: {}", report["lateness_ms_p99"]);
+    let (naive, budget, grpc) =
+        (figures(&report, "none"), figures(&report, "budget"), figures(&report, "grpc"));
+    println!("none: {naive}\nbudget: {budget}\ngrpc: {grpc}\nlateness: {}", report["lateness_ms_p99"]);
     // 16 s of 28 messages a second, from the traffic, not a burst.
-    for f in [naive, budget] {
+    for f in [naive, budget, grpc] {
         let offered = f["offered"].as_u64().unwrap();
         assert!((300..=600).contains(&offered), "{f}");
         assert_eq!(f["messages"], f["offered"]);
@@ -307,6 +311,12 @@ async fn the_metastable_comparison_runs_steady_traffic_and_only_the_budget_recov
     // the budget the queue drains within a few seconds and the rest is delivered.
     assert!(after(naive) < 0.25, "stuck after the slowdown without protection: {naive}");
     assert!(after(budget) > 0.5, "the budget drained it: {budget}");
+    assert!(after(grpc) > 0.5, "gRPC's retry throttling drained it: {grpc}");
+    // The report says so for each policy: only the naive one left it stuck.
+    let policies = report["policies"].as_array().unwrap();
+    let ended: Vec<(&str, &Value)> =
+        policies.iter().map(|p| (p["name"].as_str().unwrap(), &p["ends_failure"])).collect();
+    assert_eq!(ended, [("none", &json!(false)), ("budget", &json!(true)), ("grpc", &json!(true))]);
     // One run is one sample: the figures differ, and still no verdict.
     assert_eq!(report["key_figure"], json!(["goodput_after_trigger"]));
     assert_eq!(report["verdict"]["best"], json!([]), "{}", report["verdict"]);

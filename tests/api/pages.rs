@@ -217,6 +217,8 @@ async fn the_compare_form_links_each_sourced_preset_to_its_source() {
         ("grpc", "https://github.com/grpc/proposal/blob/master/A6-client-retries.md"),
         ("sre", "https://sre.google/sre-book/handling-overload/"),
         ("aws-standard", "https://github.com/boto/botocore/blob/develop/botocore/retries/standard.py"),
+        ("aws-2026", "https://github.com/boto/botocore/blob/develop/botocore/retries/standard.py"),
+        ("aws-adaptive", "https://github.com/boto/botocore/blob/develop/botocore/retries/adaptive.py"),
         ("ratio-breaker", "https://www.pollydocs.org/strategies/circuit-breaker.html"),
         (
             "envoy",

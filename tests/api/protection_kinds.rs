@@ -66,7 +66,7 @@ async fn a_token_bucket_brings_half_failing_traffic_near_one_request_per_message
     assert!((1.03..1.3).contains(&bucket_amplification), "token bucket: {bucket_amplification:.3}");
     let stopped = suppressed(&bucketed, "token_bucket");
     let refused =
-        dead_lettered_as(&bucketed, "retry_budget", "retry not sent (token_bucket): the token bucket has");
+        dead_lettered_as(&bucketed, "token_bucket", "retry not sent (token_bucket): the token bucket has");
     assert!(stopped > 50, "about 0.4 of 300 messages fail once the bucket is dry: {stopped}");
     assert_eq!(stopped as usize, refused, "each retry stopped is a dead letter that says so");
     assert_eq!(bucketed["policy"]["protections"][0]["kind"], "token_bucket");
@@ -160,6 +160,75 @@ async fn an_unusable_protection_is_a_422_naming_its_field() {
     assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
 }
 
+/// The AWS SDKs' 2026 mode: a retry takes 14, and it sets its own waits, 50 ms × 2^(n−1) at
+/// most after a 5xx, whatever the policy's backoff says.
+#[tokio::test]
+async fn the_aws_2026_mode_prices_a_retry_at_14_and_waits_from_50_ms() {
+    let app = TestApp::spawn().await;
+    // 140 tokens: ten retries' worth; the policy's own backoff (1 s) is not the one used.
+    let policy = r#"{"max_attempts": 3, "seed": 6, "base_ms": 1000, "cap_ms": 20000,
+        "protections": [{"kind": "aws_standard_2026", "initial_retry_tokens": 140}]}"#;
+    let (done, amplification) = run(&app, policy).await;
+    // A first-try success gives back 1, a retry takes 14: far fewer retries than the
+    // standard mode's 5 allow.
+    assert!(amplification < 1.3, "aws_standard_2026: {amplification:.3}");
+    let stopped = suppressed(&done, "aws_standard_2026");
+    assert!(stopped > 50, "{stopped}");
+    let reason = "retry not sent (aws_standard_2026): AWS retry quota has ";
+    assert_eq!(stopped as usize, dead_lettered_as(&done, "aws_standard_2026", reason));
+    let letters = done["dead_letters"].as_array().unwrap();
+    assert!(letters.iter().any(|d| d["reason"].as_str().unwrap().contains("a retry takes 14")));
+    let waits: Vec<(u64, &Value)> = messages(&done)
+        .iter()
+        .flat_map(|m| m["attempts"].as_array().unwrap())
+        .filter_map(|a| Some((a["n"].as_u64()?, a.get("wait").filter(|w| !w.is_null())?)))
+        .collect();
+    assert!(waits.len() > 20, "{}", waits.len());
+    for (n, wait) in waits {
+        let top = 50 << (n - 1);
+        assert_eq!(wait["nominal_ms"], top, "{wait}");
+        assert!(wait["planned_ms"].as_u64().unwrap() <= top, "{wait}");
+    }
+}
+
+/// The AWS adaptive mode against an endpoint that throttles: its rate limiter turns on at the
+/// first 429 and paces every attempt, first ones too, so it sends fewer requests and meets
+/// fewer 429s than the standard mode on the same endpoint and traffic.
+#[tokio::test]
+async fn the_aws_adaptive_mode_paces_the_client_once_throttled() {
+    let app = TestApp::spawn().await;
+    let throttled = |policy: &'static str| {
+        let app = &app;
+        async move {
+            let lab = app.fast_lab().await;
+            app.put(&lab, "downstream", r#"{"mode": "throttled", "rate_per_s": 20, "burst": 5}"#).await;
+            app.put(&lab, "policy", policy).await;
+            app.put(&lab, "traffic", r#"{"rate_per_s": 60, "arrivals": "even", "for_ms": 3000}"#).await;
+            app.wait_for(&lab, PATIENCE, |s| {
+                let sent = s["traffic"]["sent"].as_u64().unwrap();
+                s["traffic"]["rate_per_s"] == 0.0
+                    && sent > 0
+                    && counter(s, "delivered") + counter(s, "dead_letter") == sent
+            })
+            .await
+        }
+    };
+    let (standard, adaptive) = tokio::join!(
+        throttled(r#"{"max_attempts": 3, "seed": 2, "protections": [{"kind": "aws_standard"}]}"#),
+        throttled(r#"{"max_attempts": 3, "seed": 2, "protections": [{"kind": "aws_adaptive"}]}"#),
+    );
+    let limiter = &adaptive["protections"][0];
+    assert_eq!(limiter["kind"], "aws_adaptive");
+    assert_eq!(limiter["state"], "on", "{limiter}");
+    assert!(limiter["level"].as_f64().unwrap() > 0.0, "a send rate: {limiter}");
+    assert_eq!(standard["protections"][0].get("state"), None, "the standard mode has no limiter");
+    let (sent, paced) = (load_sum(&standard, "requests"), load_sum(&adaptive, "requests"));
+    let (met, met_paced) = (load_sum(&standard, "throttled"), load_sum(&adaptive, "throttled"));
+    eprintln!("standard {sent} requests, {met} throttled; adaptive {paced} requests, {met_paced} throttled");
+    assert!(paced < sent, "adaptive {paced} requests, standard {sent}");
+    assert!(met_paced * 3 < met, "adaptive met {met_paced} 429s, standard {met}");
+}
+
 #[tokio::test]
 async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
     let app = TestApp::spawn().await;
@@ -176,14 +245,14 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     let stopped = suppressed(&aws, "aws_standard");
     assert!(stopped > 50, "{stopped}");
     let refused =
-        dead_lettered_as(&aws, "retry_budget", "retry not sent (aws_standard): AWS retry quota has ");
+        dead_lettered_as(&aws, "aws_standard", "retry not sent (aws_standard): AWS retry quota has ");
     assert_eq!(stopped as usize, refused);
     assert_eq!(aws["protections"][0]["ceiling"], 50.0);
     // gRPC: half the attempts fail, so the tokens sit at or under half of 10 and retries stop.
     assert!(grpc_amplification < 1.15, "grpc: {grpc_amplification:.3}");
     let stopped = suppressed(&grpc, "grpc");
     assert!(stopped > 100, "{stopped}");
-    let refused = dead_lettered_as(&grpc, "retry_budget", "retry not sent (grpc): gRPC retry throttling has");
+    let refused = dead_lettered_as(&grpc, "grpc", "retry not sent (grpc): gRPC retry throttling has");
     assert_eq!(stopped as usize, refused);
     assert_eq!(grpc["policy"]["protections"][0]["max_tokens"], 10.0);
     assert_eq!(grpc["protections"][0]["ceiling"], 10.0);
@@ -191,7 +260,7 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     // it refuses counts as a request that was not accepted, so the refusals feed themselves and
     // can take it under one request a message.
     assert!(sre_amplification < 1.2, "sre: {sre_amplification:.3}");
-    let retries_refused = dead_lettered_as(&sre, "retry_budget", "retry not sent (sre): retries are");
+    let retries_refused = dead_lettered_as(&sre, "sre", "retry not sent (sre): retries are");
     assert!(retries_refused > 50, "{retries_refused}");
     assert!(
         suppressed(&sre, "sre") as usize >= retries_refused,
@@ -224,7 +293,7 @@ async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_wind
     assert!(stopped > 100, "{stopped}");
     let refused = dead_lettered_as(
         &brooker,
-        "retry_budget",
+        "ratio_breaker",
         "retry not sent (ratio_breaker): the ratio breaker is open",
     );
     assert_eq!(stopped as usize, refused);
@@ -245,6 +314,13 @@ async fn a_ratio_breaker_stops_retries_or_every_attempt_once_a_tenth_of_its_wind
         short[0]
     );
     assert!(suppressed(&polly, "ratio_breaker") as usize >= short.len());
+    // A round whose last attempt it refused ends on it, filed under its kind.
+    let letters = polly["dead_letters"].as_array().unwrap();
+    let last_refused = letters.iter().filter(|d| {
+        d["attempts"].as_array().unwrap().last().is_some_and(|a| a["refused_by"] == "ratio_breaker")
+    });
+    let causes: Vec<&Value> = last_refused.map(|d| &d["cause"]).collect();
+    assert!(!causes.is_empty() && causes.iter().all(|c| *c == "ratio_breaker"), "{causes:?}");
     let state = polly["protections"][0]["state"].as_str().unwrap();
     assert!(["closed", "open", "half_open"].contains(&state), "{state}");
 }
@@ -260,8 +336,7 @@ async fn envoys_budget_stops_a_retry_while_too_many_are_out() {
     assert!(amplification < 1.5, "{amplification:.3}");
     let stopped = suppressed(&done, "envoy");
     assert!(stopped > 50, "{stopped}");
-    let refused =
-        dead_lettered_as(&done, "retry_budget", "retry not sent (envoy): Envoy's retry budget allows ");
+    let refused = dead_lettered_as(&done, "envoy", "retry not sent (envoy): Envoy's retry budget allows ");
     assert_eq!(stopped as usize, refused);
     assert_eq!(done["policy"]["protections"][0]["budget_percent"], 20.0, "Envoy's default");
 }

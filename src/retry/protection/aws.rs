@@ -44,6 +44,7 @@ impl AwsQuotaSettings {
     }
 }
 
+/// The quota left (botocore `quota.py`, `RetryQuota`), for either mode.
 #[derive(Debug, Clone, Default)]
 pub struct AwsQuota {
     /// `None` until first touched: a full quota.
@@ -51,8 +52,28 @@ pub struct AwsQuota {
 }
 
 impl AwsQuota {
-    fn available(&self, settings: &AwsQuotaSettings) -> u32 {
-        self.available.unwrap_or(settings.initial_retry_tokens)
+    /// What it holds, of `most`.
+    pub(super) fn left(&self, most: u32) -> u32 {
+        self.available.unwrap_or(most)
+    }
+
+    /// `RetryQuota.acquire`: takes `cost`, or says what it holds when that is less.
+    pub(super) fn acquire(&mut self, most: u32, cost: u32) -> Result<(), String> {
+        let available = self.left(most);
+        if cost > available {
+            return Err(format!("AWS retry quota has {available}, a retry takes {cost}"));
+        }
+        self.available = Some(available - cost);
+        Ok(())
+    }
+
+    /// `RetryQuota.release`: gives back `amount`, never past `most`.
+    pub(super) fn release(&mut self, most: u32, amount: u32) {
+        self.available = Some(self.left(most).saturating_add(amount).min(most));
+    }
+
+    pub(super) fn level(&self, most: u32) -> Report {
+        Report { state: None, level: Some(f64::from(self.left(most))), ceiling: Some(f64::from(most)) }
     }
 }
 
@@ -66,8 +87,7 @@ impl Protection for AwsQuota {
                 1 => settings.no_retry_increment,
                 _ => settings.cost(ended.after_timeout),
             };
-            let available = self.available(settings).saturating_add(amount);
-            self.available = Some(available.min(settings.initial_retry_tokens));
+            self.release(settings.initial_retry_tokens, amount);
         }
     }
 
@@ -79,17 +99,15 @@ impl Protection for AwsQuota {
         _now_ms: u64,
         _rng: &mut dyn rand::Rng,
     ) -> Result<(), String> {
-        let (available, cost) = (self.available(settings), settings.cost(after.timed_out));
-        if cost > available {
-            return Err(format!("AWS retry quota has {available}, a retry takes {cost}"));
-        }
-        self.available = Some(available - cost);
-        Ok(())
+        self.acquire(settings.initial_retry_tokens, settings.cost(after.timed_out))
+    }
+
+    fn retry_undone(&mut self, settings: &AwsQuotaSettings, after: &Ended) {
+        self.release(settings.initial_retry_tokens, settings.cost(after.timed_out));
     }
 
     fn report(&self, settings: &AwsQuotaSettings, _now_ms: u64) -> Report {
-        let ceiling = Some(f64::from(settings.initial_retry_tokens));
-        Report { state: None, level: Some(f64::from(self.available(settings))), ceiling }
+        self.level(settings.initial_retry_tokens)
     }
 }
 
@@ -118,21 +136,21 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(0);
         let mut quota = AwsQuota::default();
         quota.ended(&settings, &Ended::success(1), 0);
-        assert_eq!(quota.available(&settings), 500, "a full quota stays full");
+        assert_eq!(quota.left(settings.initial_retry_tokens), 500, "a full quota stays full");
         quota.retry(&settings, &Ended::timeout(1), 0, &mut rng).unwrap();
         quota.retry(&settings, &Ended::failure(2), 0, &mut rng).unwrap();
-        assert_eq!(quota.available(&settings), 485);
+        assert_eq!(quota.left(settings.initial_retry_tokens), 485);
         // Attempt 3 succeeds after a retry that followed a plain failure: 5 back.
         quota.ended(&settings, &Ended { after_timeout: false, ..Ended::success(3) }, 0);
-        assert_eq!(quota.available(&settings), 490);
+        assert_eq!(quota.left(settings.initial_retry_tokens), 490);
         // Attempt 2 succeeds after a timeout's retry: 10 back.
         quota.ended(&settings, &Ended { after_timeout: true, ..Ended::success(2) }, 0);
-        assert_eq!(quota.available(&settings), 500);
+        assert_eq!(quota.left(settings.initial_retry_tokens), 500);
         // A failure gives nothing back, nor does a 4xx.
         quota.retry(&settings, &Ended::failure(1), 0, &mut rng).unwrap();
         quota.ended(&settings, &Ended::failure(2), 0);
         quota.ended(&settings, &Ended { ok: false, ..Ended::success(1) }, 0);
-        assert_eq!(quota.available(&settings), 495);
+        assert_eq!(quota.left(settings.initial_retry_tokens), 495);
     }
 
     #[test]

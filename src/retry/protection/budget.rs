@@ -56,6 +56,11 @@ impl RetryBudget {
         }
     }
 
+    /// The retry last counted was not made after all.
+    pub fn retry_not_made(&mut self) {
+        self.retries.pop_back();
+    }
+
     fn forget_before(&mut self, now_ms: u64) {
         let start = now_ms.saturating_sub(BUDGET_WINDOW_MS);
         for times in [&mut self.firsts, &mut self.retries] {
@@ -96,6 +101,10 @@ impl Protection for RetryBudget {
 
     /// The retries left in the window: what it allows less what was made, as of the last call
     /// (a report does not move the window).
+    fn retry_undone(&mut self, _settings: &BudgetSettings, _after: &Ended) {
+        self.retry_not_made();
+    }
+
     fn report(&self, settings: &BudgetSettings, _now_ms: u64) -> Report {
         let left = (allowance(settings, self.firsts.len()) - self.retries.len() as f64).max(0.0);
         Report { state: None, level: Some(left), ceiling: None }

@@ -80,6 +80,10 @@ impl Protection for EnvoyBudget {
         }
     }
 
+    fn retry_undone(&mut self, _settings: &EnvoySettings, _after: &Ended) {
+        self.retries = self.retries.saturating_sub(1);
+    }
+
     fn interrupted(&mut self, _settings: &EnvoySettings) {
         *self = EnvoyBudget::default();
     }

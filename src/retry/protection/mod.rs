@@ -15,6 +15,8 @@
 //! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
 
 mod aws;
+mod aws_2026;
+mod aws_adaptive;
 mod breaker;
 mod budget;
 mod envoy;
@@ -26,6 +28,8 @@ mod token_bucket;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use aws::{AwsQuota, AwsQuotaSettings};
+pub use aws_2026::{Aws2026, Aws2026Settings};
+pub use aws_adaptive::{AwsAdaptive, AwsAdaptiveSettings};
 pub use breaker::{Breaker, BreakerAnswer, BreakerSettings, BreakerState, Refused};
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use envoy::{EnvoyBudget, EnvoySettings};
@@ -37,6 +41,7 @@ pub use sre::{AdaptiveThrottle, SreSettings};
 pub use token_bucket::{TokenBucket, TokenBucketSettings};
 
 use crate::invalid::Invalid;
+use crate::retry::Wait;
 
 /// The most protections a policy may list, besides its `breaker` and `retry_budget`.
 pub const MAX_PROTECTIONS: usize = 4;
@@ -52,8 +57,12 @@ pub struct Ended {
     pub failed: bool,
     /// No answer came within the client's timeout.
     pub timed_out: bool,
+    /// Answered 429: a throttling answer (the AWS SDKs price and wait for these apart).
+    pub throttled: bool,
     /// For a retry: the failure it followed had timed out (what the retry cost, to some).
     pub after_timeout: bool,
+    /// For a retry: the failure it followed was a throttling answer.
+    pub after_throttled: bool,
 }
 
 impl Ended {
@@ -65,6 +74,11 @@ impl Ended {
     /// Attempt `n` timed out.
     pub fn timeout(n: u32) -> Self {
         Ended { timed_out: true, ..Ended::failure(n) }
+    }
+
+    /// Attempt `n` was answered 429.
+    pub fn throttled(n: u32) -> Self {
+        Ended { throttled: true, ..Ended::failure(n) }
     }
 
     /// Attempt `n` was answered 2xx.
@@ -93,6 +107,13 @@ pub trait Protection: Default {
     /// Attempt `n` was sent (the first attempt of a message is a new request).
     fn sent(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) {}
 
+    /// How long attempt `n`, which every protection let go, must wait before it is sent, in
+    /// ms: 0 when it may go now (a client-side rate limiter took its token), else the time
+    /// to sleep before asking again.
+    fn delay(&mut self, _settings: &Self::Settings, _n: u32, _now_ms: u64) -> u64 {
+        0
+    }
+
     /// A sent attempt ended.
     fn ended(&mut self, _settings: &Self::Settings, _ended: &Ended, _now_ms: u64) {}
 
@@ -109,8 +130,29 @@ pub trait Protection: Default {
         Ok(())
     }
 
+    /// The wait before the retry after `after`, when the protection sets it itself (the AWS
+    /// 2026 mode waits by the kind of failure); `None` leaves it to the policy's backoff.
+    /// `retry_after_s` is the failed answer's `Retry-After`.
+    fn wait(
+        &self,
+        _settings: &Self::Settings,
+        _after: &Ended,
+        _retry_after_s: Option<u64>,
+        _rng: &mut dyn Rng,
+    ) -> Option<Wait> {
+        None
+    }
+
     /// Every attempt in flight was cut off (the client died): none of them will end.
     fn interrupted(&mut self, _settings: &Self::Settings) {}
+
+    /// This one let attempt `n` go, but a protection asked after it refused it: the attempt is
+    /// not sent, so what the gate handed out (a half-open breaker's probe) is given back.
+    fn gate_undone(&mut self, _settings: &Self::Settings, _n: u32) {}
+
+    /// This one allowed the retry after `after`, but a protection asked after it refused it:
+    /// the retry is not made, so what it took (tokens, a place in a window) is given back.
+    fn retry_undone(&mut self, _settings: &Self::Settings, _after: &Ended) {}
 
     /// Its live state, for the snapshot and the protection lane.
     fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
@@ -166,12 +208,26 @@ pub enum ProtectionSettings {
     RatioBreaker(RatioBreakerSettings),
     /// Envoy's retry budget: retries outstanding within a share of the active requests.
     Envoy(EnvoySettings),
+    /// The AWS SDKs' standard mode as of 2026 (mode version 2.1): its quota and its waits.
+    #[serde(rename = "aws_standard_2026")]
+    AwsStandard2026(Aws2026Settings),
+    /// The AWS SDKs' adaptive mode: the standard quota and a client-side rate limiter.
+    AwsAdaptive(AwsAdaptiveSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 7] =
-        ["retry_budget", "token_bucket", "grpc", "sre", "aws_standard", "ratio_breaker", "envoy"];
+    pub const KINDS: [&'static str; 9] = [
+        "retry_budget",
+        "token_bucket",
+        "grpc",
+        "sre",
+        "aws_standard",
+        "ratio_breaker",
+        "envoy",
+        "aws_standard_2026",
+        "aws_adaptive",
+    ];
 
     /// The name `kind` gives it.
     pub fn kind(&self) -> &'static str {
@@ -183,6 +239,8 @@ impl ProtectionSettings {
             ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
             ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
             ProtectionSettings::Envoy(_) => Self::KINDS[6],
+            ProtectionSettings::AwsStandard2026(_) => Self::KINDS[7],
+            ProtectionSettings::AwsAdaptive(_) => Self::KINDS[8],
         }
     }
 
@@ -196,6 +254,8 @@ impl ProtectionSettings {
             ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
             ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
             ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
+            ProtectionSettings::AwsStandard2026(s) => Guard::AwsStandard2026(s, Aws2026::default()),
+            ProtectionSettings::AwsAdaptive(s) => Guard::AwsAdaptive(s, AwsAdaptive::default()),
         }
     }
 }
@@ -274,6 +334,30 @@ impl ProtectionSettings {
                 within("budget_percent", s.budget_percent, 0.0, 100.0)?;
                 within("min_retry_concurrency", f64::from(s.min_retry_concurrency), 0.0, 100_000.0)
             }
+            ProtectionSettings::AwsStandard2026(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("throttling_retry_cost", f64::from(s.throttling_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
+                within("base_scale_ms", s.base_scale_ms as f64, 1.0, 60_000.0)?;
+                within("throttling_base_scale_ms", s.throttling_base_scale_ms as f64, 1.0, 60_000.0)?;
+                within("max_backoff_ms", s.max_backoff_ms as f64, 1.0, 300_000.0)?;
+                within("retry_after_max_additional_ms", s.retry_after_max_additional_ms as f64, 0.0, 60_000.0)
+            }
+            ProtectionSettings::AwsAdaptive(s) => {
+                let most = f64::from(s.initial_retry_tokens);
+                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
+                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
+                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
+                within("beta", s.beta, 0.01, 0.99)?;
+                within("scale_constant", s.scale_constant, 0.01, 100.0)?;
+                within("min_rate", s.min_rate, 0.01, 10_000.0)?;
+                within("max_rate_adjust_scale", s.max_rate_adjust_scale, 1.0, 100.0)?;
+                within("smoothing", s.smoothing, 0.01, 1.0)?;
+                within("time_bucket_range_ms", s.time_bucket_range_ms as f64, 10.0, 60_000.0)
+            }
         }
     }
 }
@@ -289,6 +373,8 @@ pub enum Guard {
     AwsStandard(AwsQuotaSettings, AwsQuota),
     RatioBreaker(RatioBreakerSettings, RatioBreaker),
     Envoy(EnvoySettings, EnvoyBudget),
+    AwsStandard2026(Aws2026Settings, Aws2026),
+    AwsAdaptive(AwsAdaptiveSettings, AwsAdaptive),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -302,6 +388,8 @@ macro_rules! dispatch {
             Guard::AwsStandard($settings, $state) => $call,
             Guard::RatioBreaker($settings, $state) => $call,
             Guard::Envoy($settings, $state) => $call,
+            Guard::AwsStandard2026($settings, $state) => $call,
+            Guard::AwsAdaptive($settings, $state) => $call,
         }
     };
 }
@@ -316,11 +404,17 @@ impl Guard {
             Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
             Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
             Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
+            Guard::AwsStandard2026(s, _) => ProtectionSettings::AwsStandard2026(s),
+            Guard::AwsAdaptive(s, _) => ProtectionSettings::AwsAdaptive(s),
         }
     }
 
     pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         dispatch!(self, |settings, state| state.gate(settings, n, now_ms, rng))
+    }
+
+    pub fn delay(&mut self, n: u32, now_ms: u64) -> u64 {
+        dispatch!(self, |settings, state| state.delay(settings, n, now_ms))
     }
 
     pub fn sent(&mut self, n: u32, now_ms: u64) {
@@ -335,8 +429,20 @@ impl Guard {
         dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
     }
 
+    pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
+        dispatch!(self, |settings, state| state.wait(settings, after, retry_after_s, rng))
+    }
+
     pub fn interrupted(&mut self) {
         dispatch!(self, |settings, state| state.interrupted(settings))
+    }
+
+    pub fn gate_undone(&mut self, n: u32) {
+        dispatch!(self, |settings, state| state.gate_undone(settings, n))
+    }
+
+    pub fn retry_undone(&mut self, after: &Ended) {
+        dispatch!(self, |settings, state| state.retry_undone(settings, after))
     }
 
     pub fn report(&self, now_ms: u64) -> Report {
@@ -435,7 +541,8 @@ mod tests {
         assert_eq!(unknown.field, "policy.protections[2].kind");
         assert_eq!(
             unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy"
+            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy, \
+             aws_standard_2026, aws_adaptive"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
@@ -449,6 +556,18 @@ mod tests {
             ("policy.protections[2].size", "size must be 1 to 10000")
         );
         assert_eq!(field(r#"{"kind": "retry_budget", "ratio": 2}"#).field, "policy.protections[2].ratio");
+        let beta = field(r#"{"kind": "aws_adaptive", "beta": 1.5}"#);
+        assert_eq!(
+            (beta.field.as_str(), beta.detail.as_str()),
+            ("policy.protections[2].beta", "beta must be 0.01 to 0.99")
+        );
+        let cost = field(r#"{"kind": "aws_standard_2026", "initial_retry_tokens": 10}"#);
+        assert_eq!(
+            (cost.field.as_str(), cost.detail.as_str()),
+            ("policy.protections[2].retry_cost", "retry_cost must be 1 to 10")
+        );
+        let unknown = field(r#"{"kind": "aws_standard_2026", "timeout_retry_cost": 10}"#);
+        assert_eq!(unknown.field, "policy.protections[2].timeout_retry_cost", "not a parameter of the 2026 mode");
         assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
         assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
         assert_eq!(field("3").field, "policy.protections[2]");

@@ -162,6 +162,12 @@ impl Protection for RatioBreaker {
         }
     }
 
+    /// The gate lets an attempt go while closed, or as the one probe it hands out half-open:
+    /// half-open and probing now, the probe was this attempt's, and it is handed back.
+    fn gate_undone(&mut self, settings: &RatioBreakerSettings, _n: u32) {
+        self.interrupted(settings);
+    }
+
     fn retry(
         &mut self,
         settings: &RatioBreakerSettings,

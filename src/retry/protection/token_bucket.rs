@@ -66,6 +66,10 @@ impl Protection for TokenBucket {
         }
     }
 
+    fn retry_undone(&mut self, settings: &TokenBucketSettings, _after: &Ended) {
+        self.tokens = (self.tokens + settings.cost).min(settings.size);
+    }
+
     fn report(&self, settings: &TokenBucketSettings, _now_ms: u64) -> Report {
         Report { state: None, level: Some(self.tokens), ceiling: Some(settings.size) }
     }
