@@ -75,6 +75,17 @@ pub struct LoadBin {
     /// Retries shed from a full line in this bin to make room for first attempts.
     #[serde(skip_serializing_if = "is_zero")]
     pub retries_shed: u64,
+    /// Requests refused in this bin as they came, over the endpoint's adaptive concurrency
+    /// limit.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_by_limit: u64,
+    /// Requests refused in this bin as they came, by admission control's draw.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_by_admission: u64,
+    /// The endpoint's adaptive concurrency limit in this bin, as last noted in it (at an
+    /// arrival or a request's leaving); left out without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
     /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
     /// and ignored.
     #[serde(skip_serializing_if = "is_zero")]
@@ -110,6 +121,9 @@ impl Default for LoadBin {
             dropped_deadline: 0,
             timed_out_in_queue: 0,
             retries_shed: 0,
+            refused_by_limit: 0,
+            refused_by_admission: 0,
+            limit: None,
             ignored_hints: 0,
         }
     }
@@ -137,6 +151,9 @@ impl LoadBin {
         self.dropped_deadline += other.dropped_deadline;
         self.timed_out_in_queue += other.timed_out_in_queue;
         self.retries_shed += other.retries_shed;
+        self.refused_by_limit += other.refused_by_limit;
+        self.refused_by_admission += other.refused_by_admission;
+        self.limit = other.limit.or(self.limit);
         self.ignored_hints += other.ignored_hints;
     }
 }
@@ -147,6 +164,8 @@ pub enum DropCause {
     Deadline,
     TimedOutInQueue,
     RetryShed,
+    OverLimit,
+    Admission,
 }
 
 /// How a request that reached the downstream ended.
@@ -248,7 +267,14 @@ impl Load {
             DropCause::Deadline => bin.dropped_deadline += 1,
             DropCause::TimedOutInQueue => bin.timed_out_in_queue += 1,
             DropCause::RetryShed => bin.retries_shed += 1,
+            DropCause::OverLimit => bin.refused_by_limit += 1,
+            DropCause::Admission => bin.refused_by_admission += 1,
         }
+    }
+
+    /// The endpoint's adaptive limit at `now_ms`.
+    pub fn limit(&mut self, now_ms: u64, limit: u32) {
+        self.bin(now_ms).limit = Some(limit);
     }
 
     /// A request's hint header did not parse and was ignored.

@@ -874,7 +874,7 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     let snapshot = server.snapshot(&lab).await;
     assert_eq!(
         snapshot["downstream"]["defences"],
-        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false, "pushback": false})
+        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false, "pushback": false, "limit": {"kind": "fixed"}, "admission": null})
     );
     let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
     assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 500 ms"), "{flag}");
