@@ -120,7 +120,7 @@ impl Producer {
         let mut round = Round {
             started_ms: resume.round_started_ms,
             previous_wait_ms: resume.previous_wait_ms,
-            after_timeout: false,
+            ..Default::default()
         };
         if resume.delay_ms > 0 {
             // The rest of a wait a crash interrupted.
