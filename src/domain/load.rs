@@ -86,6 +86,10 @@ pub struct LoadBin {
     /// arrival or a request's leaving); left out without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// The endpoint's line was served newest first at an arrival in this bin (LIFO, or
+    /// adaptive LIFO over a standing queue); left out when it was not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lifo: bool,
     /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
     /// and ignored.
     #[serde(skip_serializing_if = "is_zero")]
@@ -124,6 +128,7 @@ impl Default for LoadBin {
             refused_by_limit: 0,
             refused_by_admission: 0,
             limit: None,
+            lifo: false,
             ignored_hints: 0,
         }
     }
@@ -154,6 +159,7 @@ impl LoadBin {
         self.refused_by_limit += other.refused_by_limit;
         self.refused_by_admission += other.refused_by_admission;
         self.limit = other.limit.or(self.limit);
+        self.lifo |= other.lifo;
         self.ignored_hints += other.ignored_hints;
     }
 }
@@ -270,6 +276,11 @@ impl Load {
             DropCause::OverLimit => bin.refused_by_limit += 1,
             DropCause::Admission => bin.refused_by_admission += 1,
         }
+    }
+
+    /// The endpoint's line was served newest first at `now_ms`.
+    pub fn lifo(&mut self, now_ms: u64) {
+        self.bin(now_ms).lifo = true;
     }
 
     /// The endpoint's adaptive limit at `now_ms`.

@@ -91,6 +91,9 @@ impl Lab {
         if let Some(limit) = endpoint.adaptive_limit() {
             record.load.limit(now, limit);
         }
+        if endpoint.line_view(now).lifo {
+            record.load.lifo(now);
+        }
         let refused = match passage {
             Passage::Dropped(why) => {
                 record.load.dropped(now, cause(why));
