@@ -4,11 +4,17 @@
 
 use super::*;
 
+/// The figure `which` of `kind`'s row in the lane whose rows are `data-{lane}`, as the page
+/// shows it.
+fn lane_figure(lane: &str, kind: &str, which: &str) -> String {
+    format!(
+        "document.querySelector('[data-{lane}=\"{kind}\"] [data-{lane}-figure=\"{which}\"]')?.textContent"
+    )
+}
+
 /// The figure `which` of `kind`'s row, as the page shows it.
 fn figure(kind: &str, which: &str) -> String {
-    format!(
-        "document.querySelector('[data-protection=\"{kind}\"] [data-protection-figure=\"{which}\"]')?.textContent"
-    )
+    lane_figure("protection", kind, which)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,13 +63,6 @@ async fn the_protection_lane_shows_each_protections_level_and_what_it_stopped_as
     assert_no_console_errors(&page);
 }
 
-/// The figure `which` of the defence lane's row `kind`, as the page shows it.
-fn defence_figure(kind: &str, which: &str) -> String {
-    format!(
-        "document.querySelector('[data-defence=\"{kind}\"] [data-defence-figure=\"{which}\"]')?.textContent"
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_defence_lane_shows_what_the_endpoints_defences_refused_and_the_limit_as_the_api_does() {
     let Some(browser) = browser() else { return };
@@ -91,8 +90,8 @@ async fn the_defence_lane_shows_what_the_endpoints_defences_refused_and_the_limi
     assert_eq!(limit, 2);
     let shown = format!(
         "{} === '{refused}' && {} === '{limit}'",
-        defence_figure("limit", "stopped"),
-        defence_figure("limit", "level")
+        lane_figure("defence", "limit", "stopped"),
+        lane_figure("defence", "limit", "level")
     );
     wait_for(&page, &format!("the defence lane to show {refused} refused and the limit {limit}"), &shown)
         .await;
