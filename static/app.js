@@ -18,6 +18,7 @@ import { createClaims } from './claims.js';
 import { createLegend } from './legend.js';
 import { createGoodputChart } from './goodput-chart.js';
 import { createProtectionLane } from './protection-lane.js';
+import { createDefenceLane } from './defence-lane.js';
 import { createCallers } from './callers.js';
 import { createSnippets } from './snippets.js';
 import { createTraffic } from './traffic.js';
@@ -70,6 +71,7 @@ const presets = createPresets(document.querySelector('[data-presets]'), document
 createStory(document.getElementById('story'), document.querySelector('[data-look]'), controls, presets, claims, model);
 const goodput = createGoodputChart(document.querySelector('[data-goodput]'));
 const protectionLane = createProtectionLane(document.getElementById('protection-lane'));
+const defenceLane = createDefenceLane(document.getElementById('defence-lane'));
 const legend = createLegend(
   document.getElementById('timeline'),
   [...document.querySelectorAll('#timeline-panel [data-legend]')],
@@ -84,6 +86,7 @@ setInterval(() => {
   legend.tick();
   if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
   if (model.counters) protectionLane.render(model.load.bins.values(), labNow(model));
+  if (model.counters) defenceLane.render(model.load.bins.values(), labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);
 createSnippets(

@@ -96,6 +96,9 @@ function defended(d) {
   if (d.queue === 'lifo') on.push('serves the newest first');
   if (d.queue === 'adaptive_lifo') on.push(`serves the newest first once a queue stands ${d.codel_interval_ms} ms`);
   if (d.queue === 'codel') on.push(`drops what waited over ${d.codel_target_ms} ms once a queue stands ${d.codel_interval_ms} ms`);
+  if (d.limit?.kind === 'aimd') on.push(`refuses past an AIMD limit of ${d.limit.min_limit}-${d.limit.max_limit} in flight`);
+  if (d.limit?.kind === 'gradient2') on.push(`refuses past a Gradient2 limit of ${d.limit.min_limit}-${d.limit.max_limit} in flight`);
+  if (d.admission) on.push(`refuses at random as fewer than ${Math.round(d.admission.sr_threshold * 100)} % of recent requests succeed`);
   return on.length ? `; it ${on.join(', and ')}` : '';
 }
 
@@ -276,6 +279,10 @@ export function createControls(model, lab) {
         queue: params.elements.namedItem('queue_discipline').value,
         codel_target_ms: num(params, 'codel_target_ms'),
         codel_interval_ms: num(params, 'codel_interval_ms'),
+        // The form names a limit's kind and admission control on or off; the parameters set
+        // through the API stay while the kind does.
+        limit: keptLimit(params.elements.namedItem('limit_kind').value),
+        admission: checked(params, 'admission') ? (model.downstream?.defences?.admission ?? {}) : null,
       };
     }
     act(e.submitter ?? params, 'Could not change the parameters', async () => {
@@ -352,6 +359,12 @@ export function createControls(model, lab) {
     }),
   );
 
+  /** The limit the form sends for `kind`: the one in force when it is of that kind. */
+  function keptLimit(kind) {
+    const now = model.downstream?.defences?.limit;
+    return now?.kind === kind ? now : { kind };
+  }
+
   /** Reflect the model in the controls. */
   function sync(changes) {
     const ds = model.downstream;
@@ -382,6 +395,8 @@ export function createControls(model, lab) {
         queue_discipline: ds.defences?.queue,
         codel_target_ms: ds.defences?.codel_target_ms,
         codel_interval_ms: ds.defences?.codel_interval_ms,
+        limit_kind: ds.defences?.limit?.kind ?? 'fixed',
+        admission: ds.defences?.admission != null,
       });
       fill(policy, {
         ...pol,

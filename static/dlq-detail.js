@@ -111,6 +111,7 @@ export function createDetail(panel, model, controls, table) {
 }
 
 function whyWait(wait) {
+  if (wait.reason === 'pushback') return `pushback: the endpoint named the wait, ${ms(wait.planned_ms)}`;
   const floor = wait.floor_ms != null ? `, Retry-After ${ms(wait.floor_ms)}` : '';
   return `${wait.reason.replace(/_/g, ' ')}: backoff ${ms(wait.nominal_ms)}, jitter chose ${ms(wait.chosen_ms)}${floor}`;
 }

@@ -49,10 +49,22 @@ export function lanes(bins, fromS, toS) {
 
 const show = (v) => (v == null ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(1));
 
-/** The lane in `panel`: `render(bins, nowMs)` draws it from the model's load bins. */
-export function createProtectionLane(panel) {
-  const list = panel.querySelector('[data-protection-rows]');
-  const empty = panel.querySelector('[data-protection-empty]');
+/** A protection's row head: its kind, its level now, what it stopped in all. */
+function protectionHead(lane, head) {
+  head.innerHTML = '<strong></strong>: level now <span data-protection-figure="level"></span>, '
+    + '<span data-protection-figure="stopped"></span> stopped in all';
+  head.querySelector('strong').textContent = lane.kind;
+  head.querySelector('[data-protection-figure="level"]').textContent = show(lane.level);
+  head.querySelector('[data-protection-figure="stopped"]').textContent = String(lane.stopped);
+}
+
+/**
+ * The lane in `panel`: `render(bins, nowMs)` draws it from the model's load bins. Another lane
+ * of the same shape may name its rows' attribute (`attr`) and write their heads (`head`).
+ */
+export function createProtectionLane(panel, { attr = 'protection', head: writeHead = protectionHead } = {}) {
+  const list = panel.querySelector(`[data-${attr}-rows]`);
+  const empty = panel.querySelector(`[data-${attr}-empty]`);
   let drawn = '';
 
   function render(bins, nowMs) {
@@ -69,13 +81,9 @@ export function createProtectionLane(panel) {
   function row(lane, fromS) {
     const item = document.createElement('li');
     item.className = 'protection-row';
-    item.dataset.protection = lane.kind;
+    item.setAttribute(`data-${attr}`, lane.kind);
     const head = document.createElement('p');
-    head.innerHTML = '<strong></strong>: level now <span data-protection-figure="level"></span>, '
-      + '<span data-protection-figure="stopped"></span> stopped in all';
-    head.querySelector('strong').textContent = lane.kind;
-    head.querySelector('[data-protection-figure="level"]').textContent = show(lane.level);
-    head.querySelector('[data-protection-figure="stopped"]').textContent = String(lane.stopped);
+    writeHead(lane, head);
     const svg = svgEl('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: 'img' });
     svg.setAttribute('aria-label', `${lane.kind} per second over the last minute from second ${fromS}: its level as a line, what it stopped as bars`);
     const step = WIDTH / WINDOW_S;

@@ -331,7 +331,8 @@ function attemptSummary(m, a) {
     const w = a.wait;
     text += w.actual_ms != null ? ` Then waited ${ms(w.actual_ms)}` : ` Waiting ${ms(w.planned_ms)}`;
     if ((w.queued_ms ?? 0) > 0) text += ` (the last ${ms(w.queued_ms)} of it queued for a connection slot)`;
-    text += w.reason === 'retry_after' ? ', set by Retry-After.' : ', jittered backoff.';
+    const why = { retry_after: ', set by Retry-After.', pushback: ", set by the endpoint's pushback." };
+    text += why[w.reason] ?? ', jittered backoff.';
   }
   return text;
 }

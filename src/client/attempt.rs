@@ -16,7 +16,7 @@ use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::{AttemptEnd, Pushback};
 use crate::retry::protection::Ended;
-use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait};
+use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait, WaitReason};
 
 /// Where a message's round stands between its attempts; the sending loop keeps it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct Round {
     /// The failure before the coming retry was a throttling answer (429), which the AWS
     /// 2026 quota prices lower; not kept across a crash.
     pub after_throttled: bool,
+    /// The attempt whose answer last named a wait (a pushback of 0 ms or more): the backoff
+    /// counts again from the initial one after it; 0 when none did. Not kept across a crash.
+    pub pushed_at: u32,
 }
 
 impl Round {
@@ -130,16 +133,36 @@ pub fn next(
         };
     }
     let failed = round.ended(n, end);
-    let wait = retry::plan_wait(
-        &policy.backoff(),
-        policy.retry_after_rule(),
-        n,
-        round.previous_wait_ms,
-        end.retry_after_s,
-        rng,
-    );
-    // A protection that sets its own waits (the AWS 2026 mode's) plans this one.
-    let wait = client.wait(&failed, end.retry_after_s, rng).unwrap_or(wait);
+    // gRFC A6, "Pushback": a client told to retry after a given delay "will retry after exactly
+    // that delay. For subsequent retries, the delay period will be reset to the initialBackoff
+    // setting and scale according to the Exponential Backoff section".
+    let wait = match end.pushback {
+        Some(Pushback::AfterMs(ms)) => {
+            round.pushed_at = n;
+            let ms = u64::from(ms);
+            Wait {
+                nominal_ms: ms,
+                low_ms: ms,
+                high_ms: ms,
+                chosen_ms: ms,
+                floor_ms: None,
+                planned_ms: ms,
+                reason: WaitReason::Pushback,
+            }
+        }
+        _ => {
+            let wait = retry::plan_wait(
+                &policy.backoff(),
+                policy.retry_after_rule(),
+                n - round.pushed_at,
+                round.previous_wait_ms.filter(|_| round.pushed_at == 0 || n > round.pushed_at + 1),
+                end.retry_after_s,
+                rng,
+            );
+            // A protection that sets its own waits (the AWS 2026 mode's) plans this one.
+            client.wait(&failed, end.retry_after_s, rng).unwrap_or(wait)
+        }
+    };
     if now_ms + wait.planned_ms > round_started_ms.saturating_add(budget.ms) {
         let TimeBudget { ms, setting } = budget;
         let reason =
@@ -270,6 +293,40 @@ mod tests {
         // A success says nothing of retrying.
         let ok = AttemptEnd { pushback: Some(Pushback::DoNotRetry), ..end(Outcome::Ok, Some(200)) };
         assert_eq!(decide(&policy(), 1, &ok, 0, &mut Round::default()), Next::Delivered);
+    }
+
+    #[test]
+    fn a_pushback_wait_replaces_the_backoff_once_and_resets_it() {
+        let policy = Policy { jitter: Jitter::None, multiplier: 2.0, max_attempts: 5, ..policy() };
+        let failed = end(Outcome::HttpError, Some(503));
+        let told = |ms| AttemptEnd { pushback: Some(Pushback::AfterMs(ms)), ..failed };
+        let planned = |next: Next| match next {
+            Next::Retry(wait) => (wait.planned_ms, wait.reason),
+            other => panic!("{other:?}"),
+        };
+        // Without a pushback: 100, 200, 400 ms.
+        let mut plain = Round::default();
+        let waits: Vec<_> = (1..=3).map(|n| planned(decide(&policy, n, &failed, 0, &mut plain)).0).collect();
+        assert_eq!(waits, [100, 200, 400]);
+        // Attempt 2 told to wait 750 ms: exactly that, then the backoff starts again at 100.
+        let mut round = Round::default();
+        assert_eq!(planned(decide(&policy, 1, &failed, 0, &mut round)), (100, WaitReason::Backoff));
+        assert_eq!(planned(decide(&policy, 2, &told(750), 0, &mut round)), (750, WaitReason::Pushback));
+        assert_eq!(planned(decide(&policy, 3, &failed, 0, &mut round)), (100, WaitReason::Backoff));
+        assert_eq!(planned(decide(&policy, 4, &failed, 0, &mut round)), (200, WaitReason::Backoff));
+        // A pushback of 0 ms means at once; with no attempts left it does not retry.
+        assert_eq!(
+            planned(decide(&policy, 1, &told(0), 0, &mut Round::default())),
+            (0, WaitReason::Pushback)
+        );
+        let last = decide(&policy, 5, &told(10), 0, &mut Round::default());
+        assert!(matches!(last, Next::DeadLetter(Cause::AttemptsUsedUp, _)), "{last:?}");
+        // Decorrelated jitter grows from the last wait: after a pushback it starts from the base.
+        let decorrelated = Policy { jitter: Jitter::Decorrelated, ..policy };
+        let mut round = Round::default();
+        planned(decide(&decorrelated, 1, &told(900), 0, &mut round));
+        let Next::Retry(wait) = decide(&decorrelated, 2, &failed, 0, &mut round) else { panic!() };
+        assert_eq!(wait.high_ms, 300, "3 × the base, not 3 × the 900 ms pushback: {wait:?}");
     }
 
     #[test]

@@ -75,6 +75,21 @@ pub struct LoadBin {
     /// Retries shed from a full line in this bin to make room for first attempts.
     #[serde(skip_serializing_if = "is_zero")]
     pub retries_shed: u64,
+    /// Requests refused in this bin as they came, over the endpoint's adaptive concurrency
+    /// limit.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_by_limit: u64,
+    /// Requests refused in this bin as they came, by admission control's draw.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_by_admission: u64,
+    /// The endpoint's adaptive concurrency limit in this bin, as last noted in it (at an
+    /// arrival or a request's leaving); left out without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// The endpoint's line was served newest first at an arrival in this bin (LIFO, or
+    /// adaptive LIFO over a standing queue); left out when it was not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lifo: bool,
     /// Requests in this bin whose hint headers (`X-Request-Timeout-Ms`) did not parse: counted
     /// and ignored.
     #[serde(skip_serializing_if = "is_zero")]
@@ -110,6 +125,10 @@ impl Default for LoadBin {
             dropped_deadline: 0,
             timed_out_in_queue: 0,
             retries_shed: 0,
+            refused_by_limit: 0,
+            refused_by_admission: 0,
+            limit: None,
+            lifo: false,
             ignored_hints: 0,
         }
     }
@@ -118,7 +137,7 @@ impl Default for LoadBin {
 /// A bin as the lab holds it: the counts every busy bin has, in 32 bits each (a 10 s bin would
 /// need 400 million requests a second to overflow one; they saturate), and what few bins have
 /// (the protections' counts and levels, the defences' drops) apart, boxed, only when some is
-/// there. A `LoadBin` is 184 bytes and this 56: five minutes of fine bins, 3,000 of them, is
+/// there. A `LoadBin` is 216 bytes and this 56: five minutes of fine bins, 3,000 of them, is
 /// most of what a busy lab holds beside its events.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Bin {
@@ -145,6 +164,10 @@ struct Rare {
     dropped_deadline: u64,
     timed_out_in_queue: u64,
     retries_shed: u64,
+    refused_by_limit: u64,
+    refused_by_admission: u64,
+    limit: Option<u32>,
+    lifo: bool,
     ignored_hints: u64,
 }
 
@@ -186,6 +209,10 @@ impl Bin {
             dropped_deadline: rare.dropped_deadline,
             timed_out_in_queue: rare.timed_out_in_queue,
             retries_shed: rare.retries_shed,
+            refused_by_limit: rare.refused_by_limit,
+            refused_by_admission: rare.refused_by_admission,
+            limit: rare.limit,
+            lifo: rare.lifo,
             ignored_hints: rare.ignored_hints,
         }
     }
@@ -211,9 +238,16 @@ impl Bin {
         add(&mut self.offered, other.offered);
         add(&mut self.delivered, other.delivered);
         add(&mut self.refused, other.refused);
-        let rare_counts =
-            [other.dropped_deadline, other.timed_out_in_queue, other.retries_shed, other.ignored_hints];
-        if other.suppressed.is_empty() && other.levels.is_empty() && rare_counts == [0; 4] {
+        let rare_counts = [
+            other.dropped_deadline,
+            other.timed_out_in_queue,
+            other.retries_shed,
+            other.refused_by_limit,
+            other.refused_by_admission,
+            other.ignored_hints,
+        ];
+        let rare_marks = other.limit.is_some() || other.lifo;
+        if other.suppressed.is_empty() && other.levels.is_empty() && rare_counts == [0; 6] && !rare_marks {
             return;
         }
         let rare = self.rare();
@@ -225,6 +259,10 @@ impl Bin {
         rare.dropped_deadline += other.dropped_deadline;
         rare.timed_out_in_queue += other.timed_out_in_queue;
         rare.retries_shed += other.retries_shed;
+        rare.refused_by_limit += other.refused_by_limit;
+        rare.refused_by_admission += other.refused_by_admission;
+        rare.limit = other.limit.or(rare.limit);
+        rare.lifo |= other.lifo;
         rare.ignored_hints += other.ignored_hints;
     }
 }
@@ -235,6 +273,8 @@ pub enum DropCause {
     Deadline,
     TimedOutInQueue,
     RetryShed,
+    OverLimit,
+    Admission,
 }
 
 /// How a request that reached the downstream ended.
@@ -337,7 +377,19 @@ impl Load {
             DropCause::Deadline => rare.dropped_deadline += 1,
             DropCause::TimedOutInQueue => rare.timed_out_in_queue += 1,
             DropCause::RetryShed => rare.retries_shed += 1,
+            DropCause::OverLimit => rare.refused_by_limit += 1,
+            DropCause::Admission => rare.refused_by_admission += 1,
         }
+    }
+
+    /// The endpoint's line was served newest first at `now_ms`.
+    pub fn lifo(&mut self, now_ms: u64) {
+        self.bin(now_ms).rare().lifo = true;
+    }
+
+    /// The endpoint's adaptive limit at `now_ms`.
+    pub fn limit(&mut self, now_ms: u64, limit: u32) {
+        self.bin(now_ms).rare().limit = Some(limit);
     }
 
     /// A request's hint header did not parse and was ignored.
@@ -516,6 +568,10 @@ mod tests {
             dropped_deadline: 13,
             timed_out_in_queue: 14,
             retries_shed: 15,
+            refused_by_limit: 17,
+            refused_by_admission: 18,
+            limit: Some(19),
+            lifo: true,
             ignored_hints: 16,
         };
         assert_eq!(Bin::held(whole.clone()).shown(whole.t_ms), whole, "every field as stored");
@@ -523,6 +579,8 @@ mod tests {
         let held = Bin::held(plain.clone());
         assert!(held.rare.is_none(), "a bin with none of the rare counts holds no room for them");
         assert_eq!(held.shown(100), plain);
+        let limited = LoadBin { t_ms: 200, limit: Some(4), ..Default::default() };
+        assert_eq!(Bin::held(limited.clone()).shown(200), limited, "a limit alone is kept");
         let mut full = Bin::new(BIN_MS, 0);
         add(&mut full.requests, u64::MAX);
         add(&mut full.requests, 1);

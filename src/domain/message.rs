@@ -77,8 +77,8 @@ pub struct AttemptEnd {
 /// or unparseble, then it will be seen as the server asking the client not to retry at all."
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushback {
-    /// Retry after this many ms. The lab's client reads it but plans its waits as before: its
-    /// endpoint sends only `-1`.
+    /// Retry after this many ms: the lab's client waits exactly that, and its backoff starts
+    /// again after it (its own endpoint sends only `-1`).
     AfterMs(u32),
     /// Do not retry.
     DoNotRetry,

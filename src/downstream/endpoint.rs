@@ -39,6 +39,8 @@ pub struct LineView {
     pub in_work: u32,
     /// How many may hold a worker at once (the overloaded mode's); null without a limit.
     pub limit: Option<u32>,
+    /// The adaptive concurrency limit on requests in line and in work now; null with none.
+    pub adaptive_limit: Option<u32>,
     /// The line is served newest first now.
     pub lifo: bool,
 }
@@ -96,6 +98,12 @@ impl<W: Waiter> Endpoint<W> {
             ledger,
             ..Default::default()
         }
+        .retuned()
+    }
+
+    fn retuned(mut self) -> Self {
+        self.pipeline.retune(&self.stages);
+        self
     }
 
     pub fn view(&self) -> DownstreamView {
@@ -130,13 +138,30 @@ impl<W: Waiter> Endpoint<W> {
             waiting: self.pipeline.waiting(),
             in_work: self.pipeline.in_work(),
             limit: self.stages.limit.map(|Limit::Fixed(n)| n),
+            adaptive_limit: self.pipeline.adaptive_limit(),
             lifo: self.pipeline.lifo(&self.stages, now_ms),
         }
     }
 
-    /// The request with `key` has left the line and its work.
-    pub fn release(&mut self, key: &IdempotencyKey) {
-        self.pipeline.release(key.as_str());
+    /// The request with `key` has left the line and its work at `now_ms`; `gone` when its
+    /// client had given up.
+    pub fn release(&mut self, key: &IdempotencyKey, now_ms: u64, gone: bool) {
+        self.pipeline.release(key.as_str(), now_ms, gone);
+    }
+
+    /// A request admission control let through was answered at `now_ms`.
+    pub fn admission_answered(&mut self, now_ms: u64, success: bool) {
+        self.pipeline.admission_answered(&self.stages, now_ms, success);
+    }
+
+    /// Whether admission control is on.
+    pub fn admission_on(&self) -> bool {
+        self.stages.admission_control.is_some()
+    }
+
+    /// The adaptive concurrency limit now, if one is on.
+    pub fn adaptive_limit(&self) -> Option<u32> {
+        self.pipeline.adaptive_limit()
     }
 
     /// Puts new settings in force; a higher limit, or another mode, lets the line in front of
@@ -144,6 +169,7 @@ impl<W: Waiter> Endpoint<W> {
     pub fn apply(&mut self, settings: DownstreamSettings, now_ms: u64, rng: &mut impl Rng) -> Moved {
         self.settings = settings;
         self.stages = Stages::of(&settings);
+        self.pipeline.retune(&self.stages);
         self.pipeline.admit_waiting(&self.stages, now_ms, rng)
     }
 

@@ -5,9 +5,11 @@
 //! the same body gets the stored answer back, flagged as a replay; a repeat with another body is
 //! refused; a repeat while the first is still being processed is told to come back later.
 
+mod admission;
 mod capacity;
 mod endpoint;
 mod ledger;
+mod limit;
 mod pipeline;
 
 use rand::{Rng, RngExt};
@@ -15,9 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::invalid::Invalid;
 
+pub use admission::{Admission, AdmissionSettings};
 pub use capacity::Gcra;
 pub use endpoint::{Clock, Endpoint, KeyChanges, LineView, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use limit::{Adaptive, AimdSettings, Gradient2Settings, LimitSettings, Sample};
 pub use pipeline::{
     Codel, Discipline, Dropped, Hints, Limit, Line, Moved, Passage, Pipeline, Rate, Stages, Turn, Waiter,
     Work,
@@ -87,7 +91,7 @@ pub struct DownstreamSettings {
 
 /// The overloaded endpoint's defences, each a switch with its source's rule (see
 /// `pipeline.rs`). The default is none of them: a FIFO line that works every request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Defences {
     /// Drop, without doing it, a request whose client will have given up before its work
@@ -112,6 +116,13 @@ pub struct Defences {
     /// `X-Retry-Pushback-Ms: -1`, the lab's name for gRPC's `grpc-retry-pushback-ms`, whose
     /// negative value asks the client not to retry at all (gRFC A6, "Pushback").
     pub pushback: bool,
+    /// An adaptive limit on the requests in flight (in line and in work), Netflix's
+    /// concurrency-limits: `{"kind": "fixed"}` (none: the workers and the line alone),
+    /// `{"kind": "aimd", ...}` or `{"kind": "gradient2", ...}`; over it, 503 at once.
+    pub limit: LimitSettings,
+    /// Envoy's admission control: null (off), or its parameters (`{}` for Envoy's defaults, the
+    /// window scaled); refused requests get 503 at once.
+    pub admission: Option<AdmissionSettings>,
 }
 
 impl Default for Defences {
@@ -123,13 +134,19 @@ impl Default for Defences {
             codel_interval_ms: 500,
             retries_first: false,
             pushback: false,
+            limit: LimitSettings::Fixed,
+            admission: None,
         }
     }
 }
 
 impl Defences {
     fn any(&self) -> bool {
-        self.deadline || self.retries_first || self.queue != Discipline::Fifo
+        self.deadline
+            || self.retries_first
+            || self.queue != Discipline::Fifo
+            || self.limit != LimitSettings::Fixed
+            || self.admission.is_some()
     }
 }
 
@@ -249,6 +266,8 @@ impl DownstreamSettings {
             let field = match (d.deadline, d.retries_first) {
                 (true, _) => "defences.deadline",
                 (_, true) => "defences.retries_first",
+                _ if d.limit != LimitSettings::Fixed => "defences.limit",
+                _ if d.admission.is_some() => "defences.admission",
                 _ => "defences.queue",
             };
             return invalid(
@@ -267,6 +286,12 @@ impl DownstreamSettings {
                 "defences.codel_interval_ms",
                 format!("codel_interval_ms must be codel_target_ms to {MAX_LATENCY_MS}"),
             );
+        }
+        if let Some((name, detail)) = d.limit.invalid(MAX_CAPACITY + MAX_QUEUE) {
+            return invalid(&format!("defences.limit.{name}"), detail);
+        }
+        if let Some((name, detail)) = d.admission.and_then(|a| a.invalid()) {
+            return invalid(&format!("defences.admission.{name}"), detail);
         }
         if update.for_ms.is_some_and(|ms| !(1..=MAX_FOR_MS).contains(&ms)) {
             return invalid("for_ms", format!("for_ms must be 1 to {MAX_FOR_MS}"));

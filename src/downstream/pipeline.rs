@@ -6,12 +6,14 @@
 //! (`Stages::of`). It also keeps the keys in line or in work, so a repeat of a request that is
 //! still waiting is told so at once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use rand::{Rng, RngExt};
 
 use serde::{Deserialize, Serialize};
 
+use super::admission::{Admission, AdmissionSettings};
+use super::limit::{Adaptive, LimitSettings, Sample};
 use super::{DownstreamSettings, Gcra, Mode};
 
 /// What stands between a request and its work, as the endpoint's settings configure it.
@@ -21,6 +23,10 @@ pub struct Stages {
     pub admission: Option<Rate>,
     /// How many requests are worked at once (the overloaded mode's workers), or no limit.
     pub limit: Option<Limit>,
+    /// The adaptive limit on requests in flight (in line and in work) in front of them.
+    pub adaptive: LimitSettings,
+    /// Envoy's admission control in front of all of it, or none.
+    pub admission_control: Option<AdmissionSettings>,
     /// How many more wait for a worker, and in what order.
     pub line: Line,
     /// Drop, without doing it, work whose client will have given up before it could finish.
@@ -110,6 +116,8 @@ impl Stages {
         Stages {
             admission,
             limit,
+            adaptive: defences.limit,
+            admission_control: defences.admission,
             line: Line { size: settings.queue, discipline: defences.queue, codel },
             deadline: defences.deadline,
             retries_first: defences.retries_first,
@@ -143,6 +151,10 @@ pub enum Dropped {
     QueueTimeout,
     /// A retry, shed from a full line to make room for a first attempt.
     RetryShed,
+    /// Over the adaptive concurrency limit: refused as it came.
+    OverLimit,
+    /// Refused by admission control's draw, as it came.
+    Admission,
 }
 
 /// What a request waiting in line is told when it leaves the line.
@@ -221,6 +233,13 @@ pub struct Pipeline<W> {
     empty_at_ms: u64,
     /// Requests dropped from the line as another arrived, until `take_dropped`.
     dropped: Vec<(String, Dropped)>,
+    /// The adaptive limit's state, while the stages have one.
+    adaptive: Option<Adaptive>,
+    /// The requests the adaptive limit let on, by key: since when, and how many were in flight
+    /// as each came in (itself included).
+    flight: HashMap<String, (u64, u32)>,
+    /// Admission control's window of answers.
+    admission: Admission,
 }
 
 impl<W> Default for Pipeline<W> {
@@ -232,6 +251,9 @@ impl<W> Default for Pipeline<W> {
             keys: HashSet::new(),
             empty_at_ms: 0,
             dropped: Vec::new(),
+            adaptive: None,
+            flight: HashMap::new(),
+            admission: Admission::default(),
         }
     }
 }
@@ -254,34 +276,93 @@ impl<W: Waiter> Pipeline<W> {
             return Passage::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) };
         }
         let Some(limit) = stages.limit else { return Passage::Open };
+        // Admission control first, as an HTTP filter in front of the service.
+        if let Some(settings) = &stages.admission_control
+            && self.admission.refuses(settings, now_ms, rng.random_range(0..10_000))
+        {
+            return Passage::Dropped(Dropped::Admission);
+        }
         if self.keys.contains(key) {
             return Passage::Busy;
         }
         self.note_empty(now_ms);
+        // The adaptive limit comes first: over it, a request is refused before the line
+        // (`SimpleLimiter.tryAcquire` returning empty: 503 at once, and no sample).
+        let inflight = self.flight.len() as u32 + 1;
+        if self.adaptive.as_ref().is_some_and(|adaptive| inflight > adaptive.limit()) {
+            return Passage::Dropped(Dropped::OverLimit);
+        }
         let gives_up_ms = hints.timeout_ms.map(|ms| now_ms.saturating_add(ms));
         let retry = hints.previous_attempts.is_some_and(|n| n > 0);
-        if self.in_work < limit.workers() {
+        let passage = if self.in_work < limit.workers() {
             let work = stages.work(rng);
             if stages.deadline && too_late(now_ms, work, gives_up_ms) {
+                // Out of time as it came: the limit hears of a drop (`DEADLINE_EXCEEDED`).
+                let sample = Sample { rtt_ms: 0, inflight, dropped: true };
+                if let Some(adaptive) = &mut self.adaptive {
+                    adaptive.sample(sample);
+                }
                 return Passage::Dropped(Dropped::Deadline);
             }
             self.in_work += 1;
-            self.keys.insert(key.to_owned());
             Passage::Work(work)
-        } else if self.line.len() < stages.line.size as usize || self.shed_a_retry_for(stages, retry) {
+        } else if self.line.len() < stages.line.size as usize || self.shed_a_retry_for(stages, retry, now_ms)
+        {
             let (waiter, turn) = place();
             self.line.push_back(Place { waiter, key: key.to_owned(), since_ms: now_ms, gives_up_ms, retry });
-            self.keys.insert(key.to_owned());
             Passage::Queued(turn)
         } else {
-            Passage::Shed { retry_after_s: stages.retry_after_s }
+            // Refused before its handler: the limit hears nothing (`onIgnore`).
+            return Passage::Shed { retry_after_s: stages.retry_after_s };
+        };
+        self.keys.insert(key.to_owned());
+        if self.adaptive.is_some() {
+            self.flight.insert(key.to_owned(), (now_ms, inflight));
         }
+        passage
+    }
+
+    /// The settings changed: an adaptive limit other than the one kept starts afresh (the
+    /// requests already in flight stay counted); the fixed one drops it.
+    pub fn retune(&mut self, stages: &Stages) {
+        if !self.adaptive.as_ref().is_some_and(|adaptive| adaptive.follows(stages.adaptive)) {
+            self.adaptive = Adaptive::start(stages.adaptive);
+        }
+        if self.adaptive.is_none() {
+            self.flight.clear();
+        }
+        if stages.admission_control.is_none() {
+            self.admission = Admission::default();
+        }
+    }
+
+    /// A request admission control let through was answered at `now_ms` (`success`: under
+    /// 500); counted while admission control is on.
+    pub fn admission_answered(&mut self, stages: &Stages, now_ms: u64, success: bool) {
+        if stages.admission_control.is_some() {
+            self.admission.record(now_ms, success);
+        }
+    }
+
+    /// The request with `key` is out of flight at `now_ms`: the adaptive limit takes its
+    /// sample (`dropped` when its client gave up or it ran out of time).
+    fn landed(&mut self, key: &str, now_ms: u64, dropped: bool) {
+        if let Some((since_ms, inflight)) = self.flight.remove(key)
+            && let Some(adaptive) = &mut self.adaptive
+        {
+            adaptive.sample(Sample { rtt_ms: now_ms.saturating_sub(since_ms), inflight, dropped });
+        }
+    }
+
+    /// The adaptive limit now, if there is one.
+    pub fn adaptive_limit(&self) -> Option<u32> {
+        self.adaptive.as_ref().map(Adaptive::limit)
     }
 
     /// Retry-aware shedding: with the line full, a first attempt takes the place of the newest
     /// retry waiting, which is answered 503 at once. The client marks its retries as gRPC's do
     /// (gRFC A6, `grpc-previous-rpc-attempts`); a request that says nothing counts as a first.
-    fn shed_a_retry_for(&mut self, stages: &Stages, retry: bool) -> bool {
+    fn shed_a_retry_for(&mut self, stages: &Stages, retry: bool, now_ms: u64) -> bool {
         if !stages.retries_first || retry {
             return false;
         }
@@ -289,6 +370,8 @@ impl<W: Waiter> Pipeline<W> {
         let Place { waiter, key, .. } = self.line.remove(at).expect("found");
         waiter.hand_over(Turn::Dropped(Dropped::RetryShed));
         self.keys.remove(&key);
+        // Answered 503 by the endpoint: a sample like any answer's (`onSuccess`).
+        self.landed(&key, now_ms, false);
         self.dropped.push((key, Dropped::RetryShed));
         true
     }
@@ -321,9 +404,11 @@ impl<W: Waiter> Pipeline<W> {
         moved
     }
 
-    /// The request with `key` is out of line and work for good: a repeat may come in.
-    pub fn release(&mut self, key: &str) {
+    /// The request with `key` is out of line and work for good at `now_ms`: a repeat may come
+    /// in; `gone` when its client had given up before its answer.
+    pub fn release(&mut self, key: &str, now_ms: u64, gone: bool) {
         self.keys.remove(key);
+        self.landed(key, now_ms, gone);
     }
 
     /// Hands a worker to the next request in line that still waits and may still be worked,
@@ -357,11 +442,20 @@ impl<W: Waiter> Pipeline<W> {
             };
             let handed = match dropped {
                 Some(why) => {
-                    waiter.hand_over(Turn::Dropped(why));
+                    let waited = waiter.hand_over(Turn::Dropped(why));
                     moved.dropped.push((key.clone(), why));
+                    // A deadline drop, or a client gone, is a drop; CoDel's 503 an answer.
+                    self.landed(&key, now_ms, why == Dropped::Deadline || !waited);
                     false
                 }
-                None => waiter.hand_over(Turn::Work(work)),
+                None => {
+                    let waited = waiter.hand_over(Turn::Work(work));
+                    if !waited {
+                        // Its client hung up while it waited (`onCancel`).
+                        self.landed(&key, now_ms, true);
+                    }
+                    waited
+                }
             };
             if handed {
                 return true;
@@ -416,7 +510,7 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
-    use crate::downstream::Defences;
+    use crate::downstream::{AimdSettings, Defences, LimitSettings};
 
     /// A place in line that records the turn it was told; one that stopped waiting refuses.
     struct Place(Rc<Cell<Option<Turn>>>, bool);
@@ -486,7 +580,7 @@ mod tests {
         assert!(gone.get().is_none() && worked(&second), "one that stopped waiting is passed over");
         let again = pipe.pass(&stages, plain("d"), 20, &mut rng, place(true));
         assert!(matches!(again, Passage::Queued(_)), "the key of one that stopped waiting is free again");
-        pipe.release("a");
+        pipe.release("a", 20, false);
         let again = pipe.pass(&stages, plain("a"), 20, &mut rng, place(true));
         assert!(matches!(again, Passage::Queued(_)), "a released key comes in as new");
     }
@@ -676,5 +770,42 @@ mod tests {
         }
         let off = plain_pipe.pass(&fifo, ("d", hints(0)), 0, &mut rng, place(true));
         assert!(matches!(off, Passage::Shed { .. }), "off, a full line sheds whoever comes");
+    }
+
+    #[test]
+    fn the_adaptive_limit_refuses_over_it_at_once_and_learns_as_requests_leave() {
+        let mut rng = StdRng::seed_from_u64(12);
+        let aimd = AimdSettings { initial_limit: 2, min_limit: 2, max_limit: 4, ..Default::default() };
+        let stages = defended(1, 10, Defences { limit: LimitSettings::Aimd(aimd), ..Default::default() });
+        let mut pipe = Pipeline::default();
+        pipe.retune(&stages);
+        assert!(matches!(pipe.pass(&stages, plain("a"), 0, &mut rng, place(true)), Passage::Work(_)));
+        let Passage::Queued(b) = pipe.pass(&stages, plain("b"), 0, &mut rng, place(true)) else { panic!() };
+        let over = pipe.pass(&stages, plain("c"), 0, &mut rng, place(true));
+        assert!(
+            matches!(over, Passage::Dropped(Dropped::OverLimit)),
+            "a third in flight is over 2: {over:?}"
+        );
+        assert_eq!(pipe.waiting(), 1, "refused before the line");
+        // "a" is answered after 150 ms with 1 in flight as it came: 1 × 2 >= 2, the limit grows.
+        assert_eq!(pipe.leave(&stages, 150, &mut rng).handed, 1);
+        assert!(worked(&b));
+        pipe.release("a", 150, false);
+        assert_eq!(pipe.adaptive_limit(), Some(3));
+        let Passage::Queued(c) = pipe.pass(&stages, plain("c"), 160, &mut rng, place(false)) else {
+            panic!()
+        };
+        let Passage::Queued(_) = pipe.pass(&stages, plain("d"), 160, &mut rng, place(true)) else { panic!() };
+        assert!(matches!(pipe.pass(&stages, plain("e"), 160, &mut rng, place(true)), Passage::Dropped(_)));
+        pipe.release("b", 1_000, false);
+        assert_eq!(pipe.adaptive_limit(), Some(4), "1 s in flight is not over the timeout: 2 × 2 >= 3, + 1");
+        assert_eq!(pipe.leave(&stages, 1_300, &mut rng).handed, 1);
+        assert_eq!(c.get(), None);
+        assert_eq!(pipe.adaptive_limit(), Some(3), "a client gone is a drop: 4 × 0.9");
+        pipe.release("d", 2_400, false);
+        assert_eq!(pipe.adaptive_limit(), Some(2), "2,240 ms in flight is over the 1 s timeout");
+        let fixed = defended(1, 10, Defences::default());
+        pipe.retune(&fixed);
+        assert_eq!(pipe.adaptive_limit(), None);
     }
 }

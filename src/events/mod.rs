@@ -26,6 +26,9 @@ pub const RESTART_GAP: u64 = 1 << 32;
 /// One change in a lab, as the page and other subscribers receive it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+// The downstream's settings (with the endpoint's defences) are the large variant; events are
+// built one at a time and sent on, so the size is not worth a box at every use.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     MessagesCreated {
         messages: Vec<Message>,

@@ -47,6 +47,8 @@ pub struct Said {
 pub struct Arrival {
     pub arrived_t_ms: u64,
     pub passage: Passage,
+    /// Admission control let it through: its answer goes in admission control's window.
+    pub judged: bool,
     pub ticket: Option<Ticket>,
 }
 
@@ -85,6 +87,13 @@ impl Lab {
             record.load.ignored_hint(now);
         }
         let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
+        let judged = endpoint.admission_on() && !matches!(passage, Passage::Dropped(Dropped::Admission));
+        if let Some(limit) = endpoint.adaptive_limit() {
+            record.load.limit(now, limit);
+        }
+        if endpoint.line_view(now).lifo {
+            record.load.lifo(now);
+        }
         let refused = match passage {
             Passage::Dropped(why) => {
                 record.load.dropped(now, cause(why));
@@ -133,21 +142,27 @@ impl Lab {
                 self.publish(&mut state, &event, now);
             }
         }
-        Arrival { arrived_t_ms: arrived, passage, ticket }
+        Arrival { arrived_t_ms: arrived, passage, ticket, judged }
     }
 
     /// How the request counted in bin `arrived_t_ms` was answered; `working` when it was let
-    /// straight on (its work ends here too); an outside caller's request kept at its ticket
-    /// ends with it.
+    /// straight on (its work ends here too); `judged` when admission control let it through
+    /// (its answer counts there: a success under 500, a client gone a failure); an outside
+    /// caller's request kept at its ticket ends with it.
     pub fn downstream_done(
         &self,
         arrived_t_ms: u64,
-        (answer, working): (Answer, bool),
+        (answer, working, judged): (Answer, bool, bool),
         kept: Option<(Ticket, Ending)>,
     ) {
         let mut state = self.lock();
         if working {
             state.record.load.work_finished();
+        }
+        if judged {
+            let now = self.now_ms();
+            let success = matches!(answer, Answer::Status(status) if status < 500);
+            state.endpoint.admission_answered(now, success);
         }
         state.record.load.answer(arrived_t_ms, answer);
         if let Some((ticket, ending)) = kept {
@@ -182,8 +197,11 @@ impl Lab {
     pub fn downstream_work_done(&self, key: &IdempotencyKey, wasted: bool) {
         let now = self.now_ms();
         let mut state = self.lock();
-        state.endpoint.release(key);
+        state.endpoint.release(key, now, wasted);
         state.record.load.work_finished();
+        if let Some(limit) = state.endpoint.adaptive_limit() {
+            state.record.load.limit(now, limit);
+        }
         if wasted {
             state.record.load.wasted(now);
         }
@@ -374,6 +392,8 @@ pub(super) fn dropped_detail(why: Dropped) -> &'static str {
         Dropped::Deadline => "dropped: its client would have given up before the work finished",
         Dropped::QueueTimeout => "dropped: waited in line longer than CoDel allows",
         Dropped::RetryShed => "shed: a retry, to make room in line for a first attempt",
+        Dropped::OverLimit => "refused: over the adaptive concurrency limit",
+        Dropped::Admission => "refused by admission control",
     }
 }
 
@@ -383,5 +403,7 @@ fn cause(why: Dropped) -> DropCause {
         Dropped::Deadline => DropCause::Deadline,
         Dropped::QueueTimeout => DropCause::TimedOutInQueue,
         Dropped::RetryShed => DropCause::RetryShed,
+        Dropped::OverLimit => DropCause::OverLimit,
+        Dropped::Admission => DropCause::Admission,
     }
 }

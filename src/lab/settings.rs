@@ -4,7 +4,9 @@
 
 use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
-use crate::downstream::{Discipline, DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
+use crate::downstream::{
+    Discipline, DownstreamSettings, DownstreamUpdate, DownstreamView, LimitSettings, Mode, Revert,
+};
 use crate::events::Event;
 use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
@@ -209,6 +211,19 @@ fn describe(settings: &DownstreamSettings) -> String {
                 Discipline::Codel => {
                     defences.push(format!("CoDel {} ms / {} ms", d.codel_target_ms, d.codel_interval_ms))
                 }
+            }
+            match d.limit {
+                LimitSettings::Fixed => {}
+                LimitSettings::Aimd(a) => {
+                    defences.push(format!("AIMD limit {}-{}", a.min_limit, a.max_limit))
+                }
+                LimitSettings::Gradient2(g) => {
+                    defences.push(format!("Gradient2 limit {}-{}", g.min_limit, g.max_limit))
+                }
+            }
+            if let Some(a) = d.admission {
+                defences
+                    .push(format!("admission control under {} % success", (a.sr_threshold * 100.0).round()));
             }
             let defended = match defences.is_empty() {
                 true => String::new(),

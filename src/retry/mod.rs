@@ -79,6 +79,8 @@ pub enum WaitReason {
     Backoff,
     /// The server's `Retry-After` was longer than the jittered backoff and set the floor.
     RetryAfter,
+    /// The server's pushback named the wait (gRFC A6: a pushback of 0 ms or more).
+    Pushback,
 }
 
 /// The plan for one pause between attempts, with every number that went into it.

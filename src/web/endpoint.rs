@@ -74,13 +74,14 @@ pub async fn downstream(
         Err(refused) => return Err(kept_refusal(&lab, caller.as_ref(), &headers, refused)),
     };
     let from = caller.as_ref().map(|caller| (caller, digest.to_string()));
-    let Arrival { arrived_t_ms: arrived, passage, ticket } = lab.downstream_admit(&key, said(&headers), from);
+    let Arrival { arrived_t_ms: arrived, passage, ticket, judged } =
+        lab.downstream_admit(&key, said(&headers), from);
     if let Passage::Busy = passage {
         // Counted, answered and kept as it arrived: a repeat of a request still in line or in work.
         return Err(in_flight());
     }
     let working = matches!(passage, Passage::Open);
-    let visit = Visit { lab: lab.clone(), arrived, working, answered: false, ticket };
+    let visit = Visit { lab: lab.clone(), arrived, working, judged, answered: false, ticket };
     let served = lab.downstream_serve(key, (digest, caller.is_some()), passage).await;
     // Answered as a response here, so what was sent (its `Retry-After`) can be kept.
     let response = match served {
@@ -247,6 +248,14 @@ fn refusal(refused: Refusal) -> AppError {
                     "shed: a retry (X-Previous-Attempts), to make room in a full line for a first attempt; nothing \
                      was applied"
                 }
+                Dropped::Admission => {
+                    "refused by admission control: too few recent requests succeeded (Envoy's admission control \
+                     filter); nothing was applied"
+                }
+                Dropped::OverLimit => {
+                    "refused: more requests in flight than the adaptive concurrency limit allows; nothing was \
+                     applied"
+                }
             }
             .into(),
         },
@@ -311,6 +320,8 @@ struct Visit {
     arrived: u64,
     /// Let straight on: counted in process until it is answered.
     working: bool,
+    /// Admission control let it through: its answer counts there.
+    judged: bool,
     answered: bool,
     /// Where an outside caller's request is kept.
     ticket: Option<Ticket>,
@@ -328,7 +339,7 @@ impl Visit {
                 .and_then(|v| v.trim().parse().ok());
             (ticket, Ending::Answered { status, retry_after_s })
         });
-        self.lab.downstream_done(self.arrived, (Answer::Status(status), self.working), kept);
+        self.lab.downstream_done(self.arrived, (Answer::Status(status), self.working, self.judged), kept);
     }
 }
 
@@ -336,7 +347,7 @@ impl Drop for Visit {
     fn drop(&mut self) {
         if !self.answered {
             let kept = self.ticket.take().map(|ticket| (ticket, Ending::HungUp));
-            self.lab.downstream_done(self.arrived, (Answer::TimedOut, self.working), kept);
+            self.lab.downstream_done(self.arrived, (Answer::TimedOut, self.working, self.judged), kept);
         }
     }
 }

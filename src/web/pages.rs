@@ -156,6 +156,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("legend.js", JS, include_str!("../../static/legend.js")),
     ("goodput-chart.js", JS, include_str!("../../static/goodput-chart.js")),
     ("protection-lane.js", JS, include_str!("../../static/protection-lane.js")),
+    ("defence-lane.js", JS, include_str!("../../static/defence-lane.js")),
     ("story.json", "application/json", include_str!("../../static/story.json")),
     ("snippets.json", "application/json", include_str!("../../static/snippets.json")),
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),

@@ -907,7 +907,7 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     let snapshot = server.snapshot(&lab).await;
     assert_eq!(
         snapshot["downstream"]["defences"],
-        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false, "pushback": false})
+        json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false, "pushback": false, "limit": {"kind": "fixed"}, "admission": null})
     );
     let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
     assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 500 ms"), "{flag}");
@@ -944,5 +944,34 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
         "(f => !window.beforeReload && f?.elements.namedItem('pushback').checked)(document.getElementById('params-form'))",
     )
     .await;
+    // An adaptive limit and admission control: the form names the kind and turns the filter on;
+    // a limit's parameters set through the API stay while its kind does.
+    server
+        .put(&lab, "downstream", r#"{"defences": {"limit": {"kind": "gradient2", "max_limit": 30}}}"#)
+        .await;
+    wait_for(
+        &page,
+        "the form to show the Gradient2 limit",
+        "document.getElementById('params-form').elements.namedItem('limit_kind').value === 'gradient2'",
+    )
+    .await;
+    let script = "(() => { const f = document.getElementById('params-form');
+        f.closest('details').open = true;
+        f.elements.namedItem('admission').checked = true;
+        f.elements.namedItem('admission').dispatchEvent(new Event('input', { bubbles: true }));
+        return true; })()";
+    page.eval(script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
+    wait_for(
+        &page,
+        "the page to say admission control is on",
+        "document.querySelector('[data-mode-now-what]').textContent.includes('refuses at random as fewer than 95 % of recent requests succeed')",
+    )
+    .await;
+    let said = page.eval("document.querySelector('[data-mode-now-what]').textContent").await.unwrap();
+    assert!(said.as_str().unwrap().contains("refuses past a Gradient2 limit of 2-30 in flight"), "{said}");
+    let defences = server.snapshot(&lab).await["downstream"]["defences"].clone();
+    assert_eq!(defences["limit"]["max_limit"], 30, "{defences}");
+    assert_eq!(defences["admission"]["sr_threshold"], 0.95, "{defences}");
     assert_no_console_errors(&page);
 }

@@ -5,11 +5,17 @@
 
 use super::*;
 
+/// The figure `which` of `kind`'s row in the lane whose rows are `data-{lane}`, as the page
+/// shows it.
+fn lane_figure(lane: &str, kind: &str, which: &str) -> String {
+    format!(
+        "document.querySelector('[data-{lane}=\"{kind}\"] [data-{lane}-figure=\"{which}\"]')?.textContent"
+    )
+}
+
 /// The figure `which` of `kind`'s row, as the page shows it.
 fn figure(kind: &str, which: &str) -> String {
-    format!(
-        "document.querySelector('[data-protection=\"{kind}\"] [data-protection-figure=\"{which}\"]')?.textContent"
-    )
+    lane_figure("protection", kind, which)
 }
 
 /// 60 messages at once under `policy` against an endpoint failing half its requests, the page
@@ -100,5 +106,50 @@ async fn each_listed_kinds_row_counts_what_the_api_says_it_stopped() {
             .unwrap();
         assert_eq!(bars, json!(seconds.len()), "{kind}: a bar for each second it stopped something");
     }
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_defence_lane_shows_what_the_endpoints_defences_refused_and_the_limit_as_the_api_does() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    let empty = page.eval("document.querySelector('[data-defence-empty]').hidden").await.unwrap();
+    assert_eq!(empty, json!(false), "a lab without defences says none acted");
+    // One worker, a line of 10, and an AIMD limit held at 2 in flight: a burst of 30 is mostly
+    // refused by the limit as it comes.
+    let downstream = r#"{"mode": "overloaded", "capacity": 1, "queue": 10, "latency_ms": [50, 50],
+        "defences": {"limit": {"kind": "aimd", "initial_limit": 2, "min_limit": 2, "max_limit": 2}}}"#;
+    server.put(&lab, "downstream", downstream).await;
+    server.put(&lab, "policy", r#"{"seed": 5, "max_attempts": 2, "base_ms": 100}"#).await;
+    server.burst(&lab, 30).await;
+    let settled = |s: &Value| {
+        s["counters"]["delivered"].as_u64().unwrap() + s["counters"]["dead_letter"].as_u64().unwrap() == 30
+    };
+    let snapshot = super::load_history::wait_snapshot(&server, &lab, settled).await;
+    assert!(settled(&snapshot), "the burst settles: {}", snapshot["counters"]);
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let refused: u64 = bins.iter().filter_map(|b| b["refused_by_limit"].as_u64()).sum();
+    assert!(refused > 0, "30 at once against a limit of 2: some are refused");
+    let limit = bins.iter().rev().find_map(|b| b["limit"].as_u64()).expect("the limit noted");
+    assert_eq!(limit, 2);
+    let shown = format!(
+        "{} === '{refused}' && {} === '{limit}'",
+        lane_figure("defence", "limit", "stopped"),
+        lane_figure("defence", "limit", "level")
+    );
+    wait_for(&page, &format!("the defence lane to show {refused} refused and the limit {limit}"), &shown)
+        .await;
+    let bars = page
+        .eval("document.querySelectorAll('[data-defence=\"limit\"] .protection-stopped').length")
+        .await
+        .unwrap();
+    assert!(bars.as_u64().unwrap() >= 1, "the refusals are drawn: {bars}");
+    let line =
+        page.eval("!!document.querySelector('[data-defence=\"limit\"] .protection-level')").await.unwrap();
+    assert_eq!(line, json!(true), "the limit is drawn");
+    let others = page.eval("document.querySelectorAll('[data-defence]').length").await.unwrap();
+    assert_eq!(others, json!(1), "only the limit acted");
     assert_no_console_errors(&page);
 }

@@ -567,7 +567,10 @@ mod tests {
             ("policy.protections[2].retry_cost", "retry_cost must be 1 to 10")
         );
         let unknown = field(r#"{"kind": "aws_standard_2026", "timeout_retry_cost": 10}"#);
-        assert_eq!(unknown.field, "policy.protections[2].timeout_retry_cost", "not a parameter of the 2026 mode");
+        assert_eq!(
+            unknown.field, "policy.protections[2].timeout_retry_cost",
+            "not a parameter of the 2026 mode"
+        );
         assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
         assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
         assert_eq!(field("3").field, "policy.protections[2]");
