@@ -3,7 +3,7 @@
 //! It also tells screen-reader users how the counts moved, in a summary every few seconds
 //! rather than on each of the thousands of changes a burst brings.
 
-import { emptyModel, labNow, mergeChanges, noChanges } from './model.js';
+import { breakerHistory, emptyModel, labNow, mergeChanges, noChanges } from './model.js';
 import { connect } from './stream.js';
 import { createControls, say } from './controls.js';
 import { createTimeline } from './timeline.js';
@@ -85,7 +85,9 @@ setInterval(() => {
   claims.tick();
   legend.tick();
   if (model.counters) goodput.render([...model.load.bins.values()], model.load.binMs, labNow(model));
-  if (model.counters) protectionLane.render(model.load.bins.values(), labNow(model));
+  // The circuit breaker is known by its changes, not by the bins: it comes as a history.
+  const histories = [breakerHistory(model)].filter(Boolean);
+  if (model.counters) protectionLane.render(model.load.bins.values(), labNow(model), histories);
   if (model.counters) defenceLane.render(model.load.bins.values(), labNow(model));
 }, 500);
 const callers = createCallers(document.getElementById('callers'), lab, model);

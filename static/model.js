@@ -349,6 +349,26 @@ function deadLetterOfKey(model, key) {
   return model.deadLetters.get(model.idByKey.get(key)) ?? null;
 }
 
+/**
+ * The policy's circuit breakers as the protection lane draws a protection known by its changes
+ * (protection-lane.js): how many were open after each change (with several clients, their
+ * shared counts; with one, its own states), how many are open now, of how many clients. Null
+ * with no breaker in the policy and none in the history. Many clients without a breaker have
+ * their breakers called "off", as the timeline's band does, not "0 of 10 open".
+ */
+export function breakerHistory(model) {
+  const { count, breakers } = model.clients;
+  const several = count > 1;
+  const changes = several ? model.clients.changes : model.breaker.changes;
+  const levelOf = several ? (c) => c.open : (c) => Number(c.state === 'open');
+  const on = model.policy?.breaker != null;
+  if (!on && changes.length === 0) return null;
+  const open = several ? breakers.open : Number(model.breaker.state === 'open');
+  const halfOpen = several ? breakers.half_open > 0 : model.breaker.state === 'half_open';
+  const figure = on || open > 0 || halfOpen ? `${open} of ${count} open` : 'off';
+  return { kind: 'breaker', changes, levelOf, level: open, ceiling: count, figure };
+}
+
 /** The timeline row with id `id`: a message of the lab's own, or (negative id) an outside one. */
 export function rowOf(model, id) {
   return id < 0 ? model.outside.rows.get(id) : model.messages.get(id);

@@ -1,7 +1,8 @@
 //! The protection lane draws what each protection reports in the load bins, by its kind, with
-//! no code of its own for any kind: a token bucket's level and the retries it stopped, and two
-//! kinds listed at once (gRPC's throttling, the AWS 2026 quota) each in its own row, as the
-//! API gives them.
+//! no code of its own for any kind: a token bucket's level and the retries it stopped, the
+//! policy's retry budget likewise, two kinds listed at once (gRPC's throttling, the AWS 2026
+//! quota) each in its own row, and the circuit breaker's open count over time and its
+//! refusals, as the API gives them.
 
 use super::*;
 
@@ -69,6 +70,42 @@ async fn the_protection_lane_shows_each_protections_level_and_what_it_stopped_as
         page.eval("document.querySelector('[data-protection-empty]').hidden").await.unwrap(),
         json!(true)
     );
+    assert_no_console_errors(&page);
+}
+
+/// The policy's own retry budget is a protection like the listed ones: its row shows the
+/// retries left in its window (`levels.retry_budget`) and the retries it refused
+/// (`suppressed.retry_budget`), as the API's bins give them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_budgets_row_shows_the_retries_left_and_those_it_refused_as_the_api_does() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    // 60 first attempts allow 6 retries in the window, and no floor: most retries are refused.
+    let policy = r#"{"seed": 5, "retry_budget": {"ratio": 0.1, "min_per_s": 0}}"#;
+    let snapshot = half_failing_burst(&page, &server, &lab, policy).await;
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let refused: u64 = bins.iter().filter_map(|b| b["suppressed"]["retry_budget"].as_u64()).sum();
+    assert!(refused > 0, "60 at once, half failing, 6 retries allowed: some are refused");
+    let left = bins.iter().rev().find_map(|b| b["levels"]["retry_budget"].as_f64()).expect("a level noted");
+    let left = if left.fract() == 0.0 { format!("{left}") } else { format!("{left:.1}") };
+    let shown = format!(
+        "{} === '{refused}' && {} === '{left}'",
+        figure("retry_budget", "stopped"),
+        figure("retry_budget", "level")
+    );
+    wait_for(&page, &format!("the budget's row to show {refused} refused and {left} left"), &shown).await;
+    let bars = page
+        .eval("document.querySelectorAll('[data-protection=\"retry_budget\"] .protection-stopped').length")
+        .await
+        .unwrap();
+    assert!(bars.as_u64().unwrap() >= 1, "the refused retries are drawn: {bars}");
+    let line = page
+        .eval("!!document.querySelector('[data-protection=\"retry_budget\"] .protection-level')")
+        .await
+        .unwrap();
+    assert_eq!(line, json!(true), "the retries left are drawn");
     assert_no_console_errors(&page);
 }
 
@@ -151,5 +188,143 @@ async fn the_defence_lane_shows_what_the_endpoints_defences_refused_and_the_limi
     assert_eq!(line, json!(true), "the limit is drawn");
     let others = page.eval("document.querySelectorAll('[data-defence]').length").await.unwrap();
     assert_eq!(others, json!(1), "only the limit acted");
+    assert_no_console_errors(&page);
+}
+
+/// The policy's circuit breaker after each change, from the snapshot, as (ms of lab time, how
+/// many clients' breakers are open): the clients' shared history with several clients, the one
+/// breaker's own with one.
+fn open_history(snapshot: &Value) -> Vec<(u64, u64)> {
+    let clients = &snapshot["clients"];
+    if clients["count"].as_u64().unwrap() > 1 {
+        let changes = clients["changes"].as_array().unwrap();
+        changes.iter().map(|c| (c["at_ms"].as_u64().unwrap(), c["open"].as_u64().unwrap())).collect()
+    } else {
+        let changes = snapshot["breaker"]["changes"].as_array().unwrap();
+        let open = |c: &Value| u64::from(c["state"] == "open");
+        changes.iter().map(|c| (c["at_ms"].as_u64().unwrap(), open(c))).collect()
+    }
+}
+
+/// The most breakers open at any moment of each second from `from_s`, `seconds` of them; None
+/// before the first change.
+fn most_open_per_second(history: &[(u64, u64)], from_s: u64, seconds: usize) -> Vec<Option<u64>> {
+    (from_s..from_s + seconds as u64)
+        .map(|s| {
+            let held = history.iter().rev().find(|(at, _)| *at < s * 1000).map(|(_, open)| *open);
+            let within = history.iter().filter(|(at, _)| *at / 1000 == s).map(|(_, open)| *open);
+            held.into_iter().chain(within).max()
+        })
+        .collect()
+}
+
+/// Waits until the breaker's row shows what the snapshot says: its open count now (of the
+/// clients), everything refused, and the most open per second; returns the seconds' counts.
+async fn wait_breaker_row(page: &cdp::Page, snapshot: &Value) -> Vec<Option<u64>> {
+    let count = snapshot["clients"]["count"].as_u64().unwrap();
+    let open_now = match count {
+        1 => u64::from(snapshot["breaker"]["state"] == "open"),
+        _ => snapshot["clients"]["breakers"]["open"].as_u64().unwrap(),
+    };
+    let bins = snapshot["load"]["bins"].as_array().unwrap();
+    let refused: u64 = bins.iter().filter_map(|b| b["suppressed"]["breaker"].as_u64()).sum();
+    let history = open_history(snapshot);
+    let row = "document.querySelector('[data-protection=\"breaker\"]')";
+    let read = format!(
+        "(r => r && [Number(r.dataset.fromS), r.dataset.levels, {}, {}])({row})",
+        figure("breaker", "level"),
+        figure("breaker", "stopped")
+    );
+    let figures = json!([format!("{open_now} of {count} open"), refused.to_string()]);
+    let start = std::time::Instant::now();
+    loop {
+        let shown = page.eval(&read).await.unwrap();
+        // What the row draws per second, and what the snapshot's history says of those seconds.
+        let (levels, wanted) = match shown.as_array() {
+            Some(shown) => {
+                let levels = shown[1].as_str().unwrap_or_default().split(',').map(|l| l.parse().ok());
+                let levels: Vec<Option<u64>> = levels.collect();
+                let wanted = most_open_per_second(&history, shown[0].as_u64().unwrap_or(0), levels.len());
+                (levels, wanted)
+            }
+            None => (vec![], vec![None]),
+        };
+        if levels == wanted
+            && shown.as_array().and_then(|s| s.get(2..4)) == figures.as_array().map(|f| &f[..])
+        {
+            return wanted;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the breaker's row shows {shown} (per second {levels:?}), the API says {figures} and {wanted:?} from {history:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protection_lane_shows_how_many_breakers_were_open_each_second_and_their_refusals_as_the_api_does()
+ {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    let policy = r#"{"clients": 10, "max_attempts": 1, "breaker": {"failure_threshold": 2, "open_ms": 60000, "half_open_probes": 1}}"#;
+    server.put(&lab, "policy", policy).await;
+    server.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    // One attempt each: ten messages fail once on every client, two more open two breakers; a
+    // second later ten more are refused by those two and open the other eight, and ten more
+    // are all refused.
+    server.burst(&lab, 10).await;
+    wait_counter(&page, "dead_letter", 10).await;
+    server.burst(&lab, 2).await;
+    wait_counter(&page, "dead_letter", 12).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    for settled in [22, 32] {
+        server.burst(&lab, 10).await;
+        wait_counter(&page, "dead_letter", settled).await;
+    }
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["clients"]["breakers"], json!({"closed": 0, "open": 10, "half_open": 0}));
+    let refused: u64 = snapshot["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["suppressed"]["breaker"].as_u64())
+        .sum();
+    assert_eq!(refused, 12, "two refused in the third burst, ten in the fourth");
+    let seconds = wait_breaker_row(&page, &snapshot).await;
+    assert!(seconds.contains(&Some(2)) && seconds.contains(&Some(10)), "2 open, then 10: {seconds:?}");
+    let bars = page
+        .eval("document.querySelectorAll('[data-protection=\"breaker\"] .protection-stopped').length")
+        .await;
+    assert!(bars.unwrap().as_u64().unwrap() >= 1, "the refusals are drawn");
+    let line = page.eval("!!document.querySelector('[data-protection=\"breaker\"] .protection-level')").await;
+    assert_eq!(line.unwrap(), json!(true), "the open count is drawn");
+    assert_no_console_errors(&page);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_client_the_breakers_row_follows_its_own_changes() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    let policy = r#"{"max_attempts": 1, "breaker": {"failure_threshold": 2, "open_ms": 60000, "half_open_probes": 1}}"#;
+    server.put(&lab, "policy", policy).await;
+    server.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    let row = wait_for(
+        &page,
+        "a closed breaker's row",
+        &format!("{} === '0 of 1 open' && {}", figure("breaker", "level"), figure("breaker", "stopped")),
+    )
+    .await;
+    assert_eq!(row, "0", "a breaker in the policy has its row before it refuses anything");
+    server.burst(&lab, 5).await;
+    wait_counter(&page, "dead_letter", 5).await;
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["breaker"]["state"], "open");
+    let seconds = wait_breaker_row(&page, &snapshot).await;
+    assert!(seconds.contains(&Some(1)), "the open breaker is drawn: {seconds:?}");
     assert_no_console_errors(&page);
 }
