@@ -698,15 +698,17 @@ async fn steady_traffic_from_the_page_runs_and_the_timeline_follows_the_newest()
         "(sc => sc.scrollTop > sc.getBoundingClientRect().height)(document.querySelector('#timeline .tl-scroll'))",
     )
     .await;
-    let lines = page
-        .eval(
-            "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
-             const box = el => { const r = el.getBoundingClientRect(); return [r.top, r.bottom]; }; \
-             return { view: [view.top, view.bottom], scrolled: sc.scrollTop, now: box(sc.querySelector('.tl-now')), \
-                      grid: [...sc.querySelectorAll('.tl-gridline')].map(box) }; })()",
-        )
-        .await
-        .unwrap();
+    // The "now" line is drawn while anything runs: read the lines at a moment when it is.
+    let lines = wait_for(
+        &page,
+        "the lines read while the now line is drawn",
+        "(() => { const sc = document.querySelector('#timeline .tl-scroll'); const view = sc.getBoundingClientRect(); \
+         const box = el => { const r = el.getBoundingClientRect(); return [r.top, r.bottom]; }; \
+         const now = sc.querySelector('.tl-now'); if (now.getBoundingClientRect().height === 0) return null; \
+         return { view: [view.top, view.bottom], scrolled: sc.scrollTop, now: box(now), \
+                  grid: [...sc.querySelectorAll('.tl-gridline')].map(box) }; })()",
+    )
+    .await;
     let (top, bottom) = (lines["view"][0].as_f64().unwrap(), lines["view"][1].as_f64().unwrap());
     assert!(lines["scrolled"].as_f64().unwrap() > bottom - top, "the rows are scrolled down: {lines}");
     let grid = lines["grid"].as_array().unwrap().clone();
