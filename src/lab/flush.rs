@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::holds::Held;
 use super::{Lab, LabState};
 use crate::dlq::DeadLetterChanges;
 use crate::domain::MessageChanges;
@@ -82,15 +83,7 @@ impl Flush for Lab {
         // The rows of many changed letters are taken a chunk per hold; every chunk goes into
         // this one batch, so they are still committed together with the lab's row. Bounded by
         // what was owed at the start, so letters changing meanwhile cannot keep it going.
-        let mut early = DeadLetterChanges::default();
-        let mut state = self.lock();
-        let mut holds = state.dead_letters.unsaved() / ROWS_PER_HOLD;
-        while holds > 0 && !state.deleted && state.dead_letters.unsaved() > ROWS_PER_HOLD {
-            state.dead_letters.take_changes(&mut early, ROWS_PER_HOLD);
-            drop(state);
-            holds -= 1;
-            state = self.lock();
-        }
+        let (mut state, early) = self.take_early(|| ());
         state.flush_pending = false;
         let lab_id = self.id.to_string();
         if state.deleted {
@@ -137,6 +130,36 @@ impl Flush for Lab {
             }
             newer
         });
+    }
+}
+
+impl Lab {
+    /// Takes the rows of many changed dead letters a chunk per hold of the lab's lock, letting
+    /// go between (when `between` runs); returns the lock, held once more for the rest of the
+    /// batch, and the rows taken.
+    fn take_early(&self, mut between: impl FnMut()) -> (Held<'_, LabState>, DeadLetterChanges) {
+        let mut early = DeadLetterChanges::default();
+        let mut state = self.lock();
+        let mut holds = state.dead_letters.unsaved() / ROWS_PER_HOLD;
+        let mut epoch = state.record.epoch;
+        while holds > 0 && !state.deleted && state.dead_letters.unsaved() > ROWS_PER_HOLD {
+            // Chunk by chunk, so a letter deleted in one and written again in a later one is
+            // kept as it last was.
+            let mut chunk = DeadLetterChanges::default();
+            state.dead_letters.take_changes(&mut chunk, ROWS_PER_HOLD);
+            early = early.then(chunk);
+            drop(state);
+            between();
+            holds -= 1;
+            state = self.lock();
+            if state.record.epoch != epoch {
+                // A reset between two holds cleared the letters: the rows taken before it
+                // would bring them back.
+                early = DeadLetterChanges::default();
+                epoch = state.record.epoch;
+            }
+        }
+        (state, early)
     }
 }
 
@@ -203,7 +226,7 @@ mod tests {
     use crate::config::Limits;
     use crate::dlq::{Cause, DeadLetter, Selection, Target};
     use crate::domain::{Message, MessageState};
-    use crate::lab::Labs;
+    use crate::lab::{Lab, Labs};
     use crate::store::{Flush, Store};
 
     #[tokio::test]
@@ -211,22 +234,7 @@ mod tests {
         let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
         let lab = labs.create().unwrap();
         let count = ROWS_PER_HOLD * 5 / 2;
-        {
-            let mut state = lab.lock();
-            for id in 1..=count as u64 {
-                let key = format!("k{id}");
-                let message = Message {
-                    id,
-                    key,
-                    state: MessageState::DeadLetter,
-                    round: 0,
-                    created_ms: 0,
-                    attempts: vec![],
-                };
-                let letter = DeadLetter::new(&message, (Cause::AttemptsUsedUp, "x".into()), (id, id), 3);
-                state.dead_letters.push(letter);
-            }
-        }
+        push_letters(&lab, count);
         drop(lab.take_batch());
         // As if the store's writer had the lab already: this test takes the batch itself.
         lab.lock().flush_pending = true;
@@ -240,5 +248,74 @@ mod tests {
         assert!(batch.changes.dead_letters.iter().all(|(_, _, json)| json.contains("\"quarantined\":true")));
         assert_eq!(batch.upto, lab.lock().log.last_id(), "the batch holds everything up to the last event");
         assert_eq!(lab.lock().dead_letters.unsaved(), 0);
+    }
+
+    /// `count` dead letters, ids 1 to `count`.
+    fn letters(count: usize) -> Vec<DeadLetter> {
+        (1..=count as u64)
+            .map(|id| {
+                let key = format!("k{id}");
+                let state = MessageState::DeadLetter;
+                let message = Message { id, key, state, round: 0, created_ms: 0, attempts: vec![] };
+                DeadLetter::new(&message, (Cause::AttemptsUsedUp, "x".into()), (id, id), 3)
+            })
+            .collect()
+    }
+
+    fn push_letters(lab: &Lab, count: usize) {
+        let mut state = lab.lock();
+        for letter in letters(count) {
+            state.dead_letters.push(letter);
+        }
+    }
+
+    /// A lab holding `count` dead letters, all of them saved.
+    fn lab_with_saved_letters(labs: &Labs, count: usize) -> std::sync::Arc<Lab> {
+        let lab = labs.create().unwrap();
+        push_letters(&lab, count);
+        drop(lab.take_batch());
+        assert_eq!(lab.lock().dead_letters.unsaved(), 0);
+        lab
+    }
+
+    #[tokio::test]
+    async fn a_reset_between_two_holds_brings_no_letter_back() {
+        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let count = ROWS_PER_HOLD * 5 / 2;
+        let lab = lab_with_saved_letters(&labs, count);
+        lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
+        let mut resets = 0;
+        let (state, early) = lab.take_early(|| {
+            if resets == 0 {
+                lab.reset();
+            }
+            resets += 1;
+        });
+        assert_eq!(resets, 1, "one chunk taken before the reset");
+        let rows = early.dead_letters.len() + early.deleted_dead_letters.len();
+        assert_eq!(rows, 0, "the rows taken before the reset are dropped");
+        assert!(state.dead_letters.letters().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_letter_deleted_in_one_chunk_and_back_in_a_later_one_is_written_as_it_is() {
+        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let count = ROWS_PER_HOLD * 5 / 2;
+        let lab = lab_with_saved_letters(&labs, count);
+        let ids: Vec<u64> = (1..=count as u64).collect();
+        lab.lock().dead_letters.remove(&ids);
+        // After the first chunk (deleted rows), every letter comes back: the next chunks hold
+        // some of the first chunk's ids again, as letters.
+        let mut back = false;
+        let (mut state, early) = lab.take_early(|| {
+            if !std::mem::replace(&mut back, true) {
+                push_letters(&lab, count);
+            }
+        });
+        let changes = state.take_changes(early);
+        assert_eq!(changes.deleted_dead_letters, Vec::<u64>::new(), "every letter is in the queue");
+        let mut written: Vec<u64> = changes.dead_letters.iter().map(|(id, _, _)| *id).collect();
+        written.sort_unstable();
+        assert_eq!(written, ids, "each letter written once, as it is");
     }
 }
