@@ -128,6 +128,20 @@ impl Protection for AdaptiveThrottle {
         }
     }
 
+    /// The attempt it counted as a request was refused by a protection asked after it, so it
+    /// was never meant to reach the backend: it leaves the count (the newest request of its
+    /// kind; with a shared throttle another client's may have come since, and any of the same
+    /// kind counts the same).
+    fn gate_undone(&mut self, _settings: &SreSettings, n: u32) {
+        let retry = n > 1;
+        let newest = self.counts.iter().rposition(|&(_, count)| count == Count::Request { retry });
+        if let Some(i) = newest {
+            self.counts.remove(i);
+            self.requests -= 1;
+            self.retries -= u64::from(retry);
+        }
+    }
+
     /// The chance of refusing the next attempt, out of 1.
     fn report(&self, settings: &SreSettings, _now_ms: u64) -> Report {
         Report { state: None, level: Some(self.rejection(settings)), ceiling: Some(1.0) }
@@ -176,6 +190,23 @@ mod tests {
         let refused = (0..200).filter(|_| throttle.gate(&settings, 1, 1, &mut rng).is_err()).count();
         assert!((90..140).contains(&refused), "{refused} of 200");
         assert_eq!(throttle.requests, 1200);
+    }
+
+    #[test]
+    fn an_attempt_a_later_protection_refused_leaves_the_count() {
+        let settings = SreSettings::default();
+        let mut throttle = throttle_with(&settings, 10, 10);
+        let mut rng = StdRng::seed_from_u64(2);
+        throttle.gate(&settings, 2, 5, &mut rng).unwrap();
+        throttle.gate(&settings, 1, 6, &mut rng).unwrap();
+        assert_eq!((throttle.requests, throttle.retries), (12, 1));
+        // The breaker refused the retry: it was never meant to reach the backend.
+        throttle.gate_undone(&settings, 2);
+        assert_eq!((throttle.requests, throttle.retries, throttle.counts.len()), (11, 0, 21));
+        assert_eq!(throttle.counts.back(), Some(&(6, Count::Request { retry: false })));
+        // With nothing of its kind left, an undo changes nothing.
+        throttle.gate_undone(&settings, 2);
+        assert_eq!((throttle.requests, throttle.retries), (11, 0));
     }
 
     #[test]
