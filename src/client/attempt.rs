@@ -159,8 +159,10 @@ pub fn next(
                 end.retry_after_s,
                 rng,
             );
-            // A protection that sets its own waits (the AWS 2026 mode's) plans this one.
-            client.wait(&failed, end.retry_after_s, rng).unwrap_or(wait)
+            // A protection that sets its own waits (the AWS 2026 mode's) plans this one, also
+            // counting again from its first after a pushback.
+            let counted = Ended { n: n - round.pushed_at, ..failed };
+            client.wait(&counted, end.retry_after_s, rng).unwrap_or(wait)
         }
     };
     if now_ms + wait.planned_ms > round_started_ms.saturating_add(budget.ms) {
@@ -327,6 +329,31 @@ mod tests {
         planned(decide(&decorrelated, 1, &told(900), 0, &mut round));
         let Next::Retry(wait) = decide(&decorrelated, 2, &failed, 0, &mut round) else { panic!() };
         assert_eq!(wait.high_ms, 300, "3 × the base, not 3 × the 900 ms pushback: {wait:?}");
+    }
+
+    #[test]
+    fn after_a_pushback_a_protections_own_waits_count_again_from_the_first() {
+        let update = serde_json::json!({"max_attempts": 5, "protections": [{"kind": "aws_standard_2026"}]});
+        let policy = Policy::default().updated(&serde_json::from_value(update).unwrap()).unwrap();
+        let mut clients = super::super::Clients::restore(policy.clone(), Default::default());
+        let (following, client) = clients.client_mut(0);
+        let following = following.clone();
+        let failed = end(Outcome::HttpError, Some(503));
+        let told = AttemptEnd { pushback: Some(Pushback::AfterMs(300)), ..failed };
+        let mut round = Round::default();
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut decide = |n, end: &AttemptEnd| {
+            let attempt = Attempt { n, end, now_ms: 0, refused: None };
+            match next(&policy, BUDGET, attempt, &mut round, (&following, &mut *client), &mut rng) {
+                Next::Retry(wait) => (wait.nominal_ms, wait.reason),
+                other => panic!("{other:?}"),
+            }
+        };
+        // The 2026 mode's own waits: up to 50 ms x 2^(n-1).
+        assert_eq!(decide(1, &failed).0, 50);
+        assert_eq!(decide(2, &told), (300, WaitReason::Pushback));
+        assert_eq!(decide(3, &failed).0, 50, "from the first again, not 200");
+        assert_eq!(decide(4, &failed).0, 100);
     }
 
     #[test]

@@ -99,12 +99,12 @@ impl Protection for RetryBudget {
         }
     }
 
-    /// The retries left in the window: what it allows less what was made, as of the last call
-    /// (a report does not move the window).
     fn retry_undone(&mut self, _settings: &BudgetSettings, _after: &Ended) {
         self.retry_not_made();
     }
 
+    /// The retries left in the window: what it allows less what was made, as of the last call
+    /// (a report does not move the window).
     fn report(&self, settings: &BudgetSettings, _now_ms: u64) -> Report {
         let left = (allowance(settings, self.firsts.len()) - self.retries.len() as f64).max(0.0);
         Report { state: None, level: Some(left), ceiling: None }
