@@ -104,6 +104,11 @@ impl Lab {
             // Answered here: it never reaches its work, nor `downstream_done`.
             Passage::Busy => {
                 record.load.answer(arrived, Answer::Status(409));
+                if judged {
+                    // Admission control's window hears every answer it let through: a 409 is
+                    // under 500, a success by Envoy's default criteria.
+                    endpoint.admission_answered(now, true);
+                }
                 Some((409, "key still being processed"))
             }
             Passage::Open | Passage::Work(_) => {
