@@ -46,7 +46,9 @@ struct HoldLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabel {
-    /// What ended the round: `attempts_used_up`, `time_budget`, `circuit_open`, `retry_budget`, `permanent`.
+    /// What ended the round: a dead letter's cause (`attempts_used_up`, `time_budget`,
+    /// `circuit_open`, `retry_budget`, `permanent`, `pushback`, or the kind of the listed
+    /// protection that refused it, as docs/events.md lists them).
     cause: String,
 }
 

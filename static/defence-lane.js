@@ -13,7 +13,8 @@ const ROWS = [
   ['retries_first', 'retries_shed', 'retries shed for first attempts'],
   ['limit', 'refused_by_limit', 'refused by the adaptive concurrency limit'],
   ['admission', 'refused_by_admission', 'refused by admission control'],
-  ['lifo', 'lifo', 'tenths of a second served newest first (LIFO)'],
+  // A bin older than five minutes is summed into 10 s and keeps only whether LIFO was on in it.
+  ['lifo', 'lifo', 'tenths of a second served newest first (LIFO; a 10 s span past five minutes counts as one)'],
 ];
 const WORDS = Object.fromEntries(ROWS.map(([kind, , words]) => [kind, words]));
 
