@@ -45,7 +45,7 @@ pub async fn create(
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     payload: Result<Json<ComparisonRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
-    let Json(request) = payload?;
+    let Json(request) = payload.map_err(defence_named)?;
     let parts = (&app.labs, &app.producer, &app.store);
     // Its labs are the asking address's as much as those of `POST /api/labs`: they draw on the
     // same allowance, all at once, and so does a late run's re-run, one lab at a time.
@@ -66,6 +66,7 @@ pub async fn create(
     let comparison =
         app.comparisons.start(request, parts, &app.limits, setup).await.map_err(|r| match r {
             Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+            Refusal::Field(invalid) => invalid.into(),
             Refusal::Storage => AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 retry_after_s: 1,
@@ -86,6 +87,25 @@ pub async fn create(
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
+}
+
+/// A grid's defence that does not parse (an unknown discipline, a field that is not one) is
+/// answered 422 naming it as the request has it (`defences[1].defences.queue`).
+fn defence_named(rejection: JsonRejection) -> AppError {
+    let detail = rejection.body_text();
+    let path = detail.split_once("target type: ").and_then(|(_, rest)| rest.split_once(": "));
+    match path {
+        Some((path, why))
+            if rejection.status() == StatusCode::UNPROCESSABLE_ENTITY && path.starts_with("defences") =>
+        {
+            AppError::Field {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                field: path.to_owned(),
+                detail: format!("{path}: {why}"),
+            }
+        }
+        _ => rejection.into(),
+    }
 }
 
 /// A comparison's table, measured now: every policy's figures and which did best on each row.
@@ -120,6 +140,10 @@ pub async fn report(
 pub struct OpenInLab {
     /// The policy's name, as the comparison gives it.
     pub policy: String,
+    /// In a grid, the defence's name (the cell's row): the lab's endpoint gets its defences.
+    /// Required in a grid, refused elsewhere.
+    #[serde(default)]
+    pub defence: Option<String>,
 }
 
 /// Opens one of a comparison's policies in a new lab, ready to run: the policy as its first
@@ -150,12 +174,17 @@ pub async fn open_in_lab(
     payload: Result<Json<OpenInLab>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let id = parse_id(&app, &raw)?;
-    let Json(OpenInLab { policy }) = payload?;
+    let Json(OpenInLab { policy, defence }) = payload?;
     let comparison = app
         .comparisons
         .get(&id)
         .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
-    let first = comparison.columns.iter().filter(|c| c.policy == policy).min_by_key(|c| (c.run, c.attempt));
+    let row = cell_row(&comparison, defence.as_deref())?;
+    let first = comparison
+        .columns
+        .iter()
+        .filter(|c| c.policy == policy && c.defence == defence)
+        .min_by_key(|c| (c.run, c.attempt));
     let Some(column) = first else {
         let names: Vec<&str> = comparison
             .columns
@@ -179,9 +208,11 @@ pub async fn open_in_lab(
     let settings: crate::retry::PolicyUpdate = settings.expect("a policy's settings are an update of them");
     let lab = app.labs.create().map_err(super::api::lab_limit)?;
     // Valid when the comparison ran; a server restarted with tighter limits may refuse them now.
-    let ready = lab
-        .set_policy(&settings)
-        .and_then(|_| lab.set_downstream(&comparison.scenario.downstream(comparison.burst)));
+    let mut downstream = comparison.scenario.downstream(comparison.burst);
+    if let Some(row) = row {
+        downstream.defences = Some(row.defences);
+    }
+    let ready = lab.set_policy(&settings).and_then(|_| lab.set_downstream(&downstream));
     if let Err(refused) = ready {
         app.labs.remove(&lab.id); // a refused lab leaves nothing behind
         return Err(AppError::Rejected {
@@ -196,6 +227,36 @@ pub async fn open_in_lab(
     let url = format!("/labs/{}", lab.id);
     let created = super::api::Created { id: lab.id.to_string(), url: url.clone() };
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
+}
+
+/// The grid row a cell to open names: one of the grid's in a grid (required there), none
+/// elsewhere.
+fn cell_row<'a>(
+    comparison: &'a crate::compare::Comparison,
+    defence: Option<&str>,
+) -> Result<Option<&'a crate::compare::NamedDefences>, AppError> {
+    let rows = &comparison.defences;
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let refuse = |detail: String| AppError::Field {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        field: "defence".into(),
+        detail,
+    };
+    match defence {
+        None if rows.is_empty() => Ok(None),
+        None => Err(refuse(format!(
+            "this comparison is a grid: name the cell's defence too, one of {}",
+            names.join(", ")
+        ))),
+        Some(name) if rows.is_empty() => {
+            Err(refuse(format!("this comparison has no defences; leave out 'defence' (it was '{name}')")))
+        }
+        Some(name) => {
+            rows.iter().find(|r| r.name == name).map(Some).ok_or_else(|| {
+                refuse(format!("this grid has no defence '{name}'; it has {}", names.join(", ")))
+            })
+        }
+    }
 }
 
 /// A comparison id, owned by this instance: another instance's is sent on there (fly-replay).
