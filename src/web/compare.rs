@@ -279,6 +279,26 @@ struct ComparePage {
     comparison_id: String,
     scenarios: Vec<&'static str>,
     presets: &'static [presets::Preset],
+    defences: Vec<DefenceChoice>,
+}
+
+/// A named defence as the form offers it: its name, its settings as the request's JSON, and
+/// what it does.
+struct DefenceChoice {
+    name: String,
+    json: String,
+    what: &'static str,
+}
+
+fn defence_choices() -> Vec<DefenceChoice> {
+    crate::compare::defences::named()
+        .into_iter()
+        .map(|(named, what)| DefenceChoice {
+            json: serde_json::to_string(&named.defences).expect("defences serialize"),
+            name: named.name,
+            what,
+        })
+        .collect()
 }
 
 /// Each preset's name and what it is, for the form's choices.
@@ -288,8 +308,13 @@ fn preset_choices() -> &'static [presets::Preset] {
 
 /// `GET /compare`: choose a scenario and policies, and start.
 pub async fn form() -> Response {
-    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: preset_choices() }
-        .into_response()
+    ComparePage {
+        comparison_id: String::new(),
+        scenarios: SCENARIOS.to_vec(),
+        presets: preset_choices(),
+        defences: defence_choices(),
+    }
+    .into_response()
 }
 
 /// `GET /compare/{id}`: a comparison's page, shareable.
@@ -305,6 +330,7 @@ pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Resul
         comparison_id: id.to_string(),
         scenarios: SCENARIOS.to_vec(),
         presets: preset_choices(),
+        defences: Vec::new(),
     }
     .into_response())
 }
