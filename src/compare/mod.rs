@@ -377,6 +377,9 @@ pub enum Refusal {
     },
 }
 
+/// One run of one column: its policy's name, its defence's in a grid, and the run.
+type CellRun = (String, Option<String>, u32);
+
 /// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
 type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
 
@@ -541,7 +544,7 @@ impl Comparisons {
         }
         // All the labs are taken from the allowance before the first is made, or none.
         allowance(runs * policies)?;
-        let mut made: Vec<((String, Option<String>, u32), Arc<Lab>)> = Vec::new();
+        let mut made: Vec<(CellRun, Arc<Lab>)> = Vec::new();
         let mut settings = Vec::new();
         for ((name, defence, run), policy, downstream) in setups {
             let lab = match labs.create() {
@@ -698,10 +701,10 @@ impl Comparisons {
             let first = comparison.columns.iter().find(|c| c.policy == name)?;
             serde_json::to_value(labs.get(&first.lab)?.policy()).ok()
         };
-        let mut policies = policy_reports(&columns, valid, &settings, |figure| scenario.has_figure(figure));
+        let mut policies = policy_reports(&columns, valid, settings, |figure| scenario.has_figure(figure));
         let key = scenario.key_figures();
         let grid =
-            (!comparison.defences.is_empty()).then(|| grid(comparison, &columns, valid, &settings, done));
+            (!comparison.defences.is_empty()).then(|| grid(comparison, &columns, valid, settings, done));
         if grid.is_some() {
             // A policy's runs met different endpoints: its figures are the cells'.
             for policy in &mut policies {
