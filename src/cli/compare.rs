@@ -497,6 +497,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_grid_prints_a_row_per_defence_a_column_per_policy_and_no_best_cell() {
+        let cell = |defence: &str, policy: &str, median: f64, range: [f64; 2], ended: bool| {
+            json!({"defence": defence, "policy": policy, "median": {"goodput_after_trigger": median},
+                "range": {"goodput_after_trigger": range}, "ends_failure": ended})
+        };
+        let report = json!({
+            "scenario": "metastable", "seed": 1, "runs": 2, "burst": 100,
+            "key_figure": ["goodput_after_trigger"],
+            "grid": {
+                "policies": ["no-jitter", "budget"],
+                "rows": [
+                    {"name": "none", "verdict": {"best": [], "result": "no verdict: too few runs"}},
+                    {"name": "codel", "verdict": {"best": [], "result": "no verdict: too few runs"}}
+                ],
+                "cells": [
+                    cell("none", "no-jitter", 0.1, [0.05, 0.15], false),
+                    cell("none", "budget", 0.9, [0.9, 0.9], true),
+                    cell("codel", "no-jitter", 0.85, [0.8, 0.9], true),
+                    cell("codel", "budget", 0.95, [0.9, 1.0], true)
+                ],
+                "judged": "no test is run across rows"
+            }
+        });
+        let printed = grid(&report);
+        let lines: Vec<&str> = printed.lines().collect();
+        assert!(lines[0].starts_with("metastable scenario, steady traffic, seed 1, 2 runs of each cell"));
+        assert!(
+            lines[2].starts_with("defence") && lines[2].contains("no-jitter") && lines[2].contains("budget")
+        );
+        let none = lines.iter().find(|l| l.starts_with("none ")).unwrap();
+        assert!(none.contains("0.1 [0.05-0.15] stuck") && none.contains("0.9 ended"), "{none}");
+        let codel = lines.iter().find(|l| l.starts_with("codel ")).unwrap();
+        assert!(codel.contains("0.85 [0.8-0.9] ended") && codel.contains("0.95 [0.9-1] ended"), "{codel}");
+        assert!(printed.contains("verdict within codel: no verdict"), "{printed}");
+        assert!(printed.contains("no best cell: no test is run across rows"), "{printed}");
+        assert!(!printed.contains('*'), "no cell marked best: {printed}");
+    }
+
+    #[test]
+    fn a_defence_is_a_name_a_named_json_or_a_json_row() {
+        assert_eq!(defence("codel").unwrap()["defences"]["queue"], "codel");
+        let named = defence(r#"mine={"deadline": true}"#).unwrap();
+        assert_eq!(named, json!({"name": "mine", "defences": {"deadline": true}}));
+        let row = defence(r#"{"name": "q", "defences": {"queue": "lifo"}}"#).unwrap();
+        assert_eq!(row["name"], "q");
+        assert!(defence("moat").unwrap_err().contains("none, deadline, codel"));
+        assert!(
+            defence(r#"{"queue": "lifo"}"#).unwrap_err().contains(r#"{"name": "...", "defences": {...}}"#)
+        );
+    }
+
+    #[test]
     fn the_table_says_which_policies_ended_the_failure_only_where_it_was_asked() {
         let policies = [
             json!({"name": "none", "ends_failure": false}),
