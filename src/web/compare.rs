@@ -189,7 +189,7 @@ pub async fn open_in_lab(
         let names: Vec<&str> = comparison
             .columns
             .iter()
-            .filter(|c| c.run == 0 && c.attempt == 0)
+            .filter(|c| c.run == 0 && c.attempt == 0 && c.defence == defence)
             .map(|c| c.policy.as_str())
             .collect();
         return Err(AppError::Field {

@@ -238,3 +238,33 @@ fn the_command_line_prints_the_grid_and_refuses_a_bad_defence_with_exit_status_2
         assert!(said.contains(says), "{defence}: {said}");
     }
 }
+
+/// The question the grid is for, on the metastable set-up: with the naive client and no
+/// defence the endpoint stays stuck after the slowdown; fixing either side ends it (the
+/// deadline drop at the server, the retry budget at the client), and each cell says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_metastable_the_grid_says_which_cells_ended_the_failure() {
+    let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
+    let app = TestApp::spawn().await;
+    let request = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000,
+        "policies": ["none", "budget"],
+        "defences": [{"name": "none", "defences": {}}, {"name": "deadline", "defences": {"deadline": true}}]});
+    let report = compared(&app, &request).await;
+    assert_eq!(report["key_figure"], json!(["goodput_after_trigger"]));
+    let goodput = |defence: &str, policy: &str| {
+        let cell = cell(&report, defence, policy);
+        println!("{defence}/{policy}: {}", cell["median"]);
+        (cell["median"]["goodput_after_trigger"].as_f64().unwrap(), cell["ends_failure"].as_bool().unwrap())
+    };
+    let (stuck, ended) = goodput("none", "none");
+    assert!(stuck < 0.25 && !ended, "naive client, no defence: stuck ({stuck})");
+    for (defence, policy) in [("deadline", "none"), ("none", "budget"), ("deadline", "budget")] {
+        let (after, ended) = goodput(defence, policy);
+        assert!(after > 0.5 && ended, "{defence}/{policy} ended it ({after})");
+    }
+    for cell in report["grid"]["cells"].as_array().unwrap() {
+        let offered = cell["median"]["offered"].as_f64().unwrap();
+        assert!((300.0..=600.0).contains(&offered), "16 s of 28 a second: {cell}");
+        assert_eq!(cell["median"]["applied_twice"], 0.0);
+    }
+}
