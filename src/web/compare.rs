@@ -89,22 +89,27 @@ pub async fn create(
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
 }
 
-/// A grid's defence that does not parse (an unknown discipline, a field that is not one) is
-/// answered 422 naming it as the request has it (`defences[1].defences.queue`).
+/// A request field that does not parse is answered 422 naming it as the request has it: a
+/// grid's defence (`defences[1].defences.queue`, said first in the detail), a policy
+/// (`policies[1]`), or an unknown field at the top (`defense`).
 fn defence_named(rejection: JsonRejection) -> AppError {
     let detail = rejection.body_text();
-    let path = detail.split_once("target type: ").and_then(|(_, rest)| rest.split_once(": "));
-    match path {
-        Some((path, why))
-            if rejection.status() == StatusCode::UNPROCESSABLE_ENTITY && path.starts_with("defences") =>
-        {
-            AppError::Field {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                field: path.to_owned(),
-                detail: format!("{path}: {why}"),
-            }
-        }
-        _ => rejection.into(),
+    let Some((_, rest)) = detail.split_once("target type: ") else { return rejection.into() };
+    if rejection.status() != StatusCode::UNPROCESSABLE_ENTITY {
+        return rejection.into();
+    }
+    let field = |field: String, detail: String| AppError::Field {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        field,
+        detail,
+    };
+    match rest.split_once(": ") {
+        Some((path, why)) if path.starts_with("defences") => field(path.to_owned(), format!("{path}: {why}")),
+        Some((path, _)) if !path.contains(' ') => field(path.to_owned(), detail.clone()),
+        _ => match rest.strip_prefix("unknown field `").and_then(|r| r.split_once('`')) {
+            Some((name, _)) => field(name.to_owned(), detail.clone()),
+            None => rejection.into(),
+        },
     }
 }
 

@@ -148,6 +148,7 @@ async fn a_bad_grid_is_refused_naming_the_field() {
         (grid(json!([none, none]), two.clone()), "defences[1].name", "more than once"),
         (grid(json!([none]), json!(["none", "full", "budget", "grpc"])), "policies", "1 to 3"),
         (grid(json!([none]), json!(["none"])), "defences", "one cell"),
+        (json!({"scenario": "overload", "policies": two, "defense": [none]}), "defense", "unknown field"),
         (
             json!({"scenario": "outage", "burst": 5, "policies": two, "defences": [none, {"name": "d", "defences": {"deadline": true}}]}),
             "defences[1].defences.deadline",
