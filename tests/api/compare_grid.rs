@@ -269,3 +269,31 @@ async fn on_metastable_the_grid_says_which_cells_ended_the_failure() {
         assert_eq!(cell["median"]["applied_twice"], 0.0);
     }
 }
+
+/// A grid is saved as a comparison is: after a restart its document has the same cells, each
+/// naming its defence, and a cell still opens in a lab with its defences.
+#[tokio::test]
+async fn a_grid_reopens_after_a_restart_with_its_cells() {
+    let db = crate::helpers::fresh_db();
+    let (app, server) = TestApp::spawn_stoppable(retrylab::config::Config::new(db.clone())).await;
+    let request = json!({"scenario": "overload", "burst": 5, "seed": 3, "runs": 1, "late_threshold_ms": 1000,
+        "policies": ["none"],
+        "defences": [{"name": "plain", "defences": {}}, {"name": "lifo", "defences": {"queue": "adaptive_lifo"}}]});
+    let report = compared(&app, &request).await;
+    let id = report["id"].as_str().unwrap();
+    // Stopped as SIGTERM stops it: what it measured is kept.
+    server.stop().await;
+    let again = TestApp::spawn_config(retrylab::config::Config::new(db)).await;
+    let (status, reopened) = again.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
+    assert_eq!(status, StatusCode::OK, "{reopened}");
+    assert_eq!(reopened["grid"]["cells"], report["grid"]["cells"]);
+    assert_eq!(reopened["grid"]["rows"][1]["defences"]["queue"], "adaptive_lifo");
+    // One policy: no verdict within a row.
+    assert_eq!(reopened["grid"]["rows"][0]["verdict"], Value::Null);
+    let body = json!({"policy": "none", "defence": "lifo"}).to_string();
+    let (status, opened) =
+        again.call(Method::POST, &format!("/api/comparisons/{id}/labs"), Some(&body)).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let lab = again.snapshot(opened["id"].as_str().unwrap()).await;
+    assert_eq!(lab["downstream"]["defences"]["queue"], "adaptive_lifo");
+}
