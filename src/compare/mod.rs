@@ -10,6 +10,11 @@
 //! and ranges. How late the driver's clock, the script's steps and the traffic's arrivals ran
 //! against their schedule says how busy the machine was: a run later than its threshold
 //! (`LATE_RUN_MS` unless the request names another) is left out and reported.
+//!
+//! With `defences` a comparison is a grid: each (defence, policy) cell is a column of its own
+//! whose endpoint has the row's defences (`defences`), and the report lists each cell's medians
+//! and ranges (`Grid`). No test is run across defences, so no cell is named best; within a row
+//! the policies get the verdict a comparison of them alone would.
 
 pub mod defences;
 pub mod presets;
