@@ -753,6 +753,9 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
     );
     assert_eq!(page.eval("document.querySelector('[data-table-panel]').hidden").await.unwrap(), true);
     page.screenshot("compare-grid-1280").await;
+    let again = page.eval("document.querySelector('[data-again-link]').href").await.unwrap();
+    let again = again.as_str().unwrap().to_owned();
+    assert!(again.contains("defence=none&defence=codel"), "run again keeps the defences: {again}");
 
     page.click("td[data-defence='codel'][data-policy='full-jitter'] [data-open-cell]").await;
     let path = wait_for_navigation(
@@ -770,4 +773,14 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
     assert_eq!(snapshot["downstream"]["defences"], rows[1]["defences"], "the cell's defences");
     assert_eq!(snapshot["downstream"]["mode"], "overloaded");
     assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
+
+    // "Change it and run again" fills the form in with the grid's defences.
+    page.navigate(&again).await;
+    let chosen = wait_for(
+        &page,
+        "the form filled in",
+        "(s => s.length && [...s].map(x => x.value).join(','))(document.querySelectorAll('select[data-defence]'))",
+    )
+    .await;
+    assert_eq!(chosen, "none,codel,");
 }
