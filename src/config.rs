@@ -91,6 +91,17 @@ pub struct CompareArgs {
     /// or a custom policy as JSON: `{"name": "mine", "policy": {...}}`. Two to five.
     #[arg(long = "policy", required = true)]
     pub policies: Vec<String>,
+    /// Makes the comparison a grid of server defences × client policies: each `--defence` is a
+    /// row, each `--policy` a column (1 to 3 of each), each cell a lab of its own whose
+    /// endpoint has the row's defences. A named defence (none, deadline, codel, adaptive_lifo,
+    /// aimd), `NAME=JSON` or `{"name": "...", "defences": {...}}`, the JSON being the
+    /// endpoint's `defences` as `PUT /api/labs/{lab}/downstream` takes them. Only overload and
+    /// metastable have a line to defend. The grid prints each cell's median [least-most] of
+    /// the scenario's key figure (on metastable, goodput after the trigger, and whether the
+    /// cell ended the failure); it names no best cell, only each row's verdict among its
+    /// policies.
+    #[arg(long = "defence")]
+    pub defences: Vec<String>,
     /// Seeds every policy's jitter the same way.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -114,7 +125,9 @@ pub struct CompareArgs {
     /// runs), `verdict` (`figure`, `best` — empty when there is no verdict —, `test`,
     /// `result`, `runs_needed` and each pair's `tests` with U and p), `same_for_all`,
     /// `lateness_ms_p99`, `invalid_runs` (runs left out for running late) and `columns` (each
-    /// run's lab).
+    /// run's lab); with `--defence`, also `grid` (`rows` with each defence's settings and
+    /// verdict, `policies`, and `cells`, each with its `defence`, `policy`, `median`, `range`,
+    /// `ends_failure`, `valid_runs` and `labs`).
     #[arg(long)]
     pub json: bool,
     /// Gives up (and exits non-zero) when the comparison has not finished by then (its runs go

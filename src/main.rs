@@ -36,9 +36,10 @@ async fn run() -> std::io::Result<()> {
         // Its own server's lines would bury the progress: warnings only, unless asked.
         init_logs(config.log_format, "warn");
         raise_open_file_limit();
-        return retrylab::cli::compare::run(args).await.map_err(|e| {
-            eprintln!("retrylab compare: {e}");
-            std::process::exit(1)
+        // Bad input is a usage error, as clap's own are: exit status 2; a failed run, 1.
+        return retrylab::cli::compare::run(args).await.map_err(|failure| {
+            eprintln!("retrylab compare: {failure}");
+            std::process::exit(failure.exit_status())
         });
     }
     // Settings that contradict each other are a usage error, as clap's own are: exit status 2.

@@ -4,9 +4,13 @@
 //!
 //! A query string fills the form in (`?scenario=overload&burst=20&seed=1&policy=none&policy=full`),
 //! so a comparison's page can offer "change it and run again".
+//!
+//! Choosing server defences (up to 3, `&defence=codel`) makes it a grid: a row per defence, a
+//! column per policy, then 1 to 3 policies.
 
 const MIN_POLICIES = 2;
 const MAX_POLICIES = 5;
+const MAX_GRID_POLICIES = 3;
 
 export function createForm(form) {
   const countEl = form.querySelector('[data-policy-count]');
@@ -15,6 +19,17 @@ export function createForm(form) {
   const customName = form.elements.namedItem('custom_name');
   const customPolicy = form.elements.namedItem('custom_policy');
   const presets = () => [...form.querySelectorAll('input[name="policy"]')];
+  const defenceSelects = () => [...form.querySelectorAll('select[data-defence]')];
+  /** The defences chosen, each once, in the order of the selects. */
+  const defences = () => {
+    const seen = new Set();
+    return defenceSelects()
+      .map((select) => select.selectedOptions[0])
+      .filter((option) => option && option.value && !seen.has(option.value) && seen.add(option.value))
+      .map((option) => ({ name: option.value, defences: JSON.parse(option.dataset.defences) }));
+  };
+  /** How many policies the form takes: fewer in a grid (its columns). */
+  const bounds = () => (defences().length ? [defences().length > 1 ? 1 : 2, MAX_GRID_POLICIES] : [MIN_POLICIES, MAX_POLICIES]);
 
   prefill(form, new URLSearchParams(location.search));
 
@@ -24,8 +39,10 @@ export function createForm(form) {
 
   function showCount() {
     const n = chosen();
-    const ok = n >= MIN_POLICIES && n <= MAX_POLICIES;
-    countEl.textContent = `${n} chosen${ok ? '' : n < MIN_POLICIES ? `: choose at least ${MIN_POLICIES}` : `: at most ${MAX_POLICIES}`}`;
+    const [min, max] = bounds();
+    const ok = n >= min && n <= max;
+    const grid = defences().length ? ' (a grid takes at most 3)' : '';
+    countEl.textContent = `${n} chosen${ok ? '' : n < min ? `: choose at least ${min}` : `: at most ${max}${grid}`}`;
     countEl.dataset.ok = String(ok);
     countEl.dataset.count = String(n);
   }
@@ -63,8 +80,10 @@ export function createForm(form) {
       }
       policies.push({ name, policy });
     }
-    if (policies.length < MIN_POLICIES || policies.length > MAX_POLICIES) {
-      return { error: `Choose ${MIN_POLICIES} to ${MAX_POLICIES} policies; ${policies.length} ${policies.length === 1 ? 'is' : 'are'} chosen.` };
+    const [min, max] = bounds();
+    if (policies.length < min || policies.length > max) {
+      const grid = defences().length ? ' for a grid with these defences' : '';
+      return { error: `Choose ${min} to ${max} policies${grid}; ${policies.length} ${policies.length === 1 ? 'is' : 'are'} chosen.` };
     }
     const burst = Number(data.get('burst'));
     const seed = Number(data.get('seed'));
@@ -74,7 +93,9 @@ export function createForm(form) {
     if (!Number.isInteger(burst) || burst < 1) return { error: 'The burst is a whole number of messages, 1 or more.' };
     if (!Number.isInteger(seed) || seed < 0) return { error: 'The seed is a whole number, 0 or more.' };
     if (runs !== undefined && (!Number.isInteger(runs) || runs < 1)) return { error: 'Runs is a whole number, 1 or more (or empty for the default).' };
-    return { body: { scenario: data.get('scenario'), burst, seed, runs, policies } };
+    const body = { scenario: data.get('scenario'), burst, seed, runs, policies };
+    if (defences().length) body.defences = defences();
+    return { body };
   }
 
   form.addEventListener('submit', async (e) => {
@@ -112,6 +133,10 @@ function prefill(form, params) {
   if (policies.length) {
     for (const box of form.querySelectorAll('input[name="policy"]')) box.checked = policies.includes(box.value);
   }
+  params.getAll('defence').slice(0, 3).forEach((name, i) => {
+    const select = form.querySelectorAll('select[data-defence]')[i];
+    if (select && [...select.options].some((o) => o.value === name)) select.value = name;
+  });
   for (const name of ['burst', 'seed', 'runs']) {
     const value = params.get(name);
     if (value !== null && /^\d+$/.test(value)) form.elements.namedItem(name).value = value;
@@ -123,5 +148,6 @@ function prefill(form, params) {
 export function againQuery(report) {
   const params = new URLSearchParams({ scenario: report.scenario, burst: String(report.burst), seed: String(report.seed), runs: String(report.runs ?? 1) });
   for (const policy of report.policies) params.append('policy', policy.name);
+  for (const row of report.grid?.rows ?? []) params.append('defence', row.name);
   return `?${params}`;
 }

@@ -7,6 +7,7 @@
 import { createForm, againQuery } from './compare-form.js';
 import { createCharts } from './compare-charts.js';
 import { createTable } from './compare-table.js';
+import { createGrid } from './compare-grid.js';
 
 const REPORT_EVERY_MS = 500;
 /** After a column is done, its last snapshot is taken this much later. */
@@ -47,6 +48,7 @@ function watch(id) {
   const again = main.querySelector('[data-again]');
   const charts = createCharts(main.querySelector('[data-charts]'), main.querySelector('[data-axis]'));
   const table = createTable(main.querySelector('[data-table]'), main.querySelector('[data-table-hint]'));
+  const grid = createGrid(main.querySelector('[data-grid-panel]'));
 
   /** lab id -> { snapshot, at (when fetched), final (taken SETTLE_MS after the column was done) }. */
   const labs = new Map();
@@ -120,22 +122,26 @@ function watch(id) {
     const several = (report.runs ?? 1) > 1;
     const columns = report.columns.map((c) => ({
       ...c,
-      name: several ? `${c.policy}, run ${c.run + 1}${c.attempt ? `, try ${c.attempt + 1}` : ''}` : c.policy,
+      name: `${c.defence ? `${c.defence} · ` : ''}${several ? `${c.policy}, run ${c.run + 1}${c.attempt ? `, try ${c.attempt + 1}` : ''}` : c.policy}`,
       snapshot: labs.get(c.lab)?.snapshot ?? null,
       steady,
       trigger: report.trigger_ms,
     }));
-    table.update(report);
+    // In a grid a policy's runs met different endpoints: its figures are the grid's cells.
+    main.querySelector('[data-table-panel]').hidden = Boolean(report.grid);
+    if (!report.grid) table.update(report);
+    grid.update(report);
     charts.update(columns);
 
     const doneCount = report.columns.filter((c) => c.done).length;
     const finished = report.done && report.columns.every((c) => c.gone || labs.get(c.lab)?.final);
     main.dataset.done = String(finished);
-    const policies = report.policies.length;
+    const policies = report.grid ? report.grid.cells.length : report.policies.length;
+    const what = report.grid ? 'cells' : 'policies';
     const each = several ? ` in each of their ${report.runs} runs` : '';
     if (finished) {
       const all = policies === 2 ? 'both' : `all ${policies}`;
-      say(`Done: ${all} policies have settled every message${each}.`, 'done');
+      say(`Done: ${all} ${what} have settled every message${each}.`, 'done');
       return;
     }
     const runsDone = new Set(report.columns.filter((c) => c.done).map((c) => c.run));
@@ -143,7 +149,7 @@ function watch(id) {
     const finishedRuns = [...runsDone].filter((run) => report.columns.every((c) => c.run !== run || c.done)).length;
     say(several
       ? `Running run ${going + 1} of ${report.runs}: ${finishedRuns} of ${report.runs} runs done (${doneCount} of ${report.columns.length} labs).`
-      : `Running: ${doneCount} of ${report.columns.length} policies done.`, 'running');
+      : `Running: ${doneCount} of ${report.columns.length} ${what} done.`, 'running');
     setTimeout(tick, REPORT_EVERY_MS);
   }
 

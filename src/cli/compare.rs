@@ -15,18 +15,76 @@ use crate::compare::scenario::Scenario;
 use crate::config::{CompareArgs, Config};
 use crate::server::serve;
 
+/// Why `retrylab compare` stopped, in one line for the person.
+#[derive(Debug)]
+pub enum Failure {
+    /// Input it cannot use (an unknown preset, a defence that does not parse, a request its
+    /// server refused as unusable): a usage error, exit status 2 as clap's own.
+    Usage(String),
+    /// The comparison could not run or finish: exit status 1.
+    Failed(String),
+}
+
+impl Failure {
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Failed(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Usage(line) | Failure::Failed(line) => f.write_str(line),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(line: String) -> Self {
+        Failure::Failed(line)
+    }
+}
+
 /// Runs a comparison from the command line; the error is what to tell the person.
-pub async fn run(args: CompareArgs) -> Result<(), String> {
-    Scenario::parse(&args.scenario)?;
-    let policies: Vec<Value> = args.policies.iter().map(|p| policy(p)).collect::<Result<_, _>>()?;
+pub async fn run(args: CompareArgs) -> Result<(), Failure> {
+    Scenario::parse(&args.scenario).map_err(Failure::Usage)?;
+    let policies: Vec<Value> =
+        args.policies.iter().map(|p| policy(p)).collect::<Result<_, _>>().map_err(Failure::Usage)?;
     let names = policies.iter().map(|p| p.as_str().or_else(|| p["name"].as_str()).unwrap_or_default());
     if let Some(name) = crate::compare::duplicate_name(names) {
-        return Err(crate::compare::duplicate_refusal(name));
+        return Err(Failure::Usage(crate::compare::duplicate_refusal(name)));
     }
+    let defences: Vec<Value> =
+        args.defences.iter().map(|d| defence(d)).collect::<Result<_, _>>().map_err(Failure::Usage)?;
     let dir = std::env::temp_dir().join(format!("retrylab-compare-{}", uuid::Uuid::new_v4()));
-    let result = compare(&args, policies, &dir).await;
+    let result = compare(&args, policies, defences, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// A named defence, `NAME=JSON`, or `{"name": ..., "defences": {...}}`: a row of the grid as
+/// the request takes it. Its settings are checked by the server, which names a bad field.
+fn defence(raw: &str) -> Result<Value, String> {
+    let trimmed = raw.trim_start();
+    if trimmed.starts_with('{') {
+        let row: Value = serde_json::from_str(raw).map_err(|e| format!("--defence {raw}: not JSON: {e}"))?;
+        if !row["name"].is_string() || !row["defences"].is_object() {
+            return Err(format!(
+                "--defence {raw}: a defence as JSON is {{\"name\": \"...\", \"defences\": {{...}}}}"
+            ));
+        }
+        return Ok(row);
+    }
+    if let Some((name, settings)) = raw.split_once('=') {
+        let settings: Value = serde_json::from_str(settings)
+            .map_err(|e| format!("--defence {raw}: not JSON after '=': {e}"))?;
+        return Ok(json!({"name": name, "defences": settings}));
+    }
+    let named = crate::compare::defences::find(raw).map_err(|e| format!("--defence {raw}: {e}"))?;
+    serde_json::to_value(named).map_err(|e| e.to_string())
 }
 
 /// A preset's name, or a custom policy given as JSON.
@@ -45,7 +103,12 @@ fn policy(raw: &str) -> Result<Value, String> {
     Ok(json!(raw))
 }
 
-async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path) -> Result<(), String> {
+async fn compare(
+    args: &CompareArgs,
+    policies: Vec<Value>,
+    defences: Vec<Value>,
+    dir: &std::path::Path,
+) -> Result<(), Failure> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
         .map_err(|e| format!("cannot listen on loopback: {e}"))?;
@@ -59,7 +122,10 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         let _ = stopped.await;
     }));
     let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
-    let request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
+    let mut request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
+    if !defences.is_empty() {
+        request["defences"] = json!(defences);
+    }
     let created = http
         .post(format!("{base}/api/comparisons"))
         .json(&request)
@@ -69,7 +135,17 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
     let status = created.status();
     let created: Value = created.json().await.map_err(|e| e.to_string())?;
     if !status.is_success() {
-        return Err(created["detail"].as_str().unwrap_or("the comparison was refused").to_owned());
+        let detail = created["detail"].as_str().unwrap_or("the comparison was refused").to_owned();
+        // A request it cannot use is the person's input to fix, as a flag clap refuses is.
+        let line = match created["field"].as_str() {
+            Some(field) if !detail.starts_with(field) => format!("{field}: {detail}"),
+            _ => detail,
+        };
+        return Err(if status == reqwest::StatusCode::UNPROCESSABLE_ENTITY {
+            Failure::Usage(line)
+        } else {
+            Failure::Failed(line)
+        });
     }
     let url = format!("{base}/api/comparisons/{}", created["id"].as_str().unwrap_or_default());
     let started = Instant::now();
@@ -91,18 +167,23 @@ async fn compare(args: &CompareArgs, policies: Vec<Value>, dir: &std::path::Path
         }
         if started.elapsed() > limit {
             progress.end();
-            return Err(format!(
+            return Err(Failure::Failed(format!(
                 "the comparison did not finish within {} s (--time-limit-s); try a smaller --burst or fewer --runs",
                 args.time_limit_s
-            ));
+            )));
         }
     };
     progress.end();
     let _ = stop.send(());
     let _ = server.await;
     let mut out = std::io::stdout();
-    let printed =
-        if args.json { serde_json::to_string_pretty(&report).map(|j| j + "\n") } else { Ok(table(&report)) };
+    let printed = if args.json {
+        serde_json::to_string_pretty(&report).map(|j| j + "\n")
+    } else if report["grid"].is_object() {
+        Ok(grid(&report))
+    } else {
+        Ok(table(&report))
+    };
     let _ = out.write_all(printed.map_err(|e| e.to_string())?.as_bytes());
     // The table says it too; on stderr it stands out, unless asked to be quiet.
     if let (Some(warning), false) = (report["warning"].as_str(), args.quiet) {
@@ -179,7 +260,11 @@ fn progress_line(report: &Value) -> String {
             } else {
                 report["burst"].clone()
             };
-            format!("{} {settled}/{of}", c["policy"].as_str().unwrap_or("?"))
+            let policy = c["policy"].as_str().unwrap_or("?");
+            match c["defence"].as_str() {
+                Some(defence) => format!("{defence}/{policy} {settled}/{of}"),
+                None => format!("{policy} {settled}/{of}"),
+            }
         })
         .collect();
     let again =
@@ -287,6 +372,95 @@ fn table(report: &Value) -> String {
     }
     lines.join("\n") + "\n"
 }
+/// The grid: a row per defence, a column per policy, each cell the median [least-most] of the
+/// scenario's key figure over the cell's valid runs (on metastable, marked when the cell ended
+/// the failure). No cell is marked best: each row's verdict is among its policies alone.
+fn grid(report: &Value) -> String {
+    let grid = &report["grid"];
+    let key = report["key_figure"][0].as_str().unwrap_or("?");
+    let names: Vec<&str> =
+        grid["policies"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let rows = grid["rows"].as_array().cloned().unwrap_or_default();
+    let cells = grid["cells"].as_array().cloned().unwrap_or_default();
+    let runs = report["runs"].as_u64().unwrap_or(1);
+    let load = if report["scenario"] == "metastable" {
+        "steady traffic".to_owned()
+    } else {
+        format!("burst {}", report["burst"])
+    };
+    let mut lines = vec![
+        format!(
+            "{} scenario, {load}, seed {}, {runs} run{} of each cell",
+            report["scenario"].as_str().unwrap_or("?"),
+            report["seed"],
+            if runs == 1 { "" } else { "s" },
+        ),
+        format!("{key}: median [least-most] of the valid runs, a row per defence, a column per policy"),
+    ];
+    let cell = |defence: &str, policy: &str| -> String {
+        let Some(cell) = cells.iter().find(|c| c["defence"] == defence && c["policy"] == policy) else {
+            return "-".into();
+        };
+        let (median, range) = (&cell["median"][key], &cell["range"][key]);
+        let shown = if median.is_null() {
+            "-".to_owned()
+        } else if range[0] == range[1] {
+            number(median)
+        } else {
+            format!("{} [{}-{}]", number(median), number(&range[0]), number(&range[1]))
+        };
+        match cell["ends_failure"].as_bool() {
+            Some(true) => format!("{shown} ended"),
+            Some(false) => format!("{shown} stuck"),
+            None => shown,
+        }
+    };
+    let row_names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    let width = row_names
+        .iter()
+        .flat_map(|d| names.iter().map(move |p| cell(d, p).len()))
+        .chain(names.iter().map(|n| n.len()))
+        .max()
+        .unwrap_or(0)
+        .max(10)
+        + 3;
+    let label_width = row_names.iter().map(|n| n.len()).max().unwrap_or(0).max("defence".len()) + 2;
+    let mut header = format!("{:<label_width$}", "defence");
+    for name in &names {
+        header += &format!("{name:>width$}");
+    }
+    lines.push(header);
+    for defence in &row_names {
+        let mut line = format!("{defence:<label_width$}");
+        for policy in &names {
+            line += &format!("{:>width$}", cell(defence, policy));
+        }
+        lines.push(line);
+    }
+    if cells.iter().any(|c| c["ends_failure"].is_boolean()) {
+        lines.push(
+            "ended / stuck: half or more of the new messages of the 10 s after the trigger delivered, or not"
+                .into(),
+        );
+    }
+    for row in &rows {
+        if let Some(result) = row["verdict"]["result"].as_str() {
+            let best = strings(&row["verdict"]["best"]);
+            let best = if best.is_empty() { String::new() } else { format!("best {} — ", best.join(", ")) };
+            lines.push(format!("verdict within {}: {best}{result}", row["name"].as_str().unwrap_or("?")));
+        }
+    }
+    lines.push(format!("no best cell: {}", grid["judged"].as_str().unwrap_or("")));
+    if let Some(warning) = report["warning"].as_str() {
+        lines.push(format!("warning: {warning}"));
+    }
+    lines.join("\n") + "\n"
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+}
+
 /// On a scenario with a trigger, which policies ended the failure and which did not (each
 /// policy's `ends_failure`, from its median goodput after the trigger).
 fn failure_ended(policies: &[Value]) -> Option<String> {
@@ -321,6 +495,58 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_grid_prints_a_row_per_defence_a_column_per_policy_and_no_best_cell() {
+        let cell = |defence: &str, policy: &str, median: f64, range: [f64; 2], ended: bool| {
+            json!({"defence": defence, "policy": policy, "median": {"goodput_after_trigger": median},
+                "range": {"goodput_after_trigger": range}, "ends_failure": ended})
+        };
+        let report = json!({
+            "scenario": "metastable", "seed": 1, "runs": 2, "burst": 100,
+            "key_figure": ["goodput_after_trigger"],
+            "grid": {
+                "policies": ["no-jitter", "budget"],
+                "rows": [
+                    {"name": "none", "verdict": {"best": [], "result": "no verdict: too few runs"}},
+                    {"name": "codel", "verdict": {"best": [], "result": "no verdict: too few runs"}}
+                ],
+                "cells": [
+                    cell("none", "no-jitter", 0.1, [0.05, 0.15], false),
+                    cell("none", "budget", 0.9, [0.9, 0.9], true),
+                    cell("codel", "no-jitter", 0.85, [0.8, 0.9], true),
+                    cell("codel", "budget", 0.95, [0.9, 1.0], true)
+                ],
+                "judged": "no test is run across rows"
+            }
+        });
+        let printed = grid(&report);
+        let lines: Vec<&str> = printed.lines().collect();
+        assert!(lines[0].starts_with("metastable scenario, steady traffic, seed 1, 2 runs of each cell"));
+        assert!(
+            lines[2].starts_with("defence") && lines[2].contains("no-jitter") && lines[2].contains("budget")
+        );
+        let none = lines.iter().find(|l| l.starts_with("none ")).unwrap();
+        assert!(none.contains("0.1 [0.05-0.15] stuck") && none.contains("0.9 ended"), "{none}");
+        let codel = lines.iter().find(|l| l.starts_with("codel ")).unwrap();
+        assert!(codel.contains("0.85 [0.8-0.9] ended") && codel.contains("0.95 [0.9-1] ended"), "{codel}");
+        assert!(printed.contains("verdict within codel: no verdict"), "{printed}");
+        assert!(printed.contains("no best cell: no test is run across rows"), "{printed}");
+        assert!(!printed.contains('*'), "no cell marked best: {printed}");
+    }
+
+    #[test]
+    fn a_defence_is_a_name_a_named_json_or_a_json_row() {
+        assert_eq!(defence("codel").unwrap()["defences"]["queue"], "codel");
+        let named = defence(r#"mine={"deadline": true}"#).unwrap();
+        assert_eq!(named, json!({"name": "mine", "defences": {"deadline": true}}));
+        let row = defence(r#"{"name": "q", "defences": {"queue": "lifo"}}"#).unwrap();
+        assert_eq!(row["name"], "q");
+        assert!(defence("moat").unwrap_err().contains("none, deadline, codel"));
+        assert!(
+            defence(r#"{"queue": "lifo"}"#).unwrap_err().contains(r#"{"name": "...", "defences": {...}}"#)
+        );
+    }
 
     #[test]
     fn the_table_says_which_policies_ended_the_failure_only_where_it_was_asked() {

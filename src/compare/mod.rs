@@ -10,7 +10,13 @@
 //! and ranges. How late the driver's clock, the script's steps and the traffic's arrivals ran
 //! against their schedule says how busy the machine was: a run later than its threshold
 //! (`LATE_RUN_MS` unless the request names another) is left out and reported.
+//!
+//! With `defences` a comparison is a grid: each (defence, policy) cell is a column of its own
+//! whose endpoint has the row's defences (`defences`), and the report lists each cell's medians
+//! and ranges (`Grid`). No test is run across defences, so no cell is named best; within a row
+//! the policies get the verdict a comparison of them alone would.
 
+pub mod defences;
 pub mod presets;
 pub mod report;
 pub mod scenario;
@@ -31,6 +37,7 @@ use crate::lab::{Lab, Labs, unix_now_ms};
 use crate::producer::Producer;
 use crate::retry::PolicyUpdate;
 use crate::store::Store;
+pub use defences::{MAX_DEFENCES, MAX_GRID_POLICIES, NamedDefences};
 pub use report::{Figures, ROWS};
 pub use scenario::{SCENARIOS, Scenario, Step};
 pub use verdict::Verdict;
@@ -111,6 +118,13 @@ pub struct ComparisonRequest {
     /// 1000, by default 20. Lenient thresholds let a busy machine's noise into the figures.
     #[serde(default)]
     pub late_threshold_ms: Option<f64>,
+    /// The grid: the endpoint's defences to cross with the policies, each a row under its name
+    /// (1 to 3; then 1 to 3 policies). Every (defence, policy) cell runs as a column does: in
+    /// a lab of its own, its runs one after another with every cell of a run together. Only
+    /// the scenarios whose endpoint has a line (`overload`, `metastable`) take defences other
+    /// than none. Absent: a comparison of policies alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defences: Option<Vec<NamedDefences>>,
 }
 
 fn default_seed() -> u64 {
@@ -143,6 +157,9 @@ pub struct Comparison {
     pub created_unix_ms: u64,
     #[serde(default = "late_run_ms")]
     pub late_threshold_ms: f64,
+    /// The grid's rows, in the order asked; empty for a comparison of policies alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defences: Vec<NamedDefences>,
 }
 
 fn late_run_ms() -> f64 {
@@ -152,6 +169,9 @@ fn late_run_ms() -> f64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Column {
     pub policy: String,
+    /// In a grid, the name of the defences its endpoint has (its row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defence: Option<String>,
     /// Which run of the policy this is, 0-based.
     #[serde(default)]
     pub run: u32,
@@ -220,6 +240,55 @@ pub struct ComparisonReport {
     pub warning: Option<String>,
     /// One per lab: each run of each policy.
     pub columns: Vec<ColumnReport>,
+    /// A comparison over defences × policies: its cells. Then `policies` lists each policy's
+    /// settings and runs, with no medians (a policy's runs met different endpoints), and
+    /// `verdict` names no best: the cells carry the figures, and each row its own verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grid: Option<Grid>,
+}
+
+/// Defences × policies: a row per defence, a column per policy, each cell a policy's runs
+/// against an endpoint with that row's defences.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Grid {
+    /// The rows, in the order asked.
+    pub rows: Vec<GridRow>,
+    /// The columns: the policies' names, in the order asked.
+    pub policies: Vec<String>,
+    /// One per (defence, policy), row by row.
+    pub cells: Vec<Cell>,
+    /// What the grid judges and what it does not, in a sentence.
+    pub judged: String,
+}
+
+/// One row of the grid: a defence, and the verdict among the policies against it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct GridRow {
+    pub name: String,
+    pub defences: crate::downstream::Defences,
+    /// The comparison's test among this row's policies, as a comparison of them alone would
+    /// judge them; `None` with one policy.
+    #[schema(required = true)]
+    pub verdict: Option<Verdict>,
+}
+
+/// One cell of the grid: one policy against one defence, over its runs.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Cell {
+    pub defence: String,
+    pub policy: String,
+    /// Each figure's median over the cell's valid runs, the key figure (`key_figure`) among
+    /// them.
+    pub median: BTreeMap<String, f64>,
+    /// Each figure's least and most over the cell's valid runs.
+    pub range: BTreeMap<String, [f64; 2]>,
+    /// On metastable: whether the cell ended the failure (as `PolicyReport::ends_failure`).
+    #[schema(required = true)]
+    pub ends_failure: Option<bool>,
+    /// The runs its medians are over.
+    pub valid_runs: u32,
+    /// Its labs, one per run (and per try of a run run again).
+    pub labs: Vec<String>,
 }
 
 /// One policy over its runs.
@@ -247,6 +316,9 @@ pub struct PolicyReport {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PolicyRun {
     pub run: u32,
+    /// In a grid, the defences this run's endpoint had.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defence: Option<String>,
     pub attempt: u32,
     /// Counted in the medians and the verdict: finished, its lab kept, and on time.
     pub valid: bool,
@@ -263,9 +335,12 @@ pub struct InvalidRun {
     pub re_run: bool,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ColumnReport {
     pub policy: String,
+    /// In a grid, the defences its endpoint had (its row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defence: Option<String>,
     pub run: u32,
     /// 0 for the run's first try; a run the machine kept late is run again as attempt 1, 2.
     pub attempt: u32,
@@ -291,6 +366,9 @@ pub struct ColumnReport {
 #[derive(Debug)]
 pub enum Refusal {
     Invalid(String),
+    /// A field of the request that cannot be used, named as the request has it
+    /// (`defences[1].defences.queue`).
+    Field(crate::invalid::Invalid),
     /// The store could not keep the comparison's labs (they were removed again).
     Storage,
     Limit {
@@ -303,6 +381,9 @@ pub enum Refusal {
         retry_after_s: u64,
     },
 }
+
+/// One run of one column: its policy's name, its defence's in a grid, and the run.
+type CellRun = (String, Option<String>, u32);
 
 /// How late each attempt of each run's clock ticks and script steps were, by `(run, attempt)`.
 type RunLateness = Arc<Mutex<HashMap<(u32, u32), Lateness>>>;
@@ -380,19 +461,21 @@ impl Comparisons {
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
         let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
-        if !(2..=MAX_POLICIES).contains(&request.policies.len()) {
+        let rows = grid_rows(scenario, &request)?;
+        if rows.is_empty() && !(2..=MAX_POLICIES).contains(&request.policies.len()) {
             return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
         }
         if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
             return Err(Refusal::Invalid(duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
-        let policies = request.policies.len() as u32;
+        // Each cell of a grid is a column of its own: its labs count as a policy's do.
+        let policies = (request.policies.len() * rows.len().max(1)) as u32;
         // Each run of each policy is a lab, drawn from the address's allowance: by default as
         // many runs as one run of the allowance (`lab_create_burst`) holds, up to the test's need.
         let burst = limits.lab_create_burst;
         let runs = request.runs.unwrap_or_else(|| {
-            default_runs(scenario, request.policies.len()).min(max_runs).min(burst / policies).max(1)
+            default_runs(scenario, request.policies.len().max(2)).min(max_runs).min(burst / policies).max(1)
         });
         if !(1..=max_runs).contains(&runs) {
             return Err(Refusal::Limit {
@@ -404,7 +487,7 @@ impl Comparisons {
             return Err(Refusal::Limit {
                 limit: "lab_create_burst",
                 detail: format!(
-                    "this comparison needs {} labs ({runs} runs of {policies} policies) and one address may create \
+                    "this comparison needs {} labs ({runs} runs of {policies} policies or cells) and one address may create \
                      at most {burst} at once (lab_create_burst): ask for fewer runs or policies",
                     runs * policies
                 ),
@@ -429,7 +512,7 @@ impl Comparisons {
             });
         }
         // Runs go one after another: at most one run's messages are in flight at a time.
-        let (active, adding) = (labs.active_messages(), request.burst * request.policies.len());
+        let (active, adding) = (labs.active_messages(), request.burst * policies as usize);
         if active + adding > limits.max_active_messages {
             return Err(Refusal::Limit {
                 limit: "max_active_messages",
@@ -442,22 +525,33 @@ impl Comparisons {
         }
         // Every policy is checked before any lab is made.
         let mut setups = Vec::new();
+        // Without a grid, one row with the scenario's own endpoint.
+        let row_defences: Vec<Option<&NamedDefences>> =
+            if rows.is_empty() { vec![None] } else { rows.iter().map(Some).collect() };
         for run in 0..runs {
-            for choice in &request.policies {
-                let changes = choice.changes().map_err(|e| match choice {
-                    PolicyChoice::Preset(_) => Refusal::Invalid(e),
-                    PolicyChoice::Custom { name, .. } => Refusal::Invalid(format!("policy '{name}': {e}")),
-                })?;
-                let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes);
-                let downstream = scenario.downstream(request.burst);
-                setups.push(((choice.name().to_owned(), run), policy, downstream));
+            for row in &row_defences {
+                for choice in &request.policies {
+                    let changes = choice.changes().map_err(|e| match choice {
+                        PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                        PolicyChoice::Custom { name, .. } => {
+                            Refusal::Invalid(format!("policy '{name}': {e}"))
+                        }
+                    })?;
+                    let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes);
+                    let mut downstream = scenario.downstream(request.burst);
+                    if let Some(row) = row {
+                        downstream.defences = Some(row.defences);
+                    }
+                    let cell = (choice.name().to_owned(), row.map(|r| r.name.clone()), run);
+                    setups.push((cell, policy, downstream));
+                }
             }
         }
         // All the labs are taken from the allowance before the first is made, or none.
         allowance(runs * policies)?;
-        let mut made: Vec<((String, u32), Arc<Lab>)> = Vec::new();
+        let mut made: Vec<(CellRun, Arc<Lab>)> = Vec::new();
         let mut settings = Vec::new();
-        for ((name, run), policy, downstream) in setups {
+        for ((name, defence, run), policy, downstream) in setups {
             let lab = match labs.create() {
                 Ok(lab) => lab,
                 Err(max) => {
@@ -472,7 +566,7 @@ impl Comparisons {
             };
             lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
             lab.set_downstream(&downstream).map_err(|e| Refusal::Invalid(e.to_string()))?;
-            made.push(((name, run), lab));
+            made.push(((name, defence, run), lab));
             settings.push((policy, downstream));
         }
         let comparison = Comparison {
@@ -483,8 +577,9 @@ impl Comparisons {
             runs,
             columns: made
                 .iter()
-                .map(|((policy, run), lab)| Column {
+                .map(|((policy, defence, run), lab)| Column {
                     policy: policy.clone(),
+                    defence: defence.clone(),
                     run: *run,
                     lab: lab.id,
                     started_ms: lab.now_ms(),
@@ -498,6 +593,7 @@ impl Comparisons {
                 .collect(),
             created_unix_ms: unix_now_ms(),
             late_threshold_ms,
+            defences: rows,
         };
         for (_, lab) in &made {
             lab.persisted()
@@ -569,6 +665,7 @@ impl Comparisons {
                 }
                 ColumnReport {
                     policy: column.policy.clone(),
+                    defence: column.defence.clone(),
                     run: column.run,
                     attempt: column.attempt,
                     lab: column.lab.to_string(),
@@ -609,9 +706,25 @@ impl Comparisons {
             let first = comparison.columns.iter().find(|c| c.policy == name)?;
             serde_json::to_value(labs.get(&first.lab)?.policy()).ok()
         };
-        let policies = policy_reports(&columns, valid, settings, |figure| scenario.has_figure(figure));
+        let mut policies = policy_reports(&columns, valid, settings, |figure| scenario.has_figure(figure));
         let key = scenario.key_figures();
-        let verdict = if done {
+        let grid =
+            (!comparison.defences.is_empty()).then(|| grid(comparison, &columns, valid, settings, done));
+        if grid.is_some() {
+            // A policy's runs met different endpoints: its figures are the cells'.
+            for policy in &mut policies {
+                policy.median.clear();
+                policy.range.clear();
+                policy.ends_failure = None;
+            }
+        }
+        let verdict = if grid.is_some() {
+            verdict::pending(
+                policies.len(),
+                key.len(),
+                "a grid names no best cell: each row has its own verdict among its policies, and no test is run across defences".into(),
+            )
+        } else if done {
             verdict::judge(key, &samples(key, &columns, valid))
         } else {
             let finished = (0..comparison.runs)
@@ -666,7 +779,94 @@ impl Comparisons {
             invalid_runs,
             warning,
             columns,
+            grid,
         }
+    }
+}
+
+/// The grid's rows a request asks for, checked; none without `defences`.
+fn grid_rows(scenario: Scenario, request: &ComparisonRequest) -> Result<Vec<NamedDefences>, Refusal> {
+    let Some(rows) = &request.defences else { return Ok(Vec::new()) };
+    let field = |field: &str, detail: String| Refusal::Field(crate::invalid::Invalid::new(field, detail));
+    if !(1..=MAX_DEFENCES).contains(&rows.len()) {
+        return Err(field("defences", format!("a grid has 1 to {MAX_DEFENCES} defences (its rows)")));
+    }
+    if !(1..=MAX_GRID_POLICIES).contains(&request.policies.len()) {
+        return Err(field(
+            "policies",
+            format!(
+                "a grid has 1 to {MAX_GRID_POLICIES} policies (its columns): this machine runs at most nine cells together"
+            ),
+        ));
+    }
+    if rows.len() * request.policies.len() < 2 {
+        return Err(field(
+            "defences",
+            "a grid of one cell compares nothing: give two defences or two policies".into(),
+        ));
+    }
+    for (row, named) in rows.iter().enumerate() {
+        if let Some(refused) = defences::refusal(scenario, request.burst, row, named) {
+            return Err(Refusal::Field(refused));
+        }
+    }
+    if let Some(name) = duplicate_name(rows.iter().map(|r| r.name.as_str())) {
+        let row = rows.iter().rposition(|r| r.name == name).unwrap_or(0);
+        return Err(field(
+            &format!("defences[{row}].name"),
+            format!(
+                "the defence name '{name}' is used more than once: each names a row, so give each its own"
+            ),
+        ));
+    }
+    Ok(rows.clone())
+}
+
+/// The grid of a comparison with defences: each cell's figures over its valid runs, and each
+/// row's verdict among its policies once every run has finished.
+fn grid(
+    comparison: &Comparison,
+    columns: &[ColumnReport],
+    valid: impl Fn(&ColumnReport) -> bool + Copy,
+    settings: impl Fn(&str) -> Option<Value> + Copy,
+    done: bool,
+) -> Grid {
+    let scenario = comparison.scenario;
+    let key = scenario.key_figures();
+    let names: Vec<String> = policy_names(columns).into_iter().map(str::to_owned).collect();
+    let (mut rows, mut cells) = (Vec::new(), Vec::new());
+    for named in &comparison.defences {
+        let own: Vec<ColumnReport> =
+            columns.iter().filter(|c| c.defence.as_deref() == Some(named.name.as_str())).cloned().collect();
+        for report in policy_reports(&own, valid, settings, |figure| scenario.has_figure(figure)) {
+            let labs = own.iter().filter(|c| c.policy == report.name).map(|c| c.lab.clone()).collect();
+            cells.push(Cell {
+                defence: named.name.clone(),
+                valid_runs: report.runs.iter().filter(|r| r.valid).count() as u32,
+                policy: report.name,
+                median: report.median,
+                range: report.range,
+                ends_failure: report.ends_failure,
+                labs,
+            });
+        }
+        let verdict = (names.len() >= 2).then(|| {
+            if done {
+                verdict::judge(key, &samples(key, &own, valid))
+            } else {
+                verdict::pending(names.len(), key.len(), "no verdict yet: the runs are still going".into())
+            }
+        });
+        rows.push(GridRow { name: named.name.clone(), defences: named.defences, verdict });
+    }
+    Grid {
+        rows,
+        policies: names,
+        cells,
+        judged: "each cell is the median [least-most] of its valid runs; policies are judged against each \
+                 other only within a row, by the comparison's test, and no test is run across rows, so no \
+                 cell is named best"
+            .into(),
     }
 }
 
@@ -803,6 +1003,7 @@ fn policy_reports(
                     .iter()
                     .map(|c| PolicyRun {
                         run: c.run,
+                        defence: c.defence.clone(),
                         attempt: c.attempt,
                         valid: valid(c),
                         figures: c.figures.clone(),
@@ -1018,9 +1219,10 @@ impl Driver {
         let mut settings = Vec::new();
         let add = |saved: &mut Comparison| {
             for (i, lab, column_settings) in made {
-                let policy = saved.columns[i].policy.clone();
+                let (policy, defence) = (saved.columns[i].policy.clone(), saved.columns[i].defence.clone());
                 saved.columns.push(Column {
                     policy,
+                    defence,
                     run,
                     lab: lab.id,
                     started_ms: lab.now_ms(),
@@ -1126,6 +1328,7 @@ mod tests {
     fn column(policy: &str, run: u32, requests: u64, delivered: u64) -> ColumnReport {
         ColumnReport {
             policy: policy.into(),
+            defence: None,
             run,
             attempt: 0,
             lab: String::new(),

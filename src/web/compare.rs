@@ -45,7 +45,7 @@ pub async fn create(
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     payload: Result<Json<ComparisonRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
-    let Json(request) = payload?;
+    let Json(request) = payload.map_err(defence_named)?;
     let parts = (&app.labs, &app.producer, &app.store);
     // Its labs are the asking address's as much as those of `POST /api/labs`: they draw on the
     // same allowance, all at once, and so does a late run's re-run, one lab at a time.
@@ -66,6 +66,7 @@ pub async fn create(
     let comparison =
         app.comparisons.start(request, parts, &app.limits, setup).await.map_err(|r| match r {
             Refusal::Invalid(detail) => AppError::Unprocessable(detail),
+            Refusal::Field(invalid) => invalid.into(),
             Refusal::Storage => AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 retry_after_s: 1,
@@ -86,6 +87,30 @@ pub async fn create(
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
+}
+
+/// A request field that does not parse is answered 422 naming it as the request has it: a
+/// grid's defence (`defences[1].defences.queue`, said first in the detail), a policy
+/// (`policies[1]`), or an unknown field at the top (`defense`).
+fn defence_named(rejection: JsonRejection) -> AppError {
+    let detail = rejection.body_text();
+    let Some((_, rest)) = detail.split_once("target type: ") else { return rejection.into() };
+    if rejection.status() != StatusCode::UNPROCESSABLE_ENTITY {
+        return rejection.into();
+    }
+    let field = |field: String, detail: String| AppError::Field {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        field,
+        detail,
+    };
+    match rest.split_once(": ") {
+        Some((path, why)) if path.starts_with("defences") => field(path.to_owned(), format!("{path}: {why}")),
+        Some((path, _)) if !path.contains(' ') => field(path.to_owned(), detail.clone()),
+        _ => match rest.strip_prefix("unknown field `").and_then(|r| r.split_once('`')) {
+            Some((name, _)) => field(name.to_owned(), detail.clone()),
+            None => rejection.into(),
+        },
+    }
 }
 
 /// A comparison's table, measured now: every policy's figures and which did best on each row.
@@ -120,6 +145,10 @@ pub async fn report(
 pub struct OpenInLab {
     /// The policy's name, as the comparison gives it.
     pub policy: String,
+    /// In a grid, the defence's name (the cell's row): the lab's endpoint gets its defences.
+    /// Required in a grid, refused elsewhere.
+    #[serde(default)]
+    pub defence: Option<String>,
 }
 
 /// Opens one of a comparison's policies in a new lab, ready to run: the policy as its first
@@ -150,17 +179,22 @@ pub async fn open_in_lab(
     payload: Result<Json<OpenInLab>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let id = parse_id(&app, &raw)?;
-    let Json(OpenInLab { policy }) = payload?;
+    let Json(OpenInLab { policy, defence }) = payload?;
     let comparison = app
         .comparisons
         .get(&id)
         .ok_or_else(|| AppError::NotFound(format!("there is no comparison {id}; start one at /compare")))?;
-    let first = comparison.columns.iter().filter(|c| c.policy == policy).min_by_key(|c| (c.run, c.attempt));
+    let row = cell_row(&comparison, defence.as_deref())?;
+    let first = comparison
+        .columns
+        .iter()
+        .filter(|c| c.policy == policy && c.defence == defence)
+        .min_by_key(|c| (c.run, c.attempt));
     let Some(column) = first else {
         let names: Vec<&str> = comparison
             .columns
             .iter()
-            .filter(|c| c.run == 0 && c.attempt == 0)
+            .filter(|c| c.run == 0 && c.attempt == 0 && c.defence == defence)
             .map(|c| c.policy.as_str())
             .collect();
         return Err(AppError::Field {
@@ -179,9 +213,11 @@ pub async fn open_in_lab(
     let settings: crate::retry::PolicyUpdate = settings.expect("a policy's settings are an update of them");
     let lab = app.labs.create().map_err(super::api::lab_limit)?;
     // Valid when the comparison ran; a server restarted with tighter limits may refuse them now.
-    let ready = lab
-        .set_policy(&settings)
-        .and_then(|_| lab.set_downstream(&comparison.scenario.downstream(comparison.burst)));
+    let mut downstream = comparison.scenario.downstream(comparison.burst);
+    if let Some(row) = row {
+        downstream.defences = Some(row.defences);
+    }
+    let ready = lab.set_policy(&settings).and_then(|_| lab.set_downstream(&downstream));
     if let Err(refused) = ready {
         app.labs.remove(&lab.id); // a refused lab leaves nothing behind
         return Err(AppError::Rejected {
@@ -196,6 +232,36 @@ pub async fn open_in_lab(
     let url = format!("/labs/{}", lab.id);
     let created = super::api::Created { id: lab.id.to_string(), url: url.clone() };
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(created)).into_response())
+}
+
+/// The grid row a cell to open names: one of the grid's in a grid (required there), none
+/// elsewhere.
+fn cell_row<'a>(
+    comparison: &'a crate::compare::Comparison,
+    defence: Option<&str>,
+) -> Result<Option<&'a crate::compare::NamedDefences>, AppError> {
+    let rows = &comparison.defences;
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    let refuse = |detail: String| AppError::Field {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        field: "defence".into(),
+        detail,
+    };
+    match defence {
+        None if rows.is_empty() => Ok(None),
+        None => Err(refuse(format!(
+            "this comparison is a grid: name the cell's defence too, one of {}",
+            names.join(", ")
+        ))),
+        Some(name) if rows.is_empty() => {
+            Err(refuse(format!("this comparison has no defences; leave out 'defence' (it was '{name}')")))
+        }
+        Some(name) => {
+            rows.iter().find(|r| r.name == name).map(Some).ok_or_else(|| {
+                refuse(format!("this grid has no defence '{name}'; it has {}", names.join(", ")))
+            })
+        }
+    }
 }
 
 /// A comparison id, owned by this instance: another instance's is sent on there (fly-replay).
@@ -218,6 +284,26 @@ struct ComparePage {
     comparison_id: String,
     scenarios: Vec<&'static str>,
     presets: &'static [presets::Preset],
+    defences: Vec<DefenceChoice>,
+}
+
+/// A named defence as the form offers it: its name, its settings as the request's JSON, and
+/// what it does.
+struct DefenceChoice {
+    name: String,
+    json: String,
+    what: &'static str,
+}
+
+fn defence_choices() -> Vec<DefenceChoice> {
+    crate::compare::defences::named()
+        .into_iter()
+        .map(|(named, what)| DefenceChoice {
+            json: serde_json::to_string(&named.defences).expect("defences serialize"),
+            name: named.name,
+            what,
+        })
+        .collect()
 }
 
 /// Each preset's name and what it is, for the form's choices.
@@ -227,8 +313,13 @@ fn preset_choices() -> &'static [presets::Preset] {
 
 /// `GET /compare`: choose a scenario and policies, and start.
 pub async fn form() -> Response {
-    ComparePage { comparison_id: String::new(), scenarios: SCENARIOS.to_vec(), presets: preset_choices() }
-        .into_response()
+    ComparePage {
+        comparison_id: String::new(),
+        scenarios: SCENARIOS.to_vec(),
+        presets: preset_choices(),
+        defences: defence_choices(),
+    }
+    .into_response()
 }
 
 /// `GET /compare/{id}`: a comparison's page, shareable.
@@ -244,6 +335,7 @@ pub async fn page(State(app): State<AppState>, Path(raw): Path<String>) -> Resul
         comparison_id: id.to_string(),
         scenarios: SCENARIOS.to_vec(),
         presets: preset_choices(),
+        defences: Vec::new(),
     }
     .into_response())
 }

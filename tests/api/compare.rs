@@ -14,7 +14,7 @@ use crate::helpers::{TestApp, config, fresh_db};
 
 const PATIENCE: Duration = Duration::from_secs(90);
 
-async fn finished(app: &TestApp, id: &str) -> Value {
+pub(crate) async fn finished(app: &TestApp, id: &str) -> Value {
     let start = Instant::now();
     loop {
         let (status, report) = app.call(Method::GET, &format!("/api/comparisons/{id}"), None).await;
@@ -101,13 +101,13 @@ async fn runs_go_one_after_another_and_the_comparison_reopens_after_a_restart() 
     assert_eq!(reopened["done"], true);
 }
 
-fn policy_of<'a>(report: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn policy_of<'a>(report: &'a Value, name: &str) -> &'a Value {
     let policies = report["policies"].as_array().unwrap();
     policies.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no {name}: {report}"))
 }
 
 /// Runs a comparison to the end and returns its document.
-async fn compared(app: &TestApp, request: &Value) -> Value {
+pub(crate) async fn compared(app: &TestApp, request: &Value) -> Value {
     let (status, created) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     finished(app, created["id"].as_str().unwrap()).await
@@ -505,13 +505,28 @@ async fn the_command_line_writes_plain_progress_lines_off_a_terminal_and_none_wh
 /// with "null", `required`, `properties`, `additionalProperties`, `items`, `oneOf`/`anyOf`/
 /// `allOf`). A field the schema does not describe is a break too: the description must say
 /// everything the document holds.
-fn breaks(spec: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
+pub(crate) fn breaks(spec: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
     if let Some(reference) = schema["$ref"].as_str() {
         let name = reference.trim_start_matches("#/components/schemas/");
         return breaks(spec, &spec["components"]["schemas"][name], value, at, out);
     }
-    for all in schema["allOf"].as_array().into_iter().flatten() {
-        breaks(spec, all, value, at, out);
+    // The parts of an `allOf` describe one object together (an internally tagged enum's
+    // variant is its settings and its tag): each field must be described by one of them.
+    if let Some(parts) = schema["allOf"].as_array() {
+        let mut merged = json!({"type": "object", "properties": {}, "required": []});
+        for part in parts {
+            let mut part = part;
+            while let Some(reference) = part["$ref"].as_str() {
+                part = &spec["components"]["schemas"][reference.trim_start_matches("#/components/schemas/")];
+            }
+            if let Some(properties) = part["properties"].as_object() {
+                merged["properties"].as_object_mut().unwrap().extend(properties.clone());
+            }
+            for required in part["required"].as_array().into_iter().flatten() {
+                merged["required"].as_array_mut().unwrap().push(required.clone());
+            }
+        }
+        return breaks(spec, &merged, value, at, out);
     }
     let choices: Vec<&Value> =
         schema["oneOf"].as_array().or(schema["anyOf"].as_array()).into_iter().flatten().collect();
@@ -654,7 +669,7 @@ async fn call_from(app: &TestApp, from: &str, method: Method, path: &str, body: 
 }
 
 /// The labs the server holds, as `/metrics` counts them.
-async fn labs_held(app: &TestApp) -> u64 {
+pub(crate) async fn labs_held(app: &TestApp) -> u64 {
     let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let line = text.lines().find(|l| l.starts_with("retrylab_active_labs ")).expect("the labs gauge");
     line.rsplit(' ').next().unwrap().parse().unwrap()

@@ -8,6 +8,7 @@ mod check;
 mod claims;
 mod clients;
 mod compare;
+mod compare_grid;
 mod crash_ids;
 mod dead_letters;
 mod dedup_window;

@@ -82,6 +82,13 @@ async fn axe_finds_no_violation_on_any_page_in_light_or_dark() {
         .await;
     page.eval("document.querySelectorAll('details').forEach(d => d.open = true)").await.unwrap();
     check_both(&page, "a finished comparison", &mut found).await;
+    // A finished grid of defences × policies.
+    let body = json!({"scenario": "overload", "burst": 5, "seed": 1, "runs": 1, "policies": ["none", "full"],
+        "defences": [{"name": "none", "defences": {}}, {"name": "codel", "defences": {"queue": "codel"}}]});
+    let id = super::compare::start_comparison(&server, &body).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    wait_for(&page, "the grid to finish", "document.getElementById('compare').dataset.done === 'true'").await;
+    check_both(&page, "a finished grid", &mut found).await;
 
     assert!(found.is_empty(), "axe-core found {} violations:\n{}", found.len(), found.join("\n"));
     super::assert_no_console_errors(&page);

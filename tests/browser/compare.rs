@@ -691,3 +691,96 @@ async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_
     let errors = page.console_errors();
     assert!(errors.is_empty(), "{}", list(&errors));
 }
+
+/// Every cell of the grid: [defence, policy, median, least, most] as the page holds them.
+const GRID: &str = "[...document.querySelectorAll('[data-grid] td[data-defence][data-policy]')].map(td =>
+    [td.dataset.defence, td.dataset.policy, td.dataset.value === '' ? null : Number(td.dataset.value),
+     td.dataset.min === '' ? null : Number(td.dataset.min), td.dataset.max === '' ? null : Number(td.dataset.max)])";
+
+/// A grid started from the form (two defences chosen, two policies) draws one cell per
+/// (defence, policy) with the API's median and range of the key figure, names no best cell,
+/// and a cell's "open in a lab" opens a lab with that cell's policy and defences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    page.navigate(&server.url("/compare")).await;
+    fill_form(&page, "overload", &["no-jitter", "full-jitter"], ("", ""), 10).await;
+    page.eval(
+        "(() => { const s = document.querySelectorAll('select[data-defence]');
+            s[0].value = 'none'; s[1].value = 'codel';
+            document.getElementById('compare-form').dispatchEvent(new Event('input', { bubbles: true }));
+            return true; })()",
+    )
+    .await
+    .unwrap();
+    page.click("[data-start]").await;
+    let path = wait_for_navigation(
+        &page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/compare/') \
+         && document.getElementById('compare')?.dataset.comparison && location.pathname",
+    )
+    .await;
+    let id = path.as_str().unwrap().trim_start_matches("/compare/").to_owned();
+    wait_for(&page, "the grid to finish", "document.getElementById('compare').dataset.done === 'true'").await;
+    let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
+    let key = report["key_figure"][0].as_str().unwrap();
+    let rows = report["grid"]["rows"].as_array().unwrap();
+    assert_eq!(rows[1]["defences"]["queue"], "codel", "the form sent the chosen defences: {report}");
+
+    let drawn = page.eval(GRID).await.unwrap();
+    let drawn = drawn.as_array().unwrap();
+    assert_eq!(drawn.len(), 4, "one cell per (defence, policy): {drawn:?}");
+    for cell in report["grid"]["cells"].as_array().unwrap() {
+        let shown = drawn
+            .iter()
+            .find(|d| d[0] == cell["defence"] && d[1] == cell["policy"])
+            .unwrap_or_else(|| panic!("no cell drawn for {cell}"));
+        assert!(same(&shown[2], &cell["median"][key]), "{shown:?} against {cell}");
+        assert!(same(&shown[3], &cell["range"][key][0]) && same(&shown[4], &cell["range"][key][1]), "{cell}");
+        assert!(shown[2].as_f64().is_some_and(|m| m >= 1.0), "a figure in every cell: {shown:?}");
+    }
+    // No cell is named best, and the page says why; the per-policy table stands aside.
+    let note = page.eval("document.querySelector('[data-grid-note]').textContent").await.unwrap();
+    assert!(note.as_str().unwrap().contains("No cell is marked best"), "{note}");
+    assert_eq!(
+        page.eval("document.querySelectorAll('[data-grid] .cmp-best, [data-grid] strong').length")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(page.eval("document.querySelector('[data-table-panel]').hidden").await.unwrap(), true);
+    page.screenshot("compare-grid-1280").await;
+    let again = page.eval("document.querySelector('[data-again-link]').href").await.unwrap();
+    let again = again.as_str().unwrap().to_owned();
+    assert!(again.contains("defence=none&defence=codel"), "run again keeps the defences: {again}");
+
+    page.click("td[data-defence='codel'][data-policy='full-jitter'] [data-open-cell]").await;
+    let path = wait_for_navigation(
+        &page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/labs/') && location.pathname",
+    )
+    .await;
+    let lab = path.as_str().unwrap().trim_start_matches("/labs/").to_owned();
+    let snapshot = server.snapshot(&lab).await;
+    let settings =
+        report["policies"].as_array().unwrap().iter().find(|p| p["name"] == "full-jitter").unwrap();
+    let mut policy = snapshot["policy"].clone();
+    policy.as_object_mut().unwrap().remove("bands");
+    assert_eq!(policy, settings["policy"], "the cell's policy, setting for setting");
+    assert_eq!(snapshot["downstream"]["defences"], rows[1]["defences"], "the cell's defences");
+    assert_eq!(snapshot["downstream"]["mode"], "overloaded");
+    assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
+
+    // "Change it and run again" fills the form in with the grid's defences.
+    page.navigate(&again).await;
+    let chosen = wait_for(
+        &page,
+        "the form filled in",
+        "(s => s.length && [...s].map(x => x.value).join(','))(document.querySelectorAll('select[data-defence]'))",
+    )
+    .await;
+    assert_eq!(chosen, "none,codel,");
+}
