@@ -69,8 +69,10 @@ pub enum ClaimId {
     /// (at least 8 new messages a second): the metastable failure outlasts its trigger.
     GoodputStaysDown,
     /// Within 6 s of the change the run starts with (`from_ms`), a 3 s window delivered nine in
-    /// ten of the messages offered in it, and 9 s after the change one still does: goodput is
-    /// back on the offered load and stays there.
+    /// ten of the messages offered in it, and 9 s after the change one still delivers eight in
+    /// ten: goodput is back on the offered load and stays near it (a server defence that drops
+    /// work, CoDel's, lets a burst of arrivals wait for their retries: a window can fall to 0.88
+    /// while the run as a whole delivers all it is offered; stuck, it is under a half).
     GoodputBack,
     /// `goodput_back` for a fix that first drains a full queue with what the workers have left
     /// over: a 3 s window within 10 s of the change, and again 13 s after it.
@@ -608,14 +610,14 @@ impl Run {
                     return (false, "–".into(), "no change to measure from".into());
                 };
                 let (within_s, again_s) = back_within(id);
-                // Nine in ten of a 3 s window's new messages delivered, with traffic arriving.
-                let back = |at: u64| {
+                // Of a 3 s window's new messages, `tenths` in ten delivered, with traffic arriving.
+                let back = |at: u64, tenths: u64| {
                     let (offered, delivered) =
                         self.per_second(at, at + 3_000).iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
-                    offered >= 45 && delivered * 10 >= offered * 9
+                    offered >= 45 && delivered * 10 >= offered * tenths
                 };
-                let recovered = (0..=within_s).find(|s| back(from + s * 1_000));
-                let stays = back(from + again_s * 1_000);
+                let recovered = (0..=within_s).find(|s| back(from + s * 1_000, 9));
+                let stays = back(from + again_s * 1_000, 8);
                 let holds = recovered.is_some() && stays;
                 let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
                 let said = match (recovered, stays) {
@@ -842,7 +844,7 @@ mod tests {
     }
 
     #[test]
-    fn goodput_back_needs_a_window_of_nine_in_ten_within_6_s_of_the_change_and_again_9_s_after() {
+    fn goodput_back_needs_a_window_of_nine_in_ten_within_6_s_of_the_change_and_eight_in_ten_9_s_after() {
         let mut lab = run(serde_json::json!([]), (0, 0));
         // 20 offered a second; nothing delivered for the first 4 s after the change at 10 s.
         lab.load.bins = (0..40)
@@ -854,6 +856,15 @@ mod tests {
         lab.now_ms = 22_000;
         let judged = &lab.judge(&[ClaimId::GoodputBack], &scope)[0];
         assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "4 s"), "{}", judged.said);
+        // Eight in ten 9 s after is still near the offered load; seven in ten is not.
+        for bin in &mut lab.load.bins[18..24] {
+            bin.delivered = 8;
+        }
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &scope)[0].verdict, Verdict::Holds);
+        for bin in &mut lab.load.bins[18..24] {
+            bin.delivered = 7;
+        }
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &scope)[0].verdict, Verdict::Fails);
         // Not back 9 s after: it fails, and says so.
         for bin in &mut lab.load.bins[18..24] {
             bin.delivered = 0;
