@@ -232,12 +232,8 @@ mod tests {
     #[tokio::test]
     async fn an_action_on_more_letters_than_a_hold_takes_is_one_batch_of_each_letter_once() {
         let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
-        let lab = labs.create().unwrap();
         let count = ROWS_PER_HOLD * 5 / 2;
-        push_letters(&lab, count);
-        drop(lab.take_batch());
-        // As if the store's writer had the lab already: this test takes the batch itself.
-        lab.lock().flush_pending = true;
+        let lab = lab_with_saved_letters(&labs, count).await;
         let moved = lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
         assert_eq!(moved.len(), count);
         let batch = lab.take_batch().expect("rows to write");
@@ -269,12 +265,17 @@ mod tests {
         }
     }
 
-    /// A lab holding `count` dead letters, all of them saved.
-    fn lab_with_saved_letters(labs: &Labs, count: usize) -> std::sync::Arc<Lab> {
+    /// A lab holding `count` dead letters, all of them saved, that the store's writer will not
+    /// take a batch from: the test takes its batches itself.
+    async fn lab_with_saved_letters(labs: &Labs, count: usize) -> std::sync::Arc<Lab> {
         let lab = labs.create().unwrap();
+        // The writer, on its own thread, has committed the new lab and let go of it.
+        lab.persisted().await.unwrap();
         push_letters(&lab, count);
         drop(lab.take_batch());
         assert_eq!(lab.lock().dead_letters.unsaved(), 0);
+        // As if the writer had the lab already: no change now hands it the lab.
+        lab.lock().flush_pending = true;
         lab
     }
 
@@ -282,7 +283,7 @@ mod tests {
     async fn a_reset_between_two_holds_brings_no_letter_back() {
         let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
         let count = ROWS_PER_HOLD * 5 / 2;
-        let lab = lab_with_saved_letters(&labs, count);
+        let lab = lab_with_saved_letters(&labs, count).await;
         lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
         let mut resets = 0;
         let (state, early) = lab.take_early(|| {
@@ -301,7 +302,7 @@ mod tests {
     async fn a_letter_deleted_in_one_chunk_and_back_in_a_later_one_is_written_as_it_is() {
         let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
         let count = ROWS_PER_HOLD * 5 / 2;
-        let lab = lab_with_saved_letters(&labs, count);
+        let lab = lab_with_saved_letters(&labs, count).await;
         let ids: Vec<u64> = (1..=count as u64).collect();
         lab.lock().dead_letters.remove(&ids);
         // After the first chunk (deleted rows), every letter comes back: the next chunks hold
