@@ -62,10 +62,22 @@ async fn the_legend_lists_only_what_is_drawn_and_the_full_key_is_one_click_away(
         &format!("(k => k.every(i => i[1] === i[2]) && k.find(i => i[0] === '.tl-bar.o-http_error')[1] && k)({KEY})"),
     )
     .await;
-    // It stays so: the timeline is still now, and the legend follows it within half a second.
+    // It stays so: the legend follows what is drawn, read twice a second. A mark drawn late
+    // (the load chart's sums come on their own timer) may be a read behind: at most a second.
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-    for item in page.eval(KEY).await.unwrap().as_array().unwrap() {
-        assert_eq!(item[1], item[2], "an item shows exactly when its mark is drawn: {item}");
+    let started = std::time::Instant::now();
+    loop {
+        let key = page.eval(KEY).await.unwrap();
+        let behind: Vec<&serde_json::Value> =
+            key.as_array().unwrap().iter().filter(|item| item[1] != item[2]).collect();
+        if behind.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(1_000),
+            "an item shows exactly when its mark is drawn, within a second: {behind:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let shown =
         |key: &serde_json::Value, k: &str| key.as_array().unwrap().iter().any(|i| i[0] == k && i[1] == true);
