@@ -8,15 +8,7 @@
 //! Cells carry `data-defence`, `data-policy`, `data-value` (the median, empty for none),
 //! `data-min` and `data-max`, so tests read what a person reads.
 
-import { duration } from './model.js';
-
-/** How the key figures are written. */
-const FORMATS = {
-  requests_per_delivered: (v) => v.toFixed(2),
-  throttled_per_delivered: (v) => v.toFixed(2),
-  goodput_after_trigger: (v) => v.toFixed(2),
-  drain_ms: (v) => duration(v),
-};
+import { formatFigure, openInLab } from './compare-table.js';
 
 export function createGrid(panel) {
   const table = panel.querySelector('[data-grid]');
@@ -26,29 +18,9 @@ export function createGrid(panel) {
 
   /** A new lab with the cell's policy and the row's defences; the page goes there. */
   function openCell(comparison, defence, policy) {
-    const button = document.createElement('button');
-    button.type = 'button';
-    button.className = 'secondary small';
+    const title = `A new lab with ${policy} against this scenario's endpoint with the ${defence} defence, ready to run`;
+    const button = openInLab(comparison, { policy, defence }, title);
     button.dataset.openCell = '';
-    button.textContent = 'open in a lab';
-    button.title = `A new lab with ${policy} against this scenario's endpoint with the ${defence} defence, ready to run`;
-    button.addEventListener('click', async () => {
-      button.disabled = true;
-      try {
-        const res = await fetch(`/api/comparisons/${comparison}/labs`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
-          body: JSON.stringify({ policy, defence }),
-        });
-        const body = await res.json();
-        if (!res.ok) throw new Error(body.detail ?? res.statusText);
-        location.assign(body.url);
-      } catch (err) {
-        button.disabled = false;
-        button.textContent = 'open in a lab (failed: try again)';
-        button.title = err.message;
-      }
-    });
     return button;
   }
 
@@ -98,7 +70,7 @@ export function createGrid(panel) {
       shape = next;
     }
     const key = report.key_figure?.[0];
-    const format = FORMATS[key] ?? ((v) => String(v));
+    const format = (v) => formatFigure(key, v);
     for (const td of table.querySelectorAll('td[data-defence]')) {
       const cell = report.grid.cells.find((c) => c.defence === td.dataset.defence && c.policy === td.dataset.policy);
       const median = cell?.median?.[key];

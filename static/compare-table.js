@@ -54,6 +54,43 @@ const CAUSES = [
   ['aws_adaptive', 'refused by the AWS retry quota (adaptive mode)'],
 ];
 
+/** How `figure`'s value `v` is written, as its row writes it. */
+export function formatFigure(figure, v) {
+  const row = ROWS.find(([key]) => key === figure);
+  return row ? row[2](v) : String(v);
+}
+
+/**
+ * "open in a lab": a button that asks the server for a new lab with `choice` (a column's
+ * `{policy}`, a grid cell's `{policy, defence}`: its policy as its first run's lab held it and
+ * the scenario's endpoint, ready for a burst or traffic) and goes there; `title` says what.
+ */
+export function openInLab(comparison, choice, title) {
+  const button = document.createElement('button');
+  button.type = 'button';
+  button.className = 'secondary small';
+  button.textContent = 'open in a lab';
+  button.title = title;
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    try {
+      const res = await fetch(`/api/comparisons/${comparison}/labs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
+        body: JSON.stringify(choice),
+      });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.detail ?? res.statusText);
+      location.assign(body.url);
+    } catch (err) {
+      button.disabled = false;
+      button.textContent = 'open in a lab (failed: try again)';
+      button.title = err.message;
+    }
+  });
+  return button;
+}
+
 export function createTable(table, hint) {
   const thead = table.tHead;
   const wrap = table.closest('.table-wrap');
@@ -125,37 +162,6 @@ export function createTable(table, hint) {
     }));
   }
 
-  /**
-   * "open in a lab": a new lab with this policy (as its first run's lab held it) and the
-   * scenario's endpoint, ready for a burst or traffic; the page goes there.
-   */
-  function openInLab(comparison, policy) {
-    const button = document.createElement('button');
-    button.type = 'button';
-    button.className = 'secondary small';
-    button.dataset.openInLab = policy;
-    button.textContent = 'open in a lab';
-    button.title = `A new lab with ${policy} and this scenario's endpoint, ready to run`;
-    button.addEventListener('click', async () => {
-      button.disabled = true;
-      try {
-        const res = await fetch(`/api/comparisons/${comparison}/labs`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/json, application/problem+json' },
-          body: JSON.stringify({ policy }),
-        });
-        const body = await res.json();
-        if (!res.ok) throw new Error(body.detail ?? res.statusText);
-        location.assign(body.url);
-      } catch (err) {
-        button.disabled = false;
-        button.textContent = 'open in a lab (failed: try again)';
-        button.title = err.message;
-      }
-    });
-    return button;
-  }
-
   function build(report, shown, columns) {
     const head = document.createElement('tr');
     const corner = document.createElement('th');
@@ -213,7 +219,10 @@ export function createTable(table, hint) {
         pre.dataset.settings = '';
         pre.textContent = JSON.stringify(settings, null, 1);
         details.append(summary, pre);
-        th.append(details, openInLab(report.id, column.policy));
+        const title = `A new lab with ${column.policy} and this scenario's endpoint, ready to run`;
+        const open = openInLab(report.id, { policy: column.policy }, title);
+        open.dataset.openInLab = column.policy;
+        th.append(details, open);
       }
       head.append(th);
     }

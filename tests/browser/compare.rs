@@ -36,6 +36,18 @@ async fn fill_form(
     page.eval(&script).await.unwrap();
 }
 
+/// Starts the comparison the form holds and waits for its own page; returns its id.
+async fn start_from_the_form(page: &super::cdp::Page) -> String {
+    page.click("[data-start]").await;
+    let path = wait_for_navigation(
+        page,
+        "document.readyState !== 'loading' && location.pathname.startsWith('/compare/') \
+         && document.getElementById('compare')?.dataset.comparison && location.pathname",
+    )
+    .await;
+    path.as_str().unwrap().trim_start_matches("/compare/").to_owned()
+}
+
 /// Polls `expression` across a navigation (while the old document goes, an evaluation may
 /// fail) until it is a non-empty string.
 async fn wait_for_navigation(page: &super::cdp::Page, expression: &str) -> Value {
@@ -110,15 +122,8 @@ async fn a_comparison_starts_from_the_form_runs_to_the_end_and_reopens_from_its_
 
     // Two presets, a small overload: started, and on the comparison's own address.
     fill_form(&page, "overload", &["no-jitter", "full-jitter"], ("", ""), 20).await;
-    page.click("[data-start]").await;
-    let path = wait_for_navigation(
-        &page,
-        "document.readyState !== 'loading' && location.pathname.startsWith('/compare/') \
-         && document.getElementById('compare')?.dataset.comparison && location.pathname",
-    )
-    .await;
-    let path = path.as_str().unwrap().to_owned();
-    let id = path.trim_start_matches("/compare/").to_owned();
+    let id = start_from_the_form(&page).await;
+    let path = format!("/compare/{id}");
     wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
         .await;
 
@@ -716,14 +721,7 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
     )
     .await
     .unwrap();
-    page.click("[data-start]").await;
-    let path = wait_for_navigation(
-        &page,
-        "document.readyState !== 'loading' && location.pathname.startsWith('/compare/') \
-         && document.getElementById('compare')?.dataset.comparison && location.pathname",
-    )
-    .await;
-    let id = path.as_str().unwrap().trim_start_matches("/compare/").to_owned();
+    let id = start_from_the_form(&page).await;
     wait_for(&page, "the grid to finish", "document.getElementById('compare').dataset.done === 'true'").await;
     let report: Value = server.get_json(&format!("/api/comparisons/{id}")).await;
     let key = report["key_figure"][0].as_str().unwrap();
