@@ -78,10 +78,15 @@ pub enum ClaimId {
     /// over: a 3 s window within 10 s of the change, and again 13 s after it.
     #[serde(rename = "goodput_back_within_10_s")]
     GoodputBackWithin10S,
+    /// The first half of `goodput_back` alone: within 6 s of the change a 3 s window delivered
+    /// nine in ten of the messages offered in it. For an ending that clears the queue but leaves
+    /// the client's lockstep retries as they were (the breaker that fails fast): a later burst
+    /// can tip the endpoint over again, so staying back is not part of what it promises.
+    GoodputReturns,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 26] = [
+    pub const ALL: [ClaimId; 27] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -108,6 +113,7 @@ impl ClaimId {
         ClaimId::GoodputStaysDown,
         ClaimId::GoodputBack,
         ClaimId::GoodputBackWithin10S,
+        ClaimId::GoodputReturns,
     ];
 
     /// The id as the API and the page write it.
@@ -139,6 +145,7 @@ impl ClaimId {
             ClaimId::GoodputStaysDown => "goodput_stays_down",
             ClaimId::GoodputBack => "goodput_back",
             ClaimId::GoodputBackWithin10S => "goodput_back_within_10_s",
+            ClaimId::GoodputReturns => "goodput_returns",
         }
     }
 
@@ -382,6 +389,13 @@ impl Run {
                         let (_, again_s) = back_within(id);
                         scope.from_ms.is_some_and(|from| self.now_ms >= from + (again_s + 3) * 1_000)
                     }
+                    // Settled by the first window that is back (only whole windows count), or
+                    // when the last that could be has passed.
+                    ClaimId::GoodputReturns => {
+                        let (within_s, _) = back_within(id);
+                        holds
+                            || scope.from_ms.is_some_and(|from| self.now_ms >= from + (within_s + 3) * 1_000)
+                    }
                     _ => settled,
                 };
                 let verdict = match (settled, holds) {
@@ -605,18 +619,29 @@ impl Run {
                 );
                 (holds, figure, said)
             }
-            ClaimId::GoodputBack | ClaimId::GoodputBackWithin10S => {
+            ClaimId::GoodputBack | ClaimId::GoodputBackWithin10S | ClaimId::GoodputReturns => {
                 let Some(from) = whole.from_ms else {
                     return (false, "–".into(), "no change to measure from".into());
                 };
                 let (within_s, again_s) = back_within(id);
-                // Of a 3 s window's new messages, `tenths` in ten delivered, with traffic arriving.
+                // Of a 3 s window's new messages, `tenths` in ten delivered, with traffic arriving;
+                // a window still running says nothing yet.
                 let back = |at: u64, tenths: u64| {
                     let (offered, delivered) =
                         self.per_second(at, at + 3_000).iter().fold((0, 0), |(o, d), s| (o + s.0, d + s.1));
-                    offered >= 45 && delivered * 10 >= offered * tenths
+                    at + 3_000 <= self.now_ms && offered >= 45 && delivered * 10 >= offered * tenths
                 };
                 let recovered = (0..=within_s).find(|s| back(from + s * 1_000, 9));
+                if id == ClaimId::GoodputReturns {
+                    let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
+                    let said = match recovered {
+                        Some(s) => format!("goodput back on the offered load {s} s after the change"),
+                        None => {
+                            format!("goodput not back on the offered load within {within_s} s of the change")
+                        }
+                    };
+                    return (recovered.is_some(), figure, said);
+                }
                 let stays = back(from + again_s * 1_000, 8);
                 let holds = recovered.is_some() && stays;
                 let figure = recovered.map_or("–".to_owned(), |s| format!("{s} s"));
@@ -890,6 +915,42 @@ mod tests {
         lab.now_ms = 26_000;
         let judged = &lab.judge(&[ClaimId::GoodputBackWithin10S], &scope)[0];
         assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "8 s"), "{}", judged.said);
+    }
+
+    #[test]
+    fn goodput_returns_holds_on_the_first_whole_window_back_within_6_s_and_asks_nothing_after() {
+        let mut lab = run(serde_json::json!([]), (0, 0));
+        // 20 offered a second; nothing delivered for the first 4 s after the change at 10 s,
+        // then all of it, and from 9 s after the change nothing again (the breaker reopened).
+        let delivered = |i: u64| if (8..18).contains(&i) { 10 } else { 0 };
+        lab.load.bins = (0..40)
+            .map(|i| RunBin { t_ms: 10_000 + i * 500, offered: 10, delivered: delivered(i) })
+            .collect();
+        let scope = Scope { from_ms: Some(10_000), ..Scope::default() };
+        // The window from 4 s is whole at 7 s after the change, not before.
+        lab.now_ms = 16_900;
+        let judged = &lab.judge(&[ClaimId::GoodputReturns], &scope)[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Pending, "–"), "{}", judged.said);
+        lab.now_ms = 17_000;
+        let judged = &lab.judge(&[ClaimId::GoodputReturns], &scope)[0];
+        assert_eq!((judged.verdict, judged.figure.as_str()), (Verdict::Holds, "4 s"), "{}", judged.said);
+        assert_eq!(judged.said, "goodput back on the offered load 4 s after the change");
+        // The stronger claim fails the same run: it is not still back 9 s after.
+        lab.now_ms = 22_000;
+        assert_eq!(lab.judge(&[ClaimId::GoodputBack], &scope)[0].verdict, Verdict::Fails);
+        assert_eq!(lab.judge(&[ClaimId::GoodputReturns], &scope)[0].verdict, Verdict::Holds);
+        // Never back within 6 s: it fails once the last window that could be has passed.
+        for bin in &mut lab.load.bins {
+            bin.delivered = 4;
+        }
+        lab.now_ms = 18_900;
+        assert_eq!(lab.judge(&[ClaimId::GoodputReturns], &scope)[0].verdict, Verdict::Pending);
+        lab.now_ms = 19_000;
+        let judged = &lab.judge(&[ClaimId::GoodputReturns], &scope)[0];
+        assert_eq!(
+            (judged.verdict, judged.said.as_str()),
+            (Verdict::Fails, "goodput not back on the offered load within 6 s of the change")
+        );
     }
 
     #[test]

@@ -96,7 +96,7 @@ async fn adaptive_lifo_ends_the_metastable_failure() {
 }
 
 /// The metastable preset's server-side steps: the naive client kept, a defence turned on while
-/// it is stuck ends it as the retry budget does (`metastable::fixed_by`). They also turn the
+/// it is stuck ends it as the retry budget does (`metastable::fixed_by_putting`). They also turn the
 /// client's fixes off, as each of the preset's steps turns the others off.
 pub const DEADLINE_STEP: &str = r#"{"defences": {"deadline": true}}"#;
 pub const CODEL_STEP: &str = r#"{"defences": {"queue": "codel"}}"#;
