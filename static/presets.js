@@ -125,10 +125,12 @@ export function createPresets(root, look, controls, model, claims) {
       // The pressed button went away with the drawer: the keyboard goes on from what to look
       // for, with the follow-ups right after it.
       look.focus();
-      // What to look for is said once, in the box above the timeline (a polite live region,
-      // so it is read out too); the status line only confirms what was done.
+      // What to look for is said once, in its box (a polite live region, so it is read out
+      // too): above the timeline with every control, held at the bottom of the screen in the
+      // story. The status line only confirms what was done, and says where the box is.
       const sent = preset.traffic ? `steady traffic of ${preset.traffic.rate_per_s} messages a second` : `sent ${preset.burst} messages`;
-      say(`${preset.name}: ${sent}. What to look for is above the timeline.`);
+      const where = getComputedStyle(look).position === 'fixed' ? 'at the bottom of the screen' : 'above the timeline';
+      say(`${preset.name}: ${sent}. What to look for is ${where}.`);
     });
   }
 

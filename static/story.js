@@ -80,10 +80,11 @@ export function createStory(root, look, controls, presets, claims, model) {
     for (const preset of await presets.ready) {
       const button = presetButton(preset, preset.what);
       button.dataset.storyPreset = preset.id;
-      // A chapter speaks of the timeline and its load chart, as a step does.
+      // A chapter speaks of the timeline and its load chart, as a step does, unless it names
+      // the picture its sentences are about (the metastable failure's goodput chart).
       button.addEventListener('click', async () => {
         await presets.start(preset.id, button);
-        document.getElementById('timeline-panel').scrollIntoView({ block: 'start', behavior: 'smooth' });
+        document.querySelector(preset.show ?? '#timeline-panel')?.scrollIntoView({ block: 'start', behavior: 'smooth' });
       });
       chapters.append(button);
     }

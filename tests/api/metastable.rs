@@ -319,9 +319,10 @@ async fn metastable_a_breaker_that_gives_up_on_what_it_refused_ends_it() {
 }
 
 /// The breaker that fails fast turned on while stuck, judged by the claim its step shows:
-/// goodput back on the offered load within 6 s (goodput_returns), nothing applied twice.
+/// goodput back on the offered load within 10 s, room for a second open spell (goodput_returns),
+/// nothing applied twice.
 async fn failing_fast(app: &TestApp, lab: &str) -> (Value, u64) {
-    back_as_claimed(app, lab, ("policy", BREAKER_GIVING_UP), ClaimId::GoodputReturns, 12_000).await
+    back_as_claimed(app, lab, ("policy", BREAKER_GIVING_UP), ClaimId::GoodputReturns, 14_000).await
 }
 
 /// The preset's steps clicked in turn, the last one late: the retrying breaker has been open

@@ -400,3 +400,45 @@ async fn every_burst_preset_run_from_the_page_shows_its_claims_as_the_api_judges
     }
     assert_no_console_errors(&page);
 }
+
+/// The metastable chapter from the story: its sentences are about the goodput line, so it brings
+/// the goodput chart to the top of the screen, wholly in view above what to look for, and the
+/// chapter's first claim settles beside it with the API's verdict and figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metastable_chapter_shows_its_claims_with_the_goodput_chart_in_view() {
+    let Some(browser) = browser() else { return };
+    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    let lab = first_visit(&page, &server).await;
+    page.click("[data-story-chapters] > summary").await;
+    page.click("[data-story-preset=\"metastable\"]").await;
+    // The chart clear of the sticky top bar, near the top, and all of it above the box at the
+    // bottom. The scroll is smooth: it is waited for, then read again once it has stopped.
+    const PLACED: &str = "(([c, l, t]) => c.top >= t.bottom && c.top < t.bottom + 120 && c.height >= 200 && c.bottom <= l.top && [c.top, c.bottom, l.top, t.bottom])
+         (['[data-goodput]', '[data-look]', '.topbar'].map(s => document.querySelector(s).getBoundingClientRect()))";
+    wait_for(&page, "the goodput chart at the top of the screen, above what to look for", PLACED).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let placed = page.eval(PLACED).await.unwrap();
+    assert!(placed.is_array(), "the page scrolled on: {placed}");
+    eprintln!(
+        "the goodput chart from {} to {} px under a top bar to {} px, what to look for from {} px",
+        placed[0], placed[1], placed[3], placed[2]
+    );
+    let shown = wait_for(
+        &page,
+        "the chapter's first claim to settle",
+        "(c => c && c.dataset.verdict !== 'pending' && [c.dataset.verdict, c.dataset.figure])(document.querySelector('[data-look] [data-claim=\"goodput_follows_offered\"]'))",
+    )
+    .await;
+    let run = Run::from_snapshot(&server.snapshot(&lab).await.to_string()).unwrap();
+    let judged = &run.judge(&[ClaimId::GoodputFollowsOffered], &Scope::default())[0];
+    let verdict = serde_json::to_value(judged.verdict).unwrap();
+    assert_eq!(shown, json!([verdict, judged.figure]), "{}", judged.said);
+    // Still beside the chart: nothing scrolled it away meanwhile.
+    assert_eq!(page.eval(&in_view("[data-goodput]")).await.unwrap(), true);
+    page.screenshot_viewport("story-metastable-goodput-1280x900").await;
+    // Stop the load, so the other tests on these two cores keep their pace.
+    server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
+    assert_no_console_errors(&page);
+}
