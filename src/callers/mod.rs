@@ -382,6 +382,13 @@ mod tests {
         assert!(callers.take_changes().messages.is_empty());
     }
 
+    /// Issue 33 wants an outside message to cost little memory: the headers' part of an attempt
+    /// is three small numbers and two flags (24 bytes beside the 72 of the rest).
+    #[test]
+    fn an_outside_attempt_stays_small() {
+        assert!(std::mem::size_of::<OutsideAttempt>() <= 96, "{}", std::mem::size_of::<OutsideAttempt>());
+    }
+
     #[test]
     fn the_hints_sent_and_the_pushback_answered_are_kept_and_left_out_when_absent() {
         let mut callers = Callers::default();

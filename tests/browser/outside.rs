@@ -1,8 +1,8 @@
 //! Outside callers on the page: their requests as rows of the timeline beside the lab's own
 //! messages, the numbers of one attempt in the tooltip, the source filter, the report card per
 //! caller (the same verdicts as `GET /api/labs/{lab}/callers`, the headers' checks among them),
-//! the snippets beside the endpoint's URL, and a bound reached said plainly. Requests are sent by the test's own HTTP
-//! client at the URL the page gives, as an engineer's service would.
+//! the snippets beside the endpoint's URL, and a bound reached said plainly. Requests are sent
+//! by the test's own HTTP client at the URL the page gives, as an engineer's service would.
 
 use serde_json::{Value, json};
 
