@@ -226,4 +226,50 @@ async fn the_card_says_whether_a_caller_sent_its_deadline_numbered_its_attempts_
     assert!(
         card(&silent, "silent")["pushback_honoured"]["advice"].as_str().unwrap().contains("pushback defence")
     );
+
+    // A deadline that does not parse is kept as such, and fails the check.
+    let plain = app.new_lab().await;
+    let sent = app
+        .client
+        .post(app.url(&format!("/labs/{plain}/downstream")))
+        .header("X-Client-Name", "garbled")
+        .header("Idempotency-Key", "g")
+        .header("X-Request-Timeout-Ms", "-5")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200, "counted and ignored, never refused");
+    let garbled = report(&plain).await;
+    let [deadline, ..] = judged(card(&garbled, "garbled"));
+    assert_eq!(deadline.0, "fail", "{deadline:?}");
+    assert!(
+        deadline.1.contains("1 requests sent an X-Request-Timeout-Ms that did not parse"),
+        "{deadline:?}"
+    );
+    let snapshot = app.snapshot(&plain).await;
+    assert_eq!(snapshot["outside"]["messages"][0]["attempts"][0]["unparsed"], json!({"timeout": true}));
+
+    // The OpenAPI description says all of it: the cards, and the outside messages with what
+    // their attempts sent.
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let schemas = &spec["components"]["schemas"];
+    for name in ["CallersView", "OutsideMessage", "OutsideAttempt", "Unparsed"] {
+        assert!(schemas[name]["properties"].is_object(), "{name} is described");
+    }
+    let mut errors = Vec::new();
+    for report in [&speaks, &careless, &silent, &garbled] {
+        crate::compare::breaks(&spec, &schemas["CallersView"], report, "", &mut errors);
+    }
+    for lab in labs.iter().chain([&plain]) {
+        let snapshot = app.snapshot(lab).await;
+        for message in snapshot["outside"]["messages"].as_array().unwrap() {
+            crate::compare::breaks(&spec, &schemas["OutsideMessage"], message, "", &mut errors);
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    assert!(
+        schemas["Unparsed"].is_object() && schemas["Checks"]["properties"]["pushback_honoured"].is_object()
+    );
 }
