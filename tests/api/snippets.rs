@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use futures_util::future::join_all;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::TestApp;
 
@@ -133,6 +133,16 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
         assert_eq!(card["name"].as_str(), name, "{id} names itself");
         assert_eq!(card["checks"]["retry_after"]["verdict"], "pass", "{id}: {card}");
         assert_eq!(card["checks"]["key_reused"]["verdict"], "pass", "{id}: {card}");
+        // Each says how long it waits; those that retry in a loop of their own number their
+        // tries, while curl and urllib3 send the same headers on every retry (their notes say so).
+        assert_eq!(card["checks"]["deadline_sent"]["verdict"], "pass", "{id}: {card}");
+        let numbered = if ["curl", "urllib3"].contains(&id.as_str()) { "warn" } else { "pass" };
+        assert_eq!(card["checks"]["attempts_numbered"]["verdict"], numbered, "{id}: {card}");
+        let said: Vec<&Value> = attempts.iter().map(|a| &a["previous_attempts"]).collect();
+        if numbered == "pass" {
+            let counted: Vec<Value> = (0..attempts.len()).map(|n| json!(n)).collect();
+            assert_eq!(said, counted.iter().collect::<Vec<_>>(), "{id}");
+        }
     }
 }
 
