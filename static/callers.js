@@ -1,4 +1,4 @@
-//! The report card of each outside caller: the seven checks of `GET /api/labs/{lab}/callers`
+//! The report card of each outside caller: the ten checks of `GET /api/labs/{lab}/callers`
 //! (src/callers/grade.rs), each with its verdict and the evidence it rests on, as the server
 //! graded them; the page judges nothing itself. The card is fetched again when outside requests
 //! arrive, at most once every REFRESH_MS however many arrive, and what the bounds left untracked
@@ -18,6 +18,9 @@ const CHECKS = [
   ['key_reused', 'key reused on retry'],
   ['no_retry_on_4xx', 'no retry on 4xx'],
   ['timeouts', 'its own timeout'],
+  ['deadline_sent', 'says its deadline'],
+  ['attempts_numbered', 'numbers its attempts'],
+  ['pushback_honoured', 'honours pushback'],
 ];
 const VERDICT_TEXT = { pass: 'pass', warn: 'warn', fail: 'fail', not_seen: 'not seen' };
 

@@ -4,7 +4,7 @@
 
 use super::grade::Verdict;
 
-/// The seven checks, by the name the card gives them.
+/// The ten checks, by the name the card gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckId {
     RetryAfter,
@@ -14,6 +14,9 @@ pub enum CheckId {
     KeyReused,
     NoRetryOn4xx,
     Timeouts,
+    DeadlineSent,
+    AttemptsNumbered,
+    PushbackHonoured,
 }
 
 /// A caller the page has a snippet for, told by the name it sends (`X-Client-Name`) or, when it
@@ -77,6 +80,16 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
         (Verdict::NotSeen, Timeouts) => {
             "nothing to judge yet: the caller never gave up on an answer; set the lab slow past its \
              timeout to see it"
+        }
+        (Verdict::NotSeen, DeadlineSent) => "nothing to judge yet: no request was seen",
+        (Verdict::NotSeen, AttemptsNumbered) => {
+            "nothing to judge yet: no key was sent again, so no retry carried its number; put the \
+             lab down while the caller runs"
+        }
+        (Verdict::NotSeen, PushbackHonoured) => {
+            "nothing to judge yet: the endpoint sends X-Retry-Pushback-Ms only with its pushback \
+             defence on (overloaded, with retries_first and pushback), to a retry it sheds from a \
+             full line"
         }
         (_, RetryAfter) => match library {
             Curl => {
@@ -205,6 +218,98 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
             Other => {
                 "it waited long before giving up, so a stuck server holds it (and its threads) \
                  that long: set a timeout of a few seconds"
+            }
+        },
+        (Verdict::Fail, DeadlineSent) => {
+            "the deadline it sent was not the time it waited (or did not parse: a whole number of \
+             ms, 1 to 86,400,000): send the time it really waits, or the deadline defence works \
+             for a caller already gone"
+        }
+        (_, DeadlineSent) => match library {
+            Curl => {
+                "send how long it waits: -H \"X-Request-Timeout-Ms: N\" with N the --max-time in ms \
+                 (curl sends the same headers on every --retry, which fits a per-try time)"
+            }
+            Urllib3 => {
+                "send how long it waits: headers={\"X-Request-Timeout-Ms\": ...} with the \
+                 urllib3.Timeout(total=...) in ms (Retry sends the same headers again, which fits a \
+                 per-try time)"
+            }
+            Tenacity => {
+                "send how long it waits: X-Request-Timeout-Ms with the urlopen(..., timeout=...) in \
+                 ms, on every attempt"
+            }
+            NodeFetch => {
+                "send how long it waits: X-Request-Timeout-Ms with the ms given to \
+                 AbortSignal.timeout(...)"
+            }
+            GoNetHttp => {
+                "send how long it waits: X-Request-Timeout-Ms with the http.Client Timeout (or the \
+                 context's time left) in ms"
+            }
+            Other => {
+                "say in X-Request-Timeout-Ms how long you wait for each answer (ms), so an \
+                 overloaded server can drop work you will not wait for (gRPC clients send the same \
+                 as grpc-timeout by themselves, Envoy as x-envoy-expected-rq-timeout-ms)"
+            }
+        },
+        (Verdict::Fail, AttemptsNumbered) => match library {
+            Curl => {
+                "curl sends the same headers on every --retry, so a fixed X-Previous-Attempts is \
+                 wrong from the second try: retry in a shell loop and send its count"
+            }
+            _ => {
+                "X-Previous-Attempts must count the requests sent before with this key (0 on the \
+                 first, then 1, 2, ...): a wrong count makes the server shed first attempts as \
+                 retries, or keep retries as first attempts"
+            }
+        },
+        (_, AttemptsNumbered) => match library {
+            Curl => {
+                "curl --retry cannot number its tries (it sends the same headers each time): retry \
+                 in a shell loop and send -H \"X-Previous-Attempts: $i\""
+            }
+            Urllib3 => {
+                "urllib3's Retry sends the same headers on every try, so it cannot number them: \
+                 retry in your own loop (retries=False) and send X-Previous-Attempts with the tries \
+                 before"
+            }
+            Tenacity => {
+                "in a `for attempt in Retrying(...)` loop, send attempt.retry_state.attempt_number \
+                 - 1 in X-Previous-Attempts"
+            }
+            NodeFetch | GoNetHttp => {
+                "send the loop's count of earlier tries in X-Previous-Attempts (0, or nothing, on \
+                 the first)"
+            }
+            Other => {
+                "mark each retry with the attempts made before it in X-Previous-Attempts (gRPC \
+                 clients send grpc-previous-rpc-attempts by themselves): an overloaded server can \
+                 then shed retries before first attempts"
+            }
+        },
+        (_, PushbackHonoured) => match library {
+            Curl => {
+                "curl --retry does not read X-Retry-Pushback-Ms and retries the 503: retry in a \
+                 shell loop that stops on a negative value (curl -w '%header{x-retry-pushback-ms}', \
+                 curl 7.84 and later)"
+            }
+            Urllib3 => {
+                "urllib3's Retry does not read X-Retry-Pushback-Ms: retry in your own loop \
+                 (retries=False) and stop when it is negative"
+            }
+            Tenacity => {
+                "make the retry= predicate false when the answer's X-Retry-Pushback-Ms is \
+                 negative, and wait exactly its value when it is 0 or more"
+            }
+            NodeFetch | GoNetHttp => {
+                "in the loop, read X-Retry-Pushback-Ms: negative, stop; 0 or more, wait exactly \
+                 that long"
+            }
+            Other => {
+                "the server asked it not to retry (a negative X-Retry-Pushback-Ms, as gRPC's \
+                 grpc-retry-pushback-ms, which gRPC clients honour by themselves; gRFC A6): stop \
+                 on a negative value, and wait exactly a value of 0 or more"
             }
         },
     };

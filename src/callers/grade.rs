@@ -1,6 +1,8 @@
-//! A report card per caller: seven checks of its retry behaviour against the rules this lab
+//! A report card per caller: ten checks of its retry behaviour against the rules this lab
 //! teaches, each judged only from what the endpoint observed, with a verdict and the evidence
-//! it rests on (keys and lab times). The thresholds are stated in the evidence.
+//! it rests on (keys and lab times). The thresholds are stated in the evidence. Seven look at
+//! its waits, keys and attempts; three at whether it speaks the headers the endpoint's defences
+//! read and send (`X-Request-Timeout-Ms`, `X-Previous-Attempts`, `X-Retry-Pushback-Ms`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,6 +35,11 @@ pub const ATTEMPTS_CAP: u64 = 10;
 pub const NEW_KEY_WINDOW_MS: u64 = 10_000;
 /// A caller that waits longer than this before hanging up is barely protected by its timeout.
 pub const LONG_TIMEOUT_MS: u64 = 30_000;
+/// A caller kept the deadline it sent when it hung up within this of it, or within
+/// `DEADLINE_SLACK_SHARE` of it, whichever is more: the endpoint measures from the request's
+/// arrival and the caller from before it sent, and a hang-up is noticed a moment after it.
+pub const DEADLINE_SLACK_MS: u64 = 100;
+pub const DEADLINE_SLACK_SHARE: f64 = 0.25;
 
 /// Statuses that say the request itself is wrong: sending it again cannot help.
 const NOT_RETRYABLE: [u16; 5] = [400, 404, 413, 415, 422];
@@ -56,7 +63,7 @@ pub struct Check {
     pub advice: Option<String>,
 }
 
-/// The seven checks.
+/// The ten checks.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Checks {
     /// No request came back before the `Retry-After` it was given.
@@ -73,6 +80,14 @@ pub struct Checks {
     pub no_retry_on_4xx: Check,
     /// The caller's own timeout: when it hung up.
     pub timeouts: Check,
+    /// Each request said in `X-Request-Timeout-Ms` how long its caller waits, and a caller that
+    /// hung up did so about when it said.
+    pub deadline_sent: Check,
+    /// Each retry said in `X-Previous-Attempts` how many requests it made before with its key.
+    pub attempts_numbered: Check,
+    /// After `X-Retry-Pushback-Ms: -1` the key was not sent again; after a wait of 0 ms or more,
+    /// it came back no sooner.
+    pub pushback_honoured: Check,
 }
 
 /// One caller's report card.
@@ -124,6 +139,9 @@ fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
             key_reused: judged(CheckId::KeyReused, key_reused(messages, &links)),
             no_retry_on_4xx: judged(CheckId::NoRetryOn4xx, no_retry_on_4xx(messages)),
             timeouts: judged(CheckId::Timeouts, timeouts(messages)),
+            deadline_sent: judged(CheckId::DeadlineSent, deadline_sent(messages)),
+            attempts_numbered: judged(CheckId::AttemptsNumbered, attempts_numbered(messages)),
+            pushback_honoured: judged(CheckId::PushbackHonoured, pushback_honoured(&chained)),
         },
     }
 }
@@ -532,6 +550,188 @@ fn timeouts(messages: &[&OutsideMessage]) -> Check {
     }
 }
 
+/// The deadline a caller sends is the time it will wait (Envoy's `x-envoy-expected-rq-timeout-ms`,
+/// gRPC's `grpc-timeout`); the deadline defence drops work that would finish after it. Judged:
+/// whether each request sent one, and, where the caller hung up (or waited on), whether it did
+/// so about when it said.
+fn deadline_sent(messages: &[&OutsideMessage]) -> Check {
+    let attempts: Vec<(&OutsideMessage, &OutsideAttempt)> =
+        messages.iter().flat_map(|m| m.attempts.iter().map(move |a| (*m, a))).collect();
+    if attempts.is_empty() {
+        return check(Verdict::NotSeen, "no request seen");
+    }
+    let (mut low, mut high) = (u32::MAX, 0);
+    let (mut kept, mut early, mut late, mut unparsed, mut silent) =
+        (0, Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for &(message, attempt) in &attempts {
+        let request = format!("key {}'s request {} (at {})", message.key, attempt.n, at(attempt.started_ms));
+        if attempt.unparsed.timeout {
+            unparsed.push(request.clone());
+        }
+        let Some(said) = attempt.timeout_ms else {
+            if !attempt.unparsed.timeout {
+                silent.push(request);
+            }
+            continue;
+        };
+        (low, high) = (low.min(said), high.max(said));
+        let Some(ended) = attempt.ended_ms else { continue };
+        let (said, lasted) = (u64::from(said), ended.saturating_sub(attempt.started_ms));
+        let slack = DEADLINE_SLACK_MS.max((said as f64 * DEADLINE_SLACK_SHARE) as u64);
+        if attempt.hung_up && lasted + slack < said {
+            early.push(format!("{request} hung up after {lasted} ms, having said {said} ms"));
+        } else if lasted > said + slack {
+            let how = if attempt.hung_up { "hung up after" } else { "waited for its answer" };
+            late.push(format!("{request} {how} {lasted} ms, having said {said} ms"));
+        } else if attempt.hung_up {
+            kept += 1;
+        }
+    }
+    let total = attempts.len();
+    let sent = total - silent.len() - unparsed.len();
+    let rule = format!("within {DEADLINE_SLACK_MS} ms or {}% of it", (DEADLINE_SLACK_SHARE * 100.0) as u32);
+    if !unparsed.is_empty() || !early.is_empty() {
+        let mut said = Vec::new();
+        if !unparsed.is_empty() {
+            said.push(format!(
+                "{} requests sent an X-Request-Timeout-Ms that did not parse (ignored): {}",
+                unparsed.len(),
+                some(&unparsed)
+            ));
+        }
+        if !early.is_empty() {
+            said.push(format!(
+                "{} times it hung up well before the deadline it sent ({rule}): {}",
+                early.len(),
+                some(&early)
+            ));
+        }
+        return check(Verdict::Fail, said.join("; "));
+    }
+    if sent == 0 {
+        return check(
+            Verdict::Warn,
+            format!("none of its {total} requests said in X-Request-Timeout-Ms how long it waits"),
+        );
+    }
+    let range = if low == high { format!("{low} ms") } else { format!("{low} to {high} ms") };
+    if !silent.is_empty() {
+        return check(
+            Verdict::Warn,
+            format!("{sent} of {total} requests sent a deadline ({range}); not: {}", some(&silent)),
+        );
+    }
+    if !late.is_empty() {
+        return check(
+            Verdict::Warn,
+            format!("it waited past the deadline it sent ({rule}) {} times: {}", late.len(), some(&late)),
+        );
+    }
+    let kept = match kept {
+        0 => "it never hung up, so whether it keeps that deadline is not seen".to_owned(),
+        1 => format!("it hung up once, at the deadline it sent ({rule})"),
+        n => format!("it hung up {n} times, each at the deadline it sent ({rule})"),
+    };
+    check(Verdict::Pass, format!("all {total} requests sent a deadline ({range}); {kept}"))
+}
+
+/// gRFC A6 ("Exposed Retry Metadata"): a retry carries how many attempts were made before it
+/// (`grpc-previous-rpc-attempts`), and gRPC leaves the header off a first attempt, so an absent
+/// header on a key's first request counts as 0. Judged per key: the requests sent before it with
+/// that key.
+fn attempts_numbered(messages: &[&OutsideMessage]) -> Check {
+    let (mut firsts, mut right, mut wrong, mut unmarked) = (0, Vec::new(), Vec::new(), Vec::new());
+    for message in messages {
+        for attempt in &message.attempts {
+            let before = attempt.n.saturating_sub(1);
+            let request =
+                format!("key {}'s request {} (at {})", message.key, attempt.n, at(attempt.started_ms));
+            match (attempt.previous_attempts, attempt.unparsed.previous_attempts) {
+                (_, true) => wrong.push(format!("{request} sent an X-Previous-Attempts that did not parse")),
+                (Some(said), _) if said != before => {
+                    wrong.push(format!("{request} said {said}, after {before} requests with that key"))
+                }
+                (Some(_), _) if before > 0 => right.push(format!("{request} said {before}")),
+                (None, _) if before > 0 => unmarked.push(request),
+                _ => firsts += 1,
+            }
+        }
+    }
+    let rule = "X-Previous-Attempts: the requests sent before with the key (0, or none, on the first)";
+    match (right.len(), unmarked.len(), wrong.len()) {
+        (_, _, w) if w > 0 => {
+            check(Verdict::Fail, format!("{w} requests numbered wrong ({rule}): {}", some(&wrong)))
+        }
+        (0, 0, 0) => check(
+            Verdict::NotSeen,
+            format!("no key was sent again, so no retry's number is seen ({firsts} first requests)"),
+        ),
+        (0, u, _) => check(
+            Verdict::Warn,
+            format!("none of its {u} retries said X-Previous-Attempts: {}", some(&unmarked)),
+        ),
+        (r, 0, _) => check(Verdict::Pass, format!("{r} retries numbered right ({rule}): {}", some(&right))),
+        (r, u, _) => check(
+            Verdict::Warn,
+            format!("{r} of {} retries said X-Previous-Attempts; not: {}", r + u, some(&unmarked)),
+        ),
+    }
+}
+
+/// gRFC A6 ("Pushback"): a negative (or unparseable) pushback asks the client not to retry at
+/// all; one of 0 or more, to retry after exactly that many ms. A key told not to retry that came
+/// again (also under a new key) did not honour it; one told a wait, if it came back sooner.
+fn pushback_honoured(messages: &[&OutsideMessage]) -> Check {
+    let (mut honoured, mut ignored) = (Vec::new(), Vec::new());
+    for message in messages {
+        for (i, attempt) in message.attempts.iter().enumerate() {
+            let Some(pushback) = attempt.pushback_ms else { continue };
+            let told = format!(
+                "key {} was told {pushback} ms at {}",
+                message.key,
+                at(attempt.ended_ms.unwrap_or(attempt.started_ms))
+            );
+            let next = message.attempts.get(i + 1);
+            if pushback < 0 {
+                match next {
+                    Some(next) => ignored.push(format!(
+                        "{told} (do not retry) and came again at {} ({} requests in all)",
+                        at(next.started_ms),
+                        message.requests
+                    )),
+                    None if message.requests > i as u64 + 1 => ignored.push(format!(
+                        "{told} (do not retry) and came again ({} requests in all)",
+                        message.requests
+                    )),
+                    None => honoured.push(format!("{told} and was not sent again")),
+                }
+                continue;
+            }
+            let asked = u64::try_from(pushback).unwrap_or(0);
+            match next.and_then(|next| next.waited_ms) {
+                Some(waited) if waited + RETRY_AFTER_SLACK_MS < asked => {
+                    ignored.push(format!("{told} and came back after {waited} ms"))
+                }
+                Some(waited) => honoured.push(format!("{told} and came back after {waited} ms")),
+                None => honoured.push(format!("{told} and was not sent again")),
+            }
+        }
+    }
+    match (honoured.len(), ignored.len()) {
+        (0, 0) => check(Verdict::NotSeen, "no answer it got carried X-Retry-Pushback-Ms"),
+        (n, 0) => check(Verdict::Pass, format!("{n} pushbacks honoured: {}", some(&honoured))),
+        (h, n) => check(
+            Verdict::Fail,
+            format!(
+                "{n} of {} pushbacks not honoured (a negative one: do not retry; else: not sooner, \
+                 {RETRY_AFTER_SLACK_MS} ms of slack): {}",
+                h + n,
+                some(&ignored)
+            ),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,6 +758,10 @@ mod tests {
                     hung_up: status.is_none(),
                     retry_after_s,
                     waited_ms,
+                    timeout_ms: None,
+                    previous_attempts: None,
+                    unparsed: Default::default(),
+                    pushback_ms: None,
                 }
             })
             .collect::<Vec<_>>();
@@ -758,5 +962,201 @@ mod tests {
         assert_eq!(checks.key_reused.verdict, Verdict::Pass, "{:?}", checks.key_reused);
         assert_eq!(checks.key_reused.advice, None);
         assert_eq!(checks.attempts_capped.verdict, Verdict::Pass);
+    }
+
+    /// `message` with each attempt's `X-Request-Timeout-Ms`, `X-Previous-Attempts` and the
+    /// pushback its answer carried set by `hints` (in order; missing ones left as they are).
+    fn spoke(
+        mut message: OutsideMessage,
+        hints: &[(Option<u32>, Option<u32>, Option<i32>)],
+    ) -> OutsideMessage {
+        for (attempt, &(timeout_ms, previous_attempts, pushback_ms)) in message.attempts.iter_mut().zip(hints)
+        {
+            attempt.timeout_ms = timeout_ms;
+            attempt.previous_attempts = previous_attempts;
+            attempt.pushback_ms = pushback_ms;
+        }
+        message
+    }
+
+    #[test]
+    fn a_deadline_sent_and_kept_passes_and_one_hung_up_well_before_fails() {
+        let f = Some(503);
+        // Said 400 ms on each; the second hung up 380 ms after it arrived (within 100 ms).
+        let kept = spoke(
+            message(1, "a", "1", &[(0, 5, f, None), (105, 485, None, None), (600, 640, Some(200), None)]),
+            &[(Some(400), None, None); 3],
+        );
+        let card = checks(std::slice::from_ref(&kept));
+        assert_eq!(card.deadline_sent.verdict, Verdict::Pass, "{:?}", card.deadline_sent);
+        assert!(
+            card.deadline_sent
+                .evidence
+                .contains("all 3 requests sent a deadline (400 ms); it hung up once, at the"),
+            "{}",
+            card.deadline_sent.evidence
+        );
+        assert_eq!(card.deadline_sent.advice, None);
+        // Said 3,000 ms, hung up after 200: the endpoint would keep working for a caller gone.
+        let early = spoke(message(1, "b", "2", &[(0, 200, None, None)]), &[(Some(3_000), None, None)]);
+        let card = checks(&[early]);
+        assert_eq!(card.deadline_sent.verdict, Verdict::Fail, "{:?}", card.deadline_sent);
+        assert!(
+            card.deadline_sent
+                .evidence
+                .contains("key b's request 1 (at 0.000 s) hung up after 200 ms, having said 3000 ms"),
+            "{}",
+            card.deadline_sent.evidence
+        );
+        assert!(card.deadline_sent.advice.is_some());
+        // Said 100 ms and waited 900 for its answer: longer than it said, past the slack.
+        let late = spoke(message(1, "c", "3", &[(0, 900, Some(200), None)]), &[(Some(100), None, None)]);
+        let card = checks(&[late]);
+        assert_eq!(card.deadline_sent.verdict, Verdict::Warn, "{:?}", card.deadline_sent);
+        assert!(
+            card.deadline_sent.evidence.contains("waited for its answer 900 ms"),
+            "{:?}",
+            card.deadline_sent
+        );
+    }
+
+    #[test]
+    fn a_deadline_not_sent_or_not_parsed_is_said_and_never_passes() {
+        let none = message(1, "a", "1", &[(0, 5, Some(200), None)]);
+        let card = checks(std::slice::from_ref(&none));
+        assert_eq!(card.deadline_sent.verdict, Verdict::Warn, "{:?}", card.deadline_sent);
+        assert!(card.deadline_sent.evidence.contains("none of its 1 requests"), "{:?}", card.deadline_sent);
+        let curl = report(&[OutsideMessage { caller: "curl/8.5.0".into(), ..none }]).remove(0);
+        let advice = curl.checks.deadline_sent.advice.unwrap();
+        assert!(advice.contains("--max-time"), "{advice}");
+        // Sent on the first, not on the retry.
+        let some = spoke(
+            message(1, "b", "2", &[(0, 5, Some(503), None), (50, 55, Some(200), None)]),
+            &[(Some(1_000), None, None)],
+        );
+        let card = checks(&[some]);
+        assert_eq!(card.deadline_sent.verdict, Verdict::Warn, "{:?}", card.deadline_sent);
+        assert!(
+            card.deadline_sent
+                .evidence
+                .contains("1 of 2 requests sent a deadline (1000 ms); not: key b's request 2")
+        );
+        let mut garbled = message(1, "c", "3", &[(0, 5, Some(200), None)]);
+        garbled.attempts[0].unparsed.timeout = true;
+        let card = checks(&[garbled]);
+        assert_eq!(card.deadline_sent.verdict, Verdict::Fail, "{:?}", card.deadline_sent);
+        assert!(card.deadline_sent.evidence.contains("did not parse"), "{:?}", card.deadline_sent);
+        // A key none of whose requests was kept: nothing to judge.
+        let card = checks(&[message(1, "d", "4", &[])]);
+        assert_eq!(card.deadline_sent.verdict, Verdict::NotSeen, "{:?}", card.deadline_sent);
+    }
+
+    #[test]
+    fn attempts_numbered_by_the_requests_before_with_the_key_pass_and_a_wrong_count_fails() {
+        let f = Some(503);
+        let three = &[(0, 5, f, None), (100, 105, f, None), (300, 305, Some(200), None)];
+        // gRPC's way: nothing on the first, then 1 and 2.
+        let right = spoke(
+            message(1, "a", "1", three),
+            &[(None, None, None), (None, Some(1), None), (None, Some(2), None)],
+        );
+        let card = checks(&[right]);
+        assert_eq!(card.attempts_numbered.verdict, Verdict::Pass, "{:?}", card.attempts_numbered);
+        assert!(
+            card.attempts_numbered.evidence.starts_with("2 retries numbered right"),
+            "{:?}",
+            card.attempts_numbered
+        );
+        // The same number on every try, as curl --retry sends one header again.
+        let fixed = spoke(message(1, "b", "2", three), &[(None, Some(0), None); 3]);
+        let card = report(&[OutsideMessage { caller: "curl/8".into(), ..fixed }]).remove(0).checks;
+        assert_eq!(card.attempts_numbered.verdict, Verdict::Fail, "{:?}", card.attempts_numbered);
+        assert!(
+            card.attempts_numbered
+                .evidence
+                .contains("key b's request 2 (at 0.100 s) said 0, after 1 requests with that key"),
+            "{}",
+            card.attempts_numbered.evidence
+        );
+        assert!(card.attempts_numbered.advice.unwrap().contains("shell loop"));
+        // Retries that say nothing are not marked: a warning, with the keys.
+        let card = checks(&[message(1, "c", "3", three)]);
+        assert_eq!(card.attempts_numbered.verdict, Verdict::Warn, "{:?}", card.attempts_numbered);
+        assert!(
+            card.attempts_numbered.evidence.contains("none of its 2 retries"),
+            "{:?}",
+            card.attempts_numbered
+        );
+        // Only first requests: there is no retry's number to judge.
+        let card =
+            checks(&[spoke(message(1, "d", "4", &[(0, 5, Some(200), None)]), &[(None, Some(0), None)])]);
+        assert_eq!(card.attempts_numbered.verdict, Verdict::NotSeen, "{:?}", card.attempts_numbered);
+        assert!(card.attempts_numbered.advice.is_some());
+    }
+
+    #[test]
+    fn a_pushback_not_to_retry_is_honoured_only_when_the_key_stops() {
+        let shed = Some(503);
+        let told = (None, None, Some(-1));
+        let stopped = spoke(
+            message(1, "a", "1", &[(0, 5, shed, Some(1)), (1_100, 1_105, shed, Some(1))]),
+            &[(None, None, None), told],
+        );
+        let card = checks(&[stopped]);
+        assert_eq!(card.pushback_honoured.verdict, Verdict::Pass, "{:?}", card.pushback_honoured);
+        assert!(
+            card.pushback_honoured
+                .evidence
+                .contains("key a was told -1 ms at 1.105 s and was not sent again")
+        );
+        // Came again after it, under its key.
+        let again = spoke(
+            message(1, "b", "2", &[(0, 5, shed, Some(1)), (10, 15, shed, Some(1))]),
+            &[told, (None, None, None)],
+        );
+        let card = checks(&[again]);
+        assert_eq!(card.pushback_honoured.verdict, Verdict::Fail, "{:?}", card.pushback_honoured);
+        assert!(
+            card.pushback_honoured
+                .evidence
+                .contains("key b was told -1 ms at 0.005 s (do not retry) and came again at 0.010 s"),
+            "{}",
+            card.pushback_honoured.evidence
+        );
+        // Came again past the bound on attempts kept: its requests say so.
+        let mut unkept = spoke(message(1, "c", "3", &[(0, 5, shed, Some(1))]), &[told]);
+        unkept.requests = 3;
+        assert_eq!(checks(&[unkept]).pushback_honoured.verdict, Verdict::Fail);
+        // Came again under a new key with the same body: still a retry.
+        let first = spoke(message(1, "d", "same", &[(0, 5, shed, Some(1))]), &[told]);
+        let renamed = message(2, "e", "same", &[(40, 45, Some(200), None)]);
+        let card = checks(&[first, renamed]);
+        assert_eq!(card.pushback_honoured.verdict, Verdict::Fail, "{:?}", card.pushback_honoured);
+        assert!(
+            card.pushback_honoured.evidence.contains("key d (and 1 new key after it)"),
+            "{:?}",
+            card.pushback_honoured
+        );
+        // No pushback sent: nothing to judge, said so.
+        let card = checks(&[message(1, "f", "4", &[(0, 5, shed, Some(1)), (1_010, 1_015, Some(200), None)])]);
+        assert_eq!(card.pushback_honoured.verdict, Verdict::NotSeen, "{:?}", card.pushback_honoured);
+        assert!(card.pushback_honoured.advice.unwrap().contains("pushback defence"));
+    }
+
+    /// gRFC A6: a pushback of 0 ms or more asks for a retry after exactly that wait.
+    #[test]
+    fn a_pushback_naming_a_wait_is_honoured_when_the_key_waits_it() {
+        let shed = Some(503);
+        let wait = (None, None, Some(500));
+        let waited = spoke(message(1, "a", "1", &[(0, 5, shed, None), (510, 515, Some(200), None)]), &[wait]);
+        assert_eq!(checks(&[waited]).pushback_honoured.verdict, Verdict::Pass);
+        let soon = spoke(message(1, "b", "2", &[(0, 5, shed, None), (105, 110, Some(200), None)]), &[wait]);
+        let card = checks(&[soon]);
+        assert_eq!(card.pushback_honoured.verdict, Verdict::Fail, "{:?}", card.pushback_honoured);
+        assert!(
+            card.pushback_honoured
+                .evidence
+                .contains("key b was told 500 ms at 0.005 s and came back after 100 ms")
+        );
     }
 }

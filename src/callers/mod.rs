@@ -34,6 +34,44 @@ pub struct OutsideAttempt {
     /// From the previous request's end to this one's arrival; null for the first, and when the
     /// previous had not ended yet (sent side by side).
     pub waited_ms: Option<u64>,
+    /// The `X-Request-Timeout-Ms` it sent (how long it said it would wait); absent when it sent
+    /// none or one that did not parse. Absent fields are left out, so a kept attempt stays small
+    /// and the rows an earlier release stored still read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    /// The `X-Previous-Attempts` it sent; absent as above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_attempts: Option<u32>,
+    /// The hint headers it sent that did not parse (the endpoint ignored them).
+    #[serde(default, skip_serializing_if = "Unparsed::is_none")]
+    pub unparsed: Unparsed,
+    /// The `X-Retry-Pushback-Ms` the endpoint sent with the answer (`-1`: do not retry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pushback_ms: Option<i32>,
+}
+
+/// Which of a request's hint headers were there but did not parse: two flags, not strings, so
+/// an attempt costs a byte for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Unparsed {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timeout: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub previous_attempts: bool,
+}
+
+impl Unparsed {
+    fn is_none(&self) -> bool {
+        !self.timeout && !self.previous_attempts
+    }
+}
+
+/// What a request's hint headers said, as an outside attempt keeps it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spoken {
+    pub timeout_ms: Option<u32>,
+    pub previous_attempts: Option<u32>,
+    pub unparsed: Unparsed,
 }
 
 /// The requests of one caller that carried one `Idempotency-Key`.
@@ -88,7 +126,12 @@ pub struct Ticket {
 /// What ended a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
-    Answered { status: u16, retry_after_s: Option<u64> },
+    /// With the `Retry-After` (s) and the `X-Retry-Pushback-Ms` sent, if any.
+    Answered {
+        status: u16,
+        retry_after_s: Option<u64>,
+        pushback_ms: Option<i32>,
+    },
     HungUp,
 }
 
@@ -142,7 +185,7 @@ impl Callers {
     /// which bound held it back (counted in `untracked`).
     pub fn arrive(
         &mut self,
-        (caller, key): (&CallerName, &str),
+        (caller, key, spoken): (&CallerName, &str, Spoken),
         digest: Option<String>,
         now_ms: u64,
         (bounds, room): (Bounds, bool),
@@ -199,6 +242,10 @@ impl Callers {
             hung_up: false,
             retry_after_s: None,
             waited_ms,
+            timeout_ms: spoken.timeout_ms,
+            previous_attempts: spoken.previous_attempts,
+            unparsed: spoken.unparsed,
+            pushback_ms: None,
         });
         Ok(Ticket { message_id: message.id, index: message.attempts.len() - 1 })
     }
@@ -210,9 +257,10 @@ impl Callers {
         let attempt = message.attempts.get_mut(ticket.index)?;
         attempt.ended_ms = Some(now_ms);
         match ending {
-            Ending::Answered { status, retry_after_s } => {
+            Ending::Answered { status, retry_after_s, pushback_ms } => {
                 attempt.status = Some(status);
                 attempt.retry_after_s = retry_after_s;
+                attempt.pushback_ms = pushback_ms;
             }
             Ending::HungUp => attempt.hung_up = true,
         }
@@ -269,9 +317,11 @@ mod tests {
     fn a_key_s_requests_make_one_message_with_its_waits_measured_between_answer_and_arrival() {
         let mut callers = Callers::default();
         let a = name("a");
-        let first = callers.arrive((&a, "k1"), Some("sha256:1".into()), 100, (BOUNDS, true)).unwrap();
-        callers.end(first, Ending::Answered { status: 503, retry_after_s: Some(1) }, 130);
-        let second = callers.arrive((&a, "k1"), None, 1_140, (BOUNDS, true)).unwrap();
+        let first = callers
+            .arrive((&a, "k1", Spoken::default()), Some("sha256:1".into()), 100, (BOUNDS, true))
+            .unwrap();
+        callers.end(first, Ending::Answered { status: 503, retry_after_s: Some(1), pushback_ms: None }, 130);
+        let second = callers.arrive((&a, "k1", Spoken::default()), None, 1_140, (BOUNDS, true)).unwrap();
         let message = callers.end(second, Ending::HungUp, 1_240).unwrap();
         assert_eq!(message.requests, 2);
         assert_eq!(message.digest.as_deref(), Some("sha256:1"));
@@ -279,7 +329,8 @@ mod tests {
         assert_eq!((one.status, one.retry_after_s, one.ended_ms), (Some(503), Some(1), Some(130)));
         assert_eq!((two.n, two.waited_ms, two.hung_up, two.status), (2, Some(1_010), true, None));
         // Another caller's same key is another message.
-        let other = callers.arrive((&name("b"), "k1"), None, 1_300, (BOUNDS, true)).unwrap();
+        let other =
+            callers.arrive((&name("b"), "k1", Spoken::default()), None, 1_300, (BOUNDS, true)).unwrap();
         assert_ne!(other.message_id, first.message_id);
     }
 
@@ -287,16 +338,25 @@ mod tests {
     fn each_bound_is_counted_when_reached() {
         let mut callers = Callers::default();
         let (a, b, c) = (name("a"), name("b"), name("c"));
-        callers.arrive((&a, "1"), None, 0, (BOUNDS, true)).unwrap();
-        callers.arrive((&b, "2"), None, 0, (BOUNDS, true)).unwrap();
-        assert_eq!(callers.arrive((&c, "3"), None, 0, (BOUNDS, true)), Err(Refusal::Callers));
-        callers.arrive((&a, "3"), None, 0, (BOUNDS, true)).unwrap();
-        assert_eq!(callers.arrive((&a, "4"), None, 0, (BOUNDS, true)), Err(Refusal::Keys));
-        assert_eq!(callers.arrive((&b, "5"), None, 0, (BOUNDS, false)), Err(Refusal::Keys));
+        callers.arrive((&a, "1", Spoken::default()), None, 0, (BOUNDS, true)).unwrap();
+        callers.arrive((&b, "2", Spoken::default()), None, 0, (BOUNDS, true)).unwrap();
+        assert_eq!(
+            callers.arrive((&c, "3", Spoken::default()), None, 0, (BOUNDS, true)),
+            Err(Refusal::Callers)
+        );
+        callers.arrive((&a, "3", Spoken::default()), None, 0, (BOUNDS, true)).unwrap();
+        assert_eq!(callers.arrive((&a, "4", Spoken::default()), None, 0, (BOUNDS, true)), Err(Refusal::Keys));
+        assert_eq!(
+            callers.arrive((&b, "5", Spoken::default()), None, 0, (BOUNDS, false)),
+            Err(Refusal::Keys)
+        );
         for _ in 0..2 {
-            callers.arrive((&a, "1"), None, 0, (BOUNDS, true)).unwrap();
+            callers.arrive((&a, "1", Spoken::default()), None, 0, (BOUNDS, true)).unwrap();
         }
-        assert_eq!(callers.arrive((&a, "1"), None, 0, (BOUNDS, true)), Err(Refusal::Attempts));
+        assert_eq!(
+            callers.arrive((&a, "1", Spoken::default()), None, 0, (BOUNDS, true)),
+            Err(Refusal::Attempts)
+        );
         let untracked = callers.untracked();
         assert_eq!(
             (
@@ -312,13 +372,52 @@ mod tests {
     #[test]
     fn what_the_store_kept_reads_back_the_same() {
         let mut callers = Callers::default();
-        let t = callers.arrive((&name("a"), "k"), None, 5, (BOUNDS, true)).unwrap();
-        callers.end(t, Ending::Answered { status: 200, retry_after_s: None }, 9);
+        let t = callers.arrive((&name("a"), "k", Spoken::default()), None, 5, (BOUNDS, true)).unwrap();
+        callers.end(t, Ending::Answered { status: 200, retry_after_s: None, pushback_ms: None }, 9);
         let changes = callers.take_changes();
         let kept: Vec<OutsideMessage> =
             changes.messages.iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect();
         let restored = Callers::restore(kept);
         assert_eq!(restored.messages(), callers.messages());
         assert!(callers.take_changes().messages.is_empty());
+    }
+
+    /// Issue 33 wants an outside message to cost little memory: the headers' part of an attempt
+    /// is three small numbers and two flags (24 bytes beside the 72 of the rest).
+    #[test]
+    fn an_outside_attempt_stays_small() {
+        assert!(std::mem::size_of::<OutsideAttempt>() <= 96, "{}", std::mem::size_of::<OutsideAttempt>());
+    }
+
+    #[test]
+    fn the_hints_sent_and_the_pushback_answered_are_kept_and_left_out_when_absent() {
+        let mut callers = Callers::default();
+        let spoken = Spoken {
+            timeout_ms: Some(400),
+            previous_attempts: None,
+            unparsed: Unparsed { timeout: false, previous_attempts: true },
+        };
+        let t = callers.arrive((&name("a"), "k", spoken), None, 5, (BOUNDS, true)).unwrap();
+        let ending = Ending::Answered { status: 503, retry_after_s: Some(1), pushback_ms: Some(-1) };
+        let message = callers.end(t, ending, 9).unwrap();
+        let [attempt] = &message.attempts[..] else { panic!("one attempt") };
+        assert_eq!(
+            (attempt.timeout_ms, attempt.previous_attempts, attempt.unparsed, attempt.pushback_ms),
+            (Some(400), None, spoken.unparsed, Some(-1))
+        );
+        let body = callers.take_changes().messages.remove(0).1;
+        assert!(
+            body.contains(r#""timeout_ms":400,"unparsed":{"previous_attempts":true},"pushback_ms":-1"#),
+            "{body}"
+        );
+        // A plain attempt carries none of them, so a row stored before them reads the same.
+        let t = callers.arrive((&name("a"), "plain", Spoken::default()), None, 10, (BOUNDS, true)).unwrap();
+        callers.end(t, Ending::Answered { status: 200, retry_after_s: None, pushback_ms: None }, 12);
+        let plain = callers.take_changes().messages.remove(0).1;
+        for field in ["timeout_ms", "previous_attempts", "unparsed", "pushback_ms"] {
+            assert!(!plain.contains(field), "{plain}");
+        }
+        let read: OutsideMessage = serde_json::from_str(&plain).unwrap();
+        assert_eq!(read.attempts[0].unparsed, Unparsed::default());
     }
 }

@@ -16,8 +16,18 @@ use crate::config::{Config, GradeArgs};
 use crate::server::serve;
 
 /// The checks of a card, in the order the page shows them.
-const CHECKS: [&str; 7] =
-    ["retry_after", "backoff", "jitter", "attempts_capped", "key_reused", "no_retry_on_4xx", "timeouts"];
+const CHECKS: [&str; 10] = [
+    "retry_after",
+    "backoff",
+    "jitter",
+    "attempts_capped",
+    "key_reused",
+    "no_retry_on_4xx",
+    "timeouts",
+    "deadline_sent",
+    "attempts_numbered",
+    "pushback_honoured",
+];
 
 /// One spell of the endpoint: its settings (as `PUT /api/labs/{lab}/downstream` takes them)
 /// and how long it lasts; the last lasts until CMD exits.

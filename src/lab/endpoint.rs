@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::outside::ended_outside;
 use super::{Lab, LabState, unix_now_ms};
-use crate::callers::{CallerName, Ending, Ticket};
+use crate::callers::{CallerName, Ending, Spoken, Ticket, Unparsed};
 use crate::domain::{Answer, DropCause};
 use crate::downstream::{
     BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
@@ -33,12 +33,29 @@ impl Waiter for oneshot::Sender<Turn> {
     }
 }
 
-/// What a request's headers said that the endpoint may use, and whether one did not parse.
+/// What a request's headers said that the endpoint may use, and which did not parse.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Said {
     pub hints: Hints,
-    /// A hint header was there but did not parse: counted, and ignored.
-    pub ignored: bool,
+    /// The hint headers that were there but did not parse: counted, and ignored.
+    pub unparsed: Unparsed,
+}
+
+impl Said {
+    /// A hint header did not parse.
+    pub fn ignored(&self) -> bool {
+        self.unparsed.timeout || self.unparsed.previous_attempts
+    }
+
+    /// What an outside caller's attempt keeps of it: the numbers as sent (a timeout is at most
+    /// a day, so it fits in 32 bits) and which did not parse.
+    pub fn spoken(&self) -> Spoken {
+        Spoken {
+            timeout_ms: self.hints.timeout_ms.map(|ms| u32::try_from(ms).unwrap_or(u32::MAX)),
+            previous_attempts: self.hints.previous_attempts,
+            unparsed: self.unparsed,
+        }
+    }
 }
 
 /// A request arrived at the endpoint: the load bin it is counted in (for `downstream_done`),
@@ -83,7 +100,7 @@ impl Lab {
         let LabState { record, endpoint, .. } = &mut *state;
         endpoint.ledger.count_request();
         let arrived = record.load.arrive(now);
-        if said.ignored {
+        if said.ignored() {
             record.load.ignored_hint(now);
         }
         let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
@@ -125,7 +142,8 @@ impl Lab {
         if let Some((caller, digest)) = from {
             // A repeat refused as busy is kept as a refusal before the ledger: without its body.
             let digest = (!busy).then_some(digest);
-            let (kept, untracked) = self.arrived_outside(&mut state, (caller, key.as_str(), digest), now);
+            let (kept, untracked) =
+                self.arrived_outside(&mut state, (caller, key.as_str(), said.spoken(), digest), now);
             if let Some(event) = untracked {
                 self.publish(&mut state, &event, now);
             }
@@ -142,7 +160,8 @@ impl Lab {
             self.publish(&mut state, &event, now);
         }
         if busy && let Some(ticket) = ticket.take() {
-            let ending = Ending::Answered { status: 409, retry_after_s: Some(BUSY_RETRY_AFTER_S) };
+            let ending =
+                Ending::Answered { status: 409, retry_after_s: Some(BUSY_RETRY_AFTER_S), pushback_ms: None };
             if let Some(event) = ended_outside(&mut state, ticket, ending, now) {
                 self.publish(&mut state, &event, now);
             }

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Lab, LabState};
-use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Ticket, Untracked, report};
+use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Spoken, Ticket, Untracked, report};
 use crate::events::Event;
 
 /// `Lab::outside_ended` within a change of the lab's: the event to publish.
@@ -30,21 +30,26 @@ impl Lab {
 
     /// A request of an outside caller with `key` arrived: where it is kept, or `None` when a
     /// bound held it back (counted, and said in an event).
-    pub fn outside_arrived(&self, caller: &CallerName, key: &str, digest: Option<String>) -> Option<Ticket> {
-        self.change(|state, now| Some(self.arrived_outside(state, (caller, key, digest), now))).flatten()
+    pub fn outside_arrived(
+        &self,
+        (caller, key, spoken): (&CallerName, &str, Spoken),
+        digest: Option<String>,
+    ) -> Option<Ticket> {
+        self.change(|state, now| Some(self.arrived_outside(state, (caller, key, spoken, digest), now)))
+            .flatten()
     }
 
     /// `outside_arrived` within a change of the lab's: the ticket, and the event to publish.
     pub(super) fn arrived_outside(
         &self,
         LabState { callers, .. }: &mut LabState,
-        (caller, key, digest): (&CallerName, &str, Option<String>),
+        (caller, key, spoken, digest): (&CallerName, &str, Spoken, Option<String>),
         now: u64,
     ) -> (Option<Ticket>, Option<Event>) {
         let bounds = self.caller_bounds();
         let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
         let before = callers.messages().len();
-        match callers.arrive((caller, key), digest, now, (bounds, room)) {
+        match callers.arrive((caller, key, spoken), digest, now, (bounds, room)) {
             Ok(ticket) => {
                 if callers.messages().len() > before {
                     self.outside_messages_total.fetch_add(1, Ordering::Relaxed);

@@ -37,7 +37,7 @@ pub struct CallersView {
     max_callers_per_lab: usize,
 }
 
-/// A report card per outside caller: seven checks of its retry behaviour, each a verdict
+/// A report card per outside caller: ten checks of its retry behaviour, each a verdict
 /// (`pass`, `warn`, `fail`, `not_seen`) with the keys and times it rests on.
 #[utoipa::path(
     get,

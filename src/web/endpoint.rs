@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use super::callers::outside_caller;
 use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
-use crate::callers::{CallerName, Ending, Ticket};
+use crate::callers::{CallerName, Ending, Ticket, Unparsed};
 use crate::domain::Answer;
 use crate::downstream::{BodyDigest, Dropped, Hints, IdempotencyKey, StoredResponse};
 use crate::lab::{Arrival, BUSY_RETRY_AFTER_S, Lab, Passage, Refusal, Said, Served};
@@ -123,7 +123,8 @@ fn said(headers: &HeaderMap) -> Said {
     let (timeout_ms, bad_timeout) =
         hint(headers, TIMEOUT_HEADER, |ms: &u64| (1..=MAX_TIMEOUT_MS).contains(ms));
     let (previous_attempts, bad_count) = hint(headers, PREVIOUS_ATTEMPTS_HEADER, |_: &u32| true);
-    Said { hints: Hints { timeout_ms, previous_attempts }, ignored: bad_timeout || bad_count }
+    let unparsed = Unparsed { timeout: bad_timeout, previous_attempts: bad_count };
+    Said { hints: Hints { timeout_ms, previous_attempts }, unparsed }
 }
 
 /// A hint header's whole number, if it is there once and `fits`; and whether it was there but
@@ -155,14 +156,15 @@ fn kept_refusal(lab: &Lab, caller: Option<&CallerName>, headers: &HeaderMap, ref
         .and_then(|v| v.to_str().ok())
         .and_then(|k| IdempotencyKey::parse(k).ok());
     if let (Some(caller), Some(key)) = (caller, key)
-        && let Some(ticket) = lab.outside_arrived(caller, key.as_str(), None)
+        && let Some(ticket) = lab.outside_arrived((caller, key.as_str(), said(headers).spoken()), None)
     {
         let response = AppError::status(&refused);
         let retry_after_s = match &refused {
             AppError::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         };
-        lab.outside_ended(ticket, Ending::Answered { status: response.as_u16(), retry_after_s });
+        let ending = Ending::Answered { status: response.as_u16(), retry_after_s, pushback_ms: None };
+        lab.outside_ended(ticket, ending);
     }
     refused
 }
@@ -337,7 +339,9 @@ impl Visit {
                 .get(header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse().ok());
-            (ticket, Ending::Answered { status, retry_after_s })
+            let pushback_ms =
+                response.headers().get(PUSHBACK_HEADER).and_then(|v| v.to_str().ok()?.trim().parse().ok());
+            (ticket, Ending::Answered { status, retry_after_s, pushback_ms })
         });
         self.lab.downstream_done(self.arrived, (Answer::Status(status), self.working, self.judged), kept);
     }

@@ -297,3 +297,109 @@ async fn a_grid_reopens_after_a_restart_with_its_cells() {
     let lab = again.snapshot(opened["id"].as_str().unwrap()).await;
     assert_eq!(lab["downstream"]["defences"]["queue"], "adaptive_lifo");
 }
+
+/// A run the machine kept late is run again in a grid as in any comparison: every cell of
+/// that run gets a new lab with its row's defences and its policy, the cell lists both labs,
+/// and its figures are the second try's. At a threshold of 1 ms of lateness (p99 of 10 ms
+/// ticks that a timer rounds up to the next millisecond) the first try is as good as sure to
+/// be kept late.
+#[tokio::test]
+async fn a_late_run_in_a_grid_is_run_again_in_each_cell_against_its_row_s_defences() {
+    let app =
+        TestApp::spawn_with(retrylab::config::Limits { lab_create_burst: 1_000, ..Default::default() }).await;
+    let request = json!({"scenario": "overload", "burst": 5, "seed": 4, "runs": 1, "late_threshold_ms": 1,
+        "policies": ["none", "full"],
+        "defences": [{"name": "none", "defences": {}}, {"name": "aimd", "defences": {"limit": {"kind": "aimd"}}}]});
+    let report = compared(&app, &request).await;
+    let late: Vec<(u64, u64, bool, f64)> = report["invalid_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("run"), n("attempt"), r["re_run"].as_bool().unwrap(), r["lateness_ms_p99"].as_f64().unwrap())
+        })
+        .collect();
+    println!("late tries: {late:?}");
+    assert!(
+        matches!(late.first(), Some(&(0, 0, true, ms)) if ms > 1.0),
+        "the first try ran late and was run again: {late:?}"
+    );
+    let second_late = late.iter().any(|&(run, attempt, ..)| (run, attempt) == (0, 1));
+    assert_eq!(late.len(), 1 + usize::from(second_late), "{late:?}");
+    assert!(late.iter().all(|&(_, attempt, re_run, _)| re_run == (attempt == 0)), "run again once: {late:?}");
+
+    let columns = report["columns"].as_array().unwrap();
+    let tries = |attempt: u64| {
+        let mut cells: Vec<(String, String)> = columns
+            .iter()
+            .filter(|c| c["attempt"] == attempt)
+            .map(|c| (c["defence"].as_str().unwrap().to_owned(), c["policy"].as_str().unwrap().to_owned()))
+            .collect();
+        cells.sort();
+        cells
+    };
+    let every_cell: Vec<(String, String)> =
+        [("aimd", "full"), ("aimd", "none"), ("none", "full"), ("none", "none")]
+            .map(|(d, p)| (d.to_owned(), p.to_owned()))
+            .to_vec();
+    assert_eq!((tries(0), tries(1)), (every_cell.clone(), every_cell), "each cell tried twice");
+    assert_eq!(columns.len(), 8);
+    let key = report["key_figure"][0].as_str().unwrap();
+    let rows = report["grid"]["rows"].as_array().unwrap();
+    for (defence, policy) in tries(1) {
+        let column = |attempt: u64| {
+            columns
+                .iter()
+                .find(|c| {
+                    c["attempt"] == attempt
+                        && c["defence"] == defence.as_str()
+                        && c["policy"] == policy.as_str()
+                })
+                .unwrap()
+        };
+        let (first, again) = (column(0), column(1));
+        assert_ne!(first["lab"], again["lab"], "a new lab for the second try");
+        let figures = &again["figures"];
+        assert_eq!(
+            figures["delivered"].as_u64().unwrap() + figures["dead_letter"].as_u64().unwrap(),
+            5,
+            "{again}"
+        );
+        // The new lab has the cell's row's defences and the cell's policy.
+        let row = rows.iter().find(|r| r["name"] == defence.as_str()).unwrap();
+        let lab = app.snapshot(again["lab"].as_str().unwrap()).await;
+        assert_eq!(lab["downstream"]["defences"], row["defences"], "{defence}/{policy}");
+        assert_eq!(lab["downstream"]["mode"], "overloaded");
+        assert_eq!(
+            lab["policy"]["jitter"],
+            policy_of(&report, &policy)["policy"]["jitter"],
+            "{defence}/{policy}"
+        );
+        // The cell lists both tries' labs and counts only the second, unless it too ran late.
+        let cell = cell(&report, &defence, &policy);
+        assert_eq!(cell["labs"], json!([first["lab"], again["lab"]]), "{cell}");
+        assert_eq!(cell["valid_runs"], u64::from(!second_late), "{cell}");
+        if second_late {
+            assert_eq!(cell["median"], json!({}), "no valid run, no figure: {cell}");
+        } else {
+            assert_eq!(cell["median"][key], figures[key], "the second try's figure: {cell}");
+        }
+        // A policy's runs list both tries in both rows; only a second try on time counts.
+        let runs = policy_of(&report, &policy)["runs"].as_array().unwrap();
+        let listed = |attempt: u64| {
+            runs.iter().find(|r| r["attempt"] == attempt && r["defence"] == defence.as_str()).unwrap()
+        };
+        assert_eq!(
+            (listed(0)["valid"].clone(), listed(1)["valid"].clone()),
+            (json!(false), json!(!second_late))
+        );
+    }
+    // Left out even when run again: the report says so.
+    let warning = report["warning"].as_str();
+    assert_eq!(
+        warning.is_some_and(|w| w.contains("run 1") && w.contains("even when run again")),
+        second_late,
+        "{warning:?}"
+    );
+}

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod broken_store;
+mod caller_hints;
 mod callers;
 mod check;
 mod claims;

@@ -8,9 +8,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use futures_util::future::join_all;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::TestApp;
 
@@ -133,6 +134,16 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
         assert_eq!(card["name"].as_str(), name, "{id} names itself");
         assert_eq!(card["checks"]["retry_after"]["verdict"], "pass", "{id}: {card}");
         assert_eq!(card["checks"]["key_reused"]["verdict"], "pass", "{id}: {card}");
+        // Each says how long it waits; those that retry in a loop of their own number their
+        // tries, while curl and urllib3 send the same headers on every retry (their notes say so).
+        assert_eq!(card["checks"]["deadline_sent"]["verdict"], "pass", "{id}: {card}");
+        let numbered = if ["curl", "urllib3"].contains(&id.as_str()) { "warn" } else { "pass" };
+        assert_eq!(card["checks"]["attempts_numbered"]["verdict"], numbered, "{id}: {card}");
+        let said: Vec<&Value> = attempts.iter().map(|a| &a["previous_attempts"]).collect();
+        if numbered == "pass" {
+            let counted: Vec<Value> = (0..attempts.len()).map(|n| json!(n)).collect();
+            assert_eq!(said, counted.iter().collect::<Vec<_>>(), "{id}");
+        }
     }
 }
 
@@ -228,5 +239,113 @@ async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_
         }
         assert_eq!(checks["retry_after"]["verdict"], "pass", "{id}: {checks}");
         assert_eq!(checks["key_reused"]["verdict"], "pass", "{id}: {checks}");
+    }
+}
+
+/// The snippets that retry in a loop of their own honour a pushback: their retry, waiting in a
+/// full line, is shed for a first attempt under the pushback defence and told
+/// `X-Retry-Pushback-Ms: -1`, and they stop there with attempts left; their card says so.
+#[tokio::test]
+async fn the_looping_snippets_stop_when_told_not_to_retry() {
+    let python = python();
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let mut prepared = Vec::new();
+    for snippet in snippets() {
+        let id = snippet["id"].as_str().unwrap().to_owned();
+        if !["tenacity", "node", "go"].contains(&id.as_str()) {
+            continue;
+        }
+        let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
+            eprintln!("skipping the {id} snippet: its tool is not here");
+            continue;
+        };
+        let lab = app.new_lab().await;
+        let code =
+            snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
+        let command = if program == "go" {
+            vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
+        } else {
+            [vec![program], args, vec![code]].concat()
+        };
+        prepared.push((id, lab, command));
+    }
+    assert!(!prepared.is_empty() || std::env::var_os("CI").is_none(), "CI has node and go at least");
+    // A request of the test's own, with the count of attempts before it.
+    let send = |app: std::sync::Arc<TestApp>, lab: String, key: &'static str| {
+        tokio::spawn(async move {
+            let response = app
+                .client
+                .post(app.url(&format!("/labs/{lab}/downstream")))
+                .header("X-Client-Name", "the-test")
+                .header("Idempotency-Key", key)
+                .header("X-Previous-Attempts", "0")
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            response.status().as_u16()
+        })
+    };
+    let placed = |waiting: u64| {
+        move |snapshot: &Value| snapshot["line"]["in_work"] == 1 && snapshot["line"]["waiting"] == waiting
+    };
+    let runs = prepared.into_iter().map(|(id, lab, command)| {
+        let app = app.clone();
+        async move {
+            // Its first try meets an outage; by its retry (a second or more later, after the
+            // Retry-After) one worker is busy for 3 s, and the retry waits in a line of one.
+            app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+            let run = tokio::task::spawn_blocking(move || {
+                Command::new(&command[0]).args(&command[1..]).output().unwrap()
+            });
+            let answered = |s: &Value| s["outside"]["messages"][0]["attempts"][0]["ended_ms"].is_u64();
+            app.wait_for(&lab, Duration::from_secs(30), answered).await;
+            let overloaded = json!({"mode": "overloaded", "capacity": 1, "queue": 1, "latency_ms": [3000, 3000],
+                "defences": {"retries_first": true, "pushback": true}});
+            app.put(&lab, "downstream", &overloaded.to_string()).await;
+            let worker = send(app.clone(), lab.clone(), "worker");
+            app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+            app.wait_for(&lab, Duration::from_secs(30), placed(1)).await;
+            let first = send(app.clone(), lab.clone(), "first");
+            let output = run.await.unwrap();
+            (id, lab, output, [worker.await.unwrap(), first.await.unwrap()])
+        }
+    });
+    for (id, lab, output, ours) in join_all(runs).await {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{id}: {}{stderr}", String::from_utf8_lossy(&output.stdout));
+        assert_eq!(ours, [200, 200], "{id}: the test's worker and first attempt were worked");
+        let snapshot = app.snapshot(&lab).await;
+        let theirs = snapshot["outside"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["caller"] != "the-test")
+            .unwrap_or_else(|| panic!("{id}: {}", snapshot["outside"]));
+        let attempts: Vec<(Value, Value, Value)> = theirs["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["status"].clone(), a["previous_attempts"].clone(), a["pushback_ms"].clone()))
+            .collect();
+        assert_eq!(
+            attempts,
+            [(json!(503), json!(0), Value::Null), (json!(503), json!(1), json!(-1))],
+            "{id}: told not to retry on its second try, it sent no third"
+        );
+        let report: Value = app
+            .client
+            .get(app.url(&format!("/api/labs/{lab}/callers")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let card =
+            report["callers"].as_array().unwrap().iter().find(|c| c["name"] == theirs["caller"]).unwrap();
+        let pushback = &card["checks"]["pushback_honoured"];
+        assert_eq!(pushback["verdict"], "pass", "{id}: {pushback}");
+        assert!(pushback["evidence"].as_str().unwrap().contains("was not sent again"), "{id}: {pushback}");
     }
 }

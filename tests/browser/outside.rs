@@ -1,8 +1,8 @@
 //! Outside callers on the page: their requests as rows of the timeline beside the lab's own
 //! messages, the numbers of one attempt in the tooltip, the source filter, the report card per
-//! caller (the same verdicts as `GET /api/labs/{lab}/callers`), the snippets beside the
-//! endpoint's URL, and a bound reached said plainly. Requests are sent by the test's own HTTP
-//! client at the URL the page gives, as an engineer's service would.
+//! caller (the same verdicts as `GET /api/labs/{lab}/callers`, the headers' checks among them),
+//! the snippets beside the endpoint's URL, and a bound reached said plainly. Requests are sent
+//! by the test's own HTTP client at the URL the page gives, as an engineer's service would.
 
 use serde_json::{Value, json};
 
@@ -12,15 +12,16 @@ use super::{
 
 /// Sends one outside request as caller `name` with key `key`; returns the status.
 async fn send(server: &Server, url: &str, name: &str, key: &str) -> u16 {
-    let response = server
-        .http
-        .post(url)
-        .header("X-Client-Name", name)
-        .header("Idempotency-Key", key)
-        .json(&json!({"order": key}))
-        .send()
-        .await
-        .unwrap();
+    send_with(server, url, (name, key), &[]).await
+}
+
+/// `send`, with the hint headers given (`X-Request-Timeout-Ms`, `X-Previous-Attempts`).
+async fn send_with(server: &Server, url: &str, (name, key): (&str, &str), hints: &[(&str, &str)]) -> u16 {
+    let mut request = server.http.post(url).header("X-Client-Name", name).header("Idempotency-Key", key);
+    for (header, value) in hints {
+        request = request.header(*header, *value);
+    }
+    let response = request.json(&json!({"order": key})).send().await.unwrap();
     response.status().as_u16()
 }
 
@@ -53,14 +54,16 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     server.burst(&lab, 2).await;
     wait_counter(&page, "delivered", 2).await;
 
-    // A down endpoint asks for 1 s: "alpha" comes back at once, twice, then after the heal;
-    // "beta" sends once and stops.
+    // A down endpoint asks for 1 s: "alpha" comes back at once, twice, then after the heal,
+    // saying how long it waits and numbering its attempts; "beta" sends once and stops, saying
+    // no deadline and 2 attempts before its first.
     server.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
-    assert_eq!(send(&server, &url, "alpha", "alpha-1").await, 503);
-    assert_eq!(send(&server, &url, "alpha", "alpha-1").await, 503);
-    assert_eq!(send(&server, &url, "beta", "beta-1").await, 503);
+    let alpha = |before| [("X-Request-Timeout-Ms", "2000"), ("X-Previous-Attempts", before)];
+    assert_eq!(send_with(&server, &url, ("alpha", "alpha-1"), &alpha("0")).await, 503);
+    assert_eq!(send_with(&server, &url, ("alpha", "alpha-1"), &alpha("1")).await, 503);
+    assert_eq!(send_with(&server, &url, ("beta", "beta-1"), &[("X-Previous-Attempts", "2")]).await, 503);
     server.put(&lab, "downstream", r#"{"mode": "healthy"}"#).await;
-    assert_eq!(send(&server, &url, "alpha", "alpha-1").await, 200);
+    assert_eq!(send_with(&server, &url, ("alpha", "alpha-1"), &alpha("2")).await, 200);
 
     // Drawn as rows beside the lab's, each attempt a bar with its status.
     wait_for(
@@ -177,7 +180,46 @@ async fn outside_callers_are_rows_with_their_numbers_a_filter_and_a_report_card(
     assert_eq!(shown, expected);
     // Alpha came back at once after being asked for 1 s: the card says it failed that check.
     assert_eq!(shown["alpha"]["retry_after"][0], "fail", "{shown}");
-    assert_eq!(shown["alpha"].as_object().unwrap().len(), 7);
+    assert_eq!(shown["alpha"].as_object().unwrap().len(), 10);
+    // The headers' checks, drawn with their verdicts: alpha said its deadline and numbered its
+    // attempts; beta said no deadline and miscounted; no answer carried a pushback.
+    let verdict = |caller: &str, check: &str| shown[caller][check][0].as_str().unwrap().to_owned();
+    assert_eq!(
+        [
+            verdict("alpha", "deadline_sent"),
+            verdict("alpha", "attempts_numbered"),
+            verdict("alpha", "pushback_honoured")
+        ],
+        ["pass", "pass", "not_seen"],
+        "{shown}"
+    );
+    assert_eq!(
+        [
+            verdict("beta", "deadline_sent"),
+            verdict("beta", "attempts_numbered"),
+            verdict("beta", "pushback_honoured")
+        ],
+        ["warn", "fail", "not_seen"],
+        "{shown}"
+    );
+    assert!(
+        shown["beta"]["attempts_numbered"][1].as_str().unwrap().contains("said 2, after 0 requests"),
+        "{shown}"
+    );
+    let labels = page
+        .eval(
+            "[...document.querySelectorAll('#callers .caller-card[data-caller=\"beta\"] [data-check]')].slice(7).map(l => [l.dataset.check, l.querySelector('strong').textContent, l.querySelector('.verdict').textContent])",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        labels,
+        json!([
+            ["deadline_sent", "says its deadline", "warn"],
+            ["attempts_numbered", "numbers its attempts", "fail"],
+            ["pushback_honoured", "honours pushback", "not seen"]
+        ])
+    );
 
     // The snippets beside the URL, with this lab's URL in them, each with a copy button.
     page.click("[data-snippets-toggle]").await;
