@@ -176,6 +176,13 @@ impl Producer {
         let started_ms = resume.round_started_ms.unwrap_or_else(|| lab.now_ms());
         let mut round = HedgeRound::new(&hedging, resume.next_n, started_ms, lab.policy().timeout_ms);
         let mut hedges = Hedges { flying: JoinSet::new(), slots: HashMap::new() };
+        if resume.next_n > hedging.attempts() {
+            // A crash cut off the round's last attempt: the lab ends the round before another.
+            if let Go::Ended(next) = lab.before_attempt((id, resume.next_n), &self.slots, rng).await {
+                self.ended(&next);
+            }
+            return;
+        }
         loop {
             let now = lab.now_ms();
             if let Some(n) = round.due(now) {

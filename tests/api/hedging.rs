@@ -182,3 +182,23 @@ async fn an_unusable_hedging_policy_is_a_422_naming_its_field() {
     let snapshot = app.snapshot(&lab).await;
     assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
 }
+
+/// The `grpc-hedging` preset runs in a comparison like any other: on `flaky` each message is
+/// delivered or dead-lettered once, and its column says what the hedges cost in requests.
+#[tokio::test]
+async fn the_grpc_hedging_preset_runs_in_a_comparison_and_settles_each_message_once() {
+    let app = TestApp::spawn().await;
+    let request = serde_json::json!({"scenario": "flaky", "burst": 10, "seed": 3, "runs": 1,
+        "policies": ["grpc", "grpc-hedging"]});
+    let report = crate::compare::compared(&app, &request).await;
+    let hedged = crate::compare::policy_of(&report, "grpc-hedging");
+    assert_eq!(hedged["policy"]["protections"][0]["kind"], "grpc_hedging", "{hedged}");
+    let columns = report["columns"].as_array().unwrap();
+    let column = columns.iter().find(|c| c["policy"] == "grpc-hedging").unwrap_or_else(|| panic!("{report}"));
+    let figures = &column["figures"];
+    let settled = figures["delivered"].as_u64().unwrap() + figures["dead_letter"].as_u64().unwrap();
+    assert_eq!(settled, 10, "{figures}");
+    assert_eq!(figures["applied_twice"], 0, "{figures}");
+    assert!(figures["requests"].as_u64().unwrap() >= 10, "{figures}");
+    eprintln!("grpc-hedging on flaky: {figures}");
+}

@@ -15,7 +15,8 @@
 //! non-fatal").
 //!
 //! Statuses are HTTP's here. The proposal's example list, `UNAVAILABLE`, `INTERNAL` and
-//! `ABORTED`, is 503, 500 and 409 by google.rpc.Code's HTTP mapping, so the default makes the
+//! `ABORTED`, is 503, 500 and 409 by google.rpc.Code's HTTP mapping (googleapis, `google/rpc/code.proto`:
+//! "HTTP Mapping: 409 Conflict" for `ABORTED`), so the default makes the
 //! endpoint's 409 ("a request with this key is in progress", what a hedge meets while its
 //! sibling is in work) non-fatal: the hedge is spent and the next goes at once. Leave 409 out
 //! and it is fatal: the hedge's 409 cancels the sibling that was about to succeed.
@@ -280,7 +281,7 @@ impl HedgeRound {
             deadline_ms: started_ms.saturating_add(deadline_ms),
             in_flight: BTreeSet::new(),
             last_ended: first_n.saturating_sub(1),
-            stopped: (first_n > last_n).then_some(AllFailed::AttemptsUsedUp),
+            stopped: None,
         }
     }
 
