@@ -294,6 +294,8 @@ function result(a) {
       return `interrupted after ${ms(a.duration_ms)}: the client stopped mid-attempt`;
     case 'short_circuited':
       return 'short-circuited: the breaker was open, nothing sent';
+    case 'cancelled':
+      return `cancelled after ${ms(a.duration_ms)}: another attempt's answer settled the call (hedging)`;
     default:
       return `${a.outcome} in ${ms(a.duration_ms)}`;
   }
