@@ -194,6 +194,10 @@ pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
         throttled: end.status == Some(429),
         status: end.status,
         pushed_back: end.pushback == Some(Pushback::DoNotRetry),
+        pushback_ms: match end.pushback {
+            Some(Pushback::AfterMs(ms)) => Some(ms),
+            _ => None,
+        },
         ..Ended::default()
     }
 }

@@ -157,7 +157,7 @@ impl Lab {
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let answer = match refused {
             Some(_) => Answer::Refused,
-            None => hedging.answer(&end),
+            None => hedging.answer(&attempt::ended(n, &end)),
         };
         let timeout_ms = state.clients.policy().timeout_ms;
         let last = match (refused, end.outcome) {

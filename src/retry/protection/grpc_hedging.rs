@@ -34,8 +34,6 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::grpc::{GrpcSettings, GrpcThrottle};
 use super::{Ended, Protection, Report};
-use crate::domain::{AttemptEnd, Pushback};
-use crate::retry::Outcome;
 
 /// gRFC A6, "Limits on Retries and Hedges": `maxAttempts` "have, by default, a client-side
 /// maximum value of 5 ... higher values will be treated as equal to the maximum value".
@@ -125,21 +123,20 @@ impl GrpcHedgingSettings {
         GrpcSettings { max_tokens: self.max_tokens, token_ratio: self.token_ratio }
     }
 
-    /// How an attempt's end reads under this policy.
-    pub fn answer(&self, end: &AttemptEnd) -> Answer {
-        match (end.outcome, end.status) {
-            (Outcome::Ok, _) => Answer::Ok,
-            // A6, "Pushback": "If the pushback says not to retry, no further hedged requests will
-            // be sent. If the pushback says to retry after a given delay, the next hedged request
-            // (if any) will be issued after the given delay has elapsed."
-            (_, _) if end.pushback == Some(Pushback::DoNotRetry) => Answer::NoMoreHedges,
-            (_, _) if matches!(end.pushback, Some(Pushback::AfterMs(_))) => {
-                let Some(Pushback::AfterMs(ms)) = end.pushback else { unreachable!() };
-                Answer::NextAfter(u64::from(ms))
-            }
-            (_, Some(status)) if self.non_fatal_statuses.contains(status) => Answer::NonFatal,
+    /// How a sent attempt's end reads under this policy.
+    pub fn answer(&self, end: &Ended) -> Answer {
+        // A6, "Pushback": "If the pushback says not to retry, no further hedged requests will be
+        // sent. If the pushback says to retry after a given delay, the next hedged request (if
+        // any) will be issued after the given delay has elapsed."
+        match (end.status, end.pushback_ms) {
+            _ if end.ok => Answer::Ok,
+            _ if end.pushed_back => Answer::NoMoreHedges,
+            (_, Some(ms)) => Answer::NextAfter(u64::from(ms)),
+            (Some(status), None) if self.non_fatal_statuses.contains(status) => Answer::NonFatal,
             // No connection is gRPC's UNAVAILABLE (503): non-fatal when 503 is listed.
-            (Outcome::TransportError, None) if self.non_fatal_statuses.contains(503) => Answer::NonFatal,
+            (None, None) if end.failed && !end.timed_out && self.non_fatal_statuses.contains(503) => {
+                Answer::NonFatal
+            }
             // The call's deadline passed (DEADLINE_EXCEEDED), or any status not listed.
             _ => Answer::Fatal,
         }
@@ -378,8 +375,10 @@ mod tests {
         sent
     }
 
-    fn end(outcome: Outcome, status: Option<u16>) -> AttemptEnd {
-        AttemptEnd { duration_ms: 5, status, outcome, replayed: false, retry_after_s: None, pushback: None }
+    /// An answer with `status`: a 2xx is a success, anything else a failure.
+    fn answered(status: u16) -> Ended {
+        let ok = (200..300).contains(&status);
+        Ended { n: 1, ok, failed: !ok, status: Some(status), ..Ended::default() }
     }
 
     #[test]
@@ -409,7 +408,7 @@ mod tests {
         let mut round = HedgeRound::new(&hedging, 1, 0, 10_000);
         assert_eq!(send_due(&mut round, 0), [(1, 0)]);
         // Attempt 1 answers 503 at 120 ms: attempt 2 goes then, not at 500.
-        let answer = hedging.answer(&end(Outcome::HttpError, Some(503)));
+        let answer = hedging.answer(&answered(503));
         assert_eq!(answer, Answer::NonFatal);
         assert_eq!(round.answered(1, answer, 120), None);
         assert_eq!(round.due(120), Some(2));
@@ -417,7 +416,15 @@ mod tests {
         assert_eq!(round.due(619), None);
         assert_eq!(round.due(620), Some(3), "the delay counts again from the hedge sent early");
         // The sibling in work makes the endpoint answer 409: non-fatal by the default list.
-        assert_eq!(hedging.answer(&end(Outcome::HttpError, Some(409))), Answer::NonFatal);
+        assert_eq!(hedging.answer(&answered(409)), Answer::NonFatal);
+        // No connection is UNAVAILABLE; a pushback decides before the status does.
+        assert_eq!(hedging.answer(&Ended::failure(1)), Answer::NonFatal);
+        assert_eq!(
+            hedging.answer(&Ended { pushback_ms: Some(700), ..answered(500) }),
+            Answer::NextAfter(700)
+        );
+        assert_eq!(hedging.answer(&Ended { pushed_back: true, ..answered(503) }), Answer::NoMoreHedges);
+        assert_eq!(hedging.answer(&answered(404)), Answer::Fatal, "not listed");
     }
 
     #[test]
@@ -426,19 +433,16 @@ mod tests {
         let mut round = HedgeRound::new(&hedging, 1, 0, 10_000);
         send_due(&mut round, 250);
         assert_eq!(round.in_flight().collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(
-            round.answered(2, hedging.answer(&end(Outcome::Ok, Some(200))), 260),
-            Some(Settled::Won(2))
-        );
+        assert_eq!(round.answered(2, hedging.answer(&answered(200)), 260), Some(Settled::Won(2)));
         assert_eq!(round.in_flight().collect::<Vec<_>>(), [1, 3], "these are cancelled");
         // Without 409 in the list, a sibling's 409 is fatal.
         let strict = GrpcHedgingSettings { non_fatal_statuses: Statuses::of(&[503]).unwrap(), ..hedging };
         let mut round = HedgeRound::new(&strict, 1, 0, 10_000);
         send_due(&mut round, 100);
-        let answer = strict.answer(&end(Outcome::HttpError, Some(409)));
+        let answer = strict.answer(&answered(409));
         assert_eq!(round.answered(2, answer, 101), Some(Settled::Fatal(2)));
         // The deadline passing is fatal too (DEADLINE_EXCEEDED is no listed status).
-        assert_eq!(hedging.answer(&end(Outcome::Timeout, None)), Answer::Fatal);
+        assert_eq!(hedging.answer(&Ended::timeout(1)), Answer::Fatal);
     }
 
     #[test]

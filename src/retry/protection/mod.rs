@@ -72,6 +72,8 @@ pub struct Ended {
     pub status: Option<u16>,
     /// The answer carried a pushback not to retry (gRFC A6 counts it as a failure).
     pub pushed_back: bool,
+    /// The answer's pushback named a wait, in ms (a hedge waits it before the next goes).
+    pub pushback_ms: Option<u32>,
 }
 
 impl Ended {
