@@ -171,8 +171,11 @@ impl Lab {
         };
         let deadline = end.outcome == Outcome::Timeout;
         let settled = round.answered(n, answer, now);
-        let next =
-            settled.map(|settled| self.hedge_settled(&mut state, id, settled, (&last, deadline), round, now));
+        if let Some(stopped) = refused {
+            round.refused_by(stopped.kind);
+        }
+        let ended = (last.as_str(), deadline);
+        let next = settled.map(|settled| self.hedge_settled(&mut state, id, settled, ended, round, now));
         self.levels_due(&mut state, now);
         Some(next)
     }
@@ -214,16 +217,25 @@ impl Lab {
         };
         let next = match settled {
             Settled::Won(_) => Next::Delivered,
+            Settled::Fatal(_) if deadline => Next::DeadLetter(
+                Cause::TimeBudget,
+                format!("the call's deadline passed: {last}{and_cancelled}"),
+            ),
             Settled::Fatal(_) => {
                 let why =
                     format!("a fatal status for hedging (not in non_fatal_statuses): {last}{and_cancelled}");
-                let cause = if deadline { Cause::TimeBudget } else { Cause::GrpcHedging };
-                Next::DeadLetter(cause, why)
+                Next::DeadLetter(Cause::GrpcHedging, why)
             }
             Settled::AllFailed { n, why } => {
                 let (cause, words) = match why {
                     AllFailed::AttemptsUsedUp => (Cause::AttemptsUsedUp, format!("hedges used up ({n})")),
-                    AllFailed::Throttled => (Cause::GrpcHedging, "the next hedge was throttled".to_string()),
+                    // The hedging's own throttle, or another protection (the breaker) refused it.
+                    AllFailed::Throttled => match round.refusal() {
+                        Some(kind) if kind != "grpc_hedging" => {
+                            (Cause::refused_by(kind), format!("the next hedge was refused by {kind}"))
+                        }
+                        _ => (Cause::GrpcHedging, "the next hedge was throttled".to_string()),
+                    },
                     AllFailed::Pushback => (
                         Cause::Pushback,
                         "pushback: the endpoint said not to retry (X-Retry-Pushback-Ms)".to_string(),

@@ -202,3 +202,71 @@ async fn the_grpc_hedging_preset_runs_in_a_comparison_and_settles_each_message_o
     assert!(figures["requests"].as_u64().unwrap() >= 10, "{figures}");
     eprintln!("grpc-hedging on flaky: {figures}");
 }
+
+/// Against a down endpoint each 503 is non-fatal, so the hedges go at once one after another;
+/// each takes a token, and at half the tokens (A6's threshold) the next hedge is not sent: the
+/// message is dead-lettered by the throttle, and the refusal counted as the protection's.
+#[tokio::test]
+async fn the_throttle_stops_the_hedges_at_half_its_tokens() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 0}"#).await;
+    let policy = r#"{"timeout_ms": 3000, "protections":
+        [{"kind": "grpc_hedging", "max_attempts": 4, "hedging_delay_ms": 1000}]}"#;
+    app.put(&lab, "policy", policy).await;
+    app.burst(&lab, 1).await;
+    let first = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    let letter = &first["dead_letters"][0];
+    assert_eq!(letter["cause"], "attempts_used_up", "{letter}");
+    assert!(letter["reason"].as_str().unwrap().starts_with("hedges used up (4)"), "{letter}");
+    let tried = attempts(&messages(&first)[0]);
+    let starts: Vec<u64> = tried.iter().map(|a| at(a, "started_ms") - at(tried[0], "started_ms")).collect();
+    assert!(starts.iter().all(|&s| s < 500), "each 503 sent the next at once, not 1 s later: {starts:?}");
+    assert_eq!(first["protections"][0]["level"], 6.0, "four 503s took four of 10 tokens");
+
+    app.burst(&lab, 1).await;
+    let second = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 2).await;
+    let letter = second["dead_letters"].as_array().unwrap().iter().find(|d| d["cause"] == "grpc_hedging");
+    let reason = letter.unwrap_or_else(|| panic!("{}", second["dead_letters"]))["reason"].as_str().unwrap();
+    assert!(reason.starts_with("the next hedge was throttled"), "{reason}");
+    assert!(reason.contains("gRPC throttling has 5 tokens, a hedge needs more than 5"), "{reason}");
+    let stopped: u64 = second["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["suppressed"]["grpc_hedging"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(stopped, 1, "the hedge not sent is counted as the protection's");
+    assert_eq!(counter(&second, "requests"), 5, "4 and then 1");
+}
+
+/// A crash of the client mid-round cuts off every attempt still out (here the first, its hedges
+/// already answered 409): each is recorded as interrupted, and with no attempt left the round
+/// ends once, in the dead-letter queue, while the write the first attempt carried still lands.
+#[tokio::test]
+async fn a_crash_mid_round_interrupts_the_attempts_still_out_and_settles_the_message_once() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "healthy", "latency_ms": [600, 700]}"#).await;
+    let policy = r#"{"timeout_ms": 3000, "protections":
+        [{"kind": "grpc_hedging", "max_attempts": 3, "hedging_delay_ms": 100, "max_tokens": 100}]}"#;
+    app.put(&lab, "policy", policy).await;
+    app.burst(&lab, 1).await;
+    app.wait_for(&lab, PATIENCE, |s| {
+        messages(s).first().is_some_and(|m| {
+            m["attempts"].as_array().unwrap().iter().filter(|a| a["status"] == 409).count() == 2
+        })
+    })
+    .await;
+    let (status, body) =
+        app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/crash-client"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let done =
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1 && counter(s, "applied") == 1).await;
+    let tried = attempts(&messages(&done)[0]);
+    assert_eq!(tried.len(), 3, "no fourth: {tried:?}");
+    assert_eq!(tried[0]["outcome"], "interrupted", "{tried:?}");
+    assert_eq!(done["dead_letters"][0]["cause"], "attempts_used_up");
+    assert_eq!((counter(&done, "delivered"), counter(&done, "in_flight")), (0, 0));
+    assert_eq!(counter(&done, "applied_twice"), 0);
+}

@@ -263,6 +263,8 @@ pub struct HedgeRound {
     last_ended: u32,
     /// Why no more hedges go, once none will.
     stopped: Option<AllFailed>,
+    /// The protection that refused a hedge, when one did (this one's throttle, or another).
+    refused_by: Option<&'static str>,
 }
 
 impl HedgeRound {
@@ -279,6 +281,7 @@ impl HedgeRound {
             in_flight: BTreeSet::new(),
             last_ended: first_n.saturating_sub(1),
             stopped: None,
+            refused_by: None,
         }
     }
 
@@ -296,6 +299,16 @@ impl HedgeRound {
     /// How long an attempt sent at `now_ms` may take: what is left of the call's deadline.
     pub fn timeout_at(&self, now_ms: u64) -> u64 {
         self.deadline_ms.saturating_sub(now_ms).max(1)
+    }
+
+    /// A protection (`kind`) refused to send a hedge; `answered` with `Answer::Refused` follows.
+    pub fn refused_by(&mut self, kind: &'static str) {
+        self.refused_by.get_or_insert(kind);
+    }
+
+    /// The protection that refused a hedge, if one did.
+    pub fn refusal(&self) -> Option<&'static str> {
+        self.refused_by
     }
 
     /// The attempts in flight.
