@@ -190,6 +190,18 @@ impl Lab {
         Some(self.hedge_settled(&mut state, id, settled, (&last, true), round, now))
     }
 
+    /// The round ended before its next hedge by a rule of the policy's (a new policy with fewer
+    /// attempts came in): the hedges still out are cancelled, so none is left running.
+    pub fn hedges_abandoned(&self, id: u64, round: &HedgeRound) {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        for n in round.in_flight() {
+            if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
+                self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);
+            }
+        }
+    }
+
     /// Ends a hedged round: the attempts still in flight are cancelled, and what comes next is
     /// recorded. A6: an OK answer or a fatal status cancels "all outstanding hedged requests".
     fn hedge_settled(

@@ -221,7 +221,10 @@ impl Producer {
                             Some(None) => {}
                         }
                     }
-                    Go::Ended(next) => return self.ended(&next),
+                    Go::Ended(next) => {
+                        lab.hedges_abandoned(id, &round);
+                        return self.ended(&next);
+                    }
                     Go::Stop => return,
                 }
                 continue;

@@ -79,6 +79,9 @@ async fn hedged_attempts_are_drawn_in_lanes_with_their_409s_and_the_cancelled_on
     let drawn = page.eval(&format!("document.querySelectorAll('{cancelled}').length")).await.unwrap();
     assert_eq!(drawn, json!(cut), "the page draws each cancelled attempt the API records");
     page.screenshot_viewport("hedged-lanes-rows-1280").await;
+    let mut found = Vec::new();
+    super::accessibility::check_both(&page, "a lab with hedged rows", &mut found).await;
+    assert!(found.is_empty(), "axe found:\n{}", found.join("\n"));
     page.hover(cancelled).await;
     let tip = wait_for(
         &page,
