@@ -62,6 +62,10 @@ async fn hedged_attempts_are_drawn_in_lanes_with_their_409s_and_the_cancelled_on
     }
     assert!(f(&bars[1], 7) <= f(&bars[2], 6) + 3.5, "one lane's bars follow each other: {bars:?}");
 
+    // The trace says a hedge went while its sibling was out.
+    let traced = "[...document.querySelectorAll('#trace *')].some(e => e.textContent.includes('attempt 2 sent as a hedge, with attempt 1 still out'))";
+    wait_for(&page, "the trace's hedge line", traced).await;
+
     // Slow mode applied the write at once: the hedge's replay wins, the first is cancelled.
     choose_mode(&page, "slow").await;
     page.click("[data-send=\"1\"]").await;
