@@ -170,10 +170,10 @@ impl Lab {
             (None, _) => format!("attempt {n}: {}", attempt::describe(&end, timeout_ms)),
         };
         let deadline = end.outcome == Outcome::Timeout;
-        let settled = round.answered(n, answer, now);
         if let Some(stopped) = refused {
             round.refused_by(stopped.kind);
         }
+        let settled = round.answered(n, answer, now);
         let ended = (last.as_str(), deadline);
         let next = settled.map(|settled| self.hedge_settled(&mut state, id, settled, ended, round, now));
         self.levels_due(&mut state, now);

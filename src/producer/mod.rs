@@ -208,9 +208,10 @@ impl Producer {
                         let (producer, url, key, body) =
                             (self.clone(), url.clone(), key.clone(), body.clone());
                         let timeout_ms = round.timeout_at(now);
-                        hedges.flying.spawn(async move {
-                            (n, producer.send(&url, (&key, n), &body, timeout_ms).await)
-                        });
+                        // In the message's span, as the attempts of a round without hedging are.
+                        let send =
+                            async move { (n, producer.send(&url, (&key, n), &body, timeout_ms).await) };
+                        hedges.flying.spawn(send.instrument(tracing::Span::current()));
                     }
                     Go::ShortCircuited(_, stopped) => {
                         round.sent(n, lab.now_ms());
