@@ -100,12 +100,15 @@ pub struct GrpcHedgingSettings {
 }
 
 impl Default for GrpcHedgingSettings {
-    /// The proposal's example policy: `maxAttempts` 4, `hedgingDelay` ".5s", `UNAVAILABLE`,
-    /// `INTERNAL` and `ABORTED` (503, 500, 409); its `retryThrottling` example, 10 and 0.1.
+    /// `hedgingDelay` as the proposal has it when unset: "Set this to "0s", or leave unset, to
+    /// immediately send all maxAttempts RPCs". The fields it requires take its example policy's
+    /// values: `maxAttempts` 4, `UNAVAILABLE`, `INTERNAL` and `ABORTED` (503, 500, 409), and its
+    /// `retryThrottling` example, 10 and 0.1. The `grpc-hedging` preset sets the example's
+    /// `hedgingDelay`, ".5s".
     fn default() -> Self {
         GrpcHedgingSettings {
             max_attempts: 4,
-            hedging_delay_ms: 500,
+            hedging_delay_ms: 0,
             non_fatal_statuses: Statuses::of(&[503, 500, 409]).expect("three fit"),
             max_tokens: 10.0,
             token_ratio: 0.1,
@@ -400,7 +403,14 @@ mod tests {
         assert_eq!(send_due(&mut round, 3_000), [(1, 0), (2, 500), (3, 1_000), (4, 1_500)]);
         assert_eq!(round.in_flight().collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!(round.wake_at(), None, "no fifth");
-        // The proposal's "0s" sends every attempt at once.
+        // The defaults, as a policy writes them: A6's unset delay, its example's other fields.
+        let spec: super::super::ProtectionSpec = serde_json::from_str(r#"{"kind": "grpc_hedging"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_value(spec).unwrap(),
+            serde_json::json!({"kind": "grpc_hedging", "max_attempts": 4, "hedging_delay_ms": 0,
+                "non_fatal_statuses": [503, 500, 409], "max_tokens": 10.0, "token_ratio": 0.1, "scope": "per_client"})
+        );
+        // The proposal's "0s" (and its unset delay) sends every attempt at once.
         let mut at_once = HedgeRound::new(&settings(3, 0), 1, 200, 10_000);
         assert_eq!(send_due(&mut at_once, 200), [(1, 200), (2, 200), (3, 200)]);
     }
@@ -494,7 +504,7 @@ mod tests {
 
     #[test]
     fn the_throttle_stops_hedges_at_half_the_tokens_but_never_the_first_attempt() {
-        let hedging = GrpcHedgingSettings::default();
+        let hedging = settings(4, 500);
         let mut state = GrpcHedging::default();
         let mut rng = StdRng::seed_from_u64(9);
         let answered = |status| Ended { status: Some(status), ..Ended::failure(2) };
