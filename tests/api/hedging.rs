@@ -133,6 +133,17 @@ async fn a_409_not_listed_as_non_fatal_ends_the_call_though_the_original_write_l
         assert_eq!((&tried[0]["outcome"], &tried[1]["status"]), (&"cancelled".into(), &409.into()));
     }
     assert_eq!(counter(&done, "applied_twice"), 0);
+    // Replayed, each meets its own write, applied: the stored answer, at once; each message
+    // now counts as delivered, and no longer as a dead letter.
+    let (status, body) = app.replay(&lab, "{}").await;
+    assert_eq!(status, 202, "{body}");
+    let replayed = app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == 2).await;
+    assert_eq!((counter(&replayed, "dead_letter"), counter(&replayed, "applied")), (0, 2));
+    for message in messages(&replayed) {
+        let again: Vec<&Value> = attempts(message).into_iter().filter(|a| a["round"] == 1).collect();
+        assert_eq!(again.len(), 1, "{message}");
+        assert_eq!((&again[0]["status"], &again[0]["replayed"]), (&200.into(), &true.into()), "{message}");
+    }
 }
 
 #[tokio::test]
