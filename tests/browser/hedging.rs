@@ -104,3 +104,66 @@ async fn hedged_attempts_are_drawn_in_lanes_with_their_409s_and_the_cancelled_on
     page.screenshot_viewport("hedged-lanes-1280").await;
     assert_no_console_errors(&page);
 }
+
+/// The claim `id` as the page shows it (verdict, figure) once settled, and as the API judges it
+/// about the step's `messages`.
+async fn claim_on(page: &Page, server: &Server, lab: &str, id: &str, messages: &[u64]) -> (Value, Value) {
+    let shown = wait_for(
+        page,
+        &format!("the claim {id} to settle"),
+        &format!(
+            "(c => c && c.dataset.verdict !== 'pending' && [c.dataset.verdict, c.dataset.figure])(document.querySelector('[data-claim={id}]'))"
+        ),
+    )
+    .await;
+    let ids: Vec<String> = messages.iter().map(u64::to_string).collect();
+    let judged: Value =
+        server.get_json(&format!("/api/labs/{lab}/claims?ids={id}&messages={}", ids.join(","))).await;
+    let judged = judged["claims"][0].clone();
+    assert_eq!(shown, json!([judged["verdict"], judged["figure"]]), "{id}: {judged}");
+    (shown, judged)
+}
+
+/// The ids of the lab's messages, oldest first.
+async fn message_ids(server: &Server, lab: &str) -> Vec<u64> {
+    let snapshot = server.snapshot(lab).await;
+    let mut ids: Vec<u64> =
+        snapshot["messages"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    ids.sort();
+    ids
+}
+
+/// The "hedged writes" failure mode from its button, as a person runs it: the policy is the
+/// `grpc-hedging` preset, and each claim its sentence makes is shown with the verdict and figure
+/// the API gives, on the first step and on its follow-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hedged_writes_preset_shows_its_claims_as_the_api_judges_them() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    page.click("[data-presets-drawer] > summary").await;
+    page.click("[data-preset=\"hedging\"]").await;
+    wait_counter(&page, "delivered", 8).await;
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["policy"]["protections"][0]["kind"], "grpc_hedging");
+    assert_eq!(snapshot["policy"]["protections"][0]["hedging_delay_ms"], 500);
+    let first = message_ids(&server, &lab).await;
+    assert_eq!(first.len(), 8);
+    for id in ["answered_from_store", "cancelled", "delivered", "none_applied_twice"] {
+        let (shown, judged) = claim_on(&page, &server, &lab, id, &first).await;
+        assert_eq!(shown[0], "holds", "{id}: {judged}");
+    }
+    page.click("[data-preset-step=\"hedging/1\"]").await;
+    wait_counter(&page, "delivered", 16).await;
+    let next: Vec<u64> =
+        message_ids(&server, &lab).await.into_iter().filter(|id| !first.contains(id)).collect();
+    assert_eq!(next.len(), 8);
+    for id in ["hedges_met_409", "delivered", "none_applied_twice"] {
+        let (shown, judged) = claim_on(&page, &server, &lab, id, &next).await;
+        assert_eq!(shown[0], "holds", "{id}: {judged}");
+    }
+    page.screenshot_viewport("hedged-writes-preset-1280").await;
+    assert_no_console_errors(&page);
+}
