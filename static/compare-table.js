@@ -52,6 +52,7 @@ const CAUSES = [
   ['envoy', "refused by Envoy's retry budget"],
   ['aws_standard_2026', 'refused by the AWS retry quota (2026 mode)'],
   ['aws_adaptive', 'refused by the AWS retry quota (adaptive mode)'],
+  ['grpc_hedging', 'ended by gRPC hedging (a fatal status, or the next hedge throttled)'],
 ];
 
 /** How `figure`'s value `v` is written, as its row writes it. */

@@ -11,6 +11,7 @@ import { say } from './controls.js';
 const OUTCOME = {
   ok: 'ok', http_error: 'error', timeout: 'timed out', transport_error: 'connection failed',
   interrupted: 'cut off by a crash', short_circuited: 'refused by the open breaker',
+  cancelled: 'cancelled: another attempt answered first',
 };
 
 export function createDetail(panel, model, controls, table) {

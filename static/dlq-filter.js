@@ -8,7 +8,7 @@
 export const CAUSES = [
   'attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback',
   'token_bucket', 'grpc', 'sre', 'aws_standard', 'ratio_breaker', 'envoy', 'aws_standard_2026',
-  'aws_adaptive',
+  'aws_adaptive', 'grpc_hedging',
 ];
 
 export const CAUSE_TEXT = {
@@ -26,6 +26,7 @@ export const CAUSE_TEXT = {
   envoy: 'Envoy retry budget',
   aws_standard_2026: 'AWS retry quota (2026)',
   aws_adaptive: 'AWS retry quota (adaptive)',
+  grpc_hedging: 'gRPC hedging',
 };
 
 /** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */
@@ -37,6 +38,7 @@ export function lastStatus(d) {
     case 'timeout':
     case 'transport_error':
     case 'short_circuited':
+    case 'cancelled':
       return last.outcome;
     case 'ok':
     case 'http_error':

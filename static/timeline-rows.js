@@ -17,6 +17,7 @@ export const OUTCOME_TEXT = {
   transport_error: 'transport error',
   short_circuited: 'short-circuited',
   interrupted: 'interrupted',
+  cancelled: 'cancelled',
   running: 'running',
 };
 const STATE_TEXT = {
@@ -100,6 +101,15 @@ export function createRows(state, { filled }) {
     const hadFocus = row.el.contains(document.activeElement);
     const now = labNow(model);
     row.running = [];
+    // Hedged attempts overlap: each goes in the first lane free when it started.
+    const { lane, lanes, nextInLane } = laneOf(m.attempts);
+    if (row.lanes !== lanes) {
+      row.lanes = lanes;
+      row.el.classList.toggle('has-lanes', lanes > 1);
+      row.el.style.setProperty('--lanes', String(lanes));
+      if (lanes > 1) row.el.dataset.lanes = String(lanes);
+      else delete row.el.dataset.lanes;
+    }
     m.attempts.forEach((a, i) => {
       const running = a.duration_ms == null;
       const old = row.parts[i];
@@ -119,11 +129,16 @@ export function createRows(state, { filled }) {
         row.parts[i] = { a, wait: a.wait, actual, els, bar: els.find((el) => el.classList.contains('tl-bar')) };
       }
       if (running) row.running.push({ el: row.parts[i].bar, start: a.started_ms });
-      // The room before the next attempt, for the stylesheet to hide an outcome mark that
-      // would run into the next one's at this zoom ("503503503").
-      const next = m.attempts[i + 1];
+      // The room before the next attempt in its lane, for the stylesheet to hide an outcome
+      // mark that would run into the next one's at this zoom ("503503503").
+      const next = m.attempts[nextInLane[i]];
       const gap = String(next ? next.started_ms - a.started_ms : 1e9);
       const part = row.parts[i];
+      if (part.lane !== lane[i]) {
+        part.lane = lane[i];
+        part.bar.style.setProperty('--lane', String(lane[i]));
+        part.bar.dataset.lane = String(lane[i]);
+      }
       if (part.gap !== gap) {
         part.gap = gap;
         part.bar.style.setProperty('--gap', gap);
@@ -277,6 +292,29 @@ export function createRows(state, { filled }) {
   };
 }
 
+/**
+ * Lanes for attempts that overlap in time (a hedged round's, or an outside caller's requests
+ * at once): attempt i goes in the first lane whose last attempt had ended when i started (a
+ * running one never has). An attempt's lane never changes once given: the ones before it only
+ * end later than it started. Returns each one's lane, how many lanes, and the index of the
+ * next attempt in the same lane (or -1).
+ */
+export function laneOf(attempts) {
+  const ends = [];
+  const last = [];
+  const lane = [];
+  const nextInLane = attempts.map(() => -1);
+  attempts.forEach((a, i) => {
+    let l = ends.findIndex((end) => end <= a.started_ms);
+    if (l < 0) l = ends.length;
+    ends[l] = a.duration_ms == null ? Infinity : a.started_ms + a.duration_ms + (a.wait?.actual_ms ?? a.wait?.planned_ms ?? 0);
+    if (last[l] != null) nextInLane[last[l]] = i;
+    last[l] = i;
+    lane.push(l);
+  });
+  return { lane, lanes: Math.max(1, ends.length), nextInLane };
+}
+
 function attemptBar(m, a, length) {
   const bar = document.createElement('div');
   const outcome = a.outcome ?? 'running';
@@ -354,6 +392,7 @@ function outsideResult(a) {
 function attemptResult(a) {
   if (a.outcome == null) return 'running';
   if (a.outcome === 'short_circuited') return 'short-circuited: the circuit breaker was open, nothing was sent';
+  if (a.outcome === 'cancelled') return `cancelled after ${ms(a.duration_ms)}: another attempt's answer settled the call`;
   const status = a.status != null ? `${a.status} ` : '';
   return `${status}${OUTCOME_TEXT[a.outcome] ?? a.outcome} in ${ms(a.duration_ms)}`;
 }

@@ -104,6 +104,11 @@ function tipContent(m, a, now) {
   if (a.retry_after_s != null) rowsOut.push(['Retry-After', `${a.retry_after_s} s`]);
   if (a.replayed) rowsOut.push(['replayed', 'yes: the key was already applied, nothing applied again']);
   if (a.outcome === 'interrupted') rowsOut.push(['why', 'the client stopped mid-attempt (crash or restart)']);
+  if (a.outcome === 'cancelled') rowsOut.push(['why', "a hedge: another attempt's answer settled the call first, and the client hung up on this one"]);
+  const overlapping = overlaps(m, a);
+  if (overlapping.length > 0) {
+    rowsOut.push(['overlapped', `attempt${overlapping.length > 1 ? 's' : ''} ${overlapping.join(', ')}, in flight at the same time with the same key (hedged)`]);
+  }
   if (a.outcome === 'short_circuited') {
     const by = a.refused_by ?? 'breaker';
     rowsOut.push(['why', by === 'breaker' ? 'the circuit breaker was open: failed at once, no request sent' : `refused by the client's ${by} protection: failed at once, no request sent`]);
@@ -166,6 +171,15 @@ function outsideTip(m, a, now) {
     parts.push(note);
   }
   return parts;
+}
+
+/** The numbers of the other attempts of `a`'s round that were in flight while it was. */
+function overlaps(m, a) {
+  const end = (x) => (x.duration_ms == null ? Infinity : x.started_ms + x.duration_ms);
+  return m.attempts
+    .filter((x) => x !== a && x.round === a.round && x.outcome !== 'short_circuited' && a.outcome !== 'short_circuited')
+    .filter((x) => x.started_ms < end(a) && a.started_ms < end(x))
+    .map((x) => x.n);
 }
 
 function definitionList(pairs) {

@@ -7,7 +7,7 @@
 //! and a line saying how many were left out: laying out hundreds of lines at once would cost
 //! the page its frame rate.
 
-import { duration, labTime, ms, range, shortKey } from './model.js';
+import { duration, labTime, ms, range, rowOf, shortKey } from './model.js';
 import { BREAKER_TEXT } from './timeline-marks.js';
 
 const BREAKER_WHY = {
@@ -90,7 +90,12 @@ export function createTrace(root, model, requestDraw) {
       case 'attempt_started': {
         const a = ev.attempt;
         const after = ev.waited_ms != null ? ` after waiting ${ms(ev.waited_ms)}` : '';
-        line(t, `${who(ev.message_id, a)} sent${after}`, 'minor');
+        // A hedge goes while its siblings are still out (gRPC hedging): say which.
+        const out = (rowOf(model, ev.message_id)?.attempts ?? [])
+          .filter((x) => x.round === a.round && x.n !== a.n && x.duration_ms == null)
+          .map((x) => x.n);
+        const hedge = out.length ? ` as a hedge, with attempt${out.length > 1 ? 's' : ''} ${out.join(', ')} still out` : '';
+        line(t, `${who(ev.message_id, a)} sent${after}${hedge}`, 'minor');
         break;
       }
       case 'attempt_finished': {
@@ -294,6 +299,8 @@ function result(a) {
       return `interrupted after ${ms(a.duration_ms)}: the client stopped mid-attempt`;
     case 'short_circuited':
       return 'short-circuited: the breaker was open, nothing sent';
+    case 'cancelled':
+      return `cancelled after ${ms(a.duration_ms)}: another attempt's answer settled the call (hedging)`;
     default:
       return `${a.outcome} in ${ms(a.duration_ms)}`;
   }

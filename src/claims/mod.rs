@@ -84,10 +84,16 @@ pub enum ClaimId {
     /// breaker that fails fast): the retries an earlier breaker sent off to wait, or a later
     /// burst, can open it once more (4 s), so staying back is not part of what it promises.
     GoodputReturns,
+    /// Every hedge of the run (an attempt sent while another of its round was out, under
+    /// `grpc_hedging`) that was sent was answered 409: its sibling's key was still in work.
+    #[serde(rename = "hedges_met_409")]
+    HedgesMet409,
+    /// At least one attempt was cancelled: another attempt's answer settled its round first.
+    Cancelled,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 27] = [
+    pub const ALL: [ClaimId; 29] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -115,6 +121,8 @@ impl ClaimId {
         ClaimId::GoodputBack,
         ClaimId::GoodputBackWithin10S,
         ClaimId::GoodputReturns,
+        ClaimId::HedgesMet409,
+        ClaimId::Cancelled,
     ];
 
     /// The id as the API and the page write it.
@@ -147,6 +155,8 @@ impl ClaimId {
             ClaimId::GoodputBack => "goodput_back",
             ClaimId::GoodputBackWithin10S => "goodput_back_within_10_s",
             ClaimId::GoodputReturns => "goodput_returns",
+            ClaimId::HedgesMet409 => "hedges_met_409",
+            ClaimId::Cancelled => "cancelled",
         }
     }
 
@@ -244,6 +254,9 @@ pub struct RunAttempt {
     pub n: u32,
     #[serde(default)]
     pub started_ms: u64,
+    /// Null while it runs.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
     pub status: Option<u16>,
     pub outcome: Option<String>,
     pub replayed: bool,
@@ -501,6 +514,30 @@ impl Run {
                 "answered from the stored result (↺), nothing applied again",
             ),
             ClaimId::Interrupted => at_least_one(outcomes("interrupted"), "cut off by the crash (!)"),
+            ClaimId::HedgesMet409 => {
+                // A hedge: an attempt sent (not refused) while an earlier one of its round was out.
+                let sent = |a: &&RunAttempt| a.outcome.as_deref() != Some("short_circuited");
+                let hedges: Vec<&RunAttempt> = self
+                    .scoped(scope)
+                    .flat_map(|m| {
+                        let round: Vec<&RunAttempt> =
+                            m.attempts.iter().filter(|a| a.round == m.round).collect();
+                        let out_at = |a: &RunAttempt| {
+                            round.iter().any(|x| {
+                                x.n < a.n
+                                    && x.started_ms <= a.started_ms
+                                    && x.duration_ms.is_none_or(|d| x.started_ms + d > a.started_ms)
+                            })
+                        };
+                        round.iter().copied().filter(sent).filter(|a| out_at(a)).collect::<Vec<_>>()
+                    })
+                    .collect();
+                let met = hedges.iter().filter(|a| a.status == Some(409)).count();
+                all_of(met, hedges.len(), "hedges were answered 409: the key was still in work")
+            }
+            ClaimId::Cancelled => {
+                at_least_one(outcomes("cancelled"), "cancelled: another attempt's answer came first (✂)")
+            }
             ClaimId::MostlyUnavailable => {
                 let (n, requests) = self.answered(scope, 503);
                 share(n, requests, 9, 10, "requests were 503s", "at least nine in ten")

@@ -78,7 +78,7 @@ pub struct Attempt<'a> {
 /// Whether attempt `n` may start at all: after a crash cut off the attempt that used up the
 /// policy's attempts, the round ends before another.
 pub fn before(policy: &Policy, n: u32) -> Option<Next> {
-    (n > policy.max_attempts).then(|| {
+    (n > policy.attempts_per_round()).then(|| {
         let spent = n - 1;
         let reason = format!("attempts used up ({spent}); last: interrupted by a client crash");
         Next::DeadLetter(Cause::AttemptsUsedUp, reason)
@@ -192,6 +192,12 @@ pub fn ended(n: u32, end: &AttemptEnd) -> Ended {
         failed: end.outcome.is_failure(end.status),
         timed_out: end.outcome == Outcome::Timeout,
         throttled: end.status == Some(429),
+        status: end.status,
+        pushed_back: end.pushback == Some(Pushback::DoNotRetry),
+        pushback_ms: match end.pushback {
+            Some(Pushback::AfterMs(ms)) => Some(ms),
+            _ => None,
+        },
         ..Ended::default()
     }
 }

@@ -97,6 +97,7 @@ mod tests {
             ("aws-adaptive", "aws_adaptive"),
             ("ratio-breaker", "ratio_breaker"),
             ("envoy", "envoy"),
+            ("grpc-hedging", "grpc_hedging"),
         ] {
             let preset = find(name).unwrap_or_else(|| panic!("no preset {name}"));
             let source = preset.source.as_ref().unwrap_or_else(|| panic!("{name} names no source"));

@@ -62,14 +62,16 @@ pub enum OutcomeName {
     TransportError,
     Interrupted,
     ShortCircuited,
+    Cancelled,
 }
 
 impl OutcomeName {
-    const ALL: [(OutcomeName, &'static str); 4] = [
+    const ALL: [(OutcomeName, &'static str); 5] = [
         (OutcomeName::Timeout, "timeout"),
         (OutcomeName::TransportError, "transport_error"),
         (OutcomeName::Interrupted, "interrupted"),
         (OutcomeName::ShortCircuited, "short_circuited"),
+        (OutcomeName::Cancelled, "cancelled"),
     ];
 
     fn as_str(self) -> &'static str {
@@ -97,6 +99,7 @@ impl LastStatus {
             Some(Outcome::Timeout) => LastStatus::Ended(OutcomeName::Timeout),
             Some(Outcome::TransportError) => LastStatus::Ended(OutcomeName::TransportError),
             Some(Outcome::ShortCircuited) => LastStatus::Ended(OutcomeName::ShortCircuited),
+            Some(Outcome::Cancelled) => LastStatus::Ended(OutcomeName::Cancelled),
             // An attempt cut off mid-flight, or one recorded without an end.
             Some(Outcome::Interrupted) | None => LastStatus::Ended(OutcomeName::Interrupted),
             // An answer always has a status; kept total for an older row without one.
@@ -116,7 +119,7 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 14] = [
+    pub const ALL: [Cause; 15] = [
         Cause::AttemptsUsedUp,
         Cause::TimeBudget,
         Cause::CircuitOpen,
@@ -131,6 +134,7 @@ impl Cause {
         Cause::Envoy,
         Cause::AwsStandard2026,
         Cause::AwsAdaptive,
+        Cause::GrpcHedging,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -149,6 +153,7 @@ impl Cause {
             Cause::Envoy => "envoy",
             Cause::AwsStandard2026 => "aws_standard_2026",
             Cause::AwsAdaptive => "aws_adaptive",
+            Cause::GrpcHedging => "grpc_hedging",
         }
     }
 
@@ -169,6 +174,7 @@ impl Cause {
             Cause::Envoy => "Envoy retry budget",
             Cause::AwsStandard2026 => "AWS retry quota (2026)",
             Cause::AwsAdaptive => "AWS retry quota (adaptive)",
+            Cause::GrpcHedging => "gRPC hedging",
         }
     }
 

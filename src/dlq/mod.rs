@@ -106,6 +106,9 @@ pub enum Cause {
     #[serde(rename = "aws_standard_2026")]
     AwsStandard2026,
     AwsAdaptive,
+    /// A hedged round (gRFC A6 hedging) ended without a success: a fatal status, or the
+    /// throttle refused the next hedge with none left in flight.
+    GrpcHedging,
 }
 
 impl Cause {

@@ -195,20 +195,29 @@ impl LabRecord {
         })
     }
 
-    /// Marks the message's running attempt, if any, as cut off by a crash. No request is in
-    /// flight after a crash, whatever the record said: the message waits for a connection
-    /// slot again, as `queued` (else `in_flight` would count it beside the ones that take the
-    /// free slots, and read past `max_concurrent_requests`).
-    pub fn interrupt(&mut self, id: u64, now_ms: u64) -> Option<Attempt> {
-        if self.message(id)?.state == MessageState::InFlight {
+    /// Marks the message's running attempts, if any, as cut off by a crash (a hedged round
+    /// has several at once). No request is in flight after a crash, whatever the record said:
+    /// the message waits for a connection slot again, as `queued` (else `in_flight` would
+    /// count it beside the ones that take the free slots, and read past
+    /// `max_concurrent_requests`).
+    pub fn interrupt(&mut self, id: u64, now_ms: u64) -> Vec<Attempt> {
+        if self.message(id).is_some_and(|m| m.state == MessageState::InFlight) {
             self.set_state(id, MessageState::Queued);
         }
-        let attempt = self.message_mut(id)?.attempts.last_mut().filter(|a| a.outcome.is_none())?;
-        attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
-        attempt.outcome = Some(Outcome::Interrupted);
-        let attempt = attempt.clone();
-        self.dirty.messages.insert(id);
-        Some(attempt)
+        let Some(message) = self.message_mut(id) else { return Vec::new() };
+        let round = message.round;
+        let running = message.attempts.iter_mut().filter(|a| a.round == round && a.outcome.is_none());
+        let cut: Vec<Attempt> = running
+            .map(|attempt| {
+                attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
+                attempt.outcome = Some(Outcome::Interrupted);
+                attempt.clone()
+            })
+            .collect();
+        if !cut.is_empty() {
+            self.dirty.messages.insert(id);
+        }
+        cut
     }
 
     /// Starts attempt `n` of the message's current round; returns it and the measured wait
@@ -246,14 +255,40 @@ impl LabRecord {
         Some((attempt, waited_ms))
     }
 
-    pub fn finish_attempt(&mut self, id: u64, end: AttemptEnd, refused_by: Option<&str>) -> Option<Attempt> {
-        let attempt = self.message_mut(id)?.attempts.last_mut()?;
+    /// Attempt `n` of the message's current round ended (the latest of that number: hedged
+    /// attempts overlap, so it need not be the last one started).
+    pub fn finish_attempt(
+        &mut self,
+        id: u64,
+        n: u32,
+        end: AttemptEnd,
+        refused_by: Option<&str>,
+    ) -> Option<Attempt> {
+        let message = self.message_mut(id)?;
+        let round = message.round;
+        let attempt = message.attempts.iter_mut().rev().find(|a| a.round == round && a.n == n)?;
         attempt.refused_by = refused_by.map(str::to_owned);
         attempt.duration_ms = Some(end.duration_ms);
         attempt.status = end.status;
         attempt.outcome = Some(end.outcome);
         attempt.replayed = end.replayed;
         attempt.retry_after_s = end.retry_after_s;
+        let attempt = attempt.clone();
+        self.dirty.messages.insert(id);
+        Some(attempt)
+    }
+
+    /// A hedge still in flight when a sibling's answer settled its round: the client hung up on
+    /// it at `now_ms`. `None` when it had ended already.
+    pub fn cancel_attempt(&mut self, id: u64, n: u32, now_ms: u64) -> Option<Attempt> {
+        let message = self.message_mut(id)?;
+        let round = message.round;
+        let attempt = message.attempts.iter_mut().rev().find(|a| a.round == round && a.n == n)?;
+        if attempt.outcome.is_some() {
+            return None;
+        }
+        attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
+        attempt.outcome = Some(Outcome::Cancelled);
         let attempt = attempt.clone();
         self.dirty.messages.insert(id);
         Some(attempt)

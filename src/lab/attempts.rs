@@ -19,6 +19,7 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
+use crate::retry::protection::{AllFailed, Answer, GrpcHedgingSettings, HedgeRound, Settled};
 use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
@@ -122,21 +123,155 @@ impl Lab {
             let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
-        let finished = state.record.finish_attempt(id, end, refused.map(|stopped| stopped.kind))?;
+        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind))?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let attempt = Attempt { n, end: &end, now_ms: now, refused };
         let client = state.clients.client_mut(index);
         let next = attempt::next(policy, self.time_budget(policy), attempt, round, client, rng);
         self.settle(&mut state, id, &next, now);
+        self.levels_due(&mut state, now);
+        Some(next)
+    }
+
+    /// Attempt `n` of message `id`'s hedged round ended (or was refused before it was sent):
+    /// the client's protections hear how a sent one went, the attempt is recorded, and the
+    /// round's schedule says whether the round is settled. When it is, the attempts still in
+    /// flight are recorded as cancelled and the message is delivered or dead-lettered once, in
+    /// the same change. `None` when the message is no longer owed it (the lab was reset);
+    /// `Some(None)` while the round goes on.
+    pub fn after_hedge(
+        &self,
+        (id, n): (u64, u32),
+        (hedging, refused): (&GrpcHedgingSettings, Option<&Stopped>),
+        end: AttemptEnd,
+        round: &mut HedgeRound,
+    ) -> Option<Option<Next>> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let index = state.clients.of(id);
+        if end.outcome != Outcome::ShortCircuited {
+            let changed = state.clients.ended(index, &attempt::ended(n, &end), now);
+            self.client_breaker_changed(&mut state, index, changed, now);
+        }
+        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind))?;
+        self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
+        let answer = match refused {
+            Some(_) => Answer::Refused,
+            None => hedging.answer(&attempt::ended(n, &end)),
+        };
+        let timeout_ms = state.clients.policy().timeout_ms;
+        let last = match (refused, end.outcome) {
+            (Some(Stopped { kind, why }), _) => format!("attempt {n} refused by {kind}: {why}"),
+            (None, Outcome::Timeout) => {
+                format!(
+                    "attempt {n}: no answer within the call's deadline ({timeout_ms} ms from the first attempt)"
+                )
+            }
+            (None, _) => format!("attempt {n}: {}", attempt::describe(&end, timeout_ms)),
+        };
+        let deadline = end.outcome == Outcome::Timeout;
+        if let Some(stopped) = refused {
+            round.refused_by(stopped.kind);
+        }
+        let settled = round.answered(n, answer, now);
+        let ended = (last.as_str(), deadline);
+        let next = settled.map(|settled| self.hedge_settled(&mut state, id, settled, ended, round, now));
+        self.levels_due(&mut state, now);
+        Some(next)
+    }
+
+    /// The call's deadline may have passed with nothing in flight (a pushback's wait ran past
+    /// it): the round ends then. `None` while it goes on.
+    pub fn hedge_deadline(&self, id: u64, round: &mut HedgeRound) -> Option<Next> {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let settled = round.check_deadline(now)?;
+        let last = "the call's deadline (timeout_ms) passed before the next hedge was due".to_string();
+        Some(self.hedge_settled(&mut state, id, settled, (&last, true), round, now))
+    }
+
+    /// The round ended before its next hedge by a rule of the policy's (a new policy with fewer
+    /// attempts came in): the hedges still out are cancelled, so none is left running.
+    pub fn hedges_abandoned(&self, id: u64, round: &HedgeRound) {
+        let mut state = self.lock();
+        let now = self.now_ms();
+        for n in round.in_flight() {
+            if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
+                self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);
+            }
+        }
+    }
+
+    /// Ends a hedged round: the attempts still in flight are cancelled, and what comes next is
+    /// recorded. A6: an OK answer or a fatal status cancels "all outstanding hedged requests".
+    fn hedge_settled(
+        &self,
+        state: &mut LabState,
+        id: u64,
+        settled: Settled,
+        (last, deadline): (&str, bool),
+        round: &HedgeRound,
+        now: u64,
+    ) -> Next {
+        let cancelled: Vec<u32> = round.in_flight().collect();
+        for &n in &cancelled {
+            if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
+                self.publish(state, &Event::AttemptFinished { message_id: id, attempt }, now);
+            }
+        }
+        let and_cancelled = match cancelled.as_slice() {
+            [] => String::new(),
+            [one] => format!("; attempt {one} cancelled"),
+            many => {
+                let listed: Vec<String> = many.iter().map(u32::to_string).collect();
+                format!("; attempts {} cancelled", listed.join(", "))
+            }
+        };
+        let next = match settled {
+            Settled::Won(_) => Next::Delivered,
+            Settled::Fatal(_) if deadline => Next::DeadLetter(
+                Cause::TimeBudget,
+                format!("the call's deadline passed: {last}{and_cancelled}"),
+            ),
+            Settled::Fatal(_) => {
+                let why =
+                    format!("a fatal status for hedging (not in non_fatal_statuses): {last}{and_cancelled}");
+                Next::DeadLetter(Cause::GrpcHedging, why)
+            }
+            Settled::AllFailed { n, why } => {
+                let (cause, words) = match why {
+                    AllFailed::AttemptsUsedUp => (Cause::AttemptsUsedUp, format!("hedges used up ({n})")),
+                    // The hedging's own throttle, or another protection (the breaker) refused it.
+                    AllFailed::Throttled => match round.refusal() {
+                        Some(kind) if kind != "grpc_hedging" => {
+                            (Cause::refused_by(kind), format!("the next hedge was refused by {kind}"))
+                        }
+                        _ => (Cause::GrpcHedging, "the next hedge was throttled".to_string()),
+                    },
+                    AllFailed::Pushback => (
+                        Cause::Pushback,
+                        "pushback: the endpoint said not to retry (X-Retry-Pushback-Ms)".to_string(),
+                    ),
+                    AllFailed::Deadline => {
+                        (Cause::TimeBudget, "the call's deadline (timeout_ms) passed".to_string())
+                    }
+                };
+                Next::DeadLetter(cause, format!("{words}; every attempt sent failed; last: {last}"))
+            }
+        };
+        self.settle(state, id, &next, now);
+        next
+    }
+
+    /// Where each protection stands, once a bin: the protection lane draws it.
+    fn levels_due(&self, state: &mut LabState, now: u64) {
         if state.record.load.levels_due(now) {
-            // Where each protection stands, once a bin: the protection lane draws it.
             let levels = state.clients.protections(now).into_iter();
             let levels = levels.filter_map(|p| Some((p.kind, p.now.level?))).collect::<Vec<_>>();
             if !levels.is_empty() {
                 state.record.load.levels(now, levels);
             }
         }
-        Some(next)
     }
 
     /// Attempt `n` starts, after `queued_ms` spent waiting for connection slots; `false` when

@@ -167,6 +167,9 @@ pub enum Outcome {
     Interrupted,
     /// The circuit breaker was open: no request was sent, and it counts as a failed attempt.
     ShortCircuited,
+    /// A hedge (gRFC A6 hedging) the client hung up on because a sibling's answer settled the
+    /// call first: not a failure of the downstream's, and no answer of its own.
+    Cancelled,
 }
 
 impl Outcome {
@@ -183,7 +186,7 @@ impl Outcome {
             Outcome::Ok => false,
             Outcome::HttpError => status.is_none_or(|s| s >= 500 || s == 408 || s == 429),
             Outcome::Timeout | Outcome::TransportError | Outcome::Interrupted => true,
-            Outcome::ShortCircuited => false,
+            Outcome::ShortCircuited | Outcome::Cancelled => false,
         }
     }
 }
@@ -207,6 +210,8 @@ pub fn classify(outcome: Outcome, status: Option<u16>) -> Verdict {
         (Outcome::HttpError, Some(408 | 409 | 429)) => Verdict::Retry,
         (Outcome::HttpError, Some(status)) if status >= 500 => Verdict::Retry,
         (Outcome::HttpError, _) => Verdict::GiveUp,
+        // A cancelled hedge's round was settled by a sibling: nothing follows it.
+        (Outcome::Cancelled, _) => Verdict::GiveUp,
         (Outcome::Timeout | Outcome::TransportError | Outcome::Interrupted | Outcome::ShortCircuited, _) => {
             Verdict::Retry
         }

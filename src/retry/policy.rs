@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use serde::Deserializer;
 
-use super::protection::{MAX_PROTECTIONS, ProtectionSpec};
+use super::protection::{GrpcHedgingSettings, MAX_PROTECTIONS, ProtectionSettings, ProtectionSpec};
 use super::{Backoff, BreakerSettings, BudgetSettings, Jitter, RetryAfterMode, RetryAfterRule};
 use crate::invalid::Invalid;
 
@@ -233,6 +233,20 @@ impl Policy {
         Ok(next)
     }
 
+    /// The hedging the policy lists (gRFC A6 `hedgingPolicy`), if any: its rounds are hedged,
+    /// not retried.
+    pub fn hedging(&self) -> Option<GrpcHedgingSettings> {
+        self.protections.iter().find_map(|spec| match spec.settings {
+            ProtectionSettings::GrpcHedging(settings) => Some(settings),
+            _ => None,
+        })
+    }
+
+    /// The attempts a round may make: the hedging's when it hedges, else `max_attempts`.
+    pub fn attempts_per_round(&self) -> u32 {
+        self.hedging().map_or(self.max_attempts, |hedging| hedging.attempts())
+    }
+
     fn validate(&self) -> Result<(), Invalid> {
         let invalid = |field: &str, detail: String| Err(Invalid::new(format!("policy.{field}"), detail));
         if self.clients == 0 {
@@ -293,6 +307,16 @@ impl Policy {
             let twice = self.protections[..i].iter().any(|before| before.settings.kind() == kind);
             if twice || (kind == "retry_budget" && self.retry_budget.is_some()) {
                 let detail = format!("{kind} is listed already: a policy has each kind once");
+                return invalid(&format!("protections[{i}].kind"), detail);
+            }
+            // gRFC A6: "Only one of retryPolicy or hedgingPolicy may be set"; hedging brings
+            // its own throttle, so gRPC's retry throttling beside it would count twice.
+            let other = if kind == "grpc" { "grpc_hedging" } else { "grpc" };
+            let clash = self.protections[..i].iter().any(|before| before.settings.kind() == other);
+            if clash && (kind == "grpc" || kind == "grpc_hedging") {
+                let detail = "grpc and grpc_hedging cannot both be listed: gRPC runs a retry policy or a \
+                              hedging policy, and either is throttled by its own tokens"
+                    .to_string();
                 return invalid(&format!("protections[{i}].kind"), detail);
             }
         }

@@ -77,7 +77,7 @@ async fn filters_narrow_the_queue_and_facets_count_all_of_it() {
             "attempts_used_up": 5, "time_budget": 2, "circuit_open": 0, "retry_budget": 0, "permanent": 0,
             "pushback": 0, "token_bucket": 0, "grpc": 0, "sre": 0, "aws_standard": 0, "ratio_breaker": 0,
             "envoy": 0, "aws_standard_2026": 0,
-            "aws_adaptive": 0
+            "aws_adaptive": 0, "grpc_hedging": 0
         })
     );
     assert_eq!(all["facets"]["status"], json!({ "503": 5, "timeout": 2 }));

@@ -19,6 +19,7 @@ mod durability;
 mod events;
 mod full_store;
 mod hardening;
+mod hedging;
 mod helpers;
 mod idempotency;
 mod instances;

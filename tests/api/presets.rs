@@ -463,3 +463,30 @@ async fn no_jitter_stands_in_columns_and_jitter_flattens_them() {
     says(&preset["then"][0], "the load chart flattens");
     claims_hold(&done, &preset["then"][0], &next, Some(&first));
 }
+
+#[tokio::test]
+async fn hedged_writes_win_by_the_stored_answer_when_applied_and_meet_409_while_in_work() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "hedging").await;
+    says(&preset, "gets the stored answer back (↺) and wins");
+    says(&preset, "(✂, cancelled)");
+    let done = settled(&app, &lab, &first).await;
+    // "...the hedge sent 500 ms after the first attempt gets the stored answer back and wins,
+    // and the client hangs up on the first attempt: every message delivered, each applied once."
+    claims_hold(&done, &preset, &first, None);
+    says(&preset["then"][0], "every hedge sent meets 409 at once");
+    says(&preset["then"][0], "later hedges are not even sent (⊘)");
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    claims_hold(&done, &preset["then"][0], &next, Some(&first));
+    // The tokens the 409s took stopped some hedges: each counted as the protection's.
+    let stopped: u64 = done["load"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["t_ms"].as_u64().unwrap() >= next.from_ms)
+        .map(|b| b["suppressed"]["grpc_hedging"].as_u64().unwrap_or(0))
+        .sum();
+    println!("hedges not sent: {stopped}");
+    assert!(stopped > 0, "the 409s drained the tokens: {stopped} hedges not sent");
+}

@@ -40,7 +40,7 @@ async fn scheme(page: &Page, scheme: &str) {
 
 /// Checks the page as it stands in both schemes and returns every violation, named by where
 /// it was found.
-async fn check_both(page: &Page, place: &str, found: &mut Vec<String>) {
+pub(super) async fn check_both(page: &Page, place: &str, found: &mut Vec<String>) {
     for name in ["light", "dark"] {
         scheme(page, name).await;
         for v in violations(page).await {

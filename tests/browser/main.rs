@@ -11,6 +11,7 @@ mod compare;
 mod dead_letters;
 mod event_stream;
 mod failure_modes;
+mod hedging;
 mod load_history;
 mod new_user;
 mod open_large;

@@ -21,6 +21,7 @@ mod breaker;
 mod budget;
 mod envoy;
 mod grpc;
+mod grpc_hedging;
 mod ratio_breaker;
 mod sre;
 mod token_bucket;
@@ -34,6 +35,10 @@ pub use breaker::{Breaker, BreakerAnswer, BreakerSettings, BreakerState, Refused
 pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
 pub use envoy::{EnvoyBudget, EnvoySettings};
 pub use grpc::{GrpcSettings, GrpcThrottle};
+pub use grpc_hedging::{
+    AllFailed, Answer, GrpcHedging, GrpcHedgingSettings, HedgeRound, MAX_HEDGED_ATTEMPTS,
+    MAX_NON_FATAL_STATUSES, Settled, Statuses,
+};
 use rand::Rng;
 pub use ratio_breaker::{RatioBreaker, RatioBreakerSettings};
 use serde::{Deserialize, Serialize};
@@ -63,6 +68,12 @@ pub struct Ended {
     pub after_timeout: bool,
     /// For a retry: the failure it followed was a throttling answer.
     pub after_throttled: bool,
+    /// The answer's HTTP status, when one came (hedging's non-fatal statuses are listed).
+    pub status: Option<u16>,
+    /// The answer carried a pushback not to retry (gRFC A6 counts it as a failure).
+    pub pushed_back: bool,
+    /// The answer's pushback named a wait, in ms (a hedge waits it before the next goes).
+    pub pushback_ms: Option<u32>,
 }
 
 impl Ended {
@@ -213,11 +224,13 @@ pub enum ProtectionSettings {
     AwsStandard2026(Aws2026Settings),
     /// The AWS SDKs' adaptive mode: the standard quota and a client-side rate limiter.
     AwsAdaptive(AwsAdaptiveSettings),
+    /// gRPC's hedging (gRFC A6 `hedgingPolicy`), throttled by gRPC's tokens.
+    GrpcHedging(GrpcHedgingSettings),
 }
 
 impl ProtectionSettings {
     /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 9] = [
+    pub const KINDS: [&'static str; 10] = [
         "retry_budget",
         "token_bucket",
         "grpc",
@@ -227,6 +240,7 @@ impl ProtectionSettings {
         "envoy",
         "aws_standard_2026",
         "aws_adaptive",
+        "grpc_hedging",
     ];
 
     /// The name `kind` gives it.
@@ -241,6 +255,7 @@ impl ProtectionSettings {
             ProtectionSettings::Envoy(_) => Self::KINDS[6],
             ProtectionSettings::AwsStandard2026(_) => Self::KINDS[7],
             ProtectionSettings::AwsAdaptive(_) => Self::KINDS[8],
+            ProtectionSettings::GrpcHedging(_) => Self::KINDS[9],
         }
     }
 
@@ -256,6 +271,7 @@ impl ProtectionSettings {
             ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
             ProtectionSettings::AwsStandard2026(s) => Guard::AwsStandard2026(s, Aws2026::default()),
             ProtectionSettings::AwsAdaptive(s) => Guard::AwsAdaptive(s, AwsAdaptive::default()),
+            ProtectionSettings::GrpcHedging(s) => Guard::GrpcHedging(s, GrpcHedging::default()),
         }
     }
 }
@@ -358,6 +374,25 @@ impl ProtectionSettings {
                 within("smoothing", s.smoothing, 0.01, 1.0)?;
                 within("time_bucket_range_ms", s.time_bucket_range_ms as f64, 10.0, 60_000.0)
             }
+            ProtectionSettings::GrpcHedging(s) => {
+                // gRFC A6: `maxAttempts` "must be two or greater"; above 5 it counts as 5, so it
+                // is taken up to a bound that says a number, not refused.
+                within("max_attempts", f64::from(s.max_attempts), 2.0, 100.0)?;
+                within("hedging_delay_ms", s.hedging_delay_ms as f64, 0.0, 60_000.0)?;
+                // "This field is required and must be non-empty."
+                if s.non_fatal_statuses.iter().next().is_none() {
+                    return Err((
+                        "non_fatal_statuses",
+                        "non_fatal_statuses must list at least one status".into(),
+                    ));
+                }
+                if let Some(bad) = s.non_fatal_statuses.iter().find(|status| !(400..=599).contains(status)) {
+                    let detail = format!("non_fatal_statuses must be 4xx or 5xx statuses, not {bad}");
+                    return Err(("non_fatal_statuses", detail));
+                }
+                within("max_tokens", s.max_tokens, 1.0, 1_000.0)?;
+                within("token_ratio", s.token_ratio, 0.001, s.max_tokens)
+            }
         }
     }
 }
@@ -375,6 +410,7 @@ pub enum Guard {
     Envoy(EnvoySettings, EnvoyBudget),
     AwsStandard2026(Aws2026Settings, Aws2026),
     AwsAdaptive(AwsAdaptiveSettings, AwsAdaptive),
+    GrpcHedging(GrpcHedgingSettings, GrpcHedging),
 }
 
 /// Calls `$call` on the protection a guard holds, with its settings.
@@ -390,6 +426,7 @@ macro_rules! dispatch {
             Guard::Envoy($settings, $state) => $call,
             Guard::AwsStandard2026($settings, $state) => $call,
             Guard::AwsAdaptive($settings, $state) => $call,
+            Guard::GrpcHedging($settings, $state) => $call,
         }
     };
 }
@@ -406,6 +443,7 @@ impl Guard {
             Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
             Guard::AwsStandard2026(s, _) => ProtectionSettings::AwsStandard2026(s),
             Guard::AwsAdaptive(s, _) => ProtectionSettings::AwsAdaptive(s),
+            Guard::GrpcHedging(s, _) => ProtectionSettings::GrpcHedging(s),
         }
     }
 
@@ -542,7 +580,7 @@ mod tests {
         assert_eq!(
             unknown.detail,
             "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy, \
-             aws_standard_2026, aws_adaptive"
+             aws_standard_2026, aws_adaptive, grpc_hedging"
         );
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
