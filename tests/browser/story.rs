@@ -394,7 +394,11 @@ async fn every_burst_preset_run_from_the_page_shows_its_claims_as_the_api_judges
         .filter(|p| p["burst"].is_u64() && p["id"] != "storm")
         .map(|p| p["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["herd", "ignore-429", "fixed", "no-jitter"], "the burst presets besides the storm");
+    assert_eq!(
+        ids,
+        ["herd", "ignore-429", "fixed", "no-jitter", "hedging"],
+        "the burst presets besides the storm"
+    );
     for id in ids {
         preset_claims_agree(&page, &server, &lab, id).await;
     }
