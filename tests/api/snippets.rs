@@ -65,6 +65,25 @@ fn build_go(code: &str) -> String {
     folder.join("snippet").display().to_string()
 }
 
+/// A new lab for `snippet`, and the command that runs it as printed against that lab's endpoint:
+/// the program and its arguments, the code last; a compiled one (Go) is built now, so that it
+/// starts at once when its lab goes down. `None` when the snippet's tool is not here.
+async fn prepare(app: &TestApp, snippet: &Value, python: &Option<PathBuf>) -> Option<(String, Vec<String>)> {
+    let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), python) else {
+        eprintln!("skipping the {} snippet: its tool is not here", snippet["id"]);
+        return None;
+    };
+    let lab = app.new_lab().await;
+    let code =
+        snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
+    let command = if program == "go" {
+        vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
+    } else {
+        [vec![program], args, vec![code]].concat()
+    };
+    Some((lab, command))
+}
+
 #[tokio::test]
 async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_after() {
     let python = python();
@@ -81,21 +100,9 @@ async fn each_snippet_runs_as_printed_retries_with_one_key_and_honours_retry_aft
     let app = TestApp::spawn().await;
     let mut prepared = Vec::new();
     for snippet in snippets() {
-        let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
-            eprintln!("skipping the {} snippet: its tool is not here", snippet["id"]);
-            continue;
-        };
-        let lab = app.new_lab().await;
-        let code =
-            snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
-        // The program and its arguments, the code last; a compiled one is built before any
-        // lab goes down, so that every snippet's first request meets its outage.
-        let command = if program == "go" {
-            vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
-        } else {
-            [vec![program], args, vec![code]].concat()
-        };
-        prepared.push((snippet["id"].as_str().unwrap().to_owned(), lab, command));
+        if let Some((lab, command)) = prepare(&app, &snippet, &python).await {
+            prepared.push((snippet["id"].as_str().unwrap().to_owned(), lab, command));
+        }
     }
     // Then every lab goes down at once and every snippet starts.
     let mut runs = Vec::new();
@@ -255,19 +262,9 @@ async fn the_looping_snippets_stop_when_told_not_to_retry() {
         if !["tenacity", "node", "go"].contains(&id.as_str()) {
             continue;
         }
-        let Some((program, args)) = runner(snippet["lang"].as_str().unwrap(), &python) else {
-            eprintln!("skipping the {id} snippet: its tool is not here");
-            continue;
-        };
-        let lab = app.new_lab().await;
-        let code =
-            snippet["code"].as_str().unwrap().replace("{URL}", &app.url(&format!("/labs/{lab}/downstream")));
-        let command = if program == "go" {
-            vec![tokio::task::spawn_blocking(move || build_go(&code)).await.unwrap()]
-        } else {
-            [vec![program], args, vec![code]].concat()
-        };
-        prepared.push((id, lab, command));
+        if let Some((lab, command)) = prepare(&app, &snippet, &python).await {
+            prepared.push((id, lab, command));
+        }
     }
     assert!(!prepared.is_empty() || std::env::var_os("CI").is_none(), "CI has node and go at least");
     // A request of the test's own, with the count of attempts before it.
