@@ -201,6 +201,17 @@ impl Producer {
                     }
                 };
                 match go {
+                    // While it waited for a connection, a sibling's pushback said not to retry
+                    // or the call's deadline passed: A6 sends no further hedge ("If the pushback
+                    // says not to retry, no further hedged requests will be sent"). It is
+                    // recorded cancelled, with no request.
+                    Go::Send(_, slots) if !round.open(lab.now_ms()) => {
+                        drop(slots);
+                        lab.hedge_not_sent(id, n);
+                        if let Some(next) = lab.hedge_deadline(id, &mut round) {
+                            return self.ended(&next);
+                        }
+                    }
                     Go::Send(_, slots) => {
                         let now = lab.now_ms();
                         round.sent(n, now);

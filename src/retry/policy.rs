@@ -309,13 +309,14 @@ impl Policy {
                 let detail = format!("{kind} is listed already: a policy has each kind once");
                 return invalid(&format!("protections[{i}].kind"), detail);
             }
-            // gRFC A6: "Only one of retryPolicy or hedgingPolicy may be set"; hedging brings
-            // its own throttle, so gRPC's retry throttling beside it would count twice.
+            // gRFC A6: "Throttling also applies to hedged RPCs", with one token count:
+            // grpc_hedging carries gRPC's retryThrottling itself, so `grpc` beside it would
+            // count every answer twice (and hedging already takes the place of the retries).
             let other = if kind == "grpc" { "grpc_hedging" } else { "grpc" };
             let clash = self.protections[..i].iter().any(|before| before.settings.kind() == other);
             if clash && (kind == "grpc" || kind == "grpc_hedging") {
-                let detail = "grpc and grpc_hedging cannot both be listed: gRPC runs a retry policy or a \
-                              hedging policy, and either is throttled by its own tokens"
+                let detail = "grpc and grpc_hedging cannot both be listed: grpc_hedging carries gRPC's \
+                              retry throttling itself, and both would count every answer twice"
                     .to_string();
                 return invalid(&format!("protections[{i}].kind"), detail);
             }

@@ -158,11 +158,6 @@ async fn an_unusable_hedging_policy_is_a_422_naming_its_field() {
             "0 to 60000",
         ),
         (
-            r#"{"kind": "grpc_hedging", "non_fatal_statuses": []}"#,
-            "policy.protections[0].non_fatal_statuses",
-            "at least one",
-        ),
-        (
             r#"{"kind": "grpc_hedging", "non_fatal_statuses": [200]}"#,
             "policy.protections[0].non_fatal_statuses",
             "not 200",
@@ -192,6 +187,10 @@ async fn an_unusable_hedging_policy_is_a_422_naming_its_field() {
     );
     let snapshot = app.snapshot(&lab).await;
     assert!(snapshot["policy"].get("protections").is_none(), "nothing was changed");
+    // An empty non_fatal_statuses is a policy A6 allows (the field is optional): taken as sent.
+    let empty = r#"{"protections": [{"kind": "grpc_hedging", "non_fatal_statuses": []}]}"#;
+    let set = app.put(&lab, "policy", empty).await;
+    assert_eq!(set["protections"][0]["non_fatal_statuses"], serde_json::json!([]), "{set}");
 }
 
 /// The `grpc-hedging` preset runs in a comparison like any other: on `flaky` each message is

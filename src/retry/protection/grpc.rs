@@ -58,7 +58,9 @@ impl Protection for GrpcThrottle {
         // answer that is neither (a 4xx the client does not count as the server's failure)
         // changes nothing.
         let change = match (ended.ok, ended.failed) {
-            (true, _) => (settings.token_ratio * SCALE).round() as i64,
+            // A6: "Decimal places beyond 3 are ignored. (eg. 0.5466 is treated as 0.546.)"
+            // (the nudge keeps 0.29, stored as 0.28999..., at 290).
+            (true, _) => (settings.token_ratio * SCALE + 1e-6).floor() as i64,
             (false, true) => -(SCALE as i64),
             (false, false) => 0,
         };

@@ -131,17 +131,23 @@ impl GrpcHedgingSettings {
         // A6, "Pushback": "If the pushback says not to retry, no further hedged requests will be
         // sent. If the pushback says to retry after a given delay, the next hedged request (if
         // any) will be issued after the given delay has elapsed."
-        match (end.status, end.pushback_ms) {
-            _ if end.ok => Answer::Ok,
-            _ if end.pushed_back => Answer::NoMoreHedges,
-            (_, Some(ms)) => Answer::NextAfter(u64::from(ms)),
-            (Some(status), None) if self.non_fatal_statuses.contains(status) => Answer::NonFatal,
-            // No connection is gRPC's UNAVAILABLE (503): non-fatal when 503 is listed.
-            (None, None) if end.failed && !end.timed_out && self.non_fatal_statuses.contains(503) => {
-                Answer::NonFatal
-            }
-            // The call's deadline passed (DEADLINE_EXCEEDED), or any status not listed.
-            _ => Answer::Fatal,
+        // A pushback is read only on an answer that is not fatal: "If any other status code is
+        // received, all outstanding RPCs are canceled and the error is returned", whatever
+        // header it carries.
+        if end.ok {
+            return Answer::Ok;
+        }
+        let non_fatal = match end.status {
+            Some(status) => self.non_fatal_statuses.contains(status),
+            // No connection is gRPC's UNAVAILABLE (503): non-fatal when 503 is listed; the call's
+            // deadline passing (DEADLINE_EXCEEDED) is fatal.
+            None => end.failed && !end.timed_out && self.non_fatal_statuses.contains(503),
+        };
+        match (non_fatal, end.pushed_back, end.pushback_ms) {
+            (false, _, _) => Answer::Fatal,
+            (true, true, _) => Answer::NoMoreHedges,
+            (true, false, Some(ms)) => Answer::NextAfter(u64::from(ms)),
+            (true, false, None) => Answer::NonFatal,
         }
     }
 
@@ -290,8 +296,13 @@ impl HedgeRound {
 
     /// The attempt to send now, if one is due.
     pub fn due(&self, now_ms: u64) -> Option<u32> {
-        let open = self.stopped.is_none() && self.next_n <= self.last_n && now_ms < self.deadline_ms;
-        (open && now_ms >= self.due_ms).then_some(self.next_n)
+        (self.open(now_ms) && now_ms >= self.due_ms).then_some(self.next_n)
+    }
+
+    /// Whether another hedge may still go at `now_ms`: nothing stopped the round (a pushback
+    /// not to retry, the throttle, the attempts used up) and the call's deadline has not passed.
+    pub fn open(&self, now_ms: u64) -> bool {
+        self.stopped.is_none() && self.next_n <= self.last_n && now_ms < self.deadline_ms
     }
 
     /// When to look again for a hedge to send (`None`: no more will go).
@@ -440,7 +451,7 @@ mod tests {
         assert_eq!(round.due(620), Some(3), "the delay counts again from the hedge sent early");
         // The sibling in work makes the endpoint answer 409: non-fatal by the default list.
         assert_eq!(hedging.answer(&answered(409)), Answer::NonFatal);
-        // No connection is UNAVAILABLE; a pushback decides before the status does.
+        // No connection is UNAVAILABLE; on a non-fatal answer a pushback sets what follows.
         assert_eq!(hedging.answer(&Ended::failure(1)), Answer::NonFatal);
         assert_eq!(
             hedging.answer(&Ended { pushback_ms: Some(700), ..answered(500) }),
@@ -448,6 +459,14 @@ mod tests {
         );
         assert_eq!(hedging.answer(&Ended { pushed_back: true, ..answered(503) }), Answer::NoMoreHedges);
         assert_eq!(hedging.answer(&answered(404)), Answer::Fatal, "not listed");
+        // A fatal status is fatal whatever pushback it carries: the others are cancelled.
+        assert_eq!(hedging.answer(&Ended { pushback_ms: Some(200), ..answered(404) }), Answer::Fatal);
+        assert_eq!(hedging.answer(&Ended { pushed_back: true, ..answered(404) }), Answer::Fatal);
+        // An empty list (A6: the field is optional): every answer but OK is fatal.
+        let none = GrpcHedgingSettings { non_fatal_statuses: Statuses::of(&[]).unwrap(), ..hedging };
+        assert_eq!(none.answer(&answered(503)), Answer::Fatal);
+        assert_eq!(none.answer(&Ended::failure(1)), Answer::Fatal);
+        assert_eq!(none.answer(&answered(200)), Answer::Ok);
     }
 
     #[test]
@@ -479,8 +498,12 @@ mod tests {
         // A pushback not to retry stops the hedges; the one in flight may still win.
         let mut round = HedgeRound::new(&settings(4, 100), 1, 0, 10_000);
         send_due(&mut round, 100);
+        assert!(round.open(110));
         assert_eq!(round.answered(1, Answer::NoMoreHedges, 120), None);
         assert_eq!(round.due(1_000), None);
+        // A hedge admitted meanwhile (it waited for a connection) sees the round closed, and the
+        // producer does not send it.
+        assert!(!round.open(121));
         assert_eq!(round.answered(2, Answer::Ok, 130), Some(Settled::Won(2)));
         // A pushback with a delay sets when the next goes; the ones after add the delay to it.
         let mut round = HedgeRound::new(&settings(4, 100), 1, 0, 10_000);
@@ -493,6 +516,7 @@ mod tests {
     #[test]
     fn no_hedge_is_due_past_the_deadline_and_each_is_sent_with_what_is_left_of_it() {
         let mut round = HedgeRound::new(&settings(4, 500), 1, 1_000, 1_200);
+        assert!(round.open(2_199) && !round.open(2_200), "closed once the call's deadline passes");
         assert_eq!(send_due(&mut round, 3_000), [(1, 1_000), (2, 1_500), (3, 2_000)]);
         assert_eq!(round.timeout_at(2_000), 200);
         assert_eq!(round.check_deadline(2_200), None, "three are still out");

@@ -379,13 +379,8 @@ impl ProtectionSettings {
                 // is taken up to a bound that says a number, not refused.
                 within("max_attempts", f64::from(s.max_attempts), 2.0, 100.0)?;
                 within("hedging_delay_ms", s.hedging_delay_ms as f64, 0.0, 60_000.0)?;
-                // "This field is required and must be non-empty."
-                if s.non_fatal_statuses.iter().next().is_none() {
-                    return Err((
-                        "non_fatal_statuses",
-                        "non_fatal_statuses must list at least one status".into(),
-                    ));
-                }
+                // A6: "`nonFatalStatusCodes` is an optional field"; empty, every answer but OK
+                // is fatal.
                 if let Some(bad) = s.non_fatal_statuses.iter().find(|status| !(400..=599).contains(status)) {
                     let detail = format!("non_fatal_statuses must be 4xx or 5xx statuses, not {bad}");
                     return Err(("non_fatal_statuses", detail));
