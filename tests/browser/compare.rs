@@ -437,9 +437,8 @@ fn two_decimals(text: &Value, value: f64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metastable_comparisons_goodput_after_the_trigger_row_shows_the_apis_figures() {
     let Some(browser) = browser() else { return };
-    // Steady traffic into four labs at once: it takes its turn with the other metastable runs.
-    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
-    let server = Server::start().await;
+    // Steady traffic into four labs at once: it runs alone, as the other metastable runs do.
+    let server = Server::start_alone().await;
     // The scenario's own traffic and slowdown; two runs each, so the row shows a median and a
     // range; two policies that retry little, so every lab drains soon after its traffic ends.
     let one_try = json!({"name": "one try", "policy": {"max_attempts": 1}});
@@ -620,8 +619,7 @@ async fn open_in_a_lab_opens_a_lab_with_the_columns_policy_and_the_scenarios_end
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_the_collapse() {
     let Some(browser) = browser() else { return };
-    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
-    let server = Server::start().await;
+    let server = Server::start_alone().await;
     let body = json!({"scenario": "metastable", "seed": 19, "runs": 1, "late_threshold_ms": 1000, "policies": ["no-jitter", "budget"]});
     let id = start_comparison(&server, &body).await;
     let page = browser.page().await;

@@ -6,8 +6,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    OPEN_SYSTEM_RUNS, PATIENCE, Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab,
-    wait_counter, wait_for,
+    PATIENCE, Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab, wait_counter,
+    wait_for,
 };
 
 /// Turns the breaker on from the policy form with `fields`, waits for the band to show it on,
@@ -225,8 +225,7 @@ async fn modes_traffic_counters_and_the_timeline_top_fit_a_1280_by_800_screen() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_preset_shows_goodput_fall_stay_down_and_come_back_with_a_budget() {
     let Some(browser) = browser() else { return };
-    let _turn = OPEN_SYSTEM_RUNS.lock().await;
-    let server = Server::start().await;
+    let server = Server::start_alone().await;
     let page = browser.page().await;
     page.set_viewport(1280, 800).await;
     let lab = open_new_lab(&page, &server).await;
@@ -489,9 +488,8 @@ const SAID: &str = "(() => { window.__saying.disconnect(); return window.__said;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metastable_steps_clicked_in_turn_a_retrying_breaker_leaves_it_stuck_one_that_fails_fast_ends_it() {
     let Some(browser) = browser() else { return };
-    let _turn = OPEN_SYSTEM_RUNS.lock().await;
+    let server = Server::start_alone().await;
     let began = std::time::Instant::now();
-    let server = Server::start().await;
     let page = browser.page().await;
     page.set_viewport(1280, 800).await;
     let lab = open_new_lab(&page, &server).await;

@@ -411,8 +411,7 @@ async fn every_burst_preset_run_from_the_page_shows_its_claims_as_the_api_judges
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metastable_chapter_shows_its_claims_with_the_goodput_chart_in_view() {
     let Some(browser) = browser() else { return };
-    let _turn = super::OPEN_SYSTEM_RUNS.lock().await;
-    let server = Server::start().await;
+    let server = Server::start_alone().await;
     let page = browser.first_visit().await;
     let lab = first_visit(&page, &server).await;
     page.click("[data-story-chapters] > summary").await;
