@@ -78,10 +78,13 @@ export function createGrid(panel) {
       td.dataset.value = median == null ? '' : String(median);
       td.dataset.min = min == null ? '' : String(min);
       td.dataset.max = max == null ? '' : String(max);
-      let text = median == null ? (report.done ? 'no figure' : 'running…') : format(median);
+      const runs = cell?.valid_runs ?? 0;
+      // A cell whose every run ran late (and its re-run too) has no valid run to take a figure
+      // from: it says so, as the warning above says why.
+      const none = runs === 0 ? 'no valid run: each ran late' : 'no figure';
+      let text = median == null ? (report.done ? none : 'running…') : format(median);
       if (median != null && min !== max) text += ` [${format(min)}–${format(max)}]`;
       if (cell?.ends_failure != null) text += cell.ends_failure ? ' · ended it' : ' · stuck';
-      const runs = cell?.valid_runs ?? 0;
       td.title = `${key}: median of ${runs} valid run${runs === 1 ? '' : 's'}, least and most in brackets`;
       const figure = td.querySelector('[data-cell-figure]');
       if (figure.textContent !== text) figure.textContent = text;

@@ -698,7 +698,8 @@ async fn the_metastable_comparisons_goodput_charts_equal_the_labs_bins_and_show_
 /// Every cell of the grid: [defence, policy, median, least, most] as the page holds them.
 const GRID: &str = "[...document.querySelectorAll('[data-grid] td[data-defence][data-policy]')].map(td =>
     [td.dataset.defence, td.dataset.policy, td.dataset.value === '' ? null : Number(td.dataset.value),
-     td.dataset.min === '' ? null : Number(td.dataset.min), td.dataset.max === '' ? null : Number(td.dataset.max)])";
+     td.dataset.min === '' ? null : Number(td.dataset.min), td.dataset.max === '' ? null : Number(td.dataset.max),
+     td.querySelector('[data-cell-figure]').textContent])";
 
 /// A grid started from the form (two defences chosen, two policies) draws one cell per
 /// (defence, policy) with the API's median and range of the key figure, names no best cell,
@@ -706,7 +707,9 @@ const GRID: &str = "[...document.querySelectorAll('[data-grid] td[data-defence][
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() {
     let Some(browser) = browser() else { return };
-    let server = Server::start().await;
+    // Alone: its runs are judged late past 20 ms behind schedule, and beside another test's
+    // Chromium on these two cores a cell's run and its re-run both were (CI caught it).
+    let server = Server::start_alone().await;
     let page = browser.page().await;
     page.set_viewport(1280, 900).await;
     page.navigate(&server.url("/compare")).await;
@@ -736,7 +739,12 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
             .unwrap_or_else(|| panic!("no cell drawn for {cell}"));
         assert!(same(&shown[2], &cell["median"][key]), "{shown:?} against {cell}");
         assert!(same(&shown[3], &cell["range"][key][0]) && same(&shown[4], &cell["range"][key][1]), "{cell}");
-        assert!(shown[2].as_f64().is_some_and(|m| m >= 1.0), "a figure in every cell: {shown:?}");
+        // A figure in every cell that had a valid run; one whose runs all ran late (a loaded
+        // machine: CI caught one) says so instead of drawing nothing.
+        match cell["valid_runs"].as_u64() {
+            Some(0) => assert_eq!(shown[5], "no valid run: each ran late", "{cell}"),
+            _ => assert!(shown[2].as_f64().is_some_and(|m| m >= 1.0), "a figure in the cell: {shown:?}"),
+        }
     }
     // No cell is named best, and the page says why; the per-policy table stands aside.
     let note = page.eval("document.querySelector('[data-grid-note]').textContent").await.unwrap();
