@@ -598,8 +598,8 @@ async fn metastable_steps_clicked_in_turn_a_retrying_breaker_leaves_it_stuck_one
     // The step's claim: the page shows the server's verdict and figure (goodput back on the
     // offered load within 10 s of the click, goodput_returns; whether it held on this machine's
     // run is the API tests' to insist on: with the browser and another test on these two cores
-    // the lab's timers ran 185 ms late at p99 in one run here, its requests timed out at 30 a
-    // second, and the page rightly said ✘). Not that the breaker stays closed: the client still
+    // the lab's timers ran 185 ms late at p99 in one run here, its requests timed out with 30
+    // a second sent to 8 workers that do 40, and the page rightly said ✘). Not that the breaker stays closed: the client still
     // retries in lockstep, and a burst can open it again (2 of 4 full runs on these cores did).
     let (shown, judged) = claim_agrees(&page, &server, &lab, "goodput_returns").await;
     let snapshot = server.snapshot(&lab).await;
