@@ -13,8 +13,9 @@ import { metastableSentence } from './traffic.js';
  * with a fixed seed and check the figures its sentences name. Each: what it sets (the whole
  * policy, every protection off unless named, so one preset does not inherit the last one's
  * breaker, as the waits and attempts it needs and the named policy preset it applies; then
- * downstream updates in order; then a burst), the sentence shown after it, and
- * its follow-ups (the same shape, without the reset).
+ * downstream updates in order; then a burst), the sentence shown after it with the claims it
+ * makes, its follow-ups (the same shape, without the reset), and, where its sentences speak of
+ * another picture than the timeline, `show`: what the story's chapter brings into view.
  */
 const PRESETS_URL = '/static/presets.json';
 
