@@ -16,6 +16,7 @@
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
 //! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
 //! `-- --event-window-bytes N` to run with another bound on each lab's events than the default,
+//! `-- --settled-window N` to keep another number of delivered messages a lab than the default,
 //! `-- --rates 4000,6000,8000` to ask the one lab for other rates than 500 to 4,000 a second.
 
 #[path = "support/counting.rs"]
@@ -45,6 +46,8 @@ async fn main() {
     let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
     let window_bytes =
         args.iter().position(|a| a == "--event-window-bytes").and_then(|i| args.get(i + 1)?.parse().ok());
+    let settled_window =
+        args.iter().position(|a| a == "--settled-window").and_then(|i| args.get(i + 1)?.parse().ok());
     let rates: Option<Vec<f64>> = args
         .iter()
         .position(|a| a == "--rates")
@@ -71,11 +74,11 @@ async fn main() {
     }
     let dir = std::env::temp_dir().join(format!("retrylab-traffic-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // A small window of settled messages, so the many labs reach their steady size within a
-    // minute; the limits on labs and requests are the defaults, but for creating the labs (this
-    // one client makes 100 of them at once) and the control rate this process cannot trip.
+    // The server's defaults (the settled window and the event window too, unless asked for
+    // others), but for creating the labs (this one client makes 100 of them at once) and the
+    // control rate this process cannot trip.
     let limits = Limits {
-        settled_window: 500,
+        settled_window: settled_window.unwrap_or(Limits::default().settled_window),
         lab_create_burst: 1_000,
         lab_creates_per_hour: 10_000,
         control_rate_per_s: 10_000,

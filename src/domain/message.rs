@@ -52,7 +52,9 @@ pub struct Attempt {
     /// The downstream answered with `Idempotent-Replayed: true`.
     pub replayed: bool,
     pub retry_after_s: Option<u64>,
-    pub wait: Option<WaitRecord>,
+    /// Boxed: most attempts plan no wait (a delivery's last, every attempt of a healthy run),
+    /// and a settled message is held for a long while, so the common attempt stays small.
+    pub wait: Option<Box<WaitRecord>>,
     /// The client's protection that refused it before it was sent (`breaker`, `sre`, ...):
     /// no request went out. Left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -179,7 +179,7 @@ impl LabRecord {
     pub fn resume_point(&self, id: u64, now_ms: u64) -> Option<ResumePoint> {
         let message = self.message(id).filter(|m| m.state.is_active())?;
         let round: Vec<&Attempt> = message.attempts.iter().filter(|a| a.round == message.round).collect();
-        let (delay_ms, previous_wait_ms) = match round.last().and_then(|a| Some((a, a.wait?))) {
+        let (delay_ms, previous_wait_ms) = match round.last().and_then(|a| Some((a, *a.wait.as_deref()?))) {
             Some((last, wait)) => {
                 let due = last.started_ms + last.duration_ms.unwrap_or(0) + wait.plan.planned_ms;
                 (due.saturating_sub(now_ms), Some(wait.plan.chosen_ms))
@@ -297,19 +297,31 @@ impl LabRecord {
     /// Records the wait planned after the message's latest attempt; returns its (round, n).
     pub fn schedule_wait(&mut self, id: u64, plan: Wait) -> Option<(u32, u32)> {
         let attempt = self.message_mut(id)?.attempts.last_mut()?;
-        attempt.wait = Some(WaitRecord { plan, actual_ms: None, queued_ms: None });
+        attempt.wait = Some(Box::new(WaitRecord { plan, actual_ms: None, queued_ms: None }));
         let at = (attempt.round, attempt.n);
         self.set_state(id, MessageState::BackingOff);
         Some(at)
     }
 
+    /// The message was delivered. It may be kept for long after (`--settled-window`), so it
+    /// gives back the room its list of attempts had grown for.
     pub fn deliver(&mut self, id: u64) -> bool {
-        self.set_state(id, MessageState::Delivered)
+        let delivered = self.set_state(id, MessageState::Delivered);
+        if delivered && let Some(message) = self.message_mut(id) {
+            message.attempts.shrink_to_fit();
+        }
+        delivered
     }
 
     /// Gives up on a message: it leaves the active states. Returns it, for its dead letter.
     pub fn dead_letter(&mut self, id: u64) -> Option<&Message> {
-        self.set_state(id, MessageState::DeadLetter).then(|| self.message(id))?
+        if !self.set_state(id, MessageState::DeadLetter) {
+            return None;
+        }
+        // Kept for the dead letter's whole retention: as small as it can be.
+        let message = self.message_mut(id)?;
+        message.attempts.shrink_to_fit();
+        Some(message)
     }
 
     /// Puts dead-lettered messages back in the queue for a new round, keeping their keys;

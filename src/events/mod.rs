@@ -236,6 +236,15 @@ pub enum Since {
 /// slot, so the window's bound is on the memory it holds, not only on the text.
 pub const EVENT_OVERHEAD_BYTES: usize = 48;
 
+/// The newest events are kept as they were sent, for the subscribers that keep up; once they
+/// hold twice this much text, the older half is sealed into a deflated block. Event JSON is
+/// repetitive (the same field names, ids that count up), so a block holds about a tenth of
+/// its text: the window reaches back several times further for the same memory.
+pub const SEALED_BLOCK_BYTES: usize = 32 * 1024;
+
+/// What a sealed block costs beyond its deflated bytes.
+const BLOCK_OVERHEAD_BYTES: usize = 48;
+
 /// Where a new subscriber starts.
 pub enum Start {
     /// The events after the subscriber's `Last-Event-ID`, all still in the window.
@@ -244,14 +253,67 @@ pub enum Start {
     Snapshot,
 }
 
+/// Older events of the window, deflated together: their texts joined by newlines (JSON as
+/// serde writes it holds none), numbered on from `first_id`.
+struct Block {
+    first_id: u64,
+    count: usize,
+    deflated: Box<[u8]>,
+}
+
+impl Block {
+    fn seal(events: &[Published]) -> Block {
+        let mut text = Vec::with_capacity(events.iter().map(|e| e.data.len() + 1).sum());
+        for (i, event) in events.iter().enumerate() {
+            if i > 0 {
+                text.push(b'\n');
+            }
+            text.extend_from_slice(event.data.as_bytes());
+        }
+        // Level 1: the fastest, since this runs under the lab's lock; a higher level would
+        // save a few per cent more.
+        let deflated = miniz_oxide::deflate::compress_to_vec(&text, 1).into_boxed_slice();
+        Block { first_id: events[0].id, count: events.len(), deflated }
+    }
+
+    fn last_id(&self) -> u64 {
+        self.first_id + self.count as u64 - 1
+    }
+
+    fn cost(&self) -> usize {
+        self.deflated.len() + BLOCK_OVERHEAD_BYTES
+    }
+
+    /// The block's events from `from` on, as they were published.
+    fn open(&self, from: u64) -> Vec<Published> {
+        let text = miniz_oxide::inflate::decompress_to_vec(&self.deflated)
+            .expect("a block reads back: the window deflated it itself");
+        let text = std::str::from_utf8(&text).expect("events are JSON text");
+        let skip = from.saturating_sub(self.first_id) as usize;
+        text.split('\n')
+            .enumerate()
+            .skip(skip)
+            .map(|(i, data)| Published { id: self.first_id + i as u64, data: data.into() })
+            .collect()
+    }
+}
+
 /// The lab's events: numbered, kept in one window for resumes, and read from that window by
 /// every subscriber (a wake-up carries only the newest id), so each event is held once and
-/// counted once against the window's bounds, however many pages watch.
+/// counted once against the window's bounds, however many pages watch. The window's newest
+/// events are held as sent; older ones in deflated blocks (`SEALED_BLOCK_BYTES`), counted
+/// against the bound at their deflated size.
 pub struct EventLog {
     last_id: u64,
     /// The counters as of the last event; `None` before the first.
     last_counters: Option<Counters>,
-    window: VecDeque<Published>,
+    /// The older part of the window, oldest first; ids run on without a gap into `recent`.
+    sealed: VecDeque<Block>,
+    /// The newest events, as sent, and their text's length.
+    recent: VecDeque<Published>,
+    recent_text: usize,
+    /// Events in the window, sealed or not, and the most it keeps.
+    kept: usize,
     capacity: usize,
     /// The window's size in bytes, and its bound: events that carry a whole snapshot (a reset,
     /// a recovery, an expiry) can weigh megabytes each, so a count alone does not bound memory.
@@ -271,7 +333,10 @@ impl EventLog {
         EventLog {
             last_id,
             last_counters: None,
-            window: VecDeque::new(),
+            sealed: VecDeque::new(),
+            recent: VecDeque::new(),
+            recent_text: 0,
+            kept: 0,
             capacity: capacity.max(1),
             window_bytes: 0,
             max_bytes: usize::MAX,
@@ -299,15 +364,63 @@ impl EventLog {
         let data = envelope(event, at_ms, &moved);
         let published = Published { id: self.last_id, data: data.into() };
         self.window_bytes += cost(&published);
-        self.window.push_back(published.clone());
-        while self.window.len() > self.capacity || self.window_bytes > self.max_bytes {
-            let Some(oldest) = self.window.pop_front() else { break };
-            self.window_bytes -= cost(&oldest);
+        self.recent_text += published.data.len();
+        self.recent.push_back(published.clone());
+        self.kept += 1;
+        if self.recent_text > 2 * SEALED_BLOCK_BYTES {
+            self.seal_older_half();
+        }
+        while self.kept > self.capacity || self.window_bytes > self.max_bytes {
+            if !self.drop_oldest() {
+                break;
+            }
         }
         if self.wakeup.receiver_count() > 0 {
             self.wakeup.send_replace(self.last_id);
         }
         published
+    }
+
+    /// Deflates the oldest events of `recent` into a block, leaving the newest
+    /// `SEALED_BLOCK_BYTES` of text or so as they are.
+    fn seal_older_half(&mut self) {
+        let (mut count, mut text) = (0, 0);
+        for event in &self.recent {
+            if text >= self.recent_text - SEALED_BLOCK_BYTES {
+                break;
+            }
+            text += event.data.len();
+            count += 1;
+        }
+        // The newest event stays as sent, for the subscribers woken by it.
+        let count = count.min(self.recent.len() - 1);
+        if count == 0 {
+            return;
+        }
+        let events: Vec<Published> = self.recent.drain(..count).collect();
+        let block = Block::seal(&events);
+        for event in &events {
+            self.window_bytes -= cost(event);
+            self.recent_text -= event.data.len();
+        }
+        self.window_bytes += block.cost();
+        self.sealed.push_back(block);
+    }
+
+    /// Drops the window's oldest block, or its oldest event when nothing is sealed; `false`
+    /// when the window is empty.
+    fn drop_oldest(&mut self) -> bool {
+        if let Some(block) = self.sealed.pop_front() {
+            self.window_bytes -= block.cost();
+            self.kept -= block.count;
+        } else if let Some(oldest) = self.recent.pop_front() {
+            self.window_bytes -= cost(&oldest);
+            self.recent_text -= oldest.data.len();
+            self.kept -= 1;
+        } else {
+            return false;
+        }
+        true
     }
 
     /// The counters that differ from the ones last published (all of them the first time).
@@ -320,8 +433,8 @@ impl EventLog {
         }
     }
 
-    /// The bytes of the events kept for resumes (and for subscribers to read), each with
-    /// `EVENT_OVERHEAD_BYTES`.
+    /// The bytes of the events kept for resumes (and for subscribers to read): those held as
+    /// sent each with `EVENT_OVERHEAD_BYTES`, the sealed blocks at their deflated size.
     pub fn window_bytes(&self) -> usize {
         self.window_bytes
     }
@@ -330,8 +443,40 @@ impl EventLog {
     /// snapshot (and so does a subscriber that had not read them). After a reset, or once an
     /// unwatched lab has been quiet for a while, the window is memory no page will ask for.
     pub fn forget_window(&mut self) {
-        self.window = VecDeque::new();
+        self.sealed = VecDeque::new();
+        self.recent = VecDeque::new();
+        self.recent_text = 0;
+        self.kept = 0;
         self.window_bytes = 0;
+    }
+
+    /// The oldest id the window holds.
+    fn first_id(&self) -> Option<u64> {
+        self.sealed.front().map(|b| b.first_id).or_else(|| self.recent.front().map(|e| e.id))
+    }
+
+    /// The window's events from `from` on (which it must hold), at most `max`: from the
+    /// events held as sent when it is among them, else from the block that holds it.
+    fn read_from(&self, from: u64, max: usize) -> Vec<Published> {
+        if let Some(first) = self.recent.front().map(|e| e.id)
+            && from >= first
+        {
+            // Ids in the window run on without a gap.
+            return self.recent.range((from - first) as usize..).take(max).cloned().collect();
+        }
+        let at = self.sealed.partition_point(|b| b.last_id() < from);
+        let mut events = self.sealed[at].open(from);
+        events.truncate(max);
+        events
+    }
+
+    /// Every event of the window from `from` on (which it must hold), for a resume.
+    fn read_all_from(&self, from: u64) -> Vec<Published> {
+        let at = self.sealed.partition_point(|b| b.last_id() < from);
+        let mut events: Vec<Published> = self.sealed.range(at..).flat_map(|block| block.open(from)).collect();
+        let first = self.recent.front().map_or(u64::MAX, |e| e.id);
+        events.extend(self.recent.range(from.saturating_sub(first) as usize..).cloned());
+        events
     }
 
     /// At most `max` events after `after`, for a subscriber that has read up to it.
@@ -339,13 +484,11 @@ impl EventLog {
         if after >= self.last_id {
             return Since::Events(Vec::new());
         }
-        let Some(first) = self.window.front().map(|e| e.id) else { return Since::Behind };
+        let Some(first) = self.first_id() else { return Since::Behind };
         if self.last_id - after > self.lag as u64 || first > after + 1 {
             return Since::Behind;
         }
-        // Ids in the window run on without a gap.
-        let from = (after + 1 - first) as usize;
-        Since::Events(self.window.range(from..).take(max).cloned().collect())
+        Since::Events(self.read_from(after + 1, max))
     }
 
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows. The
@@ -355,9 +498,9 @@ impl EventLog {
         let start = match after {
             Some(after) if after == self.last_id => Start::Resume(Vec::new()),
             Some(after)
-                if after < self.last_id && self.window.front().is_some_and(|first| first.id <= after + 1) =>
+                if after < self.last_id && self.first_id().is_some_and(|first| first <= after + 1) =>
             {
-                Start::Resume(self.window.iter().filter(|e| e.id > after).cloned().collect())
+                Start::Resume(self.read_all_from(after + 1))
             }
             _ => Start::Snapshot,
         };
@@ -365,7 +508,7 @@ impl EventLog {
     }
 }
 
-/// What an event kept in the window costs.
+/// What an event held as sent costs.
 fn cost(event: &Published) -> usize {
     event.data.len() + EVENT_OVERHEAD_BYTES
 }
@@ -413,7 +556,7 @@ mod tests {
         log.forget_window();
         assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot));
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.is_empty()));
-        assert!(log.window.is_empty() && log.window_bytes == 0);
+        assert!(log.kept == 0 && log.window_bytes == 0);
         publish_n(&mut log, 1);
         assert!(matches!(log.subscribe(Some(5)).0, Start::Resume(ref missed) if missed.len() == 1));
     }
@@ -446,15 +589,15 @@ mod tests {
         for _ in 0..5 {
             log.publish(&big(1_000), 0, Counters::default());
         }
-        let kept: usize = log.window.iter().map(cost).sum();
+        let kept: usize = log.recent.iter().map(cost).sum();
         assert!(kept <= 3_000 && log.window_bytes == kept, "{kept} bytes kept");
-        assert_eq!(log.window.len(), 2, "the three oldest went");
+        assert_eq!(log.recent.len(), 2, "the three oldest went");
         assert!(matches!(log.subscribe(Some(3)).0, Start::Resume(v) if v.len() == 2));
         assert!(matches!(log.subscribe(Some(2)).0, Start::Snapshot), "3 is gone: a snapshot");
         // An event larger than the whole bound is not kept at all; resuming past it needs a
         // snapshot, resuming at it needs nothing.
         log.publish(&big(5_000), 0, Counters::default());
-        assert!(log.window.is_empty() && log.window_bytes == 0);
+        assert!(log.recent.is_empty() && log.window_bytes == 0);
         assert!(matches!(log.subscribe(Some(5)).0, Start::Snapshot));
         assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(v) if v.is_empty()));
     }
@@ -470,7 +613,7 @@ mod tests {
         // The very events the window holds, not copies: one of each, however many read it.
         let Since::Events(read) = log.since(3, 10) else { panic!("behind") };
         assert_eq!(read.iter().map(|e| e.id).collect::<Vec<_>>(), [4, 5]);
-        assert!(Arc::ptr_eq(&read[0].data, &log.window[3].data));
+        assert!(Arc::ptr_eq(&read[0].data, &log.recent[3].data));
         let Since::Events(one) = log.since(3, 1) else { panic!("behind") };
         assert_eq!(one.len(), 1, "at most max at a time");
         assert!(matches!(log.since(5, 10), Since::Events(v) if v.is_empty()));
@@ -499,5 +642,77 @@ mod tests {
         assert!(matches!(log.subscribe(Some(5)).0, Start::Snapshot), "6 is no longer kept");
         assert!(matches!(log.subscribe(Some(99)).0, Start::Snapshot), "id from the future");
         assert!(matches!(log.subscribe(None).0, Start::Snapshot));
+    }
+
+    /// Events like a busy lab's: a finished attempt each, numbers that move.
+    fn publish_attempts(log: &mut EventLog, n: u64) -> Vec<Published> {
+        (0..n)
+            .map(|id| {
+                let attempt = Attempt {
+                    n: 1 + (id % 3) as u32,
+                    round: 0,
+                    started_ms: 1_000 + id * 7,
+                    duration_ms: Some(id % 50),
+                    status: Some(if id % 4 == 0 { 503 } else { 200 }),
+                    outcome: None,
+                    replayed: false,
+                    retry_after_s: None,
+                    wait: None,
+                    refused_by: None,
+                };
+                let event = Event::AttemptFinished { message_id: id / 3, attempt };
+                log.publish(&event, 1_000 + id * 7, Counters { delivered: id, ..Default::default() })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn older_events_are_sealed_deflated_and_read_back_as_they_were_sent() {
+        let mut log = EventLog::new(100_000, 100_000, 0);
+        let sent = publish_attempts(&mut log, 3_000);
+        let text: usize = sent.iter().map(|e| e.data.len()).sum();
+        assert!(log.sealed.len() >= 3, "{} blocks for {text} bytes of text", log.sealed.len());
+        assert!(log.recent_text <= 2 * SEALED_BLOCK_BYTES, "{}", log.recent_text);
+        assert_eq!(log.kept, 3_000);
+        // Held in much less than its text, counted at what it holds.
+        let held: usize =
+            log.sealed.iter().map(Block::cost).sum::<usize>() + log.recent.iter().map(cost).sum::<usize>();
+        assert_eq!(log.window_bytes, held);
+        assert!(held * 4 < text, "{held} bytes held for {text} of text");
+        // A resume from the start reads every event back, in order, each as it was sent.
+        let (Start::Resume(missed), _) = log.subscribe(Some(0)) else { panic!("resume") };
+        assert_eq!(missed.len(), 3_000);
+        assert!(missed.iter().zip(&sent).all(|(a, b)| a.id == b.id && a.data == b.data));
+        // A subscriber behind reads on from inside a block, at most `max` at a time.
+        let Since::Events(read) = log.since(10, 5) else { panic!("behind") };
+        assert_eq!(read.iter().map(|e| e.id).collect::<Vec<_>>(), [11, 12, 13, 14, 15]);
+        assert_eq!(read[0].data, sent[10].data);
+        // Reading on to the end, block after block, misses nothing.
+        let mut after = 0;
+        while let Since::Events(read) = log.since(after, 1_000) {
+            let Some(last) = read.last() else { break };
+            assert_eq!(read[0].id, after + 1);
+            after = last.id;
+        }
+        assert_eq!(after, 3_000);
+        // The newest event is never sealed: the subscribers woken by it read it as sent.
+        assert!(Arc::ptr_eq(&log.recent.back().unwrap().data, &sent[2_999].data));
+    }
+
+    #[test]
+    fn a_window_of_sealed_blocks_keeps_to_its_bounds_dropping_the_oldest_block() {
+        let mut log = EventLog::new(100_000, 100_000, 0).with_max_bytes(40_000);
+        publish_attempts(&mut log, 5_000);
+        assert!(log.window_bytes <= 40_000, "{}", log.window_bytes);
+        let first = log.first_id().unwrap();
+        assert!(first > 1, "the oldest went");
+        assert!(matches!(log.subscribe(Some(first - 2)).0, Start::Snapshot));
+        let (Start::Resume(missed), _) = log.subscribe(Some(first - 1)) else { panic!("resume") };
+        assert_eq!(missed.len() as u64, 5_000 - first + 1);
+        // The count bound holds too.
+        let mut log = EventLog::new(1_000, 100_000, 0);
+        publish_attempts(&mut log, 5_000);
+        assert!(log.kept <= 1_000 && log.kept > 0, "{}", log.kept);
+        assert_eq!(log.first_id().unwrap(), 5_000 - log.kept as u64 + 1);
     }
 }
