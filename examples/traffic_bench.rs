@@ -17,6 +17,8 @@
 //! `-- --many-s N` to choose how long the many-labs part runs, `-- --many-only` to skip the first,
 //! `-- --event-window-bytes N` to run with another bound on each lab's events than the default,
 //! `-- --settled-window N` to keep another number of delivered messages a lab than the default,
+//! `-- --server target/release/retrylab` to run that binary as the server, in a process of its
+//! own, and read its RSS alone (the readers here then cost it nothing),
 //! `-- --rates 4000,6000,8000` to ask the one lab for other rates than 500 to 4,000 a second.
 
 #[path = "support/counting.rs"]
@@ -46,8 +48,9 @@ async fn main() {
     let many_s = args.iter().position(|a| a == "--many-s").and_then(|i| args.get(i + 1)?.parse().ok());
     let window_bytes =
         args.iter().position(|a| a == "--event-window-bytes").and_then(|i| args.get(i + 1)?.parse().ok());
-    let settled_window =
+    let settled_window: Option<usize> =
         args.iter().position(|a| a == "--settled-window").and_then(|i| args.get(i + 1)?.parse().ok());
+    let server_bin = args.iter().position(|a| a == "--server").and_then(|i| args.get(i + 1).cloned());
     let rates: Option<Vec<f64>> = args
         .iter()
         .position(|a| a == "--rates")
@@ -92,10 +95,22 @@ async fn main() {
             .fold(Limits::default().max_traffic_rate_per_s, f64::max),
         ..Limits::default()
     };
-    let config = Config { limits, ..Config::new(dir.join("traffic.db")) };
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(retrylab::server::serve(listener, config, std::future::pending()));
+    let (base, mut server) = match &server_bin {
+        Some(bin) => {
+            let (base, child) = spawn_server(bin, &dir, &limits);
+            (base, Some(child))
+        }
+        None => {
+            let config = Config { limits, ..Config::new(dir.join("traffic.db")) };
+            let listener =
+                tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            tokio::spawn(retrylab::server::serve(listener, config, std::future::pending()));
+            (base, None)
+        }
+    };
+    // Whose memory is read: the server's own process when it runs apart, else this one's.
+    let pid = server.as_ref().map(std::process::Child::id);
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
 
     println!("## One lab: the highest steady rate\n");
@@ -152,7 +167,7 @@ async fn main() {
         "## Many labs: {} labs at {} messages/s, each with an open event stream\n",
         plan.labs, plan.lab_rate
     );
-    let idle_rss = rss_mib();
+    let idle_rss = rss_mib(pid);
     let mut labs = Vec::new();
     for _ in 0..plan.labs {
         let lab = new_lab(&client, &base).await;
@@ -176,17 +191,21 @@ async fn main() {
     let mut rss = Vec::new();
     while started.elapsed() < plan.many_for {
         tokio::time::sleep(every.min(plan.many_for.saturating_sub(started.elapsed()))).await;
-        let now = rss_mib();
+        let now = rss_mib(pid);
         rss.push(now);
         let metrics = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
         let gauge = |name: &str| -> f64 {
             let line = metrics.lines().find(|l| l.starts_with(name));
             line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(f64::NAN)
         };
+        // The allocator's count is this process's: not the server's when it runs apart.
+        let live = match pid {
+            Some(_) => "-".to_owned(),
+            None => format!("{:.0} MiB", counting::live() as f64 / 1048576.0),
+        };
         println!(
-            "| {:.0} s | {now:.0} MiB | {:.0} MiB | {:.1} MiB | {:.0} / {:.0} |",
+            "| {:.0} s | {now:.0} MiB | {live} | {:.1} MiB | {:.0} / {:.0} |",
             started.elapsed().as_secs_f64(),
-            counting::live() as f64 / 1048576.0,
             gauge("retrylab_event_window_bytes") / 1048576.0,
             gauge("retrylab_idempotency_keys{held=\"whole\"}"),
             gauge("retrylab_idempotency_keys{held=\"fingerprint\"}"),
@@ -234,7 +253,42 @@ async fn main() {
         growth,
         (rss.last().copied().unwrap_or(f64::NAN) - idle_rss) / plan.labs as f64,
     );
+    if let Some(server) = server.as_mut() {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts the retrylab binary `bin` on a free port with `limits`' settings that this bench
+/// changes from the defaults; returns its address and the process.
+fn spawn_server(bin: &str, dir: &std::path::Path, limits: &Limits) -> (String, std::process::Child) {
+    use std::io::BufRead;
+    let flags = [
+        ("--settled-window", limits.settled_window.to_string()),
+        ("--event-window-bytes", limits.event_window_bytes.to_string()),
+        ("--lab-create-burst", limits.lab_create_burst.to_string()),
+        ("--lab-creates-per-hour", limits.lab_creates_per_hour.to_string()),
+        ("--control-rate-per-s", limits.control_rate_per_s.to_string()),
+        ("--control-burst", limits.control_burst.to_string()),
+        ("--max-traffic-rate-per-s", limits.max_traffic_rate_per_s.to_string()),
+    ];
+    let mut command = std::process::Command::new(bin);
+    command.args(["--addr", "127.0.0.1:0", "--db"]).arg(dir.join("traffic.db"));
+    for (flag, value) in flags {
+        command.args([flag, &value]);
+    }
+    let mut child = command
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let at = line.find("http://").unwrap_or_else(|| panic!("{bin} said {line:?}, not its address"));
+    let base: String = line[at..].chars().take_while(|c| !c.is_whitespace()).collect();
+    (base.trim_end_matches('/').to_owned(), child)
 }
 
 async fn new_lab(client: &reqwest::Client, base: &str) -> String {
@@ -354,8 +408,10 @@ fn unix_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() * 1000.0
 }
 
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+/// The resident memory of process `pid`, or of this one.
+fn rss_mib(pid: Option<u32>) -> f64 {
+    let path = pid.map_or("/proc/self/status".to_owned(), |pid| format!("/proc/{pid}/status"));
+    let status = std::fs::read_to_string(path).unwrap_or_default();
     let kib: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))

@@ -484,7 +484,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_snapshot_bytes_building: 32 * 1024 * 1024,
     lab_create_burst: 20,
     event_window: 10_000,
-    event_window_bytes: 1024 * 1024,
+    event_window_bytes: 256 * 1024,
     subscriber_lag: 8_192,
     endpoint_rate_per_s: 50,
     endpoint_burst: 200,
@@ -492,10 +492,10 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_outside_keys: 100_000,
     max_callers_per_lab: 20,
     max_outside_attempts_per_key: 100,
-    hot_keys_per_lab: 4_096,
+    hot_keys_per_lab: 1_024,
     max_redrive_rate_per_s: 500,
     max_retry_duration_ms: 60 * 60 * 1000,
-    settled_window: 5_000,
+    settled_window: 2_000,
     max_traffic_rate_per_s: 5_000.0,
     max_traffic_for_ms: 60 * 60 * 1000,
     max_clients: 1_000,
@@ -571,7 +571,7 @@ mod tests {
         config.limits.max_messages_per_lab = 300;
         let refused = config.refuse_contradictions().unwrap_err();
         assert!(
-            refused.contains("--settled-window 5000") && refused.contains("--max-messages-per-lab 300"),
+            refused.contains("--settled-window 2000") && refused.contains("--max-messages-per-lab 300"),
             "{refused}"
         );
         config.limits.settled_window = 150;

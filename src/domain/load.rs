@@ -8,7 +8,7 @@
 //! (`width_ms`), up to an hour of them. Memory and the snapshot then stop growing with the
 //! run's length after five minutes but for one small bin per 10 s.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -285,9 +285,77 @@ pub enum Answer {
     TimedOut,
 }
 
+/// The bins by start, in a sorted deque: nearly every bin is added after the newest, and old
+/// ones leave from the front, so a deque does what a B-tree would at 64 bytes a bin against
+/// the tree's 121 (its nodes' keys, links and the room they keep).
+#[derive(Debug, Default)]
+struct Bins(VecDeque<(u64, Bin)>);
+
+impl Bins {
+    fn at(&self, t_ms: u64) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&t_ms, |(t, _)| *t)
+    }
+
+    fn get(&self, t_ms: &u64) -> Option<&Bin> {
+        self.at(*t_ms).ok().map(|i| &self.0[i].1)
+    }
+
+    fn contains_key(&self, t_ms: &u64) -> bool {
+        self.at(*t_ms).is_ok()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u64, &Bin)> {
+        self.0.iter().map(|(t, bin)| (t, bin))
+    }
+
+    fn range(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = (&u64, &Bin)> {
+        let from = self.at(range.start).unwrap_or_else(|i| i);
+        self.0.range(from..).take_while(move |(t, _)| *t < range.end).map(|(t, bin)| (t, bin))
+    }
+
+    fn pop_first(&mut self) -> Option<(u64, Bin)> {
+        self.0.pop_front()
+    }
+
+    fn remove(&mut self, t_ms: &u64) -> Option<Bin> {
+        let i = self.at(*t_ms).ok()?;
+        self.0.remove(i).map(|(_, bin)| bin)
+    }
+
+    /// The bin at `t_ms`, made by `new` when there is none.
+    fn get_or_insert_with(&mut self, t_ms: u64, new: impl FnOnce() -> Bin) -> &mut Bin {
+        let i = match self.at(t_ms) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (t_ms, new()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn clear(&mut self) {
+        // A reset lab gives the room back, as an empty one has none.
+        self.0 = VecDeque::new();
+    }
+}
+
+impl FromIterator<(u64, Bin)> for Bins {
+    fn from_iter<I: IntoIterator<Item = (u64, Bin)>>(iter: I) -> Self {
+        let mut bins: Vec<(u64, Bin)> = iter.into_iter().collect();
+        bins.sort_by_key(|(t, _)| *t);
+        bins.dedup_by_key(|(t, _)| *t);
+        Bins(bins.into())
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Load {
-    bins: BTreeMap<u64, Bin>,
+    bins: Bins,
     /// Bins changed since the last `take_changed`.
     changed: BTreeSet<u64>,
     /// Bins changed since the store last took them.
@@ -502,7 +570,7 @@ impl Load {
             self.dropped_before = self.dropped_before.max(Some(dropped + 1));
         }
         let in_process = self.in_process;
-        self.bins.entry(t_ms).or_insert_with(|| Bin::new(width_ms, in_process))
+        self.bins.get_or_insert_with(t_ms, || Bin::new(width_ms, in_process))
     }
 
     /// Sums the fine bins that start before `until_ms` (a multiple of `COARSE_BIN_MS`) into one
@@ -524,7 +592,7 @@ impl Load {
             self.changed.remove(&t);
             self.unsaved.remove(&t);
             let start = t - t % COARSE_BIN_MS;
-            let coarse = self.bins.entry(start).or_insert_with(|| Bin::new(COARSE_BIN_MS, 0));
+            let coarse = self.bins.get_or_insert_with(start, || Bin::new(COARSE_BIN_MS, 0));
             coarse.width_ms = COARSE_BIN_MS as u32;
             coarse.absorb(&bin.shown(t));
             self.changed.insert(start);

@@ -110,7 +110,7 @@ fn the_binary_refuses_a_settled_window_that_fills_the_lab() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(
-        stderr.contains("--settled-window 5000") && stderr.contains("--max-messages-per-lab 300"),
+        stderr.contains("--settled-window 2000") && stderr.contains("--max-messages-per-lab 300"),
         "{stderr}"
     );
     assert!(String::from_utf8(output.stdout).unwrap().is_empty(), "it never said it was serving");
