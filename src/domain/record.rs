@@ -116,6 +116,8 @@ impl LabRecord {
         for message in &messages {
             self.by_state[message.state as usize] += 1;
         }
+        // The list is rebuilt in the room it had: with fewer messages, the room they left goes.
+        messages.shrink_to(messages.len() + messages.len() / 8);
         self.messages = messages;
     }
 
@@ -155,6 +157,11 @@ impl LabRecord {
     /// Creates `count` queued messages, each with a fresh, stable idempotency key.
     pub fn create_messages(&mut self, count: usize, now_ms: u64) -> Vec<Message> {
         self.load.offered(now_ms, count as u64);
+        // Grown by an eighth at a time, not doubled: a lab at its settled window holds about
+        // as many messages for hours, and a doubled list would keep up to twice their room.
+        if self.messages.capacity() - self.messages.len() < count {
+            self.messages.reserve_exact(count.max(self.messages.len() / 8));
+        }
         (0..count)
             .map(|_| {
                 self.next_message_id += 1;
