@@ -16,6 +16,7 @@ use counting::live;
 use retrylab::callers::{CallerName, Ending, Spoken};
 use retrylab::config::{Limits, Retention};
 use retrylab::domain::{Answer, BIN_MS, FINE_FOR_MS, Load};
+use retrylab::downstream::{BodyDigest, HeldKeys, IdempotencyKey, Ledger};
 use retrylab::lab::Labs;
 use retrylab::store::{Store, StoreSettings};
 
@@ -162,6 +163,31 @@ async fn outside_messages(count: usize) {
     );
     drop((first, lab, registry));
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The ledger's share: the same keys applied for an outside caller, committed and cooled as
+    // a lab does (the newest `--hot-keys-per-lab` held whole, the rest as fingerprints).
+    let hot_keys = Limits::default().hot_keys_per_lab;
+    let before = live();
+    let mut ledger = Ledger::default();
+    for i in 0..count {
+        let key = IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()).unwrap();
+        let body = serde_json::json!({ "order": i });
+        ledger.reserve(&key, BodyDigest::of(&body), true);
+        ledger.complete(&key, i as u64, 1_780_000_000_000 + i as u64);
+        if i % 500 == 499 {
+            drop(ledger.take_unsaved());
+            ledger.cool(hot_keys, u64::MAX);
+        }
+    }
+    drop(ledger.take_unsaved());
+    ledger.cool(hot_keys, u64::MAX);
+    let held = live() - before;
+    let HeldKeys { whole, fingerprint } = ledger.held();
+    println!(
+        "the ledger's share: {count} outside keys hold {held} live bytes, {} per key ({whole} whole, \
+         {fingerprint} as fingerprints)",
+        held / count.max(1) as isize
+    );
 }
 
 fn ok() -> Ending {
