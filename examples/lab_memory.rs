@@ -2,7 +2,7 @@
 //! for, the store's SQLite aside, which allocates on its own): an empty lab, and a lab that took
 //! bursts of messages and was then reset, which should cost what an empty one does; and what
 //! five minutes of a busy lab's load history (its fine bins) hold; and what one lab's outside
-//! messages (a caller's key, with its attempts) hold each.
+//! messages (a caller's key, with its attempts) hold each, and the ledger's share of their keys.
 //!
 //!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000 --outside 20000]
 //!
@@ -94,6 +94,7 @@ async fn main() {
         held / fine_bins as isize
     );
 
+    ledger_share(outside);
     outside_messages(outside).await;
 }
 
@@ -163,9 +164,12 @@ async fn outside_messages(count: usize) {
     );
     drop((first, lab, registry));
     let _ = std::fs::remove_dir_all(&dir);
+}
 
-    // The ledger's share: the same keys applied for an outside caller, committed and cooled as
-    // a lab does (the newest `--hot-keys-per-lab` held whole, the rest as fingerprints).
+/// The ledger's share of the same keys: applied for an outside caller, committed and cooled as
+/// a lab does (the newest `--hot-keys-per-lab` held whole, the rest as fingerprints). Counted
+/// before `outside_messages` makes its labs: what they let go of later would be counted here.
+fn ledger_share(count: usize) {
     let hot_keys = Limits::default().hot_keys_per_lab;
     let before = live();
     let mut ledger = Ledger::default();
