@@ -1,9 +1,10 @@
 //! What a lab holds in memory, counted by the allocator (every live byte the process asked
 //! for, the store's SQLite aside, which allocates on its own): an empty lab, and a lab that took
 //! bursts of messages and was then reset, which should cost what an empty one does; and what
-//! five minutes of a busy lab's load history (its fine bins) hold.
+//! five minutes of a busy lab's load history (its fine bins) hold; and what one lab's outside
+//! messages (a caller's key, with its attempts) hold each, and the ledger's share of their keys.
 //!
-//!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000]
+//!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000 --outside 20000]
 //!
 //! `--quick` runs a few small labs (CI proves the example still works). The labs run no
 //! deliveries: their messages stay queued, each with its event in the lab's window.
@@ -12,8 +13,10 @@
 mod counting;
 
 use counting::live;
+use retrylab::callers::{CallerName, Ending, Spoken};
 use retrylab::config::{Limits, Retention};
 use retrylab::domain::{Answer, BIN_MS, FINE_FOR_MS, Load};
+use retrylab::downstream::{BodyDigest, HeldKeys, IdempotencyKey, Ledger};
 use retrylab::lab::Labs;
 use retrylab::store::{Store, StoreSettings};
 
@@ -27,6 +30,7 @@ async fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let labs_n = flag(&args, "--labs", if quick { 3 } else { 20 });
     let messages = flag(&args, "--messages", if quick { 300 } else { 5_000 });
+    let outside = flag(&args, "--outside", if quick { 300 } else { 20_000 });
     let limits = Limits {
         max_labs: 10 * labs_n + 10,
         max_messages_per_lab: messages.max(1),
@@ -89,6 +93,109 @@ async fn main() {
         "load history: {fine_bins} fine bins hold {held} live bytes, {} per bin",
         held / fine_bins as isize
     );
+
+    ledger_share(outside);
+    outside_messages(outside).await;
+}
+
+/// One lab given `count` outside messages, as an outside caller's keys make them: a UUID for a
+/// key, its body's digest, and one attempt answered 200, or (every other key) one answered 503
+/// with a `Retry-After` and a second answered 200. Counted once the store has committed them and
+/// the lab's event window is let go (as an unwatched lab's is after `--idle-event-window-ms`),
+/// so what is left is what the lab holds for its messages.
+async fn outside_messages(count: usize) {
+    use sha2::Digest;
+    const WARM_UP: usize = 10;
+    let limits = Limits {
+        max_outside_keys_per_lab: count.max(1),
+        max_outside_keys: count + WARM_UP,
+        max_outside_attempts_per_key: 2,
+        lab_create_burst: 1_000_000,
+        lab_creates_per_hour: 1_000_000,
+        ..Limits::default()
+    };
+    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-outside-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
+    let registry = Labs::new(limits, Retention::default(), store, Vec::new());
+    let caller = CallerName::from_request(Some(b"bench-client"), None, None).unwrap();
+    let send = |lab: &retrylab::lab::Lab, i: usize| {
+        let key = uuid::Uuid::new_v4().to_string();
+        let digest = sha2::Sha256::digest(format!("{{\"order\":{i}}}").as_bytes());
+        let digest: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let digest = Some(format!("sha256:{digest}"));
+        let first = lab.outside_arrived((&caller, &key, Spoken::default()), digest.clone());
+        let first = first.expect("the lab keeps the key");
+        if i % 2 == 1 {
+            let failed = Ending::Answered { status: 503, retry_after_s: Some(1), pushback_ms: None };
+            lab.outside_ended(first, failed);
+            let second = lab.outside_arrived((&caller, &key, Spoken::default()), digest);
+            lab.outside_ended(second.expect("a second attempt is kept"), ok());
+        } else {
+            lab.outside_ended(first, ok());
+        }
+    };
+    // A first lab pays the one-time costs, as above.
+    let first = registry.create().unwrap();
+    for i in 0..WARM_UP {
+        send(&first, i);
+    }
+    first.persisted().await.unwrap();
+
+    let lab = registry.create().unwrap();
+    lab.persisted().await.unwrap();
+    lab.rest_event_window(u64::MAX);
+    let before = live();
+    for i in 0..count {
+        send(&lab, i);
+        if i % 500 == 499 {
+            // The store's writer takes the changes as it would on a server.
+            lab.persisted().await.unwrap();
+        }
+    }
+    lab.persisted().await.unwrap();
+    let window = lab.event_window_bytes();
+    lab.rest_event_window(u64::MAX);
+    let held = live() - before;
+    println!(
+        "outside messages: one lab with {count} (half of them with two attempts) holds {held} live bytes, \
+         {} per message (its event window of {window} bytes let go first)",
+        held / count.max(1) as isize
+    );
+    drop((first, lab, registry));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The ledger's share of the same keys: applied for an outside caller, committed and cooled as
+/// a lab does (the newest `--hot-keys-per-lab` held whole, the rest as fingerprints). Counted
+/// before `outside_messages` makes its labs: what they let go of later would be counted here.
+fn ledger_share(count: usize) {
+    let hot_keys = Limits::default().hot_keys_per_lab;
+    let before = live();
+    let mut ledger = Ledger::default();
+    for i in 0..count {
+        let key = IdempotencyKey::parse(&uuid::Uuid::new_v4().to_string()).unwrap();
+        let body = serde_json::json!({ "order": i });
+        ledger.reserve(&key, BodyDigest::of(&body), true);
+        ledger.complete(&key, i as u64, 1_780_000_000_000 + i as u64);
+        if i % 500 == 499 {
+            drop(ledger.take_unsaved());
+            ledger.cool(hot_keys, u64::MAX);
+        }
+    }
+    drop(ledger.take_unsaved());
+    ledger.cool(hot_keys, u64::MAX);
+    let held = live() - before;
+    let HeldKeys { whole, fingerprint } = ledger.held();
+    println!(
+        "the ledger's share: {count} outside keys hold {held} live bytes, {} per key ({whole} whole, \
+         {fingerprint} as fingerprints)",
+        held / count.max(1) as isize
+    );
+}
+
+fn ok() -> Ending {
+    Ending::Answered { status: 200, retry_after_s: None, pushback_ms: None }
 }
 
 async fn fill(lab: &retrylab::lab::Lab, messages: usize, max_burst: usize) {

@@ -83,6 +83,13 @@ class Server:
             self.call("PUT", f"/api/labs/{lab}/policy", policy)
         return lab
 
+    def keys_held(self):
+        """Applied keys the server holds in memory, whole or as fingerprints (from /metrics: a
+        snapshot would carry every outside message, too large to poll)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=120) as response:
+            text = response.read().decode()
+        return sum(int(n) for n in re.findall(r'idempotency_keys\{held="[a-z]+"\} ([0-9]+)', text))
+
     def rss_kb(self):
         with open(f"/proc/{self.process.pid}/status") as status:
             return int(next(line for line in status if line.startswith("VmRSS")).split()[1])
@@ -128,12 +135,14 @@ def keys_mb():
         # wrk sends new keys until the lab has applied enough of them.
         runner = subprocess.Popen(["wrk", "-t2", "-c64", "-d600s", "-s", NEW_KEYS,
                                    f"{server.url}/labs/{lab}/downstream"], stdout=subprocess.DEVNULL)
-        while server.call("GET", f"/api/labs/{lab}")["counters"]["applied"] < args.keys:
-            time.sleep(0.2)
-        runner.terminate()
-        runner.wait()
+        try:
+            while server.keys_held() < args.keys:
+                time.sleep(0.2)
+        finally:
+            runner.terminate()
+            runner.wait()
         time.sleep(1)
-        applied = server.call("GET", f"/api/labs/{lab}")["counters"]["applied"]
+        applied = server.keys_held()
         return (server.rss_kb() - before) / 1024 * args.keys / applied, applied
     finally:
         server.stop()

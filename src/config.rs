@@ -421,7 +421,8 @@ pub struct Limits {
     #[arg(long, env = "RETRYLAB_MAX_OUTSIDE_KEYS", default_value_t = DEFAULT_LIMITS.max_outside_keys)]
     pub max_outside_keys: usize,
     /// Outside callers one lab tells apart (by X-Client-Name, User-Agent or address); the
-    /// requests of callers past it are answered but not kept, and counted.
+    /// requests of callers past it are answered but not kept, and counted. At most 65,536
+    /// whatever it says (`callers::MAX_CALLERS`).
     #[arg(long, env = "RETRYLAB_MAX_CALLERS_PER_LAB", default_value_t = DEFAULT_LIMITS.max_callers_per_lab)]
     pub max_callers_per_lab: usize,
     /// Requests kept per outside caller's key; later ones are answered and counted, not kept.

@@ -8,11 +8,16 @@
 
 mod advice;
 mod grade;
+mod held;
 mod name;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, RandomState};
 
+use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
+
+use held::{Held, HeldAttempt};
 
 pub use grade::{CallerReport, Check, Checks, Verdict, report};
 pub use name::{CallerName, MAX_NAME_CHARS};
@@ -135,17 +140,33 @@ pub enum Ending {
     HungUp,
 }
 
-/// What a lab keeps of its outside callers, with what the store is owed.
+/// What a lab keeps of its outside callers, with what the store is owed. Each message is held
+/// compactly (`held`), found by its caller and key through an index of positions that hashes
+/// them where the message holds them, so neither string is kept twice.
 #[derive(Debug, Default)]
 pub struct Callers {
-    messages: Vec<OutsideMessage>,
-    by_key: HashMap<(String, String), usize>,
-    names: BTreeSet<String>,
+    /// In the order first seen, so by id.
+    messages: Vec<Held>,
+    by_key: HashTable<u32>,
+    hasher: RandomState,
+    /// Callers seen, in the order first seen (a message's `caller` is an index here), and by name.
+    names: Vec<Box<str>>,
+    by_name: BTreeMap<Box<str>, u16>,
+    /// The digests not of the endpoint's spelling, by message id: none but in rows of a test's
+    /// making, but a row reads back as it was stored.
+    odd_digests: BTreeMap<u64, Box<str>>,
     untracked: Untracked,
     /// Messages changed since the store last took them, by id; everything, after a reset.
     changed: BTreeSet<u64>,
     cleared: bool,
 }
+
+/// The most callers one lab can tell apart, whatever `max_callers_per_lab` says: a message
+/// names its caller in 16 bits.
+pub const MAX_CALLERS: usize = u16::MAX as usize + 1;
+/// The most outside messages one lab keeps, whatever `max_outside_keys_per_lab` says: the index
+/// finds a message by its place in 32 bits (and so many would take a terabyte).
+const MAX_MESSAGES: usize = u32::MAX as usize;
 
 /// The outside messages the store is owed, serialized.
 #[derive(Debug, Default)]
@@ -160,15 +181,48 @@ impl Callers {
         messages.sort_by_key(|m| m.id);
         let mut callers = Callers::default();
         for message in messages {
-            callers.names.insert(message.caller.clone());
-            callers.by_key.insert((message.caller.clone(), message.key.clone()), callers.messages.len());
-            callers.messages.push(message);
+            let Some(caller) = callers.name_index(&message.caller) else {
+                continue; // more callers than a message can name, which no lab keeps
+            };
+            let mut held = Held::new(message.id, caller, &message.key);
+            held.requests = u32::try_from(message.requests).unwrap_or(u32::MAX);
+            if let Some(odd) = message.digest.and_then(|digest| held.set_digest(digest)) {
+                callers.odd_digests.insert(held.id, odd.into());
+            }
+            held.attempts = message.attempts.iter().map(HeldAttempt::of).collect();
+            let hash = callers.hasher.hash_one((caller, &*held.key));
+            let Ok(position) = u32::try_from(callers.messages.len()) else {
+                break; // past MAX_MESSAGES, which no lab keeps
+            };
+            let Callers { messages, by_key, hasher, .. } = &mut callers;
+            match by_key.find_mut(hash, |&at| same(&messages[at as usize], caller, &held.key)) {
+                // A key stored twice: found as the later, as before.
+                Some(at) => *at = position,
+                None => {
+                    by_key.insert_unique(hash, position, |&at| hash_of(hasher, &messages[at as usize]));
+                }
+            }
+            callers.messages.push(held);
         }
         callers
     }
 
-    pub fn messages(&self) -> &[OutsideMessage] {
-        &self.messages
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Each message as the events, the store and the API see it, made as it is read.
+    pub fn messages(&self) -> impl ExactSizeIterator<Item = OutsideMessage> + '_ {
+        self.messages.iter().map(|held| self.message(held))
+    }
+
+    fn message(&self, held: &Held) -> OutsideMessage {
+        let odd = self.odd_digests.get(&held.id).map(|digest| &**digest);
+        held.message(&self.names[usize::from(held.caller)], odd)
     }
 
     pub fn untracked(&self) -> Untracked {
@@ -177,7 +231,19 @@ impl Callers {
 
     /// Callers seen, by name.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.names.iter().map(String::as_str)
+        self.by_name.keys().map(|name| &**name)
+    }
+
+    /// The index of `name` among the callers seen, which it joins if new; `None` when there is
+    /// no index left for it.
+    fn name_index(&mut self, name: &str) -> Option<u16> {
+        if let Some(&index) = self.by_name.get(name) {
+            return Some(index);
+        }
+        let index = u16::try_from(self.names.len()).ok()?;
+        self.names.push(name.into());
+        self.by_name.insert(name.into(), index);
+        Some(index)
     }
 
     /// A request of `caller` with `key` arrived at `now_ms`. `room` says whether the server
@@ -190,82 +256,72 @@ impl Callers {
         now_ms: u64,
         (bounds, room): (Bounds, bool),
     ) -> Result<Ticket, Refusal> {
-        let slot = (caller.as_str().to_owned(), key.to_owned());
-        let index = match self.by_key.get(&slot) {
-            Some(&index) => index,
+        let known = self.by_name.get(caller.as_str()).copied();
+        let found = known.and_then(|index| {
+            let hash = self.hasher.hash_one((index, key));
+            self.by_key.find(hash, |&at| same(&self.messages[at as usize], index, key)).copied()
+        });
+        let position = match found {
+            Some(position) => position as usize,
             None => {
-                let refusal =
-                    if !self.names.contains(caller.as_str()) && self.names.len() >= bounds.max_callers {
-                        Some(Refusal::Callers)
-                    } else if self.messages.len() >= bounds.max_messages || !room {
-                        Some(Refusal::Keys)
-                    } else {
-                        None
-                    };
-                if let Some(refusal) = refusal {
-                    self.count(refusal);
-                    return Err(refusal);
-                }
+                let refusal = if known.is_none() && self.names.len() >= bounds.max_callers.min(MAX_CALLERS) {
+                    Some(Refusal::Callers)
+                } else if self.messages.len() >= bounds.max_messages.min(MAX_MESSAGES) || !room {
+                    Some(Refusal::Keys)
+                } else {
+                    None
+                };
+                // A caller refused is not named: a new one joins the names only with its key.
+                let index = match refusal {
+                    None => self.name_index(caller.as_str()).ok_or(Refusal::Callers),
+                    Some(refusal) => Err(refusal),
+                };
+                let index = index.inspect_err(|&refusal| self.count(refusal))?;
+                let position = self.messages.len() as u32;
                 let id = self.messages.last().map_or(1, |m| m.id + 1);
-                self.names.insert(slot.0.clone());
-                self.messages.push(OutsideMessage {
-                    id,
-                    caller: slot.0.clone(),
-                    key: slot.1.clone(),
-                    digest: None,
-                    requests: 0,
-                    attempts: Vec::new(),
-                });
-                self.by_key.insert(slot, self.messages.len() - 1);
-                self.messages.len() - 1
+                let held = Held::new(id, index, key);
+                let hash = self.hasher.hash_one((index, key));
+                let Callers { messages, by_key, hasher, .. } = self;
+                by_key.insert_unique(hash, position, |&at| hash_of(hasher, &messages[at as usize]));
+                self.messages.push(held);
+                position as usize
             }
         };
-        let message = &mut self.messages[index];
-        message.requests += 1;
-        if message.digest.is_none() {
-            message.digest = digest;
+        let held = &mut self.messages[position];
+        held.requests = held.requests.saturating_add(1);
+        if !held.has_digest()
+            && let Some(digest) = digest
+            && let Some(odd) = held.set_digest(digest)
+        {
+            self.odd_digests.insert(held.id, odd.into());
         }
-        self.changed.insert(message.id);
-        if message.attempts.len() >= bounds.max_attempts_per_key {
+        self.changed.insert(held.id);
+        if held.attempts.len() >= bounds.max_attempts_per_key {
             self.count(Refusal::Attempts);
             return Err(Refusal::Attempts);
         }
-        let waited_ms = match message.attempts.last() {
-            Some(previous) => previous.ended_ms.map(|ended| now_ms.saturating_sub(ended)),
+        let waited_ms = match held.attempts.last() {
+            Some(previous) => previous.ended_ms().map(|ended| now_ms.saturating_sub(ended)),
             None => None,
         };
-        message.attempts.push(OutsideAttempt {
-            n: message.attempts.len() as u32 + 1,
-            started_ms: now_ms,
-            ended_ms: None,
-            status: None,
-            hung_up: false,
-            retry_after_s: None,
-            waited_ms,
-            timeout_ms: spoken.timeout_ms,
-            previous_attempts: spoken.previous_attempts,
-            unparsed: spoken.unparsed,
-            pushback_ms: None,
-        });
-        Ok(Ticket { message_id: message.id, index: message.attempts.len() - 1 })
+        held.push(HeldAttempt::arrived(now_ms, waited_ms, spoken));
+        Ok(Ticket { message_id: held.id, index: held.attempts.len() - 1 })
     }
 
     /// The request kept at `ticket` ended at `now_ms`; returns its message, to be published.
-    pub fn end(&mut self, ticket: Ticket, ending: Ending, now_ms: u64) -> Option<&OutsideMessage> {
+    pub fn end(&mut self, ticket: Ticket, ending: Ending, now_ms: u64) -> Option<OutsideMessage> {
         let position = self.messages.binary_search_by_key(&ticket.message_id, |m| m.id).ok()?;
-        let message = &mut self.messages[position];
-        let attempt = message.attempts.get_mut(ticket.index)?;
-        attempt.ended_ms = Some(now_ms);
+        let held = &mut self.messages[position];
+        let attempt = held.attempts.get_mut(ticket.index)?;
+        attempt.end(now_ms);
         match ending {
             Ending::Answered { status, retry_after_s, pushback_ms } => {
-                attempt.status = Some(status);
-                attempt.retry_after_s = retry_after_s;
-                attempt.pushback_ms = pushback_ms;
+                attempt.answered(status, retry_after_s, pushback_ms)
             }
-            Ending::HungUp => attempt.hung_up = true,
+            Ending::HungUp => attempt.hung_up(),
         }
-        self.changed.insert(message.id);
-        Some(message)
+        self.changed.insert(held.id);
+        Some(self.message(&self.messages[position]))
     }
 
     fn count(&mut self, refusal: Refusal) {
@@ -289,8 +345,8 @@ impl Callers {
             .into_iter()
             .filter_map(|id| self.messages.binary_search_by_key(&id, |m| m.id).ok())
             .map(|at| {
-                let message = &self.messages[at];
-                (message.id, serde_json::to_string(message).expect("an outside message serializes"))
+                let message = self.message(&self.messages[at]);
+                (message.id, serde_json::to_string(&message).expect("an outside message serializes"))
             })
             .collect();
         CallerChanges { cleared: std::mem::take(&mut self.cleared), messages }
@@ -301,6 +357,24 @@ impl Callers {
         self.cleared |= changes.cleared;
         self.changed.extend(changes.messages.iter().map(|(id, _)| *id));
     }
+
+    /// The bytes the messages hold, as asked of the allocator: the list (with its room to
+    /// grow), each key and list of attempts, and the index.
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
+        let each: usize =
+            self.messages.iter().map(|held| held.key.len() + std::mem::size_of_val(&*held.attempts)).sum();
+        self.messages.capacity() * std::mem::size_of::<Held>() + each + self.by_key.allocation_size()
+    }
+}
+
+/// Whether `held` is the message of caller `index` and `key`.
+fn same(held: &Held, index: u16, key: &str) -> bool {
+    held.caller == index && &*held.key == key
+}
+
+fn hash_of(hasher: &RandomState, held: &Held) -> u64 {
+    hasher.hash_one((held.caller, &*held.key))
 }
 
 #[cfg(test)]
@@ -366,7 +440,7 @@ mod tests {
             ),
             (1, 2, 1)
         );
-        assert_eq!(callers.messages()[0].requests, 4, "a request past the bound still counts");
+        assert_eq!(callers.messages().next().unwrap().requests, 4, "a request past the bound still counts");
     }
 
     #[test]
@@ -378,7 +452,7 @@ mod tests {
         let kept: Vec<OutsideMessage> =
             changes.messages.iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect();
         let restored = Callers::restore(kept);
-        assert_eq!(restored.messages(), callers.messages());
+        assert!(restored.messages().eq(callers.messages()));
         assert!(callers.take_changes().messages.is_empty());
     }
 
@@ -419,5 +493,119 @@ mod tests {
         }
         let read: OutsideMessage = serde_json::from_str(&plain).unwrap();
         assert_eq!(read.attempts[0].unparsed, Unparsed::default());
+    }
+
+    /// Issue 33: an outside message costs at most 300 bytes. Counted where the list has the
+    /// most room unused (just past a doubling), for UUID keys sent twice each.
+    #[test]
+    fn an_outside_message_is_held_within_300_bytes() {
+        assert_eq!((std::mem::size_of::<Held>(), std::mem::size_of::<HeldAttempt>()), (80, 40));
+        let mut callers = Callers::default();
+        let bounds = Bounds { max_messages: 10_000, max_callers: 20, max_attempts_per_key: 100 };
+        let a = name("a");
+        let count = 1_025;
+        for i in 0..count {
+            let key = format!("{i:08x}-0000-4000-8000-000000000000");
+            let digest = format!("sha256:{i:064x}");
+            for n in 0..2 {
+                let digest = Some(digest.clone());
+                let t = callers
+                    .arrive((&a, &key, Spoken::default()), digest, 10 * i + n, (bounds, true))
+                    .unwrap();
+                let ending = Ending::Answered { status: 503, retry_after_s: Some(1), pushback_ms: None };
+                callers.end(t, ending, 10 * i + n + 1);
+            }
+        }
+        assert_eq!(callers.len(), count as usize);
+        let per_message = callers.held_bytes() / callers.len();
+        assert!((200..=300).contains(&per_message), "{per_message} bytes a message");
+    }
+
+    /// What a lab holds writes the same `OutsideMessage` as the one it was made from: every
+    /// field of an attempt, the digest as the endpoint spells it, another spelling, or none.
+    #[test]
+    fn a_held_message_reads_back_as_the_message_it_was() {
+        let attempt = OutsideAttempt {
+            n: 1,
+            started_ms: 5_000_000_000,
+            ended_ms: Some(5_000_000_130),
+            status: Some(503),
+            hung_up: false,
+            retry_after_s: Some(2),
+            waited_ms: None,
+            timeout_ms: Some(u32::MAX),
+            previous_attempts: Some(0),
+            unparsed: Unparsed { timeout: false, previous_attempts: true },
+            pushback_ms: Some(-1),
+        };
+        let second = OutsideAttempt {
+            n: 2,
+            started_ms: 5_000_002_140,
+            ended_ms: Some(5_000_003_000),
+            status: None,
+            hung_up: true,
+            retry_after_s: None,
+            waited_ms: Some(2_010),
+            timeout_ms: None,
+            previous_attempts: None,
+            unparsed: Unparsed { timeout: true, previous_attempts: false },
+            pushback_ms: Some(0),
+        };
+        let running = OutsideAttempt {
+            n: 1,
+            started_ms: 7,
+            ended_ms: None,
+            status: None,
+            hung_up: false,
+            retry_after_s: None,
+            waited_ms: None,
+            timeout_ms: None,
+            previous_attempts: None,
+            unparsed: Unparsed::default(),
+            pushback_ms: None,
+        };
+        let message =
+            |id: u64, caller: &str, digest: Option<&str>, attempts: Vec<OutsideAttempt>| OutsideMessage {
+                id,
+                caller: caller.into(),
+                key: format!("key-{id}"),
+                digest: digest.map(str::to_owned),
+                requests: 3,
+                attempts,
+            };
+        let messages = vec![
+            message(1, "a", Some(&format!("sha256:{}", "0f".repeat(32))), vec![attempt, second]),
+            message(2, "b", Some("sha256:1"), vec![running.clone()]),
+            message(3, "a", Some(&format!("sha256:{}", "0F".repeat(32))), vec![running]),
+            message(4, "b", None, Vec::new()),
+        ];
+        let callers = Callers::restore(messages.clone());
+        let read: Vec<OutsideMessage> = callers.messages().collect();
+        assert_eq!(read, messages);
+        let json = |m: &[OutsideMessage]| serde_json::to_string(m).unwrap();
+        assert_eq!(json(&read), json(&messages));
+        assert_eq!(callers.names().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_caller_whose_first_key_is_refused_is_not_named() {
+        let mut callers = Callers::default();
+        let one = Bounds { max_messages: 1, ..BOUNDS };
+        callers.arrive((&name("a"), "k", Spoken::default()), None, 1, (one, true)).unwrap();
+        let refused = callers.arrive((&name("b"), "k", Spoken::default()), None, 2, (one, true));
+        assert_eq!(refused, Err(Refusal::Keys));
+        assert_eq!(callers.names().collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[test]
+    fn a_key_is_found_again_after_a_restore() {
+        let mut callers = Callers::default();
+        let (a, b) = (name("a"), name("b"));
+        callers.arrive((&a, "k", Spoken::default()), None, 1, (BOUNDS, true)).unwrap();
+        callers.arrive((&b, "k", Spoken::default()), None, 2, (BOUNDS, true)).unwrap();
+        let mut restored = Callers::restore(callers.messages().collect());
+        let again = restored.arrive((&b, "k", Spoken::default()), None, 3, (BOUNDS, true)).unwrap();
+        assert_eq!((again.message_id, again.index), (2, 1));
+        assert_eq!(restored.len(), 2);
     }
 }

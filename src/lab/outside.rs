@@ -15,7 +15,7 @@ pub(super) fn ended_outside(
     ending: Ending,
     now: u64,
 ) -> Option<Event> {
-    let message = callers.end(ticket, ending, now)?.clone();
+    let message = callers.end(ticket, ending, now)?;
     Some(Event::OutsideAttempt { message })
 }
 
@@ -48,10 +48,10 @@ impl Lab {
     ) -> (Option<Ticket>, Option<Event>) {
         let bounds = self.caller_bounds();
         let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
-        let before = callers.messages().len();
+        let before = callers.len();
         match callers.arrive((caller, key, spoken), digest, now, (bounds, room)) {
             Ok(ticket) => {
-                if callers.messages().len() > before {
+                if callers.len() > before {
                     self.outside_messages_total.fetch_add(1, Ordering::Relaxed);
                 }
                 (Some(ticket), None)
@@ -82,13 +82,13 @@ impl Lab {
     pub fn caller_reports(&self) -> (Vec<CallerReport>, Untracked) {
         let (messages, untracked) = {
             let state = self.lock();
-            (state.callers.messages().to_vec(), state.callers.untracked())
+            (state.callers.messages().collect::<Vec<_>>(), state.callers.untracked())
         };
         (report(&messages), untracked)
     }
 
     /// Gives this lab's outside messages back to the server-wide count (a reset, a deletion).
     pub(super) fn forget_outside(&self, state: &LabState) {
-        self.outside_messages_total.fetch_sub(state.callers.messages().len(), Ordering::Relaxed);
+        self.outside_messages_total.fetch_sub(state.callers.len(), Ordering::Relaxed);
     }
 }

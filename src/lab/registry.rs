@@ -68,8 +68,7 @@ impl Labs {
             let state = restore(parts, dead_letters);
             labs.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
-            labs.outside_messages
-                .fetch_add(state.callers.messages().len(), std::sync::atomic::Ordering::Relaxed);
+            labs.outside_messages.fetch_add(state.callers.len(), std::sync::atomic::Ordering::Relaxed);
             // Ids past the last committed one may have reached a page before a crash: the
             // events of this run are numbered after every one of them.
             let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use super::{Lab, LabState};
-use crate::callers::{OutsideMessage, Untracked};
+use crate::callers::{Callers, OutsideMessage, Untracked};
 use crate::client::{BreakerChange, ProtectionView};
 use crate::config::Retention;
 use crate::dlq::{DeadLetter, Redrive};
@@ -51,11 +51,28 @@ pub struct SnapshotView<'a> {
 /// first seen, and the requests not kept because a bound was reached.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct OutsideView<'a> {
-    messages: &'a [OutsideMessage],
+    #[schema(value_type = Vec<OutsideMessage>)]
+    messages: OutsideList<'a>,
     untracked: Untracked,
     max_callers_per_lab: usize,
     max_outside_keys_per_lab: usize,
     max_outside_attempts_per_key: usize,
+}
+
+/// The outside messages as a snapshot lists them: made from what the lab holds as they are
+/// written (a snapshot under the lab's lock), or copied out before (a captured one).
+pub enum OutsideList<'a> {
+    Held(&'a Callers),
+    Copied(&'a [OutsideMessage]),
+}
+
+impl Serialize for OutsideList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OutsideList::Held(callers) => serializer.collect_seq(callers.messages()),
+            OutsideList::Copied(messages) => messages.serialize(serializer),
+        }
+    }
 }
 
 /// The first client's circuit breaker (the only one with one client; `clients` counts every
@@ -133,11 +150,11 @@ impl Lab {
             messages: record.messages(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
             redrive: state.dead_letters.redrive(),
-            outside: self.outside_view(state.callers.messages(), state.callers.untracked()),
+            outside: self.outside_view(OutsideList::Held(&state.callers), state.callers.untracked()),
         }
     }
 
-    fn outside_view<'a>(&self, messages: &'a [OutsideMessage], untracked: Untracked) -> OutsideView<'a> {
+    fn outside_view<'a>(&self, messages: OutsideList<'a>, untracked: Untracked) -> OutsideView<'a> {
         OutsideView {
             messages,
             untracked,
@@ -179,7 +196,7 @@ impl Lab {
             messages: record.messages().to_vec(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
             redrive: state.dead_letters.redrive(),
-            outside: (state.callers.messages().to_vec(), state.callers.untracked()),
+            outside: (state.callers.messages().collect(), state.callers.untracked()),
             outside_limits: [
                 self.limits.max_callers_per_lab,
                 self.limits.max_outside_keys_per_lab,
@@ -266,7 +283,7 @@ impl Captured {
             dead_letters: Cow::Borrowed(&self.dead_letters),
             redrive: self.redrive,
             outside: OutsideView {
-                messages: &self.outside.0,
+                messages: OutsideList::Copied(&self.outside.0),
                 untracked: self.outside.1,
                 max_callers_per_lab: self.outside_limits[0],
                 max_outside_keys_per_lab: self.outside_limits[1],
