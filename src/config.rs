@@ -402,8 +402,9 @@ pub struct Limits {
     /// Events kept per lab so a reconnecting page can resume without a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW", default_value_t = DEFAULT_LIMITS.event_window)]
     pub event_window: usize,
-    /// Bytes of events kept per lab (each counted with its overhead), for resumes and for the
-    /// open streams that read them: the oldest go first past it. The whole cost of a lab's
+    /// Bytes of events kept per lab, for resumes and for the open streams that read them: the
+    /// newest counted as sent with their overhead, the older at their deflated size; the
+    /// oldest go first past it. The whole cost of a lab's
     /// events, however many pages watch; a stream that has not read what left gets a snapshot.
     #[arg(long, env = "RETRYLAB_EVENT_WINDOW_BYTES", default_value_t = DEFAULT_LIMITS.event_window_bytes)]
     pub event_window_bytes: usize,
