@@ -2,7 +2,8 @@
 //! for, the store's SQLite aside, which allocates on its own): an empty lab, and a lab that took
 //! bursts of messages and was then reset, which should cost what an empty one does; and what
 //! five minutes of a busy lab's load history (its fine bins) hold; and what one lab's outside
-//! messages (a caller's key, with its attempts) hold each, and the ledger's share of their keys.
+//! messages (a caller's key, with its attempts) hold each, and the ledger's share of their keys;
+//! and what a busy lab's settled messages (delivered, one attempt each) hold each.
 //!
 //!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000 --outside 20000]
 //!
@@ -94,8 +95,38 @@ async fn main() {
         held / fine_bins as isize
     );
 
+    settled_messages(if quick { 300 } else { Limits::default().settled_window });
     ledger_share(outside);
     outside_messages(outside).await;
+}
+
+/// A busy lab's settled messages: `count` delivered, each in one attempt answered 200, as a
+/// healthy lab keeps up to `--settled-window` of them (changes taken, as the store's writer
+/// takes them).
+fn settled_messages(count: usize) {
+    use retrylab::domain::{AttemptEnd, LabRecord, Outcome};
+    let before = live();
+    let mut record = LabRecord::default();
+    for (i, message) in record.create_messages(count, 0).into_iter().enumerate() {
+        let now_ms = i as u64;
+        record.start_attempt(message.id, 1, now_ms, 0).expect("the message is queued");
+        let end = AttemptEnd {
+            duration_ms: 3,
+            status: Some(200),
+            outcome: Outcome::Ok,
+            replayed: false,
+            retry_after_s: None,
+            pushback: None,
+        };
+        record.finish_attempt(message.id, 1, end, None).expect("its attempt runs");
+        assert!(record.deliver(message.id));
+    }
+    drop(record.take_changes());
+    let held = live() - before;
+    println!(
+        "settled messages: {count} delivered, one attempt each, hold {held} live bytes, {} per message",
+        held / count.max(1) as isize
+    );
 }
 
 /// One lab given `count` outside messages, as an outside caller's keys make them: a UUID for a

@@ -438,7 +438,7 @@ mod tests {
         };
         let message = Message {
             id,
-            key: format!("k{id:02}-key"),
+            key: format!("k{id:02}-key").into(),
             state: MessageState::DeadLetter,
             round: 0,
             created_ms: 0,

@@ -134,7 +134,7 @@ impl DeadLetter {
     ) -> Self {
         DeadLetter {
             id: message.id,
-            key: message.key.clone(),
+            key: message.key.to_string(),
             round: message.round,
             reason,
             cause,
@@ -320,7 +320,14 @@ mod tests {
 
     fn message(id: u64, round: u32) -> Message {
         let key = format!("k{id}");
-        Message { id, key, state: MessageState::DeadLetter, round, created_ms: 0, attempts: Vec::new() }
+        Message {
+            id,
+            key: key.into(),
+            state: MessageState::DeadLetter,
+            round,
+            created_ms: 0,
+            attempts: Vec::new(),
+        }
     }
 
     #[test]

@@ -77,8 +77,14 @@ mod tests {
 
     fn letter(id: u64, at: u64) -> DeadLetter {
         let key = format!("k{id}");
-        let message =
-            Message { id, key, state: MessageState::DeadLetter, round: 0, created_ms: 0, attempts: vec![] };
+        let message = Message {
+            id,
+            key: key.into(),
+            state: MessageState::DeadLetter,
+            round: 0,
+            created_ms: 0,
+            attempts: vec![],
+        };
         DeadLetter::new(&message, (Cause::AttemptsUsedUp, "gave up".into()), (at, at), 3)
     }
 

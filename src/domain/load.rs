@@ -331,6 +331,11 @@ impl Bins {
         let i = match self.at(t_ms) {
             Ok(i) => i,
             Err(i) => {
+                // Grown by an eighth, not doubled: a busy lab holds about `MAX_BINS` bins for
+                // as long as it runs, and a doubled deque would keep room for 4,096.
+                if self.0.len() == self.0.capacity() {
+                    self.0.reserve_exact((self.0.len() / 8).max(64));
+                }
                 self.0.insert(i, (t_ms, new()));
                 i
             }

@@ -15,7 +15,9 @@ pub use history::History;
 pub use ids::{Instance, LabId};
 pub use load::{Answer, BIN_MS, BinChanges, COARSE_BIN_MS, DropCause, FINE_FOR_MS, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
-pub use message::{Attempt, AttemptEnd, Message, MessageState, Outcome, Pushback, ResumePoint, WaitRecord};
+pub use message::{
+    Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, Pushback, ResumePoint, WaitRecord,
+};
 pub use record::{Counters, LabRecord, MessageChanges, StoredRecord};
 pub use traffic::{
     Arrivals, Lateness, MIN_RATE_PER_S, Schedule, Traffic, TrafficCaps, TrafficRefusal, TrafficSettings,

@@ -401,13 +401,14 @@ impl Lab {
         state.record.remove_messages(&letters);
         let outside_before = state.endpoint.ledger.outside_keys();
         let state = &mut *state;
-        let needed: Vec<&str> = state
+        let needed: Vec<String> = state
             .record
             .messages()
             .iter()
             .filter(|m| m.state.is_active() || m.state == crate::domain::MessageState::DeadLetter)
-            .map(|m| m.key.as_str())
+            .map(|m| m.key.to_string())
             .collect();
+        let needed: Vec<&str> = needed.iter().map(String::as_str).collect();
         let keys = state.endpoint.expire_keys(keys_before, &needed);
         self.count_outside_keys(outside_before, state.endpoint.ledger.outside_keys());
         if !letters.is_empty() || keys > 0 {
