@@ -3,7 +3,8 @@
 //! bursts of messages and was then reset, which should cost what an empty one does; and what
 //! five minutes of a busy lab's load history (its fine bins) hold; and what one lab's outside
 //! messages (a caller's key, with its attempts) hold each, and the ledger's share of their keys;
-//! and what a busy lab's settled messages (delivered, one attempt each) hold each.
+//! and what a busy lab's settled messages (delivered, one attempt each) hold each; and what a
+//! lab costs once it rests in the store (`--idle-lab-rest-ms`).
 //!
 //!     cargo run --release --example lab_memory [-- --labs 20 --messages 5000 --outside 20000]
 //!
@@ -98,6 +99,72 @@ async fn main() {
     settled_messages(if quick { 300 } else { Limits::default().settled_window });
     ledger_share(outside);
     outside_messages(outside).await;
+    resting_labs(labs_n, if quick { 100 } else { 2_000 }).await;
+}
+
+/// Labs at rest (`--idle-lab-rest-ms`): `labs_n` labs, each given `count` outside messages
+/// (settled, as a lab someone used and left), counted in memory, then again once every one of
+/// them has left memory for the store: what a lab at rest still costs.
+async fn resting_labs(labs_n: usize, count: usize) {
+    let limits = Limits {
+        max_labs: labs_n + 10,
+        max_outside_keys_per_lab: count.max(1),
+        max_outside_keys: labs_n * count + 10,
+        lab_create_burst: 1_000_000,
+        lab_creates_per_hour: 1_000_000,
+        ..Limits::default()
+    };
+    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-resting-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
+    let retention = Retention { idle_lab_rest_ms: 1, ..Retention::default() };
+    let registry = Labs::new(limits, retention, store, Vec::new());
+    let caller = CallerName::from_request(Some(b"bench-client"), None, None).unwrap();
+    // One lab made, used and rested first pays the one-time costs (the store's reader).
+    let first = registry.create().unwrap();
+    let first_id = first.id;
+    drop(first);
+    rest_all(&registry, 1).await;
+    drop(registry.get(&first_id));
+    rest_all(&registry, 1).await;
+
+    let before = live();
+    let mut ids = Vec::new();
+    for _ in 0..labs_n {
+        let lab = registry.create().unwrap();
+        for i in 0..count {
+            let key = uuid::Uuid::new_v4().to_string();
+            let digest = Some(format!("sha256:{:064x}", i));
+            let attempt = lab.outside_arrived((&caller, &key, Spoken::default()), digest).expect("kept");
+            lab.outside_ended(attempt, ok());
+        }
+        lab.persisted().await.unwrap();
+        lab.rest_event_window(u64::MAX);
+        ids.push(lab.id);
+    }
+    let in_memory = (live() - before) / labs_n as isize;
+    rest_all(&registry, labs_n + 1).await;
+    let at_rest = (live() - before) / labs_n as isize;
+    let woken = registry.get(&ids[0]).expect("a lab at rest wakes");
+    let messages = woken.outside_messages_held();
+    println!(
+        "labs at rest: {labs_n} labs with {count} settled outside messages each hold {in_memory} live bytes a \
+         lab in memory, {at_rest} at rest; one woken holds its {messages} messages again"
+    );
+    drop((woken, registry));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sweeps until `expected` labs rest (each takes two sweeps, the store's commit between).
+async fn rest_all(registry: &Labs, expected: usize) {
+    for _ in 0..500 {
+        registry.rest_idle(u64::MAX / 2);
+        if registry.resting_labs() >= expected {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{} of {expected} labs rested", registry.resting_labs());
 }
 
 /// A busy lab's settled messages: `count` delivered, each in one attempt answered 200, as a

@@ -530,6 +530,11 @@ pub struct Retention {
     /// starts from a snapshot.
     #[arg(long, env = "RETRYLAB_IDLE_EVENT_WINDOW_MS", default_value_t = DEFAULT_RETENTION.idle_event_window_ms)]
     pub idle_event_window_ms: u64,
+    /// A lab no page watches, that owes no delivery, runs no traffic, holds no dead letters and
+    /// has been idle this long, in milliseconds, leaves memory for the store (it rests): the
+    /// next request to it reads it back. 0 keeps every lab in memory.
+    #[arg(long, env = "RETRYLAB_IDLE_LAB_REST_MS", default_value_t = DEFAULT_RETENTION.idle_lab_rest_ms)]
+    pub idle_lab_rest_ms: u64,
 }
 
 const DAY_S: u64 = 24 * 60 * 60;
@@ -540,6 +545,7 @@ const DEFAULT_RETENTION: Retention = Retention {
     idle_lab_ttl_s: 7 * DAY_S,
     sweep_interval_ms: 60_000,
     idle_event_window_ms: 60_000,
+    idle_lab_rest_ms: 300_000,
 };
 
 impl Default for Retention {

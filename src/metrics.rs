@@ -171,7 +171,14 @@ impl Metrics {
             oldest_overall_age,
         );
         now.register("applied_twice", "Idempotency keys applied more than once (must stay 0)", applied_twice);
-        now.register("active_labs", "Labs this server holds", active);
+        now.register("active_labs", "Labs this server holds in memory", active);
+        let resting = Gauge::<i64>::default();
+        resting.set(labs.resting_labs() as i64);
+        now.register(
+            "resting_labs",
+            "Labs at rest: idle past --idle-lab-rest-ms, held in the store alone until a request wakes them",
+            resting,
+        );
         now.register_with_unit(
             "event_window",
             "Events kept for resumes, in all labs (each lab's bound is --event-window-bytes)",

@@ -193,7 +193,7 @@ fn stop_deliveries(labs: &Labs) {
 }
 
 /// Applies the retention windows now and then: idempotency keys, dead letters, the event
-/// windows of labs no one watches, idle labs.
+/// windows of labs no one watches, idle labs (deleted, or at rest in the store).
 async fn apply_retention(app: Arc<App>) {
     let mut ticks = tokio::time::interval(Duration::from_millis(app.retention.sweep_interval_ms.max(10)));
     loop {
@@ -206,6 +206,10 @@ async fn apply_retention(app: Arc<App>) {
         let purged = app.labs.purge_idle(now);
         if purged > 0 {
             tracing::info!(purged, "deleted idle labs");
+        }
+        let rested = app.labs.rest_idle(now);
+        if rested > 0 {
+            tracing::debug!(rested, "idle labs left memory for the store");
         }
     }
 }

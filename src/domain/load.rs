@@ -522,6 +522,11 @@ impl Load {
         self.bins.iter().map(|(&t_ms, bin)| bin.shown(t_ms)).collect()
     }
 
+    /// Whether a bin changed since the last `take_changed` (the next `load` event's).
+    pub fn has_changed(&self) -> bool {
+        !self.changed.is_empty()
+    }
+
     /// The bins changed since the last call, whole.
     pub fn take_changed(&mut self) -> Vec<LoadBin> {
         let changed = std::mem::take(&mut self.changed);

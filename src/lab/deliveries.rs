@@ -44,6 +44,11 @@ impl Lab {
         true
     }
 
+    /// Whether the redrive's loop runs.
+    pub(super) fn has_redrive(&self) -> bool {
+        self.redrive_lock().as_ref().is_some_and(|task| !task.is_finished())
+    }
+
     /// The redrive's loop found nothing owed: it ends (and returns `true`) unless a redrive
     /// started meanwhile. Decided under the loop's lock, so a redrive that starts as the loop
     /// ends is either seen here or finds the loop gone and starts a new one.

@@ -85,6 +85,7 @@ impl Flush for Lab {
         // what was owed at the start, so letters changing meanwhile cannot keep it going.
         let (mut state, early) = self.take_early(|| ());
         state.flush_pending = false;
+        state.batches_taken += 1;
         let lab_id = self.id.to_string();
         if state.deleted {
             return Some(Batch { lab_id, row: None, delete: true, changes: Default::default(), upto: 0 });
@@ -123,6 +124,10 @@ impl Flush for Lab {
     }
 
     fn committed(&self, upto: u64) {
+        {
+            let mut state = self.lock();
+            state.batches_saved = state.batches_taken;
+        }
         self.durable.send_if_modified(|durable| {
             let newer = upto > *durable;
             if newer {

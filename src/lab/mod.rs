@@ -20,6 +20,7 @@ mod holds;
 mod outside;
 mod queue;
 mod registry;
+mod rest;
 mod serve;
 mod settings;
 mod snapshot;
@@ -114,6 +115,12 @@ struct LabState {
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
+    /// Batches the writer took, and of them the ones it committed (it commits one before it
+    /// takes the next): equal when the store holds everything taken.
+    batches_taken: u64,
+    batches_saved: u64,
+    /// The lab's last event and activity when a sweep found it ready to rest (`rest`).
+    rest_mark: Option<(u64, u64)>,
     active_unix_ms: u64,
     deleted: bool,
 }
@@ -167,6 +174,9 @@ impl Lab {
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
+                batches_taken: 0,
+                batches_saved: 0,
+                rest_mark: None,
                 active_unix_ms: unix_now_ms(),
                 deleted: false,
             }),

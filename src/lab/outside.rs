@@ -73,6 +73,11 @@ impl Lab {
         }
     }
 
+    /// Outside messages the lab holds.
+    pub fn outside_messages_held(&self) -> usize {
+        self.lock().callers.len()
+    }
+
     /// The request kept at `ticket` was answered, or its client hung up.
     pub fn outside_ended(&self, ticket: Ticket, ending: Ending) {
         self.change(|state, now| Some(((), ended_outside(state, ticket, ending, now)?)));

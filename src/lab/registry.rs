@@ -33,6 +33,9 @@ pub(super) fn active_in(held: &Held, except: Option<&LabId>) -> usize {
 
 pub struct Labs {
     labs: Arc<Held>,
+    /// Labs at rest (`rest`): in the store alone, each by the time it was last active. A lab
+    /// is in `labs` or here, never in both; the two change together under `labs`' lock.
+    resting: std::sync::Mutex<HashMap<LabId, u64>>,
     /// This instance's name, part of every lab id it makes; `None` on a single machine.
     pub instance: Option<Instance>,
     /// Idempotency keys kept for outside callers, all labs together.
@@ -51,6 +54,7 @@ impl Labs {
     pub fn new(limits: Limits, retention: Retention, store: Store, loaded: Vec<LoadedLab>) -> Self {
         let labs = Labs {
             labs: Arc::new(RwLock::new(HashMap::new())),
+            resting: Default::default(),
             instance: None,
             outside_keys: Default::default(),
             outside_messages: Default::default(),
@@ -60,21 +64,40 @@ impl Labs {
             store,
         };
         let mut map = HashMap::new();
-        for LoadedLab { row, parts, dead_letters } in loaded {
-            let Ok(id) = LabId::parse(&row.id) else {
-                tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
-                continue;
-            };
-            let state = restore(parts, dead_letters);
-            labs.outside_keys
-                .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
-            labs.outside_messages.fetch_add(state.callers.len(), std::sync::atomic::Ordering::Relaxed);
+        for loaded in loaded {
             // Ids past the last committed one may have reached a page before a crash: the
             // events of this run are numbered after every one of them.
-            let first_id = row.last_event_id.saturating_add(crate::events::RESTART_GAP);
-            let lab = Arc::new_cyclic(|this| {
-                Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, &labs)
-            });
+            if let Some(lab) = labs.revive(loaded, crate::events::RESTART_GAP, true) {
+                map.insert(lab.id, lab);
+            }
+        }
+        *labs.labs.write().unwrap_or_else(|p| p.into_inner()) = map;
+        labs
+    }
+
+    /// A lab as the store kept it, its deliveries not resumed; its events are numbered from
+    /// `gap` past its last committed one. `count` adds its outside keys and messages to the
+    /// server's counts (a lab woken from rest was counted all along).
+    fn revive(
+        &self,
+        LoadedLab { row, parts, dead_letters }: LoadedLab,
+        gap: u64,
+        count: bool,
+    ) -> Option<Arc<Lab>> {
+        let Ok(id) = LabId::parse(&row.id) else {
+            tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
+            return None;
+        };
+        let state = restore(parts, dead_letters);
+        if count {
+            self.outside_keys
+                .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
+            self.outside_messages.fetch_add(state.callers.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        let first_id = row.last_event_id.saturating_add(gap);
+        let lab =
+            Arc::new_cyclic(|this| Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, self));
+        {
             let mut state = lab.lock();
             state.active_unix_ms = row.active_unix_ms;
             let traffic: Option<TrafficSettings> = serde_json::from_str(&row.traffic).unwrap_or_else(|e| {
@@ -87,11 +110,8 @@ impl Labs {
             // What the traffic did before the restart: its counts carry on from there.
             state.traffic.sent = row.traffic_sent;
             state.traffic.refused = row.traffic_refused;
-            drop(state);
-            map.insert(id, lab);
         }
-        *labs.labs.write().unwrap_or_else(|p| p.into_inner()) = map;
-        labs
+        Some(lab)
     }
 
     /// Creates a lab. At `max_labs`, the least recently used lab that nobody is watching, that
@@ -100,7 +120,20 @@ impl Labs {
     /// `persisted()` returns.
     pub fn create(&self) -> Result<Arc<Lab>, usize> {
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
-        if labs.len() >= self.limits.max_labs {
+        let mut resting = self.resting.lock().unwrap_or_else(|p| p.into_inner());
+        if labs.len() + resting.len() >= self.limits.max_labs {
+            // A lab at rest is unused by its nature: the least recently active goes first.
+            let oldest = resting.iter().min_by_key(|(_, active)| **active).map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                resting.remove(&oldest);
+                if let Some(evicted) = self.wake(&oldest) {
+                    tracing::info!(lab = %evicted.id, "deleted the least recently used lab to make room");
+                    evicted.delete();
+                }
+            }
+        }
+        drop(resting);
+        if labs.len() + self.resting_labs() >= self.limits.max_labs {
             let unused = labs
                 .values()
                 .filter(|lab| lab.evictable())
@@ -124,13 +157,85 @@ impl Labs {
 
     /// Deletes a lab with everything it holds.
     pub fn remove(&self, id: &LabId) {
+        let _ = self.get(id); // a lab at rest wakes to be deleted
         if let Some(lab) = self.labs.write().unwrap_or_else(|p| p.into_inner()).remove(id) {
             lab.delete();
         }
     }
 
+    /// The lab with `id`, woken if it rests.
     pub fn get(&self, id: &LabId) -> Option<Arc<Lab>> {
-        self.labs.read().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        if let Some(lab) = self.labs.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Some(lab.clone());
+        }
+        let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(lab) = labs.get(id) {
+            return Some(lab.clone()); // woken meanwhile
+        }
+        let active = self.resting.lock().unwrap_or_else(|p| p.into_inner()).remove(id)?;
+        match self.wake(id) {
+            Some(lab) => {
+                labs.insert(*id, lab.clone());
+                drop(labs);
+                lab.breaker_restarted();
+                Some(lab)
+            }
+            None => {
+                // Kept at rest, to be read again on the next request.
+                self.resting.lock().unwrap_or_else(|p| p.into_inner()).insert(*id, active);
+                None
+            }
+        }
+    }
+
+    /// Reads a resting lab back from the store (blocking: a lab is a few reads of its rows).
+    /// Its events go on from its last one, all of which the store had committed.
+    fn wake(&self, id: &LabId) -> Option<Arc<Lab>> {
+        match self.store.load_lab(&id.to_string()) {
+            Ok(Some(loaded)) => self.revive(loaded, 0, false),
+            Ok(None) => {
+                tracing::warn!(lab = %id, "a resting lab is not in the store; it is gone");
+                None
+            }
+            Err(e) => {
+                tracing::error!(lab = %id, error = %e, "could not read a resting lab back from the store");
+                None
+            }
+        }
+    }
+
+    /// Labs at rest: in the store alone.
+    pub fn resting_labs(&self) -> usize {
+        self.resting.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Lets labs idle for `retention.idle_lab_rest_ms` leave memory (see `rest`); returns how
+    /// many did. A lab takes two sweeps: the first has the store take all it is owed.
+    pub fn rest_idle(&self, now_unix_ms: u64) -> usize {
+        let rest_ms = self.retention.idle_lab_rest_ms;
+        if rest_ms == 0 {
+            return 0;
+        }
+        let ready: Vec<LabId> = self
+            .all()
+            .into_iter()
+            .filter(|lab| lab.ready_to_rest(now_unix_ms, rest_ms))
+            .map(|lab| lab.id)
+            .collect();
+        let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
+        let mut rested = 0;
+        for id in ready {
+            // Only the map holds it: no request, task or pending commit can touch it after.
+            let Some(lab) = labs.get(&id).filter(|lab| Arc::strong_count(lab) == 1) else { continue };
+            if !lab.ready_to_rest(now_unix_ms, rest_ms) {
+                continue;
+            }
+            let active = lab.active_unix_ms();
+            labs.remove(&id);
+            self.resting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, active);
+            rested += 1;
+        }
+        rested
     }
 
     /// The map of labs, for a lab to look at its neighbours.
@@ -152,6 +257,21 @@ impl Labs {
     /// of them expires (their retention wins over the idle window).
     pub fn purge_idle(&self, now_unix_ms: u64) -> usize {
         let idle_before = now_unix_ms.saturating_sub(self.retention.idle_lab_ttl_s.saturating_mul(1000));
+        let resting: Vec<LabId> = {
+            let mut resting = self.resting.lock().unwrap_or_else(|p| p.into_inner());
+            let idle: Vec<LabId> =
+                resting.iter().filter(|(_, active)| **active < idle_before).map(|(id, _)| *id).collect();
+            resting.retain(|id, _| !idle.contains(id));
+            idle
+        };
+        let mut purged = 0;
+        for id in &resting {
+            // Woken to be deleted with everything it holds, as a lab in memory is.
+            if let Some(lab) = self.wake(id) {
+                lab.delete();
+                purged += 1;
+            }
+        }
         let mut labs = self.labs.write().unwrap_or_else(|p| p.into_inner());
         let idle: Vec<LabId> = labs
             .values()
@@ -163,7 +283,7 @@ impl Labs {
                 lab.delete();
             }
         }
-        idle.len()
+        purged + idle.len()
     }
 }
 

@@ -37,7 +37,7 @@ use crate::downstream::KeyRow;
 
 pub use changes::{RecordChanges, RecordParts};
 pub use rows::{Batch, LabRow, LoadedLab};
-use rows::{key_row, load_dead_letters, load_messages};
+use rows::{key_row, load_dead_letters, load_lab, load_messages};
 use schema::{connect, open_and_load, opening_failed};
 use writer::{Job, Writer, supervise_writer};
 
@@ -214,6 +214,16 @@ impl Store {
             Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Reads one lab back whole, as a restart would (blocking): a lab that rested wakes from
+    /// it. `None` when the store has no such lab.
+    pub fn load_lab(&self, lab_id: &str) -> Result<Option<LoadedLab>, StoreError> {
+        let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if reader.is_none() {
+            *reader = Some(connect(&self.path)?);
+        }
+        load_lab(reader.as_ref().expect("opened above"), lab_id)
     }
 
     /// Reads one lab's messages and dead letters back (blocking).

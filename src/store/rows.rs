@@ -221,13 +221,23 @@ fn expire_keys(tx: &Connection, lab: &str, before: u64, kept: &[String]) -> Resu
 }
 
 pub(super) fn load_labs(connection: &Connection) -> Result<Vec<LoadedLab>, StoreError> {
+    load_labs_where(connection, None)
+}
+
+/// One lab, read back as a restart reads every lab; `None` when the store has no such lab.
+pub(super) fn load_lab(connection: &Connection, id: &str) -> Result<Option<LoadedLab>, StoreError> {
+    Ok(load_labs_where(connection, Some(id))?.pop())
+}
+
+/// Every lab, or the one with `id`.
+fn load_labs_where(connection: &Connection, id: Option<&str>) -> Result<Vec<LoadedLab>, StoreError> {
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
          next_message_id, last_event_id, epoch, markers, breaker_shares, traffic, forgotten_delivered, \
-         traffic_sent, traffic_refused FROM labs",
+         traffic_sent, traffic_refused FROM labs WHERE ?1 IS NULL OR id = ?1",
     )?;
     let rows = statement
-        .query_map([], |r| {
+        .query_map([id], |r| {
             let row = LabRow {
                 id: r.get(0)?,
                 origin_unix_ms: r.get(1)?,

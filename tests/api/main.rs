@@ -33,6 +33,7 @@ mod pages;
 mod presets;
 mod protection_kinds;
 mod protections;
+mod resting;
 mod retries;
 mod snippets;
 mod stored;
