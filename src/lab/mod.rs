@@ -121,6 +121,9 @@ struct LabState {
     batches_saved: u64,
     /// The lab's last event and activity when a sweep found it ready to rest (`rest`).
     rest_mark: Option<(u64, u64)>,
+    /// When this process made or read the lab back: a lab woken by a request stays in memory
+    /// for `idle_lab_rest_ms` at least, though reading it is no change.
+    awake_since_unix_ms: u64,
     active_unix_ms: u64,
     deleted: bool,
 }
@@ -177,6 +180,7 @@ impl Lab {
                 batches_taken: 0,
                 batches_saved: 0,
                 rest_mark: None,
+                awake_since_unix_ms: unix_now_ms(),
                 active_unix_ms: unix_now_ms(),
                 deleted: false,
             }),

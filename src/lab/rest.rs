@@ -18,7 +18,8 @@ impl Lab {
     pub(super) fn ready_to_rest(&self, now_unix_ms: u64, rest_ms: u64) -> bool {
         let busy = self.has_subscribers() || self.has_deliveries() || self.has_running_task();
         let mut state = self.lock();
-        let idle = now_unix_ms.saturating_sub(state.active_unix_ms) >= rest_ms;
+        let since = state.active_unix_ms.max(state.awake_since_unix_ms);
+        let idle = now_unix_ms.saturating_sub(since) >= rest_ms;
         let owes_nothing = state.record.active_messages() == 0
             && state.dead_letters.letters().is_empty()
             && state.traffic.settings.is_none()

@@ -69,7 +69,11 @@ async fn an_idle_lab_rests_in_the_store_and_wakes_as_it_was() {
     let repeat = send(&app, &idle, "order-7").await;
     assert_eq!(repeat, (200, true, first.2.clone()), "a key applied before the rest is answered as it was");
     let applied = counter(&app.snapshot(&idle).await, "applied");
-    assert_eq!((applied, counter(&before, "applied")), (6, 6), "five messages and the key, each applied once");
+    assert_eq!(
+        (applied, counter(&before, "applied")),
+        (6, 6),
+        "five messages and the key, each applied once"
+    );
 
     // It rests again, and new work wakes it and runs.
     wait_for_resting(&app, 1).await;
