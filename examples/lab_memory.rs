@@ -41,10 +41,7 @@ async fn main() {
         lab_creates_per_hour: 1_000_000,
         ..Limits::default()
     };
-    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
-    let registry = Labs::new(limits.clone(), Retention::default(), store, Vec::new());
+    let (registry, dir) = open_registry("labs", limits.clone(), Retention::default());
     // One lab made, filled, reset and committed first pays the one-time costs (the store's
     // statements, the runtime's timers).
     let first = registry.create().unwrap();
@@ -114,11 +111,8 @@ async fn resting_labs(labs_n: usize, count: usize) {
         lab_creates_per_hour: 1_000_000,
         ..Limits::default()
     };
-    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-resting-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
     let retention = Retention { idle_lab_rest_ms: 1, ..Retention::default() };
-    let registry = Labs::new(limits, retention, store, Vec::new());
+    let (registry, dir) = open_registry("resting", limits, retention);
     let caller = CallerName::from_request(Some(b"bench-client"), None, None).unwrap();
     // One lab made, used and rested first pays the one-time costs (the store's reader).
     let first = registry.create().unwrap();
@@ -212,10 +206,7 @@ async fn outside_messages(count: usize) {
         lab_creates_per_hour: 1_000_000,
         ..Limits::default()
     };
-    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-outside-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
-    let registry = Labs::new(limits, Retention::default(), store, Vec::new());
+    let (registry, dir) = open_registry("outside", limits, Retention::default());
     let caller = CallerName::from_request(Some(b"bench-client"), None, None).unwrap();
     let send = |lab: &retrylab::lab::Lab, i: usize| {
         let key = uuid::Uuid::new_v4().to_string();
@@ -290,6 +281,14 @@ fn ledger_share(count: usize) {
          {fingerprint} as fingerprints)",
         held / count.max(1) as isize
     );
+}
+
+/// A registry on a store of its own, in a fresh temporary folder (removed by the caller).
+fn open_registry(name: &str, limits: Limits, retention: Retention) -> (Labs, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
+    (Labs::new(limits, retention, store, Vec::new()), dir)
 }
 
 fn ok() -> Ending {
