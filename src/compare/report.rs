@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::dlq::DeadLetterQueue;
-use crate::domain::{Counters, LabRecord, MarkerKind, MessageState, Outcome};
+use crate::domain::{Attempt, Counters, LabRecord, MarkerKind, MessageState, Outcome};
 
 /// One policy's results so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
@@ -66,7 +66,7 @@ pub fn figures(
     let mut latencies: Vec<u64> = Vec::new();
     let mut last_end = started_ms;
     for message in messages {
-        let Some(end) = message.attempts.last().and_then(|a| Some(a.started_ms + a.duration_ms?)) else {
+        let Some(end) = message.attempts.last().and_then(Attempt::ended_ms) else {
             continue;
         };
         if !message.state.is_active() {

@@ -39,6 +39,9 @@ pub struct WaitRecord {
     pub queued_ms: Option<u64>,
 }
 
+/// One attempt, as a lab holds it for as long as it keeps the message: the first field is
+/// 8 bytes and the rest fit in 56 more (durations and `Retry-After` in 32 bits, saturating, as
+/// an outside caller's attempts are), because a busy lab keeps thousands of settled messages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Attempt {
     /// 1-based within its round.
@@ -46,19 +49,42 @@ pub struct Attempt {
     /// 0 for the first delivery, 1.. for each replay from the dead-letter queue.
     pub round: u32,
     pub started_ms: u64,
-    pub duration_ms: Option<u64>,
+    /// How long it took, in ms (49 days at most: longer reads as that).
+    #[serde(default, deserialize_with = "saturating")]
+    pub duration_ms: Option<u32>,
     pub status: Option<u16>,
     pub outcome: Option<Outcome>,
     /// The downstream answered with `Idempotent-Replayed: true`.
     pub replayed: bool,
-    pub retry_after_s: Option<u64>,
+    /// The answer's `Retry-After`, in seconds (136 years at most: longer reads as that).
+    #[serde(default, deserialize_with = "saturating")]
+    pub retry_after_s: Option<u32>,
     /// Boxed: most attempts plan no wait (a delivery's last, every attempt of a healthy run),
     /// and a settled message is held for a long while, so the common attempt stays small.
     pub wait: Option<Box<WaitRecord>>,
     /// The client's protection that refused it before it was sent (`breaker`, `sre`, ...):
     /// no request went out. Left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refused_by: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub refused_by: Option<Box<str>>,
+}
+
+impl Attempt {
+    /// When it ended, in lab ms, once it has.
+    pub fn ended_ms(&self) -> Option<u64> {
+        Some(self.started_ms + u64::from(self.duration_ms?))
+    }
+}
+
+/// A whole number held in 32 bits: larger ones (from a row an older build wrote, say) read as
+/// the largest.
+pub fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Reads an optional whole number into 32 bits, saturating (`saturate`).
+fn saturating<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    Ok(Option::<u64>::deserialize(deserializer)?.map(saturate))
 }
 
 /// The measured end of an attempt.
@@ -120,7 +146,7 @@ impl Message {
 /// `String` of its text took 72: a lab keeps up to `--settled-window` settled messages, and
 /// issue 33 wants a busy lab within a megabyte); any other text (a test's `k1`, a row from an
 /// older store) is held as it is. It reads and writes as its text everywhere.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MessageKey {
     Uuid(uuid::Uuid),
     Text(Box<str>),
@@ -133,11 +159,22 @@ impl MessageKey {
     }
 }
 
+impl MessageKey {
+    /// The key's text, written into `buffer` when it is a UUID (no allocation).
+    pub fn text<'a>(&'a self, buffer: &'a mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &'a str {
+        match self {
+            MessageKey::Uuid(uuid) => uuid.hyphenated().encode_lower(buffer),
+            MessageKey::Text(text) => text,
+        }
+    }
+}
+
 impl From<&str> for MessageKey {
     /// Held as a UUID only when that writes back as the same text (lowercase, hyphenated).
     fn from(text: &str) -> MessageKey {
+        let mut buffer = [0; uuid::fmt::Hyphenated::LENGTH];
         match uuid::Uuid::try_parse(text) {
-            Ok(uuid) if uuid.hyphenated().to_string() == text => MessageKey::Uuid(uuid),
+            Ok(uuid) if uuid.hyphenated().encode_lower(&mut buffer) == text => MessageKey::Uuid(uuid),
             _ => MessageKey::Text(text.into()),
         }
     }
@@ -205,5 +242,23 @@ mod tests {
         }
         let random = MessageKey::random();
         assert_eq!(MessageKey::from(random.to_string()), random);
+    }
+
+    #[test]
+    fn an_attempt_is_held_in_64_bytes_and_reads_back_large_numbers_saturated() {
+        assert_eq!(std::mem::size_of::<Attempt>(), 64);
+        let row = r#"{"n":2,"round":1,"started_ms":7,"duration_ms":5000000000,"status":503,"outcome":"http_error",
+            "replayed":false,"retry_after_s":99999999999,"wait":null,"refused_by":"breaker"}"#;
+        let attempt: Attempt = serde_json::from_str(row).unwrap();
+        assert_eq!((attempt.duration_ms, attempt.retry_after_s), (Some(u32::MAX), Some(u32::MAX)));
+        assert_eq!(attempt.refused_by.as_deref(), Some("breaker"));
+        assert_eq!(attempt.ended_ms(), Some(7 + u64::from(u32::MAX)));
+        // A row an older build wrote without the newer fields reads as none.
+        let old =
+            r#"{"n":1,"round":0,"started_ms":0,"status":null,"outcome":null,"replayed":false,"wait":null}"#;
+        let attempt: Attempt = serde_json::from_str(old).unwrap();
+        assert_eq!((attempt.duration_ms, attempt.retry_after_s, attempt.ended_ms()), (None, None, None));
+        let written = serde_json::to_value(Attempt { duration_ms: Some(12), ..attempt }).unwrap();
+        assert_eq!((written["duration_ms"].as_u64(), written.get("refused_by")), (Some(12), None));
     }
 }

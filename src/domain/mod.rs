@@ -17,6 +17,7 @@ pub use load::{Answer, BIN_MS, BinChanges, COARSE_BIN_MS, DropCause, FINE_FOR_MS
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{
     Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, Pushback, ResumePoint, WaitRecord,
+    saturate,
 };
 pub use record::{Counters, LabRecord, MessageChanges, StoredRecord};
 pub use traffic::{

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::load::{BinChanges, Load, LoadBin};
 use super::marker::{Marker, Markers};
 use super::message::{
-    Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, ResumePoint, WaitRecord,
+    Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, ResumePoint, WaitRecord, saturate,
 };
 use super::to_json;
 use crate::retry::Wait;
@@ -190,7 +190,7 @@ impl LabRecord {
         let round: Vec<&Attempt> = message.attempts.iter().filter(|a| a.round == message.round).collect();
         let (delay_ms, previous_wait_ms) = match round.last().and_then(|a| Some((a, *a.wait.as_deref()?))) {
             Some((last, wait)) => {
-                let due = last.started_ms + last.duration_ms.unwrap_or(0) + wait.plan.planned_ms;
+                let due = last.started_ms + u64::from(last.duration_ms.unwrap_or(0)) + wait.plan.planned_ms;
                 (due.saturating_sub(now_ms), Some(wait.plan.chosen_ms))
             }
             None => (0, None),
@@ -218,7 +218,7 @@ impl LabRecord {
         let running = message.attempts.iter_mut().filter(|a| a.round == round && a.outcome.is_none());
         let cut: Vec<Attempt> = running
             .map(|attempt| {
-                attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
+                attempt.duration_ms = Some(saturate(now_ms.saturating_sub(attempt.started_ms)));
                 attempt.outcome = Some(Outcome::Interrupted);
                 attempt.clone()
             })
@@ -242,7 +242,7 @@ impl LabRecord {
         let message = self.message_mut(id)?;
         let waited_ms = message.attempts.last_mut().and_then(|last| {
             let wait = last.wait.as_mut().filter(|_| last.round == message.round)?;
-            let ended = last.started_ms + last.duration_ms.unwrap_or(0);
+            let ended = last.started_ms + u64::from(last.duration_ms.unwrap_or(0));
             wait.actual_ms = Some(now_ms.saturating_sub(ended));
             wait.queued_ms = Some(queued_ms);
             wait.actual_ms
@@ -276,12 +276,12 @@ impl LabRecord {
         let message = self.message_mut(id)?;
         let round = message.round;
         let attempt = message.attempts.iter_mut().rev().find(|a| a.round == round && a.n == n)?;
-        attempt.refused_by = refused_by.map(str::to_owned);
-        attempt.duration_ms = Some(end.duration_ms);
+        attempt.refused_by = refused_by.map(Box::from);
+        attempt.duration_ms = Some(saturate(end.duration_ms));
         attempt.status = end.status;
         attempt.outcome = Some(end.outcome);
         attempt.replayed = end.replayed;
-        attempt.retry_after_s = end.retry_after_s;
+        attempt.retry_after_s = end.retry_after_s.map(saturate);
         let attempt = attempt.clone();
         self.dirty.messages.insert(id);
         Some(attempt)
@@ -296,7 +296,7 @@ impl LabRecord {
         if attempt.outcome.is_some() {
             return None;
         }
-        attempt.duration_ms = Some(now_ms.saturating_sub(attempt.started_ms));
+        attempt.duration_ms = Some(saturate(now_ms.saturating_sub(attempt.started_ms)));
         attempt.outcome = Some(Outcome::Cancelled);
         let attempt = attempt.clone();
         self.dirty.messages.insert(id);

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::IdempotencyKey;
+use crate::domain::MessageKey;
 
 /// The answer saved with a key, sent again byte for byte on every replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +208,11 @@ impl Fingerprint {
         let [a, b] = HASHERS.get_or_init(|| [std::hash::RandomState::new(), std::hash::RandomState::new()]);
         Fingerprint(a.hash_one(key), b.hash_one(key))
     }
+
+    /// A key held whole's fingerprint: that of its text.
+    fn of_held(key: &MessageKey) -> Fingerprint {
+        Fingerprint::of(key.text(&mut [0; 36]))
+    }
 }
 
 /// What memory keeps of a cold key: when it was applied, and (in the top bit) whether an
@@ -240,14 +246,15 @@ pub struct LedgerCounts {
 
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// Keys held whole: reserved, recently applied, or recalled from the store.
-    keys: HashMap<Box<str>, KeyEntry>,
+    /// Keys held whole: reserved, recently applied, or recalled from the store. A UUID key
+    /// (as the lab's own client makes them) is held as its 16 bytes.
+    keys: HashMap<MessageKey, KeyEntry>,
     /// Applied keys held by fingerprint only; their rows are in the store.
     cold: HashMap<Fingerprint, Cold>,
     counts: LedgerCounts,
     /// Keys applied since the store last took them, in the order applied; a key may be listed
     /// twice, or be gone (its entry says whether its row is still owed).
-    unsaved: Vec<Box<str>>,
+    unsaved: Vec<MessageKey>,
     /// Keys held for outside callers, hot and cold.
     outside: usize,
     /// Keys that expired from the dedup window, by fingerprint (16 bytes each), kept as long as
@@ -284,7 +291,7 @@ impl Ledger {
 
     /// When `key` was applied, if it is held (whole or cold).
     pub fn applied_unix_ms(&self, key: &str) -> Option<u64> {
-        match self.keys.get(key) {
+        match self.keys.get(&MessageKey::from(key)) {
             Some(entry) => entry.answer.is_some().then_some(entry.applied_unix_ms),
             None => self.cold.get(&Fingerprint::of(key)).map(|cold| cold.applied_unix_ms()),
         }
@@ -302,7 +309,7 @@ impl Ledger {
     /// Bodies are compared by the digest of their JSON value, so key order and whitespace do
     /// not matter.
     pub fn lookup(&self, key: &IdempotencyKey, digest: &BodyDigest) -> Lookup {
-        match self.keys.get(key.as_str()) {
+        match self.keys.get(key.held()) {
             None if self.cold.is_empty() => Lookup::New,
             None => match self.cold.get(&Fingerprint::of(key.as_str())) {
                 Some(cold) => Lookup::Stored { applied_unix_ms: cold.applied_unix_ms() },
@@ -316,7 +323,7 @@ impl Ledger {
 
     /// Whether `key` was applied: held whole with its answer, or by fingerprint (cold).
     pub fn is_applied(&self, key: &str) -> bool {
-        match self.keys.get(key) {
+        match self.keys.get(&MessageKey::from(key)) {
             Some(entry) => entry.answer.is_some(),
             None => self.cold.contains_key(&Fingerprint::of(key)),
         }
@@ -352,7 +359,7 @@ impl Ledger {
             hot_since_unix_ms: now_unix_ms,
             ..KeyEntry::reserved(row.digest, cold.outside())
         };
-        self.keys.insert(row.key.into_boxed_str(), entry);
+        self.keys.insert(MessageKey::from(row.key), entry);
     }
 
     /// Holds cold the applied keys past the newest `hot_keys` that are committed (their lab's
@@ -363,13 +370,13 @@ impl Ledger {
         if self.keys.len() <= hot_keys + hot_keys / 4 {
             return 0;
         }
-        let mut committed: Vec<(u64, &str)> = self
+        let mut committed: Vec<(u64, &MessageKey)> = self
             .keys
             .iter()
             .filter(|(_, entry)| {
                 entry.answer.is_some() && entry.applied_event <= committed_event && !entry.unsaved
             })
-            .map(|(key, entry)| (entry.hot_since_unix_ms, &**key))
+            .map(|(key, entry)| (entry.hot_since_unix_ms, key))
             .collect();
         let excess = (self.keys.len() - hot_keys).min(committed.len());
         if excess == 0 {
@@ -378,16 +385,18 @@ impl Ledger {
         if excess < committed.len() {
             committed.select_nth_unstable(excess);
         }
-        let cooled: Vec<Box<str>> = committed[..excess].iter().map(|(_, key)| (*key).into()).collect();
+        let cooled: Vec<MessageKey> = committed[..excess].iter().map(|(_, key)| (*key).clone()).collect();
         for key in cooled {
             let entry = self.keys.remove(&key).expect("listed above");
-            self.cold.insert(Fingerprint::of(&key), Cold::new(entry.applied_unix_ms, entry.outside));
+            self.cold.insert(Fingerprint::of_held(&key), Cold::new(entry.applied_unix_ms, entry.outside));
         }
         excess
     }
 
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        if let Some(replaced) = self.keys.insert(key.as_str().into(), KeyEntry::reserved(digest, outside)) {
+        if let Some(replaced) =
+            self.keys.insert(key.held().clone(), KeyEntry::reserved(digest, outside))
+        {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
@@ -395,7 +404,7 @@ impl Ledger {
 
     /// Notes the lab's event that applied `key` (see `applied_event`).
     pub fn set_applied_event(&mut self, key: &IdempotencyKey, event: u64) {
-        if let Some(entry) = self.keys.get_mut(key.as_str()) {
+        if let Some(entry) = self.keys.get_mut(key.held()) {
             entry.applied_event = event;
         }
     }
@@ -403,7 +412,7 @@ impl Ledger {
     /// The lab's event that applied `key`: a repeat may be answered once it is committed
     /// (`u64::MAX` for an instant after the write, before its event has a number).
     pub fn applied_event(&self, key: &IdempotencyKey) -> u64 {
-        self.keys.get(key.as_str()).map_or(0, |e| e.applied_event)
+        self.keys.get(key.held()).map_or(0, |e| e.applied_event)
     }
 
     /// Keys held for callers from outside.
@@ -415,7 +424,7 @@ impl Ledger {
     pub fn complete(&mut self, key: &IdempotencyKey, now_ms: u64, unix_ms: u64) -> StoredResponse {
         let entry = self
             .keys
-            .entry(key.as_str().into())
+            .entry(key.held().clone())
             .or_insert_with(|| KeyEntry::reserved(BodyDigest([0; 32]), false));
         entry.applied += 1;
         if entry.applied == 1
@@ -437,7 +446,7 @@ impl Ledger {
         let response = applied_response(key.as_str(), now_ms);
         entry.answer = Some(KeptAnswer::Applied { applied_at_ms: now_ms });
         if !std::mem::replace(&mut entry.unsaved, true) {
-            self.unsaved.push(key.as_str().into());
+            self.unsaved.push(key.held().clone());
         }
         response
     }
@@ -447,7 +456,7 @@ impl Ledger {
     /// caller then deletes its row, if any). A key already held cold (its commit landed just as
     /// its caller gave up on it) is forgotten too, so the store and the answer agree.
     pub fn unapply(&mut self, key: &IdempotencyKey) -> bool {
-        let Some(entry) = self.keys.remove(key.as_str()) else {
+        let Some(entry) = self.keys.remove(key.held()) else {
             let Some(cold) = self.cold.remove(&Fingerprint::of(key.as_str())) else { return false };
             self.outside -= usize::from(cold.outside());
             self.counts.applied = self.counts.applied.saturating_sub(1);
@@ -485,10 +494,10 @@ impl Ledger {
         let (outside, expired) = (&mut self.outside, &mut self.expired);
         self.keys.retain(|key, entry| {
             let old = entry.answer.is_some() && entry.applied_unix_ms < applied_before_unix_ms;
-            let gone = old && !kept.contains(&Fingerprint::of(key));
+            let gone = old && !kept.contains(&Fingerprint::of_held(key));
             *outside -= usize::from(gone && entry.outside);
             if gone {
-                expired.insert(Fingerprint::of(key));
+                expired.insert(Fingerprint::of_held(key));
             }
             !gone
         });
@@ -504,7 +513,7 @@ impl Ledger {
             .filter_map(|key| {
                 let entry = self.keys.get_mut(&key).filter(|entry| entry.unsaved)?;
                 entry.unsaved = false;
-                let response = entry.answer.as_ref()?.response(&key);
+                let response = entry.answer.as_ref()?.response(key.text(&mut [0; 36]));
                 Some(KeyRow {
                     digest: entry.digest,
                     outside: entry.outside,
@@ -512,7 +521,7 @@ impl Ledger {
                     response: response.body,
                     applied: entry.applied,
                     applied_unix_ms: entry.applied_unix_ms,
-                    key: key.into_string(),
+                    key: key.to_string(),
                 })
             })
             .collect()
@@ -523,10 +532,11 @@ impl Ledger {
         for key in keys {
             // Only a key still applied: one taken back and reserved again meanwhile is owed a
             // row when (if) it is applied again, not now.
-            if let Some(entry) = self.keys.get_mut(key.as_str()).filter(|entry| entry.answer.is_some())
+            let key = MessageKey::from(key);
+            if let Some(entry) = self.keys.get_mut(&key).filter(|entry| entry.answer.is_some())
                 && !std::mem::replace(&mut entry.unsaved, true)
             {
-                self.unsaved.push(key.into_boxed_str());
+                self.unsaved.push(key);
             }
         }
     }
@@ -612,13 +622,38 @@ mod tests {
         assert_eq!(ledger.outside_keys(), 1, "still an outside caller's key");
         let Lookup::Done(answer) = ledger.lookup(&key("k"), &digest) else { panic!("a repeat") };
         assert_eq!(answer, applied_response("k", 9));
-        assert_eq!(ledger.keys["k"].applied, 2);
+        assert_eq!(ledger.keys[&MessageKey::from("k")].applied, 2);
         assert!(matches!(ledger.lookup(&key("k"), &BodyDigest::of(&json!(1))), Lookup::BodyMismatch));
         // The store had no row: the key is forgotten, and new.
         ledger.restore_key("gone", 3, true);
         ledger.recall(&key("gone"), 3, None, 100);
         assert!(matches!(ledger.lookup(&key("gone"), &digest), Lookup::New));
         assert_eq!(ledger.outside_keys(), 1);
+    }
+
+    #[test]
+    fn a_uuid_key_is_held_as_16_bytes_and_written_back_as_its_text() {
+        let (uuid, odd) = ("0b7e1f2a-3c4d-4e5f-8a9b-0c1d2e3f4a5b", "0B7E1F2A-3C4D-4E5F-8A9B-0C1D2E3F4A5B");
+        let mut ledger = Ledger::default();
+        let digest = BodyDigest::of(&json!({}));
+        for (i, text) in [uuid, odd].into_iter().enumerate() {
+            ledger.reserve(&key(text), digest, false);
+            ledger.complete(&key(text), 7 + i as u64, 9);
+        }
+        assert!(ledger.keys.keys().any(|k| matches!(k, MessageKey::Uuid(_))), "the lowercase one");
+        assert!(ledger.keys.contains_key(&MessageKey::Text(odd.into())), "another spelling is another key");
+        let rows = ledger.take_unsaved();
+        assert_eq!(rows.iter().map(|row| row.key.as_str()).collect::<Vec<_>>(), [uuid, odd]);
+        assert_eq!(rows[0].response, applied_response(uuid, 7).body);
+        let Lookup::Done(answer) = ledger.lookup(&key(uuid), &digest) else { panic!("a repeat") };
+        assert_eq!(answer, applied_response(uuid, 7));
+        for (i, text) in [uuid, odd].into_iter().enumerate() {
+            ledger.set_applied_event(&key(text), 1 + i as u64);
+        }
+        // Cooled, its fingerprint is its text's: a repeat reads the store's row.
+        assert_eq!(ledger.cool(0, 2), 2);
+        assert!(matches!(ledger.lookup(&key(uuid), &digest), Lookup::Stored { applied_unix_ms: 9 }));
+        assert!(ledger.is_applied(odd) && !ledger.is_applied("0b7e1f2a-3c4d-4e5f-8a9b-0c1d2e3f4a5c"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod pipeline;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::MessageKey;
 use crate::invalid::Invalid;
 
 pub use admission::{Admission, AdmissionSettings};
@@ -300,9 +301,13 @@ impl DownstreamSettings {
     }
 }
 
-/// A validated `Idempotency-Key`: 1 to 255 visible ASCII characters.
+/// A validated `Idempotency-Key`: 1 to 255 visible ASCII characters, with the form the ledger
+/// holds it in (a UUID's 16 bytes, or the text), made once as the request is read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey {
+    text: String,
+    held: MessageKey,
+}
 
 impl IdempotencyKey {
     pub const MAX_LEN: usize = 255;
@@ -314,11 +319,16 @@ impl IdempotencyKey {
         if !raw.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
             return Err("Idempotency-Key must be visible ASCII without spaces".into());
         }
-        Ok(IdempotencyKey(raw.to_owned()))
+        Ok(IdempotencyKey { text: raw.to_owned(), held: MessageKey::from(raw) })
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// The key as the ledger holds it.
+    pub fn held(&self) -> &MessageKey {
+        &self.held
     }
 }
 

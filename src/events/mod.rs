@@ -652,7 +652,7 @@ mod tests {
                     n: 1 + (id % 3) as u32,
                     round: 0,
                     started_ms: 1_000 + id * 7,
-                    duration_ms: Some(id % 50),
+                    duration_ms: Some((id % 50) as u32),
                     status: Some(if id % 4 == 0 { 503 } else { 200 }),
                     outcome: None,
                     replayed: false,
