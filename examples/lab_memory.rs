@@ -275,7 +275,7 @@ fn ledger_share(count: usize) {
     drop(ledger.take_unsaved());
     ledger.cool(hot_keys, u64::MAX);
     let held = live() - before;
-    let HeldKeys { whole, fingerprint } = ledger.held();
+    let HeldKeys { whole, fingerprint, .. } = ledger.held();
     println!(
         "the ledger's share: {count} outside keys hold {held} live bytes, {} per key ({whole} whole, \
          {fingerprint} as fingerprints)",

@@ -57,7 +57,7 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="lean-bench-")
         flags = supported(
             "--control-rate-per-s", BIG, "--control-burst", BIG, "--endpoint-rate-per-s", BIG,
-            "--endpoint-burst", BIG, "--max-outside-keys-per-lab", BIG, "--max-outside-keys", BIG,
+            "--endpoint-burst", BIG, "--max-outside-keys-per-lab", BIG, "--max-outside-keys", BIG, "--cold-keys-per-lab", BIG,
             "--max-labs", "5000", "--max-burst", "10000", "--max-active-messages-per-lab", "20000",
             "--max-connections-per-ip", "100000", "--max-subscribers", "100000",
             "--lab-create-burst", BIG, "--lab-creates-per-hour", BIG)

@@ -434,6 +434,13 @@ pub struct Limits {
     /// answer from the store.
     #[arg(long, env = "RETRYLAB_HOT_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.hot_keys_per_lab)]
     pub hot_keys_per_lab: usize,
+    /// Applied idempotency keys one lab holds by fingerprint, past its hot ones (about 40 bytes
+    /// each): past this, the oldest are let go from memory, a quarter at a time, and from then
+    /// on a key the lab does not hold is looked up in the store by name before it counts as new
+    /// (the dedup window holds all the same). Keys of messages still owed a delivery, and of
+    /// dead letters, are never let go. `/metrics` counts the keys let go.
+    #[arg(long, env = "RETRYLAB_COLD_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.cold_keys_per_lab)]
+    pub cold_keys_per_lab: usize,
     /// The longest one round of a message's delivery may last, in milliseconds: no attempt
     /// starts later than this after the round's first (a policy's `max_total_ms` may end it
     /// sooner). The dedup window (`--key-ttl-s`) must cover it with a margin.
@@ -495,6 +502,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_callers_per_lab: 20,
     max_outside_attempts_per_key: 100,
     hot_keys_per_lab: 1_024,
+    cold_keys_per_lab: 3_072,
     max_redrive_rate_per_s: 500,
     max_retry_duration_ms: 60 * 60 * 1000,
     settled_window: 2_000,

@@ -110,6 +110,7 @@ impl Metrics {
         let by_cause = Family::<CauseLabel, Gauge>::default();
         let oldest_age = Family::<LabLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let window_bytes = Gauge::<i64>::default();
+        let keys_let_go = Gauge::<i64>::default();
         let mut oldest_overall: Option<u64> = None;
         let now_unix_ms = crate::lab::unix_now_ms();
         for lab in labs.all() {
@@ -122,9 +123,10 @@ impl Metrics {
                 oldest_age.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(age_s);
                 oldest_overall = Some(oldest_overall.map_or(oldest, |o| o.min(oldest)));
             }
-            let HeldKeys { whole, fingerprint } = lab.held_keys();
+            let HeldKeys { whole, fingerprint, let_go } = lab.held_keys();
             keys.get_or_create(&HeldLabel { held: "whole" }).inc_by(whole as i64);
             keys.get_or_create(&HeldLabel { held: "fingerprint" }).inc_by(fingerprint as i64);
+            keys_let_go.inc_by(let_go as i64);
             let counters = lab.counters();
             depth.get_or_create(&LabLabel { lab: lab.id.to_string() }).set(counters.dead_letter as i64);
             depth_overall.inc_by(counters.dead_letter as i64);
@@ -186,6 +188,12 @@ impl Metrics {
             window_bytes,
         );
         now.register("idempotency_keys", "Applied idempotency keys in memory, by how they are held", keys);
+        now.register(
+            "idempotency_keys_let_go",
+            "Applied idempotency keys the labs in memory let go past --cold-keys-per-lab (the store holds them, and \
+             a lab that let some go looks a key it does not hold up in the store)",
+            keys_let_go,
+        );
         now.register(
             "lab_lock_long_holds",
             "Holds of a lab's lock that lasted at least at_least_ms milliseconds, all labs together",

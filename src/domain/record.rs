@@ -142,6 +142,16 @@ impl LabRecord {
         &self.messages
     }
 
+    /// The keys of messages that may still send them: owed a delivery, or dead letters a
+    /// person may replay. The ledger keeps these whatever its windows and bounds.
+    pub fn keys_needed(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .filter(|m| m.state.is_active() || m.state == MessageState::DeadLetter)
+            .map(|m| m.key.to_string())
+            .collect()
+    }
+
     pub fn message(&self, id: u64) -> Option<&Message> {
         let i = self.messages.binary_search_by_key(&id, |m| m.id).ok()?;
         Some(&self.messages[i])

@@ -64,6 +64,9 @@ pub struct Request {
     pub caller: Caller,
     /// Its latency was already waited out (a worker held it): the write is applied at once.
     pub worked: bool,
+    /// The store was asked for its key by name and had no current row of it (see
+    /// `Lookup::Stored`): a key the ledger does not hold is new.
+    pub asked: bool,
 }
 
 /// The two clocks a decision reads: lab time and wall-clock time, in ms.

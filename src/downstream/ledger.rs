@@ -82,6 +82,9 @@ pub struct HeldKeys {
     pub whole: usize,
     /// Held cold, by fingerprint only: the store has the rest.
     pub fingerprint: usize,
+    /// Let go from memory past `--cold-keys-per-lab`, since the ledger began: the store alone
+    /// holds them.
+    pub let_go: u64,
 }
 
 /// Against `(whole, fingerprint)`, for short comparisons.
@@ -191,8 +194,10 @@ pub enum Lookup {
     Done(StoredResponse),
     BodyMismatch,
     /// Applied at `applied_unix_ms` and held cold: read its row from the store (`recall`).
+    /// With no time, the key is not held, but the lab let older keys go from memory
+    /// (`spill`): the store says whether it was applied (`found`).
     Stored {
-        applied_unix_ms: u64,
+        applied_unix_ms: Option<u64>,
     },
 }
 
@@ -261,6 +266,23 @@ pub struct Ledger {
     /// the lab: a repeat of one is a new request, as the window promises, but applying it again
     /// counts in `applied_twice`, so the counter shows every write applied more than once.
     expired: HashSet<Fingerprint>,
+    /// The older cold keys let go from memory past `--cold-keys-per-lab`, a group at a time;
+    /// their rows stay in the store.
+    spills: Vec<Spill>,
+    /// Some key was let go: a key not held is looked up in the store by its name before it
+    /// counts as new. It stays so for the ledger's life: a key let go, then expired, must still
+    /// count in `applied_twice` when it is applied again, and only its row remembers it.
+    spilled: bool,
+    /// How many keys `spill` let go, in all.
+    let_go: u64,
+}
+
+/// Cold keys let go from memory together: the newest of them, for the dedup window, and how
+/// many were an outside caller's (the limits on outside keys count them until they expire).
+#[derive(Debug, Clone, Copy)]
+struct Spill {
+    newest_applied_unix_ms: u64,
+    outside: usize,
 }
 
 impl Ledger {
@@ -299,7 +321,7 @@ impl Ledger {
 
     /// Keys held whole, and keys held by fingerprint only.
     pub fn held(&self) -> HeldKeys {
-        HeldKeys { whole: self.keys.len(), fingerprint: self.cold.len() }
+        HeldKeys { whole: self.keys.len(), fingerprint: self.cold.len(), let_go: self.let_go }
     }
 
     pub fn count_request(&mut self) {
@@ -310,9 +332,10 @@ impl Ledger {
     /// not matter.
     pub fn lookup(&self, key: &IdempotencyKey, digest: &BodyDigest) -> Lookup {
         match self.keys.get(key.held()) {
-            None if self.cold.is_empty() => Lookup::New,
+            None if self.cold.is_empty() && !self.spilled => Lookup::New,
             None => match self.cold.get(&Fingerprint::of(key.as_str())) {
-                Some(cold) => Lookup::Stored { applied_unix_ms: cold.applied_unix_ms() },
+                Some(cold) => Lookup::Stored { applied_unix_ms: Some(cold.applied_unix_ms()) },
+                None if self.spilled => Lookup::Stored { applied_unix_ms: None },
                 None => Lookup::New,
             },
             Some(entry) if entry.digest != *digest => Lookup::BodyMismatch,
@@ -393,10 +416,90 @@ impl Ledger {
         excess
     }
 
+    /// Whether more keys are held cold than `max_cold` (`--cold-keys-per-lab`): `spill` then
+    /// lets the oldest go.
+    pub fn cold_over(&self, max_cold: usize) -> bool {
+        self.cold.len() > max_cold
+    }
+
+    /// Lets the oldest cold keys go from memory, down to three quarters of `max_cold` (so the
+    /// pass is paid once per that many keys), but never one of `needed`: the keys of messages
+    /// that may still send them and of dead letters, whose `applied` the page shows. Their
+    /// rows stay in the store, where a request with one of them finds it by name (`found`).
+    /// Returns how many went.
+    pub fn spill<'a>(&mut self, max_cold: usize, needed: impl IntoIterator<Item = &'a str>) -> usize {
+        let keep = max_cold - max_cold / 4;
+        if self.cold.len() <= keep {
+            return 0;
+        }
+        let needed: HashSet<Fingerprint> = needed.into_iter().map(Fingerprint::of).collect();
+        let mut times: Vec<u64> = self
+            .cold
+            .iter()
+            .filter(|(fingerprint, _)| !needed.contains(fingerprint))
+            .map(|(_, cold)| cold.applied_unix_ms())
+            .collect();
+        let excess = (self.cold.len() - keep).min(times.len());
+        if excess == 0 {
+            return 0;
+        }
+        let cutoff = *times.select_nth_unstable(excess - 1).1;
+        let before = self.cold.len();
+        let mut spill = Spill { newest_applied_unix_ms: 0, outside: 0 };
+        self.cold.retain(|fingerprint, cold| {
+            let go = cold.applied_unix_ms() <= cutoff && !needed.contains(fingerprint);
+            if go {
+                spill.newest_applied_unix_ms = spill.newest_applied_unix_ms.max(cold.applied_unix_ms());
+                spill.outside += usize::from(cold.outside());
+            }
+            !go
+        });
+        self.spills.push(spill);
+        self.spilled = true;
+        let gone = before - self.cold.len();
+        self.let_go += gone as u64;
+        gone
+    }
+
+    /// Takes what the store found of a key by its name (`Lookup::Stored` with no time): its
+    /// row, and whether it expired from the dedup window. A current row is held whole again,
+    /// as `recall` does; an expired one is remembered in `expired`, so applying the key again
+    /// counts in `applied_twice`. Either way, or with none, the caller decides again, saying
+    /// that the store was asked (`Request::asked`). A key held meanwhile (a concurrent request
+    /// with it) is left as it is.
+    pub fn found(&mut self, key: &IdempotencyKey, found: Option<(KeyRow, bool)>, now_unix_ms: u64) {
+        let fingerprint = Fingerprint::of(key.as_str());
+        if self.keys.contains_key(key.held()) || self.cold.contains_key(&fingerprint) {
+            return;
+        }
+        match found {
+            Some((row, false)) if row.key == key.as_str() => {
+                // Counted again: its spill still counts it, until the spill's window passes.
+                self.outside += usize::from(row.outside);
+                let response = StoredResponse { status: row.status, body: row.response };
+                let entry = KeyEntry {
+                    answer: Some(KeptAnswer::of(&row.key, response)),
+                    applied: row.applied,
+                    applied_unix_ms: row.applied_unix_ms,
+                    hot_since_unix_ms: now_unix_ms,
+                    ..KeyEntry::reserved(row.digest, row.outside)
+                };
+                self.keys.insert(key.held().clone(), entry);
+            }
+            Some((row, true)) if row.key == key.as_str() => {
+                self.expired.insert(fingerprint);
+            }
+            _ => {}
+        }
+    }
+
+    /// Keys let go from memory (`spill`) so far, and whether any were.
+    pub fn spilled(&self) -> bool {
+        self.spilled
+    }
+
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
-        if let Some(replaced) =
-            self.keys.insert(key.held().clone(), KeyEntry::reserved(digest, outside))
-        {
+        if let Some(replaced) = self.keys.insert(key.held().clone(), KeyEntry::reserved(digest, outside)) {
             self.outside -= usize::from(replaced.outside);
         }
         self.outside += usize::from(outside);
@@ -489,6 +592,11 @@ impl Ledger {
             if gone {
                 expired.insert(*fingerprint);
             }
+            !gone
+        });
+        self.spills.retain(|spill| {
+            let gone = spill.newest_applied_unix_ms < applied_before_unix_ms;
+            *outside -= if gone { spill.outside } else { 0 };
             !gone
         });
         let (outside, expired) = (&mut self.outside, &mut self.expired);
@@ -605,7 +713,7 @@ mod tests {
         assert_eq!(ledger.held(), (0, 1));
         assert_eq!(ledger.outside_keys(), 0, "the last row was the lab's own");
         let digest = BodyDigest::of(&json!({}));
-        assert!(matches!(ledger.lookup(&key("k"), &digest), Lookup::Stored { applied_unix_ms: 9 }));
+        assert!(matches!(ledger.lookup(&key("k"), &digest), Lookup::Stored { applied_unix_ms: Some(9) }));
         assert!(matches!(ledger.lookup(&key("other"), &digest), Lookup::New));
     }
 
@@ -632,6 +740,65 @@ mod tests {
     }
 
     #[test]
+    fn past_the_cold_bound_the_oldest_keys_go_and_the_store_answers_for_them() {
+        // 20 keys applied at 0..20 (even ones an outside caller's), all cooled.
+        let mut ledger = applied(20);
+        assert_eq!(ledger.cool(0, 20), 20);
+        assert!(matches!(ledger.lookup(&key("new"), &BodyDigest::of(&json!({}))), Lookup::New));
+        assert!(!ledger.cold_over(20) && ledger.cold_over(8));
+        let outside = ledger.outside_keys();
+        // Down to three quarters of 8, sparing k0 (a dead letter's key, say).
+        assert_eq!(ledger.spill(8, ["k0"]), 14);
+        assert_eq!(ledger.held(), (0, 6));
+        assert_eq!(ledger.held().let_go, 14);
+        assert_eq!(ledger.outside_keys(), outside, "still counted against the outside limits");
+        let digest = BodyDigest::of(&json!({}));
+        assert!(matches!(ledger.lookup(&key("k0"), &digest), Lookup::Stored { applied_unix_ms: Some(0) }));
+        for i in 15..20 {
+            let held = ledger.lookup(&key(&format!("k{i}")), &digest);
+            assert!(matches!(held, Lookup::Stored { applied_unix_ms: Some(t) } if t == i), "k{i}");
+        }
+        // A key let go, and a key never seen, both ask the store now.
+        for name in ["k3", "never"] {
+            assert!(matches!(ledger.lookup(&key(name), &digest), Lookup::Stored { applied_unix_ms: None }));
+        }
+        // The store has k3's row: held whole again, answering byte for byte.
+        ledger.found(&key("k3"), Some((row("k3", 1, 3), false)), 100);
+        let Lookup::Done(answer) = ledger.lookup(&key("k3"), &digest) else { panic!("a repeat") };
+        assert_eq!(answer, applied_response("k3", 3));
+        // No row: new, once the store was asked (the decision says so); still asks next time.
+        ledger.found(&key("never"), None, 100);
+        assert!(matches!(ledger.lookup(&key("never"), &digest), Lookup::Stored { applied_unix_ms: None }));
+        // An expired row: applying the key again counts as its second time.
+        ledger.found(&key("k4"), Some((row("k4", 1, 4), true)), 100);
+        ledger.reserve(&key("k4"), digest, false);
+        ledger.complete(&key("k4"), 5, 5);
+        assert_eq!(ledger.counts().applied_twice, 1);
+        // Once the dedup window passes the spilled keys, their outside count goes too.
+        ledger.expire(1_000, std::iter::empty());
+        assert_eq!(ledger.outside_keys(), 0);
+    }
+
+    #[test]
+    fn a_decision_asks_the_store_for_a_key_let_go_and_then_applies_a_new_one() {
+        use crate::downstream::{Caller, Clock, Decision, DownstreamSettings, Request, decide};
+        use rand::SeedableRng;
+        let mut ledger = applied(4);
+        ledger.cool(0, 4);
+        ledger.spill(0, std::iter::empty());
+        let settings = DownstreamSettings { latency_ms: [0, 0], ..Default::default() };
+        let clock = Clock { now_ms: 9, unix_ms: 9 };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let request =
+            |asked| Request { digest: BodyDigest::of(&json!({})), caller: Caller::Lab, worked: false, asked };
+        let first = decide(&mut ledger, &settings, &key("fresh"), request(false), clock, &mut rng);
+        assert!(matches!(first, Decision::Recall { applied_unix_ms: None }), "{first:?}");
+        let again = decide(&mut ledger, &settings, &key("fresh"), request(true), clock, &mut rng);
+        assert!(matches!(again, Decision::Applied(_)), "{again:?}");
+        assert_eq!(ledger.counts().applied, 5);
+    }
+
+    #[test]
     fn a_uuid_key_is_held_as_16_bytes_and_written_back_as_its_text() {
         let (uuid, odd) = ("0b7e1f2a-3c4d-4e5f-8a9b-0c1d2e3f4a5b", "0B7E1F2A-3C4D-4E5F-8A9B-0C1D2E3F4A5B");
         let mut ledger = Ledger::default();
@@ -652,7 +819,7 @@ mod tests {
         }
         // Cooled, its fingerprint is its text's: a repeat reads the store's row.
         assert_eq!(ledger.cool(0, 2), 2);
-        assert!(matches!(ledger.lookup(&key(uuid), &digest), Lookup::Stored { applied_unix_ms: 9 }));
+        assert!(matches!(ledger.lookup(&key(uuid), &digest), Lookup::Stored { applied_unix_ms: Some(9) }));
         assert!(ledger.is_applied(odd) && !ledger.is_applied("0b7e1f2a-3c4d-4e5f-8a9b-0c1d2e3f4a5c"));
     }
 
@@ -665,7 +832,7 @@ mod tests {
         let digest = BodyDigest::of(&json!({}));
         for i in 0..6 {
             let cold = ledger.lookup(&key(&format!("k{i}")), &digest);
-            assert!(matches!(cold, Lookup::Stored { applied_unix_ms } if applied_unix_ms == i), "k{i}");
+            assert!(matches!(cold, Lookup::Stored { applied_unix_ms } if applied_unix_ms == Some(i)), "k{i}");
         }
         assert!(matches!(ledger.lookup(&key("k6"), &digest), Lookup::Done(_)));
         assert_eq!(ledger.outside_keys(), 5, "cold keys still count");
@@ -737,7 +904,7 @@ mod tests {
         assert_eq!(ledger.cool(1, 7), 1);
         let digest = BodyDigest::of(&json!({}));
         assert!(matches!(ledger.lookup(&key("k0"), &digest), Lookup::Done(_)), "read back at 100");
-        assert!(matches!(ledger.lookup(&k9, &digest), Lookup::Stored { applied_unix_ms: 50 }));
+        assert!(matches!(ledger.lookup(&k9, &digest), Lookup::Stored { applied_unix_ms: Some(50) }));
     }
 
     #[test]
@@ -769,7 +936,7 @@ mod tests {
         // k1 (cold) and k5 (hot) belong to messages that may still send them.
         assert_eq!(ledger.expire(10, ["k1", "k5"]), 4);
         let digest = BodyDigest::of(&json!({}));
-        assert!(matches!(ledger.lookup(&key("k1"), &digest), Lookup::Stored { applied_unix_ms: 1 }));
+        assert!(matches!(ledger.lookup(&key("k1"), &digest), Lookup::Stored { applied_unix_ms: Some(1) }));
         assert!(matches!(ledger.lookup(&key("k5"), &digest), Lookup::Done(_)));
         assert_eq!(ledger.expired_keys(), 4);
         // k0 is new to the window, but applying it again is its second application.

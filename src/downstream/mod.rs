@@ -353,8 +353,10 @@ pub enum Decision {
     /// A new key from outside, past a limit on the keys kept for outside callers (507).
     StorageFull { limit: &'static str },
     /// The key was applied at `applied_unix_ms` and is held cold: read its row from the store,
-    /// give it to the ledger (`Ledger::recall`), and decide again.
-    Recall { applied_unix_ms: u64 },
+    /// give it to the ledger (`Ledger::recall`), and decide again. With no time, the ledger
+    /// let older keys go: find the key's row by name (`Ledger::found`), and decide again with
+    /// `Request::asked`.
+    Recall { applied_unix_ms: Option<u64> },
 }
 
 /// Who is calling the endpoint, and whether a new key of theirs still fits.
@@ -373,7 +375,7 @@ pub fn decide(
     ledger: &mut Ledger,
     settings: &DownstreamSettings,
     key: &IdempotencyKey,
-    Request { digest, caller, worked }: Request,
+    Request { digest, caller, worked, asked }: Request,
     Clock { now_ms, unix_ms }: Clock,
     rng: &mut impl Rng,
 ) -> Decision {
@@ -381,6 +383,7 @@ pub fn decide(
         Lookup::Done(response) => return Decision::Replay(response),
         Lookup::InProgress => return Decision::InProgress,
         Lookup::BodyMismatch => return Decision::BodyMismatch,
+        Lookup::Stored { applied_unix_ms: None } if asked => {}
         Lookup::Stored { applied_unix_ms } => return Decision::Recall { applied_unix_ms },
         Lookup::New => {}
     }
@@ -431,7 +434,7 @@ mod tests {
         (now_ms, unix_ms): (u64, u64),
         rng: &mut impl Rng,
     ) -> Decision {
-        let request = Request { digest, caller, worked: false };
+        let request = Request { digest, caller, worked: false, asked: false };
         super::decide(ledger, settings, key, request, Clock { now_ms, unix_ms }, rng)
     }
 

@@ -252,23 +252,34 @@ impl Lab {
         digest: BodyDigest,
         (outside, worked): (bool, bool),
     ) -> Result<Decided, StoreError> {
-        let mut leave = worked;
+        let (mut leave, mut asked) = (worked, false);
         // Once is enough, unless a concurrent request with the same key changed it meanwhile.
         for _ in 0..3 {
-            let decided =
-                self.decide_now(key, Request { digest, caller: Caller::Lab, worked }, (outside, leave));
+            let request = Request { digest, caller: Caller::Lab, worked, asked };
+            let decided = self.decide_now(key, request, (outside, leave));
             leave = false;
             let Decision::Recall { applied_unix_ms } = decided.decision else {
                 return Ok(decided);
             };
             let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
-            let row = tokio::task::spawn_blocking(move || store.recall_key(&lab, &name, applied_unix_ms))
-                .await
-                .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
+            let read = tokio::task::spawn_blocking(move || match applied_unix_ms {
+                Some(at) => store.recall_key(&lab, &name, at).map(|row| row.map(|row| (row, false))),
+                None => store.find_key(&lab, &name),
+            })
+            .await
+            .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
             let mut state = self.lock();
-            let before = state.endpoint.ledger.outside_keys();
-            state.endpoint.ledger.recall(key, applied_unix_ms, row, unix_now_ms());
-            self.count_outside_keys(before, state.endpoint.ledger.outside_keys());
+            let ledger = &mut state.endpoint.ledger;
+            let before = ledger.outside_keys();
+            match applied_unix_ms {
+                Some(at) => ledger.recall(key, at, read.map(|(row, _)| row), unix_now_ms()),
+                None => {
+                    ledger.found(key, read, unix_now_ms());
+                    asked = true;
+                }
+            }
+            let after = ledger.outside_keys();
+            self.count_outside_keys(before, after);
         }
         Err(StoreError::Failed("the key changed each time it was read back from the store".into()))
     }

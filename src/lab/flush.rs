@@ -93,6 +93,11 @@ impl Flush for Lab {
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
         state.endpoint.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
+        if state.endpoint.ledger.cold_over(self.limits.cold_keys_per_lab) {
+            // The oldest let go from memory (their rows were committed before they cooled).
+            let needed = state.record.keys_needed();
+            state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+        }
         let changes = state.take_changes(early);
         let record = &state.record;
         let row = LabRow {

@@ -415,13 +415,7 @@ impl Lab {
         state.record.remove_messages(&letters);
         let outside_before = state.endpoint.ledger.outside_keys();
         let state = &mut *state;
-        let needed: Vec<String> = state
-            .record
-            .messages()
-            .iter()
-            .filter(|m| m.state.is_active() || m.state == crate::domain::MessageState::DeadLetter)
-            .map(|m| m.key.to_string())
-            .collect();
+        let needed = state.record.keys_needed();
         let needed: Vec<&str> = needed.iter().map(String::as_str).collect();
         let keys = state.endpoint.expire_keys(keys_before, &needed);
         self.count_outside_keys(outside_before, state.endpoint.ledger.outside_keys());

@@ -88,7 +88,12 @@ impl Labs {
             tracing::warn!(lab = %row.id, "skipping a stored lab with an unreadable id");
             return None;
         };
-        let state = restore(parts, dead_letters);
+        let mut state = restore(parts, dead_letters);
+        // Every key of the dedup window comes back cold: past the bound, the oldest go again.
+        if state.endpoint.ledger.cold_over(self.limits.cold_keys_per_lab) {
+            let needed = state.record.keys_needed();
+            state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+        }
         if count {
             self.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);

@@ -216,6 +216,27 @@ impl Store {
         }
     }
 
+    /// The newest row of `key` in `lab_id`, found by its name alone (blocking), and whether it
+    /// expired from the dedup window: for a lab that let its older keys go from memory
+    /// (`--cold-keys-per-lab`). `None` when the key was never applied there.
+    pub fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
+        let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if reader.is_none() {
+            *reader = Some(connect(&self.path)?);
+        }
+        let connection = reader.as_ref().expect("opened above");
+        let mut statement = connection.prepare_cached(
+            "SELECT key, request_body, status, response, applied, applied_unix_ms, outside, expired \
+             FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 ORDER BY rowid DESC LIMIT 1",
+        )?;
+        let row = statement.query_row(params![lab_id, key], |r| Ok((key_row(r)?, r.get::<_, bool>(7)?)));
+        match row {
+            Ok((row, expired)) => Ok(Some((row.map_err(StoreError::Unreadable)?, expired))),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Reads one lab back whole, as a restart would (blocking): a lab that rested wakes from
     /// it. `None` when the store has no such lab.
     pub fn load_lab(&self, lab_id: &str) -> Result<Option<LoadedLab>, StoreError> {

@@ -162,6 +162,79 @@ async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
 }
 
+/// Keys let go from memory past `--cold-keys-per-lab`, from /metrics.
+async fn keys_let_go(app: &TestApp) -> u64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("retrylab_idempotency_keys_let_go "))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn keys_let_go_past_the_cold_bound_are_found_in_the_store_and_never_applied_twice() {
+    let limits = retrylab::config::Limits { hot_keys_per_lab: 4, cold_keys_per_lab: 8, ..Default::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    let mut answers = Vec::new();
+    for i in 0..60 {
+        let first = post(&app, &lab, Some(&format!("old-{i}")), &format!(r#"{{"n": {i}}}"#)).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        answers.push(first.bytes().await.unwrap());
+    }
+    // The lab's next commits cool the keys past the newest 4, then let the oldest go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while keys_let_go(&app).await < 40 {
+        assert!(std::time::Instant::now() < deadline, "no keys were let go: {}", keys_let_go(&app).await);
+        post(&app, &lab, Some("old-59"), r#"{"n": 59}"#).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(keys_held(&app, "fingerprint").await <= 8, "at most the bound, by fingerprint");
+    let other_body = post(&app, &lab, Some("old-0"), r#"{"n": 2}"#).await;
+    assert_eq!(other_body.status(), StatusCode::UNPROCESSABLE_ENTITY, "the digest came from the store");
+    for (i, original) in answers.iter().enumerate() {
+        let repeat = post(&app, &lab, Some(&format!("old-{i}")), &format!(r#"{{ "n" : {i} }}"#)).await;
+        assert_eq!(repeat.status(), StatusCode::OK, "old-{i}");
+        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "old-{i}");
+        assert_eq!(&repeat.bytes().await.unwrap(), original, "old-{i}: the stored answer, byte for byte");
+    }
+    // A key never used is looked up, found nowhere, and applied once.
+    let fresh = post(&app, &lab, Some("fresh"), "{}").await;
+    assert_eq!(fresh.status(), StatusCode::OK);
+    assert!(fresh.headers().get("idempotent-replayed").is_none());
+    let again = post(&app, &lab, Some("fresh"), "{}").await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (61, 0));
+}
+
+#[tokio::test]
+async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alone() {
+    let db = crate::helpers::fresh_db();
+    let args = ["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "8"];
+    let server = crate::helpers::Binary::start_with(&db, &args);
+    let lab = server.app.fast_lab().await;
+    let mut answers = Vec::new();
+    for i in 0..40 {
+        let first = post(&server.app, &lab, Some(&format!("kept-{i}")), "{}").await;
+        assert_eq!(first.status(), StatusCode::OK);
+        answers.push(first.bytes().await.unwrap());
+    }
+    // A settings change is answered once everything before it is committed.
+    server.app.put(&lab, "policy", "{}").await;
+    server.kill();
+    let restarted = crate::helpers::Binary::start_with(&db, &args);
+    // Every key of the window comes back cold; past the bound, the oldest go at once.
+    assert!(keys_let_go(&restarted.app).await >= 30, "{}", keys_let_go(&restarted.app).await);
+    assert!(keys_held(&restarted.app, "fingerprint").await <= 8);
+    for (i, original) in answers.iter().enumerate() {
+        let repeat = post(&restarted.app, &lab, Some(&format!("kept-{i}")), "{}").await;
+        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "kept-{i}");
+        assert_eq!(&repeat.bytes().await.unwrap(), original, "kept-{i}");
+    }
+    let snapshot = restarted.app.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
+}
+
 #[tokio::test]
 async fn two_idempotency_key_headers_are_refused_naming_the_header() {
     let app = TestApp::spawn().await;
