@@ -12,7 +12,9 @@
 //! is held *cold*: a 128-bit keyed fingerprint of its name, when it was applied and whether an
 //! outside caller made it, 24 bytes in all. A request whose key matches a cold fingerprint is
 //! looked up in the store (`Lookup::Stored`) and the key is held whole again; a new key matches
-//! nothing and costs no read. Keys read back after a restart start cold.
+//! nothing and costs no read. Keys read back after a restart start cold. Past
+//! `--cold-keys-per-lab` cold keys, the oldest are let go from memory (`spill`); from then on a
+//! key that matches nothing is looked up in the store by name (`found`) before it counts as new.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
