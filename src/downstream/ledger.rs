@@ -131,6 +131,18 @@ impl KeyEntry {
             hot_since_unix_ms: 0,
         }
     }
+
+    /// A key's row read back from the store, held whole again from `now_unix_ms`.
+    fn read_back(row: &KeyRow, outside: bool, now_unix_ms: u64) -> KeyEntry {
+        let response = StoredResponse { status: row.status, body: row.response.clone() };
+        KeyEntry {
+            answer: Some(KeptAnswer::of(&row.key, response)),
+            applied: row.applied,
+            applied_unix_ms: row.applied_unix_ms,
+            hot_since_unix_ms: now_unix_ms,
+            ..KeyEntry::reserved(row.digest, outside)
+        }
+    }
 }
 
 /// A key's answer, kept small: the answer the downstream writes is made from the key and the
@@ -376,14 +388,7 @@ impl Ledger {
             self.outside -= usize::from(cold.outside());
             return;
         };
-        let response = StoredResponse { status: row.status, body: row.response };
-        let entry = KeyEntry {
-            answer: Some(KeptAnswer::of(&row.key, response)),
-            applied: row.applied,
-            applied_unix_ms: row.applied_unix_ms,
-            hot_since_unix_ms: now_unix_ms,
-            ..KeyEntry::reserved(row.digest, cold.outside())
-        };
+        let entry = KeyEntry::read_back(&row, cold.outside(), now_unix_ms);
         self.keys.insert(MessageKey::from(row.key), entry);
     }
 
@@ -478,14 +483,7 @@ impl Ledger {
             Some((row, false)) if row.key == key.as_str() => {
                 // Counted again: its spill still counts it, until the spill's window passes.
                 self.outside += usize::from(row.outside);
-                let response = StoredResponse { status: row.status, body: row.response };
-                let entry = KeyEntry {
-                    answer: Some(KeptAnswer::of(&row.key, response)),
-                    applied: row.applied,
-                    applied_unix_ms: row.applied_unix_ms,
-                    hot_since_unix_ms: now_unix_ms,
-                    ..KeyEntry::reserved(row.digest, row.outside)
-                };
+                let entry = KeyEntry::read_back(&row, row.outside, now_unix_ms);
                 self.keys.insert(key.held().clone(), entry);
             }
             Some((row, true)) if row.key == key.as_str() => {

@@ -130,17 +130,39 @@ async fn keys_held(app: &TestApp, held: &str) -> u64 {
     text.lines().find_map(|l| l.strip_prefix(&line)).map_or(0, |n| n.parse().unwrap())
 }
 
+/// Applies the keys `{prefix}-0` to `{prefix}-{n-1}`, each with its own body, and returns their
+/// answers.
+async fn apply_keys(app: &TestApp, lab: &str, prefix: &str, n: usize) -> Vec<bytes::Bytes> {
+    let mut answers = Vec::new();
+    for i in 0..n {
+        let first = post(app, lab, Some(&format!("{prefix}-{i}")), &format!(r#"{{"n": {i}}}"#)).await;
+        assert_eq!(first.status(), StatusCode::OK, "{prefix}-{i}");
+        answers.push(first.bytes().await.unwrap());
+    }
+    answers
+}
+
+/// Sends each key `apply_keys` applied again, its body spelled another way: each is replayed,
+/// byte for byte.
+async fn assert_replayed(app: &TestApp, lab: &str, prefix: &str, answers: &[bytes::Bytes]) {
+    for (i, original) in answers.iter().enumerate() {
+        let repeat = post(app, lab, Some(&format!("{prefix}-{i}")), &format!(r#"{{ "n" : {i} }}"#)).await;
+        assert_eq!(repeat.status(), StatusCode::OK, "{prefix}-{i}");
+        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "{prefix}-{i}");
+        assert_eq!(
+            &repeat.bytes().await.unwrap(),
+            original,
+            "{prefix}-{i}: the stored answer, byte for byte"
+        );
+    }
+}
+
 #[tokio::test]
 async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
     let limits = retrylab::config::Limits { hot_keys_per_lab: 4, ..Default::default() };
     let app = TestApp::spawn_with(limits).await;
     let lab = app.fast_lab().await;
-    let mut answers = Vec::new();
-    for i in 0..40 {
-        let first = post(&app, &lab, Some(&format!("cold-{i}")), &format!(r#"{{"n": {i}}}"#)).await;
-        assert_eq!(first.status(), StatusCode::OK);
-        answers.push(first.bytes().await.unwrap());
-    }
+    let answers = apply_keys(&app, &lab, "cold", 40).await;
     // Committed keys past the newest 4 are held by fingerprint (at the lab's next commit).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while keys_held(&app, "fingerprint").await < 30 {
@@ -152,12 +174,7 @@ async fn keys_held_by_fingerprint_alone_are_read_back_byte_for_byte() {
 
     let other_body = post(&app, &lab, Some("cold-1"), r#"{"n": 2}"#).await;
     assert_eq!(other_body.status(), StatusCode::UNPROCESSABLE_ENTITY, "the digest came back from the store");
-    for (i, original) in answers.iter().enumerate() {
-        let repeat = post(&app, &lab, Some(&format!("cold-{i}")), &format!(r#"{{ "n" : {i} }}"#)).await;
-        assert_eq!(repeat.status(), StatusCode::OK, "cold-{i}");
-        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "cold-{i}");
-        assert_eq!(&repeat.bytes().await.unwrap(), original, "cold-{i}: the stored answer, byte for byte");
-    }
+    assert_replayed(&app, &lab, "cold", &answers).await;
     let snapshot = app.snapshot(&lab).await;
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
 }
@@ -175,12 +192,7 @@ async fn keys_let_go_past_the_cold_bound_are_found_in_the_store_and_never_applie
     let limits = retrylab::config::Limits { hot_keys_per_lab: 4, cold_keys_per_lab: 8, ..Default::default() };
     let app = TestApp::spawn_with(limits).await;
     let lab = app.fast_lab().await;
-    let mut answers = Vec::new();
-    for i in 0..60 {
-        let first = post(&app, &lab, Some(&format!("old-{i}")), &format!(r#"{{"n": {i}}}"#)).await;
-        assert_eq!(first.status(), StatusCode::OK);
-        answers.push(first.bytes().await.unwrap());
-    }
+    let answers = apply_keys(&app, &lab, "old", 60).await;
     // The lab's next commits cool the keys past the newest 4, then let the oldest go.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while keys_let_go(&app).await < 40 {
@@ -191,12 +203,7 @@ async fn keys_let_go_past_the_cold_bound_are_found_in_the_store_and_never_applie
     assert!(keys_held(&app, "fingerprint").await <= 8, "at most the bound, by fingerprint");
     let other_body = post(&app, &lab, Some("old-0"), r#"{"n": 2}"#).await;
     assert_eq!(other_body.status(), StatusCode::UNPROCESSABLE_ENTITY, "the digest came from the store");
-    for (i, original) in answers.iter().enumerate() {
-        let repeat = post(&app, &lab, Some(&format!("old-{i}")), &format!(r#"{{ "n" : {i} }}"#)).await;
-        assert_eq!(repeat.status(), StatusCode::OK, "old-{i}");
-        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "old-{i}");
-        assert_eq!(&repeat.bytes().await.unwrap(), original, "old-{i}: the stored answer, byte for byte");
-    }
+    assert_replayed(&app, &lab, "old", &answers).await;
     // A key never used is looked up, found nowhere, and applied once.
     let fresh = post(&app, &lab, Some("fresh"), "{}").await;
     assert_eq!(fresh.status(), StatusCode::OK);
@@ -213,12 +220,7 @@ async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alo
     let args = ["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "8"];
     let server = crate::helpers::Binary::start_with(&db, &args);
     let lab = server.app.fast_lab().await;
-    let mut answers = Vec::new();
-    for i in 0..40 {
-        let first = post(&server.app, &lab, Some(&format!("kept-{i}")), "{}").await;
-        assert_eq!(first.status(), StatusCode::OK);
-        answers.push(first.bytes().await.unwrap());
-    }
+    let answers = apply_keys(&server.app, &lab, "kept", 40).await;
     // A settings change is answered once everything before it is committed.
     server.app.put(&lab, "policy", "{}").await;
     server.kill();
@@ -226,11 +228,7 @@ async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alo
     // Every key of the window comes back cold; past the bound, the oldest go at once.
     assert!(keys_let_go(&restarted.app).await >= 30, "{}", keys_let_go(&restarted.app).await);
     assert!(keys_held(&restarted.app, "fingerprint").await <= 8);
-    for (i, original) in answers.iter().enumerate() {
-        let repeat = post(&restarted.app, &lab, Some(&format!("kept-{i}")), "{}").await;
-        assert_eq!(repeat.headers()["idempotent-replayed"], "true", "kept-{i}");
-        assert_eq!(&repeat.bytes().await.unwrap(), original, "kept-{i}");
-    }
+    assert_replayed(&restarted.app, &lab, "kept", &answers).await;
     let snapshot = restarted.app.snapshot(&lab).await;
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (40, 0));
 }
