@@ -493,11 +493,6 @@ impl Ledger {
         }
     }
 
-    /// Keys let go from memory (`spill`) so far, and whether any were.
-    pub fn spilled(&self) -> bool {
-        self.spilled
-    }
-
     pub fn reserve(&mut self, key: &IdempotencyKey, digest: BodyDigest, outside: bool) {
         if let Some(replaced) = self.keys.insert(key.held().clone(), KeyEntry::reserved(digest, outside)) {
             self.outside -= usize::from(replaced.outside);
