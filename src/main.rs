@@ -14,10 +14,24 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
+    no_huge_pages();
     // One plain line and exit status 1 on any failure, never Rust's debug form of the error.
     if let Err(e) = run().await {
         eprintln!("retrylab: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Transparent huge pages back the allocator's arenas in 2 MiB pieces, so a page that holds a
+/// few live bytes keeps 2 MiB resident: 100 busy watched labs held 203 MiB after ten minutes with
+/// them and 176 MiB without (BENCHMARKS.md, "Session 19"). mimalloc is built not to ask for them
+/// (its `no_thp` feature); this also turns them off where the kernel gives them unasked
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` set to `always`).
+fn no_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes one integer and touches no memory of ours.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
 }
 

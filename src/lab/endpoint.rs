@@ -261,13 +261,8 @@ impl Lab {
             let Decision::Recall { applied_unix_ms } = decided.decision else {
                 return Ok(decided);
             };
-            let (store, lab, name) = (self.store.clone(), self.id.to_string(), key.as_str().to_owned());
-            let read = tokio::task::spawn_blocking(move || match applied_unix_ms {
-                Some(at) => store.recall_key(&lab, &name, at).map(|row| row.map(|row| (row, false))),
-                None => store.find_key(&lab, &name),
-            })
-            .await
-            .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))??;
+            let read =
+                self.store.read_key(self.id.to_string(), key.as_str().to_owned(), applied_unix_ms).await?;
             let mut state = self.lock();
             let ledger = &mut state.endpoint.ledger;
             let before = ledger.outside_keys();

@@ -8,8 +8,8 @@
 //! caller that waits says so (`Store::hurry`) and gets its commit at once.
 //!
 //! Reads after start-up go through connections of their own; in WAL mode they never wait for the
-//! writer. The one on the request path reads back an idempotency key the ledger holds cold
-//! (`Store::recall_key`).
+//! writer. The one on the request path reads back an idempotency key the ledger holds cold or
+//! let go (`Store::read_key`), one read at a time.
 //!
 //! The files: `changes` (what a lab owes the store and gets back), `schema` (the file, its
 //! migrations, its bound), `writer` (the group-committing writer thread), `rows` (what a lab's
@@ -124,6 +124,8 @@ pub struct Store {
     /// A connection of its own for reading keys back, opened on first use; in WAL mode it reads
     /// beside the writer without waiting for it.
     reader: Arc<Mutex<Option<Connection>>>,
+    /// The turn to read a key back with `reader` (`read_key`), waited for on the async side.
+    reading: Arc<tokio::sync::Semaphore>,
     pub stats: Arc<StoreStats>,
     health: tokio::sync::watch::Receiver<Health>,
 }
@@ -164,7 +166,8 @@ impl Store {
             })
             .map_err(|e| StoreError::Failed(format!("cannot start the store's writer: {e}")))?;
         let reader = Arc::new(Mutex::new(None));
-        Ok((Store { jobs, path: path.to_owned(), reader, stats, health: watching }, labs))
+        let reading = Arc::new(tokio::sync::Semaphore::new(1));
+        Ok((Store { jobs, path: path.to_owned(), reader, reading, stats, health: watching }, labs))
     }
 
     /// A store in a fresh file under the system's temporary folder, for unit tests.
@@ -187,6 +190,32 @@ impl Store {
     /// Someone waits for the changes scheduled so far: the writer commits them without delay.
     pub fn hurry(&self) {
         let _ = self.jobs.send(Job::Hurry);
+    }
+
+    /// Reads a key's row back off the async workers (`recall_key` when the ledger knows when it
+    /// was applied, else `find_key`), one read at a time. The reader connection serves one
+    /// read at once anyway; a request that waited for it in a blocking thread of its own made
+    /// the runtime start dozens of them once labs looked up every new key (40 threads, each
+    /// keeping its allocator's pages: a server of 100 busy labs grew 30 MiB; BENCHMARKS.md,
+    /// "Session 19"). Here it waits for its turn as a task.
+    pub async fn read_key(
+        &self,
+        lab_id: String,
+        key: String,
+        applied_unix_ms: Option<u64>,
+    ) -> Result<Option<(KeyRow, bool)>, StoreError> {
+        let turn = self.reading.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Held until the read is done, even if the request that asked has gone.
+            let _turn = turn;
+            match applied_unix_ms {
+                Some(at) => store.recall_key(&lab_id, &key, at).map(|row| row.map(|row| (row, false))),
+                None => store.find_key(&lab_id, &key),
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))?
     }
 
     /// Reads back the row of `key`, applied at `applied_unix_ms` in `lab_id` (blocking): the

@@ -262,6 +262,40 @@ fn a_cold_key_is_read_back_by_its_name_and_time() {
     assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
+    let path = temporary_path();
+    let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
+    let mut connection = connect(&path).unwrap();
+    let keys: Vec<KeyRow> = (0..40).map(|i| applied_key(&format!("k{i}"), 1, 5 + i)).collect();
+    write(&mut connection, RecordChanges { keys, ..Default::default() });
+
+    // While another read holds the turn, a read waits and does not start.
+    let held = store.reading.clone().acquire_owned().await.unwrap();
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.read_key("good".into(), "k3".into(), None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "a read started while another held the turn");
+    drop(held);
+    let (row, expired) = waiting.await.unwrap().unwrap().expect("k3 was applied");
+    assert_eq!((row.key.as_str(), row.applied_unix_ms, expired), ("k3", 8, false));
+
+    // Forty at once, by name and by time: each finds its own row, and the turn comes back.
+    let reads = (0..40u64).map(|i| {
+        let store = store.clone();
+        let at = (i % 2 == 0).then_some(5 + i);
+        tokio::spawn(async move { store.read_key("good".into(), format!("k{i}"), at).await })
+    });
+    for (i, read) in reads.enumerate() {
+        let (row, _) = read.await.unwrap().unwrap().expect("every key was applied");
+        assert_eq!(row.key, format!("k{i}"));
+    }
+    assert_eq!(store.read_key("good".into(), "never".into(), None).await.unwrap(), None);
+    assert_eq!(store.reading.available_permits(), 1);
+}
+
 /// A fresh store file as a build of schema version `version` left it.
 fn at_version(version: usize) -> Connection {
     let connection = connect(&temporary_path()).unwrap();
