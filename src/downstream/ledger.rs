@@ -291,6 +291,15 @@ pub struct Ledger {
     let_go: u64,
 }
 
+/// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys leaves
+/// room for 3,584 whole keys (about 430 kB) after all but the hot 1,024 have cooled. Past
+/// twice what the map is meant to hold, the room goes back, down to that.
+fn give_back_room<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, meant: usize) {
+    if map.capacity() > 2 * meant.max(map.len()) {
+        map.shrink_to(meant);
+    }
+}
+
 /// Cold keys let go from memory together: the newest of them, for the dedup window, and how
 /// many were an outside caller's (the limits on outside keys count them until they expire).
 #[derive(Debug, Clone, Copy)]
@@ -420,6 +429,7 @@ impl Ledger {
             let entry = self.keys.remove(&key).expect("listed above");
             self.cold.insert(Fingerprint::of_held(&key), Cold::new(entry.applied_unix_ms, entry.outside));
         }
+        give_back_room(&mut self.keys, hot_keys + hot_keys / 4);
         excess
     }
 
@@ -463,6 +473,7 @@ impl Ledger {
         });
         self.spills.push(spill);
         self.spilled = true;
+        give_back_room(&mut self.cold, max_cold);
         let gone = before - self.cold.len();
         self.let_go += gone as u64;
         gone
@@ -816,6 +827,33 @@ mod tests {
         assert_eq!(ledger.cool(0, 2), 2);
         assert!(matches!(ledger.lookup(&key(uuid), &digest), Lookup::Stored { applied_unix_ms: Some(9) }));
         assert!(ledger.is_applied(odd) && !ledger.is_applied("0b7e1f2a-3c4d-4e5f-8a9b-0c1d2e3f4a5c"));
+    }
+
+    #[test]
+    fn cooling_and_letting_go_give_back_the_room_a_burst_took() {
+        let mut ledger = applied(2_000);
+        assert!(ledger.keys.capacity() >= 2_000);
+        assert_eq!(ledger.cool(64, u64::MAX - 1), 2_000 - 64);
+        assert_eq!(ledger.held(), (64, 1_936));
+        assert!(
+            ledger.keys.capacity() < 2 * 80,
+            "room for {} whole keys kept for 64",
+            ledger.keys.capacity()
+        );
+        assert!(ledger.cold.capacity() >= 1_936);
+        let let_go = ledger.spill(128, std::iter::empty());
+        assert_eq!(let_go, 1_936 - 96);
+        assert_eq!(ledger.held(), (64, 96));
+        assert!(
+            ledger.cold.capacity() < 2 * 128,
+            "room for {} cold keys kept for 128",
+            ledger.cold.capacity()
+        );
+        // Within the room it is meant to have, a map keeps it: no shrinking and growing again.
+        let room = ledger.keys.capacity();
+        assert!(room >= 80);
+        ledger.cool(64, u64::MAX - 1);
+        assert_eq!(ledger.keys.capacity(), room);
     }
 
     #[test]
