@@ -67,7 +67,9 @@ class Server:
                  "--max-messages-per-lab", str(max(20_000, args.letters)),
                  "--max-active-messages-per-lab", str(max(5_000, args.max_burst)),
                  "--snapshot-bytes-per-s", BIG, "--snapshot-burst-bytes", "1000000000",
-                 "--endpoint-rate-per-s", BIG, "--endpoint-burst", BIG, "--client-ip-header", "x-client-ip"]
+                 "--endpoint-rate-per-s", BIG, "--endpoint-burst", BIG, "--client-ip-header", "x-client-ip",
+                 # The probe is an outside caller with a new key each request: thousands of them.
+                 "--max-outside-keys-per-lab", BIG, "--max-outside-keys", BIG]
         self.process = subprocess.Popen(
             [args.bin, "--addr", "127.0.0.1:0", "--db", os.path.join(self.dir, "export.db"), *flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "RUST_LOG": "warn"})
