@@ -24,7 +24,7 @@ async fn main() {
 
 /// Transparent huge pages back the allocator's arenas in 2 MiB pieces, so a page that holds a
 /// few live bytes keeps 2 MiB resident: 100 busy watched labs held 203 MiB after ten minutes with
-/// them and 176 MiB without (BENCHMARKS.md, "Session 19"). mimalloc is built not to ask for them
+/// them and 174 to 176 MiB without (two runs) (BENCHMARKS.md, "Session 19"). mimalloc is built not to ask for them
 /// (its `no_thp` feature); this also turns them off where the kernel gives them unasked
 /// (`/sys/kernel/mm/transparent_hugepage/enabled` set to `always`).
 fn no_huge_pages() {

@@ -193,11 +193,11 @@ impl Store {
     }
 
     /// Reads a key's row back off the async workers (`recall_key` when the ledger knows when it
-    /// was applied, else `find_key`), one read at a time. The reader connection serves one
-    /// read at once anyway; a request that waited for it in a blocking thread of its own made
-    /// the runtime start dozens of them once labs looked up every new key (40 threads, each
-    /// keeping its allocator's pages: a server of 100 busy labs grew 30 MiB; BENCHMARKS.md,
-    /// "Session 19"). Here it waits for its turn as a task.
+    /// was applied, else `find_key`), one read at a time: the only way the request path reads
+    /// a key. The reader connection serves one read at once anyway; a request that waited for
+    /// it in a blocking thread of its own made the runtime start dozens of them once labs looked
+    /// up every new key (4 threads became 44 for 100 busy labs; BENCHMARKS.md, "Session 19").
+    /// Here it waits for its turn as a task.
     pub async fn read_key(
         &self,
         lab_id: String,
@@ -221,7 +221,7 @@ impl Store {
     /// Reads back the row of `key`, applied at `applied_unix_ms` in `lab_id` (blocking): the
     /// ledger holds such a key by fingerprint only. The index on (lab, time) finds it among
     /// the few keys applied in that millisecond; `None` if the store has no such row.
-    pub fn recall_key(
+    fn recall_key(
         &self,
         lab_id: &str,
         key: &str,
@@ -248,7 +248,7 @@ impl Store {
     /// The newest row of `key` in `lab_id`, found by its name alone (blocking), and whether it
     /// expired from the dedup window: for a lab that let its older keys go from memory
     /// (`--cold-keys-per-lab`). `None` when the key was never applied there.
-    pub fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
+    fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
         let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if reader.is_none() {
             *reader = Some(connect(&self.path)?);
