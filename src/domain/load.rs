@@ -134,31 +134,46 @@ impl Default for LoadBin {
     }
 }
 
-/// A bin as the lab holds it: the counts every busy bin has, in 32 bits each (a 10 s bin would
-/// need 400 million requests a second to overflow one; they saturate), and what few bins have
-/// (the protections' counts and levels, the defences' drops) apart, boxed, only when some is
-/// there. A `LoadBin` is 216 bytes and this 56: five minutes of fine bins, 3,000 of them, is
-/// most of what a busy lab holds beside its events.
+/// A bin as the lab holds it: the counts every busy bin has, in 16 bits each, and what few bins
+/// have apart, boxed, only when some is there: the protections' counts and levels, the
+/// defences' drops, and the upper 16 bits of a count that outgrew its lower ones (a fine bin
+/// past 65,535 requests, a coarse one past 6,553 a second). A count is 32 bits in all and
+/// saturates there (a 10 s bin would need 400 million requests a second). A `LoadBin` is 216
+/// bytes and this 32: five minutes of fine bins, 3,000 of them, is most of what a busy lab holds
+/// beside its events, and at 10 messages a second none of its counts needs the box.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Bin {
-    width_ms: u32,
-    requests: u32,
-    ok: u32,
-    unavailable: u32,
-    throttled: u32,
-    timed_out: u32,
-    other: u32,
-    wasted: u32,
-    peak_in_process: u32,
-    offered: u32,
-    delivered: u32,
-    refused: u32,
+    /// The lower 16 bits of each count, by the `Count` indices.
+    low: [u16; COUNTS],
+    /// 100 or 10,000: the two widths the lab makes (a wider one, from a row written by hand,
+    /// reads as 65,535).
+    width_ms: u16,
     rare: Option<Box<Rare>>,
 }
+
+/// The counts every bin has, as indices into `Bin::low` (and `Rare::high`).
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Requests,
+    Ok,
+    Unavailable,
+    Throttled,
+    TimedOut,
+    Other,
+    Wasted,
+    PeakInProcess,
+    Offered,
+    Delivered,
+    Refused,
+}
+
+const COUNTS: usize = Count::Refused as usize + 1;
 
 /// The parts of a bin that few bins have.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Rare {
+    /// The upper 16 bits of each count, by the `Count` indices.
+    high: [u16; COUNTS],
     suppressed: BTreeMap<String, u64>,
     levels: BTreeMap<String, f64>,
     dropped_deadline: u64,
@@ -171,20 +186,42 @@ struct Rare {
     ignored_hints: u64,
 }
 
-/// Adds `n` to a count, saturating.
-fn add(count: &mut u32, n: u64) {
-    *count = u32::try_from(u64::from(*count).saturating_add(n)).unwrap_or(u32::MAX);
-}
-
 impl Bin {
     fn new(width_ms: u64, peak_in_process: u64) -> Self {
-        let mut bin = Bin { width_ms: u32::try_from(width_ms).unwrap_or(u32::MAX), ..Default::default() };
-        add(&mut bin.peak_in_process, peak_in_process);
+        let mut bin = Bin { width_ms: u16::try_from(width_ms).unwrap_or(u16::MAX), ..Default::default() };
+        bin.set(Count::PeakInProcess, peak_in_process);
         bin
     }
 
     fn rare(&mut self) -> &mut Rare {
         self.rare.get_or_insert_with(Default::default)
+    }
+
+    fn get(&self, count: Count) -> u64 {
+        let high = self.rare.as_ref().map_or(0, |rare| rare.high[count as usize]);
+        u64::from(high) << 16 | u64::from(self.low[count as usize])
+    }
+
+    /// Sets a count, saturating at 32 bits; its upper half goes in the box only when it has one.
+    fn set(&mut self, count: Count, n: u64) {
+        let n = n.min(u64::from(u32::MAX));
+        self.low[count as usize] = n as u16;
+        let high = (n >> 16) as u16;
+        if high != 0 || self.rare.is_some() {
+            self.rare().high[count as usize] = high;
+        }
+    }
+
+    /// Adds `n` to a count, saturating.
+    fn add(&mut self, count: Count, n: u64) {
+        self.set(count, self.get(count).saturating_add(n));
+    }
+
+    /// Raises a count to `n` if it is lower (a peak).
+    fn raise(&mut self, count: Count, n: u64) {
+        if n > self.get(count) {
+            self.set(count, n);
+        }
     }
 
     /// The bin as the store, the snapshot and the events show it.
@@ -193,17 +230,17 @@ impl Bin {
         LoadBin {
             t_ms,
             width_ms: u64::from(self.width_ms),
-            requests: u64::from(self.requests),
-            ok: u64::from(self.ok),
-            unavailable: u64::from(self.unavailable),
-            throttled: u64::from(self.throttled),
-            timed_out: u64::from(self.timed_out),
-            other: u64::from(self.other),
-            wasted: u64::from(self.wasted),
-            peak_in_process: u64::from(self.peak_in_process),
-            offered: u64::from(self.offered),
-            delivered: u64::from(self.delivered),
-            refused: u64::from(self.refused),
+            requests: self.get(Count::Requests),
+            ok: self.get(Count::Ok),
+            unavailable: self.get(Count::Unavailable),
+            throttled: self.get(Count::Throttled),
+            timed_out: self.get(Count::TimedOut),
+            other: self.get(Count::Other),
+            wasted: self.get(Count::Wasted),
+            peak_in_process: self.get(Count::PeakInProcess),
+            offered: self.get(Count::Offered),
+            delivered: self.get(Count::Delivered),
+            refused: self.get(Count::Refused),
             suppressed: rare.suppressed,
             levels: rare.levels,
             dropped_deadline: rare.dropped_deadline,
@@ -226,18 +263,17 @@ impl Bin {
 
     /// Adds `other`'s counts into this bin (the peak is the higher of the two).
     fn absorb(&mut self, other: &LoadBin) {
-        add(&mut self.requests, other.requests);
-        add(&mut self.ok, other.ok);
-        add(&mut self.unavailable, other.unavailable);
-        add(&mut self.throttled, other.throttled);
-        add(&mut self.timed_out, other.timed_out);
-        add(&mut self.other, other.other);
-        add(&mut self.wasted, other.wasted);
-        let peak = other.peak_in_process.max(u64::from(self.peak_in_process));
-        self.peak_in_process = u32::try_from(peak).unwrap_or(u32::MAX);
-        add(&mut self.offered, other.offered);
-        add(&mut self.delivered, other.delivered);
-        add(&mut self.refused, other.refused);
+        self.add(Count::Requests, other.requests);
+        self.add(Count::Ok, other.ok);
+        self.add(Count::Unavailable, other.unavailable);
+        self.add(Count::Throttled, other.throttled);
+        self.add(Count::TimedOut, other.timed_out);
+        self.add(Count::Other, other.other);
+        self.add(Count::Wasted, other.wasted);
+        self.raise(Count::PeakInProcess, other.peak_in_process);
+        self.add(Count::Offered, other.offered);
+        self.add(Count::Delivered, other.delivered);
+        self.add(Count::Refused, other.refused);
         let rare_counts = [
             other.dropped_deadline,
             other.timed_out_in_queue,
@@ -286,7 +322,7 @@ pub enum Answer {
 }
 
 /// The bins by start, in a sorted deque: nearly every bin is added after the newest, and old
-/// ones leave from the front, so a deque does what a B-tree would at 64 bytes a bin against
+/// ones leave from the front, so a deque does what a B-tree would at 40 bytes a bin against
 /// the tree's 121 (its nodes' keys, links and the room they keep).
 #[derive(Debug, Default)]
 struct Bins(VecDeque<(u64, Bin)>);
@@ -421,26 +457,25 @@ impl Load {
     /// A request reached the downstream at `now_ms`; returns the bin it is counted in.
     pub fn arrive(&mut self, now_ms: u64) -> u64 {
         let t_ms = self.t_ms(now_ms);
-        add(&mut self.bin(now_ms).requests, 1);
+        self.bin(now_ms).add(Count::Requests, 1);
         t_ms
     }
 
     /// How the request that arrived in bin `arrived_t_ms` was answered.
     pub fn answer(&mut self, arrived_t_ms: u64, answer: Answer) {
-        let bin = self.bin(arrived_t_ms);
         let count = match answer {
-            Answer::Status(200..=299) => &mut bin.ok,
-            Answer::Status(503) => &mut bin.unavailable,
-            Answer::Status(429) => &mut bin.throttled,
-            Answer::Status(_) => &mut bin.other,
-            Answer::TimedOut => &mut bin.timed_out,
+            Answer::Status(200..=299) => Count::Ok,
+            Answer::Status(503) => Count::Unavailable,
+            Answer::Status(429) => Count::Throttled,
+            Answer::Status(_) => Count::Other,
+            Answer::TimedOut => Count::TimedOut,
         };
-        add(count, 1);
+        self.bin(arrived_t_ms).add(count, 1);
     }
 
     /// Work was finished at `now_ms` for a client that had already given up.
     pub fn wasted(&mut self, now_ms: u64) {
-        add(&mut self.bin(now_ms).wasted, 1);
+        self.bin(now_ms).add(Count::Wasted, 1);
     }
 
     /// A request was dropped at `now_ms` without its work, for `cause`.
@@ -473,19 +508,19 @@ impl Load {
     /// `count` new messages were created at `now_ms`.
     pub fn offered(&mut self, now_ms: u64, count: u64) {
         if count > 0 {
-            add(&mut self.bin(now_ms).offered, count);
+            self.bin(now_ms).add(Count::Offered, count);
         }
     }
 
     /// A message was delivered at `now_ms`.
     pub fn delivered(&mut self, now_ms: u64) {
-        add(&mut self.bin(now_ms).delivered, 1);
+        self.bin(now_ms).add(Count::Delivered, 1);
     }
 
     /// `count` arrivals were refused at the source at `now_ms`.
     pub fn refused(&mut self, now_ms: u64, count: u64) {
         if count > 0 {
-            add(&mut self.bin(now_ms).refused, count);
+            self.bin(now_ms).add(Count::Refused, count);
         }
     }
 
@@ -509,9 +544,7 @@ impl Load {
     pub fn work_started(&mut self, now_ms: u64) {
         self.in_process += 1;
         let in_process = self.in_process;
-        let bin = self.bin(now_ms);
-        let peak = u64::from(bin.peak_in_process).max(in_process);
-        bin.peak_in_process = u32::try_from(peak).unwrap_or(u32::MAX);
+        self.bin(now_ms).raise(Count::PeakInProcess, in_process);
     }
 
     pub fn work_finished(&mut self) {
@@ -603,7 +636,7 @@ impl Load {
             self.unsaved.remove(&t);
             let start = t - t % COARSE_BIN_MS;
             let coarse = self.bins.get_or_insert_with(start, || Bin::new(COARSE_BIN_MS, 0));
-            coarse.width_ms = COARSE_BIN_MS as u32;
+            coarse.width_ms = COARSE_BIN_MS as u16;
             coarse.absorb(&bin.shown(t));
             self.changed.insert(start);
             self.unsaved.insert(start);
@@ -626,7 +659,7 @@ mod tests {
 
     #[test]
     fn a_bin_is_held_compactly_and_shown_as_it_was_counted() {
-        assert!(std::mem::size_of::<Bin>() <= 56, "{} bytes", std::mem::size_of::<Bin>());
+        assert!(std::mem::size_of::<Bin>() <= 32, "{} bytes", std::mem::size_of::<Bin>());
         let whole = LoadBin {
             t_ms: 40_000,
             width_ms: COARSE_BIN_MS,
@@ -660,9 +693,31 @@ mod tests {
         let limited = LoadBin { t_ms: 200, limit: Some(4), ..Default::default() };
         assert_eq!(Bin::held(limited.clone()).shown(200), limited, "a limit alone is kept");
         let mut full = Bin::new(BIN_MS, 0);
-        add(&mut full.requests, u64::MAX);
-        add(&mut full.requests, 1);
+        full.add(Count::Requests, u64::MAX);
+        full.add(Count::Requests, 1);
         assert_eq!(full.shown(0).requests, u64::from(u32::MAX), "a count saturates");
+    }
+
+    #[test]
+    fn a_count_past_sixteen_bits_keeps_its_upper_half_in_the_box_and_reads_whole() {
+        let mut load = Load::default();
+        for _ in 0..65_535 {
+            load.arrive(1_000);
+        }
+        load.offered(1_000, 3);
+        assert!(load.bins.get(&1_000).unwrap().rare.is_none(), "65,535 fits the bin's own 16 bits");
+        load.arrive(1_050);
+        load.offered(1_000, 70_000);
+        let bin = load.bins.get(&1_000).unwrap();
+        assert!(bin.rare.is_some(), "65,536 needs the box");
+        let shown = bin.shown(1_000);
+        assert_eq!((shown.requests, shown.offered, shown.ok), (65_536, 70_003, 0));
+        // A bin read back from the store, summed into a coarse one, keeps the whole count.
+        let stored = LoadBin { t_ms: 0, width_ms: COARSE_BIN_MS, requests: 200_000, peak_in_process: 70_000, ..Default::default() };
+        let mut held = Bin::held(stored.clone());
+        assert_eq!(held.shown(0), stored);
+        held.absorb(&LoadBin { requests: 5, peak_in_process: 3, ..Default::default() });
+        assert_eq!((held.shown(0).requests, held.shown(0).peak_in_process), (200_005, 70_000), "a peak is the higher");
     }
 
     #[test]
