@@ -493,7 +493,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_snapshot_bytes_building: 32 * 1024 * 1024,
     lab_create_burst: 20,
     event_window: 10_000,
-    event_window_bytes: 256 * 1024,
+    event_window_bytes: 128 * 1024,
     subscriber_lag: 8_192,
     endpoint_rate_per_s: 50,
     endpoint_burst: 200,
@@ -501,8 +501,12 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_outside_keys: 100_000,
     max_callers_per_lab: 20,
     max_outside_attempts_per_key: 100,
-    hot_keys_per_lab: 1_024,
-    cold_keys_per_lab: 3_072,
+    // Sized to the hash maps' own steps: a map holds up to 7/8 of a power of two. The whole
+    // keys peak at a quarter over the hot ones before they cool (800 of 896 in 1,024 slots of
+    // about 100 bytes); the fingerprints at the cold ones and one cooling's keys (1,696 of
+    // 1,792 in 2,048 slots of 25 bytes). One key more than these would double either map.
+    hot_keys_per_lab: 640,
+    cold_keys_per_lab: 1_536,
     max_redrive_rate_per_s: 500,
     max_retry_duration_ms: 60 * 60 * 1000,
     settled_window: 2_000,

@@ -442,7 +442,7 @@ mod tests {
             state: MessageState::DeadLetter,
             round: 0,
             created_ms: 0,
-            attempts: vec![attempt],
+            attempts: vec![attempt].into(),
         };
         DeadLetter::new(&message, (cause, "gave up".into()), (at_ms, at_ms), 3)
     }

@@ -138,7 +138,7 @@ impl DeadLetter {
             round: message.round,
             reason,
             cause,
-            attempts: message.attempts.clone(),
+            attempts: message.attempts.to_vec(),
             dead_lettered_ms: now_ms,
             dead_lettered_unix_ms: unix_ms,
             redrive: None,
@@ -326,7 +326,7 @@ mod tests {
             state: MessageState::DeadLetter,
             round,
             created_ms: 0,
-            attempts: Vec::new(),
+            attempts: Default::default(),
         }
     }
 

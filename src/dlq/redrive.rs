@@ -83,7 +83,7 @@ mod tests {
             state: MessageState::DeadLetter,
             round: 0,
             created_ms: 0,
-            attempts: vec![],
+            attempts: Default::default(),
         };
         DeadLetter::new(&message, (Cause::AttemptsUsedUp, "gave up".into()), (at, at), 3)
     }

@@ -131,7 +131,98 @@ pub struct Message {
     pub state: MessageState,
     pub round: u32,
     pub created_ms: u64,
-    pub attempts: Vec<Attempt>,
+    #[schema(value_type = Vec<Attempt>)]
+    pub attempts: Attempts,
+}
+
+/// A message's attempts. Most messages a lab keeps settled after one attempt, so that one is
+/// held in the message itself, not in a list of its own: a settled message of one attempt is
+/// then one block of memory, not two.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempts {
+    One(Attempt),
+    Many(Vec<Attempt>),
+}
+
+impl Default for Attempts {
+    fn default() -> Self {
+        Attempts::Many(Vec::new())
+    }
+}
+
+impl Attempts {
+    pub fn push(&mut self, attempt: Attempt) {
+        match self {
+            Attempts::Many(list) if list.is_empty() => *self = Attempts::One(attempt),
+            Attempts::Many(list) => list.push(attempt),
+            Attempts::One(_) => {
+                let Attempts::One(first) = std::mem::take(self) else { unreachable!("matched above") };
+                *self = Attempts::Many(vec![first, attempt]);
+            }
+        }
+    }
+
+    /// Gives back the room a list kept for more attempts than it holds.
+    pub fn shrink_to_fit(&mut self) {
+        if let Attempts::Many(list) = self {
+            if list.len() == 1 {
+                *self = Attempts::One(list.pop().expect("one"));
+            } else {
+                list.shrink_to_fit();
+            }
+        }
+    }
+}
+
+impl From<Vec<Attempt>> for Attempts {
+    fn from(mut list: Vec<Attempt>) -> Self {
+        if list.len() == 1 {
+            Attempts::One(list.pop().expect("one"))
+        } else {
+            Attempts::Many(list)
+        }
+    }
+}
+
+impl std::ops::Deref for Attempts {
+    type Target = [Attempt];
+
+    fn deref(&self) -> &[Attempt] {
+        match self {
+            Attempts::One(attempt) => std::slice::from_ref(attempt),
+            Attempts::Many(list) => list,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Attempts {
+    fn deref_mut(&mut self) -> &mut [Attempt] {
+        match self {
+            Attempts::One(attempt) => std::slice::from_mut(attempt),
+            Attempts::Many(list) => list,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Attempts {
+    type Item = &'a Attempt;
+    type IntoIter = std::slice::Iter<'a, Attempt>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl Serialize for Attempts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Attempts {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Vec::<Attempt>::deserialize(deserializer)?.into())
+    }
 }
 
 impl Message {
@@ -260,5 +351,44 @@ mod tests {
         assert_eq!((attempt.duration_ms, attempt.retry_after_s, attempt.ended_ms()), (None, None, None));
         let written = serde_json::to_value(Attempt { duration_ms: Some(12), ..attempt }).unwrap();
         assert_eq!((written["duration_ms"].as_u64(), written.get("refused_by")), (Some(12), None));
+    }
+
+    #[test]
+    fn a_message_holds_its_one_attempt_itself_and_a_list_past_it() {
+        let size = std::mem::size_of::<Message>();
+        assert!(size <= 112, "a message is {size} bytes");
+        let attempt = |n| Attempt {
+            n,
+            round: 0,
+            started_ms: u64::from(n) * 10,
+            duration_ms: Some(3),
+            status: Some(503),
+            outcome: None,
+            replayed: false,
+            retry_after_s: None,
+            wait: None,
+            refused_by: None,
+        };
+        let mut attempts = Attempts::default();
+        assert!(attempts.is_empty());
+        attempts.push(attempt(1));
+        assert!(matches!(attempts, Attempts::One(_)), "the first is held in place");
+        attempts.push(attempt(2));
+        attempts.push(attempt(3));
+        assert_eq!(attempts.iter().map(|a| a.n).collect::<Vec<_>>(), [1, 2, 3], "in order, none lost");
+        attempts[2].status = Some(200);
+        assert_eq!(attempts.last().and_then(|a| a.status), Some(200));
+        // As a list of attempts, whichever way it is held, and read back the way it was written.
+        let json = serde_json::to_value(&attempts).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(3));
+        assert_eq!(serde_json::from_value::<Attempts>(json).unwrap(), attempts);
+        let one: Attempts = serde_json::from_str(&serde_json::to_string(&[attempt(1)]).unwrap()).unwrap();
+        assert!(matches!(one, Attempts::One(ref a) if a.n == 1), "one read back is held in place");
+        let mut shrunk = Attempts::Many(Vec::with_capacity(4));
+        shrunk.push(attempt(1));
+        assert!(matches!(shrunk, Attempts::One(_)));
+        let mut listed = Attempts::Many(vec![attempt(1)]);
+        listed.shrink_to_fit();
+        assert!(matches!(listed, Attempts::One(_)), "a list of one gives up its room");
     }
 }

@@ -184,7 +184,7 @@ impl LabRecord {
                     state: MessageState::Queued,
                     round: 0,
                     created_ms: now_ms,
-                    attempts: Vec::new(),
+                    attempts: Default::default(),
                 };
                 self.messages.push(message.clone());
                 self.by_state[MessageState::Queued as usize] += 1;

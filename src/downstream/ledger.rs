@@ -429,8 +429,17 @@ impl Ledger {
             let entry = self.keys.remove(&key).expect("listed above");
             self.cold.insert(Fingerprint::of_held(&key), Cold::new(entry.applied_unix_ms, entry.outside));
         }
-        give_back_room(&mut self.keys, hot_keys + hot_keys / 4);
         excess
+    }
+
+    /// Gives back the room either map holds past twice what it is meant to hold (the whole
+    /// keys a quarter over `hot_keys`, the fingerprints `cold_keys`). A map takes more room in
+    /// a burst, and also when keys leave it and others come: it counts the places the leavers
+    /// held as taken until it next rehashes, and when those run out it doubles, though it is
+    /// far from full. Run after `cool` and `spill`, so the room a lab keeps follows its limits.
+    pub fn give_back_room(&mut self, hot_keys: usize, cold_keys: usize) {
+        give_back_room(&mut self.keys, hot_keys + hot_keys / 4);
+        give_back_room(&mut self.cold, cold_keys);
     }
 
     /// Whether more keys are held cold than `max_cold` (`--cold-keys-per-lab`): `spill` then
@@ -473,7 +482,6 @@ impl Ledger {
         });
         self.spills.push(spill);
         self.spilled = true;
-        give_back_room(&mut self.cold, max_cold);
         let gone = before - self.cold.len();
         self.let_go += gone as u64;
         gone
@@ -835,6 +843,7 @@ mod tests {
         assert!(ledger.keys.capacity() >= 2_000);
         assert_eq!(ledger.cool(64, u64::MAX - 1), 2_000 - 64);
         assert_eq!(ledger.held(), (64, 1_936));
+        ledger.give_back_room(64, 128);
         assert!(
             ledger.keys.capacity() < 2 * 80,
             "room for {} whole keys kept for 64",
@@ -844,6 +853,7 @@ mod tests {
         let let_go = ledger.spill(128, std::iter::empty());
         assert_eq!(let_go, 1_936 - 96);
         assert_eq!(ledger.held(), (64, 96));
+        ledger.give_back_room(64, 128);
         assert!(
             ledger.cold.capacity() < 2 * 128,
             "room for {} cold keys kept for 128",
@@ -853,7 +863,36 @@ mod tests {
         let room = ledger.keys.capacity();
         assert!(room >= 80);
         ledger.cool(64, u64::MAX - 1);
+        ledger.give_back_room(64, 128);
         assert_eq!(ledger.keys.capacity(), room);
+    }
+
+    #[test]
+    fn at_the_default_limits_steady_keys_stay_within_one_step_of_each_map() {
+        // As a lab's flush does it, a key at a time: cool past the hot keys, then let the
+        // oldest cold ones go past the cold limit.
+        let limits = crate::config::Limits::default();
+        let (hot, cold) = (limits.hot_keys_per_lab, limits.cold_keys_per_lab);
+        let mut ledger = Ledger::default();
+        let (mut most_whole, mut most_cold) = (0, 0);
+        for i in 0..10_000u64 {
+            let k = key(&format!("k{i}"));
+            ledger.reserve(&k, BodyDigest::of(&json!({})), false);
+            ledger.complete(&k, i, i);
+            ledger.set_applied_event(&k, i + 1);
+            ledger.take_unsaved();
+            ledger.cool(hot, u64::MAX - 1);
+            if ledger.cold_over(cold) {
+                ledger.spill(cold, std::iter::empty());
+            }
+            ledger.give_back_room(hot, cold);
+            most_whole = most_whole.max(ledger.keys.capacity());
+            most_cold = most_cold.max(ledger.cold.capacity());
+        }
+        assert!(ledger.let_go > 7_000, "the cold keys were let go past the limit: {}", ledger.let_go);
+        // A hash map holds 7/8 of its slots: 896 in 1,024, 1,792 in 2,048.
+        assert!(most_whole <= 896, "whole keys took room for {most_whole}");
+        assert!(most_cold <= 1_792, "fingerprints took room for {most_cold}");
     }
 
     #[test]

@@ -98,6 +98,7 @@ impl Flush for Lab {
             let needed = state.record.keys_needed();
             state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
         }
+        state.endpoint.ledger.give_back_room(self.limits.hot_keys_per_lab, self.limits.cold_keys_per_lab);
         let changes = state.take_changes(early);
         let record = &state.record;
         let row = LabRow {
@@ -263,7 +264,7 @@ mod tests {
                 let key = format!("k{id}");
                 let state = MessageState::DeadLetter;
                 let message =
-                    Message { id, key: key.into(), state, round: 0, created_ms: 0, attempts: vec![] };
+                    Message { id, key: key.into(), state, round: 0, created_ms: 0, attempts: Default::default() };
                 DeadLetter::new(&message, (Cause::AttemptsUsedUp, "x".into()), (id, id), 3)
             })
             .collect()

@@ -93,6 +93,7 @@ impl Labs {
         if state.endpoint.ledger.cold_over(self.limits.cold_keys_per_lab) {
             let needed = state.record.keys_needed();
             state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+            state.endpoint.ledger.give_back_room(self.limits.hot_keys_per_lab, self.limits.cold_keys_per_lab);
         }
         if count {
             self.outside_keys
