@@ -259,7 +259,7 @@ async fn outside_messages(count: usize) {
 /// a lab does (the newest `--hot-keys-per-lab` held whole, the rest as fingerprints). Counted
 /// before `outside_messages` makes its labs: what they let go of later would be counted here.
 fn ledger_share(count: usize) {
-    let hot_keys = Limits::default().hot_keys_per_lab;
+    let (hot_keys, cold_keys) = (Limits::default().hot_keys_per_lab, Limits::default().cold_keys_per_lab);
     let before = live();
     let mut ledger = Ledger::default();
     for i in 0..count {
@@ -270,10 +270,12 @@ fn ledger_share(count: usize) {
         if i % 500 == 499 {
             drop(ledger.take_unsaved());
             ledger.cool(hot_keys, u64::MAX);
+            ledger.give_back_room(hot_keys, cold_keys);
         }
     }
     drop(ledger.take_unsaved());
     ledger.cool(hot_keys, u64::MAX);
+    ledger.give_back_room(hot_keys, cold_keys);
     let held = live() - before;
     let HeldKeys { whole, fingerprint, .. } = ledger.held();
     println!(

@@ -502,9 +502,10 @@ const DEFAULT_LIMITS: Limits = Limits {
     max_callers_per_lab: 20,
     max_outside_attempts_per_key: 100,
     // Sized to the hash maps' own steps: a map holds up to 7/8 of a power of two. The whole
-    // keys peak at a quarter over the hot ones before they cool (800 of 896 in 1,024 slots of
-    // about 100 bytes); the fingerprints at the cold ones and one cooling's keys (1,696 of
-    // 1,792 in 2,048 slots of 25 bytes). One key more than these would double either map.
+    // keys cool once they are a quarter over the hot ones (800 of the 896 that 1,024 slots of
+    // about 100 bytes hold, leaving 96 for keys that come between two flushes); the
+    // fingerprints are let go past the cold ones, after a cooling of at least 161 keys (1,697
+    // of 1,792 in 2,048 slots of 25 bytes). At 1,024 and 3,072 each map took twice the slots.
     hot_keys_per_lab: 640,
     cold_keys_per_lab: 1_536,
     max_redrive_rate_per_s: 500,

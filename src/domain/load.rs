@@ -713,11 +713,21 @@ mod tests {
         let shown = bin.shown(1_000);
         assert_eq!((shown.requests, shown.offered, shown.ok), (65_536, 70_003, 0));
         // A bin read back from the store, summed into a coarse one, keeps the whole count.
-        let stored = LoadBin { t_ms: 0, width_ms: COARSE_BIN_MS, requests: 200_000, peak_in_process: 70_000, ..Default::default() };
+        let stored = LoadBin {
+            t_ms: 0,
+            width_ms: COARSE_BIN_MS,
+            requests: 200_000,
+            peak_in_process: 70_000,
+            ..Default::default()
+        };
         let mut held = Bin::held(stored.clone());
         assert_eq!(held.shown(0), stored);
         held.absorb(&LoadBin { requests: 5, peak_in_process: 3, ..Default::default() });
-        assert_eq!((held.shown(0).requests, held.shown(0).peak_in_process), (200_005, 70_000), "a peak is the higher");
+        assert_eq!(
+            (held.shown(0).requests, held.shown(0).peak_in_process),
+            (200_005, 70_000),
+            "a peak is the higher"
+        );
     }
 
     #[test]

@@ -176,11 +176,7 @@ impl Attempts {
 
 impl From<Vec<Attempt>> for Attempts {
     fn from(mut list: Vec<Attempt>) -> Self {
-        if list.len() == 1 {
-            Attempts::One(list.pop().expect("one"))
-        } else {
-            Attempts::Many(list)
-        }
+        if list.len() == 1 { Attempts::One(list.pop().expect("one")) } else { Attempts::Many(list) }
     }
 }
 

@@ -291,8 +291,8 @@ pub struct Ledger {
     let_go: u64,
 }
 
-/// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys leaves
-/// room for 3,584 whole keys after all but the hot 1,024 have cooled. Past
+/// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys left room
+/// for 3,584 whole keys after all but 1,024 had cooled. Past
 /// twice what the map is meant to hold, the room goes back, down to that.
 fn give_back_room<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, meant: usize) {
     if map.capacity() > 2 * meant.max(map.len()) {

@@ -263,8 +263,14 @@ mod tests {
             .map(|id| {
                 let key = format!("k{id}");
                 let state = MessageState::DeadLetter;
-                let message =
-                    Message { id, key: key.into(), state, round: 0, created_ms: 0, attempts: Default::default() };
+                let message = Message {
+                    id,
+                    key: key.into(),
+                    state,
+                    round: 0,
+                    created_ms: 0,
+                    attempts: Default::default(),
+                };
                 DeadLetter::new(&message, (Cause::AttemptsUsedUp, "x".into()), (id, id), 3)
             })
             .collect()

@@ -46,10 +46,11 @@ impl Producer {
             // Loopback only: a proxy from the environment must not sit in between.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
-            // A burst opens up to `slots` connections; once it is over, only this many stay open
-            // idle (reqwest keeps every one for 90 s otherwise, each with its buffers on both
-            // ends, in this process). Steady traffic of 100 labs at 10 messages a second keeps
-            // fewer than this busy at once.
+            // A burst opens up to `slots` connections. Past this many idle, a connection closes
+            // as soon as it is free, and any idle for 10 s closes too (reqwest kept every one
+            // for 90 s, each with its buffers at both ends, in this process): steady traffic
+            // keeps the connections it uses at once and up to this many spare (about 45 in all
+            // for 100 labs at 10 messages a second answered in 5 to 20 ms, BENCHMARKS.md).
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .pool_idle_timeout(std::time::Duration::from_secs(10))
             .build()?;
