@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use super::holds::Held;
 use super::{Lab, LabState};
+use crate::config::Limits;
 use crate::dlq::DeadLetterChanges;
-use crate::domain::MessageChanges;
-use crate::downstream::KeyChanges;
+use crate::domain::{LabRecord, MessageChanges};
+use crate::downstream::{KeyChanges, Ledger};
 use crate::store::{Batch, Flush, LabRow, RecordChanges};
 
 /// How long a caller waits for the store to confirm a commit before answering 503.
@@ -92,13 +93,7 @@ impl Flush for Lab {
         }
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
-        state.endpoint.ledger.cool(self.limits.hot_keys_per_lab, *self.durable.borrow());
-        if state.endpoint.ledger.cold_over(self.limits.cold_keys_per_lab) {
-            // The oldest let go from memory (their rows were committed before they cooled).
-            let needed = state.record.keys_needed();
-            state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
-        }
-        state.endpoint.ledger.give_back_room(self.limits.hot_keys_per_lab, self.limits.cold_keys_per_lab);
+        keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, *self.durable.borrow());
         let changes = state.take_changes(early);
         let record = &state.record;
         let row = LabRow {
@@ -172,6 +167,24 @@ impl Lab {
         }
         (state, early)
     }
+}
+
+/// Holds a lab's keys to its limits: those applied by events through `committed_event` cool
+/// past the newest `--hot-keys-per-lab`; past `--cold-keys-per-lab` the oldest cold ones go
+/// from memory (their rows were committed before they cooled), never those the lab still
+/// needs; then either key map gives back the room it holds past its share.
+pub(super) fn keep_keys_within(
+    ledger: &mut Ledger,
+    record: &LabRecord,
+    limits: &Limits,
+    committed_event: u64,
+) {
+    ledger.cool(limits.hot_keys_per_lab, committed_event);
+    if ledger.cold_over(limits.cold_keys_per_lab) {
+        let needed = record.keys_needed();
+        ledger.spill(limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+    }
+    ledger.give_back_room(limits.hot_keys_per_lab, limits.cold_keys_per_lab);
 }
 
 impl LabState {

@@ -89,12 +89,9 @@ impl Labs {
             return None;
         };
         let mut state = restore(parts, dead_letters);
-        // Every key of the dedup window comes back cold: past the bound, the oldest go again.
-        if state.endpoint.ledger.cold_over(self.limits.cold_keys_per_lab) {
-            let needed = state.record.keys_needed();
-            state.endpoint.ledger.spill(self.limits.cold_keys_per_lab, needed.iter().map(String::as_str));
-            state.endpoint.ledger.give_back_room(self.limits.hot_keys_per_lab, self.limits.cold_keys_per_lab);
-        }
+        // Every key of the dedup window comes back cold (none whole, so none to cool): past the
+        // bound, the oldest go again.
+        super::flush::keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, 0);
         if count {
             self.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
