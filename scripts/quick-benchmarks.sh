@@ -45,6 +45,8 @@ step "scripts/export-memory.py --contention"
 python3 scripts/export-memory.py --quick --contention --bin "$bin"
 step "scripts/event-reach.py"
 python3 scripts/event-reach.py --quick --bin "$bin"
+step "scripts/left-labs.py"
+python3 scripts/left-labs.py --quick --bin "$bin"
 # The page's measurements in headless Chromium (tests/browser/, ignored in `cargo test`), each
 # small and short: they print frame times and sizes without holding them to targets, which a
 # loaded machine would miss; the steady run does check that the page's counters equal the API's.

@@ -323,6 +323,9 @@ pub struct EventLog {
     lag: usize,
     /// Wakes the subscribers with the newest id; they read the events from the window.
     wakeup: watch::Sender<u64>,
+    /// No page has watched for a while (`rest`): events are numbered but not kept, until the
+    /// next subscriber.
+    resting: bool,
 }
 
 impl EventLog {
@@ -342,6 +345,7 @@ impl EventLog {
             max_bytes: usize::MAX,
             lag: lag.max(1),
             wakeup: watch::channel(last_id).0,
+            resting: false,
         }
     }
 
@@ -358,8 +362,15 @@ impl EventLog {
 
     /// Numbers, stores and broadcasts one event. The caller holds the lab's lock, so ids are
     /// handed out in the order the changes happened.
-    pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Published {
+    /// While the log rests, the event is numbered and its counters noted, and nothing else:
+    /// no page reads it, and a resume from before the next subscriber starts from a snapshot.
+    pub fn publish(&mut self, event: &Event, at_ms: u64, counters: Counters) -> Option<Published> {
         self.last_id += 1;
+        if self.resting {
+            // The next event kept lists the counters that moved since this one.
+            self.last_counters = Some(counters);
+            return None;
+        }
         let moved = self.moved(counters);
         let data = envelope(event, at_ms, &moved);
         let published = Published { id: self.last_id, data: data.into() };
@@ -378,7 +389,7 @@ impl EventLog {
         if self.wakeup.receiver_count() > 0 {
             self.wakeup.send_replace(self.last_id);
         }
-        published
+        Some(published)
     }
 
     /// Deflates the oldest events of `recent` into a block, leaving the newest
@@ -450,6 +461,23 @@ impl EventLog {
         self.window_bytes = 0;
     }
 
+    /// Lets go of the window and keeps no event until the next subscriber: no page has
+    /// watched the lab for a while, busy or not, so none will resume from its events.
+    pub fn rest(&mut self) {
+        self.forget_window();
+        self.resting = true;
+    }
+
+    /// Keeps events again: a page is about to watch (it read a snapshot, or subscribed).
+    pub fn wake(&mut self) {
+        self.resting = false;
+    }
+
+    /// Whether the log keeps no events now (see `rest`).
+    pub fn resting(&self) -> bool {
+        self.resting
+    }
+
     /// The oldest id the window holds.
     fn first_id(&self) -> Option<u64> {
         self.sealed.front().map(|b| b.first_id).or_else(|| self.recent.front().map(|e| e.id))
@@ -494,6 +522,8 @@ impl EventLog {
     /// Subscribes; with `after` (a `Last-Event-ID`) resumes from it if the window allows. The
     /// receiver wakes when an event is published; `since` reads it.
     pub fn subscribe(&mut self, after: Option<u64>) -> (Start, watch::Receiver<u64>) {
+        // Its events are kept from now on; a rested window holds none before.
+        self.wake();
         let receiver = self.wakeup.subscribe();
         let start = match after {
             Some(after) if after == self.last_id => Start::Resume(Vec::new()),
@@ -526,17 +556,19 @@ mod tests {
             waited_ms: Some(12),
             queued_ms: None,
         };
-        let first = log.publish(&event, 99, Counters { in_flight: 1, ..Default::default() });
+        let first = log.publish(&event, 99, Counters { in_flight: 1, ..Default::default() }).unwrap();
         let mut expected = serde_json::to_value(&event).unwrap();
         expected["at_ms"] = 99.into();
         expected["counters"] = serde_json::to_value(Counters { in_flight: 1, ..Default::default() }).unwrap();
         assert_eq!(serde_json::from_str::<serde_json::Value>(&first.data).unwrap(), expected);
         assert!(first.data.starts_with(r#"{"type":"attempt_started""#), "{}", first.data);
-        let next = log.publish(
-            &Event::Delivered { message_id: 7 },
-            100,
-            Counters { delivered: 1, ..Default::default() },
-        );
+        let next = log
+            .publish(
+                &Event::Delivered { message_id: 7 },
+                100,
+                Counters { delivered: 1, ..Default::default() },
+            )
+            .unwrap();
         assert_eq!(
             &*next.data,
             r#"{"type":"delivered","message_id":7,"at_ms":100,"counters":{"in_flight":0,"delivered":1}}"#
@@ -562,6 +594,29 @@ mod tests {
     }
 
     #[test]
+    fn a_resting_log_numbers_its_events_and_keeps_none_until_a_page_subscribes() {
+        let mut log = EventLog::new(10, 10, 0);
+        publish_n(&mut log, 3);
+        log.rest();
+        assert!(log.resting() && log.kept == 0 && log.window_bytes == 0);
+        let quiet = log.publish(&Event::LabCreated, 0, Counters { delivered: 4, ..Default::default() });
+        assert!(quiet.is_none(), "a rested log keeps no event");
+        publish_n(&mut log, 2);
+        assert_eq!((log.last_id(), log.kept, log.window_bytes), (6, 0, 0), "numbered, not kept");
+        // A page that saw event 3 starts again from a snapshot; from then on events are kept.
+        assert!(matches!(log.subscribe(Some(3)).0, Start::Snapshot));
+        assert!(!log.resting());
+        let kept =
+            log.publish(&Event::LabCreated, 0, Counters { delivered: 5, ..Default::default() }).unwrap();
+        assert_eq!(kept.id, 7);
+        // Its counters moved since the last event numbered (delivered 4, then 0, then 5), not
+        // since the last one kept.
+        let data: serde_json::Value = serde_json::from_str(&kept.data).unwrap();
+        assert_eq!(data["counters"], serde_json::json!({ "delivered": 5 }), "{data}");
+        assert!(matches!(log.subscribe(Some(6)).0, Start::Resume(ref missed) if missed.len() == 1));
+    }
+
+    #[test]
     fn resume_returns_exactly_the_missed_events() {
         let mut log = EventLog::new(10, 10, 0);
         publish_n(&mut log, 6);
@@ -573,11 +628,12 @@ mod tests {
     #[test]
     fn events_carry_only_the_counters_that_moved() {
         let mut log = EventLog::new(10, 10, 0);
-        let first = log.publish(&Event::LabCreated, 0, Counters::default());
+        let first = log.publish(&Event::LabCreated, 0, Counters::default()).unwrap();
         assert!(first.data.contains("\"applied_twice\":0"), "the first event has them all: {}", first.data);
-        let same = log.publish(&Event::LabCreated, 0, Counters::default());
+        let same = log.publish(&Event::LabCreated, 0, Counters::default()).unwrap();
         assert!(!same.data.contains("counters"), "nothing moved: {}", same.data);
-        let moved = log.publish(&Event::LabCreated, 0, Counters { delivered: 3, ..Default::default() });
+        let moved =
+            log.publish(&Event::LabCreated, 0, Counters { delivered: 3, ..Default::default() }).unwrap();
         let data: serde_json::Value = serde_json::from_str(&moved.data).unwrap();
         assert_eq!(data["counters"], serde_json::json!({ "delivered": 3 }));
     }
@@ -661,7 +717,7 @@ mod tests {
                     refused_by: None,
                 };
                 let event = Event::AttemptFinished { message_id: id / 3, attempt };
-                log.publish(&event, 1_000 + id * 7, Counters { delivered: id, ..Default::default() })
+                log.publish(&event, 1_000 + id * 7, Counters { delivered: id, ..Default::default() }).unwrap()
             })
             .collect()
     }

@@ -125,6 +125,8 @@ struct LabState {
     /// for `idle_lab_rest_ms` at least, though reading it is no change.
     awake_since_unix_ms: u64,
     active_unix_ms: u64,
+    /// When the last page watching the lab stopped, while none watches again.
+    unwatched_since_unix_ms: Option<u64>,
     deleted: bool,
 }
 
@@ -182,6 +184,7 @@ impl Lab {
                 rest_mark: None,
                 awake_since_unix_ms: unix_now_ms(),
                 active_unix_ms: unix_now_ms(),
+                unwatched_since_unix_ms: None,
                 deleted: false,
             }),
             request_slots: Semaphore::new(limits.max_concurrent_requests),
@@ -229,7 +232,7 @@ impl Lab {
 
     fn publish(&self, state: &mut LabState, event: &Event, now: u64) {
         let counters = state.counters();
-        state.log.publish(event, now, counters);
+        let _kept = state.log.publish(event, now, counters);
         state.active_unix_ms = unix_now_ms();
         self.schedule_flush(state);
     }

@@ -205,9 +205,17 @@ impl Lab {
         }
     }
 
-    /// The whole lab as JSON.
+    /// The whole lab as JSON. The page reads it, then subscribes after its `last_event_id`:
+    /// a lab whose events rest keeps them again from here, for a page as it would keep them
+    /// for one that just left (`rest_event_window`).
     pub fn snapshot(&self) -> String {
-        let captured = self.capture(&self.lock());
+        let mut state = self.lock();
+        if state.log.resting() {
+            state.log.wake();
+            state.unwatched_since_unix_ms = Some(super::unix_now_ms());
+        }
+        let captured = self.capture(&state);
+        drop(state);
         let json = captured.json();
         self.snapshot_bytes.store(json.len(), std::sync::atomic::Ordering::Relaxed);
         json

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::watch;
 
-use super::Lab;
+use super::{Lab, unix_now_ms};
 use crate::events::{Published, Since, Start};
 
 /// What a subscriber receives first.
@@ -20,6 +20,7 @@ impl Lab {
     /// the receiver wakes at each new event, which `events_since` reads.
     pub fn subscribe(&self, last_event_id: Option<u64>) -> (Opening, watch::Receiver<u64>) {
         let mut state = self.lock();
+        state.unwatched_since_unix_ms = None;
         let (start, receiver) = state.log.subscribe(last_event_id);
         let opening = match start {
             Start::Resume(events) => Opening::Resume(events),
@@ -57,7 +58,10 @@ impl Lab {
     }
 
     pub fn remove_subscriber(&self) {
-        self.subscribers.fetch_sub(1, Ordering::SeqCst);
+        let mut state = self.lock();
+        if self.subscribers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            state.unwatched_since_unix_ms = Some(unix_now_ms());
+        }
     }
 
     pub fn has_subscribers(&self) -> bool {
@@ -69,16 +73,24 @@ impl Lab {
         self.lock().log.window_bytes()
     }
 
-    /// Lets go of the events kept for resumes when no page watches and the lab has published
-    /// nothing for `retention.idle_event_window_ms`: an idle lab then costs what an empty one
-    /// does.
+    /// Lets go of the events kept for resumes, and keeps none until a page subscribes again,
+    /// when no page watches and either the lab has published nothing for
+    /// `retention.idle_event_window_ms` or the last page to watch it left that long ago. An
+    /// idle lab then costs what an empty one does, and a busy lab that its page left (its
+    /// steady traffic still running, outside callers still calling) numbers its events without
+    /// writing them out: a page that comes back after that long starts from a snapshot.
     pub fn rest_event_window(&self, now_unix_ms: u64) {
-        if self.has_subscribers() {
+        let mut state = self.lock();
+        // Counted under the lock: a page that subscribes meanwhile wakes the log (`subscribe`).
+        if self.has_subscribers() || state.log.resting() {
             return;
         }
-        let mut state = self.lock();
-        if now_unix_ms.saturating_sub(state.active_unix_ms) >= self.retention.idle_event_window_ms {
-            state.log.forget_window();
+        let window_ms = self.retention.idle_event_window_ms;
+        let quiet = now_unix_ms.saturating_sub(state.active_unix_ms) >= window_ms;
+        let left =
+            state.unwatched_since_unix_ms.is_some_and(|since| now_unix_ms.saturating_sub(since) >= window_ms);
+        if quiet || left {
+            state.log.rest();
         }
     }
 
@@ -86,5 +98,83 @@ impl Lab {
     /// owes no deliveries, and it holds no dead letters (kept for their whole retention).
     pub fn evictable(&self) -> bool {
         !self.has_subscribers() && !self.has_deliveries() && self.lock().dead_letters.letters().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Opening;
+    use crate::config::Limits;
+    use crate::lab::{Labs, unix_now_ms};
+    use crate::store::Store;
+
+    #[tokio::test]
+    async fn a_busy_lab_its_page_left_keeps_no_events_until_a_page_comes_back() {
+        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let lab = labs.create().unwrap();
+        let window_ms = lab.retention.idle_event_window_ms;
+        lab.add_subscriber().unwrap();
+        let _watching = lab.subscribe(None);
+        lab.set_policy(&Default::default()).unwrap();
+        let seen = lab.lock().log.last_id();
+        lab.remove_subscriber();
+        let left = lab.lock().unwatched_since_unix_ms.expect("the page left");
+        assert!(left <= unix_now_ms());
+        // Busy all along (an event at each sweep), so only the page's leaving can rest it.
+        let sweep = |at: u64| {
+            lab.lock().active_unix_ms = at;
+            lab.rest_event_window(at);
+        };
+        sweep(left + window_ms - 1);
+        assert!(lab.event_window_bytes() > 0, "kept for a page coming back soon");
+        sweep(left + window_ms);
+        assert_eq!(lab.event_window_bytes(), 0);
+        lab.set_policy(&Default::default()).unwrap();
+        let state = lab.lock();
+        assert!(state.log.resting() && state.log.last_id() > seen, "numbered, not kept");
+        drop(state);
+        assert_eq!(lab.event_window_bytes(), 0);
+        // A page reading the snapshot first (as the page does) has the events after it kept
+        // for its stream, as if a page had just left.
+        let json = lab.snapshot();
+        let state = lab.lock();
+        assert!(!state.log.resting() && state.unwatched_since_unix_ms >= Some(left));
+        drop(state);
+        lab.set_policy(&Default::default()).unwrap();
+        let read: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let after = read["last_event_id"].as_u64().unwrap();
+        lab.add_subscriber().unwrap();
+        assert!(matches!(lab.subscribe(Some(after)).0, Opening::Resume(ref missed) if !missed.is_empty()));
+        lab.remove_subscriber();
+        lab.lock().unwatched_since_unix_ms = Some(left);
+        sweep(left + window_ms);
+        assert!(lab.lock().log.resting());
+        // The page comes back after that: it starts from a snapshot, and events are kept again.
+        lab.add_subscriber().unwrap();
+        let (opening, _) = lab.subscribe(Some(seen));
+        assert!(matches!(opening, Opening::Snapshot { .. }));
+        lab.set_policy(&Default::default()).unwrap();
+        assert!(lab.event_window_bytes() > 0);
+        let newest = lab.lock().log.last_id();
+        assert!(
+            matches!(lab.subscribe(Some(newest - 1)).0, Opening::Resume(ref missed) if missed.len() == 1)
+        );
+        // Watched, it keeps its window however long ago a page left before.
+        sweep(left + 10 * window_ms);
+        assert!(lab.event_window_bytes() > 0);
+    }
+
+    #[tokio::test]
+    async fn a_busy_lab_no_page_has_watched_keeps_its_window() {
+        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let lab = labs.create().unwrap();
+        lab.set_policy(&Default::default()).unwrap();
+        let later = unix_now_ms() + 10 * lab.retention.idle_event_window_ms;
+        lab.lock().active_unix_ms = later;
+        lab.rest_event_window(later);
+        assert!(lab.event_window_bytes() > 0, "a resume from an id the API gave may still come");
+        // Quiet as long, it lets the window go.
+        lab.rest_event_window(later + lab.retention.idle_event_window_ms);
+        assert_eq!(lab.event_window_bytes(), 0);
     }
 }
