@@ -539,8 +539,9 @@ pub struct Retention {
     #[arg(long, env = "RETRYLAB_SWEEP_INTERVAL_MS", default_value_t = DEFAULT_RETENTION.sweep_interval_ms)]
     pub sweep_interval_ms: u64,
     /// A lab no page watches lets go of its window of recent events (kept for resumes) once it
-    /// has published nothing for this long, in milliseconds: a page that comes back later
-    /// starts from a snapshot.
+    /// has published nothing for this long, in milliseconds, or once its last page left (or
+    /// read its snapshot) this long ago, busy or not; the latter keeps no events until a page
+    /// reads its snapshot or subscribes. A page that comes back later starts from a snapshot.
     #[arg(long, env = "RETRYLAB_IDLE_EVENT_WINDOW_MS", default_value_t = DEFAULT_RETENTION.idle_event_window_ms)]
     pub idle_event_window_ms: u64,
     /// A lab no page watches, that owes no delivery, runs no traffic, holds no dead letters and

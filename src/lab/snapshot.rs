@@ -205,17 +205,28 @@ impl Lab {
         }
     }
 
-    /// The whole lab as JSON. The page reads it, then subscribes after its `last_event_id`:
-    /// a lab whose events rest keeps them again from here, for a page as it would keep them
-    /// for one that just left (`rest_event_window`).
+    /// The whole lab as JSON.
     pub fn snapshot(&self) -> String {
+        let captured = self.capture(&self.lock());
+        self.written_out(captured)
+    }
+
+    /// The whole lab as JSON, for a page that subscribes after it with `Last-Event-ID` set to
+    /// its `last_event_id` (`GET /api/labs/{lab}`): with no page watching, the lab keeps its
+    /// events from here as if a page had just left (`rest_event_window`), resting or not.
+    pub fn snapshot_to_watch(&self) -> String {
         let mut state = self.lock();
-        if state.log.resting() {
+        if !self.has_subscribers() {
             state.log.wake();
             state.unwatched_since_unix_ms = Some(super::unix_now_ms());
         }
         let captured = self.capture(&state);
         drop(state);
+        self.written_out(captured)
+    }
+
+    /// A snapshot copied under the lock, written out after it.
+    fn written_out(&self, captured: Captured) -> String {
         let json = captured.json();
         self.snapshot_bytes.store(json.len(), std::sync::atomic::Ordering::Relaxed);
         json

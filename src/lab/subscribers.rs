@@ -73,12 +73,13 @@ impl Lab {
         self.lock().log.window_bytes()
     }
 
-    /// Lets go of the events kept for resumes, and keeps none until a page subscribes again,
-    /// when no page watches and either the lab has published nothing for
-    /// `retention.idle_event_window_ms` or the last page to watch it left that long ago. An
-    /// idle lab then costs what an empty one does, and a busy lab that its page left (its
-    /// steady traffic still running, outside callers still calling) numbers its events without
-    /// writing them out: a page that comes back after that long starts from a snapshot.
+    /// Lets go of the events kept for resumes when no page watches: once the lab has published
+    /// nothing for `retention.idle_event_window_ms`, so an idle lab costs what an empty one
+    /// does (events it publishes later are kept again); or once the last page to watch it left
+    /// (or read its snapshot) that long ago, however busy the lab still is (its steady traffic,
+    /// outside callers). That one rests: it numbers its events without writing them out until
+    /// a page reads its snapshot or subscribes. A page that comes back after that long starts
+    /// from a snapshot.
     pub fn rest_event_window(&self, now_unix_ms: u64) {
         let mut state = self.lock();
         // Counted under the lock: a page that subscribes meanwhile wakes the log (`subscribe`).
@@ -86,11 +87,13 @@ impl Lab {
             return;
         }
         let window_ms = self.retention.idle_event_window_ms;
-        let quiet = now_unix_ms.saturating_sub(state.active_unix_ms) >= window_ms;
-        let left =
-            state.unwatched_since_unix_ms.is_some_and(|since| now_unix_ms.saturating_sub(since) >= window_ms);
-        if quiet || left {
+        let for_long = |since: u64| now_unix_ms.saturating_sub(since) >= window_ms;
+        if state.unwatched_since_unix_ms.is_some_and(for_long) {
             state.log.rest();
+        } else if for_long(state.active_unix_ms) {
+            // A lab no page has looked at may still be resumed from an id the API gave (a
+            // write's event): what it publishes next is kept.
+            state.log.forget_window();
         }
     }
 
@@ -136,7 +139,7 @@ mod tests {
         assert_eq!(lab.event_window_bytes(), 0);
         // A page reading the snapshot first (as the page does) has the events after it kept
         // for its stream, as if a page had just left.
-        let json = lab.snapshot();
+        let json = lab.snapshot_to_watch();
         let state = lab.lock();
         assert!(!state.log.resting() && state.unwatched_since_unix_ms >= Some(left));
         drop(state);
@@ -173,8 +176,21 @@ mod tests {
         lab.lock().active_unix_ms = later;
         lab.rest_event_window(later);
         assert!(lab.event_window_bytes() > 0, "a resume from an id the API gave may still come");
-        // Quiet as long, it lets the window go.
+        // Quiet as long, it lets the window go, and keeps what it publishes next.
         lab.rest_event_window(later + lab.retention.idle_event_window_ms);
         assert_eq!(lab.event_window_bytes(), 0);
+        assert!(!lab.lock().log.resting());
+        lab.set_policy(&Default::default()).unwrap();
+        assert!(lab.event_window_bytes() > 0);
+        // A snapshot read for a page counts as a page that just left: it rests a window later.
+        let read_at = unix_now_ms();
+        let _json = lab.snapshot_to_watch();
+        let at = read_at + 10 * lab.retention.idle_event_window_ms;
+        lab.lock().active_unix_ms = at;
+        lab.rest_event_window(at);
+        assert!(lab.lock().log.resting());
+        // A snapshot for another use (the claims, a reset's answer) changes nothing.
+        let _json = lab.snapshot();
+        assert!(lab.lock().log.resting());
     }
 }

@@ -65,7 +65,7 @@ pub fn lab_limit(max: usize) -> AppError {
     )
 )]
 pub async fn snapshot(LabPath(lab): LabPath) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], lab.snapshot()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], lab.snapshot_to_watch()).into_response()
 }
 
 /// Changes the downstream's mode and parameters; absent fields keep their value.
