@@ -10,7 +10,6 @@ Flags after `--` go to the server. The lab's endpoint answers at once, so each m
 attempt; run long enough for the window to fill (half a minute at the defaults).
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -18,7 +17,8 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
+
+from lab_api import call
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--bin", default="target/release/retrylab")
@@ -31,13 +31,6 @@ if args.quick:
     args.rate, args.seconds = 50, 2
 if not os.path.exists(args.bin) and args.bin == "target/release/retrylab":
     args.bin = "target/debug/retrylab"
-
-
-def call(base, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
 
 
 def resumed(base, lab, last_id):

@@ -9,7 +9,6 @@ difference is what resting saves.
     cargo build --release --bin retrylab && python3 scripts/left-labs.py [--labs 50] [--rate 10] [--seconds 60]
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -18,6 +17,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+
+from lab_api import call
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--bin", default="target/release/retrylab")
@@ -31,13 +32,6 @@ if args.quick:
     args.labs, args.seconds, args.window_ms = 5, 4, 1_000
 if not os.path.exists(args.bin) and args.bin == "target/release/retrylab":
     args.bin = "target/debug/retrylab"
-
-
-def call(base, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
 
 
 def watch_briefly(base, lab):

@@ -12,7 +12,6 @@ server's own flags open its limits for the measurement and set the idle window t
 every 200 ms. Prints the RSS in MB after each round.
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+from lab_api import call
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--bin", default="target/release/retrylab")
@@ -34,14 +35,6 @@ if args.quick:
 if not os.path.exists(args.bin) and args.bin == "target/release/retrylab":
     args.bin = "target/debug/retrylab"
 BIG = "100000000"
-
-
-def call(base, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, method=method, headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
 
 
 def window_mb(base):
