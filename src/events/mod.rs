@@ -323,8 +323,8 @@ pub struct EventLog {
     lag: usize,
     /// Wakes the subscribers with the newest id; they read the events from the window.
     wakeup: watch::Sender<u64>,
-    /// No page has watched for a while (`rest`): events are numbered but not kept, until the
-    /// next subscriber.
+    /// No page has watched for a while (`rest`): events are numbered but not kept, until a page
+    /// reads the snapshot or subscribes (`wake`).
     resting: bool,
 }
 
@@ -461,8 +461,8 @@ impl EventLog {
         self.window_bytes = 0;
     }
 
-    /// Lets go of the window and keeps no event until the next subscriber: no page has
-    /// watched the lab for a while, busy or not, so none will resume from its events.
+    /// Lets go of the window and keeps no event until `wake`: no page has watched the lab for
+    /// a while, busy or not, so none will resume from its events.
     pub fn rest(&mut self) {
         self.forget_window();
         self.resting = true;

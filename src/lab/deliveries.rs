@@ -122,13 +122,11 @@ impl Lab {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Limits;
     use crate::lab::Labs;
-    use crate::store::Store;
 
     #[tokio::test]
     async fn a_message_has_one_sender_however_often_it_is_started() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let lab = labs.create().unwrap();
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
         let first = lab.spawn_delivery(7, || {

@@ -247,15 +247,14 @@ impl LabState {
 #[cfg(test)]
 mod tests {
     use super::ROWS_PER_HOLD;
-    use crate::config::Limits;
     use crate::dlq::{Cause, DeadLetter, Selection, Target};
     use crate::domain::{Message, MessageState};
     use crate::lab::{Lab, Labs};
-    use crate::store::{Flush, Store};
+    use crate::store::Flush;
 
     #[tokio::test]
     async fn an_action_on_more_letters_than_a_hold_takes_is_one_batch_of_each_letter_once() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let count = ROWS_PER_HOLD * 5 / 2;
         let lab = lab_with_saved_letters(&labs, count).await;
         let moved = lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
@@ -312,7 +311,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reset_between_two_holds_brings_no_letter_back() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let count = ROWS_PER_HOLD * 5 / 2;
         let lab = lab_with_saved_letters(&labs, count).await;
         lab.quarantine(&Target::Filter(Selection::everything()), true).unwrap();
@@ -331,7 +330,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_letter_deleted_in_one_chunk_and_back_in_a_later_one_is_written_as_it_is() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let count = ROWS_PER_HOLD * 5 / 2;
         let lab = lab_with_saved_letters(&labs, count).await;
         let ids: Vec<u64> = (1..=count as u64).collect();

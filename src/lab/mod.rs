@@ -232,7 +232,7 @@ impl Lab {
 
     fn publish(&self, state: &mut LabState, event: &Event, now: u64) {
         let counters = state.counters();
-        let _kept = state.log.publish(event, now, counters);
+        state.log.publish(event, now, counters);
         state.active_unix_ms = unix_now_ms();
         self.schedule_flush(state);
     }

@@ -315,3 +315,12 @@ fn restore(parts: RecordParts, dead_letters: Vec<crate::dlq::DeadLetter>) -> Par
         callers: Callers::restore(outside_messages),
     }
 }
+
+#[cfg(test)]
+impl Labs {
+    /// Labs at the default limits and retention, over a store in a temporary file: for the
+    /// lab's own tests.
+    pub(crate) fn temporary() -> Labs {
+        Labs::new(Limits::default(), Default::default(), crate::store::Store::temporary(), Vec::new())
+    }
+}

@@ -107,13 +107,11 @@ impl Lab {
 #[cfg(test)]
 mod tests {
     use super::Opening;
-    use crate::config::Limits;
     use crate::lab::{Labs, unix_now_ms};
-    use crate::store::Store;
 
     #[tokio::test]
     async fn a_busy_lab_its_page_left_keeps_no_events_until_a_page_comes_back() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let lab = labs.create().unwrap();
         let window_ms = lab.retention.idle_event_window_ms;
         lab.add_subscriber().unwrap();
@@ -169,7 +167,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_lab_no_page_has_watched_keeps_its_window() {
-        let labs = Labs::new(Limits::default(), Default::default(), Store::temporary(), Vec::new());
+        let labs = Labs::temporary();
         let lab = labs.create().unwrap();
         lab.set_policy(&Default::default()).unwrap();
         let later = unix_now_ms() + 10 * lab.retention.idle_event_window_ms;
