@@ -263,6 +263,21 @@ pub struct LedgerCounts {
     pub applied_twice: u64,
 }
 
+/// Whether a lab's key rows go into the store's index by name, which only a lab that lets keys
+/// go from memory needs (migration 12): until then a new key costs one row appended, not also a
+/// random page of the index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeyNaming {
+    /// The lab holds every key it applied: its rows are written unnamed.
+    #[default]
+    Unnamed,
+    /// The lab is about to let keys go: every row of it is named first, in the commit of this
+    /// batch (or of the next one, if it fails). No key goes until that commit lands.
+    NameAll,
+    /// Every row of the lab is named, and new ones are written so: keys may go.
+    Named,
+}
+
 #[derive(Debug, Default)]
 pub struct Ledger {
     /// Keys held whole: reserved, recently applied, or recalled from the store. A UUID key
@@ -289,6 +304,10 @@ pub struct Ledger {
     spilled: bool,
     /// How many keys `spill` let go, in all.
     let_go: u64,
+    /// How the store writes the key rows, and for `NameAll`, the first batch that names them
+    /// all: once a batch numbered that or later is committed, every row is named.
+    naming: KeyNaming,
+    named_by: u64,
 }
 
 /// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys left room
@@ -440,6 +459,23 @@ impl Ledger {
     pub fn give_back_room(&mut self, hot_keys: usize, cold_keys: usize) {
         give_back_room(&mut self.keys, hot_keys + hot_keys / 4);
         give_back_room(&mut self.cold, cold_keys);
+    }
+
+    /// How batch number `batch` writes the key rows, with the batches up to `saved` committed:
+    /// `NameAll` turns `Named` once a batch that named them all is committed.
+    pub fn naming(&mut self, saved: u64) -> KeyNaming {
+        if self.naming == KeyNaming::NameAll && saved >= self.named_by {
+            self.naming = KeyNaming::Named;
+        }
+        self.naming
+    }
+
+    /// Keys are past the cold bound while the store names none of them: batch number `batch`
+    /// and each after it, until one is committed, names every row (`naming`).
+    pub fn name_all_from(&mut self, batch: u64) {
+        if self.naming == KeyNaming::Unnamed {
+            (self.naming, self.named_by) = (KeyNaming::NameAll, batch);
+        }
     }
 
     /// Whether more keys are held cold than `max_cold` (`--cold-keys-per-lab`): `spill` then

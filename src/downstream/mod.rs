@@ -21,7 +21,7 @@ use crate::invalid::Invalid;
 pub use admission::{Admission, AdmissionSettings};
 pub use capacity::Gcra;
 pub use endpoint::{Clock, Endpoint, KeyChanges, LineView, Request};
-pub use ledger::{BodyDigest, HeldKeys, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
+pub use ledger::{BodyDigest, HeldKeys, KeyNaming, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
 pub use limit::{Adaptive, AimdSettings, Gradient2Settings, LimitSettings, Sample};
 pub use pipeline::{
     Codel, Discipline, Dropped, Hints, Limit, Line, Moved, Passage, Pipeline, Rate, Stages, Turn, Waiter,

@@ -9,7 +9,7 @@ use super::{Lab, LabState};
 use crate::config::Limits;
 use crate::dlq::DeadLetterChanges;
 use crate::domain::{LabRecord, MessageChanges};
-use crate::downstream::{KeyChanges, Ledger};
+use crate::downstream::{KeyChanges, KeyNaming, Ledger};
 use crate::store::{Batch, Flush, LabRow, RecordChanges};
 
 /// How long a caller waits for the store to confirm a commit before answering 503.
@@ -93,8 +93,15 @@ impl Flush for Lab {
         }
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
-        keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, *self.durable.borrow());
-        let changes = state.take_changes(early);
+        let committed = (*self.durable.borrow(), state.batches_saved);
+        let naming = keep_keys_within(
+            &mut state.endpoint.ledger,
+            &state.record,
+            &self.limits,
+            committed,
+            state.batches_taken,
+        );
+        let changes = RecordChanges { naming, ..state.take_changes(early) };
         let record = &state.record;
         let row = LabRow {
             id: lab_id.clone(),
@@ -127,7 +134,16 @@ impl Flush for Lab {
     fn committed(&self, upto: u64) {
         {
             let mut state = self.lock();
-            state.batches_saved = state.batches_taken;
+            let (before, saved) = (state.batches_saved, state.batches_taken);
+            state.batches_saved = saved;
+            // This commit named every key row: the next batch lets keys go, even if the lab
+            // changes nothing else meanwhile (one just read back from the store, say).
+            let ledger = &mut state.endpoint.ledger;
+            let named_now =
+                ledger.naming(before) == KeyNaming::NameAll && ledger.naming(saved) == KeyNaming::Named;
+            if named_now && ledger.cold_over(self.limits.cold_keys_per_lab) {
+                self.schedule_flush(&mut state);
+            }
         }
         self.durable.send_if_modified(|durable| {
             let newer = upto > *durable;
@@ -173,18 +189,31 @@ impl Lab {
 /// past the newest `--hot-keys-per-lab`; past `--cold-keys-per-lab` the oldest cold ones go
 /// from memory (their rows were committed before they cooled), never those the lab still
 /// needs; then either key map gives back the room it holds past its share.
+///
+/// A key goes only once the store names every row of the lab (`KeyNaming`), since a request
+/// with a key let go is looked up by its name: past the bound, batch number `batch` names them
+/// all, and the keys go with the first batch after that one is committed. Returns how this
+/// batch writes the key rows. `committed` is the last event and the last batch committed.
 pub(super) fn keep_keys_within(
     ledger: &mut Ledger,
     record: &LabRecord,
     limits: &Limits,
-    committed_event: u64,
-) {
+    (committed_event, committed_batch): (u64, u64),
+    batch: u64,
+) -> KeyNaming {
     ledger.cool(limits.hot_keys_per_lab, committed_event);
     if ledger.cold_over(limits.cold_keys_per_lab) {
-        let needed = record.keys_needed();
-        ledger.spill(limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+        match ledger.naming(committed_batch) {
+            KeyNaming::Named => {
+                let needed = record.keys_needed();
+                ledger.spill(limits.cold_keys_per_lab, needed.iter().map(String::as_str));
+            }
+            KeyNaming::Unnamed => ledger.name_all_from(batch),
+            KeyNaming::NameAll => {} // the keys wait for the commit that names them
+        }
     }
     ledger.give_back_room(limits.hot_keys_per_lab, limits.cold_keys_per_lab);
+    ledger.naming(committed_batch)
 }
 
 impl LabState {
@@ -207,6 +236,7 @@ impl LabState {
             keys_expired_before: expired_before,
             keys_kept: kept,
             removed_keys: removed,
+            naming: KeyNaming::Unnamed, // the batch says (`keep_keys_within`)
             load,
             markers,
             breakers: self.clients.take_changes(),
@@ -226,6 +256,7 @@ impl LabState {
             keys_expired_before,
             keys_kept,
             removed_keys,
+            naming: _, // the next batch says again
             load,
             markers,
             breakers,
@@ -246,11 +277,36 @@ impl LabState {
 
 #[cfg(test)]
 mod tests {
-    use super::ROWS_PER_HOLD;
+    use super::{ROWS_PER_HOLD, keep_keys_within};
+    use crate::config::Limits;
     use crate::dlq::{Cause, DeadLetter, Selection, Target};
+    use crate::domain::LabRecord;
     use crate::domain::{Message, MessageState};
+    use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
     use crate::lab::{Lab, Labs};
     use crate::store::Flush;
+
+    #[test]
+    fn keys_past_the_cold_bound_go_only_once_a_batch_that_named_every_row_is_committed() {
+        let limits = Limits { hot_keys_per_lab: 4, cold_keys_per_lab: 8, ..Default::default() };
+        let (mut ledger, record) = (Ledger::restore(LedgerCounts::default()), LabRecord::default());
+        for i in 0..6 {
+            ledger.restore_key(&format!("k{i}"), i, false);
+        }
+        // Within the bound: rows unnamed, and none goes.
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 0), 1), KeyNaming::Unnamed);
+        for i in 6..20 {
+            ledger.restore_key(&format!("k{i}"), i, false);
+        }
+        // Past it: batch 2 names every row and keeps every key, as does batch 3 while batch 2's
+        // commit has not landed (or failed).
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 1), 2), KeyNaming::NameAll);
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 1), 3), KeyNaming::NameAll);
+        assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (20, 0));
+        // Batch 3 is committed (batch 2 failed): the next lets the oldest go, its rows named.
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 3), 4), KeyNaming::Named);
+        assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (6, 14));
+    }
 
     #[tokio::test]
     async fn an_action_on_more_letters_than_a_hold_takes_is_one_batch_of_each_letter_once() {

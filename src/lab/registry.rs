@@ -10,7 +10,7 @@ use crate::client::Clients;
 use crate::config::{Limits, Retention};
 use crate::dlq::DeadLetterQueue;
 use crate::domain::{Instance, LabId, LabRecord, StoredRecord, TrafficSettings};
-use crate::downstream::DownstreamView;
+use crate::downstream::{DownstreamView, KeyNaming};
 use crate::events::Event;
 use crate::store::{LoadedLab, RecordParts, Store};
 
@@ -90,8 +90,14 @@ impl Labs {
         };
         let mut state = restore(parts, dead_letters);
         // Every key of the dedup window comes back cold (none whole, so none to cool): past the
-        // bound, the oldest go again.
-        super::flush::keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, 0);
+        // bound, the oldest go again, once the lab's first commit has named its rows.
+        let naming = super::flush::keep_keys_within(
+            &mut state.endpoint.ledger,
+            &state.record,
+            &self.limits,
+            (0, 0),
+            1,
+        );
         if count {
             self.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);
@@ -102,6 +108,9 @@ impl Labs {
             Arc::new_cyclic(|this| Lab::build(this.clone(), id, row.origin_unix_ms, state, first_id, self));
         {
             let mut state = lab.lock();
+            if naming == KeyNaming::NameAll {
+                lab.schedule_flush(&mut state);
+            }
             state.active_unix_ms = row.active_unix_ms;
             let traffic: Option<TrafficSettings> = serde_json::from_str(&row.traffic).unwrap_or_else(|e| {
                 tracing::warn!(lab = %row.id, error = %e, "the stored traffic is unreadable; it stays off");

@@ -5,7 +5,7 @@
 use crate::callers::{CallerChanges, OutsideMessage};
 use crate::client::{BreakerRows, StoredBreakers};
 use crate::domain::{BinChanges, LoadBin, Marker, Message};
-use crate::downstream::{DownstreamSettings, KeyRow, Ledger, Revert};
+use crate::downstream::{DownstreamSettings, KeyNaming, KeyRow, Ledger, Revert};
 use crate::retry::Policy;
 
 /// The rows a set of changes touched, serialized for the store.
@@ -24,6 +24,8 @@ pub struct RecordChanges {
     pub keys_kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
     pub removed_keys: Vec<String>,
+    /// How the lab's key rows are found by name (see migration 12).
+    pub naming: KeyNaming,
     /// Load bins changed (and dropped).
     pub load: BinChanges,
     /// Every marker, as JSON, when they changed.

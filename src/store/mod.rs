@@ -139,6 +139,11 @@ pub struct Health {
     pub full: bool,
 }
 
+/// A key's newest row by its name (`Store::find_key`): through the index of named rows alone.
+const FIND_KEY: &str = "SELECT key, request_body, status, response, applied, applied_unix_ms, outside, \
+                        expired FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND named = 1 \
+                        ORDER BY rowid DESC LIMIT 1";
+
 impl Store {
     /// Opens (creating if needed) the database, brings its schema up to date, loads every lab,
     /// and starts the writer. Blocking: call it off the async workers.
@@ -247,17 +252,15 @@ impl Store {
 
     /// The newest row of `key` in `lab_id`, found by its name alone (blocking), and whether it
     /// expired from the dedup window: for a lab that let its older keys go from memory
-    /// (`--cold-keys-per-lab`). `None` when the key was never applied there.
+    /// (`--cold-keys-per-lab`), which names all its rows first (`KeyNaming`). `None` when the
+    /// key was never applied there.
     fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
         let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if reader.is_none() {
             *reader = Some(connect(&self.path)?);
         }
         let connection = reader.as_ref().expect("opened above");
-        let mut statement = connection.prepare_cached(
-            "SELECT key, request_body, status, response, applied, applied_unix_ms, outside, expired \
-             FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 ORDER BY rowid DESC LIMIT 1",
-        )?;
+        let mut statement = connection.prepare_cached(FIND_KEY)?;
         let row = statement.query_row(params![lab_id, key], |r| Ok((key_row(r)?, r.get::<_, bool>(7)?)));
         match row {
             Ok((row, expired)) => Ok(Some((row.map_err(StoreError::Unreadable)?, expired))),

@@ -7,7 +7,7 @@ use super::{RecordChanges, RecordParts};
 use crate::client::{BreakerChange, BreakerRows, StoredBreakers};
 use crate::dlq::DeadLetter;
 use crate::domain::Message;
-use crate::downstream::{BodyDigest, DownstreamView, KeyRow, Ledger, LedgerCounts};
+use crate::downstream::{BodyDigest, DownstreamView, KeyNaming, KeyRow, Ledger, LedgerCounts};
 
 /// A lab's own row.
 #[derive(Debug, Clone)]
@@ -147,9 +147,21 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     if let Some(before) = changes.keys_expired_before {
         rows += expire_keys(tx, lab, before, &changes.keys_kept)?;
     }
-    // An expired row stays: it is what counts a second application after the window.
-    let mut delete_key =
-        tx.prepare_cached("DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0")?;
+    if changes.naming == KeyNaming::NameAll {
+        rows += tx
+            .prepare_cached("UPDATE idempotency_keys SET named = 1 WHERE lab_id = ?1 AND named = 0")?
+            .execute([lab])? as u64;
+    }
+    // An expired row stays: it is what counts a second application after the window. A lab
+    // whose rows are all named finds the key by the index; one that names none reads through
+    // its own rows (it holds few, or its limits were opened), and only here, when the store
+    // could not keep a write.
+    let mut delete_key = tx.prepare_cached(match changes.naming {
+        KeyNaming::Unnamed => "DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0",
+        KeyNaming::NameAll | KeyNaming::Named => {
+            "DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0 AND named = 1"
+        }
+    })?;
     for key in &changes.removed_keys {
         rows += delete_key.execute(params![lab, key])? as u64;
     }
@@ -157,8 +169,9 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
     // `request_body` holds the body's digest (`BodyDigest`), not the body: its name is older.
     let mut insert_key = tx.prepare_cached(
         "INSERT INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
-         applied_unix_ms, outside) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+         applied_unix_ms, outside, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
+    let named = changes.naming != KeyNaming::Unnamed;
     for key in &changes.keys {
         rows += insert_key.execute(params![
             lab,
@@ -168,7 +181,8 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             key.response.as_ref(),
             key.applied,
             key.applied_unix_ms,
-            key.outside
+            key.outside,
+            named
         ])? as u64;
     }
     Ok(rows)

@@ -12,7 +12,7 @@ use rusqlite::Connection;
 use super::rows::{load_keys, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
-use crate::downstream::{Ledger, LedgerCounts};
+use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
 
 /// A lab whose batch breaks a constraint: messages of a lab that does not exist.
 #[derive(Default)]
@@ -219,6 +219,37 @@ fn write(connection: &mut Connection, changes: RecordChanges) {
 }
 
 #[test]
+fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index() {
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let named = |connection: &Connection, key: &str| -> bool {
+        connection.query_row(FIND_KEY, ["good", key], |_| Ok(())).is_ok()
+    };
+    write(&mut connection, RecordChanges { keys: vec![applied_key("a", 1, 1)], ..Default::default() });
+    assert!(!named(&connection, "a"), "a lab that holds its keys writes them unnamed");
+    // The batch before the first key goes names every row, and the new one with them.
+    let naming = KeyNaming::NameAll;
+    write(
+        &mut connection,
+        RecordChanges { keys: vec![applied_key("b", 1, 2)], naming, ..Default::default() },
+    );
+    assert!(named(&connection, "a") && named(&connection, "b"));
+    let naming = KeyNaming::Named;
+    write(
+        &mut connection,
+        RecordChanges { keys: vec![applied_key("c", 1, 3)], naming, ..Default::default() },
+    );
+    assert!(named(&connection, "c"));
+    // A key taken back is found through the index too.
+    write(&mut connection, RecordChanges { removed_keys: vec!["b".into()], naming, ..Default::default() });
+    assert!(!named(&connection, "b") && named(&connection, "a"));
+    let plan: String =
+        connection.query_row(&format!("EXPLAIN QUERY PLAN {FIND_KEY}"), ["good", "a"], |r| r.get(3)).unwrap();
+    assert!(plan.contains("USING INDEX idempotency_keys_by_name"), "{plan}");
+}
+
+#[test]
 fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
     let path = temporary_path();
     let mut connection = connect(&path).unwrap();
@@ -268,7 +299,8 @@ async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
     let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
     let mut connection = connect(&path).unwrap();
     let keys: Vec<KeyRow> = (0..40).map(|i| applied_key(&format!("k{i}"), 1, 5 + i)).collect();
-    write(&mut connection, RecordChanges { keys, ..Default::default() });
+    // Named, as a lab's rows are once it lets keys go: only then are they looked up by name.
+    write(&mut connection, RecordChanges { keys, naming: KeyNaming::Named, ..Default::default() });
 
     // While another read holds the turn, a read waits and does not start.
     let held = store.reading.clone().acquire_owned().await.unwrap();
