@@ -438,7 +438,8 @@ pub struct Limits {
     /// each): past this, the oldest are let go from memory, a quarter at a time, and from then
     /// on a key the lab does not hold is looked up in the store by name before it counts as new
     /// (the dedup window holds all the same). Keys of messages still owed a delivery, and of
-    /// dead letters, are never let go. `/metrics` counts the keys let go.
+    /// dead letters, are never let go. A lab's key rows are indexed by name only from the
+    /// commit before its first key goes. `/metrics` counts the keys let go.
     #[arg(long, env = "RETRYLAB_COLD_KEYS_PER_LAB", default_value_t = DEFAULT_LIMITS.cold_keys_per_lab)]
     pub cold_keys_per_lab: usize,
     /// The longest one round of a message's delivery may last, in milliseconds: no attempt
