@@ -27,7 +27,7 @@ pub struct Endpoint<W> {
     /// ...but for these, whose messages may still send them.
     kept: Vec<String>,
     /// Keys taken back one by one (the store could not keep their write).
-    removed: Vec<String>,
+    removed: Vec<(String, u64)>,
 }
 
 /// The endpoint's line and workers as the snapshot shows them.
@@ -53,8 +53,8 @@ pub struct KeyChanges {
     pub expired_before: Option<u64>,
     /// ...but for these, whose messages may still send them.
     pub kept: Vec<String>,
-    /// Keys taken back one by one.
-    pub removed: Vec<String>,
+    /// Keys taken back one by one, with when each was applied.
+    pub removed: Vec<(String, u64)>,
 }
 
 /// The request being decided: its body's digest and who sent it.
@@ -189,8 +189,8 @@ impl<W: Waiter> Endpoint<W> {
 
     /// Takes back a write the store could not keep; its row (if any) goes with the next commit.
     pub fn unapply(&mut self, key: &IdempotencyKey) {
-        if self.ledger.unapply(key) {
-            self.removed.push(key.as_str().to_owned());
+        if let Some(applied_unix_ms) = self.ledger.unapply(key) {
+            self.removed.push((key.as_str().to_owned(), applied_unix_ms));
         }
     }
 

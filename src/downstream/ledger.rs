@@ -605,15 +605,16 @@ impl Ledger {
     }
 
     /// Takes back a write the store could not keep: the key is forgotten, as if it had never
-    /// been applied, so the client's retry applies it (once). Returns whether it was held (the
-    /// caller then deletes its row, if any). A key already held cold (its commit landed just as
-    /// its caller gave up on it) is forgotten too, so the store and the answer agree.
-    pub fn unapply(&mut self, key: &IdempotencyKey) -> bool {
+    /// been applied, so the client's retry applies it (once). Returns when it was applied, if it
+    /// was held (the caller then deletes its row, if any, found by that time). A key already
+    /// held cold (its commit landed just as its caller gave up on it) is forgotten too, so the
+    /// store and the answer agree.
+    pub fn unapply(&mut self, key: &IdempotencyKey) -> Option<u64> {
         let Some(entry) = self.keys.remove(key.held()) else {
-            let Some(cold) = self.cold.remove(&Fingerprint::of(key.as_str())) else { return false };
+            let cold = self.cold.remove(&Fingerprint::of(key.as_str()))?;
             self.outside -= usize::from(cold.outside());
             self.counts.applied = self.counts.applied.saturating_sub(1);
-            return true;
+            return Some(cold.applied_unix_ms());
         };
         self.outside -= usize::from(entry.outside);
         match entry.applied {
@@ -621,7 +622,7 @@ impl Ledger {
             1 => self.counts.applied -= 1,
             _ => self.counts.applied_twice -= 1,
         }
-        true
+        Some(entry.applied_unix_ms)
     }
 
     /// Forgets applied keys older than the dedup window, except `kept` (the keys of messages
@@ -994,7 +995,7 @@ mod tests {
         let mut ledger = applied(3);
         ledger.cool(0, 3);
         assert_eq!(ledger.held(), (0, 3));
-        assert!(ledger.unapply(&key("k0")));
+        assert!(ledger.unapply(&key("k0")).is_some());
         assert_eq!((ledger.counts().applied, ledger.outside_keys()), (2, 1));
         assert!(matches!(ledger.lookup(&key("k0"), &BodyDigest::of(&json!({}))), Lookup::New));
     }

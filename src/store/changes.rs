@@ -22,8 +22,9 @@ pub struct RecordChanges {
     pub keys_expired_before: Option<u64>,
     /// ...but for these, whose messages may still send them.
     pub keys_kept: Vec<String>,
-    /// Keys taken back one by one (the store could not keep their write).
-    pub removed_keys: Vec<String>,
+    /// Keys taken back one by one (the store could not keep their write), with when each was
+    /// applied: its row is found by that time.
+    pub removed_keys: Vec<(String, u64)>,
     /// How the lab's key rows are found by name (see migration 12).
     pub naming: KeyNaming,
     /// Load bins changed (and dropped).

@@ -152,18 +152,13 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             .prepare_cached("UPDATE idempotency_keys SET named = 1 WHERE lab_id = ?1 AND named = 0")?
             .execute([lab])? as u64;
     }
-    // An expired row stays: it is what counts a second application after the window. A lab
-    // whose rows are all named finds the key by the index; one that names none reads through
-    // its own rows (it holds few, or its limits were opened), and only here, when the store
-    // could not keep a write.
-    let mut delete_key = tx.prepare_cached(match changes.naming {
-        KeyNaming::Unnamed => "DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0",
-        KeyNaming::NameAll | KeyNaming::Named => {
-            "DELETE FROM idempotency_keys WHERE lab_id = ?1 AND key = ?2 AND expired = 0 AND named = 1"
-        }
-    })?;
-    for key in &changes.removed_keys {
-        rows += delete_key.execute(params![lab, key])? as u64;
+    // An expired row stays: it is what counts a second application after the window. The row
+    // is found by when it was applied, as `recall_key` finds one, whether or not it is named.
+    let mut delete_key = tx.prepare_cached(
+        "DELETE FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms = ?2 AND key = ?3 AND expired = 0",
+    )?;
+    for (key, applied_unix_ms) in &changes.removed_keys {
+        rows += delete_key.execute(params![lab, applied_unix_ms, key])? as u64;
     }
     // Appended: the table is in the order keys were applied (see migration 4). The column
     // `request_body` holds the body's digest (`BodyDigest`), not the body: its name is older.

@@ -185,7 +185,7 @@ fn a_key_expired_and_applied_again_in_one_commit_stays() {
         applied_unix_ms: 9,
     };
     batch.changes.keys = vec![key];
-    batch.changes.removed_keys = vec!["k".into()];
+    batch.changes.removed_keys = vec![("k".into(), 9)];
     let mut tx = connection.transaction().unwrap();
     let savepoint = tx.savepoint().unwrap();
     write_batch(&savepoint, &batch).unwrap();
@@ -241,8 +241,11 @@ fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index
         RecordChanges { keys: vec![applied_key("c", 1, 3)], naming, ..Default::default() },
     );
     assert!(named(&connection, "c"));
-    // A key taken back is found through the index too.
-    write(&mut connection, RecordChanges { removed_keys: vec!["b".into()], naming, ..Default::default() });
+    // A key taken back is found by when it was applied, named or not.
+    write(
+        &mut connection,
+        RecordChanges { removed_keys: vec![("b".into(), 2)], naming, ..Default::default() },
+    );
     assert!(!named(&connection, "b") && named(&connection, "a"));
     let plan: String =
         connection.query_row(&format!("EXPLAIN QUERY PLAN {FIND_KEY}"), ["good", "a"], |r| r.get(3)).unwrap();
