@@ -229,6 +229,9 @@ async fn the_aws_adaptive_mode_paces_the_client_once_throttled() {
     assert!(met_paced * 3 < met, "adaptive met {met_paced} 429s, standard {met}");
 }
 
+/// The SRE book's throttle with a window a lab run fits in.
+const SRE: &str = r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "sre", "window_ms": 10000}]}"#;
+
 #[tokio::test]
 async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_count_what_they_stopped() {
     let app = TestApp::spawn().await;
@@ -236,7 +239,7 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     let aws = r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "aws_standard", "initial_retry_tokens": 50}]}"#;
     let ((grpc, grpc_amplification), (sre, sre_amplification), (aws, aws_amplification)) = tokio::join!(
         run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "grpc"}]}"#),
-        run(&app, r#"{"max_attempts": 4, "seed": 4, "protections": [{"kind": "sre", "window_ms": 10000}]}"#),
+        run(&app, SRE),
         run(&app, aws),
     );
     // AWS: a retry takes 5, a first-try success gives 1 back: about 0.2 retries a message at
@@ -262,18 +265,37 @@ async fn grpc_throttling_and_sre_budgets_bring_half_failing_traffic_down_and_cou
     assert!(sre_amplification < 1.2, "sre: {sre_amplification:.3}");
     let retries_refused = dead_lettered_as(&sre, "sre", "retry not sent (sre): retries are");
     assert!(retries_refused > 50, "{retries_refused}");
-    assert!(
-        suppressed(&sre, "sre") as usize >= retries_refused,
-        "refused retries, and any attempt refused locally"
+    // At that edge requests - 2 x accepts drifts nowhere (the endpoint's failures are random, not
+    // seeded), and now and then (a run in fifteen or so) it never rises above 0: nothing is
+    // refused locally. What holds whatever it did: each retry refused is a dead letter that says
+    // so, each attempt refused locally went nowhere and says who refused it, and each is counted
+    // once.
+    let refused = refused_locally(&sre);
+    assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{refused:?}");
+    assert_eq!(
+        suppressed(&sre, "sre") as usize,
+        retries_refused + refused.len(),
+        "refused retries, and attempts refused locally"
     );
-    // An attempt it refused locally went nowhere, and says who refused it.
-    let refused: Vec<&Value> = messages(&sre)
-        .iter()
-        .flat_map(|m| m["attempts"].as_array().unwrap())
-        .filter(|a| a["outcome"] == "short_circuited")
-        .collect();
+    // Against an endpoint that accepts nothing it refuses for certain: after the first rejection,
+    // each attempt with a chance of 1/2, 2/3, 3/4, ...
+    let lab = app.fast_lab().await;
+    app.set_mode(&lab, "down").await;
+    app.put(&lab, "policy", SRE).await;
+    app.burst(&lab, 10).await;
+    let down =
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") + counter(s, "dead_letter") == 10).await;
+    let refused = refused_locally(&down);
     assert!(!refused.is_empty(), "the throttle refused some attempts before they were sent");
-    assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{:?}", refused[0]);
+    assert!(refused.iter().all(|a| a["refused_by"] == "sre" && a["status"].is_null()), "{refused:?}");
+    let retries_refused = dead_lettered_as(&down, "sre", "retry not sent (sre): retries are");
+    assert_eq!(suppressed(&down, "sre") as usize, retries_refused + refused.len());
+}
+
+/// The attempts a protection refused before they were sent.
+fn refused_locally(snapshot: &Value) -> Vec<&Value> {
+    let attempts = messages(snapshot).iter().flat_map(|m| m["attempts"].as_array().unwrap());
+    attempts.filter(|a| a["outcome"] == "short_circuited").collect()
 }
 
 #[tokio::test]
