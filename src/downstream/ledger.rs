@@ -470,6 +470,12 @@ impl Ledger {
         self.naming
     }
 
+    /// The batches up to `saved` are committed: whether that named every row just now
+    /// (`NameAll` turned `Named`), so keys may go with the next batch.
+    pub fn named_by_commit(&mut self, saved: u64) -> bool {
+        self.naming == KeyNaming::NameAll && self.naming(saved) == KeyNaming::Named
+    }
+
     /// Keys are past the cold bound while the store names none of them: batch number `batch`
     /// and each after it, until one is committed, names every row (`naming`).
     pub fn name_all_from(&mut self, batch: u64) {

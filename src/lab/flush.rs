@@ -101,7 +101,7 @@ impl Flush for Lab {
             committed,
             state.batches_taken,
         );
-        let changes = RecordChanges { naming, ..state.take_changes(early) };
+        let changes = state.take_changes(early, naming);
         let record = &state.record;
         let row = LabRow {
             id: lab_id.clone(),
@@ -134,14 +134,12 @@ impl Flush for Lab {
     fn committed(&self, upto: u64) {
         {
             let mut state = self.lock();
-            let (before, saved) = (state.batches_saved, state.batches_taken);
-            state.batches_saved = saved;
+            state.batches_saved = state.batches_taken;
             // This commit named every key row: the next batch lets keys go, even if the lab
             // changes nothing else meanwhile (one just read back from the store, say).
+            let saved = state.batches_saved;
             let ledger = &mut state.endpoint.ledger;
-            let named_now =
-                ledger.naming(before) == KeyNaming::NameAll && ledger.naming(saved) == KeyNaming::Named;
-            if named_now && ledger.cold_over(self.limits.cold_keys_per_lab) {
+            if ledger.named_by_commit(saved) && ledger.cold_over(self.limits.cold_keys_per_lab) {
                 self.schedule_flush(&mut state);
             }
         }
@@ -218,8 +216,9 @@ pub(super) fn keep_keys_within(
 
 impl LabState {
     /// Everything the store is owed, from each part: the messages, the dead letters (after
-    /// the `early` ones taken in chunks), the endpoint's keys and the clients' breaker histories.
-    fn take_changes(&mut self, early: DeadLetterChanges) -> RecordChanges {
+    /// the `early` ones taken in chunks), the endpoint's keys (written as `naming` says) and the
+    /// clients' breaker histories.
+    fn take_changes(&mut self, early: DeadLetterChanges, naming: KeyNaming) -> RecordChanges {
         let MessageChanges { cleared, messages, deleted_messages, load, markers } =
             self.record.take_changes();
         let mut letters = DeadLetterChanges::default();
@@ -236,7 +235,7 @@ impl LabState {
             keys_expired_before: expired_before,
             keys_kept: kept,
             removed_keys: removed,
-            naming: KeyNaming::Unnamed, // the batch says (`keep_keys_within`)
+            naming,
             load,
             markers,
             breakers: self.clients.take_changes(),
@@ -280,8 +279,7 @@ mod tests {
     use super::{ROWS_PER_HOLD, keep_keys_within};
     use crate::config::Limits;
     use crate::dlq::{Cause, DeadLetter, Selection, Target};
-    use crate::domain::LabRecord;
-    use crate::domain::{Message, MessageState};
+    use crate::domain::{LabRecord, Message, MessageState};
     use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
     use crate::lab::{Lab, Labs};
     use crate::store::Flush;
@@ -399,7 +397,7 @@ mod tests {
                 push_letters(&lab, count);
             }
         });
-        let changes = state.take_changes(early);
+        let changes = state.take_changes(early, KeyNaming::Unnamed);
         assert_eq!(changes.deleted_dead_letters, Vec::<u64>::new(), "every letter is in the queue");
         let mut written: Vec<u64> = changes.dead_letters.iter().map(|(id, _, _)| *id).collect();
         written.sort_unstable();
