@@ -328,9 +328,11 @@ struct Spill {
 }
 
 impl Ledger {
-    /// A ledger as the store left it, before its keys are added with `restore_key`.
-    pub fn restore(counts: LedgerCounts) -> Self {
-        Ledger { counts, ..Default::default() }
+    /// A ledger as the store left it, before its keys are added with `restore_key`; `named`
+    /// when the store says every key row of the lab is named, so keys may go at once.
+    pub fn restore(counts: LedgerCounts, named: bool) -> Self {
+        let naming = if named { KeyNaming::Named } else { KeyNaming::Unnamed };
+        Ledger { counts, naming, ..Default::default() }
     }
 
     /// Adds a key read back from the store, cold. Keys come in the order they were written, so
@@ -764,7 +766,7 @@ mod tests {
 
     #[test]
     fn restored_keys_start_cold_and_the_last_row_of_a_key_counts() {
-        let mut ledger = Ledger::restore(LedgerCounts::default());
+        let mut ledger = Ledger::restore(LedgerCounts::default(), false);
         ledger.restore_key("k", 5, true);
         ledger.restore_key("k", 9, false);
         assert_eq!(ledger.held(), (0, 1));
@@ -776,7 +778,7 @@ mod tests {
 
     #[test]
     fn a_recalled_key_is_held_whole_and_answers_byte_for_byte() {
-        let mut ledger = Ledger::restore(LedgerCounts::default());
+        let mut ledger = Ledger::restore(LedgerCounts::default(), false);
         ledger.restore_key("k", 9, true);
         let digest = BodyDigest::of(&json!({}));
         // Recalled for another time (a stale read): nothing changes.
@@ -1064,7 +1066,7 @@ mod tests {
         ledger.unapply(&key("k0"));
         assert_eq!(ledger.counts().applied_twice, 0);
         // Read back from the store after a restart, the ledger still knows.
-        let mut restored = Ledger::restore(LedgerCounts::default());
+        let mut restored = Ledger::restore(LedgerCounts::default(), false);
         restored.restore_expired("k3");
         restored.reserve(&key("k3"), digest, true);
         restored.complete(&key("k3"), 30, 30);

@@ -117,6 +117,8 @@ impl Flush for Lab {
             traffic_sent: state.traffic.sent,
             traffic_refused: state.traffic.refused,
             forgotten_delivered: record.forgotten_delivered,
+            // Once this commit lands, every key row is named: it names them all, or they were.
+            keys_named: changes.naming != KeyNaming::Unnamed,
         };
         Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
     }
@@ -287,7 +289,7 @@ mod tests {
     #[test]
     fn keys_past_the_cold_bound_go_only_once_a_batch_that_named_every_row_is_committed() {
         let limits = Limits { hot_keys_per_lab: 4, cold_keys_per_lab: 8, ..Default::default() };
-        let (mut ledger, record) = (Ledger::restore(LedgerCounts::default()), LabRecord::default());
+        let (mut ledger, record) = (Ledger::restore(LedgerCounts::default(), false), LabRecord::default());
         for i in 0..6 {
             ledger.restore_key(&format!("k{i}"), i, false);
         }
@@ -304,6 +306,16 @@ mod tests {
         // Batch 3 is committed (batch 2 failed): the next lets the oldest go, its rows named.
         assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 3), 4), KeyNaming::Named);
         assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (6, 14));
+        // Read back from a store that says its rows are named (migration 13), the lab lets the
+        // oldest go at once, with no batch to name them again; read back unnamed, it waits.
+        for (named, naming, held) in [(true, KeyNaming::Named, 6), (false, KeyNaming::NameAll, 20)] {
+            let mut ledger = Ledger::restore(LedgerCounts::default(), named);
+            for i in 0..20 {
+                ledger.restore_key(&format!("k{i}"), i, false);
+            }
+            assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 0), 1), naming);
+            assert_eq!(ledger.held().fingerprint, held, "named in the store: {named}");
+        }
     }
 
     #[tokio::test]

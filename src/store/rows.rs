@@ -27,6 +27,9 @@ pub struct LabRow {
     pub traffic_sent: u64,
     pub traffic_refused: u64,
     pub forgotten_delivered: u64,
+    /// Every key row of the lab is named (migration 13): set by the commit that names them
+    /// (`KeyNaming::NameAll`), so the lab does not name them again when it is read back.
+    pub keys_named: bool,
 }
 
 /// Everything one lab changed since its last commit.
@@ -59,10 +62,11 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
         tx.prepare_cached(
             "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
              applied_twice, next_message_id, last_event_id, epoch, traffic, forgotten_delivered, traffic_sent, \
-             traffic_refused) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
-             ON CONFLICT (id) DO UPDATE SET active_unix_ms = ?3, downstream = ?4, policy = ?5, requests = ?6, \
-             applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, epoch = ?11, \
-             traffic = ?12, forgotten_delivered = ?13, traffic_sent = ?14, traffic_refused = ?15",
+             traffic_refused, keys_named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+             ?15, ?16) ON CONFLICT (id) DO UPDATE SET active_unix_ms = ?3, downstream = ?4, policy = ?5, \
+             requests = ?6, applied = ?7, applied_twice = ?8, next_message_id = ?9, last_event_id = ?10, \
+             epoch = ?11, traffic = ?12, forgotten_delivered = ?13, traffic_sent = ?14, traffic_refused = ?15, \
+             keys_named = ?16",
         )?
         .execute(params![
             row.id,
@@ -79,7 +83,8 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             row.traffic,
             row.forgotten_delivered,
             row.traffic_sent,
-            row.traffic_refused
+            row.traffic_refused,
+            row.keys_named
         ])?;
         rows += 1;
     }
@@ -243,7 +248,7 @@ fn load_labs_where(connection: &Connection, id: Option<&str>) -> Result<Vec<Load
     let mut statement = connection.prepare(
         "SELECT id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, applied_twice, \
          next_message_id, last_event_id, epoch, markers, breaker_shares, traffic, forgotten_delivered, \
-         traffic_sent, traffic_refused FROM labs WHERE ?1 IS NULL OR id = ?1",
+         traffic_sent, traffic_refused, keys_named FROM labs WHERE ?1 IS NULL OR id = ?1",
     )?;
     let rows = statement
         .query_map([id], |r| {
@@ -261,13 +266,14 @@ fn load_labs_where(connection: &Connection, id: Option<&str>) -> Result<Vec<Load
                 forgotten_delivered: r.get(14)?,
                 traffic_sent: r.get(15)?,
                 traffic_refused: r.get(16)?,
+                keys_named: r.get(17)?,
             };
             Ok((row, r.get::<_, String>(11)?, r.get::<_, String>(12)?))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
         .map(|(row, markers, breaker_shares)| {
-            let mut ledger = Ledger::restore(row.counts);
+            let mut ledger = Ledger::restore(row.counts, row.keys_named);
             load_keys(connection, &row.id, &mut ledger)?;
             let downstream: DownstreamView = serde_json::from_str(&row.downstream)?;
             let parts = RecordParts {

@@ -22,6 +22,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0010_client_breakers.sql"),
     include_str!("../../migrations/0011_keys_by_name.sql"),
     include_str!("../../migrations/0012_keys_named.sql"),
+    include_str!("../../migrations/0013_labs_keys_named.sql"),
 ];
 
 /// Opens the file, refuses one this process cannot write, brings its schema up to date, bounds

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
-use super::rows::{load_keys, write_batch};
+use super::rows::{load_keys, load_lab, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
 use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
@@ -66,6 +66,7 @@ impl Flush for Good {
             traffic_sent: 0,
             traffic_refused: 0,
             forgotten_delivered: 0,
+            keys_named: false,
         };
         Some(Batch {
             lab_id: "good".into(),
@@ -250,6 +251,34 @@ fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index
     let plan: String =
         connection.query_row(&format!("EXPLAIN QUERY PLAN {FIND_KEY}"), ["good", "a"], |r| r.get(3)).unwrap();
     assert!(plan.contains("USING INDEX idempotency_keys_by_name"), "{plan}");
+}
+
+#[test]
+fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
+    let path = temporary_path();
+    let mut connection = connect(&path).unwrap();
+    migrate(&mut connection).unwrap();
+    let naming_read_back = |connection: &Connection| {
+        let mut loaded = load_lab(connection, "good").unwrap().expect("the lab");
+        (loaded.row.keys_named, loaded.parts.ledger.naming(0))
+    };
+    let write_row = |connection: &mut Connection, changes: RecordChanges, keys_named: bool| {
+        let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+        let batch = good.take_batch().unwrap();
+        let row = batch.row.map(|row| LabRow { keys_named, ..row });
+        let batch = Batch { changes, row, ..batch };
+        let tx = connection.transaction().unwrap();
+        write_batch(&tx, &batch).unwrap();
+        tx.commit().unwrap();
+    };
+    let keys = vec![applied_key("a", 1, 1)];
+    write_row(&mut connection, RecordChanges { keys, ..Default::default() }, false);
+    let (keys, naming) = (vec![applied_key("b", 1, 2)], KeyNaming::NameAll);
+    write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, true);
+    assert_eq!(naming_read_back(&connection), (true, KeyNaming::Named));
+    // A reset deletes every key row; the lab holds its keys again, and writes them unnamed.
+    write_row(&mut connection, RecordChanges { cleared: true, ..Default::default() }, false);
+    assert_eq!(naming_read_back(&connection), (false, KeyNaming::Unnamed));
 }
 
 #[test]

@@ -225,6 +225,7 @@ async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alo
     // A settings change is answered once everything before it is committed.
     server.app.put(&lab, "policy", "{}").await;
     server.kill();
+    assert!(!keys_named(&db, &lab), "a lab within its bound names none of its rows");
     let args = ["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "8"];
     let restarted = crate::helpers::Binary::start_with(&db, &args);
     // Every key of the window comes back cold; past the new bound, the oldest go as soon as
@@ -245,6 +246,22 @@ async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alo
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     let snapshot = restarted.app.snapshot(&lab).await;
     assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (41, 0));
+    // The commit that named the rows said so on the lab's row (migration 13): read back again,
+    // the lab lets its oldest keys go at once, with no commit to name them a second time.
+    restarted.app.put(&lab, "policy", "{}").await;
+    restarted.kill();
+    assert!(keys_named(&db, &lab), "the lab's row says its key rows are named");
+    let again = crate::helpers::Binary::start_with(&db, &args);
+    assert!(keys_let_go(&again.app).await >= 30, "let go at read-back: {}", keys_let_go(&again.app).await);
+    assert_replayed(&again.app, &lab, "kept", &answers).await;
+    let snapshot = again.app.snapshot(&lab).await;
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (41, 0));
+}
+
+/// Whether the store's row of `lab` says every key row of it is named.
+fn keys_named(db: &std::path::Path, lab: &str) -> bool {
+    let store = rusqlite::Connection::open(db).unwrap();
+    store.query_row("SELECT keys_named FROM labs WHERE id = ?1", [lab], |r| r.get(0)).unwrap()
 }
 
 #[tokio::test]
