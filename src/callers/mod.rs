@@ -295,11 +295,14 @@ impl Callers {
         {
             self.odd_digests.insert(held.id, odd.into());
         }
-        self.changed.insert(held.id);
         if held.attempts.len() >= bounds.max_attempts_per_key {
+            // Counted among its requests, and no attempt of it will end: stored now.
+            self.changed.insert(held.id);
             self.count(Refusal::Attempts);
             return Err(Refusal::Attempts);
         }
+        // Stored when the attempt ends (`end`), not also as it arrives: a new key's commit
+        // would otherwise write the row once before its answer and once after.
         let waited_ms = match held.attempts.last() {
             Some(previous) => previous.ended_ms().map(|ended| now_ms.saturating_sub(ended)),
             None => None,
@@ -441,6 +444,28 @@ mod tests {
             (1, 2, 1)
         );
         assert_eq!(callers.messages().next().unwrap().requests, 4, "a request past the bound still counts");
+    }
+
+    #[test]
+    fn a_message_is_stored_as_its_attempts_end_and_a_request_past_the_bound_as_it_comes() {
+        let mut callers = Callers::default();
+        let (a, ok) = (name("a"), Ending::Answered { status: 200, retry_after_s: None, pushback_ms: None });
+        let t = callers.arrive((&a, "k", Spoken::default()), None, 5, (BOUNDS, true)).unwrap();
+        assert!(callers.take_changes().messages.is_empty(), "nothing to store while it is in work");
+        callers.end(t, ok, 9);
+        let stored = callers.take_changes().messages;
+        let message: OutsideMessage = serde_json::from_str(&stored[0].1).unwrap();
+        assert_eq!((stored.len(), message.attempts[0].ended_ms), (1, Some(9)), "stored once, ended");
+        // A request past --max-outside-attempts-per-key ends no attempt, yet counts.
+        for _ in 1..BOUNDS.max_attempts_per_key {
+            let t = callers.arrive((&a, "k", Spoken::default()), None, 10, (BOUNDS, true)).unwrap();
+            callers.end(t, Ending::HungUp, 11);
+        }
+        callers.take_changes();
+        assert!(callers.arrive((&a, "k", Spoken::default()), None, 12, (BOUNDS, true)).is_err());
+        let stored = callers.take_changes().messages;
+        let message: OutsideMessage = serde_json::from_str(&stored[0].1).unwrap();
+        assert_eq!(message.requests, BOUNDS.max_attempts_per_key as u64 + 1);
     }
 
     #[test]
