@@ -134,21 +134,36 @@ impl Default for LoadBin {
     }
 }
 
-/// A bin as the lab holds it: the counts every busy bin has, in 16 bits each, and what few bins
-/// have apart, boxed, only when some is there: the protections' counts and levels, the
-/// defences' drops, and the upper 16 bits of a count that outgrew its lower ones (a fine bin
-/// past 65,535 requests, a coarse one past 6,553 a second). A count is 32 bits in all and
+/// A bin as the lab holds it, in 24 bytes: its start (in units of 100 ms, 13 years of lab time
+/// in 32 bits), the counts every busy bin has in 8 bits each, its width as a code, and what few
+/// bins have apart, boxed, only when some is there: the protections' counts and levels, the
+/// defences' drops, an odd width read from the store, and the upper bits of a count that outgrew
+/// its lower 8 (a fine bin past 255 requests, or 2,550 a second). A count is 32 bits in all and
 /// saturates there (a 10 s bin would need 400 million requests a second). A `LoadBin` is 216
-/// bytes and this 32: five minutes of fine bins, 3,000 of them, is most of what a busy lab holds
-/// beside its events, and at 10 messages a second none of its counts needs the box.
+/// bytes: five minutes of fine bins, 3,000 of them, is most of what a busy lab holds beside its
+/// events and settled messages, and at 10 messages a second none of its counts needs the box.
+/// (At 40 bytes a bin, the last minutes of them were a sixth of what 100 busy labs grew by after
+/// their second minute; BENCHMARKS.md, "Session 23".)
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Bin {
-    /// The lower 16 bits of each count, by the `Count` indices.
-    low: [u16; COUNTS],
-    /// 100 or 10,000: the two widths the lab makes (a wider one, from a row written by hand,
-    /// reads as 65,535).
-    width_ms: u16,
+    /// The bin's start, in units of `BIN_MS` (a start between two of them, from a row written
+    /// by hand, is held at the one before).
+    at: u32,
+    /// The lower 8 bits of each count, by the `Count` indices.
+    low: [u8; COUNTS],
+    /// The bin's width: `FINE`, `COARSE`, or `ODD` (then in the box).
+    width: u8,
     rare: Option<Box<Rare>>,
+}
+
+/// `Bin::width`'s codes.
+const FINE: u8 = 0;
+const COARSE: u8 = 1;
+const ODD: u8 = 2;
+
+/// Where a bin that starts at `t_ms` is held: its start in units of `BIN_MS`.
+fn at(t_ms: u64) -> u32 {
+    u32::try_from(t_ms / BIN_MS).unwrap_or(u32::MAX)
 }
 
 /// The counts every bin has, as indices into `Bin::low` (and `Rare::high`).
@@ -172,8 +187,10 @@ const COUNTS: usize = Count::Refused as usize + 1;
 /// The parts of a bin that few bins have.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Rare {
-    /// The upper 16 bits of each count, by the `Count` indices.
-    high: [u16; COUNTS],
+    /// Each count's bits above its lower 8, by the `Count` indices.
+    high: [u32; COUNTS],
+    /// The width of a bin read back from the store that is neither fine nor coarse.
+    width_ms: u64,
     suppressed: BTreeMap<String, u64>,
     levels: BTreeMap<String, f64>,
     dropped_deadline: u64,
@@ -188,9 +205,33 @@ struct Rare {
 
 impl Bin {
     fn new(width_ms: u64, peak_in_process: u64) -> Self {
-        let mut bin = Bin { width_ms: u16::try_from(width_ms).unwrap_or(u16::MAX), ..Default::default() };
+        let mut bin = Bin::default();
+        bin.set_width(width_ms);
         bin.set(Count::PeakInProcess, peak_in_process);
         bin
+    }
+
+    fn t_ms(&self) -> u64 {
+        u64::from(self.at) * BIN_MS
+    }
+
+    fn width_ms(&self) -> u64 {
+        match self.width {
+            FINE => BIN_MS,
+            COARSE => COARSE_BIN_MS,
+            _ => self.rare.as_ref().map_or(BIN_MS, |rare| rare.width_ms),
+        }
+    }
+
+    fn set_width(&mut self, width_ms: u64) {
+        self.width = match width_ms {
+            BIN_MS => FINE,
+            COARSE_BIN_MS => COARSE,
+            _ => {
+                self.rare().width_ms = width_ms;
+                ODD
+            }
+        };
     }
 
     fn rare(&mut self) -> &mut Rare {
@@ -199,14 +240,14 @@ impl Bin {
 
     fn get(&self, count: Count) -> u64 {
         let high = self.rare.as_ref().map_or(0, |rare| rare.high[count as usize]);
-        u64::from(high) << 16 | u64::from(self.low[count as usize])
+        u64::from(high) << 8 | u64::from(self.low[count as usize])
     }
 
-    /// Sets a count, saturating at 32 bits; its upper half goes in the box only when it has one.
+    /// Sets a count, saturating at 32 bits; its upper bits go in the box only when it has some.
     fn set(&mut self, count: Count, n: u64) {
         let n = n.min(u64::from(u32::MAX));
-        self.low[count as usize] = n as u16;
-        let high = (n >> 16) as u16;
+        self.low[count as usize] = n as u8;
+        let high = (n >> 8) as u32;
         if high != 0 || self.rare.is_some() {
             self.rare().high[count as usize] = high;
         }
@@ -225,11 +266,11 @@ impl Bin {
     }
 
     /// The bin as the store, the snapshot and the events show it.
-    fn shown(&self, t_ms: u64) -> LoadBin {
+    fn shown(&self) -> LoadBin {
         let rare = self.rare.as_deref().cloned().unwrap_or_default();
         LoadBin {
-            t_ms,
-            width_ms: u64::from(self.width_ms),
+            t_ms: self.t_ms(),
+            width_ms: self.width_ms(),
             requests: self.get(Count::Requests),
             ok: self.get(Count::Ok),
             unavailable: self.get(Count::Unavailable),
@@ -257,6 +298,7 @@ impl Bin {
     /// A bin as the store kept it.
     fn held(bin: LoadBin) -> Self {
         let mut held = Bin::new(bin.width_ms, 0);
+        held.at = at(bin.t_ms);
         held.absorb(&bin);
         held
     }
@@ -322,18 +364,18 @@ pub enum Answer {
 }
 
 /// The bins by start, in a sorted deque: nearly every bin is added after the newest, and old
-/// ones leave from the front, so a deque does what a B-tree would at 40 bytes a bin against
+/// ones leave from the front, so a deque does what a B-tree would at 24 bytes a bin against
 /// the tree's 121 (its nodes' keys, links and the room they keep).
 #[derive(Debug, Default)]
-struct Bins(VecDeque<(u64, Bin)>);
+struct Bins(VecDeque<Bin>);
 
 impl Bins {
     fn at(&self, t_ms: u64) -> Result<usize, usize> {
-        self.0.binary_search_by_key(&t_ms, |(t, _)| *t)
+        self.0.binary_search_by_key(&at(t_ms), |bin| bin.at)
     }
 
     fn get(&self, t_ms: &u64) -> Option<&Bin> {
-        self.at(*t_ms).ok().map(|i| &self.0[i].1)
+        self.at(*t_ms).ok().map(|i| &self.0[i])
     }
 
     fn contains_key(&self, t_ms: &u64) -> bool {
@@ -344,22 +386,22 @@ impl Bins {
         self.0.len()
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&u64, &Bin)> {
-        self.0.iter().map(|(t, bin)| (t, bin))
+    fn iter(&self) -> impl Iterator<Item = &Bin> {
+        self.0.iter()
     }
 
-    fn range(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = (&u64, &Bin)> {
+    fn range(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = &Bin> {
         let from = self.at(range.start).unwrap_or_else(|i| i);
-        self.0.range(from..).take_while(move |(t, _)| *t < range.end).map(|(t, bin)| (t, bin))
+        self.0.range(from..).take_while(move |bin| bin.t_ms() < range.end)
     }
 
-    fn pop_first(&mut self) -> Option<(u64, Bin)> {
+    fn pop_first(&mut self) -> Option<Bin> {
         self.0.pop_front()
     }
 
     fn remove(&mut self, t_ms: &u64) -> Option<Bin> {
         let i = self.at(*t_ms).ok()?;
-        self.0.remove(i).map(|(_, bin)| bin)
+        self.0.remove(i)
     }
 
     /// The bin at `t_ms`, made by `new` when there is none.
@@ -372,11 +414,11 @@ impl Bins {
                 if self.0.len() == self.0.capacity() {
                     self.0.reserve_exact((self.0.len() / 8).max(64));
                 }
-                self.0.insert(i, (t_ms, new()));
+                self.0.insert(i, Bin { at: at(t_ms), ..new() });
                 i
             }
         };
-        &mut self.0[i].1
+        &mut self.0[i]
     }
 
     fn clear(&mut self) {
@@ -385,11 +427,11 @@ impl Bins {
     }
 }
 
-impl FromIterator<(u64, Bin)> for Bins {
-    fn from_iter<I: IntoIterator<Item = (u64, Bin)>>(iter: I) -> Self {
-        let mut bins: Vec<(u64, Bin)> = iter.into_iter().collect();
-        bins.sort_by_key(|(t, _)| *t);
-        bins.dedup_by_key(|(t, _)| *t);
+impl FromIterator<Bin> for Bins {
+    fn from_iter<I: IntoIterator<Item = Bin>>(iter: I) -> Self {
+        let mut bins: Vec<Bin> = iter.into_iter().collect();
+        bins.sort_by_key(|bin| bin.at);
+        bins.dedup_by_key(|bin| bin.at);
         Bins(bins.into())
     }
 }
@@ -430,18 +472,14 @@ impl Load {
             .map(|bin| bin.t_ms + bin.width_ms)
             .max()
             .unwrap_or(0);
-        Load {
-            bins: bins.into_iter().map(|bin| (bin.t_ms, Bin::held(bin))).collect(),
-            fine_from_ms,
-            ..Default::default()
-        }
+        Load { bins: bins.into_iter().map(Bin::held).collect(), fine_from_ms, ..Default::default() }
     }
 
     /// The bins changed since the last call, for the store.
     pub fn take_unsaved(&mut self) -> BinChanges {
         let unsaved = std::mem::take(&mut self.unsaved);
         BinChanges {
-            bins: unsaved.iter().filter_map(|&t| Some(self.bins.get(&t)?.shown(t))).collect(),
+            bins: unsaved.iter().filter_map(|t| Some(self.bins.get(t)?.shown())).collect(),
             dropped_before: self.dropped_before.take(),
             coarsened: self.coarsened.take(),
         }
@@ -552,7 +590,7 @@ impl Load {
     }
 
     pub fn bins(&self) -> Vec<LoadBin> {
-        self.bins.iter().map(|(&t_ms, bin)| bin.shown(t_ms)).collect()
+        self.bins.iter().map(Bin::shown).collect()
     }
 
     /// Whether a bin changed since the last `take_changed` (the next `load` event's).
@@ -563,7 +601,7 @@ impl Load {
     /// The bins changed since the last call, whole.
     pub fn take_changed(&mut self) -> Vec<LoadBin> {
         let changed = std::mem::take(&mut self.changed);
-        changed.iter().filter_map(|&t| Some(self.bins.get(&t)?.shown(t))).collect()
+        changed.iter().filter_map(|t| Some(self.bins.get(t)?.shown())).collect()
     }
 
     /// Forgets everything measured (a reset); work still in process stays counted.
@@ -608,9 +646,9 @@ impl Load {
         self.unsaved.insert(t_ms);
         if self.bins.len() >= MAX_BINS
             && !self.bins.contains_key(&t_ms)
-            && let Some((dropped, _)) = self.bins.pop_first()
+            && let Some(dropped) = self.bins.pop_first()
         {
-            self.dropped_before = self.dropped_before.max(Some(dropped + 1));
+            self.dropped_before = self.dropped_before.max(Some(dropped.t_ms() + 1));
         }
         let in_process = self.in_process;
         self.bins.get_or_insert_with(t_ms, || Bin::new(width_ms, in_process))
@@ -621,12 +659,8 @@ impl Load {
     fn coarsen(&mut self, until_ms: u64) {
         let from = self.fine_from_ms;
         self.fine_from_ms = until_ms;
-        let fine: Vec<u64> = self
-            .bins
-            .range(from..until_ms)
-            .filter(|(_, bin)| u64::from(bin.width_ms) == BIN_MS)
-            .map(|(t, _)| *t)
-            .collect();
+        let fine: Vec<u64> =
+            self.bins.range(from..until_ms).filter(|bin| bin.width == FINE).map(Bin::t_ms).collect();
         if fine.is_empty() {
             return;
         }
@@ -636,8 +670,8 @@ impl Load {
             self.unsaved.remove(&t);
             let start = t - t % COARSE_BIN_MS;
             let coarse = self.bins.get_or_insert_with(start, || Bin::new(COARSE_BIN_MS, 0));
-            coarse.width_ms = COARSE_BIN_MS as u16;
-            coarse.absorb(&bin.shown(t));
+            coarse.set_width(COARSE_BIN_MS);
+            coarse.absorb(&bin.shown());
             self.changed.insert(start);
             self.unsaved.insert(start);
         }
@@ -659,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_bin_is_held_compactly_and_shown_as_it_was_counted() {
-        assert!(std::mem::size_of::<Bin>() <= 32, "{} bytes", std::mem::size_of::<Bin>());
+        assert_eq!(std::mem::size_of::<Bin>(), 24, "a bin with its start");
         let whole = LoadBin {
             t_ms: 40_000,
             width_ms: COARSE_BIN_MS,
@@ -685,33 +719,36 @@ mod tests {
             lifo: true,
             ignored_hints: 16,
         };
-        assert_eq!(Bin::held(whole.clone()).shown(whole.t_ms), whole, "every field as stored");
+        assert_eq!(Bin::held(whole.clone()).shown(), whole, "every field as stored");
         let plain = LoadBin { t_ms: 100, requests: 1, ok: 1, ..Default::default() };
         let held = Bin::held(plain.clone());
         assert!(held.rare.is_none(), "a bin with none of the rare counts holds no room for them");
-        assert_eq!(held.shown(100), plain);
+        assert_eq!(held.shown(), plain);
         let limited = LoadBin { t_ms: 200, limit: Some(4), ..Default::default() };
-        assert_eq!(Bin::held(limited.clone()).shown(200), limited, "a limit alone is kept");
+        assert_eq!(Bin::held(limited.clone()).shown(), limited, "a limit alone is kept");
         let mut full = Bin::new(BIN_MS, 0);
         full.add(Count::Requests, u64::MAX);
         full.add(Count::Requests, 1);
-        assert_eq!(full.shown(0).requests, u64::from(u32::MAX), "a count saturates");
+        assert_eq!(full.shown().requests, u64::from(u32::MAX), "a count saturates");
+        // A width the lab does not make, from a row written by hand, reads back as it was.
+        let odd = LoadBin { t_ms: 30_000, width_ms: 1_000, requests: 2, ..Default::default() };
+        assert_eq!(Bin::held(odd.clone()).shown(), odd);
     }
 
     #[test]
-    fn a_count_past_sixteen_bits_keeps_its_upper_half_in_the_box_and_reads_whole() {
+    fn a_count_past_eight_bits_keeps_its_upper_bits_in_the_box_and_reads_whole() {
         let mut load = Load::default();
-        for _ in 0..65_535 {
+        for _ in 0..255 {
             load.arrive(1_000);
         }
         load.offered(1_000, 3);
-        assert!(load.bins.get(&1_000).unwrap().rare.is_none(), "65,535 fits the bin's own 16 bits");
+        assert!(load.bins.get(&1_000).unwrap().rare.is_none(), "255 fits the bin's own 8 bits");
         load.arrive(1_050);
         load.offered(1_000, 70_000);
         let bin = load.bins.get(&1_000).unwrap();
-        assert!(bin.rare.is_some(), "65,536 needs the box");
-        let shown = bin.shown(1_000);
-        assert_eq!((shown.requests, shown.offered, shown.ok), (65_536, 70_003, 0));
+        assert!(bin.rare.is_some(), "256 needs the box");
+        let shown = bin.shown();
+        assert_eq!((shown.t_ms, shown.requests, shown.offered, shown.ok), (1_000, 256, 70_003, 0));
         // A bin read back from the store, summed into a coarse one, keeps the whole count.
         let stored = LoadBin {
             t_ms: 0,
@@ -721,10 +758,10 @@ mod tests {
             ..Default::default()
         };
         let mut held = Bin::held(stored.clone());
-        assert_eq!(held.shown(0), stored);
+        assert_eq!(held.shown(), stored);
         held.absorb(&LoadBin { requests: 5, peak_in_process: 3, ..Default::default() });
         assert_eq!(
-            (held.shown(0).requests, held.shown(0).peak_in_process),
+            (held.shown().requests, held.shown().peak_in_process),
             (200_005, 70_000),
             "a peak is the higher"
         );
