@@ -142,8 +142,9 @@ impl Default for LoadBin {
 /// saturates there (a 10 s bin would need 400 million requests a second). A `LoadBin` is 216
 /// bytes: five minutes of fine bins, 3,000 of them, is most of what a busy lab holds beside its
 /// events and settled messages, and at 10 messages a second none of its counts needs the box.
-/// (At 40 bytes a bin, the last minutes of them were a sixth of what 100 busy labs grew by after
-/// their second minute; BENCHMARKS.md, "Session 23".)
+/// (A bin with its start was 40 bytes; two servers of 100 busy labs side by side differed by
+/// about 1.6 MiB after five minutes, less than the 5 MiB the sizes promise: BENCHMARKS.md,
+/// "Session 23".)
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Bin {
     /// The bin's start, in units of `BIN_MS` (a start between two of them, from a row written
