@@ -289,7 +289,12 @@ fn ledger_share(count: usize) {
 fn open_registry(name: &str, limits: Limits, retention: Retention) -> (Labs, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("retrylab-lab-memory-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (store, _) = Store::open(&dir.join("labs.db"), StoreSettings::default()).expect("the store opens");
+    let settings = StoreSettings {
+        max_bytes: 0,
+        commit_delay: std::time::Duration::ZERO,
+        cache_kib: retrylab::config::DEFAULT_STORE_CACHE_KIB,
+    };
+    let (store, _) = Store::open(&dir.join("labs.db"), settings).expect("the store opens");
     (Labs::new(limits, retention, store, Vec::new()), dir)
 }
 

@@ -8,6 +8,11 @@ use clap::{Args, Parser};
 /// See `Config::commit_delay_ms`.
 pub const DEFAULT_COMMIT_DELAY_MS: u64 = 20;
 
+/// See `Config::store_cache_kib`. SQLite's own default is 2,000 KiB for each connection; 100
+/// busy watched labs ran as well with 128 KiB, and the server held about 5 MiB less
+/// (BENCHMARKS.md, "Session 24").
+pub const DEFAULT_STORE_CACHE_KIB: u64 = 256;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "retrylab", version, about = "Break an endpoint, send traffic, watch retries work.")]
 pub struct Config {
@@ -47,6 +52,13 @@ pub struct Config {
     /// committed at once, whatever this says.
     #[arg(long, env = "RETRYLAB_COMMIT_DELAY_MS", default_value_t = DEFAULT_COMMIT_DELAY_MS)]
     pub commit_delay_ms: u64,
+
+    /// The most each of the store's connections keeps of the file's pages in memory, in KiB
+    /// (SQLite's own default is 2,000). A smaller cache reads more pages again from the file
+    /// (the operating system's page cache, most often); a commit's changed pages are held
+    /// until it is made, past this.
+    #[arg(long, env = "RETRYLAB_STORE_CACHE_KIB", default_value_t = DEFAULT_STORE_CACHE_KIB)]
+    pub store_cache_kib: u64,
 
     #[command(flatten)]
     pub limits: Limits,
@@ -283,6 +295,7 @@ impl Config {
             db,
             max_db_bytes: 0,
             commit_delay_ms: DEFAULT_COMMIT_DELAY_MS,
+            store_cache_kib: DEFAULT_STORE_CACHE_KIB,
             limits: Limits::default(),
             retention: Retention::default(),
             exposure: Exposure::default(),

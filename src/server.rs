@@ -50,6 +50,7 @@ pub async fn open_store(config: &Config) -> Result<OpenedStore, StoreError> {
     let settings = StoreSettings {
         max_bytes: config.max_db_bytes,
         commit_delay: std::time::Duration::from_millis(config.commit_delay_ms),
+        cache_kib: config.store_cache_kib,
     };
     let (store, loaded) = tokio::task::spawn_blocking(move || Store::open(&db, settings))
         .await

@@ -109,18 +109,34 @@ pub struct StoreStats {
 }
 
 /// How the store writes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct StoreSettings {
     /// The most the file may grow to, in bytes (0: no limit of ours), as a full disk would.
     pub max_bytes: u64,
     /// How long changes nobody waits for may be held to fold more into one commit.
     pub commit_delay: Duration,
+    /// The most each connection keeps of the file's pages in memory, in KiB.
+    pub cache_kib: u64,
+}
+
+/// For unit tests: no limit, no delay, and the cache `--store-cache-kib` defaults to.
+#[cfg(test)]
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            max_bytes: 0,
+            commit_delay: Duration::ZERO,
+            cache_kib: crate::config::DEFAULT_STORE_CACHE_KIB,
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct Store {
     jobs: mpsc::Sender<Job>,
     path: PathBuf,
+    /// `StoreSettings::cache_kib`, for the connections opened after the writer's.
+    cache_kib: u64,
     /// A connection of its own for reading keys back, opened on first use; in WAL mode it reads
     /// beside the writer without waiting for it.
     reader: Arc<Mutex<Option<Connection>>>,
@@ -157,7 +173,8 @@ impl Store {
                 detail: format!("cannot create its folder {}: {e}", dir.display()),
             })?;
         }
-        let (connection, wal, labs) = open_and_load(path, max_bytes).map_err(|e| opening_failed(path, e))?;
+        let (connection, wal, labs) =
+            open_and_load(path, max_bytes, settings.cache_kib).map_err(|e| opening_failed(path, e))?;
         let (jobs, receiver) = mpsc::channel();
         let stats = Arc::new(StoreStats::default());
         let writer_stats = stats.clone();
@@ -172,7 +189,18 @@ impl Store {
             .map_err(|e| StoreError::Failed(format!("cannot start the store's writer: {e}")))?;
         let reader = Arc::new(Mutex::new(None));
         let reading = Arc::new(tokio::sync::Semaphore::new(1));
-        Ok((Store { jobs, path: path.to_owned(), reader, reading, stats, health: watching }, labs))
+        Ok((
+            Store {
+                jobs,
+                path: path.to_owned(),
+                cache_kib: settings.cache_kib,
+                reader,
+                reading,
+                stats,
+                health: watching,
+            },
+            labs,
+        ))
     }
 
     /// A store in a fresh file under the system's temporary folder, for unit tests.
@@ -234,7 +262,7 @@ impl Store {
     ) -> Result<Option<KeyRow>, StoreError> {
         let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if reader.is_none() {
-            *reader = Some(connect(&self.path)?);
+            *reader = Some(connect(&self.path, self.cache_kib)?);
         }
         let connection = reader.as_ref().expect("opened above");
         let mut statement = connection.prepare_cached(
@@ -257,7 +285,7 @@ impl Store {
     fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
         let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if reader.is_none() {
-            *reader = Some(connect(&self.path)?);
+            *reader = Some(connect(&self.path, self.cache_kib)?);
         }
         let connection = reader.as_ref().expect("opened above");
         let mut statement = connection.prepare_cached(FIND_KEY)?;
@@ -274,14 +302,14 @@ impl Store {
     pub fn load_lab(&self, lab_id: &str) -> Result<Option<LoadedLab>, StoreError> {
         let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if reader.is_none() {
-            *reader = Some(connect(&self.path)?);
+            *reader = Some(connect(&self.path, self.cache_kib)?);
         }
         load_lab(reader.as_ref().expect("opened above"), lab_id)
     }
 
     /// Reads one lab's messages and dead letters back (blocking).
     pub fn load_messages(&self, lab_id: &str) -> Result<(Vec<Message>, Vec<DeadLetter>), StoreError> {
-        let connection = connect(&self.path)?;
+        let connection = connect(&self.path, self.cache_kib)?;
         Ok((load_messages(&connection, lab_id)?, load_dead_letters(&connection, lab_id)?))
     }
 

@@ -30,8 +30,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
 pub(super) fn open_and_load(
     path: &Path,
     max_bytes: u64,
+    cache_kib: u64,
 ) -> Result<(Connection, Option<WalBound>, Vec<LoadedLab>), StoreError> {
-    let mut connection = connect(path)?;
+    let mut connection = connect(path, cache_kib)?;
     if connection.is_readonly(rusqlite::MAIN_DB)? {
         return Err(StoreError::Open {
             path: path.to_owned(),
@@ -122,7 +123,8 @@ impl WalBound {
     }
 }
 
-pub(super) fn connect(path: &Path) -> Result<Connection, StoreError> {
+/// Opens a connection to the file, keeping at most `cache_kib` KiB of its pages in memory.
+pub(super) fn connect(path: &Path, cache_kib: u64) -> Result<Connection, StoreError> {
     let connection = Connection::open(path)
         .map_err(|e| StoreError::Open { path: path.to_owned(), detail: e.to_string() })?;
     // WAL lets the page read while the writer commits; FULL syncs each commit, which group
@@ -133,6 +135,8 @@ pub(super) fn connect(path: &Path) -> Result<Connection, StoreError> {
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
          PRAGMA busy_timeout = 5000; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 10000;",
     )?;
+    // A negative size is in KiB; a transaction's changed pages stay past it until its commit.
+    connection.pragma_update(None, "cache_size", -i64::try_from(cache_kib).unwrap_or(i64::MAX))?;
     Ok(connection)
 }
 

@@ -12,6 +12,7 @@ use rusqlite::Connection;
 use super::rows::{load_keys, load_lab, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
+use crate::config::DEFAULT_STORE_CACHE_KIB;
 use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
 
 /// A lab whose batch breaks a constraint: messages of a lab that does not exist.
@@ -133,7 +134,7 @@ fn good() -> Arc<Good> {
 
 fn store_with_delay(delay: Duration) -> Store {
     let path = temporary_path();
-    Store::open(&path, StoreSettings { max_bytes: 0, commit_delay: delay }).unwrap().0
+    Store::open(&path, StoreSettings { commit_delay: delay, ..StoreSettings::default() }).unwrap().0
 }
 
 /// Waits up to 5 s for the lab's commit; returns how long after `since` it was seen.
@@ -171,7 +172,7 @@ fn a_commit_someone_waits_for_is_made_at_once() {
 #[test]
 fn a_key_expired_and_applied_again_in_one_commit_stays() {
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
     let mut batch = good.take_batch().unwrap();
@@ -222,7 +223,7 @@ fn write(connection: &mut Connection, changes: RecordChanges) {
 #[test]
 fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index() {
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let named = |connection: &Connection, key: &str| -> bool {
         connection.query_row(FIND_KEY, ["good", key], |_| Ok(())).is_ok()
@@ -256,7 +257,7 @@ fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index
 #[test]
 fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let naming_read_back = |connection: &Connection| {
         let mut loaded = load_lab(connection, "good").unwrap().expect("the lab");
@@ -284,7 +285,7 @@ fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
 #[test]
 fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let keys = vec![applied_key("a", 1, 1), applied_key("b", 1, 5), applied_key("c", 1, 9)];
     write(&mut connection, RecordChanges { keys, ..Default::default() });
@@ -315,7 +316,7 @@ fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
 fn a_cold_key_is_read_back_by_its_name_and_time() {
     let path = temporary_path();
     let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     let keys = vec![applied_key("a", 1, 5), applied_key("b", 1, 5), applied_key("a", 2, 5)];
     write(&mut connection, RecordChanges { keys, ..Default::default() });
     let recalled = store.recall_key("good", "a", 5).unwrap().expect("a row");
@@ -325,11 +326,32 @@ fn a_cold_key_is_read_back_by_its_name_and_time() {
     assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
 }
 
+#[test]
+fn each_connection_keeps_as_many_pages_as_the_setting_says() {
+    let cache = |store: &Store| -> i64 {
+        store.recall_key("good", "a", 5).unwrap();
+        let reader = store.reader.lock().unwrap();
+        reader
+            .as_ref()
+            .expect("opened by the read")
+            .pragma_query_value(None, "cache_size", |r| r.get(0))
+            .unwrap()
+    };
+    let (store, _) = Store::open(&temporary_path(), StoreSettings::default()).unwrap();
+    assert_eq!(cache(&store), -256, "the default, in KiB (SQLite's own is -2000)");
+    let settings = StoreSettings { cache_kib: 96, ..StoreSettings::default() };
+    let (store, _) = Store::open(&temporary_path(), settings).unwrap();
+    assert_eq!(cache(&store), -96);
+    let kept: i64 =
+        connect(&temporary_path(), 40).unwrap().pragma_query_value(None, "cache_size", |r| r.get(0)).unwrap();
+    assert_eq!(kept, -40, "the writer's connection is opened the same way");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
     let path = temporary_path();
     let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     let keys: Vec<KeyRow> = (0..40).map(|i| applied_key(&format!("k{i}"), 1, 5 + i)).collect();
     // Named, as a lab's rows are once it lets keys go: only then are they looked up by name.
     write(&mut connection, RecordChanges { keys, naming: KeyNaming::Named, ..Default::default() });
@@ -362,7 +384,7 @@ async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
 
 /// A fresh store file as a build of schema version `version` left it.
 fn at_version(version: usize) -> Connection {
-    let connection = connect(&temporary_path()).unwrap();
+    let connection = connect(&temporary_path(), DEFAULT_STORE_CACHE_KIB).unwrap();
     for sql in &MIGRATIONS[..version] {
         connection.execute_batch(sql).unwrap();
     }
@@ -411,7 +433,7 @@ fn a_failed_commit_hands_its_rows_back() {
 fn fine_load_rows_summed_into_coarse_ones_leave_the_store() {
     use crate::domain::{Answer, Load};
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let mut load = Load::default();
     // Requests every 50 ms for a minute: 600 fine rows.
@@ -468,7 +490,7 @@ fn the_first_clients_breaker_history_moves_to_its_own_row_at_version_10() {
 fn each_clients_breaker_history_is_written_whole_and_goes_with_its_client() {
     use crate::client::BreakerRows;
     let path = temporary_path();
-    let mut connection = connect(&path).unwrap();
+    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let history = |state: &str| format!(r#"[{{"at_ms":1,"state":"{state}"}}]"#);
     let clients = vec![(0, history("open")), (2, history("open")), (5, history("half_open"))];
