@@ -9,7 +9,7 @@
 //!
 //! Reads after start-up go through connections of their own; in WAL mode they never wait for the
 //! writer. The one on the request path reads back an idempotency key the ledger holds cold or
-//! let go (`Store::read_key`), one read at a time.
+//! let go (`Store::read_key`), one read at a time, on a thread of its own.
 //!
 //! The files: `changes` (what a lab owes the store and gets back), `schema` (the file, its
 //! migrations, its bound), `writer` (the group-committing writer thread), `rows` (what a lab's
@@ -137,11 +137,11 @@ pub struct Store {
     path: PathBuf,
     /// `StoreSettings::cache_kib`, for the connections opened after the writer's.
     cache_kib: u64,
-    /// A connection of its own for reading keys back, opened on first use; in WAL mode it reads
-    /// beside the writer without waiting for it.
+    /// A connection of its own for reading a lab back as it wakes from rest, opened on first
+    /// use; in WAL mode it reads beside the writer without waiting for it.
     reader: Arc<Mutex<Option<Connection>>>,
-    /// The turn to read a key back with `reader` (`read_key`), waited for on the async side.
-    reading: Arc<tokio::sync::Semaphore>,
+    /// Hands reads of keys to the key reader's thread (`read_key`).
+    reads: mpsc::Sender<KeyRead>,
     pub stats: Arc<StoreStats>,
     health: tokio::sync::watch::Receiver<Health>,
 }
@@ -188,14 +188,19 @@ impl Store {
             })
             .map_err(|e| StoreError::Failed(format!("cannot start the store's writer: {e}")))?;
         let reader = Arc::new(Mutex::new(None));
-        let reading = Arc::new(tokio::sync::Semaphore::new(1));
+        let (reads, to_read) = mpsc::channel();
+        let (keys_path, cache_kib) = (path.to_owned(), settings.cache_kib);
+        thread::Builder::new()
+            .name("retrylab-keys".into())
+            .spawn(move || read_keys(&keys_path, cache_kib, &to_read))
+            .map_err(|e| StoreError::Failed(format!("cannot start the store's key reader: {e}")))?;
         Ok((
             Store {
                 jobs,
                 path: path.to_owned(),
                 cache_kib: settings.cache_kib,
                 reader,
-                reading,
+                reads,
                 stats,
                 health: watching,
             },
@@ -225,78 +230,25 @@ impl Store {
         let _ = self.jobs.send(Job::Hurry);
     }
 
-    /// Reads a key's row back off the async workers (`recall_key` when the ledger knows when it
-    /// was applied, else `find_key`), one read at a time: the only way the request path reads
-    /// a key. The reader connection serves one read at once anyway; a request that waited for
-    /// it in a blocking thread of its own made the runtime start dozens of them once labs looked
-    /// up every new key (4 threads became 44 for 100 busy labs; BENCHMARKS.md, "Session 19").
-    /// Here it waits for its turn as a task.
+    /// Reads a key's row back off the async workers, on the key reader's thread (`recall_key`
+    /// when the ledger knows when it was applied, else `find_key`): the only way the request
+    /// path reads a key. One thread, one connection, reads one after another: a read that
+    /// waited for the connection in a blocking thread of its own made the runtime start dozens
+    /// of them once labs looked up every new key (4 threads became 44 for 100 busy labs;
+    /// BENCHMARKS.md, "Session 19"), and each read handed to the runtime's blocking pool woke
+    /// a thread of its own (BENCHMARKS.md, "Session 24"). A read whose request has gone by its
+    /// turn is not made.
     pub async fn read_key(
         &self,
         lab_id: String,
         key: String,
         applied_unix_ms: Option<u64>,
     ) -> Result<Option<(KeyRow, bool)>, StoreError> {
-        let turn = self.reading.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || {
-            // Held until the read is done, even if the request that asked has gone.
-            let _turn = turn;
-            match applied_unix_ms {
-                Some(at) => store.recall_key(&lab_id, &key, at).map(|row| row.map(|row| (row, false))),
-                None => store.find_key(&lab_id, &key),
-            }
-        })
-        .await
-        .map_err(|e| StoreError::Failed(format!("reading a key back: {e}")))?
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let stopped = || StoreError::Failed("the store's key reader has stopped".into());
+        self.reads.send(KeyRead { lab_id, key, applied_unix_ms, answer }).map_err(|_| stopped())?;
+        answered.await.map_err(|_| stopped())?
     }
-
-    /// Reads back the row of `key`, applied at `applied_unix_ms` in `lab_id` (blocking): the
-    /// ledger holds such a key by fingerprint only. The index on (lab, time) finds it among
-    /// the few keys applied in that millisecond; `None` if the store has no such row.
-    fn recall_key(
-        &self,
-        lab_id: &str,
-        key: &str,
-        applied_unix_ms: u64,
-    ) -> Result<Option<KeyRow>, StoreError> {
-        let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if reader.is_none() {
-            *reader = Some(connect(&self.path, self.cache_kib)?);
-        }
-        let connection = reader.as_ref().expect("opened above");
-        let mut statement = connection.prepare_cached(
-            "SELECT key, request_body, status, response, applied, applied_unix_ms, outside \
-             FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms = ?2 AND key = ?3 \
-             AND expired = 0 ORDER BY rowid DESC LIMIT 1",
-        )?;
-        let row = statement.query_row(params![lab_id, applied_unix_ms, key], key_row);
-        match row {
-            Ok(row) => Ok(Some(row.map_err(StoreError::Unreadable)?)),
-            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The newest row of `key` in `lab_id`, found by its name alone (blocking), and whether it
-    /// expired from the dedup window: for a lab that let its older keys go from memory
-    /// (`--cold-keys-per-lab`), which names all its rows first (`KeyNaming`). `None` when the
-    /// key was never applied there.
-    fn find_key(&self, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
-        let mut reader = self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if reader.is_none() {
-            *reader = Some(connect(&self.path, self.cache_kib)?);
-        }
-        let connection = reader.as_ref().expect("opened above");
-        let mut statement = connection.prepare_cached(FIND_KEY)?;
-        let row = statement.query_row(params![lab_id, key], |r| Ok((key_row(r)?, r.get::<_, bool>(7)?)));
-        match row {
-            Ok((row, expired)) => Ok(Some((row.map_err(StoreError::Unreadable)?, expired))),
-            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Reads one lab back whole, as a restart would (blocking): a lab that rested wakes from
     /// it. `None` when the store has no such lab.
     pub fn load_lab(&self, lab_id: &str) -> Result<Option<LoadedLab>, StoreError> {
@@ -319,6 +271,73 @@ impl Store {
         if self.jobs.send(Job::Stop(done)).is_ok() {
             let _ = wait.recv();
         }
+    }
+}
+
+/// A key's row to read back (`Store::read_key`), and where its answer goes.
+struct KeyRead {
+    lab_id: String,
+    key: String,
+    applied_unix_ms: Option<u64>,
+    answer: tokio::sync::oneshot::Sender<Result<Option<(KeyRow, bool)>, StoreError>>,
+}
+
+/// The key reader's thread: answers each read in turn on a connection of its own, opened on
+/// the first, until every `Store` is gone. A read that panics fails alone.
+fn read_keys(path: &Path, cache_kib: u64, reads: &mpsc::Receiver<KeyRead>) {
+    let mut connection: Option<Connection> = None;
+    for KeyRead { lab_id, key, applied_unix_ms, answer } in reads {
+        if answer.is_closed() {
+            continue; // the request went away while it waited
+        }
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let connection = match &mut connection {
+                Some(connection) => connection,
+                None => connection.insert(connect(path, cache_kib)?),
+            };
+            match applied_unix_ms {
+                Some(at) => recall_key(connection, &lab_id, &key, at).map(|row| row.map(|row| (row, false))),
+                None => find_key(connection, &lab_id, &key),
+            }
+        }));
+        let read = read.unwrap_or_else(|_| Err(StoreError::Failed("reading a key back panicked".into())));
+        let _ = answer.send(read);
+    }
+}
+
+/// Reads back the row of `key`, applied at `applied_unix_ms` in `lab_id`: the ledger holds such
+/// a key by fingerprint only. The index on (lab, time) finds it among the few keys applied in
+/// that millisecond; `None` if the store has no such row.
+fn recall_key(
+    connection: &Connection,
+    lab_id: &str,
+    key: &str,
+    applied_unix_ms: u64,
+) -> Result<Option<KeyRow>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT key, request_body, status, response, applied, applied_unix_ms, outside \
+         FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms = ?2 AND key = ?3 \
+         AND expired = 0 ORDER BY rowid DESC LIMIT 1",
+    )?;
+    let row = statement.query_row(params![lab_id, applied_unix_ms, key], key_row);
+    match row {
+        Ok(row) => Ok(Some(row.map_err(StoreError::Unreadable)?)),
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The newest row of `key` in `lab_id`, found by its name alone, and whether it expired from
+/// the dedup window: for a lab that let its older keys go from memory
+/// (`--cold-keys-per-lab`), which names all its rows first (`KeyNaming`). `None` when the key
+/// was never applied there.
+fn find_key(connection: &Connection, lab_id: &str, key: &str) -> Result<Option<(KeyRow, bool)>, StoreError> {
+    let mut statement = connection.prepare_cached(FIND_KEY)?;
+    let row = statement.query_row(params![lab_id, key], |r| Ok((key_row(r)?, r.get::<_, bool>(7)?)));
+    match row {
+        Ok((row, expired)) => Ok(Some((row.map_err(StoreError::Unreadable)?, expired))),
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

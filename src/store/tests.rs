@@ -315,21 +315,21 @@ fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
 #[test]
 fn a_cold_key_is_read_back_by_its_name_and_time() {
     let path = temporary_path();
-    let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
+    let (_store, _) = Store::open(&path, StoreSettings::default()).unwrap();
     let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
     let keys = vec![applied_key("a", 1, 5), applied_key("b", 1, 5), applied_key("a", 2, 5)];
     write(&mut connection, RecordChanges { keys, ..Default::default() });
-    let recalled = store.recall_key("good", "a", 5).unwrap().expect("a row");
+    let recalled = recall_key(&connection, "good", "a", 5).unwrap().expect("a row");
     assert_eq!(recalled.applied, 2, "the last row of a key counts");
-    assert_eq!(store.recall_key("good", "b", 5).unwrap(), Some(applied_key("b", 1, 5)));
-    assert_eq!(store.recall_key("good", "a", 6).unwrap(), None, "applied at another time");
-    assert_eq!(store.recall_key("elsewhere", "a", 5).unwrap(), None, "another lab's");
+    assert_eq!(recall_key(&connection, "good", "b", 5).unwrap(), Some(applied_key("b", 1, 5)));
+    assert_eq!(recall_key(&connection, "good", "a", 6).unwrap(), None, "applied at another time");
+    assert_eq!(recall_key(&connection, "elsewhere", "a", 5).unwrap(), None, "another lab's");
 }
 
 #[test]
 fn each_connection_keeps_as_many_pages_as_the_setting_says() {
     let cache = |store: &Store| -> i64 {
-        store.recall_key("good", "a", 5).unwrap();
+        assert!(store.load_lab("none").unwrap().is_none());
         let reader = store.reader.lock().unwrap();
         reader
             .as_ref()
@@ -348,7 +348,7 @@ fn each_connection_keeps_as_many_pages_as_the_setting_says() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
+async fn keys_are_read_back_on_the_key_readers_thread_each_its_own_row() {
     let path = temporary_path();
     let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
     let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
@@ -356,30 +356,26 @@ async fn keys_are_read_back_one_at_a_time_each_waiting_its_turn_as_a_task() {
     // Named, as a lab's rows are once it lets keys go: only then are they looked up by name.
     write(&mut connection, RecordChanges { keys, naming: KeyNaming::Named, ..Default::default() });
 
-    // While another read holds the turn, a read waits and does not start.
-    let held = store.reading.clone().acquire_owned().await.unwrap();
-    let waiting = tokio::spawn({
-        let store = store.clone();
-        async move { store.read_key("good".into(), "k3".into(), None).await }
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiting.is_finished(), "a read started while another held the turn");
-    drop(held);
-    let (row, expired) = waiting.await.unwrap().unwrap().expect("k3 was applied");
-    assert_eq!((row.key.as_str(), row.applied_unix_ms, expired), ("k3", 8, false));
-
-    // Forty at once, by name and by time: each finds its own row, and the turn comes back.
-    let reads = (0..40u64).map(|i| {
+    // Forty at once, by name and by time, half of the others given up as they wait: each
+    // read that is still wanted finds its own row.
+    let read = |i: u64| {
         let store = store.clone();
         let at = (i % 2 == 0).then_some(5 + i);
         tokio::spawn(async move { store.read_key("good".into(), format!("k{i}"), at).await })
-    });
-    for (i, read) in reads.enumerate() {
-        let (row, _) = read.await.unwrap().unwrap().expect("every key was applied");
-        assert_eq!(row.key, format!("k{i}"));
+    };
+    let given_up: Vec<_> = (0..40u64).map(read).collect();
+    let reads: Vec<_> = (0..40u64).map(read).collect();
+    for (i, abandoned) in given_up.into_iter().enumerate() {
+        if i % 2 == 0 {
+            abandoned.abort();
+        }
+    }
+    for (i, read) in reads.into_iter().enumerate() {
+        let (row, expired) = read.await.unwrap().unwrap().expect("every key was applied");
+        assert_eq!((row.key, row.applied_unix_ms, expired), (format!("k{i}"), 5 + i as u64, false));
     }
     assert_eq!(store.read_key("good".into(), "never".into(), None).await.unwrap(), None);
-    assert_eq!(store.reading.available_permits(), 1);
+    assert_eq!(store.read_key("good".into(), "k3".into(), Some(9)).await.unwrap(), None, "applied at 8");
 }
 
 /// A fresh store file as a build of schema version `version` left it.
