@@ -12,8 +12,10 @@ use rusqlite::Connection;
 use super::rows::{load_keys, load_lab, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
-use crate::config::DEFAULT_STORE_CACHE_KIB;
 use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
+
+/// The page cache of a connection a test opens itself, in KiB, as the store's own are by default.
+const CACHE_KIB: u64 = 256;
 
 /// A lab whose batch breaks a constraint: messages of a lab that does not exist.
 #[derive(Default)]
@@ -172,7 +174,7 @@ fn a_commit_someone_waits_for_is_made_at_once() {
 #[test]
 fn a_key_expired_and_applied_again_in_one_commit_stays() {
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
     let mut batch = good.take_batch().unwrap();
@@ -223,7 +225,7 @@ fn write(connection: &mut Connection, changes: RecordChanges) {
 #[test]
 fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index() {
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let named = |connection: &Connection, key: &str| -> bool {
         connection.query_row(FIND_KEY, ["good", key], |_| Ok(())).is_ok()
@@ -257,7 +259,7 @@ fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index
 #[test]
 fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let naming_read_back = |connection: &Connection| {
         let mut loaded = load_lab(connection, "good").unwrap().expect("the lab");
@@ -285,7 +287,7 @@ fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
 #[test]
 fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let keys = vec![applied_key("a", 1, 1), applied_key("b", 1, 5), applied_key("c", 1, 9)];
     write(&mut connection, RecordChanges { keys, ..Default::default() });
@@ -316,7 +318,7 @@ fn keys_are_kept_in_the_order_applied_and_expire_by_time() {
 fn a_cold_key_is_read_back_by_its_name_and_time() {
     let path = temporary_path();
     let (_store, _) = Store::open(&path, StoreSettings::default()).unwrap();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     let keys = vec![applied_key("a", 1, 5), applied_key("b", 1, 5), applied_key("a", 2, 5)];
     write(&mut connection, RecordChanges { keys, ..Default::default() });
     let recalled = recall_key(&connection, "good", "a", 5).unwrap().expect("a row");
@@ -351,7 +353,7 @@ fn each_connection_keeps_as_many_pages_as_the_setting_says() {
 async fn keys_are_read_back_on_the_key_readers_thread_each_its_own_row() {
     let path = temporary_path();
     let (store, _) = Store::open(&path, StoreSettings::default()).unwrap();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     let keys: Vec<KeyRow> = (0..40).map(|i| applied_key(&format!("k{i}"), 1, 5 + i)).collect();
     // Named, as a lab's rows are once it lets keys go: only then are they looked up by name.
     write(&mut connection, RecordChanges { keys, naming: KeyNaming::Named, ..Default::default() });
@@ -380,7 +382,7 @@ async fn keys_are_read_back_on_the_key_readers_thread_each_its_own_row() {
 
 /// A fresh store file as a build of schema version `version` left it.
 fn at_version(version: usize) -> Connection {
-    let connection = connect(&temporary_path(), DEFAULT_STORE_CACHE_KIB).unwrap();
+    let connection = connect(&temporary_path(), CACHE_KIB).unwrap();
     for sql in &MIGRATIONS[..version] {
         connection.execute_batch(sql).unwrap();
     }
@@ -429,7 +431,7 @@ fn a_failed_commit_hands_its_rows_back() {
 fn fine_load_rows_summed_into_coarse_ones_leave_the_store() {
     use crate::domain::{Answer, Load};
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let mut load = Load::default();
     // Requests every 50 ms for a minute: 600 fine rows.
@@ -486,7 +488,7 @@ fn the_first_clients_breaker_history_moves_to_its_own_row_at_version_10() {
 fn each_clients_breaker_history_is_written_whole_and_goes_with_its_client() {
     use crate::client::BreakerRows;
     let path = temporary_path();
-    let mut connection = connect(&path, DEFAULT_STORE_CACHE_KIB).unwrap();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let history = |state: &str| format!(r#"[{{"at_ms":1,"state":"{state}"}}]"#);
     let clients = vec![(0, history("open")), (2, history("open")), (5, history("half_open"))];
