@@ -362,7 +362,7 @@ async fn keys_are_read_back_on_the_key_readers_thread_each_its_own_row() {
     // read that is still wanted finds its own row.
     let read = |i: u64| {
         let store = store.clone();
-        let at = (i % 2 == 0).then_some(5 + i);
+        let at = i.is_multiple_of(2).then_some(5 + i);
         tokio::spawn(async move { store.read_key("good".into(), format!("k{i}"), at).await })
     };
     let given_up: Vec<_> = (0..40u64).map(read).collect();
