@@ -9,8 +9,8 @@
 //! 2. **Many labs.** 100 labs at 10 messages/s each, each with an open event stream read by
 //!    this process: how long an event took from the lab to its reader (p99), and the RSS of
 //!    the process (server and readers) now and then, beside the bytes live in it (counted by
-//!    the allocator: what the process holds, apart from what the allocator keeps for reuse),
-//!    the bytes of the labs' event windows and the idempotency keys held (from `/metrics`).
+//!    the allocator: what the process holds, apart from what the allocator keeps for reuse,
+//!    and the most it held at once since the line before), the bytes of the labs' event windows and the idempotency keys held (from `/metrics`).
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);
@@ -201,7 +201,10 @@ async fn main() {
         // The allocator's count is this process's: not the server's when it runs apart.
         let live = match pid {
             Some(_) => "-".to_owned(),
-            None => format!("{:.0} MiB", counting::live() as f64 / 1048576.0),
+            None => {
+                let mib = |bytes: isize| bytes as f64 / 1048576.0;
+                format!("{:.0} MiB (at most {:.0})", mib(counting::live()), mib(counting::peak()))
+            }
         };
         println!(
             "| {:.0} s | {now:.0} MiB | {live} | {:.1} MiB | {:.0} / {:.0} |",

@@ -8,10 +8,17 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The most `LIVE` reached since `peak` last read it.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn grew(by: isize) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        grew(layout.size() as isize);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -19,7 +26,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        grew(new_size as isize - layout.size() as isize);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -30,4 +37,11 @@ static ALLOCATOR: Counting = Counting;
 /// Bytes allocated and not yet freed.
 pub fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// The most bytes live at once since the last call (or the start); the count starts again
+/// from those live now.
+#[allow(dead_code)] // not every example that counts reads it
+pub fn peak() -> isize {
+    PEAK.swap(live(), Ordering::Relaxed)
 }
