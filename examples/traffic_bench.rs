@@ -183,8 +183,8 @@ async fn main() {
     for lab in &labs {
         put(&client, lab, "traffic", json!({"rate_per_s": plan.lab_rate})).await;
     }
-    println!("| after | RSS | live bytes | event windows | keys whole / fingerprint |");
-    println!("| ---: | ---: | ---: | ---: | ---: |");
+    println!("| after | RSS | live bytes | event windows | keys whole / fingerprint | fresh snapshots |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
     let timer = Timer::start();
     let started = Instant::now();
     let every = (plan.many_for / 10).max(Duration::from_secs(1));
@@ -207,11 +207,12 @@ async fn main() {
             }
         };
         println!(
-            "| {:.0} s | {now:.0} MiB | {live} | {:.1} MiB | {:.0} / {:.0} |",
+            "| {:.0} s | {now:.0} MiB | {live} | {:.1} MiB | {:.0} / {:.0} | {} |",
             started.elapsed().as_secs_f64(),
             gauge("retrylab_event_window_bytes") / 1048576.0,
             gauge("retrylab_idempotency_keys{held=\"whole\"}"),
             gauge("retrylab_idempotency_keys{held=\"fingerprint\"}"),
+            FRESH_SNAPSHOTS.load(Ordering::Relaxed),
         );
     }
     let timer_p99 = timer.stop();
@@ -354,6 +355,10 @@ fn futures_block<T: Send + 'static>(task: tokio::task::JoinHandle<T>) -> T {
 /// Delays are counted in 1 ms buckets up to this; later ones in the last bucket.
 const DELAY_BUCKETS: usize = 10_000;
 
+/// Snapshots the streams sent after their first: a reader that fell behind the lab's window is
+/// sent a fresh one instead of the events it missed.
+static FRESH_SNAPSHOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Reads one lab's event stream until told to stop: how many events, and for each event after
 /// the opening snapshot, how long after its `at_ms` it arrived here, as 1 ms buckets. It reads
 /// only the two numbers it needs from each event and keeps no event, so that the reader is
@@ -381,6 +386,9 @@ async fn read_stream(client: reqwest::Client, url: String, stop: Arc<AtomicBool>
             events += 1;
             // The lab's clock is the wall clock less its origin: the snapshot's `now_ms`,
             // read as it arrives, gives the origin (within that one delivery's delay).
+            if offset_ms.is_some() && find(block, b"\"now_ms\":").is_some() {
+                FRESH_SNAPSHOTS.fetch_add(1, Ordering::Relaxed);
+            }
             if offset_ms.is_none() {
                 if let Some(now_ms) = number_after(block, b"\"now_ms\":") {
                     offset_ms = Some(received - now_ms);
