@@ -10,7 +10,9 @@
 //!    this process: how long an event took from the lab to its reader (p99), and the RSS of
 //!    the process (server and readers) now and then, beside the bytes live in it (counted by
 //!    the allocator: what the process holds, apart from what the allocator keeps for reuse,
-//!    and the most it held at once since the line before), the bytes of the labs' event windows and the idempotency keys held (from `/metrics`).
+//!    and the most it held at once since the line before), the bytes of the labs' event
+//!    windows and the idempotency keys held (from `/metrics`), and how many fresh snapshots
+//!    the streams were sent for falling behind.
 //!
 //! Run: `cargo run --release --example traffic_bench` (the full run: 10 s per rate, 10 minutes
 //! of many labs); `-- --quick` for CI's quick mode (small counts, a few seconds);

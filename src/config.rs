@@ -8,9 +8,9 @@ use clap::{Args, Parser};
 /// See `Config::commit_delay_ms`.
 pub const DEFAULT_COMMIT_DELAY_MS: u64 = 20;
 
-/// See `Config::store_cache_kib`. SQLite's own default is 2,000 KiB for each connection; 100
-/// busy watched labs ran as well with 128 KiB, and the server held about 5 MiB less
-/// (BENCHMARKS.md, "Session 24").
+/// See `Config::store_cache_kib`. SQLite's own default is 2,000 KiB for each connection; with
+/// 256 KiB, 100 busy watched labs ran as well and the server held about 9 MiB less over ten
+/// minutes (BENCHMARKS.md, "Session 24").
 pub const DEFAULT_STORE_CACHE_KIB: u64 = 256;
 
 #[derive(Debug, Clone, Parser)]

@@ -249,6 +249,7 @@ impl Store {
         self.reads.send(KeyRead { lab_id, key, applied_unix_ms, answer }).map_err(|_| stopped())?;
         answered.await.map_err(|_| stopped())?
     }
+
     /// Reads one lab back whole, as a restart would (blocking): a lab that rested wakes from
     /// it. `None` when the store has no such lab.
     pub fn load_lab(&self, lab_id: &str) -> Result<Option<LoadedLab>, StoreError> {
