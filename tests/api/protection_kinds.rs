@@ -44,6 +44,12 @@ async fn run(app: &TestApp, policy: &str) -> (Value, f64) {
     (done, amplification)
 }
 
+/// Unprotected, half the attempts failing and 4 attempts at most: 1 + 0.5 + 0.25 + 0.125 = 1.875
+/// requests per message expected. Over about 300 messages the mean's standard deviation is
+/// about 0.06 (a message's attempts vary by about 1.05), so this is about four of them either
+/// way; a run's own spread reached 1.700 in CI, which a bound at 1.7 failed.
+const AS_UNPROTECTED: std::ops::Range<f64> = 1.625..2.125;
+
 fn dead_lettered_as(snapshot: &Value, cause: &str, naming: &str) -> usize {
     let letters = snapshot["dead_letters"].as_array().unwrap();
     letters.iter().filter(|d| d["cause"] == cause && d["reason"].as_str().unwrap().contains(naming)).count()
@@ -58,7 +64,7 @@ async fn a_token_bucket_brings_half_failing_traffic_near_one_request_per_message
         run(&app, r#"{"max_attempts": 4, "seed": 1, "protections": [{"kind": "token_bucket"}]}"#),
     );
     let (unprotected, amplification) = unprotected;
-    assert!((1.7..2.05).contains(&amplification), "3 retries: {amplification:.3}");
+    assert!(AS_UNPROTECTED.contains(&amplification), "3 retries: {amplification:.3}");
     assert_eq!(suppressed(&unprotected, "token_bucket"), 0);
     assert!(unprotected["load"]["bins"].as_array().unwrap().iter().all(|b| b.get("suppressed").is_none()));
 
@@ -100,7 +106,10 @@ async fn with_many_clients_each_ones_token_bucket_amplifies_more_than_one_shared
         "protections": [{"kind": "token_bucket", "scope": "shared"}]}"#;
     let ((each, each_amplification), (one, shared_amplification)) =
         tokio::join!(run(&app, per_client), run(&app, shared));
-    assert!(each_amplification > 1.7, "per client, as if unprotected: {each_amplification:.3}");
+    assert!(
+        AS_UNPROTECTED.contains(&each_amplification),
+        "per client, as if unprotected: {each_amplification:.3}"
+    );
     assert!(shared_amplification < 1.3, "shared: {shared_amplification:.3}");
     assert_eq!(suppressed(&each, "token_bucket"), 0);
     assert!(suppressed(&one, "token_bucket") > 50);
