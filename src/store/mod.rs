@@ -235,9 +235,9 @@ impl Store {
     /// path reads a key. One thread, one connection, reads one after another: a read that
     /// waited for the connection in a blocking thread of its own made the runtime start dozens
     /// of them once labs looked up every new key (4 threads became 44 for 100 busy labs;
-    /// BENCHMARKS.md, "Session 19"), and each read handed to the runtime's blocking pool woke
-    /// a thread of its own (BENCHMARKS.md, "Session 24"). A read whose request has gone by its
-    /// turn is not made.
+    /// BENCHMARKS.md, "Session 19"), and handing each read to the runtime's blocking pool cost
+    /// twice the server's CPU per new key that this thread does (BENCHMARKS.md, "Session 24").
+    /// A read whose request has gone by its turn is not made.
     pub async fn read_key(
         &self,
         lab_id: String,
