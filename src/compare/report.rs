@@ -86,7 +86,7 @@ pub fn figures(
         *by_cause.entry(letter.cause.as_str().to_owned()).or_insert(0) += 1;
     }
     let bins = record.load.bins();
-    let settled = !messages.is_empty() && record.active_messages() == 0;
+    let settled = record.held() > 0 && record.active_messages() == 0;
     // The end of a timed downstream setting ("back to ..."), not the traffic's own end.
     let trigger_ended =
         record.markers.all().iter().rev().find(|m| {

@@ -8,6 +8,7 @@ mod ids;
 mod load;
 mod marker;
 mod message;
+mod packed;
 mod record;
 mod traffic;
 

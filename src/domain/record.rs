@@ -3,6 +3,7 @@
 //! persist exactly the rows that changed. The dead letters live beside it, in `dlq`; the
 //! endpoint's state in `downstream::Endpoint`; the client's in `client::ClientState`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::Serialize;
@@ -12,10 +13,14 @@ use super::marker::{Marker, Markers};
 use super::message::{
     Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, ResumePoint, WaitRecord, saturate,
 };
+use super::packed::Packed;
 use super::to_json;
 use crate::retry::Wait;
 
 const STATES: usize = MessageState::COUNT;
+/// Delivered messages are packed once this many were delivered since the last time: a pass
+/// over the list every delivery would cost a burst of thousands as many moves a delivery.
+const PACK_EVERY: u32 = 64;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counters {
@@ -79,8 +84,14 @@ pub struct LabRecord {
     /// Delivered messages that left the window of settled messages: still counted.
     pub forgotten_delivered: u64,
     /// In the order of their ids (each is made after the last), so a message is found by a
-    /// binary search: an index by id took 35 bytes a message more.
+    /// binary search: an index by id took 35 bytes a message more. Messages delivered by their
+    /// first attempt move to `packed` now and then (`PACK_EVERY`).
     messages: Vec<Message>,
+    /// Delivered messages that fit in a `Packed`, in the order of their ids: a message is in
+    /// one of the two lists, never both.
+    packed: Vec<Packed>,
+    /// Deliveries since the last pass that packed them.
+    delivered_since_pack: u32,
     next_message_id: u64,
     by_state: [u64; STATES],
     dirty: Dirty,
@@ -114,13 +125,48 @@ impl LabRecord {
     /// Swaps in messages as the store holds them (after a client crash).
     pub fn replace_messages(&mut self, mut messages: Vec<Message>) {
         messages.sort_by_key(|m| m.id);
+        self.messages = messages;
+        self.packed = Vec::new();
+        self.pack();
+        self.recount();
+    }
+
+    /// Counts the messages in each state again, after messages were swapped in or let go.
+    fn recount(&mut self) {
         self.by_state = [0; STATES];
-        for message in &messages {
+        for message in &self.messages {
             self.by_state[message.state as usize] += 1;
         }
-        // The list is rebuilt in the room it had: with fewer messages, the room they left goes.
-        messages.shrink_to(messages.len() + messages.len() / 8);
-        self.messages = messages;
+        self.by_state[MessageState::Delivered as usize] += self.packed.len() as u64;
+    }
+
+    /// Moves the delivered messages that fit into `packed`, keeping it in the order of ids.
+    /// The lists keep an eighth more room than they hold: the one left smaller gives the rest
+    /// back.
+    fn pack(&mut self) {
+        self.delivered_since_pack = 0;
+        let mut fresh = Vec::new();
+        self.messages.retain(|message| match Packed::of(message) {
+            Some(packed) => {
+                fresh.push(packed);
+                false
+            }
+            None => true,
+        });
+        if self.messages.capacity() > 2 * self.messages.len() + 64 {
+            // The room a burst took, once it is delivered.
+            shrink(&mut self.messages);
+        }
+        let Some(first) = fresh.first() else { return };
+        let in_order = self.packed.last().is_none_or(|last| last.id() < first.id());
+        if self.packed.capacity() - self.packed.len() < fresh.len() {
+            self.packed.reserve_exact(fresh.len().max(self.packed.len() / 8));
+        }
+        self.packed.extend(fresh);
+        if !in_order {
+            // A message delivered after later ones were packed (a slow first attempt).
+            self.packed.sort_unstable_by_key(Packed::id);
+        }
     }
 
     /// The messages' counters; `quarantined` comes from the dead-letter queue. The endpoint's
@@ -138,8 +184,25 @@ impl LabRecord {
         }
     }
 
-    pub fn messages(&self) -> &[Message] {
-        &self.messages
+    /// Every message the lab holds, in the order of their ids; a packed one is unpacked as it
+    /// is read.
+    pub fn messages(&self) -> impl Iterator<Item = Cow<'_, Message>> + Clone {
+        let (mut whole, mut packed) = (self.messages.iter().peekable(), self.packed.iter().peekable());
+        std::iter::from_fn(move || match (whole.peek(), packed.peek()) {
+            (Some(m), Some(p)) if p.id() < m.id => packed.next().map(|p| Cow::Owned(p.unpack())),
+            (Some(_), _) => whole.next().map(Cow::Borrowed),
+            (None, _) => packed.next().map(|p| Cow::Owned(p.unpack())),
+        })
+    }
+
+    /// How many messages the lab holds.
+    pub fn held(&self) -> usize {
+        self.messages.len() + self.packed.len()
+    }
+
+    /// The ids of messages still owed a delivery.
+    pub fn active_ids(&self) -> Vec<u64> {
+        self.messages.iter().filter(|m| m.state.is_active()).map(|m| m.id).collect()
     }
 
     /// The keys of messages that may still send them: owed a delivery, or dead letters a
@@ -152,9 +215,16 @@ impl LabRecord {
             .collect()
     }
 
-    pub fn message(&self, id: u64) -> Option<&Message> {
-        let i = self.messages.binary_search_by_key(&id, |m| m.id).ok()?;
-        Some(&self.messages[i])
+    pub fn message(&self, id: u64) -> Option<Cow<'_, Message>> {
+        match self.messages.binary_search_by_key(&id, |m| m.id) {
+            Ok(i) => Some(Cow::Borrowed(&self.messages[i])),
+            Err(_) => self.packed(id).map(|i| Cow::Owned(self.packed[i].unpack())),
+        }
+    }
+
+    /// Where message `id` is in `packed`, if it is.
+    fn packed(&self, id: u64) -> Option<usize> {
+        self.packed.binary_search_by_key(&id, Packed::id).ok()
     }
 
     /// Messages still owed a delivery: queued, in flight or backing off.
@@ -328,6 +398,10 @@ impl LabRecord {
         let delivered = self.set_state(id, MessageState::Delivered);
         if delivered && let Some(message) = self.message_mut(id) {
             message.attempts.shrink_to_fit();
+            self.delivered_since_pack += 1;
+            if self.delivered_since_pack >= PACK_EVERY {
+                self.pack();
+            }
         }
         delivered
     }
@@ -368,9 +442,19 @@ impl LabRecord {
     /// Drops messages whose dead letters expired.
     pub fn remove_messages(&mut self, ids: &[u64]) {
         let gone: HashSet<u64> = ids.iter().copied().collect();
-        let kept = std::mem::take(&mut self.messages).into_iter().filter(|m| !gone.contains(&m.id)).collect();
-        self.replace_messages(kept);
+        self.messages.retain(|m| !gone.contains(&m.id));
+        self.packed.retain(|p| !gone.contains(&p.id()));
+        shrink(&mut self.messages);
+        shrink(&mut self.packed);
+        self.recount();
         self.dirty.messages.extend(gone);
+    }
+
+    /// Puts messages back beside those the lab holds (a delete the store could not keep).
+    pub fn put_back(&mut self, messages: Vec<Message>) {
+        let mut all: Vec<Message> = self.messages().map(Cow::into_owned).collect();
+        all.extend(messages);
+        self.replace_messages(all);
     }
 
     /// Keeps the newest `keep` delivered messages (by creation) and lets the older ones go,
@@ -384,8 +468,7 @@ impl LabRecord {
             return Vec::new();
         }
         let gone: Vec<u64> = self
-            .messages
-            .iter()
+            .messages()
             .filter(|m| m.state == MessageState::Delivered)
             .take(delivered - keep)
             .map(|m| m.id)
@@ -399,6 +482,8 @@ impl LabRecord {
     /// after thousands of messages costs what an empty one does, not what it held at its peak.
     pub fn reset(&mut self) {
         self.messages = Vec::new();
+        self.packed = Vec::new();
+        self.delivered_since_pack = 0;
         self.by_state = [0; STATES];
         self.load.clear();
         self.markers.clear();
@@ -418,7 +503,7 @@ impl LabRecord {
         };
         for id in dirty.messages {
             match self.message(id) {
-                Some(m) => changes.messages.push((id, to_json(m))),
+                Some(m) => changes.messages.push((id, to_json(&m))),
                 None => changes.deleted_messages.push(id),
             }
         }
@@ -436,8 +521,16 @@ impl LabRecord {
         }
     }
 
+    /// The message, to change: a packed one is unpacked back into `messages` first.
     fn message_mut(&mut self, id: u64) -> Option<&mut Message> {
-        let i = self.messages.binary_search_by_key(&id, |m| m.id).ok()?;
+        let i = match self.messages.binary_search_by_key(&id, |m| m.id) {
+            Ok(i) => i,
+            Err(i) => {
+                let packed = self.packed.remove(self.packed(id)?);
+                self.messages.insert(i, packed.unpack());
+                i
+            }
+        };
         Some(&mut self.messages[i])
     }
 
@@ -453,6 +546,14 @@ impl LabRecord {
     }
 }
 
+/// Gives back the room a list kept past an eighth more than it holds.
+fn shrink<T>(list: &mut Vec<T>) {
+    let room = list.len() + list.len() / 8;
+    if list.capacity() > room + 16 {
+        list.shrink_to(room);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,6 +566,96 @@ mod tests {
         record.reset();
         assert_eq!(record.messages.capacity(), 0);
         assert_eq!(record.create_messages(2, 5).len(), 2, "and takes new messages after");
+    }
+
+    fn answered(ms: u64) -> AttemptEnd {
+        AttemptEnd {
+            duration_ms: ms,
+            status: Some(200),
+            outcome: Outcome::Ok,
+            replayed: false,
+            retry_after_s: None,
+            pushback: None,
+        }
+    }
+
+    /// Delivers message `id` by one attempt, or by two with a wait between them.
+    fn deliver(record: &mut LabRecord, id: u64, retried: bool, now: u64) {
+        record.start_attempt(id, 1, now, 0).unwrap();
+        if retried {
+            record.finish_attempt(id, 1, AttemptEnd { status: Some(503), ..answered(3) }, None).unwrap();
+            let plan = Wait {
+                nominal_ms: 10,
+                low_ms: 0,
+                high_ms: 10,
+                chosen_ms: 7,
+                floor_ms: None,
+                planned_ms: 7,
+                reason: crate::retry::WaitReason::Backoff,
+            };
+            record.schedule_wait(id, plan).unwrap();
+            record.start_attempt(id, 2, now + 10, 1).unwrap();
+            record.finish_attempt(id, 2, answered(4), None).unwrap();
+        } else {
+            record.finish_attempt(id, 1, answered(5), None).unwrap();
+        }
+        assert!(record.deliver(id));
+    }
+
+    #[test]
+    fn messages_delivered_by_their_first_attempt_are_packed_and_read_back_as_they_were() {
+        let mut record = LabRecord::default();
+        let ids: Vec<u64> = record.create_messages(300, 0).iter().map(|m| m.id).collect();
+        // Every fifth retried, every seventh dead-lettered, and the first ten delivered last.
+        // Each is read as it settled: most are not yet packed then (a pass packs 64 at once).
+        let mut settled = std::collections::HashMap::new();
+        for &id in ids[10..].iter().chain(&ids[..10]) {
+            match id {
+                _ if id % 7 == 0 => {
+                    record.dead_letter(id).unwrap();
+                }
+                _ => deliver(&mut record, id, id % 5 == 0, id),
+            }
+            settled.insert(id, record.message(id).unwrap().into_owned());
+        }
+        let whole = record.messages.clone();
+        let packed = record.packed.len();
+        // 300 ids: 42 dead letters, 52 of the rest retried.
+        assert!((200..=206).contains(&packed), "{packed} packed, {} whole", whole.len());
+        assert_eq!(record.held(), 300);
+        let read: Vec<Message> = record.messages().map(Cow::into_owned).collect();
+        assert!(read.windows(2).all(|w| w[0].id < w[1].id), "in the order of their ids");
+        assert_eq!(read.iter().map(|m| m.id).collect::<Vec<_>>(), ids);
+        let of_one = read.iter().filter(|m| m.attempts.len() == 1 && m.state == MessageState::Delivered);
+        assert_eq!(of_one.count(), 206, "every message delivered by its first attempt reads back so");
+        for message in &read {
+            assert_eq!(Some(message), settled.get(&message.id), "as it settled");
+            assert_eq!(record.message(message.id).as_deref(), Some(message));
+        }
+        let counters = record.counters(0);
+        assert_eq!((counters.delivered, counters.dead_letter), (258, 42));
+
+        // A packed message changed (a hedge's late end, say) is whole again, and changed.
+        let late = read.iter().find(|m| Packed::of(m).is_some()).unwrap().id;
+        record.cancel_attempt(late, 1, 999);
+        record.finish_attempt(late, 1, AttemptEnd { status: Some(201), ..answered(9) }, None).unwrap();
+        assert_eq!(record.message(late).unwrap().attempts[0].status, Some(201));
+        assert_eq!(record.held(), 300);
+        assert_eq!(record.messages().filter(|m| m.id == late).count(), 1, "in one list, not both");
+
+        // The oldest delivered go first, packed or not; dead letters stay.
+        let gone = record.forget_delivered(100);
+        assert_eq!(gone.len(), 158);
+        let kept: Vec<Message> = record.messages().map(Cow::into_owned).collect();
+        assert_eq!(kept.len(), 142);
+        let oldest_kept =
+            kept.iter().filter(|m| m.state == MessageState::Delivered).map(|m| m.id).min().unwrap();
+        assert!(gone.iter().all(|&id| id < oldest_kept));
+        assert_eq!(record.counters(0).delivered, 258, "still counted");
+        let rows = record.take_changes();
+        assert!(gone.iter().all(|id| rows.deleted_messages.contains(id)));
+        let written = rows.messages.iter().find(|(id, _)| *id == kept.last().unwrap().id).unwrap();
+        assert_eq!(written.1, to_json(kept.last().unwrap()));
     }
 
     #[test]

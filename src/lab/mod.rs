@@ -285,7 +285,7 @@ impl Lab {
         let max_active = self.limits.max_active_messages_per_lab;
         let mut full = None;
         let ids = self.change(|LabState { record, .. }, now| {
-            let held = record.messages().len();
+            let held = record.held();
             if held + count > max {
                 full = Some(BurstError::LabFull { max, held });
                 return None;
@@ -349,7 +349,11 @@ impl Lab {
     /// Says what a withdrawal put back, each part as it now is.
     fn publish_withdrawn(&self, state: &mut LabState, what: &'static str, touched: Withdrawal) {
         let now = self.now_ms();
-        let messages = touched.messages.iter().filter_map(|&id| state.record.message(id).cloned()).collect();
+        let messages = touched
+            .messages
+            .iter()
+            .filter_map(|&id| state.record.message(id).map(|m| m.into_owned()))
+            .collect();
         let dead_letters = touched
             .letters
             .iter()
@@ -393,8 +397,7 @@ impl Lab {
     pub fn recover(&self, reason: &'static str) -> Vec<u64> {
         let mut state = self.lock();
         let now = self.now_ms();
-        let active: Vec<u64> =
-            state.record.messages().iter().filter(|m| m.state.is_active()).map(|m| m.id).collect();
+        let active = state.record.active_ids();
         if active.is_empty() {
             return active;
         }

@@ -203,7 +203,8 @@ impl Lab {
             return Err(ReplayRefusal::MoreThanConfirmed { confirmed, matching: chosen.ids.len() });
         }
         let letters = state.dead_letters.remove(&chosen.ids);
-        let messages = chosen.ids.iter().filter_map(|&id| state.record.message(id).cloned()).collect();
+        let messages =
+            chosen.ids.iter().filter_map(|&id| state.record.message(id).map(|m| m.into_owned())).collect();
         state.record.remove_messages(&chosen.ids);
         let now = self.now_ms();
         self.publish(&mut state, &Event::DeadLettersDeleted { ids: chosen.ids }, now);
@@ -213,10 +214,8 @@ impl Lab {
     /// Takes back a delete the store could not keep.
     pub fn withdraw_delete(&self, deleted: Deleted) {
         let mut state = self.lock();
-        let mut messages = state.record.messages().to_vec();
-        messages.extend(deleted.messages);
         let ids: Vec<u64> = deleted.letters.iter().map(|d| d.id).collect();
-        state.record.replace_messages(messages);
+        state.record.put_back(deleted.messages);
         state.dead_letters.put_back(deleted.letters);
         self.publish_withdrawn(
             &mut state,

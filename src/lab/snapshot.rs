@@ -11,7 +11,7 @@ use crate::callers::{Callers, OutsideMessage, Untracked};
 use crate::client::{BreakerChange, ProtectionView};
 use crate::config::Retention;
 use crate::dlq::{DeadLetter, Redrive};
-use crate::domain::{BIN_MS, Counters, LabId, LoadBin, Marker, Message, TrafficView};
+use crate::domain::{BIN_MS, Counters, LabId, LabRecord, LoadBin, Marker, Message, TrafficView};
 use crate::downstream::{DownstreamView, LineView};
 use crate::events::ClientsView;
 use crate::retry::{BreakerState, PolicyView};
@@ -39,7 +39,8 @@ pub struct SnapshotView<'a> {
     load: LoadView,
     limits: SnapshotLimits,
     retention: RetentionView,
-    messages: &'a [Message],
+    #[schema(value_type = Vec<Message>)]
+    messages: MessageList<'a>,
     #[schema(value_type = Vec<DeadLetter>)]
     dead_letters: Cow<'a, [DeadLetter]>,
     /// A redrive at a rate in progress; null when none runs.
@@ -71,6 +72,22 @@ impl Serialize for OutsideList<'_> {
         match self {
             OutsideList::Held(callers) => serializer.collect_seq(callers.messages()),
             OutsideList::Copied(messages) => messages.serialize(serializer),
+        }
+    }
+}
+
+/// The lab's messages as a snapshot lists them: read from the record as they are written
+/// (packed ones unpacked one at a time), or copied out before.
+pub enum MessageList<'a> {
+    Held(&'a LabRecord),
+    Copied(&'a [Message]),
+}
+
+impl Serialize for MessageList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MessageList::Held(record) => serializer.collect_seq(record.messages()),
+            MessageList::Copied(messages) => messages.serialize(serializer),
         }
     }
 }
@@ -147,7 +164,7 @@ impl Lab {
                 max_messages_per_lab: self.limits.max_messages_per_lab,
             },
             retention: (&self.retention).into(),
-            messages: record.messages(),
+            messages: MessageList::Held(record),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())),
             redrive: state.dead_letters.redrive(),
             outside: self.outside_view(OutsideList::Held(&state.callers), state.callers.untracked()),
@@ -193,7 +210,7 @@ impl Lab {
             bins: record.load.bins(),
             limits: (self.limits.max_burst, self.limits.max_messages_per_lab),
             retention: (&self.retention).into(),
-            messages: record.messages().to_vec(),
+            messages: record.messages().map(Cow::into_owned).collect(),
             dead_letters: with_ledger(state, Cow::Borrowed(state.dead_letters.letters())).into_owned(),
             redrive: state.dead_letters.redrive(),
             outside: (state.callers.messages().collect(), state.callers.untracked()),
@@ -236,7 +253,7 @@ impl Lab {
     /// guess from its messages before the first.
     pub fn snapshot_estimate(&self) -> usize {
         match self.snapshot_bytes.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => 4096 + 400 * self.lock().record.messages().len(),
+            0 => 4096 + 400 * self.lock().record.held(),
             known => known,
         }
     }
@@ -298,7 +315,7 @@ impl Captured {
             load: LoadView { bin_ms: BIN_MS, bins: self.bins },
             limits: SnapshotLimits { max_burst: self.limits.0, max_messages_per_lab: self.limits.1 },
             retention: self.retention,
-            messages: &self.messages,
+            messages: MessageList::Copied(&self.messages),
             dead_letters: Cow::Borrowed(&self.dead_letters),
             redrive: self.redrive,
             outside: OutsideView {

@@ -89,7 +89,7 @@ impl Lab {
         let active = record.active_messages();
         let room_active = self.limits.max_active_messages_per_lab.saturating_sub(active);
         let room_server = self.limits.max_active_messages.saturating_sub(elsewhere + active);
-        let room_held = self.limits.max_messages_per_lab.saturating_sub(record.messages().len());
+        let room_held = self.limits.max_messages_per_lab.saturating_sub(record.held());
         let accepted = late_ms.len().min(room_active).min(room_server).min(room_held);
         let refused = (late_ms.len() - accepted) as u64;
         for &late in late_ms {
