@@ -18,8 +18,8 @@ use super::to_json;
 use crate::retry::Wait;
 
 const STATES: usize = MessageState::COUNT;
-/// Delivered messages are packed once this many were delivered since the last time: a pass
-/// over the list every delivery would cost a burst of thousands as many moves a delivery.
+/// Delivered messages are packed this many at a time: moving each out of the list as it is
+/// delivered would shift the rest of a burst of thousands along, once per delivery.
 const PACK_EVERY: u32 = 64;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -141,8 +141,8 @@ impl LabRecord {
     }
 
     /// Moves the delivered messages that fit into `packed`, keeping it in the order of ids.
-    /// The lists keep an eighth more room than they hold: the one left smaller gives the rest
-    /// back.
+    /// `packed` grows by an eighth at a time; the list of whole messages, once a burst is
+    /// delivered and it is left far smaller than its room, gives that room back.
     fn pack(&mut self) {
         self.delivered_since_pack = 0;
         let mut fresh = Vec::new();
