@@ -1,5 +1,5 @@
 //! A delivered message in 36 bytes. A busy lab keeps up to `--settled-window` settled
-//! messages (2,000 by default, and a quarter more before the oldest go), nearly all delivered
+//! messages (2,000 by default, and an eighth more before the oldest go), nearly all delivered
 //! by their first attempt, and a `Message` with its one attempt held in place takes 112 bytes.
 //! Packed, such a message keeps only what can differ from one to the next: its id, its key's
 //! 16 bytes, when it was made, when its attempt started and how long it took, and how it was
