@@ -123,12 +123,9 @@ impl LabRecord {
     }
 
     /// Swaps in messages as the store holds them (after a client crash).
-    pub fn replace_messages(&mut self, mut messages: Vec<Message>) {
-        messages.sort_by_key(|m| m.id);
-        self.messages = messages;
-        self.packed = Vec::new();
-        self.pack();
-        self.recount();
+    pub fn replace_messages(&mut self, messages: Vec<Message>) {
+        (self.messages, self.packed) = (Vec::new(), Vec::new());
+        self.put_back(messages);
     }
 
     /// Counts the messages in each state again, after messages were swapped in or let go.
@@ -186,7 +183,7 @@ impl LabRecord {
 
     /// Every message the lab holds, in the order of their ids; a packed one is unpacked as it
     /// is read.
-    pub fn messages(&self) -> impl Iterator<Item = Cow<'_, Message>> + Clone {
+    pub fn messages(&self) -> impl Iterator<Item = Cow<'_, Message>> {
         let (mut whole, mut packed) = (self.messages.iter().peekable(), self.packed.iter().peekable());
         std::iter::from_fn(move || match (whole.peek(), packed.peek()) {
             (Some(m), Some(p)) if p.id() < m.id => packed.next().map(|p| Cow::Owned(p.unpack())),
@@ -393,7 +390,8 @@ impl LabRecord {
     }
 
     /// The message was delivered. It may be kept for long after (`--settled-window`), so it
-    /// gives back the room its list of attempts had grown for.
+    /// gives back the room its list of attempts had grown for, and is packed with the next
+    /// pass (`PACK_EVERY`) if it fits.
     pub fn deliver(&mut self, id: u64) -> bool {
         let delivered = self.set_state(id, MessageState::Delivered);
         if delivered && let Some(message) = self.message_mut(id) {
@@ -452,9 +450,10 @@ impl LabRecord {
 
     /// Puts messages back beside those the lab holds (a delete the store could not keep).
     pub fn put_back(&mut self, messages: Vec<Message>) {
-        let mut all: Vec<Message> = self.messages().map(Cow::into_owned).collect();
-        all.extend(messages);
-        self.replace_messages(all);
+        self.messages.extend(messages);
+        self.messages.sort_by_key(|m| m.id);
+        self.pack();
+        self.recount();
     }
 
     /// Keeps the newest `keep` delivered messages (by creation) and lets the older ones go,
