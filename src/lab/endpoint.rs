@@ -232,7 +232,8 @@ impl Lab {
     }
 
     /// Publishes the load bins that changed since the last call, if any.
-    /// Also what the steady traffic did meanwhile.
+    /// Also what the steady traffic did meanwhile, and a refusal of an outside request held
+    /// back (`arrived_outside`).
     pub fn publish_load(&self) {
         let mut state = self.lock();
         let now = self.now_ms();
@@ -240,6 +241,7 @@ impl Lab {
         if !bins.is_empty() {
             self.publish(&mut state, &Event::Load { bins }, now);
         }
+        self.publish_untracked(&mut state, now);
         self.publish_traffic(&mut state, now);
     }
 

@@ -112,6 +112,7 @@ struct LabState {
     dead_letters: DeadLetterQueue,
     /// What the endpoint observed of outside callers.
     callers: Callers,
+    untracked_news: outside::UntrackedNews,
     log: EventLog,
     /// Already handed to the store's writer, which has not yet taken the changes.
     flush_pending: bool,
@@ -176,6 +177,7 @@ impl Lab {
                 traffic: Default::default(),
                 dead_letters,
                 callers,
+                untracked_news: Default::default(),
                 log: EventLog::new(limits.event_window, limits.subscriber_lag, last_event_id)
                     .with_max_bytes(limits.event_window_bytes),
                 flush_pending: false,
@@ -378,6 +380,7 @@ impl Lab {
         state.dead_letters.clear();
         self.forget_outside(&state);
         state.callers.reset();
+        state.untracked_news = Default::default();
         // What came before the reset is of no use to a resume: the reset event carries the lab.
         state.log.forget_window();
         let now = self.now_ms();

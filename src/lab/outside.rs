@@ -8,6 +8,20 @@ use super::{Lab, LabState};
 use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Spoken, Ticket, Untracked, report};
 use crate::events::Event;
 
+/// Pages hear of refused outside requests at most this often, in lab ms. A caller past a bound
+/// is most often a client in a loop, and an event for each of its requests cost the endpoint
+/// more than the request itself (BENCHMARKS.md, "Session 26"). The counts lose nothing: what
+/// was held back goes with the next load tick (`Lab::publish_load`), counted as it is then.
+pub(super) const UNTRACKED_EVERY_MS: u64 = 250;
+
+/// The last `outside_untracked` event sent, and the one held back since.
+#[derive(Debug, Default)]
+pub(super) struct UntrackedNews {
+    sent_ms: Option<u64>,
+    /// The caller and the limit of the latest refusal not yet said.
+    due: Option<(String, &'static str)>,
+}
+
 /// `Lab::outside_ended` within a change of the lab's: the event to publish.
 pub(super) fn ended_outside(
     LabState { callers, .. }: &mut LabState,
@@ -40,14 +54,17 @@ impl Lab {
     }
 
     /// `outside_arrived` within a change of the lab's: the ticket, and the event to publish.
+    /// A refusal is said at once unless one was said less than `UNTRACKED_EVERY_MS` ago; then
+    /// it waits for `publish_untracked`, and the store still hears of it with its next batch.
     pub(super) fn arrived_outside(
         &self,
-        LabState { callers, .. }: &mut LabState,
+        state: &mut LabState,
         (caller, key, spoken, digest): (&CallerName, &str, Spoken, Option<String>),
         now: u64,
     ) -> (Option<Ticket>, Option<Event>) {
         let bounds = self.caller_bounds();
         let room = self.outside_messages_total.load(Ordering::Relaxed) < self.limits.max_outside_keys;
+        let callers = &mut state.callers;
         let before = callers.len();
         match callers.arrive((caller, key, spoken), digest, now, (bounds, room)) {
             Ok(ticket) => {
@@ -63,6 +80,16 @@ impl Lab {
                     Refusal::Callers => "max_callers_per_lab",
                     Refusal::Attempts => "max_outside_attempts_per_key",
                 };
+                let news = &mut state.untracked_news;
+                let recent =
+                    news.sent_ms.is_some_and(|sent| (sent..sent + UNTRACKED_EVERY_MS).contains(&now));
+                if recent {
+                    news.due = Some((caller.as_str().to_owned(), limit));
+                    self.schedule_flush(state);
+                    return (None, None);
+                }
+                news.sent_ms = Some(now);
+                news.due = None;
                 let event = Event::OutsideUntracked {
                     caller: caller.as_str().to_owned(),
                     limit,
@@ -71,6 +98,14 @@ impl Lab {
                 (None, Some(event))
             }
         }
+    }
+
+    /// Says the refusal `arrived_outside` held back, if any, with the counts as they are now.
+    pub(super) fn publish_untracked(&self, state: &mut LabState, now: u64) {
+        let Some((caller, limit)) = state.untracked_news.due.take() else { return };
+        state.untracked_news.sent_ms = Some(now);
+        let event = Event::OutsideUntracked { caller, limit, untracked: state.callers.untracked() };
+        self.publish(state, &event, now);
     }
 
     /// Outside messages the lab holds.

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::TestApp;
+use retrylab::config::Limits;
 
 #[derive(Debug, Clone, PartialEq)]
 struct SseEvent {
@@ -267,4 +268,51 @@ async fn an_unwatched_quiet_lab_lets_go_of_its_event_window_and_a_watched_one_ke
     assert_eq!(late.next().await.name.as_deref(), Some("snapshot"), "the quiet lab's window is gone");
     let mut resume = SseReader::open(&app, &watched, Some(early[1])).await;
     assert_eq!(resume.next().await.name, None, "the watched lab still resumes");
+}
+
+#[tokio::test]
+async fn refusals_of_a_caller_in_a_loop_are_said_at_most_every_quarter_second_and_lose_no_count() {
+    // One attempt a key: every request after the first with the same key is refused.
+    let app = TestApp::spawn_with(Limits { max_outside_attempts_per_key: 1, ..Default::default() }).await;
+    let lab = app.fast_lab().await;
+    let mut events = SseReader::open(&app, &lab, None).await;
+    assert_eq!(events.next().await.name.as_deref(), Some("snapshot"));
+    let sent = std::time::Instant::now();
+    const REQUESTS: u64 = 40;
+    for _ in 0..REQUESTS {
+        let answer = app
+            .client
+            .post(app.url(&format!("/labs/{lab}/downstream")))
+            .header("Idempotency-Key", "looped")
+            .header("X-Client-Name", "looper")
+            .header("Content-Type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "a refused attempt is still answered");
+    }
+    let elapsed_ms = sent.elapsed().as_millis() as u64;
+    let mut said = Vec::new();
+    while said.last() != Some(&(REQUESTS - 1)) {
+        let event = json(&events.next().await);
+        if event["type"] == "outside_untracked" {
+            assert_eq!(
+                (event["caller"].as_str(), event["limit"].as_str()),
+                (Some("looper"), Some("max_outside_attempts_per_key"))
+            );
+            said.push(event["untracked"]["max_outside_attempts_per_key"].as_u64().unwrap());
+        }
+    }
+    // The first refusal is said at once; the rest at most once a quarter second, the last with
+    // every refusal counted. One event a refusal would be 39.
+    assert_eq!(said[0], 1, "{said:?}");
+    assert!(said.windows(2).all(|w| w[0] < w[1]), "{said:?}");
+    assert!(
+        said.len() as u64 <= elapsed_ms / 250 + 2,
+        "{} events over {elapsed_ms} ms: {said:?}",
+        said.len()
+    );
+    let snapshot = app.snapshot(&lab).await;
+    assert_eq!(snapshot["outside"]["untracked"]["max_outside_attempts_per_key"], REQUESTS - 1);
 }
