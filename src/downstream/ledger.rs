@@ -271,8 +271,9 @@ pub enum KeyNaming {
     /// The lab holds every key it applied: its rows are written unnamed.
     #[default]
     Unnamed,
-    /// The lab is about to let keys go: every row of it is named first, in the commit of this
-    /// batch (or of the next one, if it fails). No key goes until that commit lands.
+    /// The lab is about to let keys go: each batch names a chunk of its unnamed rows, new rows
+    /// are written named, and no key goes until the store reports the commit that named the
+    /// last of them (`Ledger::keys_named`).
     NameAll,
     /// Every row of the lab is named, and new ones are written so: keys may go.
     Named,
@@ -304,10 +305,8 @@ pub struct Ledger {
     spilled: bool,
     /// How many keys `spill` let go, in all.
     let_go: u64,
-    /// How the store writes the key rows, and for `NameAll`, the first batch that names them
-    /// all: once a batch numbered that or later is committed, every row is named.
+    /// How the store writes the key rows.
     naming: KeyNaming,
-    named_by: u64,
 }
 
 /// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys left room
@@ -463,26 +462,26 @@ impl Ledger {
         give_back_room(&mut self.cold, cold_keys);
     }
 
-    /// How batch number `batch` writes the key rows, with the batches up to `saved` committed:
-    /// `NameAll` turns `Named` once a batch that named them all is committed.
-    pub fn naming(&mut self, saved: u64) -> KeyNaming {
-        if self.naming == KeyNaming::NameAll && saved >= self.named_by {
-            self.naming = KeyNaming::Named;
-        }
+    /// How the store writes the key rows.
+    pub fn naming(&self) -> KeyNaming {
         self.naming
     }
 
-    /// The batches up to `saved` are committed: whether that named every row just now
-    /// (`NameAll` turned `Named`), so keys may go with the next batch.
-    pub fn named_by_commit(&mut self, saved: u64) -> bool {
-        self.naming == KeyNaming::NameAll && self.naming(saved) == KeyNaming::Named
+    /// A commit named the last of the lab's unnamed rows: keys may go with the next batch.
+    /// Whether that changed anything (the ledger was waiting for it).
+    pub fn keys_named(&mut self) -> bool {
+        let waiting = self.naming == KeyNaming::NameAll;
+        if waiting {
+            self.naming = KeyNaming::Named;
+        }
+        waiting
     }
 
-    /// Keys are past the cold bound while the store names none of them: batch number `batch`
-    /// and each after it, until one is committed, names every row (`naming`).
-    pub fn name_all_from(&mut self, batch: u64) {
+    /// Keys are past the cold bound while the store names none of them: each batch from now
+    /// on names some, until a commit names the last (`keys_named`).
+    pub fn name_all(&mut self) {
         if self.naming == KeyNaming::Unnamed {
-            (self.naming, self.named_by) = (KeyNaming::NameAll, batch);
+            self.naming = KeyNaming::NameAll;
         }
     }
 

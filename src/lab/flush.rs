@@ -93,14 +93,8 @@ impl Flush for Lab {
         }
         let state = &mut *state;
         // Keys committed by an earlier batch may be held cold now: the store has their rows.
-        let committed = (*self.durable.borrow(), state.batches_saved);
-        let naming = keep_keys_within(
-            &mut state.endpoint.ledger,
-            &state.record,
-            &self.limits,
-            committed,
-            state.batches_taken,
-        );
+        let committed = *self.durable.borrow();
+        let naming = keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, committed);
         let changes = state.take_changes(early, naming);
         let record = &state.record;
         let row = LabRow {
@@ -117,8 +111,8 @@ impl Flush for Lab {
             traffic_sent: state.traffic.sent,
             traffic_refused: state.traffic.refused,
             forgotten_delivered: record.forgotten_delivered,
-            // Once this commit lands, every key row is named: it names them all, or they were.
-            keys_named: changes.naming != KeyNaming::Unnamed,
+            // While the rows are being named, the store sets it with the last of them.
+            keys_named: changes.naming == KeyNaming::Named,
         };
         Some(Batch { lab_id, row: Some(row), delete: false, changes, upto: state.log.last_id() })
     }
@@ -133,15 +127,17 @@ impl Flush for Lab {
         self.schedule_flush(&mut state);
     }
 
-    fn committed(&self, upto: u64) {
+    fn committed(&self, upto: u64, keys_named: bool) {
         {
             let mut state = self.lock();
             state.batches_saved = state.batches_taken;
-            // This commit named every key row: the next batch lets keys go, even if the lab
-            // changes nothing else meanwhile (one just read back from the store, say).
-            let saved = state.batches_saved;
+            // This commit named the last key row: the next batch lets keys go, even if the lab
+            // changes nothing else meanwhile (one just read back from the store, say). One that
+            // named only some calls for the next batch to name more, whether or not the lab changed.
             let ledger = &mut state.endpoint.ledger;
-            if ledger.named_by_commit(saved) && ledger.cold_over(self.limits.cold_keys_per_lab) {
+            let named_now = keys_named && ledger.keys_named();
+            let naming = ledger.naming() == KeyNaming::NameAll;
+            if naming || (named_now && ledger.cold_over(self.limits.cold_keys_per_lab)) {
                 self.schedule_flush(&mut state);
             }
         }
@@ -191,29 +187,29 @@ impl Lab {
 /// needs; then either key map gives back the room it holds past its share.
 ///
 /// A key goes only once the store names every row of the lab (`KeyNaming`), since a request
-/// with a key let go is looked up by its name: past the bound, batch number `batch` names them
-/// all, and the keys go with the first batch after that one is committed. Returns how this
-/// batch writes the key rows. `committed` is the last event and the last batch committed.
+/// with a key let go is looked up by its name: past the bound, each batch names some of the
+/// rows (`KEYS_NAMED_PER_BATCH`), and the keys go with the first batch after the commit that
+/// named the last (`Flush::committed`). Returns how this batch writes the key rows.
+/// `committed_event` is the last event committed.
 pub(super) fn keep_keys_within(
     ledger: &mut Ledger,
     record: &LabRecord,
     limits: &Limits,
-    (committed_event, committed_batch): (u64, u64),
-    batch: u64,
+    committed_event: u64,
 ) -> KeyNaming {
     ledger.cool(limits.hot_keys_per_lab, committed_event);
     if ledger.cold_over(limits.cold_keys_per_lab) {
-        match ledger.naming(committed_batch) {
+        match ledger.naming() {
             KeyNaming::Named => {
                 let needed = record.keys_needed();
                 ledger.spill(limits.cold_keys_per_lab, needed.iter().map(String::as_str));
             }
-            KeyNaming::Unnamed => ledger.name_all_from(batch),
-            KeyNaming::NameAll => {} // the keys wait for the commit that names them
+            KeyNaming::Unnamed => ledger.name_all(),
+            KeyNaming::NameAll => {} // the keys wait for the commit that names the last row
         }
     }
     ledger.give_back_room(limits.hot_keys_per_lab, limits.cold_keys_per_lab);
-    ledger.naming(committed_batch)
+    ledger.naming()
 }
 
 impl LabState {
@@ -287,25 +283,31 @@ mod tests {
     use crate::store::Flush;
 
     #[test]
-    fn keys_past_the_cold_bound_go_only_once_a_batch_that_named_every_row_is_committed() {
+    fn keys_past_the_cold_bound_go_only_once_a_commit_named_the_last_row() {
         let limits = Limits { hot_keys_per_lab: 4, cold_keys_per_lab: 8, ..Default::default() };
         let (mut ledger, record) = (Ledger::restore(LedgerCounts::default(), false), LabRecord::default());
         for i in 0..6 {
             ledger.restore_key(&format!("k{i}"), i, false);
         }
         // Within the bound: rows unnamed, and none goes.
-        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 0), 1), KeyNaming::Unnamed);
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::Unnamed);
         for i in 6..20 {
             ledger.restore_key(&format!("k{i}"), i, false);
         }
-        // Past it: batch 2 names every row and keeps every key, as does batch 3 while batch 2's
-        // commit has not landed (or failed).
-        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 1), 2), KeyNaming::NameAll);
-        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 1), 3), KeyNaming::NameAll);
+        // Past it: every batch names some rows and keeps every key, until a commit reports the
+        // last named (a commit that named only some, or failed, reports nothing).
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::NameAll);
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::NameAll);
         assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (20, 0));
-        // Batch 3 is committed (batch 2 failed): the next lets the oldest go, its rows named.
-        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 3), 4), KeyNaming::Named);
+        assert!(ledger.keys_named(), "the ledger was waiting for the last row");
+        assert!(!ledger.keys_named(), "once only");
+        // The next batch lets the oldest go, its rows named.
+        assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::Named);
         assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (6, 14));
+        // A report from a batch taken before a reset does not name the rows of the lab after it.
+        let mut reset = Ledger::restore(LedgerCounts::default(), false);
+        assert!(!reset.keys_named());
+        assert_eq!(reset.naming(), KeyNaming::Unnamed);
         // Read back from a store that says its rows are named (migration 13), the lab lets the
         // oldest go at once, with no batch to name them again; read back unnamed, it waits.
         for (named, naming, held) in [(true, KeyNaming::Named, 6), (false, KeyNaming::NameAll, 20)] {
@@ -313,7 +315,7 @@ mod tests {
             for i in 0..20 {
                 ledger.restore_key(&format!("k{i}"), i, false);
             }
-            assert_eq!(keep_keys_within(&mut ledger, &record, &limits, (0, 0), 1), naming);
+            assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), naming);
             assert_eq!(ledger.held().fingerprint, held, "named in the store: {named}");
         }
     }

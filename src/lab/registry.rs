@@ -90,14 +90,9 @@ impl Labs {
         };
         let mut state = restore(parts, dead_letters);
         // Every key of the dedup window comes back cold (none whole, so none to cool): past the
-        // bound, the oldest go again, once the lab's first commit has named its rows.
-        let naming = super::flush::keep_keys_within(
-            &mut state.endpoint.ledger,
-            &state.record,
-            &self.limits,
-            (0, 0),
-            1,
-        );
+        // bound, the oldest go again, once the lab's first commits have named its rows.
+        let naming =
+            super::flush::keep_keys_within(&mut state.endpoint.ledger, &state.record, &self.limits, 0);
         if count {
             self.outside_keys
                 .fetch_add(state.endpoint.ledger.outside_keys(), std::sync::atomic::Ordering::Relaxed);

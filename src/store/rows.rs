@@ -27,8 +27,9 @@ pub struct LabRow {
     pub traffic_sent: u64,
     pub traffic_refused: u64,
     pub forgotten_delivered: u64,
-    /// Every key row of the lab is named (migration 13): set by the commit that names them
-    /// (`KeyNaming::NameAll`), so the lab does not name them again when it is read back.
+    /// Every key row of the lab is named (migration 13), so the lab does not name them again
+    /// when it is read back. Written true by a lab whose rows are `KeyNaming::Named`, and by the
+    /// store itself in the commit that names the last of them (`write_batch`).
     pub keys_named: bool,
 }
 
@@ -51,13 +52,30 @@ pub struct LoadedLab {
     pub dead_letters: Vec<DeadLetter>,
 }
 
-pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreError> {
+/// A lab past `--cold-keys-per-lab` names its unnamed key rows this many at a time, a chunk
+/// with each batch, until a batch finds fewer (`KeyNaming::NameAll`). All at once, 100 labs
+/// that passed the bound together held the writer: 28,000 rows a second named, commits down
+/// from 1,160 to 650 a second, and 9 MiB of changed pages held until they were committed
+/// (BENCHMARKS.md, sessions 25 and 26).
+pub const KEYS_NAMED_PER_BATCH: usize = 256;
+
+/// What a batch wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    pub rows: u64,
+    /// The batch named the last of its lab's unnamed key rows (`KeyNaming::NameAll`): once it
+    /// is committed, every row is in the index by name.
+    pub keys_named: bool,
+}
+
+pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<Written, StoreError> {
     let lab = batch.lab_id.as_str();
     if batch.delete {
         tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
-        return Ok(1);
+        return Ok(Written { rows: 1, keys_named: false });
     }
     let mut rows = 0;
+    let mut keys_named = false;
     if let Some(row) = &batch.row {
         tx.prepare_cached(
             "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
@@ -153,9 +171,19 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
         rows += expire_keys(tx, lab, before, &changes.keys_kept)?;
     }
     if changes.naming == KeyNaming::NameAll {
-        rows += tx
-            .prepare_cached("UPDATE idempotency_keys SET named = 1 WHERE lab_id = ?1 AND named = 0")?
-            .execute([lab])? as u64;
+        let named = tx
+            .prepare_cached(
+                "UPDATE idempotency_keys SET named = 1 WHERE rowid IN \
+                 (SELECT rowid FROM idempotency_keys WHERE lab_id = ?1 AND named = 0 LIMIT ?2)",
+            )?
+            .execute(params![lab, KEYS_NAMED_PER_BATCH])?;
+        rows += named as u64;
+        if named < KEYS_NAMED_PER_BATCH {
+            // The last chunk: the lab's row says so, so the lab does not name its rows again
+            // when it is read back.
+            rows += tx.prepare_cached("UPDATE labs SET keys_named = 1 WHERE id = ?1")?.execute([lab])? as u64;
+            keys_named = true;
+        }
     }
     // An expired row stays: it is what counts a second application after the window. The row
     // is found by when it was applied, as `recall_key` finds one, whether or not it is named.
@@ -185,7 +213,7 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<u64, StoreEr
             named
         ])? as u64;
     }
-    Ok(rows)
+    Ok(Written { rows, keys_named })
 }
 
 /// Writes the breaker histories that changed: a client's row whole (none while its history is

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
-use super::rows::{load_keys, load_lab, write_batch};
+use super::rows::{KEYS_NAMED_PER_BATCH, Written, load_keys, load_lab, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
 use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
@@ -35,7 +35,7 @@ impl Flush for Broken {
         let changes = RecordChanges { messages: vec![(7, "{}".into())], ..Default::default() };
         Some(Batch { lab_id: "no-such-lab".into(), row: None, delete: false, changes, upto: 1 })
     }
-    fn committed(&self, _: u64) {
+    fn committed(&self, _: u64, _: bool) {
         *self.committed.lock().unwrap() = true;
     }
     fn failed(&self, batch: Batch) {
@@ -79,7 +79,7 @@ impl Flush for Good {
             upto: 5,
         })
     }
-    fn committed(&self, upto: u64) {
+    fn committed(&self, upto: u64, _: bool) {
         *self.committed.lock().unwrap() = Some(upto);
     }
     fn failed(&self, _: Batch) {
@@ -114,7 +114,7 @@ impl Flush for Panicky {
     fn take_batch(&self) -> Option<Batch> {
         panic!("a lab's bug");
     }
-    fn committed(&self, _: u64) {}
+    fn committed(&self, _: u64, _: bool) {}
     fn failed(&self, _: Batch) {}
 }
 
@@ -256,28 +256,63 @@ fn key_rows_are_named_only_once_the_lab_lets_keys_go_and_then_found_by_the_index
     assert!(plan.contains("USING INDEX idempotency_keys_by_name"), "{plan}");
 }
 
+/// Writes `changes` with the good lab's row, saying whether its keys are named, in a commit.
+fn write_row(connection: &mut Connection, changes: RecordChanges, keys_named: bool) -> Written {
+    let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+    let batch = good.take_batch().unwrap();
+    let row = batch.row.map(|row| LabRow { keys_named, ..row });
+    let batch = Batch { changes, row, ..batch };
+    let tx = connection.transaction().unwrap();
+    let written = write_batch(&tx, &batch).unwrap();
+    tx.commit().unwrap();
+    written
+}
+
+#[test]
+fn past_the_bound_a_lab_names_its_rows_a_chunk_a_batch_and_the_last_chunk_says_so() {
+    let path = temporary_path();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
+    migrate(&mut connection).unwrap();
+    let unnamed = 2 * KEYS_NAMED_PER_BATCH + 40;
+    let keys = (0..unnamed).map(|i| applied_key(&format!("k{i}"), 1, i as u64)).collect();
+    write_row(&mut connection, RecordChanges { keys, ..Default::default() }, false);
+    let count = |connection: &Connection, named: bool| -> usize {
+        connection
+            .query_row("SELECT COUNT(*) FROM idempotency_keys WHERE named = ?1", [named], |r| r.get(0))
+            .unwrap()
+    };
+    let row_named = |connection: &Connection| load_lab(connection, "good").unwrap().unwrap().row.keys_named;
+    let naming = KeyNaming::NameAll;
+    let mut said = Vec::new();
+    for batch in 0..3 {
+        // Each batch also brings a new key, written named.
+        let keys = vec![applied_key(&format!("new{batch}"), 1, 10_000 + batch)];
+        let written = write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, false);
+        said.push((written.keys_named, count(&connection, false), row_named(&connection)));
+    }
+    let left = |chunks: usize| unnamed - chunks * KEYS_NAMED_PER_BATCH;
+    assert_eq!(said, [(false, left(1), false), (false, left(2), false), (true, 0, true)]);
+    assert_eq!(count(&connection, true), unnamed + 3);
+    // A lab whose rows are named already names none, and its last chunk is an empty one.
+    let written = write_row(&mut connection, RecordChanges { naming, ..Default::default() }, false);
+    assert_eq!(written, Written { rows: 2, keys_named: true }, "the lab's row, then its flag");
+}
+
 #[test]
 fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
     let path = temporary_path();
     let mut connection = connect(&path, CACHE_KIB).unwrap();
     migrate(&mut connection).unwrap();
     let naming_read_back = |connection: &Connection| {
-        let mut loaded = load_lab(connection, "good").unwrap().expect("the lab");
-        (loaded.row.keys_named, loaded.parts.ledger.naming(0))
-    };
-    let write_row = |connection: &mut Connection, changes: RecordChanges, keys_named: bool| {
-        let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
-        let batch = good.take_batch().unwrap();
-        let row = batch.row.map(|row| LabRow { keys_named, ..row });
-        let batch = Batch { changes, row, ..batch };
-        let tx = connection.transaction().unwrap();
-        write_batch(&tx, &batch).unwrap();
-        tx.commit().unwrap();
+        let loaded = load_lab(connection, "good").unwrap().expect("the lab");
+        (loaded.row.keys_named, loaded.parts.ledger.naming())
     };
     let keys = vec![applied_key("a", 1, 1)];
     write_row(&mut connection, RecordChanges { keys, ..Default::default() }, false);
+    // The lab writes its row unnamed while it names; the store sets it with the last row.
     let (keys, naming) = (vec![applied_key("b", 1, 2)], KeyNaming::NameAll);
-    write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, true);
+    let written = write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, false);
+    assert!(written.keys_named);
     assert_eq!(naming_read_back(&connection), (true, KeyNaming::Named));
     // A reset deletes every key row; the lab holds its keys again, and writes them unnamed.
     write_row(&mut connection, RecordChanges { cleared: true, ..Default::default() }, false);

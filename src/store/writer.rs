@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use super::rows::{Batch, write_batch};
+use super::rows::{Batch, Written, write_batch};
 use super::schema::WalBound;
 use super::{Flush, Health, StoreError, StoreStats};
 
@@ -127,19 +127,18 @@ fn write_loop(connection: &mut Connection, writer: &Writer, outage: &mut Outage)
             let result = attempt
                 .unwrap_or_else(|_| Err(StoreError::Failed("the store's writer panicked mid-commit".into())));
             match result {
-                Ok((rows, failed)) => {
+                Ok(outcomes) => {
+                    let rows = outcomes.iter().filter_map(|o| o.as_ref().ok()).map(|w| w.rows).sum();
                     stats.commits.fetch_add(1, Ordering::Relaxed);
                     stats.rows.fetch_add(rows, Ordering::Relaxed);
-                    match failed.first() {
+                    match outcomes.iter().find_map(|o| o.as_ref().err()) {
                         None => outage.recovered(),
-                        Some((_, e)) => outage.failed(e),
+                        Some(e) => outage.failed(e),
                     }
-                    let failed: HashSet<usize> = failed.into_iter().map(|(index, _)| index).collect();
-                    for (index, (lab, batch)) in batches.into_iter().enumerate() {
-                        if failed.contains(&index) {
-                            lab.failed(batch); // only its own rows come back
-                        } else {
-                            lab.committed(batch.upto);
+                    for ((lab, batch), outcome) in batches.into_iter().zip(outcomes) {
+                        match outcome {
+                            Ok(written) => lab.committed(batch.upto, written.keys_named),
+                            Err(_) => lab.failed(batch), // only its own rows come back
                         }
                     }
                 }
@@ -214,32 +213,29 @@ impl Outage {
 /// Writes every batch in one transaction, each inside a savepoint of its own when there are
 /// several: a batch that fails is rolled back alone and returned, so one lab's bad rows cannot
 /// fail every lab's.
-/// `Err` only when the transaction itself could not be committed.
+/// `Err` only when the transaction itself could not be committed; else what each batch wrote,
+/// or why it failed, in the order given.
 pub(super) fn commit(
     connection: &mut Connection,
     batches: &[(Arc<dyn Flush>, Batch)],
-) -> Result<(u64, Vec<(usize, StoreError)>), StoreError> {
+) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
     let mut tx = connection.transaction()?;
     if let [(_, batch)] = batches {
         // One batch alone needs no savepoint of its own: if it fails, so does the transaction.
         return match write_batch(&tx, batch) {
-            Ok(rows) => tx.commit().map(|()| (rows, Vec::new())).map_err(StoreError::from),
-            Err(e) => Ok((0, vec![(0, e)])), // dropping the transaction rolls it back
+            Ok(written) => tx.commit().map(|()| vec![Ok(written)]).map_err(StoreError::from),
+            Err(e) => Ok(vec![Err(e)]), // dropping the transaction rolls it back
         };
     }
-    let mut rows = 0;
-    let mut failed = Vec::new();
-    for (index, (_, batch)) in batches.iter().enumerate() {
+    let mut outcomes = Vec::with_capacity(batches.len());
+    for (_, batch) in batches {
         let savepoint = tx.savepoint()?;
-        match write_batch(&savepoint, batch) {
-            Ok(written) => {
-                savepoint.commit()?;
-                rows += written;
-            }
-            // Dropping the savepoint rolls its writes back.
-            Err(e) => failed.push((index, e)),
-        }
+        let outcome = write_batch(&savepoint, batch);
+        if outcome.is_ok() {
+            savepoint.commit()?;
+        } // else dropping the savepoint rolls its writes back
+        outcomes.push(outcome);
     }
     tx.commit()?;
-    Ok((rows, failed))
+    Ok(outcomes)
 }

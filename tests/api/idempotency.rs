@@ -218,21 +218,25 @@ async fn keys_let_go_past_the_cold_bound_are_found_in_the_store_and_never_applie
 async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alone() {
     let db = crate::helpers::fresh_db();
     // Within its bound the lab holds every key, so its rows are written unnamed (migration 12).
-    let roomy = ["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "1000"];
+    // The endpoint's rate limit opened: this client sends hundreds of requests in a row.
+    let open = ["--endpoint-rate-per-s", "100000", "--endpoint-burst", "100000"];
+    let roomy = [&open[..], &["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "10000"]].concat();
     let server = crate::helpers::Binary::start_with(&db, &roomy);
     let lab = server.app.fast_lab().await;
-    let answers = apply_keys(&server.app, &lab, "kept", 40).await;
+    // More keys than one batch names: the rows are named over three commits.
+    const KEYS: usize = 2 * retrylab::store::KEYS_NAMED_PER_BATCH + 40;
+    let answers = apply_keys(&server.app, &lab, "kept", KEYS).await;
     // A settings change is answered once everything before it is committed.
     server.app.put(&lab, "policy", "{}").await;
     server.kill();
     assert!(!keys_named(&db, &lab), "a lab within its bound names none of its rows");
-    let args = ["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "8"];
+    let args = [&open[..], &["--hot-keys-per-lab", "4", "--cold-keys-per-lab", "8"]].concat();
     let restarted = crate::helpers::Binary::start_with(&db, &args);
     // Every key of the window comes back cold; past the new bound, the oldest go as soon as
-    // the lab's first commit since the start has named its rows, with no request to the lab.
-    // A key let go before its row is named would be applied again below.
+    // the lab's commits since the start have named all its rows, a chunk each, with no request
+    // to the lab. A key let go before its row is named would be applied again below.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while keys_let_go(&restarted.app).await < 30 {
+    while keys_let_go(&restarted.app).await < KEYS as u64 - 10 {
         assert!(std::time::Instant::now() < deadline, "{}", keys_let_go(&restarted.app).await);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -245,17 +249,18 @@ async fn after_a_sigkill_the_keys_past_the_cold_bound_come_back_in_the_store_alo
     let again = post(&restarted.app, &lab, Some("fresh"), "{}").await;
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     let snapshot = restarted.app.snapshot(&lab).await;
-    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (41, 0));
-    // The commit that named the rows said so on the lab's row (migration 13): read back again,
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (KEYS as u64 + 1, 0));
+    // The commit that named the last rows said so on the lab's row (migration 13): read back again,
     // the lab lets its oldest keys go at once, with no commit to name them a second time.
     restarted.app.put(&lab, "policy", "{}").await;
     restarted.kill();
     assert!(keys_named(&db, &lab), "the lab's row says its key rows are named");
     let again = crate::helpers::Binary::start_with(&db, &args);
-    assert!(keys_let_go(&again.app).await >= 30, "let go at read-back: {}", keys_let_go(&again.app).await);
+    let let_go = keys_let_go(&again.app).await;
+    assert!(let_go >= KEYS as u64 - 10, "let go at read-back: {let_go}");
     assert_replayed(&again.app, &lab, "kept", &answers).await;
     let snapshot = again.app.snapshot(&lab).await;
-    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (41, 0));
+    assert_eq!((counter(&snapshot, "applied"), counter(&snapshot, "applied_twice")), (KEYS as u64 + 1, 0));
 }
 
 /// Whether the store's row of `lab` says every key row of it is named.
