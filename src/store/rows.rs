@@ -53,11 +53,17 @@ pub struct LoadedLab {
 }
 
 /// A lab past `--cold-keys-per-lab` names its unnamed key rows this many at a time, a chunk
-/// with each batch, until a batch finds fewer (`KeyNaming::NameAll`). All at once, 100 labs
-/// that passed the bound together held the writer: 28,000 rows a second named, commits down
-/// from 1,160 to 650 a second, and 9 MiB of changed pages held until they were committed
-/// (BENCHMARKS.md, sessions 25 and 26).
+/// with each batch, until a batch finds fewer (`KeyNaming::NameAll`).
 pub const KEYS_NAMED_PER_BATCH: usize = 256;
+
+/// And a commit names at most this many rows, whatever the labs in it. A lab's key rows lie
+/// scattered among the other labs' (the table is in the order keys were applied), so each row
+/// named changes a page of its own, held in memory until the commit (`cache_spill` off) and
+/// then written to the log. When 100 labs passed the bound together and each named all its
+/// rows in one go, the writer's commits gathered every lab's naming: RSS up by about 25 MiB,
+/// and commits down from about 1,000 to about 100 a second for 20 s. A chunk a batch and this
+/// bound a commit took about 10 MiB off that peak (BENCHMARKS.md, session 26).
+pub const KEYS_NAMED_PER_COMMIT: usize = 1024;
 
 /// What a batch wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,7 +74,13 @@ pub struct Written {
     pub keys_named: bool,
 }
 
-pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<Written, StoreError> {
+/// Writes a lab's batch; a `NameAll` batch names at most `naming_room` rows of its lab, and
+/// takes those from it (`KEYS_NAMED_PER_COMMIT`).
+pub(super) fn write_batch(
+    tx: &Connection,
+    batch: &Batch,
+    naming_room: &mut usize,
+) -> Result<Written, StoreError> {
     let lab = batch.lab_id.as_str();
     if batch.delete {
         tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
@@ -170,15 +182,18 @@ pub(super) fn write_batch(tx: &Connection, batch: &Batch) -> Result<Written, Sto
     if let Some(before) = changes.keys_expired_before {
         rows += expire_keys(tx, lab, before, &changes.keys_kept)?;
     }
-    if changes.naming == KeyNaming::NameAll {
+    let chunk = KEYS_NAMED_PER_BATCH.min(*naming_room);
+    // With no room left in this commit, the lab names its rows in a later one.
+    if changes.naming == KeyNaming::NameAll && chunk > 0 {
         let named = tx
             .prepare_cached(
                 "UPDATE idempotency_keys SET named = 1 WHERE rowid IN \
                  (SELECT rowid FROM idempotency_keys WHERE lab_id = ?1 AND named = 0 LIMIT ?2)",
             )?
-            .execute(params![lab, KEYS_NAMED_PER_BATCH])?;
+            .execute(params![lab, chunk])?;
         rows += named as u64;
-        if named < KEYS_NAMED_PER_BATCH {
+        *naming_room -= named;
+        if named < chunk {
             // The last chunk: the lab's row says so, so the lab does not name its rows again
             // when it is read back.
             rows += tx.prepare_cached("UPDATE labs SET keys_named = 1 WHERE id = ?1")?.execute([lab])? as u64;

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
-use super::rows::{KEYS_NAMED_PER_BATCH, Written, load_keys, load_lab, write_batch};
+use super::rows::{KEYS_NAMED_PER_BATCH, KEYS_NAMED_PER_COMMIT, Written, load_keys, load_lab, write_batch};
 use super::schema::{MIGRATIONS, connect, migrate};
 use super::*;
 use crate::downstream::{KeyNaming, Ledger, LedgerCounts};
@@ -192,7 +192,7 @@ fn a_key_expired_and_applied_again_in_one_commit_stays() {
     batch.changes.removed_keys = vec![("k".into(), 9)];
     let mut tx = connection.transaction().unwrap();
     let savepoint = tx.savepoint().unwrap();
-    write_batch(&savepoint, &batch).unwrap();
+    write_batch(&savepoint, &batch, &mut commit_room()).unwrap();
     savepoint.commit().unwrap();
     tx.commit().unwrap();
     let kept: u64 = connection
@@ -218,7 +218,7 @@ fn write(connection: &mut Connection, changes: RecordChanges) {
     let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
     let batch = Batch { changes, ..good.take_batch().unwrap() };
     let tx = connection.transaction().unwrap();
-    write_batch(&tx, &batch).unwrap();
+    write_batch(&tx, &batch, &mut commit_room()).unwrap();
     tx.commit().unwrap();
 }
 
@@ -263,7 +263,7 @@ fn write_row(connection: &mut Connection, changes: RecordChanges, keys_named: bo
     let row = batch.row.map(|row| LabRow { keys_named, ..row });
     let batch = Batch { changes, row, ..batch };
     let tx = connection.transaction().unwrap();
-    let written = write_batch(&tx, &batch).unwrap();
+    let written = write_batch(&tx, &batch, &mut commit_room()).unwrap();
     tx.commit().unwrap();
     written
 }
@@ -296,6 +296,46 @@ fn past_the_bound_a_lab_names_its_rows_a_chunk_a_batch_and_the_last_chunk_says_s
     // A lab whose rows are named already names none, and its last chunk is an empty one.
     let written = write_row(&mut connection, RecordChanges { naming, ..Default::default() }, false);
     assert_eq!(written, Written { rows: 2, keys_named: true }, "the lab's row, then its flag");
+}
+
+#[test]
+fn a_commit_names_at_most_its_room_whatever_the_labs_in_it() {
+    let path = temporary_path();
+    let mut connection = connect(&path, CACHE_KIB).unwrap();
+    migrate(&mut connection).unwrap();
+    let keys = (0..KEYS_NAMED_PER_BATCH + 100).map(|i| applied_key(&format!("k{i}"), 1, i as u64)).collect();
+    write_row(&mut connection, RecordChanges { keys, ..Default::default() }, false);
+    let good = Good { handed_out: Mutex::new(false), committed: Mutex::new(None) };
+    let changes = || RecordChanges { naming: KeyNaming::NameAll, ..Default::default() };
+    let batch = || Batch { changes: changes(), ..good_batch(&good) };
+    // Three batches share a commit with room for a chunk and 60 rows more: the first names a
+    // whole chunk, the second 60 (fewer than it was let name, so not the last of them), the
+    // third none.
+    let mut room = KEYS_NAMED_PER_BATCH + 60;
+    let tx = connection.transaction().unwrap();
+    let named: Vec<(u64, bool)> = (0..3)
+        .map(|_| write_batch(&tx, &batch(), &mut room).unwrap())
+        .map(|written| (written.rows - 1, written.keys_named))
+        .collect();
+    tx.commit().unwrap();
+    assert_eq!(named, [(KEYS_NAMED_PER_BATCH as u64, false), (60, false), (0, false)]);
+    assert_eq!(room, 0);
+    // The next commit names the last 40, and says so.
+    let tx = connection.transaction().unwrap();
+    let written = write_batch(&tx, &batch(), &mut commit_room()).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(written, Written { rows: 1 + 40 + 1, keys_named: true });
+}
+
+/// The rows a commit may name, as the writer gives each commit.
+fn commit_room() -> usize {
+    KEYS_NAMED_PER_COMMIT
+}
+
+/// The good lab's batch, made afresh.
+fn good_batch(good: &Good) -> Batch {
+    *good.handed_out.lock().unwrap() = false;
+    good.take_batch().unwrap()
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use super::rows::{Batch, Written, write_batch};
+use super::rows::{Batch, KEYS_NAMED_PER_COMMIT, Written, write_batch};
 use super::schema::WalBound;
 use super::{Flush, Health, StoreError, StoreStats};
 
@@ -220,9 +220,10 @@ pub(super) fn commit(
     batches: &[(Arc<dyn Flush>, Batch)],
 ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
     let mut tx = connection.transaction()?;
+    let mut naming_room = KEYS_NAMED_PER_COMMIT;
     if let [(_, batch)] = batches {
         // One batch alone needs no savepoint of its own: if it fails, so does the transaction.
-        return match write_batch(&tx, batch) {
+        return match write_batch(&tx, batch, &mut naming_room) {
             Ok(written) => tx.commit().map(|()| vec![Ok(written)]).map_err(StoreError::from),
             Err(e) => Ok(vec![Err(e)]), // dropping the transaction rolls it back
         };
@@ -230,7 +231,7 @@ pub(super) fn commit(
     let mut outcomes = Vec::with_capacity(batches.len());
     for (_, batch) in batches {
         let savepoint = tx.savepoint()?;
-        let outcome = write_batch(&savepoint, batch);
+        let outcome = write_batch(&savepoint, batch, &mut naming_room);
         if outcome.is_ok() {
             savepoint.commit()?;
         } // else dropping the savepoint rolls its writes back
