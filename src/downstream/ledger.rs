@@ -307,6 +307,8 @@ pub struct Ledger {
     let_go: u64,
     /// How the store writes the key rows.
     naming: KeyNaming,
+    /// While `NameAll`: the rows applied before this are named.
+    naming_from_ms: u64,
 }
 
 /// A map keeps the room it once needed when entries leave it: a burst of 2,000 keys left room
@@ -481,7 +483,20 @@ impl Ledger {
     /// on names some, until a commit names the last (`keys_named`).
     pub fn name_all(&mut self) {
         if self.naming == KeyNaming::Unnamed {
-            self.naming = KeyNaming::NameAll;
+            (self.naming, self.naming_from_ms) = (KeyNaming::NameAll, 0);
+        }
+    }
+
+    /// While `NameAll`: the rows applied before this time are named, so the next chunk of
+    /// them starts here.
+    pub fn naming_from_ms(&self) -> u64 {
+        self.naming_from_ms
+    }
+
+    /// A commit named the rows applied up to `through_ms` (some at that very time may be left).
+    pub fn named_through(&mut self, through_ms: u64) {
+        if self.naming == KeyNaming::NameAll {
+            self.naming_from_ms = self.naming_from_ms.max(through_ms);
         }
     }
 

@@ -10,7 +10,7 @@ use crate::config::Limits;
 use crate::dlq::DeadLetterChanges;
 use crate::domain::{LabRecord, MessageChanges};
 use crate::downstream::{KeyChanges, KeyNaming, Ledger};
-use crate::store::{Batch, Flush, LabRow, RecordChanges};
+use crate::store::{Batch, Flush, LabRow, Named, RecordChanges};
 
 /// How long a caller waits for the store to confirm a commit before answering 503.
 const STORE_PATIENCE: Duration = Duration::from_secs(10);
@@ -127,7 +127,7 @@ impl Flush for Lab {
         self.schedule_flush(&mut state);
     }
 
-    fn committed(&self, upto: u64, keys_named: bool) {
+    fn committed(&self, upto: u64, named: Named) {
         {
             let mut state = self.lock();
             state.batches_saved = state.batches_taken;
@@ -135,7 +135,10 @@ impl Flush for Lab {
             // changes nothing else meanwhile (one just read back from the store, say). One that
             // named only some calls for the next batch to name more, whether or not the lab changed.
             let ledger = &mut state.endpoint.ledger;
-            let named_now = keys_named && ledger.keys_named();
+            if let Some(through_ms) = named.through_ms {
+                ledger.named_through(through_ms);
+            }
+            let named_now = named.all && ledger.keys_named();
             let naming = ledger.naming() == KeyNaming::NameAll;
             if naming || (named_now && ledger.cold_over(self.limits.cold_keys_per_lab)) {
                 self.schedule_flush(&mut state);
@@ -234,6 +237,7 @@ impl LabState {
             keys_kept: kept,
             removed_keys: removed,
             naming,
+            naming_from_ms: self.endpoint.ledger.naming_from_ms(),
             load,
             markers,
             breakers: self.clients.take_changes(),
@@ -254,6 +258,7 @@ impl LabState {
             keys_kept,
             removed_keys,
             naming: _, // the next batch says again
+            naming_from_ms: _,
             load,
             markers,
             breakers,
@@ -299,6 +304,11 @@ mod tests {
         assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::NameAll);
         assert_eq!(keep_keys_within(&mut ledger, &record, &limits, 0), KeyNaming::NameAll);
         assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (20, 0));
+        // Each chunk starts where the ones committed before it ended.
+        assert_eq!(ledger.naming_from_ms(), 0);
+        ledger.named_through(7);
+        ledger.named_through(3); // a report out of order takes nothing back
+        assert_eq!(ledger.naming_from_ms(), 7);
         assert!(ledger.keys_named(), "the ledger was waiting for the last row");
         assert!(!ledger.keys_named(), "once only");
         // The next batch lets the oldest go, its rows named.
@@ -306,7 +316,9 @@ mod tests {
         assert_eq!((ledger.held().fingerprint, ledger.held().let_go), (6, 14));
         // A report from a batch taken before a reset does not name the rows of the lab after it.
         let mut reset = Ledger::restore(LedgerCounts::default(), false);
+        reset.named_through(7);
         assert!(!reset.keys_named());
+        assert_eq!(reset.naming_from_ms(), 0);
         assert_eq!(reset.naming(), KeyNaming::Unnamed);
         // Read back from a store that says its rows are named (migration 13), the lab lets the
         // oldest go at once, with no batch to name them again; read back unnamed, it waits.

@@ -27,6 +27,9 @@ pub struct RecordChanges {
     pub removed_keys: Vec<(String, u64)>,
     /// How the lab's key rows are found by name (see migration 12).
     pub naming: KeyNaming,
+    /// While they are being named (`KeyNaming::NameAll`): the rows applied before this time are
+    /// named, so the next chunk starts here rather than reading them again.
+    pub naming_from_ms: u64,
     /// Load bins changed (and dropped).
     pub load: BinChanges,
     /// Every marker, as JSON, when they changed.

@@ -36,7 +36,7 @@ use crate::domain::Message;
 use crate::downstream::KeyRow;
 
 pub use changes::{RecordChanges, RecordParts};
-pub use rows::{Batch, KEYS_NAMED_PER_BATCH, LabRow, LoadedLab};
+pub use rows::{Batch, KEYS_NAMED_PER_BATCH, LabRow, LoadedLab, Named};
 use rows::{key_row, load_dead_letters, load_lab, load_messages};
 use schema::{connect, open_and_load, opening_failed};
 use writer::{Job, Writer, supervise_writer};
@@ -95,9 +95,9 @@ impl From<serde_json::Error> for StoreError {
 pub trait Flush: Send + Sync {
     /// The changes since the last call, or `None` if there are none.
     fn take_batch(&self) -> Option<Batch>;
-    /// Everything up to event `upto` is committed; `keys_named` when that commit named the last
-    /// of the lab's unnamed key rows (`rows::KEYS_NAMED_PER_BATCH`).
-    fn committed(&self, upto: u64, keys_named: bool);
+    /// Everything up to event `upto` is committed, and `named` of the lab's unnamed key rows
+    /// (`KEYS_NAMED_PER_BATCH`).
+    fn committed(&self, upto: u64, named: Named);
     /// The batch could not be committed: take its rows back, to be written with the next commit.
     fn failed(&self, batch: Batch);
 }

@@ -69,9 +69,17 @@ pub const KEYS_NAMED_PER_COMMIT: usize = 1024;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Written {
     pub rows: u64,
-    /// The batch named the last of its lab's unnamed key rows (`KeyNaming::NameAll`): once it
-    /// is committed, every row is in the index by name.
-    pub keys_named: bool,
+    pub named: Named,
+}
+
+/// What a batch named of its lab's unnamed key rows (`KeyNaming::NameAll`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Named {
+    /// It named the last of them: once it is committed, every row is in the index by name.
+    pub all: bool,
+    /// The latest time among the rows it named (`applied_unix_ms`): every row applied before
+    /// it is named.
+    pub through_ms: Option<u64>,
 }
 
 /// Writes a lab's batch; a `NameAll` batch names at most `naming_room` rows of its lab, and
@@ -84,10 +92,10 @@ pub(super) fn write_batch(
     let lab = batch.lab_id.as_str();
     if batch.delete {
         tx.execute("DELETE FROM labs WHERE id = ?1", [lab])?;
-        return Ok(Written { rows: 1, keys_named: false });
+        return Ok(Written { rows: 1, named: Named::default() });
     }
     let mut rows = 0;
-    let mut keys_named = false;
+    let mut named = Named::default();
     if let Some(row) = &batch.row {
         tx.prepare_cached(
             "INSERT INTO labs (id, origin_unix_ms, active_unix_ms, downstream, policy, requests, applied, \
@@ -185,19 +193,24 @@ pub(super) fn write_batch(
     let chunk = KEYS_NAMED_PER_BATCH.min(*naming_room);
     // With no room left in this commit, the lab names its rows in a later one.
     if changes.naming == KeyNaming::NameAll && chunk > 0 {
-        let named = tx
+        // In the order applied, from where the last chunk ended: a chunk does not read again
+        // the rows the ones before it named (`idempotency_keys_by_time`).
+        let times: Vec<u64> = tx
             .prepare_cached(
                 "UPDATE idempotency_keys SET named = 1 WHERE rowid IN \
-                 (SELECT rowid FROM idempotency_keys WHERE lab_id = ?1 AND named = 0 LIMIT ?2)",
+                 (SELECT rowid FROM idempotency_keys WHERE lab_id = ?1 AND applied_unix_ms >= ?2 \
+                 AND named = 0 ORDER BY applied_unix_ms LIMIT ?3) RETURNING applied_unix_ms",
             )?
-            .execute(params![lab, chunk])?;
-        rows += named as u64;
-        *naming_room -= named;
-        if named < chunk {
+            .query_map(params![lab, changes.naming_from_ms, chunk], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        rows += times.len() as u64;
+        *naming_room -= times.len();
+        named.through_ms = times.iter().copied().max();
+        if times.len() < chunk {
             // The last chunk: the lab's row says so, so the lab does not name its rows again
             // when it is read back.
             rows += tx.prepare_cached("UPDATE labs SET keys_named = 1 WHERE id = ?1")?.execute([lab])? as u64;
-            keys_named = true;
+            named.all = true;
         }
     }
     // An expired row stays: it is what counts a second application after the window. The row
@@ -214,7 +227,7 @@ pub(super) fn write_batch(
         "INSERT INTO idempotency_keys (lab_id, key, request_body, status, response, applied, \
          applied_unix_ms, outside, named) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
-    let named = changes.naming != KeyNaming::Unnamed;
+    let write_named = changes.naming != KeyNaming::Unnamed;
     for key in &changes.keys {
         rows += insert_key.execute(params![
             lab,
@@ -225,10 +238,10 @@ pub(super) fn write_batch(
             key.applied,
             key.applied_unix_ms,
             key.outside,
-            named
+            write_named
         ])? as u64;
     }
-    Ok(Written { rows, keys_named })
+    Ok(Written { rows, named })
 }
 
 /// Writes the breaker histories that changed: a client's row whole (none while its history is

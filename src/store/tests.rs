@@ -35,7 +35,7 @@ impl Flush for Broken {
         let changes = RecordChanges { messages: vec![(7, "{}".into())], ..Default::default() };
         Some(Batch { lab_id: "no-such-lab".into(), row: None, delete: false, changes, upto: 1 })
     }
-    fn committed(&self, _: u64, _: bool) {
+    fn committed(&self, _: u64, _: Named) {
         *self.committed.lock().unwrap() = true;
     }
     fn failed(&self, batch: Batch) {
@@ -79,7 +79,7 @@ impl Flush for Good {
             upto: 5,
         })
     }
-    fn committed(&self, upto: u64, _: bool) {
+    fn committed(&self, upto: u64, _: Named) {
         *self.committed.lock().unwrap() = Some(upto);
     }
     fn failed(&self, _: Batch) {
@@ -114,7 +114,7 @@ impl Flush for Panicky {
     fn take_batch(&self) -> Option<Batch> {
         panic!("a lab's bug");
     }
-    fn committed(&self, _: u64, _: bool) {}
+    fn committed(&self, _: u64, _: Named) {}
     fn failed(&self, _: Batch) {}
 }
 
@@ -283,19 +283,32 @@ fn past_the_bound_a_lab_names_its_rows_a_chunk_a_batch_and_the_last_chunk_says_s
     };
     let row_named = |connection: &Connection| load_lab(connection, "good").unwrap().unwrap().row.keys_named;
     let naming = KeyNaming::NameAll;
-    let mut said = Vec::new();
+    let (mut said, mut naming_from_ms) = (Vec::new(), 0);
     for batch in 0..3 {
-        // Each batch also brings a new key, written named.
+        // Each batch also brings a new key, written named; each chunk starts where the one
+        // before it ended, as the lab's ledger says (`Ledger::named_through`).
         let keys = vec![applied_key(&format!("new{batch}"), 1, 10_000 + batch)];
-        let written = write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, false);
-        said.push((written.keys_named, count(&connection, false), row_named(&connection)));
+        let changes = RecordChanges { keys, naming, naming_from_ms, ..Default::default() };
+        let written = write_row(&mut connection, changes, false);
+        naming_from_ms = written.named.through_ms.unwrap();
+        said.push((written.named, count(&connection, false), row_named(&connection)));
     }
     let left = |chunks: usize| unnamed - chunks * KEYS_NAMED_PER_BATCH;
-    assert_eq!(said, [(false, left(1), false), (false, left(2), false), (true, 0, true)]);
+    // The rows were applied at 0, 1, 2... ms: each chunk names them on in that order.
+    let through = |chunks: usize| Some((chunks * KEYS_NAMED_PER_BATCH - 1) as u64);
+    assert_eq!(
+        said,
+        [
+            (Named { all: false, through_ms: through(1) }, left(1), false),
+            (Named { all: false, through_ms: through(2) }, left(2), false),
+            (Named { all: true, through_ms: Some(unnamed as u64 - 1) }, 0, true)
+        ]
+    );
     assert_eq!(count(&connection, true), unnamed + 3);
     // A lab whose rows are named already names none, and its last chunk is an empty one.
     let written = write_row(&mut connection, RecordChanges { naming, ..Default::default() }, false);
-    assert_eq!(written, Written { rows: 2, keys_named: true }, "the lab's row, then its flag");
+    let all = Named { all: true, through_ms: None };
+    assert_eq!(written, Written { rows: 2, named: all }, "the lab's row, then its flag");
 }
 
 #[test]
@@ -315,7 +328,7 @@ fn a_commit_names_at_most_its_room_whatever_the_labs_in_it() {
     let tx = connection.transaction().unwrap();
     let named: Vec<(u64, bool)> = (0..3)
         .map(|_| write_batch(&tx, &batch(), &mut room).unwrap())
-        .map(|written| (written.rows - 1, written.keys_named))
+        .map(|written| (written.rows - 1, written.named.all))
         .collect();
     tx.commit().unwrap();
     assert_eq!(named, [(KEYS_NAMED_PER_BATCH as u64, false), (60, false), (0, false)]);
@@ -324,7 +337,7 @@ fn a_commit_names_at_most_its_room_whatever_the_labs_in_it() {
     let tx = connection.transaction().unwrap();
     let written = write_batch(&tx, &batch(), &mut commit_room()).unwrap();
     tx.commit().unwrap();
-    assert_eq!(written, Written { rows: 1 + 40 + 1, keys_named: true });
+    assert_eq!((written.rows, written.named.all), (1 + 40 + 1, true));
 }
 
 /// The rows a commit may name, as the writer gives each commit.
@@ -352,7 +365,7 @@ fn a_lab_whose_rows_are_named_reads_back_named_and_a_reset_unnames_it() {
     // The lab writes its row unnamed while it names; the store sets it with the last row.
     let (keys, naming) = (vec![applied_key("b", 1, 2)], KeyNaming::NameAll);
     let written = write_row(&mut connection, RecordChanges { keys, naming, ..Default::default() }, false);
-    assert!(written.keys_named);
+    assert!(written.named.all);
     assert_eq!(naming_read_back(&connection), (true, KeyNaming::Named));
     // A reset deletes every key row; the lab holds its keys again, and writes them unnamed.
     write_row(&mut connection, RecordChanges { cleared: true, ..Default::default() }, false);

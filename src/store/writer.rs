@@ -137,7 +137,7 @@ fn write_loop(connection: &mut Connection, writer: &Writer, outage: &mut Outage)
                     }
                     for ((lab, batch), outcome) in batches.into_iter().zip(outcomes) {
                         match outcome {
-                            Ok(written) => lab.committed(batch.upto, written.keys_named),
+                            Ok(written) => lab.committed(batch.upto, written.named),
                             Err(_) => lab.failed(batch), // only its own rows come back
                         }
                     }
