@@ -60,9 +60,9 @@ pub const KEYS_NAMED_PER_BATCH: usize = 256;
 /// scattered among the other labs' (the table is in the order keys were applied), so each row
 /// named changes a page of its own, held in memory until the commit (`cache_spill` off) and
 /// then written to the log. When 100 labs passed the bound together and each named all its
-/// rows in one go, the writer's commits gathered every lab's naming: RSS up by about 25 MiB,
-/// and commits down from about 1,000 to about 100 a second for 20 s. A chunk a batch and this
-/// bound a commit took about 10 MiB off that peak (BENCHMARKS.md, session 26).
+/// rows in one go, the commits slowed and each gathered more labs' naming: RSS rose 13 MiB
+/// (71 to 84). Named in chunks, 7 (71 to 78); the writer's work is the same (BENCHMARKS.md,
+/// session 26).
 pub const KEYS_NAMED_PER_COMMIT: usize = 1024;
 
 /// What a batch wrote.
