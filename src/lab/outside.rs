@@ -9,8 +9,9 @@ use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Spoken, 
 use crate::events::Event;
 
 /// Pages hear of refused outside requests at most this often, in lab ms. A caller past a bound
-/// is most often a client in a loop, and an event for each of its requests cost the endpoint
-/// more than the request itself (BENCHMARKS.md, "Session 26"). The counts lose nothing: what
+/// is most often a client in a loop, and an event for each of its requests (its JSON, its room
+/// in the event window) tells a page nothing the next one will not: about 2 % of the server's
+/// CPU on repeats past the bound (BENCHMARKS.md, "Session 26"). The counts lose nothing: what
 /// was held back goes with the next load tick (`Lab::publish_load`), counted as it is then.
 pub(super) const UNTRACKED_EVERY_MS: u64 = 250;
 
