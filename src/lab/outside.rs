@@ -8,11 +8,12 @@ use super::{Lab, LabState};
 use crate::callers::{Bounds, CallerName, CallerReport, Ending, Refusal, Spoken, Ticket, Untracked, report};
 use crate::events::Event;
 
-/// Pages hear of refused outside requests at most this often, in lab ms. A caller past a bound
-/// is most often a client in a loop, and an event for each of its requests (its JSON, its room
-/// in the event window) tells a page nothing the next one will not: about 2 % of the server's
-/// CPU on repeats past the bound (BENCHMARKS.md, "Session 26"). The counts lose nothing: what
-/// was held back goes with the next load tick (`Lab::publish_load`), counted as it is then.
+/// A refused outside request is said at once only if none was said this long before, in lab
+/// ms; those that come sooner are gathered and said with the next load tick
+/// (`Lab::publish_load`, every 250 ms), counted as they are then. A caller past a bound is
+/// most often a client in a loop, and an event for each of its requests (its JSON, its room in
+/// the event window) tells a page nothing the next one will not: about 2 % of the server's CPU
+/// on repeats past the bound (BENCHMARKS.md, "Session 26").
 pub(super) const UNTRACKED_EVERY_MS: u64 = 250;
 
 /// The last `outside_untracked` event sent, and the one held back since.

@@ -53,7 +53,8 @@ pub struct LoadedLab {
 }
 
 /// A lab past `--cold-keys-per-lab` names its unnamed key rows this many at a time, a chunk
-/// with each batch, until a batch finds fewer (`KeyNaming::NameAll`).
+/// with each batch, until a batch finds fewer than the commit let it name
+/// (`KeyNaming::NameAll`).
 pub const KEYS_NAMED_PER_BATCH: usize = 256;
 
 /// And a commit names at most this many rows, whatever the labs in it. A lab's key rows lie

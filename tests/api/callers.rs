@@ -13,7 +13,7 @@ use retrylab::config::{Config, Limits};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, post_as};
 
 /// How a test client retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,19 +365,6 @@ async fn a_caller_name_with_invisible_or_reordering_characters_is_refused() {
     }
     let named = post_as(&app, &lab, Some("caf\u{e9} billing"), "k2").await;
     assert_eq!(named.status(), StatusCode::OK, "letters beyond ASCII are fine");
-}
-
-async fn post_as(app: &TestApp, lab: &str, name: Option<&str>, key: &str) -> reqwest::Response {
-    let mut request = app
-        .client
-        .post(app.url(&format!("/labs/{lab}/downstream")))
-        .header("Idempotency-Key", key)
-        .header("Content-Type", "application/json")
-        .body("{}");
-    if let Some(name) = name {
-        request = request.header("X-Client-Name", name);
-    }
-    request.send().await.unwrap()
 }
 
 fn outside(snapshot: &Value) -> &Vec<Value> {

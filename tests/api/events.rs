@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, post_as};
 use retrylab::config::Limits;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -280,16 +280,7 @@ async fn refusals_of_a_caller_in_a_loop_are_said_at_most_every_quarter_second_an
     let sent = std::time::Instant::now();
     const REQUESTS: u64 = 40;
     for _ in 0..REQUESTS {
-        let answer = app
-            .client
-            .post(app.url(&format!("/labs/{lab}/downstream")))
-            .header("Idempotency-Key", "looped")
-            .header("X-Client-Name", "looper")
-            .header("Content-Type", "application/json")
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
+        let answer = post_as(&app, &lab, Some("looper"), "looped").await;
         assert_eq!(answer.status(), 200, "a refused attempt is still answered");
     }
     let elapsed_ms = sent.elapsed().as_millis() as u64;

@@ -144,6 +144,20 @@ pub fn fresh_db() -> std::path::PathBuf {
 /// measure the machine. Hold it for the whole run.
 pub static OPEN_SYSTEM_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Sends `{}` with `key` to the lab's endpoint, as the caller `name` (`X-Client-Name`) if any.
+pub async fn post_as(app: &TestApp, lab: &str, name: Option<&str>, key: &str) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/labs/{lab}/downstream")))
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/json")
+        .body("{}");
+    if let Some(name) = name {
+        request = request.header("X-Client-Name", name);
+    }
+    request.send().await.unwrap()
+}
+
 pub fn counter(snapshot: &Value, name: &str) -> u64 {
     snapshot["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name}"))
 }
