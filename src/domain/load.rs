@@ -8,6 +8,7 @@
 //! (`width_ms`), up to an hour of them. Memory and the snapshot then stop growing with the
 //! run's length after five minutes but for one small bin per 10 s.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -364,67 +365,210 @@ pub enum Answer {
     TimedOut,
 }
 
-/// The bins by start, in a sorted deque: nearly every bin is added after the newest, and old
-/// ones leave from the front, so a deque does what a B-tree would at 24 bytes a bin against
-/// the tree's 121 (its nodes' keys, links and the room they keep).
+/// Fine bins are packed (`Block`) once their 10 s span ended this long ago, in lab ms: a bin
+/// still changes while the requests that arrived in it are answered, and one changed after it
+/// was packed unpacks its block for good.
+const PACK_AFTER_MS: u64 = 20_000;
+/// The fine bins a block can hold: those of one coarse bin's span.
+const SLOTS: u32 = (COARSE_BIN_MS / BIN_MS) as u32;
+/// In a packed bin's first byte: its counts are those of the bin before it in the block.
+const SAME: u8 = 0x80;
+
+/// The fine bins of one 10 s span, packed into bytes. A busy lab holds five minutes of fine
+/// bins, 3,000, and at 24 bytes each they were the largest thing it held after its settled
+/// messages. Packed, a bin is one byte (its slot in the span, and whether its counts are the
+/// previous bin's, as they mostly are under steady traffic) and, when they are not, a 16-bit
+/// mask of its counts that are not zero, then each of those in a byte. Only a fine bin with
+/// nothing in the box packs (every count below 256, none of the rare parts); a span with any
+/// other bin stays whole.
+#[derive(Debug)]
+struct Block {
+    /// The span's first slot, in units of `BIN_MS` (a multiple of `SLOTS`).
+    first: u32,
+    /// How many bins it holds.
+    count: u8,
+    bytes: Box<[u8]>,
+}
+
+impl Block {
+    fn packs(bin: &Bin) -> bool {
+        bin.width == FINE && bin.rare.is_none()
+    }
+
+    /// `bins` (in order, each in the span that starts at `first`, each one that `packs`).
+    fn pack(first: u32, bins: &[Bin]) -> Block {
+        let mut bytes = Vec::with_capacity(bins.len() * 2);
+        let mut previous: Option<&[u8; COUNTS]> = None;
+        for bin in bins {
+            let slot = (bin.at - first) as u8;
+            if previous == Some(&bin.low) {
+                bytes.push(slot | SAME);
+                continue;
+            }
+            bytes.push(slot);
+            let mask = bin.low.iter().enumerate().fold(0u16, |mask, (i, n)| mask | u16::from(*n != 0) << i);
+            bytes.extend(mask.to_le_bytes());
+            bytes.extend(bin.low.iter().filter(|n| **n != 0));
+            previous = Some(&bin.low);
+        }
+        Block { first, count: bins.len() as u8, bytes: bytes.into_boxed_slice() }
+    }
+
+    /// The bins, in order.
+    fn bins(&self) -> impl Iterator<Item = Bin> + '_ {
+        let (mut bytes, mut low) = (self.bytes.iter().copied(), [0u8; COUNTS]);
+        std::iter::from_fn(move || {
+            let head = bytes.next()?;
+            if head & SAME == 0 {
+                let mask = u16::from_le_bytes([bytes.next()?, bytes.next()?]);
+                for (i, n) in low.iter_mut().enumerate() {
+                    *n = if mask & 1 << i != 0 { bytes.next().unwrap_or(0) } else { 0 };
+                }
+            }
+            Some(Bin { at: self.first + u32::from(head & !SAME), low, width: FINE, rare: None })
+        })
+    }
+
+    fn get(&self, at: u32) -> Option<Bin> {
+        self.bins().find(|bin| bin.at == at)
+    }
+}
+
+/// The bins by start: nearly every bin is added after the newest, and old ones leave from the
+/// front, so a sorted deque does what a B-tree would at 24 bytes a bin against the tree's 121
+/// (its nodes' keys, links and the room they keep). Fine bins older than `PACK_AFTER_MS` are
+/// packed in blocks (`Block`), in a deque of their own; no whole bin falls in a block's span.
 #[derive(Debug, Default)]
-struct Bins(VecDeque<Bin>);
+struct Bins {
+    whole: VecDeque<Bin>,
+    packed: VecDeque<Block>,
+    /// The bins in `packed`.
+    in_blocks: usize,
+}
 
 impl Bins {
     fn at(&self, t_ms: u64) -> Result<usize, usize> {
-        self.0.binary_search_by_key(&at(t_ms), |bin| bin.at)
+        self.whole.binary_search_by_key(&at(t_ms), |bin| bin.at)
     }
 
-    fn get(&self, t_ms: &u64) -> Option<&Bin> {
-        self.at(*t_ms).ok().map(|i| &self.0[i])
+    /// The block whose span holds the bin at `t_ms`.
+    fn block(&self, t_ms: u64) -> Option<usize> {
+        let at = at(t_ms);
+        self.packed.binary_search_by_key(&(at - at % SLOTS), |block| block.first).ok()
+    }
+
+    fn get(&self, t_ms: &u64) -> Option<Cow<'_, Bin>> {
+        match self.at(*t_ms) {
+            Ok(i) => Some(Cow::Borrowed(&self.whole[i])),
+            Err(_) => self.packed[self.block(*t_ms)?].get(at(*t_ms)).map(Cow::Owned),
+        }
     }
 
     fn contains_key(&self, t_ms: &u64) -> bool {
-        self.at(*t_ms).is_ok()
+        self.get(t_ms).is_some()
     }
 
     fn len(&self) -> usize {
-        self.0.len()
+        self.whole.len() + self.in_blocks
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Bin> {
-        self.0.iter()
-    }
-
-    fn range(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = &Bin> {
-        let from = self.at(range.start).unwrap_or_else(|i| i);
-        self.0.range(from..).take_while(move |bin| bin.t_ms() < range.end)
+    /// Every bin, in order; a packed one unpacked as it is read.
+    fn iter(&self) -> impl Iterator<Item = Cow<'_, Bin>> {
+        let mut whole = self.whole.iter().peekable();
+        let mut packed = self.packed.iter().flat_map(Block::bins).peekable();
+        std::iter::from_fn(move || match (whole.peek(), packed.peek()) {
+            (Some(w), Some(p)) if p.at < w.at => packed.next().map(Cow::Owned),
+            (Some(_), _) => whole.next().map(Cow::Borrowed),
+            (None, _) => packed.next().map(Cow::Owned),
+        })
     }
 
     fn pop_first(&mut self) -> Option<Bin> {
-        self.0.pop_front()
+        if let Some(block) = self.packed.front()
+            && self.whole.front().is_none_or(|bin| block.first < bin.at)
+        {
+            self.unpack(0);
+        }
+        self.whole.pop_front()
     }
 
-    fn remove(&mut self, t_ms: &u64) -> Option<Bin> {
-        let i = self.at(*t_ms).ok()?;
-        self.0.remove(i)
-    }
-
-    /// The bin at `t_ms`, made by `new` when there is none.
+    /// The bin at `t_ms`, made by `new` when there is none. A bin in a block unpacks the block.
     fn get_or_insert_with(&mut self, t_ms: u64, new: impl FnOnce() -> Bin) -> &mut Bin {
+        if let Some(block) = self.block(t_ms) {
+            self.unpack(block);
+        }
         let i = match self.at(t_ms) {
             Ok(i) => i,
             Err(i) => {
-                // Grown by an eighth, not doubled: a busy lab holds about `MAX_BINS` bins for
-                // as long as it runs, and a doubled deque would keep room for 4,096.
-                if self.0.len() == self.0.capacity() {
-                    self.0.reserve_exact((self.0.len() / 8).max(64));
+                // Grown by an eighth, not doubled: a busy lab holds its newest bins whole for as
+                // long as it runs, and a doubled deque would keep room for twice as many.
+                if self.whole.len() == self.whole.capacity() {
+                    self.whole.reserve_exact((self.whole.len() / 8).max(64));
                 }
-                self.0.insert(i, Bin { at: at(t_ms), ..new() });
+                self.whole.insert(i, Bin { at: at(t_ms), ..new() });
                 i
             }
         };
-        &mut self.0[i]
+        &mut self.whole[i]
+    }
+
+    /// Puts block `i`'s bins back among the whole ones.
+    fn unpack(&mut self, i: usize) {
+        let Some(block) = self.packed.remove(i) else { return };
+        self.in_blocks -= usize::from(block.count);
+        let from = self.whole.partition_point(|bin| bin.at < block.first);
+        let after = self.whole.split_off(from);
+        self.whole.extend(block.bins());
+        self.whole.extend(after);
+    }
+
+    /// Packs the whole fine bins of each span that starts in `from..until` (units of `BIN_MS`)
+    /// where all of them pack.
+    fn pack(&mut self, from: u32, until: u32) {
+        let mut i = self.whole.partition_point(|bin| bin.at < from);
+        while let Some(first) =
+            self.whole.get(i).map(|bin| bin.at - bin.at % SLOTS).filter(|first| *first < until)
+        {
+            let end = i + self.whole.range(i..).take_while(|bin| bin.at < first + SLOTS).count();
+            if self.whole.range(i..end).all(Block::packs) {
+                let bins: Vec<Bin> = self.whole.drain(i..end).collect();
+                let block = Block::pack(first, &bins);
+                self.in_blocks += bins.len();
+                let at = self.packed.partition_point(|block| block.first < first);
+                self.packed.insert(at, block);
+            } else {
+                i = end;
+            }
+        }
+    }
+
+    /// Takes out the fine bins that start in `from..until` (units of `BIN_MS`), in order.
+    fn take_fine(&mut self, from: u32, until: u32) -> Vec<Bin> {
+        let mut taken = Vec::new();
+        while let Some(block) = self.packed.front().filter(|block| block.first < until) {
+            if block.first < from || block.first + SLOTS > until {
+                // A span the range cuts (bins read back from the store at an odd width).
+                self.unpack(0);
+                continue;
+            }
+            taken.extend(block.bins());
+            self.in_blocks -= usize::from(block.count);
+            self.packed.pop_front();
+        }
+        let lo = self.whole.partition_point(|bin| bin.at < from);
+        let hi = self.whole.partition_point(|bin| bin.at < until);
+        let (fine, other): (Vec<Bin>, Vec<Bin>) = self.whole.drain(lo..hi).partition(|bin| bin.width == FINE);
+        for (n, bin) in other.into_iter().enumerate() {
+            self.whole.insert(lo + n, bin);
+        }
+        taken.extend(fine);
+        taken.sort_by_key(|bin| bin.at);
+        taken
     }
 
     fn clear(&mut self) {
         // A reset lab gives the room back, as an empty one has none.
-        self.0 = VecDeque::new();
+        *self = Bins::default();
     }
 }
 
@@ -433,7 +577,7 @@ impl FromIterator<Bin> for Bins {
         let mut bins: Vec<Bin> = iter.into_iter().collect();
         bins.sort_by_key(|bin| bin.at);
         bins.dedup_by_key(|bin| bin.at);
-        Bins(bins.into())
+        Bins { whole: bins.into(), ..Default::default() }
     }
 }
 
@@ -451,6 +595,8 @@ pub struct Load {
     coarsened: Option<(u64, u64)>,
     /// Every bin that starts before this is coarse.
     fine_from_ms: u64,
+    /// The fine bins of the spans before this were packed, or left whole for good.
+    pack_from_ms: u64,
     in_process: u64,
 }
 
@@ -591,7 +737,7 @@ impl Load {
     }
 
     pub fn bins(&self) -> Vec<LoadBin> {
-        self.bins.iter().map(Bin::shown).collect()
+        self.bins.iter().map(|bin| bin.shown()).collect()
     }
 
     /// Whether a bin changed since the last `take_changed` (the next `load` event's).
@@ -613,6 +759,7 @@ impl Load {
         self.dropped_before = None;
         self.coarsened = None;
         self.fine_from_ms = 0;
+        self.pack_from_ms = 0;
     }
 
     /// The start and width of the bin `at_ms` falls in. An answer can come for a request that
@@ -640,8 +787,20 @@ impl Load {
         }
     }
 
+    /// Packs the fine bins of the spans that ended `PACK_AFTER_MS` before `at_ms`.
+    fn pack_before(&mut self, at_ms: u64) {
+        let until = at_ms.saturating_sub(PACK_AFTER_MS);
+        let until = until - until % COARSE_BIN_MS;
+        if until > self.pack_from_ms {
+            let from = self.pack_from_ms.max(self.fine_from_ms);
+            self.pack_from_ms = until;
+            self.bins.pack(at(from), at(until));
+        }
+    }
+
     fn bin(&mut self, at_ms: u64) -> &mut Bin {
         self.coarsen_before(at_ms);
+        self.pack_before(at_ms);
         let (t_ms, width_ms) = self.place(at_ms);
         self.changed.insert(t_ms);
         self.unsaved.insert(t_ms);
@@ -660,13 +819,12 @@ impl Load {
     fn coarsen(&mut self, until_ms: u64) {
         let from = self.fine_from_ms;
         self.fine_from_ms = until_ms;
-        let fine: Vec<u64> =
-            self.bins.range(from..until_ms).filter(|bin| bin.width == FINE).map(Bin::t_ms).collect();
+        let fine = self.bins.take_fine(at(from), at(until_ms));
         if fine.is_empty() {
             return;
         }
-        for t in fine {
-            let Some(bin) = self.bins.remove(&t) else { continue };
+        for bin in fine {
+            let t = bin.t_ms();
             self.changed.remove(&t);
             self.unsaved.remove(&t);
             let start = t - t % COARSE_BIN_MS;
@@ -787,6 +945,83 @@ mod tests {
         assert_eq!(bins[2].wasted, 1);
         assert_eq!(load.take_changed().len(), 3);
         assert!(load.take_changed().is_empty(), "taken once");
+    }
+
+    #[test]
+    fn fine_bins_are_packed_past_twenty_seconds_and_read_back_as_they_were() {
+        use rand::rngs::StdRng;
+        use rand::{RngExt, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(7);
+        // A coarse bin, then 60 s of fine bins: some slots empty, most alike, the rest of any
+        // counts below 256, and one bin in the span at 30 s with a rare part (that span stays
+        // whole).
+        let mut bins = vec![Bin::held(LoadBin {
+            t_ms: 0,
+            width_ms: COARSE_BIN_MS,
+            requests: 900,
+            ..Default::default()
+        })];
+        let mut low = [1u8; COUNTS];
+        for slot in (100..700).filter(|slot| slot % 7 != 3) {
+            if rng.random_range(0..4) == 0 {
+                low = std::array::from_fn(|_| {
+                    if rng.random_range(0..3) == 0 { 0 } else { rng.random_range(1..=255) }
+                });
+            }
+            bins.push(Bin { at: slot, low, width: FINE, rare: None });
+        }
+        let mut limited = Bin { at: 345, ..Default::default() };
+        limited.rare().limit = Some(3);
+        bins.retain(|bin| bin.at != 345);
+        bins.push(limited);
+        let mut held: Bins = bins.into_iter().collect();
+        let before: Vec<LoadBin> = held.iter().map(|bin| bin.shown()).collect();
+        held.pack(at(10_000), at(70_000));
+        assert_eq!(
+            held.packed.iter().map(|block| block.first).collect::<Vec<_>>(),
+            [100, 200, 400, 500, 600]
+        );
+        assert_eq!(
+            (held.whole.len(), held.len()),
+            (1 + 86, before.len()),
+            "the coarse bin and the span at 30 s"
+        );
+        let after: Vec<LoadBin> = held.iter().map(|bin| bin.shown()).collect();
+        assert_eq!(after, before, "every bin reads back as it was, in order");
+        let bytes: usize = held.packed.iter().map(|block| block.bytes.len()).sum();
+        assert!(bytes < 8 * held.in_blocks, "{bytes} bytes for {} bins", held.in_blocks);
+        assert_eq!(
+            held.get(&41_000).map(|bin| bin.shown()),
+            before.iter().find(|b| b.t_ms == 41_000).cloned()
+        );
+        assert!(held.get(&40_200).is_none() && !held.contains_key(&40_200), "an empty slot");
+
+        // A bin changed after it was packed unpacks its block, and only that one.
+        let wasted = held.get(&52_300).unwrap().get(Count::Wasted);
+        held.get_or_insert_with(52_300, Bin::default).add(Count::Wasted, 2);
+        assert_eq!(held.packed.iter().map(|block| block.first).collect::<Vec<_>>(), [100, 200, 400, 600]);
+        assert_eq!(held.get(&52_300).unwrap().get(Count::Wasted), wasted + 2);
+        assert_eq!(held.len(), before.len());
+
+        // Summing takes the packed bins and the whole ones alike, in order.
+        let taken = held.take_fine(at(10_000), at(30_000));
+        assert_eq!(taken.len(), before.iter().filter(|b| (10_000..30_000).contains(&b.t_ms)).count());
+        assert!(taken.windows(2).all(|pair| pair[0].at < pair[1].at));
+        assert_eq!(held.packed.front().map(|block| block.first), Some(400));
+        assert_eq!(held.pop_first().map(|bin| bin.t_ms()), Some(0), "the coarse bin is the oldest");
+        assert_eq!(held.pop_first().map(|bin| bin.t_ms()), Some(30_000));
+    }
+
+    #[test]
+    fn steady_load_holds_its_fine_bins_packed_in_a_few_bytes_each() {
+        let mut load = Load::default();
+        steady(&mut load, FINE_FOR_MS + 60_000);
+        let (whole, blocks) = (load.bins.whole.len(), load.bins.in_blocks);
+        let bytes: usize = load.bins.packed.iter().map(|block| block.bytes.len()).sum();
+        // Coarse bins for the first minute, 20 to 30 s of fine bins whole, the rest packed.
+        assert!((5 + 200..=5 + 300).contains(&whole), "{whole} whole");
+        assert_eq!(whole + blocks, 5 + 3_100, "{blocks} packed");
+        assert!(bytes <= 2 * blocks, "{bytes} bytes for {blocks} bins");
     }
 
     /// One request every 50 ms for `until_ms`, each answered 200, and a message offered each.
