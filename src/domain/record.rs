@@ -13,7 +13,7 @@ use super::marker::{Marker, Markers};
 use super::message::{
     Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, ResumePoint, WaitRecord, saturate,
 };
-use super::packed::Packed;
+use super::packed::{Packed, PackedList};
 use super::to_json;
 use crate::retry::Wait;
 
@@ -89,7 +89,7 @@ pub struct LabRecord {
     messages: Vec<Message>,
     /// Delivered messages that fit in a `Packed`, in the order of their ids: a message is in
     /// one of the two lists, never both.
-    packed: Vec<Packed>,
+    packed: PackedList,
     /// Deliveries since the last pass that packed them.
     delivered_since_pack: u32,
     next_message_id: u64,
@@ -124,7 +124,7 @@ impl LabRecord {
 
     /// Swaps in messages as the store holds them (after a client crash).
     pub fn replace_messages(&mut self, messages: Vec<Message>) {
-        (self.messages, self.packed) = (Vec::new(), Vec::new());
+        (self.messages, self.packed) = (Vec::new(), PackedList::default());
         self.put_back(messages);
     }
 
@@ -154,16 +154,7 @@ impl LabRecord {
             // The room a burst took, once it is delivered.
             shrink(&mut self.messages);
         }
-        let Some(first) = fresh.first() else { return };
-        let in_order = self.packed.last().is_none_or(|last| last.id() < first.id());
-        if self.packed.capacity() - self.packed.len() < fresh.len() {
-            self.packed.reserve_exact(fresh.len().max(self.packed.len() / 8));
-        }
         self.packed.extend(fresh);
-        if !in_order {
-            // A message delivered after later ones were packed (a slow first attempt).
-            self.packed.sort_unstable_by_key(Packed::id);
-        }
     }
 
     /// The messages' counters; `quarantined` comes from the dead-letter queue. The endpoint's
@@ -215,13 +206,8 @@ impl LabRecord {
     pub fn message(&self, id: u64) -> Option<Cow<'_, Message>> {
         match self.messages.binary_search_by_key(&id, |m| m.id) {
             Ok(i) => Some(Cow::Borrowed(&self.messages[i])),
-            Err(_) => self.packed(id).map(|i| Cow::Owned(self.packed[i].unpack())),
+            Err(_) => self.packed.get(id).map(|p| Cow::Owned(p.unpack())),
         }
-    }
-
-    /// Where message `id` is in `packed`, if it is.
-    fn packed(&self, id: u64) -> Option<usize> {
-        self.packed.binary_search_by_key(&id, Packed::id).ok()
     }
 
     /// Messages still owed a delivery: queued, in flight or backing off.
@@ -443,7 +429,6 @@ impl LabRecord {
         self.messages.retain(|m| !gone.contains(&m.id));
         self.packed.retain(|p| !gone.contains(&p.id()));
         shrink(&mut self.messages);
-        shrink(&mut self.packed);
         self.recount();
         self.dirty.messages.extend(gone);
     }
@@ -481,7 +466,7 @@ impl LabRecord {
     /// after thousands of messages costs what an empty one does, not what it held at its peak.
     pub fn reset(&mut self) {
         self.messages = Vec::new();
-        self.packed = Vec::new();
+        self.packed = PackedList::default();
         self.delivered_since_pack = 0;
         self.by_state = [0; STATES];
         self.load.clear();
@@ -525,7 +510,7 @@ impl LabRecord {
         let i = match self.messages.binary_search_by_key(&id, |m| m.id) {
             Ok(i) => i,
             Err(i) => {
-                let packed = self.packed.remove(self.packed(id)?);
+                let packed = self.packed.remove(id)?;
                 self.messages.insert(i, packed.unpack());
                 i
             }
