@@ -141,8 +141,9 @@ impl Default for LoadBin {
 /// defences' drops, an odd width read from the store, and the upper bits of a count that outgrew
 /// its lower 8 (a fine bin past 255 requests, or 2,550 a second). A count is 32 bits in all and
 /// saturates there (a 10 s bin would need 400 million requests a second). A `LoadBin` is 216
-/// bytes; a busy lab holds 3,000 fine bins (five minutes) and up to 360 coarse ones, and at 10
-/// messages a second no count of a fine bin needs the box.
+/// bytes; a busy lab holds 3,000 fine bins (five minutes, all but the last 20 s of them packed
+/// in `Block`s) and up to 360 coarse ones, and at 10 messages a second no count of a fine bin
+/// needs the box.
 /// (A bin with its start was 40 bytes; two servers of 100 busy labs side by side differed by
 /// about 1.6 MiB after five minutes, less than the 5 MiB the sizes promise: BENCHMARKS.md,
 /// "Session 23".)
