@@ -118,6 +118,8 @@ struct Run {
     bytes: Box<[u8]>,
 }
 
+/// Writes `n` in 7-bit groups, the lowest first, each byte's top bit saying another follows
+/// (LEB128): a number below 128 takes one byte.
 fn put(bytes: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         bytes.push(n as u8 | 0x80);
@@ -126,6 +128,7 @@ fn put(bytes: &mut Vec<u8>, mut n: u64) {
     bytes.push(n as u8);
 }
 
+/// Reads a number `put` wrote; `None` past the end.
 fn take(bytes: &mut impl Iterator<Item = u8>) -> Option<u64> {
     let mut n = 0u64;
     for shift in (0..64).step_by(7) {
