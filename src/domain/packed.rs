@@ -95,8 +95,8 @@ const OUTCOMES: [Outcome; 7] = [
 /// In a packed message's tag byte, beside its outcome's code (the low 3 bits).
 const REPLAYED: u8 = 1 << 3;
 const STATUS_200: u8 = 1 << 4;
-/// The most messages a run is made with.
-const RUN: usize = 64;
+/// The most messages a run is made with: a pass's worth.
+const RUN: usize = super::record::PACK_EVERY as usize;
 
 /// Packed messages in order of their ids, a pass's worth (`PACK_EVERY`, 64) to a run of
 /// bytes: a `Packed` is 36 bytes, and the list it sat in kept an eighth more room. In a run,
@@ -220,13 +220,13 @@ impl PackedList {
         let mut packed: Vec<Packed> = self.runs[i].packed().collect();
         let at = packed.iter().position(|p| p.id() == id)?;
         let gone = packed.remove(at);
-        self.replace(i, &packed);
+        self.replace(i, packed.len() + 1, &packed);
         Some(gone)
     }
 
-    /// Run `i` holds `packed` now (none: it goes).
-    fn replace(&mut self, i: usize, packed: &[Packed]) {
-        self.len = self.len + packed.len() - self.runs[i].packed().count();
+    /// Run `i`, which held `was` messages, holds `packed` now (none: it goes).
+    fn replace(&mut self, i: usize, was: usize, packed: &[Packed]) {
+        self.len = self.len + packed.len() - was;
         if packed.is_empty() {
             self.runs.remove(i);
         } else {
@@ -273,7 +273,7 @@ impl PackedList {
                 i += 1;
                 continue;
             }
-            self.replace(i, &kept);
+            self.replace(i, packed.len(), &kept);
             if !kept.is_empty() {
                 i += 1;
             }

@@ -20,7 +20,7 @@ use crate::retry::Wait;
 const STATES: usize = MessageState::COUNT;
 /// Delivered messages are packed this many at a time: moving each out of the list as it is
 /// delivered would shift the rest of a burst of thousands along, once per delivery.
-const PACK_EVERY: u32 = 64;
+pub(super) const PACK_EVERY: u32 = 64;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counters {
