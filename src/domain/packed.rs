@@ -6,8 +6,12 @@
 //! answered. Everything else is known from "delivered by its first attempt". A message that
 //! does not fit (retried, waited, refused, replayed from the dead-letter queue, a key that is
 //! not a UUID, a number past 32 bits) stays a `Message`. The lab holds its packed messages
-//! in runs of bytes (`PackedList`), each written against the one before it: about 23 bytes a
+//! in runs of bytes (`PackedList`), each written against the one before it, and a key the list
+//! made from the message's id (`KeyMaker`) is made again rather than kept: about 7 bytes a
 //! message under steady traffic.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
 
 use super::message::{Attempt, Attempts, Message, MessageKey, MessageState, Outcome};
 
@@ -95,6 +99,9 @@ const OUTCOMES: [Outcome; 7] = [
 /// In a packed message's tag byte, beside its outcome's code (the low 3 bits).
 const REPLAYED: u8 = 1 << 3;
 const STATUS_200: u8 = 1 << 4;
+/// The key is the one the list made for the message's id (`KeyMaker`): its 16 bytes are not
+/// written.
+const KEY_MADE: u8 = 1 << 5;
 /// The most messages a run is made with: a pass's worth.
 const RUN: usize = super::record::PACK_EVERY as usize;
 
@@ -103,12 +110,37 @@ const RUN: usize = super::record::PACK_EVERY as usize;
 /// each message is written against the one before it: its id and when it was made as the
 /// steps from that one's (a byte or two each under steady traffic), its attempt's start and
 /// length as they are, in as few bytes as they need, one byte for its outcome and whether it was
-/// a replay (and whether its status is 200, else the status follows), and its key's 16 bytes.
-/// About 23 bytes a message under steady traffic.
+/// a replay (and whether its status is 200, else the status follows), and its key's 16 bytes,
+/// unless the list made it (`KeyMaker`). About 7 bytes a message under steady traffic.
 #[derive(Debug, Default)]
 pub(super) struct PackedList {
     runs: Vec<Run>,
     len: usize,
+    keys: KeyMaker,
+}
+
+/// The idempotency keys of a lab's own messages, each made from the message's id and a number
+/// drawn for the list, by SipHash under two keys drawn when the process starts: UUIDs of
+/// version 4 like those drawn at random, as unlikely to meet, and not to be foreseen by anyone
+/// without the process's secrets. A key made so need not be kept once its message is packed: it is made again from
+/// the id. A key made otherwise (by an earlier process, read back from the store) keeps its
+/// 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeyMaker(u64);
+
+impl Default for KeyMaker {
+    fn default() -> Self {
+        KeyMaker(rand::random())
+    }
+}
+
+impl KeyMaker {
+    pub(super) fn key(self, id: u64) -> uuid::Uuid {
+        static HASHERS: OnceLock<[RandomState; 2]> = OnceLock::new();
+        let [a, b] = HASHERS.get_or_init(|| [RandomState::new(), RandomState::new()]);
+        let bits = u128::from(a.hash_one((self.0, id))) << 64 | u128::from(b.hash_one((self.0, id)));
+        uuid::Builder::from_random_bytes(bits.to_be_bytes()).into_uuid()
+    }
 }
 
 #[derive(Debug)]
@@ -143,7 +175,7 @@ fn take(bytes: &mut impl Iterator<Item = u8>) -> Option<u64> {
 
 impl Run {
     /// `packed`, in order of their ids.
-    fn of(packed: &[Packed]) -> Run {
+    fn of(packed: &[Packed], keys: KeyMaker) -> Run {
         let mut bytes = Vec::with_capacity(packed.len() * 24);
         let (mut id, mut created) = (packed[0].id, 0u32);
         for p in packed {
@@ -157,18 +189,21 @@ impl Run {
             let outcome =
                 p.outcome.map_or(0, |o| OUTCOMES.iter().position(|x| *x == o).map_or(0, |i| i as u8 + 1));
             let status_200 = if p.status == 200 { STATUS_200 } else { 0 };
-            bytes.push(outcome | if p.replayed { REPLAYED } else { 0 } | status_200);
+            let made = if p.key == keys.key(p.id()) { KEY_MADE } else { 0 };
+            bytes.push(outcome | if p.replayed { REPLAYED } else { 0 } | status_200 | made);
             if status_200 == 0 {
                 put(&mut bytes, u64::from(p.status));
             }
-            bytes.extend_from_slice(p.key.as_bytes());
+            if made == 0 {
+                bytes.extend_from_slice(p.key.as_bytes());
+            }
             (id, created) = (p.id, p.created_ms);
         }
         Run { first: packed[0].id, last: packed[packed.len() - 1].id, bytes: bytes.into_boxed_slice() }
     }
 
     /// The messages, in order.
-    fn packed(&self) -> impl Iterator<Item = Packed> + '_ {
+    fn packed(&self, keys: KeyMaker) -> impl Iterator<Item = Packed> + '_ {
         let mut bytes = self.bytes.iter().copied();
         let (mut id, mut created) = (self.first, 0u32);
         std::iter::from_fn(move || {
@@ -179,13 +214,17 @@ impl Run {
             let duration_ms = take(&mut bytes)? as u32;
             let tag = bytes.next()?;
             let status = if tag & STATUS_200 != 0 { 200 } else { take(&mut bytes)? as u16 };
-            let key: [u8; 16] = std::array::from_fn(|_| bytes.next().unwrap_or(0));
+            let key = if tag & KEY_MADE != 0 {
+                keys.key(u64::from(id))
+            } else {
+                uuid::Uuid::from_bytes(std::array::from_fn(|_| bytes.next().unwrap_or(0)))
+            };
             Some(Packed {
                 id,
                 created_ms: created,
                 started_after_ms,
                 duration_ms,
-                key: uuid::Uuid::from_bytes(key),
+                key,
                 status,
                 outcome: OUTCOMES.get(usize::from(tag & 7).wrapping_sub(1)).copied(),
                 replayed: tag & REPLAYED != 0,
@@ -195,13 +234,23 @@ impl Run {
 }
 
 impl PackedList {
+    /// An empty list that makes keys as `keys` does.
+    pub(super) fn with_keys(keys: KeyMaker) -> PackedList {
+        PackedList { keys, ..Default::default() }
+    }
+
+    /// What makes the keys of the messages this list will hold.
+    pub(super) fn keys(&self) -> KeyMaker {
+        self.keys
+    }
+
     pub(super) fn len(&self) -> usize {
         self.len
     }
 
     /// Every message, in order of their ids.
     pub(super) fn iter(&self) -> impl Iterator<Item = Packed> + '_ {
-        self.runs.iter().flat_map(Run::packed)
+        self.runs.iter().flat_map(|run| run.packed(self.keys))
     }
 
     /// The run that may hold `id`.
@@ -212,12 +261,12 @@ impl PackedList {
     }
 
     pub(super) fn get(&self, id: u64) -> Option<Packed> {
-        self.runs[self.run(id)?].packed().find(|p| p.id() == id)
+        self.runs[self.run(id)?].packed(self.keys).find(|p| p.id() == id)
     }
 
     pub(super) fn remove(&mut self, id: u64) -> Option<Packed> {
         let i = self.run(id)?;
-        let mut packed: Vec<Packed> = self.runs[i].packed().collect();
+        let mut packed: Vec<Packed> = self.runs[i].packed(self.keys).collect();
         let at = packed.iter().position(|p| p.id() == id)?;
         let gone = packed.remove(at);
         self.replace(i, packed.len() + 1, &packed);
@@ -230,7 +279,7 @@ impl PackedList {
         if packed.is_empty() {
             self.runs.remove(i);
         } else {
-            self.runs[i] = Run::of(packed);
+            self.runs[i] = Run::of(packed, self.keys);
         }
     }
 
@@ -245,10 +294,10 @@ impl PackedList {
         for p in late {
             let id = p.id;
             let i = self.runs.partition_point(|run| run.last < id).min(self.runs.len() - 1);
-            let mut packed: Vec<Packed> = self.runs[i].packed().collect();
+            let mut packed: Vec<Packed> = self.runs[i].packed(self.keys).collect();
             let at = packed.partition_point(|q| q.id < id);
             packed.insert(at, p);
-            self.runs[i] = Run::of(&packed);
+            self.runs[i] = Run::of(&packed, self.keys);
             self.len += 1;
         }
         self.push(&fresh);
@@ -258,7 +307,7 @@ impl PackedList {
     /// message is found by decoding its run.
     fn push(&mut self, fresh: &[Packed]) {
         for chunk in fresh.chunks(RUN) {
-            self.runs.push(Run::of(chunk));
+            self.runs.push(Run::of(chunk, self.keys));
             self.len += chunk.len();
         }
     }
@@ -267,7 +316,7 @@ impl PackedList {
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&Packed) -> bool) {
         let mut i = 0;
         while i < self.runs.len() {
-            let packed: Vec<Packed> = self.runs[i].packed().collect();
+            let packed: Vec<Packed> = self.runs[i].packed(self.keys).collect();
             let kept: Vec<Packed> = packed.iter().copied().filter(|p| keep(p)).collect();
             if kept.len() == packed.len() {
                 i += 1;
@@ -379,6 +428,46 @@ mod tests {
         let bytes: usize = list.runs.iter().map(|run| run.bytes.len()).sum();
         assert!(bytes <= 23 * steady.len(), "{bytes} bytes for {} messages", steady.len());
         assert_eq!(list.iter().collect::<Vec<_>>(), steady);
+    }
+
+    #[test]
+    fn steady_messages_with_keys_the_list_made_pack_into_about_7_bytes_each() {
+        let mut list = PackedList::default();
+        let keys = list.keys();
+        let steady: Vec<Packed> = (0..640u32)
+            .map(|i| Packed {
+                id: 1_000 + i,
+                created_ms: 600_000 + 100 * i,
+                started_after_ms: 0,
+                duration_ms: 2,
+                key: keys.key(u64::from(1_000 + i)),
+                status: 200,
+                outcome: Some(Outcome::Ok),
+                replayed: false,
+            })
+            .collect();
+        for pass in steady.chunks(64) {
+            list.extend(pass.to_vec());
+        }
+        let bytes: usize = list.runs.iter().map(|run| run.bytes.len()).sum();
+        assert!(bytes <= 7 * steady.len(), "{bytes} bytes for {} messages", steady.len());
+        assert_eq!(list.iter().collect::<Vec<_>>(), steady);
+        // A key another list made (an earlier process's, read back) keeps its 16 bytes.
+        let mut other = PackedList::with_keys(KeyMaker::default());
+        other.extend(steady.clone());
+        let bytes: usize = other.runs.iter().map(|run| run.bytes.len()).sum();
+        assert!(bytes >= 16 * steady.len(), "{bytes} bytes for {} messages", steady.len());
+        assert_eq!(other.iter().collect::<Vec<_>>(), steady);
+    }
+
+    #[test]
+    fn made_keys_are_version_4_uuids_the_same_for_an_id_and_unlike_for_another_list() {
+        let (one, two) = (KeyMaker::default(), KeyMaker::default());
+        let keys: std::collections::HashSet<uuid::Uuid> = (0..10_000).map(|id| one.key(id)).collect();
+        assert_eq!(keys.len(), 10_000, "each id its own key");
+        assert!(keys.iter().all(|k| k.get_version_num() == 4 && k.get_variant() == uuid::Variant::RFC4122));
+        assert_eq!(one.key(42), one.key(42));
+        assert!((0..10_000).all(|id| !keys.contains(&two.key(id))), "another list's keys are others");
     }
 
     #[test]

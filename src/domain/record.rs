@@ -124,7 +124,7 @@ impl LabRecord {
 
     /// Swaps in messages as the store holds them (after a client crash).
     pub fn replace_messages(&mut self, messages: Vec<Message>) {
-        (self.messages, self.packed) = (Vec::new(), PackedList::default());
+        (self.messages, self.packed) = (Vec::new(), PackedList::with_keys(self.packed.keys()));
         self.put_back(messages);
     }
 
@@ -233,7 +233,7 @@ impl LabRecord {
                 self.next_message_id += 1;
                 let message = Message {
                     id: self.next_message_id,
-                    key: MessageKey::random(),
+                    key: MessageKey::Uuid(self.packed.keys().key(self.next_message_id)),
                     state: MessageState::Queued,
                     round: 0,
                     created_ms: now_ms,
