@@ -122,9 +122,9 @@ pub(super) struct PackedList {
 /// The idempotency keys of a lab's own messages, each made from the message's id and a number
 /// drawn for the list, by SipHash under two keys drawn when the process starts: UUIDs of
 /// version 4 like those drawn at random, as unlikely to meet, and not to be foreseen by anyone
-/// without the process's secrets. A key made so need not be kept once its message is packed: it is made again from
-/// the id. A key made otherwise (by an earlier process, read back from the store) keeps its
-/// 16 bytes.
+/// without the process's secrets. A key made so need not be kept once its message is packed:
+/// it is made again from the id. A key made otherwise (by an earlier process, read back from
+/// the store) keeps its 16 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct KeyMaker(u64);
 
@@ -246,6 +246,12 @@ impl PackedList {
 
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The bytes its runs hold.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        self.runs.iter().map(|run| run.bytes.len()).sum()
     }
 
     /// Every message, in order of their ids.
@@ -449,13 +455,13 @@ mod tests {
         for pass in steady.chunks(64) {
             list.extend(pass.to_vec());
         }
-        let bytes: usize = list.runs.iter().map(|run| run.bytes.len()).sum();
+        let bytes = list.bytes();
         assert!(bytes <= 7 * steady.len(), "{bytes} bytes for {} messages", steady.len());
         assert_eq!(list.iter().collect::<Vec<_>>(), steady);
         // A key another list made (an earlier process's, read back) keeps its 16 bytes.
         let mut other = PackedList::with_keys(KeyMaker::default());
         other.extend(steady.clone());
-        let bytes: usize = other.runs.iter().map(|run| run.bytes.len()).sum();
+        let bytes = other.bytes();
         assert!(bytes >= 16 * steady.len(), "{bytes} bytes for {} messages", steady.len());
         assert_eq!(other.iter().collect::<Vec<_>>(), steady);
     }

@@ -587,6 +587,35 @@ mod tests {
     }
 
     #[test]
+    fn a_lab_s_own_keys_are_made_so_its_packed_messages_keep_none_even_after_a_client_crash() {
+        let mut record = LabRecord::default();
+        let made: Vec<Message> = record.create_messages(128, 0);
+        let keys: std::collections::HashSet<&MessageKey> = made.iter().map(|m| &m.key).collect();
+        assert_eq!(keys.len(), 128, "each message its own key");
+        assert!(made.iter().all(|m| matches!(m.key, MessageKey::Uuid(k) if k.get_version_num() == 4)));
+        for message in &made {
+            deliver(&mut record, message.id, false, message.id);
+        }
+        assert_eq!(record.packed.len(), 128);
+        // Without their keys, the 128 take at most 7 bytes each; with them, 23.
+        assert!(record.packed.bytes() <= 7 * 128, "{} bytes", record.packed.bytes());
+        let read: Vec<Message> = record.messages().map(Cow::into_owned).collect();
+        assert_eq!(
+            read.iter().map(|m| &m.key).collect::<Vec<_>>(),
+            made.iter().map(|m| &m.key).collect::<Vec<_>>()
+        );
+        // Swapped back in as the store holds them (a client crash), they are made as before.
+        record.replace_messages(read.clone());
+        assert!(record.packed.bytes() <= 7 * 128, "{} bytes", record.packed.bytes());
+        assert_eq!(record.messages().map(Cow::into_owned).collect::<Vec<_>>(), read);
+        // A lab that starts again (a restart) makes other keys, and keeps those it read back whole.
+        let mut restarted = LabRecord::default();
+        restarted.replace_messages(read.clone());
+        assert!(restarted.packed.bytes() >= 16 * 128, "{} bytes", restarted.packed.bytes());
+        assert_eq!(restarted.messages().map(Cow::into_owned).collect::<Vec<_>>(), read);
+    }
+
+    #[test]
     fn messages_delivered_by_their_first_attempt_are_packed_and_read_back_as_they_were() {
         let mut record = LabRecord::default();
         let ids: Vec<u64> = record.create_messages(300, 0).iter().map(|m| m.id).collect();
