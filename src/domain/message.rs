@@ -229,10 +229,11 @@ impl Message {
     }
 }
 
-/// A message's idempotency key. The lab makes each a random UUID, held as its 16 bytes (a
-/// `String` of its text took 72: a lab keeps up to `--settled-window` settled messages, and
-/// issue 33 wants a busy lab within a megabyte); any other text (a test's `k1`, a row from an
-/// older store) is held as it is. It reads and writes as its text everywhere.
+/// A message's idempotency key. The lab makes each a version-4 UUID from the message's id
+/// (`KeyMaker`), held as its 16 bytes (a `String` of its text took 72: a lab keeps up to
+/// `--settled-window` settled messages, and issue 33 wants a busy lab within a megabyte); any
+/// other text (a test's `k1`, a row from an older store) is held as it is. It reads and writes
+/// as its text everywhere.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MessageKey {
     Uuid(uuid::Uuid),
