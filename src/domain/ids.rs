@@ -2,9 +2,21 @@
 //! that owns it, past one machine.
 
 use std::fmt;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::OnceLock;
 
 use serde::Serialize;
 use uuid::Uuid;
+
+/// `value` reduced to 128 bits by SipHash under two keys drawn at random when the process
+/// starts: the same within the process, different in the next, and not to be foreseen by anyone
+/// without those keys. The ledger's fingerprints of keys and the keys a lab makes for its own
+/// messages are both made so.
+pub fn secret_hash(value: impl Hash) -> u128 {
+    static HASHERS: OnceLock<[RandomState; 2]> = OnceLock::new();
+    let [a, b] = HASHERS.get_or_init(|| [RandomState::new(), RandomState::new()]);
+    u128::from(a.hash_one(&value)) << 64 | u128::from(b.hash_one(&value))
+}
 
 /// The name of one instance of the server, past one machine (Fly's machine id, say):
 /// 1 to 32 lowercase letters and digits, kept inline so a lab id stays `Copy`.

@@ -13,7 +13,7 @@ mod record;
 mod traffic;
 
 pub use history::History;
-pub use ids::{Instance, LabId};
+pub use ids::{Instance, LabId, secret_hash};
 pub use load::{Answer, BIN_MS, BinChanges, COARSE_BIN_MS, DropCause, FINE_FOR_MS, Load, LoadBin};
 pub use marker::{Marker, MarkerKind, Markers};
 pub use message::{

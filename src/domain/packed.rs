@@ -10,9 +10,6 @@
 //! made from the message's id (`KeyMaker`) is made again rather than kept: about 7 bytes a
 //! message under steady traffic.
 
-use std::hash::{BuildHasher, RandomState};
-use std::sync::OnceLock;
-
 use super::message::{Attempt, Attempts, Message, MessageKey, MessageState, Outcome};
 
 /// A message delivered by its first attempt of round 0, with no wait planned after it.
@@ -136,9 +133,7 @@ impl Default for KeyMaker {
 
 impl KeyMaker {
     pub(super) fn key(self, id: u64) -> uuid::Uuid {
-        static HASHERS: OnceLock<[RandomState; 2]> = OnceLock::new();
-        let [a, b] = HASHERS.get_or_init(|| [RandomState::new(), RandomState::new()]);
-        let bits = u128::from(a.hash_one((self.0, id))) << 64 | u128::from(b.hash_one((self.0, id)));
+        let bits = super::secret_hash((self.0, id));
         uuid::Builder::from_random_bytes(bits.to_be_bytes()).into_uuid()
     }
 }
@@ -413,25 +408,30 @@ mod tests {
         assert_eq!((list.len(), list.runs.len()), (0, 0));
     }
 
-    #[test]
-    fn steady_messages_pack_into_about_23_bytes_each() {
-        let steady: Vec<Packed> = (0..640u32)
+    /// 640 messages of steady traffic, one every 100 ms, each with the key `key` gives its id.
+    fn steady(key: impl Fn(u64) -> uuid::Uuid) -> Vec<Packed> {
+        (0..640u32)
             .map(|i| Packed {
                 id: 1_000 + i,
                 created_ms: 600_000 + 100 * i,
                 started_after_ms: 0,
                 duration_ms: 2,
-                key: uuid::Uuid::new_v4(),
+                key: key(u64::from(1_000 + i)),
                 status: 200,
                 outcome: Some(Outcome::Ok),
                 replayed: false,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn steady_messages_pack_into_about_23_bytes_each() {
+        let steady = steady(|_| uuid::Uuid::new_v4());
         let mut list = PackedList::default();
         for pass in steady.chunks(64) {
             list.extend(pass.to_vec());
         }
-        let bytes: usize = list.runs.iter().map(|run| run.bytes.len()).sum();
+        let bytes = list.bytes();
         assert!(bytes <= 23 * steady.len(), "{bytes} bytes for {} messages", steady.len());
         assert_eq!(list.iter().collect::<Vec<_>>(), steady);
     }
@@ -440,18 +440,7 @@ mod tests {
     fn steady_messages_with_keys_the_list_made_pack_into_about_7_bytes_each() {
         let mut list = PackedList::default();
         let keys = list.keys();
-        let steady: Vec<Packed> = (0..640u32)
-            .map(|i| Packed {
-                id: 1_000 + i,
-                created_ms: 600_000 + 100 * i,
-                started_after_ms: 0,
-                duration_ms: 2,
-                key: keys.key(u64::from(1_000 + i)),
-                status: 200,
-                outcome: Some(Outcome::Ok),
-                replayed: false,
-            })
-            .collect();
+        let steady = steady(|id| keys.key(id));
         for pass in steady.chunks(64) {
             list.extend(pass.to_vec());
         }

@@ -17,8 +17,6 @@
 //! key that matches nothing is looked up in the store by name (`found`) before it counts as new.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -223,9 +221,8 @@ struct Fingerprint(u64, u64);
 
 impl Fingerprint {
     fn of(key: &str) -> Fingerprint {
-        static HASHERS: OnceLock<[std::hash::RandomState; 2]> = OnceLock::new();
-        let [a, b] = HASHERS.get_or_init(|| [std::hash::RandomState::new(), std::hash::RandomState::new()]);
-        Fingerprint(a.hash_one(key), b.hash_one(key))
+        let bits = crate::domain::secret_hash(key);
+        Fingerprint((bits >> 64) as u64, bits as u64)
     }
 
     /// A key held whole's fingerprint: that of its text.
