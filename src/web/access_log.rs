@@ -9,45 +9,59 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
-use axum::middleware::Next;
-use axum::response::Response;
-use tower_http::request_id::{MakeRequestId, RequestId};
-use tracing::{Instrument, Level};
+use axum::http::{HeaderValue, StatusCode};
+use tracing::{Level, Span};
 
 use super::endpoint::ROUTE as ENDPOINT_ROUTE;
 
-pub async fn log_requests(request: Request, next: Next) -> Response {
-    let matched = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
-    let endpoint = matched == Some(ENDPOINT_ROUTE);
-    if endpoint && !tracing::enabled!(Level::DEBUG) {
-        // The endpoint's lines are DEBUG: with DEBUG off, its requests skip the span entirely.
-        return next.run(request).await;
+/// A request being logged: its span, and when it came in.
+pub struct Logged {
+    span: Span,
+    started: Instant,
+    endpoint: bool,
+}
+
+impl Logged {
+    /// Starts the log of `request`, whose `x-request-id` is set; `None` for the endpoint's
+    /// requests while DEBUG is off: they skip the span entirely.
+    pub fn start(request: &Request) -> Option<Logged> {
+        let matched = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+        let endpoint = matched == Some(ENDPOINT_ROUTE);
+        if endpoint && !tracing::enabled!(Level::DEBUG) {
+            return None;
+        }
+        let route = matched.unwrap_or("(no route)");
+        let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+        let path = request.uri().path();
+        let lab = path
+            .strip_prefix("/api")
+            .unwrap_or(path)
+            .strip_prefix("/labs/")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or("-");
+        let method = request.method();
+        let span = tracing::info_span!("request", %method, route, request_id, lab);
+        Some(Logged { span, started: Instant::now(), endpoint })
     }
-    let route = matched.unwrap_or("(no route)").to_owned();
-    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
-    let path = request.uri().path();
-    let lab = path
-        .strip_prefix("/api")
-        .unwrap_or(path)
-        .strip_prefix("/labs/")
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or("-");
-    let method = request.method().clone();
-    let span = tracing::info_span!("request", %method, route, request_id, lab);
-    let started = Instant::now();
-    let response = next.run(request).instrument(span.clone()).await;
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let status = response.status().as_u16();
-    let _entered = span.enter();
-    if endpoint {
-        tracing::debug!(status, latency_ms, "answered");
-    } else if response.status().is_server_error() {
-        tracing::warn!(status, latency_ms, "answered");
-    } else {
-        tracing::info!(status, latency_ms, "answered");
+
+    /// The span the request is handled in.
+    pub fn span(&self) -> Span {
+        self.span.clone()
     }
-    response
+
+    /// Writes the request's line.
+    pub fn answered(self, status: StatusCode) {
+        let latency_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let _entered = self.span.enter();
+        let code = status.as_u16();
+        if self.endpoint {
+            tracing::debug!(status = code, latency_ms, "answered");
+        } else if status.is_server_error() {
+            tracing::warn!(status = code, latency_ms, "answered");
+        } else {
+            tracing::info!(status = code, latency_ms, "answered");
+        }
+    }
 }
 
 /// Request ids: a random prefix drawn once per process, then a count. Unique like a UUID per
@@ -63,12 +77,17 @@ impl RequestIds {
         let prefix = uuid::Uuid::new_v4().simple().to_string()[..12].into();
         RequestIds { prefix, next: Arc::new(AtomicU64::new(1)) }
     }
-}
 
-impl MakeRequestId for RequestIds {
-    fn make_request_id<B>(&mut self, _request: &axum::http::Request<B>) -> Option<RequestId> {
+    /// The next request's id.
+    pub fn make(&self) -> HeaderValue {
+        use std::io::Write;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::try_from(format!("{}-{n}", self.prefix)).ok().map(RequestId::new)
+        // Written on the stack: 12 hex digits, a dash and at most 20 digits.
+        let mut text = [0u8; 40];
+        let mut cursor = std::io::Cursor::new(&mut text[..]);
+        write!(cursor, "{}-{n}", self.prefix).expect("an id fits in 40 bytes");
+        let length = cursor.position() as usize;
+        HeaderValue::from_bytes(&text[..length]).expect("hex digits, a dash and digits")
     }
 }
 
@@ -78,12 +97,9 @@ mod tests {
 
     #[test]
     fn request_ids_differ_within_and_across_processes() {
-        let request = axum::http::Request::new(());
-        let id = |ids: &mut RequestIds| {
-            ids.make_request_id(&request).unwrap().header_value().to_str().unwrap().to_owned()
-        };
-        let mut here = RequestIds::new();
-        let (a, b, c) = (id(&mut here), id(&mut here.clone()), id(&mut RequestIds::new()));
+        let id = |ids: &RequestIds| ids.make().to_str().unwrap().to_owned();
+        let here = RequestIds::new();
+        let (a, b, c) = (id(&here), id(&here.clone()), id(&RequestIds::new()));
         assert_ne!(a, b, "clones share the count");
         assert_ne!(a.split('-').next(), c.split('-').next(), "each process draws its own prefix");
     }

@@ -15,6 +15,7 @@ mod early_errors;
 mod endpoint;
 pub mod error;
 mod events;
+mod front;
 mod openapi;
 mod pages;
 mod rate_limit;
@@ -29,14 +30,13 @@ pub use snapshot_limit::SnapshotGate;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
 use tower::ServiceBuilder;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
-use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::domain::LabId;
@@ -95,10 +95,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
                      connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
                 ))
                 .layer(close_after_too_large())
-                .layer(SetRequestIdLayer::x_request_id(access_log::RequestIds::new()))
-                .layer(axum::middleware::from_fn(access_log::log_requests))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::limit_requests))
+                .layer(front::FrontLayer::new(state.clone()))
                 .layer(DefaultBodyLimit::max(body_limit)),
         )
         .with_state(state)
@@ -181,11 +178,11 @@ impl FromRequestParts<AppState> for LabPath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let Path(segments) =
-            Path::<std::collections::HashMap<String, String>>::from_request_parts(parts, state)
-                .await
-                .map_err(|e| AppError::BadRequest(e.body_text()))?;
-        let raw = segments.get("lab").map_or("", String::as_str);
+        // The raw captures, not a map of owned strings: every request to the endpoint comes here.
+        let segments = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let raw = segments.iter().find_map(|(name, value)| (name == "lab").then_some(value)).unwrap_or("");
         let id = LabId::parse(raw).map_err(AppError::BadRequest)?;
         owned_here(state, &id)?;
         state

@@ -9,10 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::AppState;
 use super::error::AppError;
@@ -112,37 +111,30 @@ fn is_control(request: &Request) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub struct InternalCaller;
 
-/// Holds each client to its rate, with one middleware for both limits: control requests to
+/// Holds each client to its rate, in one check for both limits: control requests to
 /// `control_rate_per_s`, and outside callers of the labs' endpoints (the one public route that
 /// writes, and so the one a flood would aim at) to `endpoint_rate_per_s`. The lab's own client
-/// is never held back.
-pub async fn limit_requests(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some((limiter, limit)) = limit_for(&app, &request)
-        && let Some(client) = limiter.client(&request)
+/// is never held back. A request that reads a snapshot is let in with a permit, held while the
+/// handler builds it whole before it answers; a refused one is answered with the error (429,
+/// or the snapshot gate's refusal).
+pub fn admit(app: &AppState, request: &Request) -> Result<Option<OwnedSemaphorePermit>, AppError> {
+    if let Some((limiter, limit)) = limit_for(app, request)
+        && let Some(client) = limiter.client(request)
         && let Err(wait) = limiter.take(client, Instant::now())
     {
-        return AppError::RateLimited { limit, retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64 }
-            .into_response();
+        let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
+        return Err(AppError::RateLimited { limit, retry_after_s });
     }
-    if creates_lab(&request)
-        && let Some(client) = app.create_limiter.client(&request)
+    if creates_lab(request)
+        && let Some(client) = app.create_limiter.client(request)
         && let Err(wait) = app.create_limiter.take(client, Instant::now())
     {
         let retry_after_s = wait.as_secs_f64().ceil().max(1.0) as u64;
-        return AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s }.into_response();
+        return Err(AppError::RateLimited { limit: "lab_creates_per_hour", retry_after_s });
     }
-    // Held while the snapshot is built: the handler builds it whole before it answers.
-    let _building = match reads_snapshot(&app, &request) {
-        Some(bytes) => match app.snapshot_gate.limiter().client(&request) {
-            Some(client) => match app.snapshot_gate.admit(client, bytes) {
-                Ok(permit) => Some(permit),
-                Err(refused) => return refused.into_response(),
-            },
-            None => None,
-        },
-        None => None,
-    };
-    next.run(request).await
+    let Some(bytes) = reads_snapshot(app, request) else { return Ok(None) };
+    let Some(client) = app.snapshot_gate.limiter().client(request) else { return Ok(None) };
+    app.snapshot_gate.admit(client, bytes).map(Some)
 }
 
 /// The estimated size of the snapshot a request reads, if it reads one: `GET /api/labs/{lab}`,

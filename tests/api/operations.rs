@@ -34,6 +34,7 @@ async fn the_control_api_is_rate_limited_per_client_with_retry_after() {
         .send()
         .await
         .unwrap();
+    assert!(refused.headers().contains_key("x-request-id"), "a refusal carries its request id too");
     let (status, retry_after, body) = problem(refused).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after.as_deref(), Some("1"));
@@ -159,6 +160,27 @@ async fn every_answer_carries_the_security_headers() {
         assert_eq!(headers["referrer-policy"], "no-referrer", "{path}");
         assert!(headers.contains_key("x-request-id"), "{path}");
     }
+}
+
+#[tokio::test]
+async fn a_request_id_is_the_client_s_own_or_made_new_for_each_request() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let path = format!("/api/labs/{lab}");
+    let mine = app.client.get(app.url(&path)).header("x-request-id", "trace-42").send().await.unwrap();
+    assert_eq!(mine.headers()["x-request-id"], "trace-42");
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        let response = app.client.get(app.url(&path)).send().await.unwrap();
+        made.push(response.headers()["x-request-id"].to_str().unwrap().to_owned());
+    }
+    for id in &made {
+        let (prefix, count) = id.split_once('-').unwrap();
+        assert!(prefix.len() == 12 && prefix.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(count.parse::<u64>().is_ok(), "{id}");
+    }
+    made.dedup();
+    assert_eq!(made.len(), 3, "each request its own id: {made:?}");
 }
 
 #[tokio::test]

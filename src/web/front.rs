@@ -1,0 +1,144 @@
+//! What every request passes first, in one layer: its request id (the client's `x-request-id`,
+//! or one made here, and sent back with the answer), the rate limits (`rate_limit::admit`) and
+//! the access log (`access_log::Logged`).
+//!
+//! Written as a tower service rather than three layers and two `from_fn` middlewares: each of
+//! those cloned the route's boxed service, or boxed a future, on every request, and together
+//! they cost the endpoint about 2.7 µs of a 20 µs repeat (BENCHMARKS.md, "Session 29").
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::extract::Request;
+use axum::http::HeaderName;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::OwnedSemaphorePermit;
+use tower::{Layer, Service};
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
+
+use super::AppState;
+use super::access_log::{Logged, RequestIds};
+use super::rate_limit;
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Puts `Front` around a service.
+#[derive(Clone)]
+pub struct FrontLayer {
+    app: AppState,
+    ids: RequestIds,
+}
+
+impl FrontLayer {
+    pub fn new(app: AppState) -> Self {
+        FrontLayer { app, ids: RequestIds::new() }
+    }
+}
+
+impl<S> Layer<S> for FrontLayer {
+    type Service = Front<S>;
+
+    fn layer(&self, inner: S) -> Front<S> {
+        Front { inner, app: self.app.clone(), ids: self.ids.clone() }
+    }
+}
+
+/// The service `FrontLayer` makes (see the module's doc).
+#[derive(Clone)]
+pub struct Front<S> {
+    inner: S,
+    app: AppState,
+    ids: RequestIds,
+}
+
+impl<S> Service<Request> for Front<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = FrontFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let id = match request.headers().get(X_REQUEST_ID) {
+            Some(id) => id.clone(),
+            None => {
+                let id = self.ids.make();
+                request.headers_mut().insert(X_REQUEST_ID, id.clone());
+                id
+            }
+        };
+        let logged = Logged::start(&request);
+        match rate_limit::admit(&self.app, &request) {
+            Ok(permit) => {
+                let span = logged.as_ref().map_or_else(tracing::Span::none, Logged::span);
+                let inner = self.inner.call(request).instrument(span);
+                FrontFuture { state: State::Inner { inner, id, logged, _permit: permit } }
+            }
+            Err(refused) => {
+                let response = answered(refused.into_response(), id, logged);
+                FrontFuture { state: State::Refused { response: Some(response) } }
+            }
+        }
+    }
+}
+
+/// The answer as it leaves: the request's id on it (unless the handler set one), and its line
+/// in the log.
+fn answered(mut response: Response, id: HeaderValue, logged: Option<Logged>) -> Response {
+    response.headers_mut().entry(X_REQUEST_ID).or_insert(id);
+    if let Some(logged) = logged {
+        logged.answered(response.status());
+    }
+    response
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a request `Front` let in, or of one it refused.
+    pub struct FrontFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProjection]
+    enum State<F> {
+        Inner {
+            #[pin]
+            inner: Instrumented<F>,
+            id: HeaderValue,
+            logged: Option<Logged>,
+            // Held until the handler answers (a snapshot's build).
+            _permit: Option<OwnedSemaphorePermit>,
+        },
+        Refused { response: Option<Response> },
+    }
+}
+
+impl<F> Future for FrontFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProjection::Inner { inner, id, logged, .. } => {
+                let Ok(response) = std::task::ready!(inner.poll(cx));
+                Poll::Ready(Ok(answered(response, id.clone(), logged.take())))
+            }
+            StateProjection::Refused { response } => {
+                Poll::Ready(Ok(response.take().expect("a refused request is answered once")))
+            }
+        }
+    }
+}
