@@ -13,6 +13,8 @@ use super::error::{AppError, Problem};
 use super::{AppState, LabParam, LabPath};
 use crate::callers::{CallerName, CallerReport, Untracked};
 
+const CLIENT_NAME: axum::http::HeaderName = axum::http::HeaderName::from_static("x-client-name");
+
 /// Names an outside caller from its request: 400 naming the header when its `X-Client-Name`
 /// cannot be a name.
 pub(super) fn outside_caller(
@@ -22,7 +24,7 @@ pub(super) fn outside_caller(
 ) -> Result<CallerName, String> {
     let address = app.endpoint_limiter.client_address(headers, peer.map(|p| p.0)).map(|ip| ip.to_string());
     CallerName::from_request(
-        headers.get("x-client-name").map(|v| v.as_bytes()),
+        headers.get(CLIENT_NAME).map(|v| v.as_bytes()),
         headers.get(axum::http::header::USER_AGENT).map(|v| v.as_bytes()),
         address.as_deref(),
     )

@@ -12,7 +12,7 @@ use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::callers::outside_caller;
@@ -101,20 +101,24 @@ pub async fn downstream(
     Ok(response)
 }
 
+/// The header that names a request's idempotency key (a name made once, not parsed from text
+/// on every request).
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
 /// The header in which a client says how long it waits for this answer, in ms (as Envoy's
 /// `x-envoy-expected-rq-timeout-ms` does); the deadline defence reads it.
-pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+pub const TIMEOUT_HEADER: HeaderName = HeaderName::from_static("x-request-timeout-ms");
 /// The longest timeout taken from a client: longer means the header is not meant.
 const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The header in which a client says how many attempts of this request it made before (as
 /// gRPC's `grpc-previous-rpc-attempts`, gRFC A6); retry-aware shedding reads it.
-pub const PREVIOUS_ATTEMPTS_HEADER: &str = "x-previous-attempts";
+pub const PREVIOUS_ATTEMPTS_HEADER: HeaderName = HeaderName::from_static("x-previous-attempts");
 
 /// The header in which the endpoint tells a client when to retry, in ms, or, negative, not to
 /// retry at all: the lab's name for gRPC's `grpc-retry-pushback-ms` (gRFC A6). The endpoint
 /// sends only `-1`, on a retry its pushback defence sheds.
-pub const PUSHBACK_HEADER: &str = "x-retry-pushback-ms";
+pub const PUSHBACK_HEADER: HeaderName = HeaderName::from_static("x-retry-pushback-ms");
 
 /// What the request's headers tell the endpoint; one that does not parse (a timeout that is not
 /// a whole number of ms from 1 to a day, a count of attempts that is not a whole number, or
@@ -131,10 +135,10 @@ fn said(headers: &HeaderMap) -> Said {
 /// did not parse.
 fn hint<T: std::str::FromStr>(
     headers: &HeaderMap,
-    name: &str,
+    name: HeaderName,
     fits: impl Fn(&T) -> bool,
 ) -> (Option<T>, bool) {
-    let mut values = headers.get_all(name).iter();
+    let mut values = headers.get_all(&name).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return (None, headers.contains_key(name));
     };
@@ -152,7 +156,7 @@ fn hint<T: std::str::FromStr>(
 /// it named one: a client that sends it again is seen doing so.
 fn kept_refusal(lab: &Lab, caller: Option<&CallerName>, headers: &HeaderMap, refused: AppError) -> AppError {
     let key = headers
-        .get("idempotency-key")
+        .get(IDEMPOTENCY_KEY)
         .and_then(|v| v.to_str().ok())
         .and_then(|k| IdempotencyKey::parse(k).ok());
     if let (Some(caller), Some(key)) = (caller, key)
@@ -194,7 +198,7 @@ fn read(
         let error = AppError::from(rejected);
         refuse(error.status().as_u16(), None, error)
     })?;
-    if headers.get_all("idempotency-key").iter().nth(1).is_some() {
+    if headers.get_all(IDEMPOTENCY_KEY).iter().nth(1).is_some() {
         // A proxy that keeps the last one would disagree with us keeping the first.
         return Err(refuse(
             400,
@@ -203,7 +207,7 @@ fn read(
         ));
     }
     let key = headers
-        .get("idempotency-key")
+        .get(IDEMPOTENCY_KEY)
         .ok_or_else(|| {
             refuse(
                 400,
