@@ -1,10 +1,10 @@
 //! What every request passes first, in one layer: its request id (the client's `x-request-id`,
-//! or one made here, and sent back with the answer), the rate limits (`rate_limit::admit`) and
-//! the access log (`access_log::Logged`).
+//! or one made here, and sent back with the answer), the rate limits (`rate_limit::admit`), the
+//! access log (`access_log::Logged`), and the headers every answer carries.
 //!
-//! Written as a tower service rather than three layers and two `from_fn` middlewares: each of
-//! those cloned the route's boxed service, or boxed a future, on every request, and together
-//! they cost the endpoint about 2.7 µs of a 20 µs repeat (BENCHMARKS.md, "Session 29").
+//! Written as one tower service rather than seven layers, two of them `from_fn` middlewares:
+//! those cloned the route's boxed service, or boxed a future, on every request (BENCHMARKS.md,
+//! "Session 29").
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,8 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
-use axum::http::HeaderName;
-use axum::http::HeaderValue;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OwnedSemaphorePermit;
 use tower::{Layer, Service};
@@ -91,10 +90,29 @@ where
     }
 }
 
-/// The answer as it leaves: the request's id on it (unless the handler set one), and its line
-/// in the log.
+/// The policy every answer carries unless its handler set one: the page's scripts, styles and
+/// requests come from this origin only, and no other site may frame it.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+    img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// The answer as it leaves: the request's id and the security headers on it (unless the
+/// handler set its own), and its line in the log.
 fn answered(mut response: Response, id: HeaderValue, logged: Option<Logged>) -> Response {
-    response.headers_mut().entry(X_REQUEST_ID).or_insert(id);
+    let too_large = response.status() == StatusCode::PAYLOAD_TOO_LARGE;
+    let headers = response.headers_mut();
+    headers.entry(X_REQUEST_ID).or_insert(id);
+    headers.entry(header::REFERRER_POLICY).or_insert(HeaderValue::from_static("no-referrer"));
+    headers.entry(header::X_CONTENT_TYPE_OPTIONS).or_insert(HeaderValue::from_static("nosniff"));
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    if too_large {
+        // A 413 is sent before the body was read to its end (a chunked body is cut off at
+        // `max_body_bytes`), so the connection cannot carry another request: the answer says
+        // so and the server closes after it (RFC 9112 §9.6), rather than closing under the
+        // client's next request.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if let Some(logged) = logged {
         logged.answered(response.status());
     }

@@ -32,12 +32,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue, header};
 use axum::routing::{get, post, put};
 use tower::ServiceBuilder;
 use tower_http::CompressionLevel;
 use tower_http::compression::CompressionLayer;
-use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::domain::LabId;
 use crate::lab::Lab;
@@ -87,14 +85,6 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         // more, and each box costs every request a dynamic call and an allocation.
         .layer(
             ServiceBuilder::new()
-                .layer(security_header(header::REFERRER_POLICY, "no-referrer"))
-                .layer(security_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-                .layer(security_header(
-                    header::CONTENT_SECURITY_POLICY,
-                    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-                     connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-                ))
-                .layer(close_after_too_large())
                 .layer(front::FrontLayer::new(state.clone()))
                 .layer(DefaultBodyLimit::max(body_limit)),
         )
@@ -133,22 +123,6 @@ fn metrics_routes() -> Router<AppState> {
 /// `/metrics` alone, for a private address.
 pub fn metrics_router(state: AppState) -> Router {
     metrics_routes().with_state(state)
-}
-
-fn security_header(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {
-    SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
-}
-
-/// A 413 is sent before the body was read to its end (a chunked body is cut off at
-/// `max_body_bytes`), so the connection cannot carry another request: the answer says
-/// `Connection: close` and the server closes after it (RFC 9112 §9.6), rather than closing
-/// under the client's next request.
-fn close_after_too_large()
--> SetResponseHeaderLayer<impl Fn(&axum::response::Response) -> Option<HeaderValue> + Clone> {
-    SetResponseHeaderLayer::overriding(header::CONNECTION, |response: &axum::response::Response| {
-        (response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE)
-            .then(|| HeaderValue::from_static("close"))
-    })
 }
 
 /// A lab made by another named instance is not here: Fly's proxy replays the request to
