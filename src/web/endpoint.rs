@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -58,9 +58,13 @@ pub async fn downstream(
     LabPath(lab): LabPath,
     internal: Option<Extension<InternalCaller>>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, AppError> {
+    // The headers are taken from the request, not copied out of it as axum's `HeaderMap`
+    // extractor would: every request to the endpoint comes here.
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
     // Only outside callers are named and kept: the lab's own client is known by its listener.
     let caller = match internal {
         Some(_) => None,
