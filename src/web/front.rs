@@ -2,7 +2,7 @@
 //! or one made here, and sent back with the answer), the rate limits (`rate_limit::admit`), the
 //! access log (`access_log::Logged`), and the headers every answer carries.
 //!
-//! Written as one tower service rather than seven layers, two of them `from_fn` middlewares:
+//! Written as one tower service rather than eight layers, two of them `from_fn` middlewares:
 //! those cloned the route's boxed service, or boxed a future, on every request (BENCHMARKS.md,
 //! "Session 29").
 
