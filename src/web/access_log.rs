@@ -22,16 +22,16 @@ pub struct Logged {
 }
 
 impl Logged {
-    /// Starts the log of `request`, whose `x-request-id` is set; `None` for the endpoint's
-    /// requests while DEBUG is off: they skip the span entirely.
-    pub fn start(request: &Request) -> Option<Logged> {
+    /// Starts the log of `request`, whose id is `id`; `None` for the endpoint's requests while
+    /// DEBUG is off: they skip the span entirely.
+    pub fn start(request: &Request, id: &HeaderValue) -> Option<Logged> {
         let matched = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
         let endpoint = matched == Some(ENDPOINT_ROUTE);
         if endpoint && !tracing::enabled!(Level::DEBUG) {
             return None;
         }
         let route = matched.unwrap_or("(no route)");
-        let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+        let request_id = id.to_str().unwrap_or("-");
         let path = request.uri().path();
         let lab = path
             .strip_prefix("/api")

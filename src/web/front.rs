@@ -75,7 +75,7 @@ where
                 id
             }
         };
-        let logged = Logged::start(&request);
+        let logged = Logged::start(&request, &id);
         match rate_limit::admit(&self.app, &request) {
             Ok(permit) => {
                 let span = logged.as_ref().map_or_else(tracing::Span::none, Logged::span);
