@@ -725,7 +725,7 @@ impl Comparisons {
                 "a grid names no best cell: each row has its own verdict among its policies, and no test is run across defences".into(),
             )
         } else if done {
-            verdict::judge(key, &samples(key, &columns, valid))
+            judged(key, &columns, valid)
         } else {
             let finished = (0..comparison.runs)
                 .filter(|&run| columns.iter().filter(|c| c.run == run).all(|c| c.done))
@@ -852,7 +852,7 @@ fn grid(
         }
         let verdict = (names.len() >= 2).then(|| {
             if done {
-                verdict::judge(key, &samples(key, &own, valid))
+                judged(key, &own, valid)
             } else {
                 verdict::pending(names.len(), key.len(), "no verdict yet: the runs are still going".into())
             }
@@ -1018,6 +1018,15 @@ fn policy_reports(
 }
 
 /// Each key figure's values over each policy's valid runs, for the verdict.
+/// The verdict on the key figures, with every policy crowned on a cost figure that delivered
+/// fewer messages taken out (`verdict::veto_dropped_work`).
+fn judged(key: &[(&str, bool)], columns: &[ColumnReport], valid: impl Fn(&ColumnReport) -> bool + Copy) -> Verdict {
+    let mut verdict = verdict::judge(key, &samples(key, columns, valid));
+    let delivery = samples(&[("delivered", false), ("offered", false)], columns, valid);
+    verdict::veto_dropped_work(&mut verdict, &delivery[0], &delivery[1]);
+    verdict
+}
+
 fn samples<'a>(
     key: &[(&str, bool)],
     columns: &'a [ColumnReport],

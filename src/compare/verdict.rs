@@ -11,6 +11,12 @@
 //! the policies left are the best (several when the test cannot tell them from the leader).
 //! A scenario with two key figures judges them in order: the second only among the policies
 //! the first left. With no difference kept on any figure there is no verdict: `best` is empty.
+//!
+//! A cost figure (requests or 429s per delivered message, time to drain) rewards a client that
+//! refuses to send: a policy that gives up on most of its messages is cheap per delivery. So a
+//! policy best on a cost figure is crowned only if it did not deliver fewer messages than the
+//! policy that delivered most, by the same test (`veto_dropped_work`). The veto only ever takes
+//! a name out of `best`, never puts one in, so it cannot raise the chance of a false verdict.
 
 use serde::Serialize;
 
@@ -37,7 +43,31 @@ pub struct Verdict {
     pub result: String,
     /// Each pair's test, on each figure judged.
     pub tests: Vec<PairTest>,
+    /// Policies best on a cost figure that were not crowned because they delivered fewer
+    /// messages, by the test, than the policy that delivered most.
+    pub not_crowned: Vec<NotCrowned>,
 }
+
+/// A policy kept from the crown because it was cheap only by dropping work.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct NotCrowned {
+    pub policy: String,
+    /// Its median of delivered messages over its valid runs.
+    pub delivered: f64,
+    /// Its median of messages offered (created) over the same runs.
+    pub offered: f64,
+    /// The policy that delivered most, and its median.
+    pub most: String,
+    pub most_delivered: f64,
+    /// The delivered test between the two (Holm-corrected over the policies checked).
+    pub p: f64,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// The figures on which a policy can look good by delivering less: each is a cost per
+/// delivered message, or a time that ends sooner when messages are given up.
+pub const COST_FIGURES: &[&str] = &["requests_per_delivered", "throttled_per_delivered", "drain_ms"];
 
 /// One pair's test on one figure.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -90,6 +120,7 @@ pub fn pending(policies: usize, figures: usize, result: String) -> Verdict {
         runs_needed: runs_needed(policies, figures),
         result,
         tests: Vec::new(),
+        not_crowned: Vec::new(),
     }
 }
 
@@ -178,6 +209,69 @@ pub fn judge(key: &[(&str, bool)], samples: &[Vec<Sample<'_>>]) -> Verdict {
         }
     }
     verdict
+}
+
+/// Takes out of `best` every policy crowned on a cost figure that delivered fewer messages than
+/// the policy that delivered most: the exact Mann-Whitney test of each crowned policy against
+/// that one on `delivered`, Holm-corrected over the crowned policies, at the verdict's level.
+/// `delivered` and `offered` hold every policy's sample, in the verdict's order of policies.
+pub fn veto_dropped_work(verdict: &mut Verdict, delivered: &[Sample<'_>], offered: &[Sample<'_>]) {
+    let Some(figure) = verdict.figure.clone() else { return };
+    if !COST_FIGURES.contains(&figure.as_str()) {
+        return;
+    }
+    let values = |s: &Sample<'_>| s.values.iter().map(|v| v.unwrap_or(0.0)).collect::<Vec<f64>>();
+    let medians: Vec<f64> = delivered.iter().map(|s| median(&values(s))).collect();
+    let Some(top) = (0..delivered.len()).reduce(|a, b| if medians[b] > medians[a] { b } else { a }) else {
+        return;
+    };
+    let checked: Vec<usize> = (0..delivered.len())
+        .filter(|&i| i != top && verdict.best.iter().any(|b| b == delivered[i].policy))
+        .collect();
+    let tests: Vec<f64> = checked
+        .iter()
+        .map(|&i| stats::mann_whitney(&values(&delivered[i]), &values(&delivered[top])).map_or(1.0, |t| t.p))
+        .collect();
+    let kept = stats::holm(&tests, verdict.alpha);
+    for ((&i, p), significant) in checked.iter().zip(tests).zip(kept) {
+        if !significant || medians[i] >= medians[top] {
+            continue;
+        }
+        let (policy, most) = (delivered[i].policy, delivered[top].policy);
+        let of = offered.get(i).map_or(f64::NAN, |s| median(&values(s)));
+        let reason = format!(
+            "{policy} is not crowned: it was cheaper on {figure} only because it delivered {} of {} \
+             messages, fewer than {most}'s {} by the test (p = {})",
+            round1(medians[i]),
+            round1(of),
+            round1(medians[top]),
+            round3(p)
+        );
+        verdict.best.retain(|b| b != policy);
+        verdict.not_crowned.push(NotCrowned {
+            policy: policy.to_owned(),
+            delivered: medians[i],
+            offered: of,
+            most: most.to_owned(),
+            most_delivered: medians[top],
+            p,
+            reason,
+        });
+    }
+    if verdict.not_crowned.is_empty() {
+        return;
+    }
+    let reasons: Vec<&str> = verdict.not_crowned.iter().map(|n| n.reason.as_str()).collect();
+    if verdict.best.is_empty() {
+        verdict.figure = None;
+        verdict.result = format!("no verdict: {}", reasons.join("; "));
+    } else {
+        verdict.result = format!("{}; {}", verdict.result, reasons.join("; "));
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -276,6 +370,46 @@ mod tests {
         let verdict = judge(&key, &runs);
         assert_eq!(verdict.best, ["b"]);
         assert_eq!(verdict.figure.as_deref(), Some("delivered"));
+    }
+
+    #[test]
+    fn a_policy_cheap_only_by_dropping_work_is_not_crowned() {
+        // Overload, equal jitter against a throttle that refuses most sends (the issue's run).
+        let key = [("requests_per_delivered", true)];
+        let cost = vec![vec![sample("equal", &[3.1, 3.0, 3.2, 3.3]), sample("sre", &[1.0; 4])]];
+        let mut verdict = judge(&key, &cost);
+        assert_eq!(verdict.best, ["sre"], "the cost figure alone crowns the dropper");
+        let delivered = [sample("equal", &[100.0; 4]), sample("sre", &[13.0, 12.0, 14.0, 13.0])];
+        let offered = [sample("equal", &[100.0; 4]), sample("sre", &[100.0; 4])];
+        veto_dropped_work(&mut verdict, &delivered, &offered);
+        assert!(verdict.best.is_empty() && verdict.figure.is_none(), "{verdict:?}");
+        assert_eq!(verdict.not_crowned.len(), 1);
+        let reason = &verdict.not_crowned[0].reason;
+        assert!(reason.contains("delivered 13 of 100"), "{reason}");
+        assert!(verdict.result.starts_with("no verdict: sre is not crowned"), "{}", verdict.result);
+    }
+
+    #[test]
+    fn the_veto_keeps_a_crown_that_delivered_as_much_and_ignores_other_figures() {
+        let key = [("requests_per_delivered", true)];
+        let cost = vec![vec![sample("storm", &[5.5, 5.5, 5.4, 5.6]), sample("full", &[4.0, 4.1, 4.2, 4.25])]];
+        let mut verdict = judge(&key, &cost);
+        // Both delivered all: nothing to veto.
+        let all = [sample("storm", &[20.0; 4]), sample("full", &[20.0; 4])];
+        veto_dropped_work(&mut verdict, &all, &all);
+        assert_eq!(verdict.best, ["full"]);
+        assert!(verdict.not_crowned.is_empty());
+        // Overlapping deliveries: the test cannot say the crowned one delivered fewer.
+        let close = [sample("storm", &[20.0, 19.0, 20.0, 18.0]), sample("full", &[19.0, 20.0, 18.0, 20.0])];
+        veto_dropped_work(&mut verdict, &close, &all);
+        assert_eq!(verdict.best, ["full"]);
+        // A verdict on a figure that is not a cost is left alone.
+        let key = [("goodput_after_trigger", false)];
+        let runs = vec![vec![sample("none", &[0.1, 0.1, 0.2, 0.1]), sample("budget", &[0.9, 0.95, 0.9, 0.92])]];
+        let mut verdict = judge(&key, &runs);
+        let fewer = [sample("none", &[100.0; 4]), sample("budget", &[10.0; 4])];
+        veto_dropped_work(&mut verdict, &fewer, &all);
+        assert_eq!(verdict.best, ["budget"]);
     }
 
     #[test]

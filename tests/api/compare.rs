@@ -188,6 +188,32 @@ async fn a_retry_storm_against_full_jitter_gets_its_verdict() {
     }
 }
 
+/// A policy that refuses to send is cheap per delivered message: SRE's throttle on `overload`
+/// delivered 13 of 100 at 1.00 requests per delivered, against equal jitter's 100 at 3.1, and
+/// was crowned. A crowned policy must have delivered as many messages as any other, by the
+/// same test; one kept from the crown is named with its deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_dropped_most_of_its_work_is_not_crowned() {
+    let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
+    let app = for_many_comparisons().await;
+    let request = json!({"scenario": "overload", "burst": 40, "seed": 1, "late_threshold_ms": 1000, "policies": ["equal-jitter", "sre"]});
+    let report = compared(&app, &request).await;
+    let median = |name: &str| {
+        let policy = report["policies"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap();
+        policy["median"]["delivered"].as_f64().unwrap()
+    };
+    let (equal, sre) = (median("equal-jitter"), median("sre"));
+    // The set-up still shows what it is about: SRE's throttle drops most of the burst.
+    assert!(sre < equal / 2.0, "sre delivered {sre}, equal jitter {equal}");
+    let verdict = &report["verdict"];
+    assert!(!verdict["best"].as_array().unwrap().contains(&json!("sre")), "{verdict}");
+    if verdict["not_crowned"] != json!([]) {
+        let reason = verdict["not_crowned"][0]["reason"].as_str().unwrap();
+        assert!(reason.contains(&format!("delivered {sre} of 40")), "{reason}");
+        assert!(verdict["result"].as_str().unwrap().contains("is not crowned"), "{verdict}");
+    }
+}
+
 #[tokio::test]
 async fn bad_comparisons_are_refused_with_the_valid_names() {
     let app = TestApp::spawn_config(config(Default::default(), Default::default())).await;
