@@ -117,7 +117,9 @@ export function createPresets(root, look, controls, model, claims) {
     clearTimeout(trigger);
     trigger = 0;
     return act(button, `Could not set up "${preset.name}"`, async () => {
-      await api('POST', '/reset');
+      // A chapter starts from a new lab's settings, so nothing another chapter or its ending
+      // turned on (a server defence, a protection, a queue) carries into this one.
+      await api('POST', '/reset', { settings: 'defaults' });
       began = labNow(model);
       const ids = await run(preset);
       // Out of the way, so the timeline and its load chart come into view.

@@ -106,7 +106,7 @@ export function createStory(root, look, controls, presets, claims, model) {
   function run(button, i) {
     const step = steps[i];
     return act(button, `Could not run "${step.name}"`, async () => {
-      if (step.reset) await api('POST', '/reset');
+      if (step.reset) await api('POST', '/reset', { settings: 'defaults' });
       const sent = await applySettings(api, step);
       let ids = sent?.message_ids ?? null;
       if (step.crash) {

@@ -1020,7 +1020,11 @@ fn policy_reports(
 /// Each key figure's values over each policy's valid runs, for the verdict.
 /// The verdict on the key figures, with every policy crowned on a cost figure that delivered
 /// fewer messages taken out (`verdict::veto_dropped_work`).
-fn judged(key: &[(&str, bool)], columns: &[ColumnReport], valid: impl Fn(&ColumnReport) -> bool + Copy) -> Verdict {
+fn judged(
+    key: &[(&str, bool)],
+    columns: &[ColumnReport],
+    valid: impl Fn(&ColumnReport) -> bool + Copy,
+) -> Verdict {
     let mut verdict = verdict::judge(key, &samples(key, columns, valid));
     let delivery = samples(&[("delivered", false), ("offered", false)], columns, valid);
     verdict::veto_dropped_work(&mut verdict, &delivery[0], &delivery[1]);

@@ -405,7 +405,8 @@ mod tests {
         assert_eq!(verdict.best, ["full"]);
         // A verdict on a figure that is not a cost is left alone.
         let key = [("goodput_after_trigger", false)];
-        let runs = vec![vec![sample("none", &[0.1, 0.1, 0.2, 0.1]), sample("budget", &[0.9, 0.95, 0.9, 0.92])]];
+        let runs =
+            vec![vec![sample("none", &[0.1, 0.1, 0.2, 0.1]), sample("budget", &[0.9, 0.95, 0.9, 0.92])]];
         let mut verdict = judge(&key, &runs);
         let fewer = [sample("none", &[100.0; 4]), sample("budget", &[10.0; 4])];
         veto_dropped_work(&mut verdict, &fewer, &all);

@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::error::{AppError, Problem};
@@ -13,6 +14,7 @@ use super::responses::{JsonBodyErrors, LabErrors, StoreErrors};
 use super::{AppState, LabParam, LabPath};
 use crate::domain::{TrafficUpdate, TrafficView};
 use crate::downstream::{DownstreamUpdate, DownstreamView};
+use crate::invalid::Invalid;
 use crate::lab::BurstError;
 use crate::retry::{PolicyUpdate, PolicyView};
 
@@ -236,20 +238,53 @@ pub async fn burst(
     Ok((StatusCode::ACCEPTED, Json(Accepted { message_ids: ids })))
 }
 
-/// Stops the steady traffic and clears messages, dead letters and the ledger; settings stay.
+/// What a reset does to the settings: keeps them (`keep`, without a body too), or puts the
+/// downstream and the policy back to a new lab's (`defaults`), as the page's chapters do.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetRequest {
+    #[serde(default)]
+    settings: ResetSettings,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetSettings {
+    #[default]
+    Keep,
+    Defaults,
+}
+
+/// Stops the steady traffic and clears messages, dead letters and the ledger; settings stay,
+/// unless the body asks `{"settings": "defaults"}`.
 #[utoipa::path(
     post,
     path = "/api/labs/{lab}/reset",
     tag = "labs",
     params(LabParam),
+    request_body(content = Option<ResetRequest>, content_type = "application/json"),
     responses(
         (status = 200, body = crate::lab::SnapshotView),
         (status = 202, description = "Cleared, but the store cannot write it yet: it will when it can", body = crate::lab::SnapshotView),
         LabErrors,
+        JsonBodyErrors,
     )
 )]
-pub async fn reset(LabPath(lab): LabPath) -> Result<Response, AppError> {
+pub async fn reset(LabPath(lab): LabPath, body: Bytes) -> Result<Response, AppError> {
+    let request: ResetRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ResetRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|err| {
+            Invalid::new(
+                "settings",
+                format!("a reset takes {{}} or {{\"settings\": \"keep\"|\"defaults\"}}: {err}"),
+            )
+        })?
+    };
     lab.reset();
+    if request.settings == ResetSettings::Defaults {
+        lab.default_settings();
+    }
     // A reset cannot be taken back (what it cleared is gone from memory): when the store cannot
     // write it yet, the answer says it was accepted, and the store writes it when it can.
     let status = if lab.persisted().await.is_ok() { StatusCode::OK } else { StatusCode::ACCEPTED };
