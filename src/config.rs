@@ -398,7 +398,9 @@ pub struct Limits {
     #[arg(long, env = "RETRYLAB_LAB_CREATES_PER_HOUR", default_value_t = DEFAULT_LIMITS.lab_creates_per_hour)]
     pub lab_creates_per_hour: u32,
     /// Labs one client may create in a quick run before the hourly rate applies: also the most
-    /// labs one comparison may have.
+    /// labs one comparison may have. Room for a person exploring (a dozen page opens and five
+    /// default comparisons of ten labs each) while a loop from one address is still held to the
+    /// hourly rate, so that cycling `--max-labs` would take it over half a day.
     #[arg(long, env = "RETRYLAB_LAB_CREATE_BURST", default_value_t = DEFAULT_LIMITS.lab_create_burst)]
     pub lab_create_burst: u32,
     /// Bytes of snapshots (`GET /api/labs/{lab}`, and an event stream that starts from one) one
@@ -505,7 +507,7 @@ const DEFAULT_LIMITS: Limits = Limits {
     snapshot_bytes_per_s: 16 * 1024 * 1024,
     snapshot_burst_bytes: 64 * 1024 * 1024,
     max_snapshot_bytes_building: 32 * 1024 * 1024,
-    lab_create_burst: 20,
+    lab_create_burst: 64,
     event_window: 10_000,
     event_window_bytes: 128 * 1024,
     subscriber_lag: 8_192,

@@ -530,7 +530,7 @@ impl Comparisons {
             if rows.is_empty() { vec![None] } else { rows.iter().map(Some).collect() };
         for run in 0..runs {
             for row in &row_defences {
-                for choice in &request.policies {
+                for (i, choice) in request.policies.iter().enumerate() {
                     let changes = choice.changes().map_err(|e| match choice {
                         PolicyChoice::Preset(_) => Refusal::Invalid(e),
                         PolicyChoice::Custom { name, .. } => {
@@ -541,6 +541,11 @@ impl Comparisons {
                     let mut downstream = scenario.downstream(request.burst);
                     if let Some(row) = row {
                         downstream.defences = Some(row.defences);
+                    }
+                    // Checked as a lab would check them, before any lab is made or any of the
+                    // allowance spent: a typo in a custom policy costs nothing.
+                    if run == 0 {
+                        settled_in_a_lab(i, choice, &policy, &downstream, limits)?;
                     }
                     let cell = (choice.name().to_owned(), row.map(|r| r.name.clone()), run);
                     setups.push((cell, policy, downstream));
@@ -564,8 +569,18 @@ impl Comparisons {
                     });
                 }
             };
-            lab.set_policy(&policy).map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))?;
-            lab.set_downstream(&downstream).map_err(|e| Refusal::Invalid(e.to_string()))?;
+            let set = lab
+                .set_policy(&policy)
+                .map_err(|e| Refusal::Invalid(format!("policy '{name}': {e}")))
+                .and_then(|_| lab.set_downstream(&downstream).map_err(|e| Refusal::Invalid(e.to_string())));
+            if let Err(refused) = set {
+                // Checked before (`settled_in_a_lab`): a refusal here leaves no lab behind either.
+                labs.remove(&lab.id);
+                for (_, lab) in &made {
+                    labs.remove(&lab.id);
+                }
+                return Err(refused);
+            }
             made.push(((name, defence, run), lab));
             settings.push((policy, downstream));
         }
@@ -1018,6 +1033,33 @@ fn policy_reports(
 }
 
 /// Each key figure's values over each policy's valid runs, for the verdict.
+/// Refuses policy `i` of a comparison, naming its field, when a lab would refuse its settings.
+fn settled_in_a_lab(
+    i: usize,
+    choice: &PolicyChoice,
+    policy: &PolicyUpdate,
+    downstream: &DownstreamUpdate,
+    limits: &Limits,
+) -> Result<(), Refusal> {
+    let named = |invalid: crate::invalid::Invalid| {
+        let detail = match choice {
+            PolicyChoice::Custom { name, .. } => format!("policy '{name}': {}", invalid.detail),
+            PolicyChoice::Preset(_) => invalid.detail,
+        };
+        Refusal::Field(crate::invalid::Invalid::new(format!("policies[{i}].{}", invalid.field), detail))
+    };
+    let checked = crate::retry::Policy::default().updated(policy).map_err(named)?;
+    let max = limits.max_clients;
+    if checked.clients > max {
+        return Err(named(crate::invalid::Invalid::new(
+            "policy.clients",
+            format!("clients must be 1 to {max} (max_clients)"),
+        )));
+    }
+    crate::downstream::DownstreamSettings::default().updated(downstream).map_err(named)?;
+    Ok(())
+}
+
 /// The verdict on the key figures, with every policy crowned on a cost figure that delivered
 /// fewer messages taken out (`verdict::veto_dropped_work`).
 fn judged(

@@ -142,6 +142,17 @@ impl AppError {
     }
 }
 
+/// A wait in words: "45 s", "6 min 37 s", "1 h 5 min".
+pub fn in_words(seconds: u64) -> String {
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 if seconds % 60 == 0 => format!("{} min", seconds / 60),
+        60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ if seconds % 3600 < 60 => format!("{} h", seconds / 3600),
+        _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
 /// A setting's unusable value: 422, naming its field.
 impl From<crate::invalid::Invalid> for AppError {
     fn from(crate::invalid::Invalid { field, detail }: crate::invalid::Invalid) -> Self {
@@ -163,6 +174,16 @@ impl IntoResponse for AppError {
         let field = match &self {
             AppError::Field { field, .. } => Some(field.as_str()),
             _ => None,
+        };
+        // A refusal that asks the client to wait says for how long in words too, not only in
+        // the Retry-After header a person never sees.
+        let waited;
+        let detail = match &self {
+            AppError::RateLimited { retry_after_s, .. } => {
+                waited = format!("{detail} (try again in {})", in_words(*retry_after_s));
+                waited.as_str()
+            }
+            _ => detail,
         };
         let problem = Problem { kind, title, status: status.as_u16(), detail, limit, field };
         let mut response = (status, Json(problem)).into_response();
@@ -232,5 +253,19 @@ impl From<crate::lab::NotDurable> for AppError {
             ),
         };
         AppError::Unavailable { status, retry_after_s: 1, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_words;
+
+    #[test]
+    fn a_wait_reads_in_words() {
+        assert_eq!(in_words(1), "1 s");
+        assert_eq!(in_words(397), "6 min 37 s");
+        assert_eq!(in_words(120), "2 min");
+        assert_eq!(in_words(3600), "1 h");
+        assert_eq!(in_words(3900), "1 h 5 min");
     }
 }

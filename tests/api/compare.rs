@@ -807,3 +807,77 @@ async fn opening_a_policy_in_a_lab_draws_on_the_same_allowance() {
     let theirs = call_from(&app, "198.51.100.9", Method::POST, &path, &open).await;
     assert_eq!(theirs.status(), StatusCode::CREATED);
 }
+
+/// A comparison refused for a bad custom policy made two labs and spent two of the address's
+/// allowance each time, so ten typos locked the address out. Now the policy is checked as a lab
+/// would check it first: the 422 names the field, no lab is made and nothing is spent.
+#[tokio::test]
+async fn a_comparison_refused_for_a_bad_policy_makes_no_lab_and_spends_nothing() {
+    let limits = Limits { lab_create_burst: 3, lab_creates_per_hour: 1, ..Default::default() };
+    let mut config = config(limits, Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let before = labs_held(&app).await;
+    let bad = json!({"name": "typo", "policy": {"protections": [{"kind": "token_bucket", "size": 0}]}});
+    let body = json!({"scenario": "outage", "burst": 5, "runs": 1, "policies": ["no-jitter", bad]});
+    for _ in 0..5 {
+        let refused = call_from(&app, "203.0.113.7", Method::POST, "/api/comparisons", &body).await;
+        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let problem: Value = refused.json().await.unwrap();
+        let field = problem["field"].as_str().unwrap_or_default();
+        assert!(field.starts_with("policies[1].policy.protections[0]"), "{problem}");
+        assert!(problem["detail"].as_str().unwrap().contains("typo"), "{problem}");
+    }
+    assert_eq!(labs_held(&app).await, before, "a refused comparison leaves no lab");
+    // The whole allowance is still there: three labs, then the fourth is refused.
+    for n in 1..=3 {
+        let made = call_from(&app, "203.0.113.7", Method::POST, "/api/labs", &json!({})).await;
+        assert_eq!(made.status(), StatusCode::CREATED, "lab {n} of the allowance");
+    }
+    let fourth = call_from(&app, "203.0.113.7", Method::POST, "/api/labs", &json!({})).await;
+    assert_eq!(fourth.status(), StatusCode::TOO_MANY_REQUESTS);
+    let problem: Value = fourth.json().await.unwrap();
+    // The refusal says when, in words, not only in a header.
+    assert!(problem["detail"].as_str().unwrap().contains("try again in "), "{problem}");
+}
+
+/// Room to explore: a person who opens the page a dozen times and runs five default
+/// comparisons (two policies, the runs the test needs) is never refused with the default
+/// limits, while a loop that creates labs from one address is refused long before it could
+/// cycle the store through `max_labs`.
+#[tokio::test]
+async fn an_explorer_is_never_refused_and_a_loop_still_is() {
+    let mut config = config(Limits::default(), Default::default());
+    config.exposure.client_ip_header = Some("fly-client-ip".into());
+    let app = TestApp::spawn_config(config).await;
+    let explorer = "203.0.113.7";
+    for n in 1..=12 {
+        let page = app.client.get(app.url("/")).header("Fly-Client-IP", explorer).send().await.unwrap();
+        assert_eq!(page.status(), StatusCode::SEE_OTHER, "page open {n} makes a lab and goes there");
+    }
+    let pairs = [
+        ["no-jitter", "full-jitter"],
+        ["equal-jitter", "full-jitter"],
+        ["no-jitter", "budget"],
+        ["fixed", "full-jitter"],
+        ["equal-jitter", "breaker-retry"],
+    ];
+    for (n, policies) in pairs.iter().enumerate() {
+        let body = json!({"scenario": "outage", "burst": 2, "policies": policies});
+        let made = call_from(&app, explorer, Method::POST, "/api/comparisons", &body).await;
+        let status = made.status();
+        assert_eq!(status, StatusCode::CREATED, "comparison {}: {}", n + 1, made.text().await.unwrap());
+    }
+    let max_labs = Limits::default().max_labs;
+    let mut created = 0;
+    let refused = loop {
+        let made = call_from(&app, "198.51.100.9", Method::POST, "/api/labs", &json!({})).await;
+        if made.status() != StatusCode::CREATED {
+            break made;
+        }
+        created += 1;
+        assert!(created < max_labs / 4, "a loop made {created} labs of {max_labs}");
+    };
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    println!("the loop was refused after {created} labs");
+}
