@@ -175,6 +175,8 @@ function showVerdict(el, report) {
     parts.push(` A verdict needs ${verdict.runs_needed} runs of each policy.`);
   }
   parts.push(` Test: ${verdict.test}.`);
+  // Why the policies cannot differ here, when their settings show it (the Retry-After floor).
+  if (report.tie_reason) parts.push(` Why they tie: ${report.tie_reason}.`);
   const text = parts.join('');
   if (el.textContent !== text) el.textContent = text;
 }

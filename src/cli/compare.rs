@@ -351,6 +351,9 @@ fn table(report: &Value) -> String {
         verdict["test"].as_str().unwrap_or("test"),
     ));
     lines.push(format!("verdict: {}", verdict["result"].as_str().unwrap_or("-")));
+    if let Some(why) = report["tie_reason"].as_str() {
+        lines.push(format!("why they tie: {why}"));
+    }
     if let Some(line) = failure_ended(&policies) {
         lines.push(line);
     }

@@ -238,6 +238,11 @@ pub struct ComparisonReport {
     /// Said when runs were left out, or when runs never started.
     #[schema(required = true)]
     pub warning: Option<String>,
+    /// Why the policies cannot differ on this scenario, when that can be seen from their
+    /// settings alone: every one honours the endpoint's `Retry-After` as a floor above every
+    /// wait its own backoff would choose, so the header sets all their waits alike.
+    #[schema(required = true)]
+    pub tie_reason: Option<String>,
     /// One per lab: each run of each policy.
     pub columns: Vec<ColumnReport>,
     /// A comparison over defences × policies: its cells. Then `policies` lists each policy's
@@ -776,6 +781,7 @@ impl Comparisons {
         } else {
             None
         };
+        let tie_reason = if done { floor_ties(scenario, comparison.burst, &columns, valid) } else { None };
         ComparisonReport {
             id: comparison.id.to_string(),
             url: format!("/compare/{}", comparison.id),
@@ -793,10 +799,35 @@ impl Comparisons {
             late_threshold_ms: comparison.late_threshold_ms,
             invalid_runs,
             warning,
+            tie_reason,
             columns,
             grid,
         }
     }
+}
+
+/// Says why the policies tie when the endpoint's `Retry-After` set every wait they made: in
+/// every valid run of every policy, each wait was the header's floor, longer than what the
+/// policy's own backoff and jitter chose, so those changed nothing the endpoint saw.
+fn floor_ties(
+    scenario: Scenario,
+    burst: usize,
+    columns: &[ColumnReport],
+    valid: impl Fn(&ColumnReport) -> bool,
+) -> Option<String> {
+    let retry_after_s = scenario.downstream(burst).retry_after_s.filter(|&s| s > 0)?;
+    let counted: Vec<&Figures> = columns.iter().filter(|c| valid(c)).map(|c| &c.figures).collect();
+    let policies = policy_names(columns).len();
+    let (waits, floors) =
+        counted.iter().fold((0, 0), |(w, f), c| (w + c.waits, f + c.waits_set_by_retry_after));
+    let all = policies >= 2 && !counted.is_empty() && waits > 0 && floors == waits;
+    all.then(|| {
+        format!(
+            "every one of the {waits} waits in these runs was the endpoint's Retry-After: {retry_after_s} s, \
+             longer than what each policy's own backoff and jitter chose, so those changed nothing the \
+             endpoint saw; on flaky or overload (Retry-After: 0) they can differ"
+        )
+    })
 }
 
 /// The grid's rows a request asks for, checked; none without `defences`.

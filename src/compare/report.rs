@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::dlq::DeadLetterQueue;
 use crate::domain::{Attempt, Counters, LabRecord, MarkerKind, MessageState, Outcome};
+use crate::retry::WaitReason;
 
 /// One policy's results so far.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
@@ -39,6 +40,11 @@ pub struct Figures {
     /// when it stayed overloaded. `None` without a trigger or without traffic after it.
     pub goodput_after_trigger: Option<f64>,
     pub applied_twice: u64,
+    /// Waits the client planned between attempts, and of them those the endpoint's
+    /// `Retry-After` set (it was longer than the jittered backoff): when every wait is the
+    /// header's, the policy's backoff and jitter changed nothing the endpoint saw.
+    pub waits: u64,
+    pub waits_set_by_retry_after: u64,
 }
 
 /// The window `goodput_after_trigger` is measured over.
@@ -65,7 +71,12 @@ pub fn figures(
     let messages = record.messages();
     let mut latencies: Vec<u64> = Vec::new();
     let mut last_end = started_ms;
+    let (mut waits, mut waits_set_by_retry_after) = (0, 0);
     for message in messages {
+        for wait in message.attempts.iter().filter_map(|a| a.wait.as_deref()) {
+            waits += 1;
+            waits_set_by_retry_after += u64::from(wait.plan.reason == WaitReason::RetryAfter);
+        }
         let Some(end) = message.attempts.last().and_then(Attempt::ended_ms) else {
             continue;
         };
@@ -118,6 +129,8 @@ pub fn figures(
         offered: bins.iter().map(|b| b.offered).sum(),
         goodput_after_trigger,
         applied_twice: counters.applied_twice,
+        waits,
+        waits_set_by_retry_after,
     }
 }
 

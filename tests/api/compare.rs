@@ -881,3 +881,25 @@ async fn an_explorer_is_never_refused_and_a_loop_still_is() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     println!("the loop was refused after {created} labs");
 }
+
+/// On the default `outage` scenario no-jitter and full-jitter sent the same requests in every
+/// run, and nothing said why: the endpoint's `Retry-After: 1` was longer than every wait their
+/// backoff chose. The report says so, with the count of waits it rests on; on `flaky`, whose
+/// endpoint sends `Retry-After: 0`, their own waits show and nothing is said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tie_set_by_the_retry_after_floor_says_why() {
+    let app = for_many_comparisons().await;
+    let policies = json!(["no-jitter", "full-jitter"]);
+    let outage =
+        json!({"scenario": "outage", "burst": 6, "runs": 1, "late_threshold_ms": 1000, "policies": policies});
+    let report = compared(&app, &outage).await;
+    let why = report["tie_reason"].as_str().unwrap_or_else(|| panic!("no reason: {report}"));
+    let waits: u64 =
+        report["columns"].as_array().unwrap().iter().map(|c| c["figures"]["waits"].as_u64().unwrap()).sum();
+    assert!(waits > 0 && why.contains(&format!("{waits} waits")), "{why}");
+    assert!(why.contains("Retry-After: 1 s"), "{why}");
+    let flaky =
+        json!({"scenario": "flaky", "burst": 6, "runs": 1, "late_threshold_ms": 1000, "policies": policies});
+    let report = compared(&app, &flaky).await;
+    assert_eq!(report["tie_reason"], Value::Null, "{}", report["tie_reason"]);
+}
