@@ -146,7 +146,7 @@ impl AppError {
 pub fn in_words(seconds: u64) -> String {
     match seconds {
         0..60 => format!("{seconds} s"),
-        60..3600 if seconds % 60 == 0 => format!("{} min", seconds / 60),
+        60..3600 if seconds.is_multiple_of(60) => format!("{} min", seconds / 60),
         60..3600 => format!("{} min {} s", seconds / 60, seconds % 60),
         _ if seconds % 3600 < 60 => format!("{} h", seconds / 3600),
         _ => format!("{} h {} min", seconds / 3600, seconds % 3600 / 60),
