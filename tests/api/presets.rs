@@ -495,10 +495,8 @@ async fn hedged_writes_win_by_the_stored_answer_when_applied_and_meet_409_while_
 async fn held_settings(app: &TestApp, lab: &str) -> Value {
     let snapshot = app.snapshot(lab).await;
     let mut downstream = snapshot["downstream"].clone();
-    if let Some(fields) = downstream.as_object_mut() {
-        if let Some(revert) = fields.get_mut("revert").and_then(Value::as_object_mut) {
-            revert.remove("at_ms");
-        }
+    if let Some(revert) = downstream.get_mut("revert").and_then(Value::as_object_mut) {
+        revert.remove("at_ms");
     }
     json!({"policy": snapshot["policy"], "downstream": downstream, "traffic": snapshot["traffic"]})
 }
