@@ -119,6 +119,9 @@ export function createStory(root, look, controls, presets, claims, model) {
       look.dataset.messages = current.ids.join(',');
       show(step, i);
       document.querySelector(step.show)?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+      // The pressed button is gone (the next step's replaced it) or scrolled away: the keyboard
+      // goes on from what to look for, with the next step one Tab after it.
+      look.focus({ preventScroll: true });
       // No status line: what to look for, at the bottom, is read out (a polite live region),
       // and a line at the top would cover the rows the step brought into view.
     });

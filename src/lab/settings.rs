@@ -74,14 +74,16 @@ impl Lab {
     }
 
     /// Puts the downstream and the policy back to a new lab's (a timed change ends with them),
-    /// with a marker: a chapter that clears the lab then starts from the same settings whatever
+    /// keeping the policy's seed, with a marker: a chapter that clears the lab then starts from the same settings whatever
     /// ran before it, the server's defences and the client's protections off.
     pub fn default_settings(&self) {
         let mut state = self.lock();
         let now = self.now_ms();
         state.endpoint.revert = None;
         let marker = Marker { at_ms: now, kind: MarkerKind::Settings, label: "a new lab's settings".into() };
-        self.apply(&mut state, DownstreamSettings::default(), Some(Policy::default()), marker, now);
+        // The seed is the person's choice of a repeatable run, not a chapter's setting: it stays.
+        let policy = Policy { seed: state.clients.policy().seed, ..Policy::default() };
+        self.apply(&mut state, DownstreamSettings::default(), Some(policy), marker, now);
     }
 
     /// The settings in force: the downstream, its timed change if any, the policy.

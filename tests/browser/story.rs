@@ -445,3 +445,55 @@ async fn the_metastable_chapter_shows_its_claims_with_the_goodput_chart_in_view(
     server.put(&lab, "traffic", r#"{"rate_per_s": 0}"#).await;
     assert_no_console_errors(&page);
 }
+
+/// The story by keyboard alone: Tab to the first step and press Enter; after each step the
+/// next one is at most 3 Tabs from where the focus is, and every step's claims still settle.
+/// Before, focus fell to the page's body or stayed on a button scrolled away, 24-40 Tabs from
+/// the next step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_story_driven_by_keyboard_alone_keeps_the_next_step_within_3_tabs() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.first_visit().await;
+    first_visit(&page, &server).await;
+    wait_for(&page, "the story's steps", "document.querySelectorAll('[data-story-step]').length === 5").await;
+    let focused = |selector: &str| format!("document.activeElement?.matches({})", json!(selector));
+    // From the top of the page to the first step.
+    let mut tabs = 0;
+    while page.eval(&focused("[data-story-step=\"break\"]")).await.unwrap() != true {
+        page.press("Tab").await;
+        tabs += 1;
+        assert!(tabs <= 40, "the first step is more than 40 Tabs from the top");
+    }
+    let steps: Vec<Value> = serde_json::from_str(STORY).unwrap();
+    let mut counts = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let id = step["id"].as_str().unwrap();
+        if i > 0 {
+            let next = format!("[data-story-next=\"{id}\"]");
+            let mut tabs = 0;
+            while page.eval(&focused(&next)).await.unwrap() != true {
+                page.press("Tab").await;
+                tabs += 1;
+                let at = page.eval("document.activeElement?.outerHTML.slice(0, 80)").await.unwrap();
+                assert!(tabs <= 3, "step {id} is more than 3 Tabs away (at {at})");
+            }
+            counts.push(tabs);
+            // The next step's button is where the person can see it.
+            let shown = page.eval(&in_view(&next)).await.unwrap();
+            assert_eq!(shown, true, "step {id}'s button is out of view");
+        }
+        page.press("Enter").await;
+        wait_for(
+            &page,
+            &format!("step {id}'s claims to settle"),
+            &format!(
+                "(l => l.dataset.step === '{id}' && l.querySelector('[data-claim]') && !l.querySelector('[data-verdict=\"pending\"]'))
+                 (document.querySelector('[data-look]'))"
+            ),
+        )
+        .await;
+    }
+    println!("Tabs from each step to the next: {counts:?}");
+    assert_no_console_errors(&page);
+}
