@@ -74,8 +74,9 @@ impl Lab {
     }
 
     /// Puts the downstream and the policy back to a new lab's (a timed change ends with them),
-    /// keeping the policy's seed, with a marker: a chapter that clears the lab then starts from the same settings whatever
-    /// ran before it, the server's defences and the client's protections off.
+    /// keeping the policy's seed, with a marker: a chapter that clears the lab then starts from
+    /// the same settings whatever ran before it, the server's defences and the client's
+    /// protections off.
     pub fn default_settings(&self) {
         let mut state = self.lock();
         let now = self.now_ms();

@@ -114,12 +114,8 @@ async fn every_route_of_the_openapi_description_is_in_the_api_guide() {
 /// and `-1`, `-2`, ... after a repeat.
 fn anchors(markdown: &str) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
-    let mut in_code = false;
-    for line in markdown.lines() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-        }
-        let Some(heading) = line.strip_prefix('#').filter(|_| !in_code) else { continue };
+    for line in prose_lines(markdown) {
+        let Some(heading) = line.strip_prefix('#') else { continue };
         let text = heading.trim_start_matches('#').trim();
         let slug: String = text
             .to_lowercase()
@@ -138,18 +134,22 @@ fn anchors(markdown: &str) -> BTreeSet<String> {
     seen
 }
 
+/// A markdown file's lines outside its code blocks (the fences left out too).
+fn prose_lines(markdown: &str) -> impl Iterator<Item = &str> {
+    let mut in_code = false;
+    markdown.lines().filter(move |line| {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            return false;
+        }
+        !in_code
+    })
+}
+
 /// The targets of a markdown file's links and images, outside code blocks.
 fn links(markdown: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let mut in_code = false;
-    for line in markdown.lines() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose_lines(markdown) {
         let mut rest = line;
         while let Some(at) = rest.find("](") {
             let after = &rest[at + 2..];
