@@ -140,6 +140,7 @@ fn table(report: &Report) -> String {
 /// Every request a run would send, one a line.
 fn plan(report: &Report) -> String {
     let mut out = format!("retrylab check {} --dry-run: the requests it would send\n", report.url);
+    out.push_str(&format!("{:<22}{}\n", "probe", curl(&report.probe)));
     for check in &report.checks {
         for e in &check.requests {
             out.push_str(&format!("{:<22}{}\n", check.id, curl(e)));
