@@ -85,6 +85,13 @@ fn parse_url(raw: &str, what: &str) -> Result<Url, String> {
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(format!("{what} {raw:?} is not an http or https URL"));
     }
+    // Said here rather than as "does not answer": reqwest is built without TLS (Cargo.toml).
+    if url.scheme() == "https" {
+        return Err(format!(
+            "{what} {raw:?} is https, and this build has no TLS yet: probe the API over http (on the \
+             loopback, or behind the TLS terminator)"
+        ));
+    }
     Ok(url)
 }
 
@@ -127,6 +134,9 @@ fn table(report: &Report) -> String {
     out.push_str(&format!("\nkeys sent: {}\n", report.keys.join(", ")));
     if !report.locations.is_empty() {
         out.push_str(&format!("created (Location): {}\n", report.locations.join(", ")));
+    }
+    if report.refused.is_some() {
+        out.push_str(&format!("\nthe probe was refused; to reproduce:\n  {}\n", curl(&report.probe)));
     }
     for check in report.checks.iter().filter(|c| c.verdict == Verdict::Fail) {
         out.push_str(&format!("\n{} failed; to reproduce:\n", check.id));

@@ -261,6 +261,7 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
             retrylab(&["check", &g, "--body", "order={n}"]),
             retrylab(&["check", "http://127.0.0.1:1/orders"]),
             retrylab(&["check", &g, "--effect", &g.replace("/orders", "/nothing")]),
+            retrylab(&["check", &g.replace("http:", "https:")]),
         ];
         (ok, failing, json, dry, usage)
     })
@@ -299,6 +300,7 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
         "--body is not JSON",
         "does not answer",
         "did not answer JSON",
+        "has no TLS yet",
     ]) {
         assert_eq!(output.status.code(), Some(2), "{}", out(output));
         let err = String::from_utf8_lossy(&output.stderr);
