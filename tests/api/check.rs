@@ -486,6 +486,9 @@ async fn a_correct_handler_whose_operation_takes_2_s_passes_timeout_retry() {
 fn the_help_shows_n_and_what_it_is_for() {
     let help = retrylab(&["check", "--help"]);
     let said = String::from_utf8_lossy(&help.stdout);
-    assert!(said.contains("each `{n}` is replaced with a number unique to the request (and to the run)"), "{said}");
+    assert!(
+        said.contains("each `{n}` is replaced with a number unique to the request (and to the run)"),
+        "{said}"
+    );
     assert!(said.contains("--in-progress-wait-ms"), "{said}");
 }
