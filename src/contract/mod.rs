@@ -38,9 +38,9 @@ pub const ABANDON_AFTER: Duration = Duration::from_millis(20);
 pub const DEFAULT_IN_PROGRESS_WAIT: Duration = Duration::from_secs(10);
 /// A 409 or 503 is asked again at most this many times, after its `Retry-After` (capped).
 const ASK_AGAIN: usize = 3;
+const LONGEST_WAIT: Duration = Duration::from_secs(3);
 /// Most characters of a refused probe's answer quoted back to the person.
 const REFUSAL_SHOWN: usize = 200;
-const LONGEST_WAIT: Duration = Duration::from_secs(3);
 /// Most characters of an answer's body kept in the report.
 const BODY_SHOWN: usize = 300;
 
