@@ -173,10 +173,13 @@ pub struct CheckArgs {
     /// same default.
     #[arg(long, default_value_t = 60)]
     pub max_requests: usize,
+    /// How long `timeout_retry` waits out an operation still in progress (409) before it judges.
+    #[arg(long, default_value_t = 10_000)]
+    pub in_progress_wait_ms: u64,
     /// A host that is not loopback, allowed to be probed (repeat for several).
     #[arg(long = "allow-host")]
     pub allow_hosts: Vec<String>,
-    /// Prints `{"url", "checks": [...], "keys", "locations"}` instead of the table.
+    /// Prints `{"url", "probe", "refused", "checks": [...], "keys", "locations"}` instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Also writes the checks as JUnit XML to this file.
@@ -194,7 +197,9 @@ fn body_help() -> clap::builder::StyledStr {
     let _ = write!(
         help,
         "The request's body: JSON once each `{literal}{{{literal:#}{literal}n}}{literal:#}` is replaced \
-         with a number unique to the request"
+         with a number unique to the request (and to the run), so that each request is a new \
+         operation to the API. Without it, the check that needs a second body under one key adds a \
+         field \"retrylab_check_variant\" to a JSON object"
     );
     help
 }

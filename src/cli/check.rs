@@ -1,8 +1,9 @@
 //! `retrylab check URL`: probes the idempotency and retry contract of an API the user owns
 //! (`crate::contract`) and prints what each check found, as a table, JSON or JUnit XML, with a
-//! curl command that reproduces each failure. Exit status: 1 when a check failed, 0 otherwise,
-//! 2 on bad usage (a URL that does not parse or answer, a body that is not JSON, an effect
-//! query that does not answer JSON, a host not allowed).
+//! curl command that reproduces each failure. Exit status: 0 when every check passed, warned or
+//! did not apply; 1 when a check failed or could not be judged; 2 on bad usage (a URL that does
+//! not parse or answer, a body that is not JSON or that the API refuses, an effect query that
+//! does not answer JSON, a host not allowed).
 
 use std::net::IpAddr;
 
@@ -43,7 +44,12 @@ pub async fn run(args: CheckArgs) -> i32 {
     } else {
         print!("{}", table(&report));
     }
-    if report.checks.iter().any(|c| c.verdict == Verdict::Fail) { 1 } else { 0 }
+    if let Some(refused) = &report.refused {
+        eprintln!("retrylab check: {}", refused.said(&report.url));
+        return 2;
+    }
+    let failed = |c: &&contract::CheckResult| matches!(c.verdict, Verdict::Fail | Verdict::NotJudged);
+    if report.checks.iter().any(|c| failed(&c)) { 1 } else { 0 }
 }
 
 fn target(args: &CheckArgs) -> Result<Target, String> {
@@ -52,6 +58,7 @@ fn target(args: &CheckArgs) -> Result<Target, String> {
     let method = Method::from_bytes(args.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| format!("--method {:?} is not an HTTP method", args.method))?;
     let body = BodyTemplate::parse(&args.body)?;
+    let in_progress_wait = std::time::Duration::from_millis(args.in_progress_wait_ms);
     let effect = match &args.effect {
         None => None,
         Some(raw) => {
@@ -62,13 +69,28 @@ fn target(args: &CheckArgs) -> Result<Target, String> {
             Some(Effect { url, pointer: args.effect_pointer.clone() })
         }
     };
-    Ok(Target { url, method, body, effect, max_requests: args.max_requests, dry_run: args.dry_run })
+    Ok(Target {
+        url,
+        method,
+        body,
+        effect,
+        max_requests: args.max_requests,
+        in_progress_wait,
+        dry_run: args.dry_run,
+    })
 }
 
 fn parse_url(raw: &str, what: &str) -> Result<Url, String> {
     let url = Url::parse(raw).map_err(|e| format!("{what} {raw:?} does not parse: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(format!("{what} {raw:?} is not an http or https URL"));
+    }
+    // Said here rather than as "does not answer": reqwest is built without TLS (Cargo.toml).
+    if url.scheme() == "https" {
+        return Err(format!(
+            "{what} {raw:?} is https, and this build has no TLS yet: probe the API over http (on the \
+             loopback, or behind the TLS terminator)"
+        ));
     }
     Ok(url)
 }
@@ -92,11 +114,19 @@ fn verdict(v: Verdict) -> &'static str {
         Verdict::Warn => "warn",
         Verdict::Fail => "fail",
         Verdict::NotApplicable => "not_applicable",
+        Verdict::NotJudged => "not_judged",
     }
 }
 
 fn table(report: &Report) -> String {
     let mut out = format!("retrylab check {}\n\n", report.url);
+    let probe = match &report.refused {
+        None => {
+            format!("accepted with {}", report.probe.status.map_or("nothing yet".into(), |s| s.to_string()))
+        }
+        Some(refused) => format!("refused with {}: {}", refused.status, refused.answer),
+    };
+    out.push_str(&format!("{:<38}{probe}\n", "probe (the body, a fresh key)"));
     for check in &report.checks {
         out.push_str(&format!("{:<22}{:<16}{}\n", check.id, verdict(check.verdict), check.detail));
         out.push_str(&format!("{:<38}source: {}\n", "", check.source));
@@ -104,6 +134,9 @@ fn table(report: &Report) -> String {
     out.push_str(&format!("\nkeys sent: {}\n", report.keys.join(", ")));
     if !report.locations.is_empty() {
         out.push_str(&format!("created (Location): {}\n", report.locations.join(", ")));
+    }
+    if report.refused.is_some() {
+        out.push_str(&format!("\nthe probe was refused; to reproduce:\n  {}\n", curl(&report.probe)));
     }
     for check in report.checks.iter().filter(|c| c.verdict == Verdict::Fail) {
         out.push_str(&format!("\n{} failed; to reproduce:\n", check.id));
@@ -117,6 +150,7 @@ fn table(report: &Report) -> String {
 /// Every request a run would send, one a line.
 fn plan(report: &Report) -> String {
     let mut out = format!("retrylab check {} --dry-run: the requests it would send\n", report.url);
+    out.push_str(&format!("{:<22}{}\n", "probe", curl(&report.probe)));
     for check in &report.checks {
         for e in &check.requests {
             out.push_str(&format!("{:<22}{}\n", check.id, curl(e)));
@@ -151,12 +185,14 @@ pub(crate) fn xml(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// The checks as JUnit XML: a fail is a failure, not_applicable is skipped.
+/// The checks as JUnit XML: a fail is a failure, not_applicable is skipped, and not_judged is
+/// an error (the test could not be run as meant, which a CI must not read as green).
 pub fn junit(report: &Report) -> String {
-    let failures = report.checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
-    let skipped = report.checks.iter().filter(|c| c.verdict == Verdict::NotApplicable).count();
+    let count = |v: Verdict| report.checks.iter().filter(|c| c.verdict == v).count();
+    let (failures, skipped, errors) =
+        (count(Verdict::Fail), count(Verdict::NotApplicable), count(Verdict::NotJudged));
     let mut out = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"retrylab check {}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">\n",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"retrylab check {}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" errors=\"{errors}\">\n",
         xml(&report.url),
         report.checks.len()
     );
@@ -165,6 +201,7 @@ pub fn junit(report: &Report) -> String {
         match check.verdict {
             Verdict::Fail => out.push_str(&format!("<failure message=\"{}\"/>", xml(&check.detail))),
             Verdict::NotApplicable => out.push_str(&format!("<skipped message=\"{}\"/>", xml(&check.detail))),
+            Verdict::NotJudged => out.push_str(&format!("<error message=\"{}\"/>", xml(&check.detail))),
             Verdict::Pass | Verdict::Warn => out.push_str(&format!(
                 "<system-out>{}: {}</system-out>",
                 verdict(check.verdict),

@@ -12,8 +12,14 @@
 //! keep the title and abstract; their numbering was not re-read. Where
 //! providers differ from it (a reused key with another body: 422 in the draft, 400 at Stripe,
 //! 409 elsewhere), the check reports the code it got instead of failing it.
+//!
+//! A check judges only what it could probe. A run first sends a probe (the body, a fresh key)
+//! and goes on only when it is accepted (2xx): an API that refuses the body refuses every
+//! request, and a refusal tells nothing of its keys. Where a check's requests cannot decide
+//! (an error repeated is not a replay, an effect that did not move shows no second apply, an
+//! operation still in progress when the wait ran out), its verdict is "not judged", with why.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use reqwest::{Method, Url};
@@ -28,9 +34,13 @@ pub const KEY_PREFIX: &str = "retrylab-check-";
 pub const CONCURRENT: usize = 5;
 /// How long `timeout_retry` waits for an answer before it abandons its first request.
 pub const ABANDON_AFTER: Duration = Duration::from_millis(20);
+/// How long `timeout_retry` waits out an operation still in progress (409), unless told.
+pub const DEFAULT_IN_PROGRESS_WAIT: Duration = Duration::from_secs(10);
 /// A 409 or 503 is asked again at most this many times, after its `Retry-After` (capped).
 const ASK_AGAIN: usize = 3;
 const LONGEST_WAIT: Duration = Duration::from_secs(3);
+/// Most characters of a refused probe's answer quoted back to the person.
+const REFUSAL_SHOWN: usize = 200;
 /// Most characters of an answer's body kept in the report.
 const BODY_SHOWN: usize = 300;
 
@@ -41,12 +51,19 @@ pub enum Verdict {
     Warn,
     Fail,
     NotApplicable,
+    /// The requests could not decide (the probe was refused, an error was repeated, the effect
+    /// did not move...): not a pass, and the run exits non-zero.
+    NotJudged,
 }
 
 /// The body to send, as the user wrote it: JSON once every `{n}` is replaced with a number,
 /// which makes each request's body its own.
 #[derive(Debug, Clone)]
 pub struct BodyTemplate(String);
+
+/// The field added to a JSON object body without `{n}`, so that the checks that need two
+/// different bodies under one key have them.
+pub const VARIANT_FIELD: &str = "retrylab_check_variant";
 
 impl BodyTemplate {
     pub fn parse(raw: &str) -> Result<BodyTemplate, String> {
@@ -58,6 +75,23 @@ impl BodyTemplate {
 
     pub fn render(&self, n: u64) -> String {
         self.0.replace("{n}", &n.to_string())
+    }
+
+    /// A body that differs for each `n`: the template's own when it holds `{n}`, else a JSON
+    /// object with [`VARIANT_FIELD`] set to `n`. Anything else cannot be varied, and says why.
+    pub fn varied(&self, n: u64) -> Result<String, String> {
+        if self.0.contains("{n}") {
+            return Ok(self.render(n));
+        }
+        match serde_json::from_str::<Value>(&self.0) {
+            Ok(Value::Object(mut fields)) => {
+                fields.insert(VARIANT_FIELD.into(), n.into());
+                Ok(Value::Object(fields).to_string())
+            }
+            _ => Err("the --body has no {n} and is not a JSON object, so no second body can be made from \
+                 it; put {n} where a number may differ between requests"
+                .into()),
+        }
     }
 }
 
@@ -77,6 +111,8 @@ pub struct Target {
     pub body: BodyTemplate,
     pub effect: Option<Effect>,
     pub max_requests: usize,
+    /// How long `timeout_retry` waits out an operation still in progress before it judges.
+    pub in_progress_wait: Duration,
     /// Records the plan without sending anything.
     pub dry_run: bool,
 }
@@ -134,9 +170,35 @@ pub struct CheckResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub url: String,
+    /// The first request: the body with a fresh key, which must be accepted for any check to
+    /// be judged.
+    pub probe: Exchange,
+    /// Set when the probe was not accepted: then every check is not judged.
+    pub refused: Option<Refusal>,
     pub checks: Vec<CheckResult>,
     pub keys: Vec<String>,
     pub locations: Vec<String>,
+}
+
+/// The probe's answer when it was not a success.
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub status: u16,
+    /// The start of the answer's body.
+    pub answer: String,
+}
+
+impl Refusal {
+    /// What to tell the person, in a sentence.
+    pub fn said(&self, url: &str) -> String {
+        let what = if self.status >= 500 { "failed on" } else { "refused" };
+        let answer = self.answer.split_whitespace().collect::<Vec<_>>().join(" ");
+        format!(
+            "{url} {what} the probe's body with {}: {answer}; no check could be judged. Pass a --body the \
+             API accepts (each {{n}} in it becomes a number of the request's own)",
+            self.status
+        )
+    }
 }
 
 /// Sends the requests and keeps what the checks need of them.
@@ -145,6 +207,8 @@ struct Prober {
     target: Target,
     run: String,
     sent: usize,
+    /// Each body's `{n}` is this plus a count: random, so no run repeats another's numbers.
+    base: u64,
     bodies: u64,
     keys: Vec<String>,
     locations: Vec<String>,
@@ -170,6 +234,7 @@ pub async fn check(target: Target) -> Result<Report, String> {
         target,
         run,
         sent: 0,
+        base: rand::random_range(1_000_000..1_000_000_000),
         bodies: 0,
         keys: Vec::new(),
         locations: Vec::new(),
@@ -180,14 +245,45 @@ pub async fn check(target: Target) -> Result<Report, String> {
         p.effect().await?;
         p.current.clear();
     }
-    let mut checks = vec![missing_key(&mut p).await];
-    if let Some(failed) = checks[0].requests.iter().find(|e| !e.answered() && !p.target.dry_run) {
+    let probe = {
+        let (key, body) = (p.key("probe"), p.body());
+        p.post(KeyHeader::One(key), body).await
+    };
+    p.current.clear();
+    if !probe.answered() && !p.target.dry_run {
         return Err(format!(
             "{} does not answer: {}",
             p.target.url,
-            failed.note.as_deref().unwrap_or("no answer")
+            probe.note.as_deref().unwrap_or("no answer")
         ));
     }
+    let url = p.target.url.to_string();
+    if let Some(status) = probe.status.filter(|s| !(200..300).contains(s)) {
+        let answer = probe.answer.as_deref().unwrap_or_default().chars().take(REFUSAL_SHOWN).collect();
+        let refused = Refusal { status, answer };
+        let detail = format!(
+            "not judged: the probe's body was refused with {status}, so the API's answers say nothing of its keys"
+        );
+        let checks = CHECKS
+            .iter()
+            .map(|&(id, source)| CheckResult {
+                id,
+                verdict: Verdict::NotJudged,
+                detail: detail.clone(),
+                source,
+                requests: Vec::new(),
+            })
+            .collect();
+        return Ok(Report {
+            url,
+            probe,
+            refused: Some(refused),
+            checks,
+            keys: p.keys,
+            locations: p.locations,
+        });
+    }
+    let mut checks = vec![missing_key(&mut p).await];
     checks.push(bad_key(&mut p).await);
     checks.push(replay(&mut p).await);
     checks.push(other_body(&mut p).await);
@@ -195,8 +291,30 @@ pub async fn check(target: Target) -> Result<Report, String> {
     checks.push(timeout_retry(&mut p).await);
     checks.push(conflict_retry_after(&mut p));
     checks.push(retry_after(&mut p));
-    Ok(Report { url: p.target.url.to_string(), checks, keys: p.keys, locations: p.locations })
+    Ok(Report { url, probe, refused: None, checks, keys: p.keys, locations: p.locations })
 }
+
+const DRAFT_2_1: &str =
+    "draft-ietf-httpapi-idempotency-key-header-06, section 2.1; Stripe: keys up to 255 characters";
+const DRAFT_2_5_6: &str = "draft-ietf-httpapi-idempotency-key-header-06, sections 2.5 and 2.6";
+const DRAFT_2_6: &str = "draft-ietf-httpapi-idempotency-key-header-06, section 2.6";
+const DRAFT_2_6_7: &str = "draft-ietf-httpapi-idempotency-key-header-06, sections 2.6 and 2.7";
+const DRAFT_2_7: &str = "draft-ietf-httpapi-idempotency-key-header-06, section 2.7";
+const DRAFT_2_7_RFC_9110: &str =
+    "draft-ietf-httpapi-idempotency-key-header-06, section 2.7; RFC 9110, section 10.2.3";
+const RFC_9110_6585: &str = "RFC 9110, sections 10.2.3 and 15.6.4; RFC 6585, section 4";
+
+/// Every check, in the order a run makes them, with its rule's source.
+const CHECKS: [(&str, &str); 8] = [
+    ("missing_key", DRAFT_2_7),
+    ("bad_key", DRAFT_2_1),
+    ("replay", DRAFT_2_6),
+    ("other_body", DRAFT_2_7),
+    ("concurrent", DRAFT_2_6_7),
+    ("timeout_retry", DRAFT_2_5_6),
+    ("conflict_retry_after", DRAFT_2_7_RFC_9110),
+    ("retry_after", RFC_9110_6585),
+];
 
 impl Prober {
     fn key(&mut self, check: &str) -> String {
@@ -207,7 +325,13 @@ impl Prober {
 
     fn body(&mut self) -> String {
         self.bodies += 1;
-        self.target.body.render(self.bodies)
+        self.target.body.render(self.base + self.bodies)
+    }
+
+    /// A body unlike every other of the run, or why none can be made.
+    fn other_body(&mut self) -> Result<String, String> {
+        self.bodies += 1;
+        self.target.body.varied(self.base + self.bodies)
     }
 
     fn blank(&self, method: &Method, url: &Url, keys: &KeyHeader, body: Option<&str>) -> Exchange {
@@ -370,8 +494,11 @@ impl Prober {
             (Verdict::NotApplicable, "dry run: nothing sent".to_owned())
         } else if requests.iter().any(|e| e.note.as_deref().is_some_and(|n| n.starts_with("not sent"))) {
             (
-                Verdict::NotApplicable,
-                format!("the cap of {} requests was reached first", self.target.max_requests),
+                Verdict::NotJudged,
+                format!(
+                    "not judged: the cap of {} requests (--max-requests) was reached first",
+                    self.target.max_requests
+                ),
             )
         } else {
             (verdict, detail)
@@ -466,14 +593,16 @@ async fn missing_key(p: &mut Prober) -> CheckResult {
         ),
         _ => (Verdict::Warn, format!("answered {}; the draft says 400", status(&e))),
     };
-    p.result("missing_key", "draft-ietf-httpapi-idempotency-key-header-06, section 2.7", found)
+    p.result("missing_key", DRAFT_2_7, found)
 }
 
 /// Draft section 2.1: the key is one sf-string; 255 characters is Stripe's longest key.
 async fn bad_key(p: &mut Prober) -> CheckResult {
     let mut accepted = Vec::new();
     let mut other = Vec::new();
-    let long = format!("{KEY_PREFIX}{}", "x".repeat(256 - KEY_PREFIX.len()));
+    // The run's own, like every key it sends: a server that keeps it cannot answer a later run.
+    let mut long = format!("{KEY_PREFIX}{}-", p.run);
+    long.push_str(&"x".repeat(256 - long.len()));
     let cases = [
         ("an empty key", KeyHeader::One(String::new())),
         ("a 256-character key", KeyHeader::One(long)),
@@ -501,24 +630,64 @@ async fn bad_key(p: &mut Prober) -> CheckResult {
         ),
         (true, false) => (Verdict::Warn, format!("refused, but not with 400: {}", other.join("; "))),
     };
-    p.result(
-        "bad_key",
-        "draft-ietf-httpapi-idempotency-key-header-06, section 2.1; Stripe: keys up to 255 characters",
-        found,
-    )
+    p.result("bad_key", DRAFT_2_1, found)
 }
 
-/// The change in the effect across `before`..now, said.
-fn one_effect(before: Option<f64>, after: Option<f64>) -> Option<(bool, String)> {
+/// What the effect's count says of the requests between two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    Once,
+    /// The count did not move: nothing was applied, or the effect does not count it (yet).
+    Not,
+    MoreThanOnce,
+    /// Down, or by a fraction: something else moves the count too.
+    Unclear,
+}
+
+/// The change in the effect across `before`..`after`, said; `None` without an effect.
+fn applied(before: Option<f64>, after: Option<f64>) -> Option<(Applied, String)> {
     let (before, after) = (before?, after?);
     let delta = after - before;
-    Some((delta == 1.0, format!("the effect went from {before} to {after} ({delta:+})")))
+    let applied = if delta == 1.0 {
+        Applied::Once
+    } else if delta == 0.0 {
+        Applied::Not
+    } else if delta > 1.0 && delta.fract() == 0.0 {
+        Applied::MoreThanOnce
+    } else {
+        Applied::Unclear
+    };
+    Some((applied, format!("the effect went from {before} to {after} ({delta:+})")))
 }
 
-const NOT_VERIFIED: &str = "answers identical, effect not verified (give --effect to count it)";
+const NOT_VERIFIED: &str = "effect not verified (give --effect to count it)";
+
+/// A verdict on answers that were right, by what the effect shows: once passes, more than once
+/// fails, and a count that did not move (or moved oddly) cannot tell.
+fn by_effect(said: String, effect: Option<(Applied, String)>) -> (Verdict, String) {
+    match effect {
+        None => (Verdict::Pass, format!("{said}; {NOT_VERIFIED}")),
+        Some((Applied::Once, moved)) => (Verdict::Pass, format!("{said}; {moved}")),
+        Some((Applied::MoreThanOnce, moved)) => {
+            (Verdict::Fail, format!("{said}; {moved}: applied more than once"))
+        }
+        Some((Applied::Not, moved)) => (
+            Verdict::NotJudged,
+            format!(
+                "not judged: {said}; {moved}: not applied, so the count cannot show a second apply \
+                 (does the effect count this operation, and at once?)"
+            ),
+        ),
+        Some((Applied::Unclear, moved)) => (
+            Verdict::NotJudged,
+            format!("not judged: {said}; {moved}: something besides these requests moves the count"),
+        ),
+    }
+}
 
 /// Draft section 2.6: a repeat of a key with the same body gets the first answer again and is
-/// not applied again.
+/// not applied again. Only a success is stored to be replayed: an error answered twice is no
+/// replay.
 async fn replay(p: &mut Prober) -> CheckResult {
     let before = p.effect().await.ok().flatten();
     let (key, body) = (p.key("replay"), p.body());
@@ -526,8 +695,18 @@ async fn replay(p: &mut Prober) -> CheckResult {
     let again = p.post(KeyHeader::One(key), body).await;
     let after = p.effect().await.ok().flatten();
     let same = first.status == again.status && first.answer == again.answer;
-    let found = match (same, one_effect(before, after)) {
-        (false, _) => (
+    let found = if !first.success() {
+        (
+            Verdict::NotJudged,
+            format!(
+                "not judged: the first request got {} then {}: no success to replay, and an error \
+                 answered twice is not a replay",
+                status(&first),
+                status(&again)
+            ),
+        )
+    } else if !same {
+        (
             Verdict::Fail,
             format!(
                 "the repeat got another answer: {} then {} (bodies {})",
@@ -535,43 +714,58 @@ async fn replay(p: &mut Prober) -> CheckResult {
                 status(&again),
                 if first.answer == again.answer { "identical" } else { "different" }
             ),
-        ),
-        (true, Some((true, said))) => {
-            (Verdict::Pass, format!("the same {} and body again; {said}", status(&first)))
-        }
-        (true, Some((false, said))) => {
-            (Verdict::Fail, format!("the same answer, but {said}: applied more than once"))
-        }
-        (true, None) => {
-            (Verdict::Pass, format!("the same {} and body again; {NOT_VERIFIED}", status(&first)))
-        }
+        )
+    } else {
+        by_effect(format!("the same {} and body again", status(&first)), applied(before, after))
     };
-    p.result("replay", "draft-ietf-httpapi-idempotency-key-header-06, section 2.6", found)
+    p.result("replay", DRAFT_2_6, found)
 }
 
 /// Draft section 2.7: a key reused with another body is refused (422 in the draft; Stripe
-/// answers 400, others 409): the code is reported, any 4xx passes.
+/// answers 400, others 409): the code is reported, any 4xx passes, once the other body alone
+/// (a fresh key) is shown to be accepted, so that the refusal is the key's.
 async fn other_body(p: &mut Prober) -> CheckResult {
+    let body = p.body();
+    let other = match p.other_body() {
+        Ok(other) => other,
+        Err(why) => {
+            return p.result("other_body", DRAFT_2_7, (Verdict::NotJudged, format!("not judged: {why}")));
+        }
+    };
     let before = p.effect().await.ok().flatten();
     let key = p.key("other_body");
-    let (body, other) = (p.body(), p.body());
     let first = p.post(KeyHeader::One(key.clone()), body).await;
-    let reused = p.send(KeyHeader::One(key), vec![other], None, true).await.remove(0);
+    if !first.success() {
+        let why = format!("not judged: the first request got {}: no key was stored to reuse", status(&first));
+        return p.result("other_body", DRAFT_2_7, (Verdict::NotJudged, why));
+    }
+    let reused = p.post(KeyHeader::One(key), other.clone()).await;
     let after = p.effect().await.ok().flatten();
-    let effect = one_effect(before, after);
     let found = match reused.status {
-        Some(s) if (400..500).contains(&s) => match effect {
-            Some((false, said)) => (Verdict::Fail, format!("refused with {s}, but {said}")),
-            _ => {
-                let code = if s == 422 {
-                    "422, the draft's code".to_owned()
-                } else {
-                    format!("{s} (the draft says 422)")
-                };
-                let effect = effect.map_or("effect not verified".to_owned(), |(_, said)| said);
-                (Verdict::Pass, format!("refused with {code}; {effect}"))
+        Some(s) if (400..500).contains(&s) => {
+            let alone = p.key("other_body");
+            let alone = p.post(KeyHeader::One(alone), other).await;
+            let code = if s == 422 {
+                "422, the draft's code".to_owned()
+            } else {
+                format!("{s} (the draft says 422)")
+            };
+            if alone.success() {
+                by_effect(
+                    format!("refused with {code}; the other body alone got {}", status(&alone)),
+                    applied(before, after),
+                )
+            } else {
+                (
+                    Verdict::NotJudged,
+                    format!(
+                        "not judged: refused with {code}, but the other body alone (a fresh key) got {} too: \
+                         the refusal need not be the reused key's",
+                        status(&alone)
+                    ),
+                )
             }
-        },
+        }
         _ => (
             Verdict::Fail,
             format!(
@@ -582,7 +776,7 @@ async fn other_body(p: &mut Prober) -> CheckResult {
             ),
         ),
     };
-    p.result("other_body", "draft-ietf-httpapi-idempotency-key-header-06, section 2.7", found)
+    p.result("other_body", DRAFT_2_7, found)
 }
 
 /// Draft sections 2.6 and 2.7: copies of one request at once are applied once; the others get
@@ -597,41 +791,74 @@ async fn concurrent(p: &mut Prober) -> CheckResult {
     let successes: Vec<&Exchange> = answers.iter().filter(|e| e.success()).collect();
     let bodies_differ = successes.windows(2).any(|w| w[0].answer != w[1].answer);
     let said = format!("{CONCURRENT} at once answered {} ({conflicts} with 409)", statuses.join(", "));
-    let found = match one_effect(before, after) {
-        Some((true, effect)) => (Verdict::Pass, format!("{said}; {effect}")),
-        Some((false, effect)) => (Verdict::Fail, format!("{said}; {effect}: applied more than once")),
-        None if bodies_differ => {
-            (Verdict::Fail, format!("{said}; the successes' bodies differ, as when each was applied"))
-        }
-        None if successes.is_empty() => (Verdict::Warn, format!("{said}; none succeeded")),
-        None => (Verdict::Pass, format!("{said}; {NOT_VERIFIED}")),
+    let effect = applied(before, after);
+    let found = if successes.is_empty() {
+        (
+            Verdict::NotJudged,
+            format!("not judged: {said}; none succeeded, so none shows how often it was applied"),
+        )
+    } else if effect.is_none() && bodies_differ {
+        (Verdict::Fail, format!("{said}; the successes' bodies differ, as when each was applied"))
+    } else {
+        by_effect(said, effect)
     };
-    p.result("concurrent", "draft-ietf-httpapi-idempotency-key-header-06, sections 2.6 and 2.7", found)
+    p.result("concurrent", DRAFT_2_6_7, found)
 }
 
 /// Draft sections 2.5 and 2.6: a client that timed out sends the request again with its key,
-/// and the server applies it once (the stored result, or a conflict while the first is in work).
+/// and the server applies it once. While the first is still in work the draft's answer is 409
+/// (section 2.7): the check asks again, after the `Retry-After` or its own growing wait, until
+/// the target's `in_progress_wait` has passed, and only then judges.
 async fn timeout_retry(p: &mut Prober) -> CheckResult {
     let before = p.effect().await.ok().flatten();
     let (key, body) = (p.key("timeout_retry"), p.body());
     p.send(KeyHeader::One(key.clone()), vec![body.clone()], Some(ABANDON_AFTER), false).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let again = p.post(KeyHeader::One(key), body).await;
-    let after = p.effect().await.ok().flatten();
-    let found = match (again.success(), one_effect(before, after)) {
-        (false, _) => {
-            (Verdict::Fail, format!("the retry after the abandoned request got {}", status(&again)))
+    let bound = p.target.in_progress_wait;
+    let started = Instant::now();
+    let (mut step, mut in_progress) = (FIRST_STEP, 0);
+    let again = loop {
+        let e = p.send(KeyHeader::One(key.clone()), vec![body.clone()], None, false).await.remove(0);
+        let waited = started.elapsed();
+        if e.status != Some(409) || e.note.is_some() || waited >= bound {
+            break e;
         }
-        (true, Some((true, said))) => (Verdict::Pass, format!("the retry got {}; {said}", status(&again))),
-        (true, Some((false, said))) => {
-            (Verdict::Fail, format!("the retry got {}, but {said}", status(&again)))
-        }
-        (true, None) => (
-            Verdict::Pass,
-            format!("the retry got {}; effect not verified (give --effect to count it)", status(&again)),
-        ),
+        in_progress += 1;
+        tokio::time::sleep(in_progress_delay(e.retry_after.as_deref(), step).min(bound - waited)).await;
+        step = (step * 2).min(LONGEST_STEP);
     };
-    p.result("timeout_retry", "draft-ietf-httpapi-idempotency-key-header-06, sections 2.5 and 2.6", found)
+    let after = p.effect().await.ok().flatten();
+    let waited = match in_progress {
+        0 => String::new(),
+        n => format!(" after {n} answers 409 (in progress) over {} ms", started.elapsed().as_millis()),
+    };
+    let found = if again.status == Some(409) {
+        (
+            Verdict::NotJudged,
+            format!(
+                "not judged: still in progress (409) after {} ms of asking, the bound \
+                 (--in-progress-wait-ms); the operation may yet finish",
+                bound.as_millis()
+            ),
+        )
+    } else if !again.success() {
+        (Verdict::Fail, format!("the retry after the abandoned request got {}{waited}", status(&again)))
+    } else {
+        by_effect(format!("the retry got {}{waited}", status(&again)), applied(before, after))
+    };
+    p.result("timeout_retry", DRAFT_2_5_6, found)
+}
+
+/// `timeout_retry`'s first wait on a 409, doubled each time up to [`LONGEST_STEP`]: eight asks
+/// fill the default 10 s.
+const FIRST_STEP: Duration = Duration::from_millis(200);
+const LONGEST_STEP: Duration = Duration::from_secs(2);
+
+/// How long to wait on a 409 before asking again: its `Retry-After` in seconds, but not less
+/// than `step` (a `Retry-After: 0` must not make the check spin).
+fn in_progress_delay(retry_after: Option<&str>, step: Duration) -> Duration {
+    let said = retry_after.and_then(|v| v.trim().parse::<u64>().ok()).map(Duration::from_secs);
+    said.unwrap_or_default().max(step)
 }
 
 /// A 409 says "not yet": with a `Retry-After` (RFC 9110 section 10.2.3) the client knows when
@@ -651,11 +878,7 @@ fn conflict_retry_after(p: &mut Prober) -> CheckResult {
         ),
     };
     p.current = conflicts;
-    p.result(
-        "conflict_retry_after",
-        "draft-ietf-httpapi-idempotency-key-header-06, section 2.7; RFC 9110, section 10.2.3",
-        found,
-    )
+    p.result("conflict_retry_after", DRAFT_2_7_RFC_9110, found)
 }
 
 /// RFC 9110 section 15.6.4 (503) and RFC 6585 section 4 (429): a `Retry-After` tells clients
@@ -687,7 +910,7 @@ fn retry_after(p: &mut Prober) -> CheckResult {
         ),
     };
     p.current = refusals;
-    p.result("retry_after", "RFC 9110, sections 10.2.3 and 15.6.4; RFC 6585, section 4", found)
+    p.result("retry_after", RFC_9110_6585, found)
 }
 
 #[cfg(test)]
@@ -699,6 +922,36 @@ mod tests {
         let template = BodyTemplate::parse(r#"{"order": {n}}"#).unwrap();
         assert_eq!(template.render(7), r#"{"order": 7}"#);
         assert!(BodyTemplate::parse("order=1").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn a_body_without_n_is_varied_by_a_field_of_its_own_or_says_why_not() {
+        let with_n = BodyTemplate::parse(r#"{"order": {n}}"#).unwrap();
+        assert_eq!(with_n.varied(7), Ok(r#"{"order": 7}"#.to_owned()));
+        let object = BodyTemplate::parse(r#"{"sku": "book"}"#).unwrap();
+        let varied: Value = serde_json::from_str(&object.varied(7).unwrap()).unwrap();
+        assert_eq!(varied, serde_json::json!({"sku": "book", VARIANT_FIELD: 7}));
+        let list = BodyTemplate::parse(r#"["book"]"#).unwrap();
+        assert!(list.varied(7).unwrap_err().contains("put {n}"));
+    }
+
+    #[test]
+    fn an_operation_in_progress_is_asked_again_after_its_retry_after_or_a_growing_step() {
+        let step = Duration::from_millis(400);
+        assert_eq!(in_progress_delay(Some("2"), step), Duration::from_secs(2));
+        assert_eq!(in_progress_delay(Some("0"), step), step, "a Retry-After of 0 does not spin");
+        assert_eq!(in_progress_delay(None, step), step);
+        assert_eq!(in_progress_delay(Some("soon"), step), step);
+    }
+
+    #[test]
+    fn a_count_that_did_not_move_is_not_applied_never_applied_twice() {
+        assert_eq!(applied(Some(3.0), Some(4.0)).unwrap().0, Applied::Once);
+        assert_eq!(applied(Some(3.0), Some(3.0)).unwrap().0, Applied::Not);
+        assert_eq!(applied(Some(3.0), Some(5.0)).unwrap().0, Applied::MoreThanOnce);
+        assert_eq!(applied(Some(3.0), Some(2.0)).unwrap().0, Applied::Unclear);
+        assert_eq!(by_effect("ok".into(), applied(Some(3.0), Some(3.0))).0, Verdict::NotJudged);
+        assert_eq!(applied(None, Some(3.0)), None);
     }
 
     #[test]

@@ -33,6 +33,10 @@ enum Flaw {
     ReplaysAnotherBody,
     /// Each key's first request gets 503 without `Retry-After`.
     ServiceUnavailableWithoutRetryAfter,
+    /// Answers as the draft says, but applies nothing: the count never moves.
+    NeverApplies,
+    /// Fails (500) every request under the `replay` check's keys, each time.
+    FailsTheReplaysKey,
 }
 
 #[derive(Default)]
@@ -42,20 +46,35 @@ struct Ledger {
     at_work: HashSet<String>,
     refused_once: HashSet<String>,
     served: u64,
+    created: u64,
 }
 
-type Server = Arc<(Flaw, Mutex<Ledger>)>;
+/// The server's flaw, how long its operation takes, and the `Retry-After` of its 409 (the
+/// operation still in work), if any.
+struct Api {
+    flaw: Flaw,
+    work: Duration,
+    in_progress_retry_after: Option<&'static str>,
+    ledger: Mutex<Ledger>,
+}
+
+type Server = Arc<Api>;
 
 /// An idempotent POST /orders as the draft describes it, but for its `Flaw`; GET /count gives
 /// what it applied.
 async fn spawn_server(flaw: Flaw) -> String {
-    let state: Server = Arc::new((flaw, Mutex::new(Ledger::default())));
+    spawn_api(flaw, Duration::from_millis(30), Some("1")).await
+}
+
+async fn spawn_api(flaw: Flaw, work: Duration, in_progress_retry_after: Option<&'static str>) -> String {
+    let state: Server =
+        Arc::new(Api { flaw, work, in_progress_retry_after, ledger: Mutex::new(Ledger::default()) });
     let app = Router::new()
         .route("/orders", post(order))
         .route(
             "/count",
             get(|State(s): State<Server>| async move {
-                axum::Json(json!({"applied": s.1.lock().unwrap().applied}))
+                axum::Json(json!({"applied": s.ledger.lock().unwrap().applied}))
             }),
         )
         .with_state(state);
@@ -66,7 +85,7 @@ async fn spawn_server(flaw: Flaw) -> String {
 }
 
 async fn order(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
-    let flaw = server.0;
+    let flaw = server.flaw;
     let keys: Vec<_> = headers.get_all("idempotency-key").iter().collect();
     let key = match keys[..] {
         [] => return (StatusCode::BAD_REQUEST, "Idempotency-Key is required").into_response(),
@@ -76,8 +95,11 @@ async fn order(State(server): State<Server>, headers: HeaderMap, body: Bytes) ->
         },
         _ => return (StatusCode::BAD_REQUEST, "one Idempotency-Key").into_response(),
     };
+    if flaw == Flaw::FailsTheReplaysKey && key.contains("-replay-") {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "the store is down").into_response();
+    }
     {
-        let mut ledger = server.1.lock().unwrap();
+        let mut ledger = server.ledger.lock().unwrap();
         if let Some((first, answer)) = ledger.answers.get(&key).cloned() {
             if first != body && flaw != Flaw::AcceptsOtherBody {
                 return (StatusCode::UNPROCESSABLE_ENTITY, "another body").into_response();
@@ -93,7 +115,11 @@ async fn order(State(server): State<Server>, headers: HeaderMap, body: Bytes) ->
             return (StatusCode::CREATED, axum::Json(answer)).into_response();
         }
         if ledger.at_work.contains(&key) && flaw != Flaw::RacesOnConcurrentCopies {
-            return (StatusCode::CONFLICT, [("retry-after", "1")], "at work").into_response();
+            let mut headers = HeaderMap::new();
+            if let Some(after) = server.in_progress_retry_after {
+                headers.insert("retry-after", after.parse().unwrap());
+            }
+            return (StatusCode::CONFLICT, headers, "at work").into_response();
         }
         if flaw == Flaw::ServiceUnavailableWithoutRetryAfter && ledger.refused_once.insert(key.clone()) {
             return (StatusCode::SERVICE_UNAVAILABLE, "try later").into_response();
@@ -102,13 +128,16 @@ async fn order(State(server): State<Server>, headers: HeaderMap, body: Bytes) ->
     }
     // The work finishes even when the client hangs up, as a real server's would.
     let work = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let mut ledger = server.1.lock().unwrap();
-        ledger.applied += 1;
-        let answer = json!({"id": ledger.applied});
+        tokio::time::sleep(server.work).await;
+        let mut ledger = server.ledger.lock().unwrap();
+        if flaw != Flaw::NeverApplies {
+            ledger.applied += 1;
+        }
+        ledger.created += 1;
+        let answer = json!({"id": ledger.created});
         ledger.answers.insert(key.clone(), (body, answer.clone()));
         ledger.at_work.remove(&key);
-        (ledger.applied, answer)
+        (ledger.created, answer)
     });
     let (id, answer) = work.await.unwrap();
     (StatusCode::CREATED, [("location", format!("/orders/{id}"))], axum::Json(answer)).into_response()
@@ -121,6 +150,7 @@ fn target(url: &str, effect: &str, pointer: &str) -> Target {
         body: BodyTemplate::parse(r#"{"order": {n}}"#).unwrap(),
         effect: Some(Effect { url: effect.parse().unwrap(), pointer: pointer.into() }),
         max_requests: contract::DEFAULT_MAX_REQUESTS,
+        in_progress_wait: contract::DEFAULT_IN_PROGRESS_WAIT,
         dry_run: false,
     }
 }
@@ -231,6 +261,7 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
             retrylab(&["check", &g, "--body", "order={n}"]),
             retrylab(&["check", "http://127.0.0.1:1/orders"]),
             retrylab(&["check", &g, "--effect", &g.replace("/orders", "/nothing")]),
+            retrylab(&["check", &g.replace("http:", "https:")]),
         ];
         (ok, failing, json, dry, usage)
     })
@@ -269,9 +300,195 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
         "--body is not JSON",
         "does not answer",
         "did not answer JSON",
+        "has no TLS yet",
     ]) {
         assert_eq!(output.status.code(), Some(2), "{}", out(output));
         let err = String::from_utf8_lossy(&output.stderr);
         assert!(err.contains(names) && err.lines().count() == 1, "{names}: {err}");
     }
+}
+
+/// A check's verdict as the JSON report spells it, and its detail.
+fn verdict_of(report: &Report, id: &str) -> (String, String) {
+    let check = report.checks.iter().find(|c| c.id == id).unwrap();
+    (serde_json::to_value(check.verdict).unwrap().as_str().unwrap().to_owned(), check.detail.clone())
+}
+
+fn output(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// An API that answers `status` with `answer` to every POST, whatever its key; GET /count never
+/// moves.
+async fn spawn_refusing(status: StatusCode, answer: &'static str) -> String {
+    let app = Router::new()
+        .route(
+            "/orders",
+            post(move || async move { (status, [("content-type", "application/json")], answer) }),
+        )
+        .route("/count", get(|| async { axum::Json(json!({"applied": 0})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+#[tokio::test]
+async fn an_api_that_refuses_every_body_gets_no_idempotency_verdict_and_exits_2() {
+    // What a typed API answers to a body it does not know: a plain 400, and FastAPI's 422.
+    let cases = [
+        (StatusCode::BAD_REQUEST, r#"{"error": "sku is required"}"#),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            r#"{"detail": [{"loc": ["body", "sku"], "msg": "field required", "type": "value_error.missing"}]}"#,
+        ),
+    ];
+    for (code, answer) in cases {
+        let base = spawn_refusing(code, answer).await;
+        let junit = std::env::temp_dir().join(format!("retrylab-refused-{}-{code}.xml", std::process::id()));
+        let (url, count, j) = (format!("{base}/orders"), format!("{base}/count"), junit.clone());
+        let (json, table) = tokio::task::spawn_blocking(move || {
+            let json =
+                retrylab(&["check", &url, "--json", "--effect", &count, "--effect-pointer", "/applied"]);
+            let table = retrylab(&["check", &url, "--junit", j.to_str().unwrap()]);
+            (json, table)
+        })
+        .await
+        .unwrap();
+        for run in [&json, &table] {
+            assert_eq!(run.status.code(), Some(2), "{code}: {}", output(run));
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(
+                err.contains(&format!("refused the probe's body with {}", code.as_u16()))
+                    && err.contains(&answer[..20])
+                    && err.contains("--body"),
+                "{code}: {err}"
+            );
+        }
+        let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(report["refused"]["status"], code.as_u16(), "{report}");
+        assert_eq!(report["probe"]["status"], code.as_u16(), "{report}");
+        let checks = report["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 8, "{report}");
+        for check in checks {
+            assert_eq!(check["verdict"], "not_judged", "{code}: {check}");
+            assert!(!check["detail"].as_str().unwrap().contains("more than once"), "{check}");
+        }
+        let xml = std::fs::read_to_string(&junit).unwrap();
+        let _ = std::fs::remove_file(&junit);
+        assert!(xml.contains("failures=\"0\"") && xml.contains("errors=\"8\""), "{xml}");
+        assert_eq!(xml.matches("<error message=\"not judged").count(), 8, "{xml}");
+        let said = String::from_utf8_lossy(&table.stdout);
+        assert!(said.contains(&format!("refused with {}", code.as_u16())), "{said}");
+    }
+}
+
+#[tokio::test]
+async fn an_effect_that_did_not_move_is_not_applied_and_a_repeated_500_is_no_replay() {
+    let (still, failing) =
+        tokio::join!(spawn_server(Flaw::NeverApplies), spawn_server(Flaw::FailsTheReplaysKey));
+    let (still, failing) = tokio::join!(
+        contract::check(target(&format!("{still}/orders"), &format!("{still}/count"), "/applied")),
+        contract::check(target(&format!("{failing}/orders"), &format!("{failing}/count"), "/applied")),
+    );
+    let (still, failing) = (still.unwrap(), failing.unwrap());
+    for id in ["replay", "concurrent", "timeout_retry", "other_body"] {
+        let (verdict, detail) = verdict_of(&still, id);
+        assert_eq!(verdict, "not_judged", "{id}: {detail}");
+        assert!(detail.contains("(+0): not applied") && !detail.contains("more than once"), "{id}: {detail}");
+    }
+    let (verdict, detail) = verdict_of(&failing, "replay");
+    assert_eq!(verdict, "not_judged", "{detail}");
+    assert!(detail.contains("got 500 then 500") && detail.contains("not a replay"), "{detail}");
+    assert!(failing.refused.is_none() && failing.probe.status == Some(201), "{:?}", failing.probe);
+}
+
+#[tokio::test]
+async fn a_body_without_n_against_the_lab_s_own_endpoint_fails_nothing() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let mut target = target(
+        &app.url(&format!("/labs/{lab}/downstream")),
+        &app.url(&format!("/api/labs/{lab}")),
+        "/counters/applied",
+    );
+    target.body = BodyTemplate::parse(r#"{"sku": "book", "quantity": 1}"#).unwrap();
+    let report = contract::check(target).await.unwrap();
+    let verdicts: Vec<_> = report.checks.iter().map(|c| verdict_of(&report, c.id)).collect();
+    assert!(verdicts.iter().all(|(v, _)| v == "pass" || v == "not_applicable"), "{verdicts:?}");
+    let other = report.checks.iter().find(|c| c.id == "other_body").unwrap();
+    let bodies: Vec<&str> = other.requests.iter().filter_map(|e| e.body.as_deref()).collect();
+    assert!(bodies.iter().any(|b| b.contains("\"retrylab_check_variant\"")), "{bodies:?}");
+    // A body that is no JSON object and has no {n} cannot be varied: that check says why.
+    let mut target = self::target(&app.url(&format!("/labs/{lab}/downstream")), &app.url("/healthz"), "");
+    target.effect = None;
+    target.body = BodyTemplate::parse(r#"["book"]"#).unwrap();
+    let report = contract::check(target).await.unwrap();
+    let (verdict, detail) = verdict_of(&report, "other_body");
+    assert_eq!(verdict, "not_judged", "{detail}");
+    assert!(detail.contains("put {n}"), "{detail}");
+}
+
+#[tokio::test]
+async fn keys_and_numbers_are_the_run_s_own() {
+    let base = spawn_server(Flaw::None).await;
+    let url = format!("{base}/orders");
+    let (first, second) = tokio::join!(
+        contract::check(target(&url, &format!("{base}/count"), "/applied")),
+        contract::check(target(&url, &format!("{base}/count"), "/applied")),
+    );
+    let sent = |report: &Report| -> (HashSet<String>, HashSet<String>) {
+        let all = report.checks.iter().flat_map(|c| c.requests.iter()).chain([&report.probe]);
+        let all: Vec<_> = all.filter(|e| e.method == "POST").collect();
+        (
+            all.iter().flat_map(|e| e.keys.iter().filter(|k| !k.is_empty()).cloned()).collect(),
+            all.iter().filter_map(|e| e.body.clone()).collect(),
+        )
+    };
+    let ((keys_1, bodies_1), (keys_2, bodies_2)) = (sent(&first.unwrap()), sent(&second.unwrap()));
+    assert!(keys_1.len() > 5 && bodies_1.len() > 8, "{keys_1:?} {bodies_1:?}");
+    assert!(keys_1.is_disjoint(&keys_2), "{:?}", keys_1.intersection(&keys_2).collect::<Vec<_>>());
+    assert!(bodies_1.is_disjoint(&bodies_2), "{:?}", bodies_1.intersection(&bodies_2).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_correct_handler_whose_operation_takes_2_s_passes_timeout_retry() {
+    // Its 409 while the operation is in work: without Retry-After, and with Retry-After: 0.
+    let runs = [None, Some("0")].map(|retry_after| async move {
+        let base = spawn_api(Flaw::None, Duration::from_secs(2), retry_after).await;
+        let report = contract::check(target(&format!("{base}/orders"), &format!("{base}/count"), "/applied"))
+            .await
+            .unwrap();
+        (retry_after, report)
+    });
+    for (retry_after, report) in futures_util::future::join_all(runs).await {
+        let (verdict, detail) = verdict_of(&report, "timeout_retry");
+        assert_eq!(verdict, "pass", "Retry-After {retry_after:?}: {detail}");
+        assert!(detail.contains("answers 409 (in progress)") && detail.contains("(+1)"), "{detail}");
+        assert!(failed(&report).is_empty(), "{:?}", verdicts(&report));
+    }
+    // With a bound shorter than the operation, the check cannot judge, says so, and exits 1.
+    let base = spawn_api(Flaw::None, Duration::from_secs(2), None).await;
+    let url = format!("{base}/orders");
+    let short = tokio::task::spawn_blocking(move || {
+        retrylab(&["check", &url, "--json", "--in-progress-wait-ms", "300"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(short.status.code(), Some(1), "{}", output(&short));
+    let report: Value = serde_json::from_slice(&short.stdout).unwrap();
+    let check = report["checks"].as_array().unwrap().iter().find(|c| c["id"] == "timeout_retry").unwrap();
+    assert_eq!(check["verdict"], "not_judged", "{check}");
+    assert!(check["detail"].as_str().unwrap().contains("--in-progress-wait-ms"), "{check}");
+}
+
+#[test]
+fn the_help_shows_n_and_what_it_is_for() {
+    let help = retrylab(&["check", "--help"]);
+    let said = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        said.contains("each `{n}` is replaced with a number unique to the request (and to the run)"),
+        "{said}"
+    );
+    assert!(said.contains("--in-progress-wait-ms"), "{said}");
 }
