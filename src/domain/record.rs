@@ -247,6 +247,12 @@ impl LabRecord {
             .collect()
     }
 
+    /// When message `id`'s current round started (its first attempt), once one has.
+    pub fn round_started_ms(&self, id: u64) -> Option<u64> {
+        let message = self.message(id)?;
+        message.attempts.iter().find(|a| a.round == message.round).map(|a| a.started_ms)
+    }
+
     /// Where the message's delivery continues; `None` if it is not owed one.
     pub fn resume_point(&self, id: u64, now_ms: u64) -> Option<ResumePoint> {
         let message = self.message(id).filter(|m| m.state.is_active())?;

@@ -389,3 +389,105 @@ async fn a_413_for_a_chunked_body_says_connection_close_and_closes() {
     let problem: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
     assert_eq!(problem["limit"], "max_body_bytes");
 }
+
+/// Issue 61, item 1: the attempts that start later than `budget_ms` after their round's first,
+/// as `(message, n, ms into the round)`.
+fn attempts_past(snapshot: &serde_json::Value, budget_ms: u64) -> Vec<(u64, u64, u64)> {
+    let mut late = Vec::new();
+    for message in messages(snapshot) {
+        let attempts = message["attempts"].as_array().unwrap();
+        let mut rounds: std::collections::BTreeMap<u64, Vec<&serde_json::Value>> = Default::default();
+        attempts.iter().for_each(|a| rounds.entry(a["round"].as_u64().unwrap()).or_default().push(a));
+        for round in rounds.values() {
+            let first = round[0]["started_ms"].as_u64().unwrap();
+            for attempt in round {
+                let into = attempt["started_ms"].as_u64().unwrap() - first;
+                if into > budget_ms {
+                    late.push((message["id"].as_u64().unwrap(), attempt["n"].as_u64().unwrap(), into));
+                }
+            }
+        }
+    }
+    late
+}
+
+/// A lab under `policy` against an endpoint that takes 5 requests a second (bursts of 2) for
+/// 1.5 s, sent a burst of 12; the snapshot once every message has settled.
+async fn throttled_burst(app: &TestApp, policy: &serde_json::Value) -> serde_json::Value {
+    let lab = app.fast_lab().await;
+    app.put(&lab, "policy", &policy.to_string()).await;
+    let downstream =
+        r#"{"mode": "throttled", "rate_per_s": 5, "burst": 2, "retry_after_s": 1, "for_ms": 1500}"#;
+    app.put(&lab, "downstream", downstream).await;
+    app.burst(&lab, 12).await;
+    app.wait_for(&lab, Duration::from_secs(30), |s| counter(s, "delivered") + counter(s, "dead_letter") == 12)
+        .await
+}
+
+/// The protection kinds the server knows, as its refusal of an unknown one lists them.
+async fn protection_kinds(app: &TestApp) -> Vec<String> {
+    let lab = app.new_lab().await;
+    let body = r#"{"protections": [{"kind": "no_such_kind"}]}"#;
+    let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/policy"), Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    let kinds = detail.split_once("one of: ").unwrap_or_else(|| panic!("{detail}")).1;
+    kinds.split(',').map(|kind| kind.trim().trim_end_matches('.').to_owned()).collect()
+}
+
+/// The AWS adaptive mode's rate limiter paces every attempt; at its lowest rate (0.01 a
+/// second here) a retry would wait 100 s for its token. The round's time budget holds all the
+/// same: no attempt starts past it, and a message whose next attempt would ends by
+/// `time_budget` when it is known, not 100 s later (the issue's set-up, scaled down).
+#[tokio::test]
+async fn a_paced_retry_never_starts_past_the_rounds_time_budget() {
+    let app = TestApp::spawn().await;
+    let policy = serde_json::json!({
+        "jitter": "full", "base_ms": 10, "cap_ms": 200, "max_attempts": 6, "timeout_ms": 500,
+        "max_total_ms": 1500, "honor_retry_after": false,
+        "protections": [{"kind": "aws_adaptive", "min_rate": 0.01}],
+    });
+    let settled = throttled_burst(&app, &policy).await;
+    assert_eq!(attempts_past(&settled, 1500), vec![], "attempts started past the budget");
+    let letters = settled["dead_letters"].as_array().unwrap();
+    let by_budget: Vec<_> = letters.iter().filter(|d| d["cause"] == "time_budget").collect();
+    assert!(!by_budget.is_empty(), "none ended by the time budget: {letters:?}");
+    let paced =
+        by_budget.iter().filter_map(|d| d["reason"].as_str()).find(|r| r.contains("aws_adaptive paces"));
+    let reason = paced.unwrap_or_else(|| panic!("none held by the pacing: {by_budget:?}"));
+    assert!(
+        reason.starts_with("time budget: attempt ") && reason.contains("past 1500 ms (max_total_ms)"),
+        "{reason}"
+    );
+}
+
+/// The property behind the one above, for every protection kind the server knows, and for
+/// both budgets: the policy's `max_total_ms`, and the server's `--max-retry-duration-ms`
+/// when the policy sets none. No attempt starts past the round's budget.
+#[tokio::test]
+async fn no_protection_lets_an_attempt_start_past_the_rounds_time_budget() {
+    const BUDGET_MS: u64 = 700;
+    let policy_budget = TestApp::spawn().await;
+    let limits = Limits { max_retry_duration_ms: BUDGET_MS, ..Limits::default() };
+    let server_budget = TestApp::spawn_with(limits).await;
+    let kinds = protection_kinds(&policy_budget).await;
+    assert!(kinds.len() >= 10 && kinds.contains(&"aws_adaptive".to_owned()), "{kinds:?}");
+    let runs = kinds.iter().flat_map(|kind| {
+        let mut protection = serde_json::json!({"kind": kind});
+        if kind == "aws_adaptive" {
+            protection["min_rate"] = 0.01.into();
+        }
+        [(&policy_budget, BUDGET_MS), (&server_budget, 0)].map(|(app, max_total_ms)| {
+            let policy = serde_json::json!({
+                "jitter": "full", "base_ms": 10, "cap_ms": 200, "max_attempts": 6,
+                "timeout_ms": 500, "max_total_ms": max_total_ms, "honor_retry_after": false,
+                "protections": [protection.clone()],
+            });
+            async move { (kind.clone(), max_total_ms, throttled_burst(app, &policy).await) }
+        })
+    });
+    for (kind, max_total_ms, settled) in futures_util::future::join_all(runs).await {
+        let late = attempts_past(&settled, BUDGET_MS);
+        assert_eq!(late, vec![], "{kind} (max_total_ms {max_total_ms}): attempts started past the budget");
+    }
+}
