@@ -220,11 +220,15 @@ pub async fn burst(
                  (max_active_messages_per_lab); wait for them to finish or reset the lab"
             ),
         },
-        BurstError::LabFull { max, held } => AppError::Limit {
+        BurstError::LabFull { max, held, dead_letters, owed } => AppError::Limit {
             status: StatusCode::CONFLICT,
             limit: "max_messages_per_lab",
             detail: format!(
-                "this lab holds {held} messages and takes at most {max} (max_messages_per_lab); reset the lab first"
+                "this lab holds {held} messages and takes at most {max} (max_messages_per_lab): \
+                 {dead_letters} dead letters, which stay until they are replayed, deleted or expire \
+                 (--dead-letter-ttl-s), and {owed} messages still owed a delivery (delivered ones \
+                 make room). Replay or delete dead letters, wait for the deliveries to finish, or \
+                 reset the lab"
             ),
         },
     })?;

@@ -491,3 +491,62 @@ async fn no_protection_lets_an_attempt_start_past_the_rounds_time_budget() {
         assert_eq!(late, vec![], "{kind} (max_total_ms {max_total_ms}): attempts started past the budget");
     }
 }
+
+/// Issue 61, item 3: dead letters count toward `--max-messages-per-lab` and never leave by
+/// `--settled-window`; delivered messages kept for the window make room for new ones, so
+/// the lab is never locked by its own history, and a lab full of dead letters says which
+/// limit it reached and what to do, and takes messages again once they are deleted.
+#[tokio::test]
+async fn dead_letters_never_lock_a_lab() {
+    let limits = Limits { max_messages_per_lab: 20, settled_window: 19, max_burst: 20, ..Limits::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "policy", r#"{"max_attempts": 1}"#).await;
+    let settled =
+        |n: u64| move |s: &serde_json::Value| counter(s, "delivered") + counter(s, "dead_letter") == n;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 2).await;
+    app.wait_for(&lab, PATIENCE, settled(2)).await;
+    app.set_mode(&lab, "healthy").await;
+    app.burst(&lab, 18).await;
+    app.wait_for(&lab, PATIENCE, settled(20)).await;
+    // Full: 2 dead letters and 18 delivered messages the window keeps. New traffic comes first.
+    for round in 1..=5u64 {
+        app.burst(&lab, 5).await;
+        let now = app.wait_for(&lab, PATIENCE, settled(20 + 5 * round)).await;
+        assert_eq!(counter(&now, "delivered"), 18 + 5 * round);
+        assert!(messages(&now).len() <= 20, "the lab holds {}", messages(&now).len());
+    }
+    // Steady arrivals too: 15 over 300 ms, none refused at the source.
+    app.put(&lab, "traffic", r#"{"rate_per_s": 50, "arrivals": "even", "for_ms": 300}"#).await;
+    let done = app
+        .wait_for(&lab, PATIENCE, |s| {
+            let sent = s["traffic"]["sent"].as_u64().unwrap();
+            s["traffic"]["rate_per_s"] == 0.0 && sent > 0 && settled(45 + sent)(s)
+        })
+        .await;
+    assert_eq!(done["traffic"]["refused"], 0, "{}", done["traffic"]);
+    let delivered = counter(&done, "delivered");
+    // Dead letters do not leave by the window: once they fill the lab, it says so.
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 18).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let path = format!("/api/labs/{lab}/bursts");
+    let (status, problem) = app.call(Method::POST, &path, Some(r#"{"count": 1}"#)).await;
+    assert_eq!(
+        (status.as_u16(), problem["limit"].as_str()),
+        (409, Some("max_messages_per_lab")),
+        "{problem}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    for says in ["20 dead letters", "max_messages_per_lab", "replay", "delete", "reset"] {
+        assert!(detail.contains(says), "the refusal says {says:?}: {detail}");
+    }
+    let (status, deleted) = app
+        .call(Method::POST, &format!("/api/labs/{lab}/dead-letters/delete"), Some(r#"{"ids": [1, 2]}"#))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    app.set_mode(&lab, "healthy").await;
+    app.burst(&lab, 2).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == delivered + 2).await;
+}
