@@ -550,3 +550,38 @@ async fn dead_letters_never_lock_a_lab() {
     app.burst(&lab, 2).await;
     app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == delivered + 2).await;
 }
+
+/// Issue 61, items 5 and 7: a comparison's custom policy names and a grid's row names name
+/// columns and rows on the page, so none may hold a character that shows as nothing, as a
+/// gap or reorders the text (U+202E); each is refused naming its field.
+#[tokio::test]
+async fn comparison_and_grid_names_refuse_unseen_characters() {
+    let app = TestApp::spawn().await;
+    let custom = |name: &str| serde_json::json!({"name": name, "policy": {"max_attempts": 2}});
+    for unseen in ['\u{202E}', '\u{34F}', '\u{115F}', '\u{3164}', '\u{2800}', '\u{2028}', '\u{200B}'] {
+        let name = format!("Z{unseen}W");
+        let request = serde_json::json!({"scenario": "outage", "burst": 5, "runs": 1,
+            "policies": ["none", custom(&name)]});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("policies[1].name"))
+        );
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(&format!("U+{:04X}", u32::from(unseen))), "{detail}");
+        let request = serde_json::json!({"scenario": "overload", "burst": 5, "runs": 1, "policies": ["none"],
+            "defences": [{"name": "none", "defences": {}}, {"name": name, "defences": {"limit": {"kind": "aimd"}}}]});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("defences[1].name"))
+        );
+    }
+    let request =
+        serde_json::json!({"scenario": "outage", "burst": 5, "runs": 1, "policies": ["none", custom("  ")]});
+    let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("policies[1].name"))
+    );
+}
