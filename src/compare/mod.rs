@@ -465,13 +465,15 @@ impl Comparisons {
         (allowance, make_lab): (Allowance, MakeLab),
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
-        let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
+        let named = |field: &str, detail: String| Refusal::Field(crate::invalid::Invalid::new(field, detail));
+        let scenario = Scenario::parse(&request.scenario).map_err(|e| named("scenario", e))?;
         let rows = grid_rows(scenario, &request)?;
         if rows.is_empty() && !(2..=MAX_POLICIES).contains(&request.policies.len()) {
-            return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
+            return Err(named("policies", format!("compare 2 to {MAX_POLICIES} policies")));
         }
         if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
-            return Err(Refusal::Invalid(duplicate_refusal(name)));
+            let i = request.policies.iter().rposition(|p| p.name() == name).unwrap_or(0);
+            return Err(named(&format!("policies[{i}]"), duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
         // Each cell of a grid is a column of its own: its labs count as a policy's do.
@@ -500,9 +502,12 @@ impl Comparisons {
         }
         let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
         if !(1.0..=MAX_LATE_RUN_MS).contains(&late_threshold_ms) {
-            return Err(Refusal::Invalid(format!(
-                "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
-            )));
+            return Err(named(
+                "late_threshold_ms",
+                format!(
+                    "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
+                ),
+            ));
         }
         if request.burst == 0 {
             return Err(Refusal::Limit {
@@ -537,9 +542,12 @@ impl Comparisons {
             for row in &row_defences {
                 for (i, choice) in request.policies.iter().enumerate() {
                     let changes = choice.changes().map_err(|e| match choice {
-                        PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                        PolicyChoice::Preset(_) => named(&format!("policies[{i}]"), e),
                         PolicyChoice::Custom { name, .. } => {
-                            Refusal::Invalid(format!("policy '{name}': {e}"))
+                            // `parse_policy` says the setting at fault first ("clients: ...").
+                            let setting = e.split_once(": ").map(|(s, _)| s).filter(|s| !s.contains(' '));
+                            let at = setting.map_or(String::new(), |s| format!(".{s}"));
+                            named(&format!("policies[{i}].policy{at}"), format!("policy '{name}': {e}"))
                         }
                     })?;
                     let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes);

@@ -83,30 +83,54 @@ pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
 ) -> Result<Json<DownstreamView>, AppError> {
-    let Json(update) = payload.map_err(defence_named)?;
+    let Json(update) = payload.map_err(named_in("downstream"))?;
     let before = lab.settings();
     let downstream = lab.set_downstream(&update)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(downstream))
 }
 
-/// A defence the body names that does not parse (an unknown discipline, a field that is not
-/// one) is answered 422 naming it (`downstream.defences.queue`), as a value out of range is.
-fn defence_named(rejection: JsonRejection) -> AppError {
-    let detail = rejection.body_text();
-    let path = detail.split_once("target type: ").and_then(|(_, rest)| rest.split_once(": "));
-    match path {
-        Some((path, why))
-            if rejection.status() == StatusCode::UNPROCESSABLE_ENTITY && path.starts_with("defences") =>
-        {
-            AppError::Field {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                field: format!("downstream.{path}"),
-                detail: format!("{path}: {why}"),
+/// A body that does not read as the settings (a value of the wrong type, a field that is not
+/// one, a key given twice, an array for an object) is answered 422 naming the field as the
+/// forms do (`policy.clients`, `downstream.defences.queue`, `policy.protections[0].size`), as a
+/// value out of range is.
+fn named_in(settings: &'static str) -> impl Fn(JsonRejection) -> AppError {
+    move |rejection| {
+        let detail = rejection.body_text();
+        let said = detail.split_once("target type: ").map(|(_, said)| said);
+        match said.filter(|_| rejection.status() == StatusCode::UNPROCESSABLE_ENTITY) {
+            Some(said) => {
+                let (path, why) = json_field(said);
+                let field = match (settings, path.as_str()) {
+                    (settings, "") => settings.to_owned(),
+                    ("", path) => path.to_owned(),
+                    (settings, path) => format!("{settings}.{path}"),
+                };
+                let detail = if path.is_empty() { why.to_owned() } else { format!("{path}: {why}") };
+                AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field, detail }
             }
+            None => rejection.into(),
         }
-        _ => rejection.into(),
     }
+}
+
+/// The field a serde error names, and what it says: the path it was read at (`defences.queue`,
+/// `protections[0]`), then the key it names between backticks when that key is not a field
+/// or is given twice.
+pub(super) fn json_field(said: &str) -> (String, &str) {
+    let (path, why) = match said.split_once(": ") {
+        Some((path, why)) if !path.contains(' ') && path != "." => (path, why),
+        _ => ("", said),
+    };
+    let key = ["unknown field `", "duplicate field `"].iter().find_map(|start| why.strip_prefix(start));
+    let key = key.and_then(|rest| rest.split_once('`')).map(|(key, _)| key);
+    let path = match (path, key) {
+        (path, Some(key)) if path == key || path.ends_with(&format!(".{key}")) => path.to_owned(),
+        ("", Some(key)) => key.to_owned(),
+        (path, Some(key)) => format!("{path}.{key}"),
+        (path, None) => path.to_owned(),
+    };
+    (path, why)
 }
 
 /// Changes the retry policy; absent fields keep their value.
@@ -122,7 +146,7 @@ pub async fn set_policy(
     LabPath(lab): LabPath,
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
 ) -> Result<Json<PolicyView>, AppError> {
-    let Json(update) = payload?;
+    let Json(update) = payload.map_err(named_in("policy"))?;
     let before = lab.settings();
     let policy = lab.set_policy(&update)?;
     kept_or_restored(&lab, before).await?;
@@ -147,7 +171,7 @@ pub async fn set_traffic(
     LabPath(lab): LabPath,
     payload: Result<Json<TrafficUpdate>, JsonRejection>,
 ) -> Result<Json<TrafficView>, AppError> {
-    let Json(update) = payload?;
+    let Json(update) = payload.map_err(named_in(""))?;
     let (traffic, before) = lab.set_traffic(&update).map_err(|refusal| match refusal.limit {
         Some(limit) => {
             AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail: refusal.detail }

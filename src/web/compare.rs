@@ -82,13 +82,26 @@ pub async fn create(
             Refusal::Limit { limit: "max_labs", detail } => {
                 AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
             }
-            Refusal::Limit { limit, detail } => {
-                AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
-            }
+            Refusal::Limit { limit, detail } => match limit_field(limit) {
+                Some(field) => {
+                    AppError::FieldLimit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, field, detail }
+                }
+                None => AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail },
+            },
         })?;
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
+}
+
+/// The request field that reaches each limit a comparison's request may reach: the runs ask
+/// for the labs, the burst for the messages.
+fn limit_field(limit: &str) -> Option<&'static str> {
+    match limit {
+        "max_compare_runs" | "lab_create_burst" => Some("runs"),
+        "max_burst" | "max_active_messages" => Some("burst"),
+        _ => None,
+    }
 }
 
 /// The names a comparison shows (a custom policy's, a column; a grid row's) are plain text: not

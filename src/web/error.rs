@@ -31,6 +31,14 @@ pub enum AppError {
         limit: &'static str,
         detail: String,
     },
+    /// A named limit that a request field reached (a comparison's `runs` past
+    /// `max_compare_runs`): the answer names both.
+    FieldLimit {
+        status: StatusCode,
+        limit: &'static str,
+        field: &'static str,
+        detail: String,
+    },
     /// Keeps the status a framework rejection chose (413, 415, ...).
     Rejected {
         status: StatusCode,
@@ -84,7 +92,8 @@ impl AppError {
             AppError::Conflict(d) => (StatusCode::CONFLICT, d, None),
             AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
             AppError::Field { status, detail, .. } => (*status, detail, None),
-            AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
+            AppError::Limit { status, limit, detail }
+            | AppError::FieldLimit { status, limit, detail, .. } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { status, detail, .. } => (*status, detail, None),
             AppError::RateLimited { limit: "endpoint_rate_per_s", .. } => (
@@ -173,6 +182,7 @@ impl IntoResponse for AppError {
         };
         let field = match &self {
             AppError::Field { field, .. } => Some(field.as_str()),
+            AppError::FieldLimit { field, .. } => Some(*field),
             _ => None,
         };
         // A refusal that asks the client to wait says for how long in words too, not only in

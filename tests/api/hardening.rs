@@ -585,3 +585,86 @@ async fn comparison_and_grid_names_refuse_unseen_characters() {
         (StatusCode::UNPROCESSABLE_ENTITY, Some("policies[1].name"))
     );
 }
+
+/// Issue 61, item 7: odd input that was taken is refused, naming the field: an array where
+/// the admission filter's settings go (it turned the filter on with its defaults), a key
+/// given twice inside a protection (the last one was kept), and a throttled rate so low its
+/// `Retry-After` ran to 18446744073709552 s.
+#[tokio::test]
+async fn odd_settings_are_refused_naming_their_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let before = app.snapshot(&lab).await;
+    for (what, body, field, says) in [
+        (
+            "downstream",
+            r#"{"mode": "overloaded", "defences": {"admission": []}}"#,
+            "downstream.defences.admission",
+            "object",
+        ),
+        ("downstream", r#"{"mode": "overloaded", "defences": []}"#, "downstream.defences", "object"),
+        ("policy", r#"{"breaker": [3, 100, 1]}"#, "policy.breaker", "object"),
+        ("policy", r#"{"retry_budget": []}"#, "policy.retry_budget", "object"),
+        (
+            "policy",
+            r#"{"protections": [{"kind": "token_bucket", "size": 1, "size": 100}]}"#,
+            "policy.protections[0].size",
+            "duplicate",
+        ),
+        ("downstream", r#"{"mode": "throttled", "rate_per_s": 1e-300}"#, "downstream.rate_per_s", "0.01"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{body}: {detail}");
+    }
+    let after = app.snapshot(&lab).await;
+    for part in ["policy", "downstream"] {
+        assert_eq!(before[part], after[part], "{part} did not change");
+    }
+}
+
+/// Issue 61, item 6: a value of the wrong type, or a field that is not one, is named down to
+/// the field, in a lab's settings and in a protection's parameters as in a comparison.
+#[tokio::test]
+async fn every_refused_setting_names_its_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    for (what, body, field) in [
+        ("policy", r#"{"clients": -1}"#, "policy.clients"),
+        ("policy", r#"{"seed": 18446744073709551616}"#, "policy.seed"),
+        ("policy", r#"{"max_attempt": 3}"#, "policy.max_attempt"),
+        (
+            "policy",
+            r#"{"protections": [{"kind": "token_bucket", "size": "big"}]}"#,
+            "policy.protections[0].size",
+        ),
+        ("policy", r#"{"protections": [{"kind": "sre", "k": [2]}]}"#, "policy.protections[0].k"),
+        ("downstream", r#"{"burst": "x"}"#, "downstream.burst"),
+        ("downstream", r#"{"latency": [1, 2]}"#, "downstream.latency"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    for (body, field) in [
+        (serde_json::json!({"scenario": "outage", "runs": 0, "policies": ["none", "full"]}), "runs"),
+        (serde_json::json!({"scenario": "outage", "burst": 0, "policies": ["none", "full"]}), "burst"),
+        (serde_json::json!({"scenario": "meltdown", "policies": ["none", "full"]}), "scenario"),
+        (serde_json::json!({"scenario": "outage", "policies": ["none", "yolo"]}), "policies[1]"),
+        (serde_json::json!({"scenario": "outage", "policies": ["none"]}), "policies"),
+        (
+            serde_json::json!({"scenario": "outage", "policies": ["none", "full"], "late_threshold_ms": 0}),
+            "late_threshold_ms",
+        ),
+        (
+            serde_json::json!({"scenario": "outage", "policies": ["none", {"name": "x", "policy": {"protections": [{"kind": "token_bucket", "size": "big"}]}}]}),
+            "policies[1].policy.protections[0].size",
+        ),
+    ] {
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+}
