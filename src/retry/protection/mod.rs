@@ -615,7 +615,12 @@ mod tests {
             "not a parameter of the 2026 mode"
         );
         assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
-        assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
+        // A value of the wrong type is named down to its parameter too (issue 61).
+        let typed = field(r#"{"kind": "token_bucket", "cost": "one"}"#);
+        assert_eq!(
+            (typed.field.as_str(), typed.detail.starts_with("cost: ")),
+            ("policy.protections[2].cost", true)
+        );
         assert_eq!(field("3").field, "policy.protections[2]");
         let fine = ProtectionSpec::read(0, &serde_json::json!({"kind": "token_bucket", "scope": "shared"}));
         assert_eq!(fine.unwrap().scope, Scope::Shared);
