@@ -699,7 +699,9 @@ impl Comparisons {
                     lab: column.lab.to_string(),
                     lab_url: format!("/labs/{}", column.lab),
                     started_ms: column.started_ms,
-                    waiting,
+                    // A column that never started and never will (the server stopped) is
+                    // interrupted, not waiting.
+                    waiting: waiting && !interrupted,
                     done,
                     gone: lab.is_none(),
                     interrupted,
@@ -766,14 +768,7 @@ impl Comparisons {
         };
         let kept_out: Vec<&InvalidRun> = invalid_runs.iter().filter(|r| !r.re_run).collect();
         let warning = if !kept_out.is_empty() {
-            let which: Vec<String> =
-                kept_out.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
-            Some(format!(
-                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) even when run again, and {} left out of the medians and the verdict",
-                which.join(", "),
-                comparison.late_threshold_ms,
-                if which.len() == 1 { "is" } else { "are" }
-            ))
+            Some(late_warning(&kept_out, comparison.late_threshold_ms, done))
         } else if let Some(cut) = columns.iter().find(|c| c.lost_step.is_some()) {
             let lost = lost_what(scenario, comparison.burst, cut.lost_step.unwrap_or_default());
             Some(format!(
@@ -1008,6 +1003,34 @@ fn policy_names(columns: &[ColumnReport]) -> Vec<&str> {
         }
     }
     order
+}
+
+/// What the machine's lateness did to a comparison, in words: which runs ran late and were
+/// left out, and for each whether it was run again (a re-run that ran late too) or not (no lab
+/// was left for a re-run: the address's allowance or the server's `max_labs` was spent).
+fn late_warning(kept_out: &[&InvalidRun], threshold_ms: f64, done: bool) -> String {
+    let listed = |runs: &[&&InvalidRun]| {
+        let which: Vec<String> =
+            runs.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
+        which.join(", ")
+    };
+    let (again, once): (Vec<&&InvalidRun>, Vec<&&InvalidRun>) = kept_out.iter().partition(|r| r.attempt > 0);
+    let not_again = match done {
+        true => {
+            "was not run again (no lab was left for it: this address's lab allowance or the server's max_labs was spent)"
+        }
+        false => "has not been run again",
+    };
+    let late = format!("ran more than {threshold_ms:.0} ms behind schedule (p99)");
+    let mut said = Vec::new();
+    if !again.is_empty() {
+        said.push(format!("{} {late} even when run again", listed(&again)));
+    }
+    if !once.is_empty() {
+        said.push(format!("{} {late} and {not_again}", listed(&once)));
+    }
+    let are = if kept_out.len() == 1 { "is" } else { "are" };
+    format!("the machine was busy: {}, and {are} left out of the medians and the verdict", said.join("; "))
 }
 
 /// Each policy over its runs: the runs' figures, and each figure's median and range over the
@@ -1411,6 +1434,36 @@ async fn play(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 61, item 8: the warning says "even when run again" only of a run that was run
+    /// again; one left without a lab for its re-run says so.
+    #[test]
+    fn the_late_warning_says_which_runs_were_run_again() {
+        let late = |run, attempt| InvalidRun { run, attempt, lateness_ms_p99: 340.0, re_run: false };
+        let (first, again) = (late(0, 0), late(1, 1));
+        let once = late_warning(&[&first], 20.0, true);
+        assert!(!once.contains("even when run again"), "{once}");
+        assert!(
+            once.contains("run 1 (340 ms) ran more than 20 ms behind schedule (p99) and was not run again"),
+            "{once}"
+        );
+        assert!(
+            once.contains("max_labs") && once.ends_with("and is left out of the medians and the verdict"),
+            "{once}"
+        );
+        let both = late_warning(&[&first, &again], 20.0, true);
+        assert!(
+            both.contains("run 2 (340 ms) ran more than 20 ms behind schedule (p99) even when run again"),
+            "{both}"
+        );
+        assert!(both.contains("run 1 (340 ms) ran more than") && both.contains("and are left out"), "{both}");
+        // As a stored comparison's report said it (tests/fixtures/stored-protections).
+        assert_eq!(
+            late_warning(&[&again], 20.0, true),
+            "the machine was busy: run 2 (340 ms) ran more than 20 ms behind schedule (p99) even when run again, and is left out of the medians and the verdict"
+        );
+        assert!(late_warning(&[&first], 20.0, false).contains("has not been run again"));
+    }
 
     #[test]
     fn the_first_run_keeps_the_seed_and_the_others_differ() {
