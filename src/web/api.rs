@@ -100,7 +100,7 @@ fn named_in(settings: &'static str) -> impl Fn(JsonRejection) -> AppError {
         let said = detail.split_once("target type: ").map(|(_, said)| said);
         match said.filter(|_| rejection.status() == StatusCode::UNPROCESSABLE_ENTITY) {
             Some(said) => {
-                let (path, why) = json_field(said);
+                let (path, why) = super::error::json_field(said);
                 let field = match (settings, path.as_str()) {
                     (settings, "") => settings.to_owned(),
                     ("", path) => path.to_owned(),
@@ -112,25 +112,6 @@ fn named_in(settings: &'static str) -> impl Fn(JsonRejection) -> AppError {
             None => rejection.into(),
         }
     }
-}
-
-/// The field a serde error names, and what it says: the path it was read at (`defences.queue`,
-/// `protections[0]`), then the key it names between backticks when that key is not a field
-/// or is given twice.
-pub(super) fn json_field(said: &str) -> (String, &str) {
-    let (path, why) = match said.split_once(": ") {
-        Some((path, why)) if !path.contains(' ') && path != "." => (path, why),
-        _ => ("", said),
-    };
-    let key = ["unknown field `", "duplicate field `"].iter().find_map(|start| why.strip_prefix(start));
-    let key = key.and_then(|rest| rest.split_once('`')).map(|(key, _)| key);
-    let path = match (path, key) {
-        (path, Some(key)) if path == key || path.ends_with(&format!(".{key}")) => path.to_owned(),
-        ("", Some(key)) => key.to_owned(),
-        (path, Some(key)) => format!("{path}.{key}"),
-        (path, None) => path.to_owned(),
-    };
-    (path, why)
 }
 
 /// Changes the retry policy; absent fields keep their value.

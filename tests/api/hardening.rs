@@ -643,10 +643,19 @@ async fn every_refused_setting_names_its_field() {
         ("policy", r#"{"protections": [{"kind": "sre", "k": [2]}]}"#, "policy.protections[0].k"),
         ("downstream", r#"{"burst": "x"}"#, "downstream.burst"),
         ("downstream", r#"{"latency": [1, 2]}"#, "downstream.latency"),
+        ("traffic", r#"{"rate_per_s": "fast"}"#, "rate_per_s"),
     ] {
         let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
         assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    for (body, field) in [(r#"{"count": "many"}"#, "count"), (r#"{"count": 1, "size": 2}"#, "size")] {
+        let (status, problem) = app.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(body)).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{problem}"
+        );
     }
     for (body, field) in [
         (serde_json::json!({"scenario": "outage", "runs": 0, "policies": ["none", "full"]}), "runs"),
