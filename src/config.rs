@@ -97,10 +97,8 @@ pub struct CompareArgs {
     /// Messages each policy sends.
     #[arg(long, default_value_t = 100)]
     pub burst: usize,
-    /// A preset (no-retry, fixed, no-jitter, full-jitter, equal-jitter, decorrelated,
-    /// breaker-retry, breaker-fail-fast, budget, ignore-retry-after, honor-retry-after; the old
-    /// names none, full, equal and breaker still work; static/policy-presets.json defines them)
-    /// or a custom policy as JSON: `{"name": "mine", "policy": {...}}`. Two to five.
+    /// A preset or a custom policy as JSON: `{"name": "mine", "policy": {...}}`. Two to five.
+    /// (`cli::command` writes the presets in, from static/policy-presets.json.)
     #[arg(long = "policy", required = true)]
     pub policies: Vec<String>,
     /// Makes the comparison a grid of server defences × client policies: each `--defence` is a
@@ -156,8 +154,7 @@ pub struct CompareArgs {
 pub struct CheckArgs {
     /// The operation to probe, e.g. http://127.0.0.1:8080/orders.
     pub url: String,
-    /// The request's body: JSON once each `{n}` is replaced with a number unique to the request.
-    #[arg(long, default_value = r#"{"retrylab_check": {n}}"#)]
+    #[arg(long, default_value = r#"{"retrylab_check": {n}}"#, help = body_help())]
     pub body: String,
     /// The method of the operation.
     #[arg(long, default_value = "POST")]
@@ -185,6 +182,21 @@ pub struct CheckArgs {
     /// Also writes the checks as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<std::path::PathBuf>,
+}
+
+/// `check --body`'s help: the request's body, JSON once each `{n}` is replaced with a number
+/// unique to the request. clap reads `{n}` in help text as a line break, so the placeholder is
+/// written with a style break between `{` and `n}`: bold on a terminal, `{n}` as plain text.
+fn body_help() -> clap::builder::StyledStr {
+    use std::fmt::Write;
+    let literal = clap::builder::styling::Style::new().bold();
+    let mut help = clap::builder::StyledStr::new();
+    let _ = write!(
+        help,
+        "The request's body: JSON once each `{literal}{{{literal:#}{literal}n}}{literal:#}` is replaced \
+         with a number unique to the request"
+    );
+    help
 }
 
 /// `retrylab grade -- CMD [ARGS...]` (`crate::cli::grade`).

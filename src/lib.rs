@@ -1,7 +1,7 @@
 //! retrylab: break a real HTTP endpoint, send real traffic at it, and watch retries, backoff
 //! with jitter, `Retry-After`, idempotency keys and a dead-letter queue do their work.
 //!
-//! The parts, each a module, and what each uses: README.md, "How it is built" (a test holds
+//! The parts, each a module, and what each uses: docs/architecture.md, "How it is built" (a test holds
 //! that list to the `use` lines).
 
 pub mod callers;

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use clap::Parser;
+use clap::FromArgMatches;
 use retrylab::config::{Command, Config, LogFormat};
 use tracing_subscriber::EnvFilter;
 
@@ -36,7 +36,11 @@ fn no_huge_pages() {
 }
 
 async fn run() -> std::io::Result<()> {
-    let mut config = Config::parse();
+    // Parsed through `cli::command()`, which writes the code's own lists into the help.
+    let mut command = retrylab::cli::command();
+    let mut matches = command.clone().get_matches();
+    let mut config =
+        Config::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(&mut command).exit());
     if let Some(Command::Check(args)) = &config.command {
         init_logs(config.log_format, "warn");
         std::process::exit(retrylab::cli::check::run(args.clone()).await);

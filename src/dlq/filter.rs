@@ -16,10 +16,8 @@ use crate::domain::Outcome;
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Filter {
-    /// Causes, comma-separated: `attempts_used_up`, `time_budget`, `circuit_open`,
-    /// `retry_budget`, `permanent`, `pushback`, or a protection's kind (`token_bucket`, `grpc`,
-    /// `sre`, `aws_standard`, `ratio_breaker`, `envoy`, `aws_standard_2026`,
-    /// `aws_adaptive`).
+    /// Causes, comma-separated, each a `Cause` as `Cause::as_str` names it (every one is in
+    /// `Cause::ALL`; the API's description lists them from there).
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).

@@ -4,12 +4,14 @@
 //! lock, so event ids follow the order of the changes and a snapshot always matches an id.
 //!
 //! The other files each hold one seam of the lab: `settings` (its downstream and policy as
-//! they change, and the markers), `client` (its client's breaker and retry budget),
-//! `downstream` (its endpoint's pipeline and decisions), `serve` (a request's waiting and
-//! working at the endpoint), `snapshot` (the lab as one document),
-//! `subscribers` (who watches it), `flush` (how its changes reach the store), `deliveries`
-//! (its running tasks), `clock` (its time, monotonic from an origin on the wall clock),
-//! `registry` (all labs).
+//! they change, and the markers), `attempts` (its clients around each attempt, and their
+//! protections), `endpoint` (its side of its endpoint: the pipeline and the decisions),
+//! `serve` (a request's waiting and working at the endpoint), `outside` (its outside callers),
+//! `traffic` (its steady traffic), `queue` (its dead-letter queue as an operator works it),
+//! `snapshot` (the lab as one document), `subscribers` (who watches it), `flush` (how its
+//! changes reach the store), `holds` (how long its lock is held), `rest` (a lab at rest, in the
+//! store only), `deliveries` (its running tasks), `clock` (its time, monotonic from an origin
+//! on the wall clock), `registry` (all labs).
 
 mod attempts;
 mod clock;

@@ -34,9 +34,7 @@ const EXPORT_CHUNK: usize = 200;
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub struct ListParams {
-    /// Causes, comma-separated: attempts_used_up, time_budget, circuit_open, retry_budget, permanent, pushback,
-    /// or the kind of the protection that refused: token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy,
-    /// aws_standard_2026, aws_adaptive.
+    /// Causes, comma-separated (the description lists them, from `Cause::ALL`).
     cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status, or timeout, transport_error, interrupted, short_circuited, none.
     status: Option<String>,

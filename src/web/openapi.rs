@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use utoipa::OpenApi;
 
 use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages};
+use crate::dlq::Cause;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -82,7 +83,27 @@ pub fn description() -> Value {
         ["schema"];
     assert!(stream.is_object(), "the events route describes its stream");
     *stream = event;
+    write_in_causes(&mut description);
     description
+}
+
+/// The dead-letter filter's `cause`, described with the causes there are, from `Cause::ALL`, so
+/// the text cannot leave one out (it once left out `grpc_hedging`).
+fn write_in_causes(description: &mut Value) {
+    let causes: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
+    let text = format!(
+        "Causes, comma-separated, each one of: {} (a protection's refusal is filed under its kind)",
+        causes.join(", ")
+    );
+    let parameters = &mut description["paths"]["/api/labs/{lab}/dead-letters"]["get"]["parameters"];
+    let cause = parameters.as_array_mut().and_then(|all| all.iter_mut().find(|p| p["name"] == "cause"));
+    *cause
+        .expect("the dead-letter list takes a cause")
+        .get_mut("description")
+        .expect("the cause parameter has a description") = json!(text);
+    let property = &mut description["components"]["schemas"]["Filter"]["properties"]["cause"];
+    assert!(property.is_object(), "the filter's cause is described");
+    property["description"] = json!(text);
 }
 
 #[cfg(test)]
@@ -97,6 +118,20 @@ mod tests {
         assert_eq!(stream[1]["properties"]["data"]["contentSchema"]["$ref"], "#/components/schemas/Event");
         for schema in ["Snapshot", "Event"] {
             assert!(description["components"]["schemas"][schema].is_object(), "{schema} is described");
+        }
+    }
+
+    #[test]
+    fn the_cause_filter_names_every_cause() {
+        let description = super::description();
+        let parameters =
+            description["paths"]["/api/labs/{lab}/dead-letters"]["get"]["parameters"].as_array().unwrap();
+        let parameter = parameters.iter().find(|p| p["name"] == "cause").unwrap();
+        let property = &description["components"]["schemas"]["Filter"]["properties"]["cause"];
+        for cause in crate::dlq::Cause::ALL {
+            for text in [&parameter["description"], &property["description"]] {
+                assert!(text.as_str().unwrap().contains(cause.as_str()), "{cause:?} missing from {text}");
+            }
         }
     }
 }

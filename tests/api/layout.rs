@@ -1,4 +1,4 @@
-//! The README's "How it is built" lists what each module uses; this reads the `use crate::...`
+//! docs/architecture.md's "How it is built" lists what each module uses; this reads the `use crate::...`
 //! lines (and inline `crate::` paths) of `src/`, tests aside, and fails when the two disagree,
 //! as `pages` checks the page's modulepreload list against the scripts' imports.
 
@@ -57,10 +57,12 @@ fn code_lines(path: &Path) -> Vec<String> {
     code.filter(|line| !line.starts_with("//")).map(str::to_owned).collect()
 }
 
-/// The README's list: a module's line, then `-> what it uses` (or `-> nothing of ours`).
-fn readme_graph() -> Graph {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme.split("## How it is built").nth(1).expect("README has \"How it is built\"");
+/// The architecture guide's list: a module's line, then `-> what it uses` (or `-> nothing of ours`).
+fn guide_graph() -> Graph {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md");
+    let guide = std::fs::read_to_string(path).unwrap();
+    let section =
+        guide.split("## How it is built").nth(1).expect("docs/architecture.md has \"How it is built\"");
     let block = section.split("```").nth(1).expect("a code block in \"How it is built\"");
     let mut graph = Graph::new();
     let mut current = None;
@@ -81,14 +83,18 @@ fn readme_graph() -> Graph {
 }
 
 #[test]
-fn the_readme_lists_what_each_module_uses() {
-    let (code, readme) = (code_graph(), readme_graph());
+fn the_architecture_guide_lists_what_each_module_uses() {
+    let (code, guide) = (code_graph(), guide_graph());
     for (module, uses) in &code {
-        let listed = readme.get(module).unwrap_or_else(|| panic!("README does not list module {module}"));
-        assert_eq!(listed, uses, "what {module} uses: README (left) against its `use` lines (right)");
+        let listed =
+            guide.get(module).unwrap_or_else(|| panic!("docs/architecture.md does not list module {module}"));
+        assert_eq!(
+            listed, uses,
+            "what {module} uses: docs/architecture.md (left) against its `use` lines (right)"
+        );
     }
-    let extra: Vec<&String> = readme.keys().filter(|m| !code.contains_key(*m)).collect();
-    assert!(extra.is_empty(), "README lists modules src/ does not have: {extra:?}");
+    let extra: Vec<&String> = guide.keys().filter(|m| !code.contains_key(*m)).collect();
+    assert!(extra.is_empty(), "docs/architecture.md lists modules src/ does not have: {extra:?}");
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod dead_letters;
 mod dedup_window;
 mod defences;
 mod deployment;
+mod docs;
 mod durability;
 mod events;
 mod full_store;
