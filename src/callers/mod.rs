@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use held::{Held, HeldAttempt};
 
 pub use grade::{CallerReport, Check, Checks, Verdict, report};
-pub use name::{CallerName, MAX_NAME_CHARS};
+pub use name::{CallerName, MAX_NAME_CHARS, unseen_in};
 
 /// One request of an outside message, as the endpoint saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -12,8 +12,8 @@ pub struct CallerName(String);
 impl CallerName {
     /// Names a caller from what it sent. `client_name` is the raw `X-Client-Name` value,
     /// refused (with the reason) when it is empty, longer than `MAX_NAME_CHARS` or holds a
-    /// control character or an invisible or text-direction one (`is_format`); `user_agent` is
-    /// used, cleaned (of both) and cut, when no name is given.
+    /// character that shows as nothing or as a gap (`unseen`); `user_agent` is used, cleaned
+    /// (of those) and cut, when no name is given.
     pub fn from_request(
         client_name: Option<&[u8]>,
         user_agent: Option<&[u8]>,
@@ -21,13 +21,11 @@ impl CallerName {
     ) -> Result<CallerName, String> {
         if let Some(raw) = client_name {
             let name = std::str::from_utf8(raw).map_err(|_| "X-Client-Name must be UTF-8".to_owned())?;
-            if name.chars().any(char::is_control) {
-                return Err("X-Client-Name must not hold control characters".into());
-            }
-            if let Some(hidden) = name.chars().find(|&c| is_format(c)) {
+            if let Some(hidden) = unseen_in(name) {
                 return Err(format!(
-                    "X-Client-Name must not hold invisible or text-direction characters (it holds \
-                     U+{:04X}): such a name can show as another caller's; send plain text",
+                    "X-Client-Name must not hold control, invisible, blank, separator or \
+                     text-direction characters (it holds U+{:04X}): such a name can show as \
+                     another caller's; send plain text, with plain spaces",
                     u32::from(hidden)
                 ));
             }
@@ -43,7 +41,7 @@ impl CallerName {
         let agent = user_agent
             .map(String::from_utf8_lossy)
             .map(|agent| {
-                let shown = agent.chars().filter(|&c| !c.is_control() && !is_format(c));
+                let shown = agent.chars().filter(|&c| c == ' ' || !unseen(c));
                 shown.take(MAX_NAME_CHARS).collect::<String>()
             })
             .map(|agent| agent.trim().to_owned())
@@ -56,37 +54,39 @@ impl CallerName {
     }
 }
 
-/// Unicode's format characters (general category Cf, Unicode 16): bidi embeddings, overrides
-/// and isolates (U+202A-U+202E, U+2066-U+2069) reorder how a name is shown, and the
-/// zero-width and other invisible ones (U+200B-U+200F, U+2060-U+2064, U+FEFF, U+00AD, tags)
-/// hide in it, so "billing" and "bil\u{200B}ling" would look alike (Unicode TR 36, "Unicode
-/// Security Considerations"). Spelled out here: the standard library has no table of them.
-fn is_format(c: char) -> bool {
-    matches!(
-        u32::from(c),
-        0x00AD
-            | 0x0600..=0x0605
-            | 0x061C
-            | 0x06DD
-            | 0x070F
-            | 0x0890..=0x0891
-            | 0x08E2
-            | 0x180E
-            | 0x200B..=0x200F
-            | 0x202A..=0x202E
-            | 0x2060..=0x2064
-            | 0x2066..=0x206F
-            | 0xFEFF
-            | 0xFFF9..=0xFFFB
-            | 0x110BD
-            | 0x110CD
-            | 0x13430..=0x1343F
-            | 0x1BCA0..=0x1BCA3
-            | 0x1D173..=0x1D17A
-            | 0xE0001
-            | 0xE0020..=0xE007F
-    )
+/// The first character of `name` that a shown name may not hold (`unseen`); the plain space
+/// (U+0020) is the one gap a name may have.
+pub fn unseen_in(name: &str) -> Option<char> {
+    name.chars().find(|&c| c != ' ' && unseen(c))
 }
+
+/// Characters that show as nothing, as a gap or not as themselves, so that "billing" and
+/// "bil\u{200B}ling" or "bil\u{3164}ling" would look alike (Unicode TR 36, "Unicode Security
+/// Considerations"; UTS 39 leaves them out of identifiers), by their Unicode properties:
+/// `Default_Ignorable_Code_Point` (zero-width ones, joiners, U+034F, the Hangul fillers,
+/// variation selectors, tags), `White_Space` and the separators (`Z`: U+00A0, U+2028,
+/// U+3000, ...), controls (`Cc`) and format characters (`Cf`: bidi overrides and isolates
+/// such as U+202E). One more by name: U+2800 BRAILLE PATTERN BLANK, a symbol (`So`) to the
+/// properties, which Unicode's chart notes is shown as a blank cell.
+pub fn unseen(c: char) -> bool {
+    let ranges = &*UNSEEN;
+    let i = ranges.partition_point(|&(_, end)| end < c);
+    ranges.get(i).is_some_and(|&(start, _)| start <= c)
+}
+
+/// The ranges `unseen` holds, sorted, read from regex-syntax's tables of the properties
+/// (Unicode 16) once.
+static UNSEEN: std::sync::LazyLock<Vec<(char, char)>> = std::sync::LazyLock::new(|| {
+    use regex_syntax::hir::{Class, HirKind};
+    const PROPERTIES: &str = r"[\p{Default_Ignorable_Code_Point}\p{White_Space}\p{Z}\p{Cc}\p{Cf}\x{2800}]";
+    let hir = regex_syntax::Parser::new().parse(PROPERTIES).expect("the properties are known");
+    match hir.kind() {
+        HirKind::Class(Class::Unicode(class)) => {
+            class.ranges().iter().map(|r| (r.start(), r.end())).collect()
+        }
+        other => unreachable!("a class of characters, not {other:?}"),
+    }
+});
 
 #[cfg(test)]
 mod tests {
@@ -117,6 +117,15 @@ mod tests {
             let name = format!("bill{hidden}ing");
             let refused = CallerName::from_request(Some(name.as_bytes()), None, None).unwrap_err();
             assert!(refused.contains(&format!("U+{:04X}", u32::from(hidden))), "{refused}");
+        }
+        // Issue 61: default ignorables (U+034F, U+115F, U+3164), a blank (U+2800) and a line
+        // separator (U+2028) read as nothing, or as a space, and were kept.
+        for unseen in
+            ['\u{34F}', '\u{115F}', '\u{3164}', '\u{2800}', '\u{2028}', '\u{202E}', '\u{A0}', '\u{3000}']
+        {
+            let name = format!("Z{unseen}W");
+            let refused = CallerName::from_request(Some(name.as_bytes()), None, None).unwrap_err();
+            assert!(refused.contains(&format!("U+{:04X}", u32::from(unseen))), "{refused}");
         }
         assert!(CallerName::from_request(Some("caf\u{e9} \u{4e2d}".as_bytes()), None, None).is_ok());
         let agent = CallerName::from_request(None, Some("cu\u{202E}rl/8".as_bytes()), None).unwrap();

@@ -43,8 +43,9 @@ pub struct Admit {
     /// The breaker's new state, when asking changed it (an open breaker went half-open).
     pub changed: Option<BreakerState>,
     /// When it may go: how long it waits first, in ms, for a protection that paces the
-    /// client's attempts (the AWS adaptive mode's rate limiter).
+    /// client's attempts (the AWS adaptive mode's rate limiter), and that protection's kind.
     pub delay_ms: u64,
+    pub paced_by: Option<&'static str>,
 }
 
 /// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
@@ -127,8 +128,18 @@ impl ClientState {
         if go.is_err() {
             self.guards[..passed].iter().for_each(|guard| guard.lock().gate_undone(n));
         }
-        let delay_ms = if go.is_ok() { self.paced(n, now_ms) } else { 0 };
-        Admit { go, changed, delay_ms }
+        let (delay_ms, paced_by) = if go.is_ok() { self.paced(n, now_ms) } else { (0, None) };
+        Admit { go, changed, delay_ms, paced_by }
+    }
+
+    /// Attempt `n`, let go by every protection, is not sent after all (its round ran out of
+    /// time while it waited): what the gates handed out (a half-open probe, a place in a
+    /// window) is given back.
+    pub fn not_sent(&mut self, policy: &Policy, n: u32) {
+        self.guards.iter().for_each(|guard| guard.lock().gate_undone(n));
+        if let Some(settings) = policy.breaker {
+            self.breaker.gate_undone(&settings, n);
+        }
     }
 
     /// Attempt `n` was sent. The retry budget's window counts first attempts whether or not
@@ -191,9 +202,17 @@ impl ClientState {
     }
 
     /// How long attempt `n`, let go, must still wait before it is sent (0: it goes now), as
-    /// the protections that pace the client say when asked again.
-    pub fn paced(&mut self, n: u32, now_ms: u64) -> u64 {
-        self.guards.iter().map(|guard| guard.lock().delay(n, now_ms)).max().unwrap_or(0)
+    /// the protections that pace the client say when asked again, and the kind of the one
+    /// that holds it longest.
+    pub fn paced(&mut self, n: u32, now_ms: u64) -> (u64, Option<&'static str>) {
+        let delays = self.guards.iter().map(|guard| {
+            let mut guard = guard.lock();
+            (guard.delay(n, now_ms), guard.settings().kind())
+        });
+        delays
+            .filter(|&(ms, _)| ms > 0)
+            .max_by_key(|&(ms, _)| ms)
+            .map_or((0, None), |(ms, kind)| (ms, Some(kind)))
     }
 
     /// Follows another policy; without a breaker, an open one closes (returned if so).

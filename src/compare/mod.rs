@@ -465,13 +465,15 @@ impl Comparisons {
         (allowance, make_lab): (Allowance, MakeLab),
     ) -> Result<Comparison, Refusal> {
         let max_burst = limits.max_burst;
-        let scenario = Scenario::parse(&request.scenario).map_err(Refusal::Invalid)?;
+        let named = |field: &str, detail: String| Refusal::Field(crate::invalid::Invalid::new(field, detail));
+        let scenario = Scenario::parse(&request.scenario).map_err(|e| named("scenario", e))?;
         let rows = grid_rows(scenario, &request)?;
         if rows.is_empty() && !(2..=MAX_POLICIES).contains(&request.policies.len()) {
-            return Err(Refusal::Invalid(format!("compare 2 to {MAX_POLICIES} policies")));
+            return Err(named("policies", format!("compare 2 to {MAX_POLICIES} policies")));
         }
         if let Some(name) = duplicate_name(request.policies.iter().map(PolicyChoice::name)) {
-            return Err(Refusal::Invalid(duplicate_refusal(name)));
+            let i = request.policies.iter().rposition(|p| p.name() == name).unwrap_or(0);
+            return Err(named(&format!("policies[{i}]"), duplicate_refusal(name)));
         }
         let max_runs = limits.max_compare_runs;
         // Each cell of a grid is a column of its own: its labs count as a policy's do.
@@ -500,9 +502,12 @@ impl Comparisons {
         }
         let late_threshold_ms = request.late_threshold_ms.unwrap_or(LATE_RUN_MS);
         if !(1.0..=MAX_LATE_RUN_MS).contains(&late_threshold_ms) {
-            return Err(Refusal::Invalid(format!(
-                "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
-            )));
+            return Err(named(
+                "late_threshold_ms",
+                format!(
+                    "late_threshold_ms must be 1 to {MAX_LATE_RUN_MS} (ms of lateness, p99, past which a run is left out)"
+                ),
+            ));
         }
         if request.burst == 0 {
             return Err(Refusal::Limit {
@@ -537,9 +542,12 @@ impl Comparisons {
             for row in &row_defences {
                 for (i, choice) in request.policies.iter().enumerate() {
                     let changes = choice.changes().map_err(|e| match choice {
-                        PolicyChoice::Preset(_) => Refusal::Invalid(e),
+                        PolicyChoice::Preset(_) => named(&format!("policies[{i}]"), e),
                         PolicyChoice::Custom { name, .. } => {
-                            Refusal::Invalid(format!("policy '{name}': {e}"))
+                            // `parse_policy` says the setting at fault first ("clients: ...").
+                            let setting = e.split_once(": ").map(|(s, _)| s).filter(|s| !s.contains(' '));
+                            let at = setting.map_or(String::new(), |s| format!(".{s}"));
+                            named(&format!("policies[{i}].policy{at}"), format!("policy '{name}': {e}"))
                         }
                     })?;
                     let policy = scenario.base_policy(run_seed(request.seed, run)).then(changes);
@@ -691,7 +699,9 @@ impl Comparisons {
                     lab: column.lab.to_string(),
                     lab_url: format!("/labs/{}", column.lab),
                     started_ms: column.started_ms,
-                    waiting,
+                    // A column that never started and never will (the server stopped) is
+                    // interrupted, not waiting.
+                    waiting: waiting && !interrupted,
                     done,
                     gone: lab.is_none(),
                     interrupted,
@@ -758,14 +768,7 @@ impl Comparisons {
         };
         let kept_out: Vec<&InvalidRun> = invalid_runs.iter().filter(|r| !r.re_run).collect();
         let warning = if !kept_out.is_empty() {
-            let which: Vec<String> =
-                kept_out.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
-            Some(format!(
-                "the machine was busy: {} ran more than {:.0} ms behind schedule (p99) even when run again, and {} left out of the medians and the verdict",
-                which.join(", "),
-                comparison.late_threshold_ms,
-                if which.len() == 1 { "is" } else { "are" }
-            ))
+            Some(late_warning(&kept_out, comparison.late_threshold_ms, done))
         } else if let Some(cut) = columns.iter().find(|c| c.lost_step.is_some()) {
             let lost = lost_what(scenario, comparison.burst, cut.lost_step.unwrap_or_default());
             Some(format!(
@@ -1000,6 +1003,34 @@ fn policy_names(columns: &[ColumnReport]) -> Vec<&str> {
         }
     }
     order
+}
+
+/// What the machine's lateness did to a comparison, in words: which runs ran late and were
+/// left out, and for each whether it was run again (a re-run that ran late too) or not (no lab
+/// was left for a re-run: the address's allowance or the server's `max_labs` was spent).
+fn late_warning(kept_out: &[&InvalidRun], threshold_ms: f64, done: bool) -> String {
+    let listed = |runs: &[&&InvalidRun]| {
+        let which: Vec<String> =
+            runs.iter().map(|r| format!("run {} ({:.0} ms)", r.run + 1, r.lateness_ms_p99)).collect();
+        which.join(", ")
+    };
+    let (again, once): (Vec<&&InvalidRun>, Vec<&&InvalidRun>) = kept_out.iter().partition(|r| r.attempt > 0);
+    let not_again = match done {
+        true => {
+            "was not run again (no lab was left for it: this address's lab allowance or the server's max_labs was spent)"
+        }
+        false => "has not been run again",
+    };
+    let late = format!("ran more than {threshold_ms:.0} ms behind schedule (p99)");
+    let mut said = Vec::new();
+    if !again.is_empty() {
+        said.push(format!("{} {late} even when run again", listed(&again)));
+    }
+    if !once.is_empty() {
+        said.push(format!("{} {late} and {not_again}", listed(&once)));
+    }
+    let are = if kept_out.len() == 1 { "is" } else { "are" };
+    format!("the machine was busy: {}, and {are} left out of the medians and the verdict", said.join("; "))
 }
 
 /// Each policy over its runs: the runs' figures, and each figure's median and range over the
@@ -1403,6 +1434,36 @@ async fn play(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 61, item 8: the warning says "even when run again" only of a run that was run
+    /// again; one left without a lab for its re-run says so.
+    #[test]
+    fn the_late_warning_says_which_runs_were_run_again() {
+        let late = |run, attempt| InvalidRun { run, attempt, lateness_ms_p99: 340.0, re_run: false };
+        let (first, again) = (late(0, 0), late(1, 1));
+        let once = late_warning(&[&first], 20.0, true);
+        assert!(!once.contains("even when run again"), "{once}");
+        assert!(
+            once.contains("run 1 (340 ms) ran more than 20 ms behind schedule (p99) and was not run again"),
+            "{once}"
+        );
+        assert!(
+            once.contains("max_labs") && once.ends_with("and is left out of the medians and the verdict"),
+            "{once}"
+        );
+        let both = late_warning(&[&first, &again], 20.0, true);
+        assert!(
+            both.contains("run 2 (340 ms) ran more than 20 ms behind schedule (p99) even when run again"),
+            "{both}"
+        );
+        assert!(both.contains("run 1 (340 ms) ran more than") && both.contains("and are left out"), "{both}");
+        // As a stored comparison's report said it (tests/fixtures/stored-protections).
+        assert_eq!(
+            late_warning(&[&again], 20.0, true),
+            "the machine was busy: run 2 (340 ms) ran more than 20 ms behind schedule (p99) even when run again, and is left out of the medians and the verdict"
+        );
+        assert!(late_warning(&[&first], 20.0, false).contains("has not been run again"));
+    }
 
     #[test]
     fn the_first_run_keeps_the_seed_and_the_others_differ() {

@@ -247,6 +247,12 @@ impl LabRecord {
             .collect()
     }
 
+    /// When message `id`'s current round started (its first attempt), once one has.
+    pub fn round_started_ms(&self, id: u64) -> Option<u64> {
+        let message = self.message(id)?;
+        message.attempts.iter().find(|a| a.round == message.round).map(|a| a.started_ms)
+    }
+
     /// Where the message's delivery continues; `None` if it is not owed one.
     pub fn resume_point(&self, id: u64, now_ms: u64) -> Option<ResumePoint> {
         let message = self.message(id).filter(|m| m.state.is_active())?;
@@ -460,6 +466,29 @@ impl LabRecord {
         self.forgotten_delivered += gone.len() as u64;
         self.remove_messages(&gone);
         gone
+    }
+
+    /// Lets go of the oldest delivered messages, the window's too, until `count` new ones fit
+    /// under `max` or none is left: new traffic comes before the history of settled messages
+    /// (they stay counted, as `forget_delivered`'s do). Dead letters and messages owed a
+    /// delivery are never let go here. Returns the ids that left.
+    pub fn make_room(&mut self, count: usize, max: usize) -> Vec<u64> {
+        let over = (self.held() + count).saturating_sub(max);
+        if over == 0 {
+            return Vec::new();
+        }
+        let delivered = self.messages().filter(|m| m.state == MessageState::Delivered);
+        let gone: Vec<u64> = delivered.take(over).map(|m| m.id).collect();
+        self.forgotten_delivered += gone.len() as u64;
+        self.remove_messages(&gone);
+        gone
+    }
+
+    /// How many of the messages held are delivered (kept for the window, or until room is
+    /// needed) and how many are dead letters.
+    pub fn delivered_and_dead(&self) -> (usize, usize) {
+        let count = |state: MessageState| self.by_state[state as usize] as usize;
+        (count(MessageState::Delivered), count(MessageState::DeadLetter))
     }
 
     /// Clears messages and what was measured, and lets go of the room they took: a lab reset

@@ -32,6 +32,9 @@ pub use pipeline::{
 const MAX_LATENCY_MS: u64 = 60_000;
 const MAX_RETRY_AFTER_S: u64 = 3_600;
 const MAX_RATE_PER_S: f64 = 100_000.0;
+/// The lowest throttled rate, as the lab's traffic has it: a rate of 1e-300 was taken and
+/// answered `Retry-After: 18446744073709552`.
+const MIN_RATE_PER_S: f64 = 0.01;
 const MAX_BURST: u32 = 100_000;
 const MAX_CAPACITY: u32 = 10_000;
 const MAX_QUEUE: u32 = 100_000;
@@ -123,6 +126,7 @@ pub struct Defences {
     pub limit: LimitSettings,
     /// Envoy's admission control: null (off), or its parameters (`{}` for Envoy's defaults, the
     /// window scaled); refused requests get 503 at once.
+    #[serde(deserialize_with = "crate::invalid::object::or_null")]
     pub admission: Option<AdmissionSettings>,
 }
 
@@ -199,6 +203,7 @@ pub struct DownstreamUpdate {
     pub capacity: Option<u32>,
     pub queue: Option<u32>,
     /// The overloaded mode's defences, whole (absent keeps them; on another mode they go).
+    #[serde(default, deserialize_with = "crate::invalid::object::or_null")]
     pub defences: Option<Defences>,
     /// The new setting lasts this long, then the downstream goes back to what it was. An
     /// update without it ends a timed setting early, unless it names only `defences`: then the
@@ -244,8 +249,15 @@ impl DownstreamSettings {
         if next.retry_after_s > MAX_RETRY_AFTER_S {
             return invalid("retry_after_s", format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
         }
-        if !(next.rate_per_s > 0.0 && next.rate_per_s <= MAX_RATE_PER_S) {
-            return invalid("rate_per_s", format!("rate_per_s must be above 0 and at most {MAX_RATE_PER_S}"));
+        if !(MIN_RATE_PER_S..=MAX_RATE_PER_S).contains(&next.rate_per_s) {
+            return invalid(
+                "rate_per_s",
+                format!(
+                    "rate_per_s must be {MIN_RATE_PER_S} to {MAX_RATE_PER_S} requests a second: at the \
+                     lowest, one in {} s, so the Retry-After it answers stays within hours",
+                    1.0 / MIN_RATE_PER_S
+                ),
+            );
         }
         if !(1..=MAX_BURST).contains(&next.burst) {
             return invalid("burst", format!("burst must be 1 to {MAX_BURST}"));

@@ -60,7 +60,7 @@ impl Lab {
         server_slots: &'a Semaphore,
         rng: &mut impl Rng,
     ) -> Go<'a> {
-        let (policy, delay_ms) = {
+        let (policy, mut paced, deadline) = {
             let mut state = self.lock();
             let now = self.now_ms();
             let policy = state.clients.policy().clone();
@@ -79,20 +79,35 @@ impl Lab {
                     false => Go::Stop,
                 };
             }
-            (policy, admit.delay_ms)
+            // A hedged round keeps its own deadline (`HedgeRound`); any other keeps the
+            // round's time budget through every wait before the attempt starts.
+            let budget = self.time_budget(&policy);
+            let started = state.record.round_started_ms(id).filter(|_| policy.hedging().is_none());
+            let deadline = started.map(|started| (started.saturating_add(budget.ms), budget));
+            (policy, (admit.delay_ms, admit.paced_by), deadline)
         };
-        let mut delay_ms = delay_ms;
-        while delay_ms > 0 {
+        while paced.0 > 0 {
             // A protection paces the client (the AWS adaptive mode's send rate): the attempt
-            // sleeps and asks again until it has its token, before it asks for a connection.
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            // sleeps and asks again until it has its token, before it asks for a connection;
+            // unless its round would be out of time before the token comes.
+            if let Some(ended) = self.out_of_time((id, n), deadline, self.now_ms() + paced.0, || {
+                let kind = paced.1.unwrap_or("a protection");
+                format!("{kind} paces the client's attempts and would hold it {} ms more", paced.0)
+            }) {
+                return Go::Ended(ended);
+            }
+            tokio::time::sleep(Duration::from_millis(paced.0)).await;
             let mut state = self.lock();
             let (now, index) = (self.now_ms(), state.clients.of(id));
-            delay_ms = state.clients.client_mut(index).1.paced(n, now);
+            paced = state.clients.client_mut(index).1.paced(n, now);
         }
         let queued = Instant::now();
         let Ok(lab) = self.request_slots.acquire().await else { return Go::Stop };
         let Ok(server) = server_slots.acquire().await else { return Go::Stop };
+        let waited = || format!("it waited {} ms for a connection slot", queued.elapsed().as_millis());
+        if let Some(ended) = self.out_of_time((id, n), deadline, self.now_ms(), waited) {
+            return Go::Ended(ended);
+        }
         let mut state = self.lock();
         let now = self.now_ms();
         if !self.start(&mut state, (id, n), queued.elapsed().as_millis() as u64, now) {
@@ -374,10 +389,37 @@ impl Lab {
         }
     }
 
+    /// Attempt `n` of message `id`, let go by its client's protections, would start at
+    /// `start_ms`, past its round's `deadline`: it is not sent, what the protections handed out
+    /// for it comes back, and the round ends by its time budget (`why` says what held it).
+    /// `None` when it is in time.
+    fn out_of_time(
+        &self,
+        (id, n): (u64, u32),
+        deadline: Option<(u64, TimeBudget)>,
+        start_ms: u64,
+        why: impl FnOnce() -> String,
+    ) -> Option<Next> {
+        let (deadline, TimeBudget { ms, setting }) = deadline?;
+        if start_ms <= deadline {
+            return None;
+        }
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let index = state.clients.of(id);
+        let (policy, client) = state.clients.client_mut(index);
+        let policy = policy.clone();
+        client.not_sent(&policy, n);
+        let reason = format!("time budget: attempt {n} would start past {ms} ms ({setting}): {}", why());
+        let ended = Next::DeadLetter(Cause::TimeBudget, reason);
+        self.settle(&mut state, id, &ended, now);
+        Some(ended)
+    }
+
     /// How long one round may last, and the setting that says so: the policy's `max_total_ms`
     /// when set and shorter, else the server's `max_retry_duration_ms`, which the dedup window
     /// is sized to cover.
-    fn time_budget(&self, policy: &Policy) -> TimeBudget {
+    pub fn time_budget(&self, policy: &Policy) -> TimeBudget {
         let server = self.limits.max_retry_duration_ms;
         match policy.max_total_ms {
             own if own > 0 && own <= server => TimeBudget { ms: own, setting: "max_total_ms" },

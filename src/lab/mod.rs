@@ -150,9 +150,21 @@ pub struct Expired {
 /// Why a burst was refused.
 #[derive(Debug)]
 pub enum BurstError {
-    Count { max: usize },
-    LabFull { max: usize, held: usize },
-    TooManyActive { max: usize, active: usize },
+    Count {
+        max: usize,
+    },
+    /// The lab holds `max` messages that do not leave to make room: `dead_letters` and those
+    /// still `owed` a delivery (delivered ones make room).
+    LabFull {
+        max: usize,
+        held: usize,
+        dead_letters: usize,
+        owed: usize,
+    },
+    TooManyActive {
+        max: usize,
+        active: usize,
+    },
 }
 
 pub fn unix_now_ms() -> u64 {
@@ -287,23 +299,32 @@ impl Lab {
         }
         let max = self.limits.max_messages_per_lab;
         let max_active = self.limits.max_active_messages_per_lab;
-        let mut full = None;
-        let ids = self.change(|LabState { record, .. }, now| {
-            let held = record.held();
-            if held + count > max {
-                full = Some(BurstError::LabFull { max, held });
-                return None;
-            }
-            let active = record.active_messages();
-            if active + count > max_active {
-                full = Some(BurstError::TooManyActive { max: max_active, active });
-                return None;
-            }
-            let messages = record.create_messages(count, now);
-            let ids = messages.iter().map(|m| m.id).collect();
-            Some((ids, Event::MessagesCreated { messages }))
-        });
-        ids.ok_or_else(|| full.expect("a refused burst says why"))
+        let mut state = self.lock();
+        let now = self.now_ms();
+        let record = &mut state.record;
+        let (held, (delivered, dead_letters)) = (record.held(), record.delivered_and_dead());
+        // Delivered messages make room (`make_room`); dead letters and those owed a delivery
+        // stay until a person replays or deletes them, or they finish.
+        if held - delivered + count > max {
+            return Err(BurstError::LabFull {
+                max,
+                held,
+                dead_letters,
+                owed: held - delivered - dead_letters,
+            });
+        }
+        let active = record.active_messages();
+        if active + count > max_active {
+            return Err(BurstError::TooManyActive { max: max_active, active });
+        }
+        let forgotten = record.make_room(count, max);
+        let messages = record.create_messages(count, now);
+        let ids = messages.iter().map(|m| m.id).collect();
+        if !forgotten.is_empty() {
+            self.publish(&mut state, &Event::MessagesForgotten { message_ids: forgotten }, now);
+        }
+        self.publish(&mut state, &Event::MessagesCreated { messages }, now);
+        Ok(ids)
     }
 
     /// Moves dead letters back to the queue for a new round (all but the quarantined with

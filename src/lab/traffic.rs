@@ -85,6 +85,11 @@ impl Lab {
             return None;
         }
         let now = self.now_ms();
+        // Delivered messages kept for the window make room for new arrivals.
+        let forgotten = state.record.make_room(late_ms.len(), self.limits.max_messages_per_lab);
+        if !forgotten.is_empty() {
+            self.publish(&mut state, &Event::MessagesForgotten { message_ids: forgotten }, now);
+        }
         let record = &state.record;
         let active = record.active_messages();
         let room_active = self.limits.max_active_messages_per_lab.saturating_sub(active);

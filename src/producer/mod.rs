@@ -184,7 +184,10 @@ impl Producer {
         // A6: "call deadlines apply to the entire chain of hedged requests": the policy's
         // `timeout_ms`, from the round's first attempt.
         let started_ms = resume.round_started_ms.unwrap_or_else(|| lab.now_ms());
-        let mut round = HedgeRound::new(&hedging, resume.next_n, started_ms, lab.policy().timeout_ms);
+        // The round's time budget, when shorter, ends the chain sooner.
+        let policy = lab.policy();
+        let deadline_ms = policy.timeout_ms.min(lab.time_budget(&policy).ms);
+        let mut round = HedgeRound::new(&hedging, resume.next_n, started_ms, deadline_ms);
         let mut hedges = Hedges { flying: JoinSet::new(), slots: HashMap::new() };
         if resume.next_n > hedging.attempts() {
             // A crash cut off the round's last attempt: the lab ends the round before another.

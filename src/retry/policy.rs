@@ -116,11 +116,11 @@ pub struct PolicyUpdate {
     pub multiplier: Option<f64>,
     pub max_total_ms: Option<u64>,
     /// `null` turns the breaker off.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::invalid::object::present_or_null")]
     #[schema(value_type = Option<BreakerSettings>)]
     pub breaker: Option<Option<BreakerSettings>>,
     /// `null` turns the retry budget off.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::invalid::object::present_or_null")]
     #[schema(value_type = Option<BudgetSettings>)]
     pub retry_budget: Option<Option<BudgetSettings>>,
     pub retry_after_mode: Option<RetryAfterMode>,
@@ -132,6 +132,7 @@ pub struct PolicyUpdate {
     pub clients: Option<u32>,
     /// The whole list; `[]` for none. Read as JSON first, so that an unusable one is named by
     /// its field (`policy.protections[0].kind`).
+    #[serde(default, deserialize_with = "crate::invalid::unique_keys::list_or_absent")]
     #[schema(value_type = Option<Vec<ProtectionSpec>>)]
     pub protections: Option<Vec<serde_json::Value>>,
 }

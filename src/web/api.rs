@@ -83,29 +83,34 @@ pub async fn set_downstream(
     LabPath(lab): LabPath,
     payload: Result<Json<DownstreamUpdate>, JsonRejection>,
 ) -> Result<Json<DownstreamView>, AppError> {
-    let Json(update) = payload.map_err(defence_named)?;
+    let Json(update) = payload.map_err(named_in("downstream"))?;
     let before = lab.settings();
     let downstream = lab.set_downstream(&update)?;
     kept_or_restored(&lab, before).await?;
     Ok(Json(downstream))
 }
 
-/// A defence the body names that does not parse (an unknown discipline, a field that is not
-/// one) is answered 422 naming it (`downstream.defences.queue`), as a value out of range is.
-fn defence_named(rejection: JsonRejection) -> AppError {
-    let detail = rejection.body_text();
-    let path = detail.split_once("target type: ").and_then(|(_, rest)| rest.split_once(": "));
-    match path {
-        Some((path, why))
-            if rejection.status() == StatusCode::UNPROCESSABLE_ENTITY && path.starts_with("defences") =>
-        {
-            AppError::Field {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                field: format!("downstream.{path}"),
-                detail: format!("{path}: {why}"),
+/// A body that does not read as the settings (a value of the wrong type, a field that is not
+/// one, a key given twice, an array for an object) is answered 422 naming the field as the
+/// forms do (`policy.clients`, `downstream.defences.queue`, `policy.protections[0].size`), as a
+/// value out of range is.
+fn named_in(settings: &'static str) -> impl Fn(JsonRejection) -> AppError {
+    move |rejection| {
+        let detail = rejection.body_text();
+        let said = detail.split_once("target type: ").map(|(_, said)| said);
+        match said.filter(|_| rejection.status() == StatusCode::UNPROCESSABLE_ENTITY) {
+            Some(said) => {
+                let (path, why) = super::error::json_field(said);
+                let field = match (settings, path.as_str()) {
+                    (settings, "") => settings.to_owned(),
+                    ("", path) => path.to_owned(),
+                    (settings, path) => format!("{settings}.{path}"),
+                };
+                let detail = if path.is_empty() { why.to_owned() } else { format!("{path}: {why}") };
+                AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field, detail }
             }
+            None => rejection.into(),
         }
-        _ => rejection.into(),
     }
 }
 
@@ -122,7 +127,7 @@ pub async fn set_policy(
     LabPath(lab): LabPath,
     payload: Result<Json<PolicyUpdate>, JsonRejection>,
 ) -> Result<Json<PolicyView>, AppError> {
-    let Json(update) = payload?;
+    let Json(update) = payload.map_err(named_in("policy"))?;
     let before = lab.settings();
     let policy = lab.set_policy(&update)?;
     kept_or_restored(&lab, before).await?;
@@ -147,7 +152,7 @@ pub async fn set_traffic(
     LabPath(lab): LabPath,
     payload: Result<Json<TrafficUpdate>, JsonRejection>,
 ) -> Result<Json<TrafficView>, AppError> {
-    let Json(update) = payload?;
+    let Json(update) = payload.map_err(named_in(""))?;
     let (traffic, before) = lab.set_traffic(&update).map_err(|refusal| match refusal.limit {
         Some(limit) => {
             AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail: refusal.detail }
@@ -220,11 +225,15 @@ pub async fn burst(
                  (max_active_messages_per_lab); wait for them to finish or reset the lab"
             ),
         },
-        BurstError::LabFull { max, held } => AppError::Limit {
+        BurstError::LabFull { max, held, dead_letters, owed } => AppError::Limit {
             status: StatusCode::CONFLICT,
             limit: "max_messages_per_lab",
             detail: format!(
-                "this lab holds {held} messages and takes at most {max} (max_messages_per_lab); reset the lab first"
+                "this lab holds {held} messages and takes at most {max} (max_messages_per_lab): \
+                 {dead_letters} dead letters, which stay until they are replayed, deleted or expire \
+                 (--dead-letter-ttl-s), and {owed} messages still owed a delivery (delivered ones \
+                 make room). Replay or delete dead letters, wait for the deliveries to finish, or \
+                 reset the lab"
             ),
         },
     })?;

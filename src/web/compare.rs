@@ -21,6 +21,7 @@ use axum::Extension;
 use axum::extract::ConnectInfo;
 use axum::http::HeaderMap;
 
+use crate::callers::unseen_in;
 use crate::compare::{
     Allowance, ComparisonId, ComparisonReport, ComparisonRequest, MakeLab, Refusal, SCENARIOS, presets,
 };
@@ -46,6 +47,7 @@ pub async fn create(
     payload: Result<Json<ComparisonRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let Json(request) = payload.map_err(defence_named)?;
+    shown_names(&request)?;
     let parts = (&app.labs, &app.producer, &app.store);
     // Its labs are the asking address's as much as those of `POST /api/labs`: they draw on the
     // same allowance, all at once, and so does a late run's re-run, one lab at a time.
@@ -80,13 +82,51 @@ pub async fn create(
             Refusal::Limit { limit: "max_labs", detail } => {
                 AppError::Limit { status: StatusCode::TOO_MANY_REQUESTS, limit: "max_labs", detail }
             }
-            Refusal::Limit { limit, detail } => {
-                AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail }
-            }
+            Refusal::Limit { limit, detail } => match limit_field(limit) {
+                Some(field) => {
+                    AppError::FieldLimit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, field, detail }
+                }
+                None => AppError::Limit { status: StatusCode::UNPROCESSABLE_ENTITY, limit, detail },
+            },
         })?;
     let report = app.comparisons.report(&comparison, &app.labs);
     let url = report.url.clone();
     Ok((StatusCode::CREATED, [(header::LOCATION, url)], Json(report)).into_response())
+}
+
+/// The request field that reaches each limit a comparison's request may reach: the runs ask
+/// for the labs, the burst for the messages.
+fn limit_field(limit: &str) -> Option<&'static str> {
+    match limit {
+        "max_compare_runs" | "lab_create_burst" => Some("runs"),
+        "max_burst" | "max_active_messages" => Some("burst"),
+        _ => None,
+    }
+}
+
+/// The names a comparison shows (a custom policy's, a column; a grid row's) are plain text: not
+/// blank, and with no character that shows as nothing, as a gap or reorders the text, by the
+/// Unicode properties `callers::name::unseen` reads (a plain space is fine).
+fn shown_names(request: &ComparisonRequest) -> Result<(), AppError> {
+    let custom = request.policies.iter().enumerate().filter_map(|(i, choice)| match choice {
+        crate::compare::PolicyChoice::Custom { name, .. } => Some((format!("policies[{i}].name"), name)),
+        crate::compare::PolicyChoice::Preset(_) => None,
+    });
+    let rows = request.defences.iter().flatten().enumerate();
+    let rows = rows.map(|(i, row)| (format!("defences[{i}].name"), &row.name));
+    for (field, name) in custom.chain(rows) {
+        let detail = match unseen_in(name) {
+            Some(c) => format!(
+                "{field} must be plain text: it holds U+{:04X}, a control, invisible, blank, separator or \
+                 text-direction character, which would make the name show as another; use plain spaces",
+                u32::from(c)
+            ),
+            None if name.trim().is_empty() => format!("{field} must not be blank: it names a column or row"),
+            None => continue,
+        };
+        return Err(AppError::Field { status: StatusCode::UNPROCESSABLE_ENTITY, field, detail });
+    }
+    Ok(())
 }
 
 /// A request field that does not parse is answered 422 naming it as the request has it: a

@@ -31,6 +31,14 @@ pub enum AppError {
         limit: &'static str,
         detail: String,
     },
+    /// A named limit that a request field reached (a comparison's `runs` past
+    /// `max_compare_runs`): the answer names both.
+    FieldLimit {
+        status: StatusCode,
+        limit: &'static str,
+        field: &'static str,
+        detail: String,
+    },
     /// Keeps the status a framework rejection chose (413, 415, ...).
     Rejected {
         status: StatusCode,
@@ -84,7 +92,8 @@ impl AppError {
             AppError::Conflict(d) => (StatusCode::CONFLICT, d, None),
             AppError::Unprocessable(d) => (StatusCode::UNPROCESSABLE_ENTITY, d, None),
             AppError::Field { status, detail, .. } => (*status, detail, None),
-            AppError::Limit { status, limit, detail } => (*status, detail, Some(*limit)),
+            AppError::Limit { status, limit, detail }
+            | AppError::FieldLimit { status, limit, detail, .. } => (*status, detail, Some(*limit)),
             AppError::Rejected { status, detail } => (*status, detail, None),
             AppError::Unavailable { status, detail, .. } => (*status, detail, None),
             AppError::RateLimited { limit: "endpoint_rate_per_s", .. } => (
@@ -173,6 +182,7 @@ impl IntoResponse for AppError {
         };
         let field = match &self {
             AppError::Field { field, .. } => Some(field.as_str()),
+            AppError::FieldLimit { field, .. } => Some(*field),
             _ => None,
         };
         // A refusal that asks the client to wait says for how long in words too, not only in
@@ -206,18 +216,46 @@ impl IntoResponse for AppError {
     }
 }
 
+/// A body that reads as JSON but not as the route's type names the field at fault (its path
+/// in the body: `count`, `policies[1]`) when serde says which.
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
         let detail = rejection.body_text();
+        let said = detail.split_once("target type: ").map(|(_, said)| json_field(said));
         match status {
             StatusCode::PAYLOAD_TOO_LARGE => too_large(),
-            StatusCode::UNPROCESSABLE_ENTITY => AppError::Unprocessable(detail),
+            StatusCode::UNPROCESSABLE_ENTITY => match said {
+                Some((field, why)) if !field.is_empty() => {
+                    let detail = format!("{field}: {why}");
+                    AppError::Field { status, field, detail }
+                }
+                _ => AppError::Unprocessable(detail),
+            },
             StatusCode::BAD_REQUEST => AppError::BadRequest(detail),
             status if status.is_client_error() => AppError::Rejected { status, detail },
             _ => AppError::Internal(detail),
         }
     }
+}
+
+/// The field a serde error names, and what it says: the path it was read at (`defences.queue`,
+/// `protections[0]`), then the key it names between backticks when that key is not a field
+/// or is given twice.
+pub fn json_field(said: &str) -> (String, &str) {
+    let (path, why) = match said.split_once(": ") {
+        Some((path, why)) if !path.contains(' ') && path != "." => (path, why),
+        _ => ("", said),
+    };
+    let key = ["unknown field `", "duplicate field `"].iter().find_map(|start| why.strip_prefix(start));
+    let key = key.and_then(|rest| rest.split_once('`')).map(|(key, _)| key);
+    let path = match (path, key) {
+        (path, Some(key)) if path == key || path.ends_with(&format!(".{key}")) => path.to_owned(),
+        ("", Some(key)) => key.to_owned(),
+        (path, Some(key)) => format!("{path}.{key}"),
+        (path, None) => path.to_owned(),
+    };
+    (path, why)
 }
 
 impl From<BytesRejection> for AppError {

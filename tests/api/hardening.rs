@@ -389,3 +389,291 @@ async fn a_413_for_a_chunked_body_says_connection_close_and_closes() {
     let problem: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
     assert_eq!(problem["limit"], "max_body_bytes");
 }
+
+/// Issue 61, item 1: the attempts that start later than `budget_ms` after their round's first,
+/// as `(message, n, ms into the round)`.
+fn attempts_past(snapshot: &serde_json::Value, budget_ms: u64) -> Vec<(u64, u64, u64)> {
+    let mut late = Vec::new();
+    for message in messages(snapshot) {
+        let attempts = message["attempts"].as_array().unwrap();
+        let mut rounds: std::collections::BTreeMap<u64, Vec<&serde_json::Value>> = Default::default();
+        attempts.iter().for_each(|a| rounds.entry(a["round"].as_u64().unwrap()).or_default().push(a));
+        for round in rounds.values() {
+            let first = round[0]["started_ms"].as_u64().unwrap();
+            for attempt in round {
+                let into = attempt["started_ms"].as_u64().unwrap() - first;
+                if into > budget_ms {
+                    late.push((message["id"].as_u64().unwrap(), attempt["n"].as_u64().unwrap(), into));
+                }
+            }
+        }
+    }
+    late
+}
+
+/// A lab under `policy` against an endpoint that takes 5 requests a second (bursts of 2) for
+/// 1.5 s, sent a burst of 12; the snapshot once every message has settled.
+async fn throttled_burst(app: &TestApp, policy: &serde_json::Value) -> serde_json::Value {
+    let lab = app.fast_lab().await;
+    app.put(&lab, "policy", &policy.to_string()).await;
+    let downstream =
+        r#"{"mode": "throttled", "rate_per_s": 5, "burst": 2, "retry_after_s": 1, "for_ms": 1500}"#;
+    app.put(&lab, "downstream", downstream).await;
+    app.burst(&lab, 12).await;
+    app.wait_for(&lab, Duration::from_secs(30), |s| counter(s, "delivered") + counter(s, "dead_letter") == 12)
+        .await
+}
+
+/// The protection kinds the server knows, as its refusal of an unknown one lists them.
+async fn protection_kinds(app: &TestApp) -> Vec<String> {
+    let lab = app.new_lab().await;
+    let body = r#"{"protections": [{"kind": "no_such_kind"}]}"#;
+    let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/policy"), Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    let kinds = detail.split_once("one of: ").unwrap_or_else(|| panic!("{detail}")).1;
+    kinds.split(',').map(|kind| kind.trim().trim_end_matches('.').to_owned()).collect()
+}
+
+/// The AWS adaptive mode's rate limiter paces every attempt; at its lowest rate (0.01 a
+/// second here) a retry would wait 100 s for its token. The round's time budget holds all the
+/// same: no attempt starts past it, and a message whose next attempt would ends by
+/// `time_budget` when it is known, not 100 s later (the issue's set-up, scaled down).
+#[tokio::test]
+async fn a_paced_retry_never_starts_past_the_rounds_time_budget() {
+    let app = TestApp::spawn().await;
+    let policy = serde_json::json!({
+        "jitter": "full", "base_ms": 10, "cap_ms": 200, "max_attempts": 6, "timeout_ms": 500,
+        "max_total_ms": 1500, "honor_retry_after": false,
+        "protections": [{"kind": "aws_adaptive", "min_rate": 0.01}],
+    });
+    let settled = throttled_burst(&app, &policy).await;
+    assert_eq!(attempts_past(&settled, 1500), vec![], "attempts started past the budget");
+    let letters = settled["dead_letters"].as_array().unwrap();
+    let by_budget: Vec<_> = letters.iter().filter(|d| d["cause"] == "time_budget").collect();
+    assert!(!by_budget.is_empty(), "none ended by the time budget: {letters:?}");
+    let paced =
+        by_budget.iter().filter_map(|d| d["reason"].as_str()).find(|r| r.contains("aws_adaptive paces"));
+    let reason = paced.unwrap_or_else(|| panic!("none held by the pacing: {by_budget:?}"));
+    assert!(
+        reason.starts_with("time budget: attempt ") && reason.contains("past 1500 ms (max_total_ms)"),
+        "{reason}"
+    );
+}
+
+/// The property behind the one above, for every protection kind the server knows, and for
+/// both budgets: the policy's `max_total_ms`, and the server's `--max-retry-duration-ms`
+/// when the policy sets none. No attempt starts past the round's budget.
+#[tokio::test]
+async fn no_protection_lets_an_attempt_start_past_the_rounds_time_budget() {
+    const BUDGET_MS: u64 = 700;
+    let policy_budget = TestApp::spawn().await;
+    let limits = Limits { max_retry_duration_ms: BUDGET_MS, ..Limits::default() };
+    let server_budget = TestApp::spawn_with(limits).await;
+    let kinds = protection_kinds(&policy_budget).await;
+    assert!(kinds.len() >= 10 && kinds.contains(&"aws_adaptive".to_owned()), "{kinds:?}");
+    let runs = kinds.iter().flat_map(|kind| {
+        let mut protection = serde_json::json!({"kind": kind});
+        if kind == "aws_adaptive" {
+            protection["min_rate"] = 0.01.into();
+        }
+        [(&policy_budget, BUDGET_MS), (&server_budget, 0)].map(|(app, max_total_ms)| {
+            let policy = serde_json::json!({
+                "jitter": "full", "base_ms": 10, "cap_ms": 200, "max_attempts": 6,
+                "timeout_ms": 500, "max_total_ms": max_total_ms, "honor_retry_after": false,
+                "protections": [protection.clone()],
+            });
+            async move { (kind.clone(), max_total_ms, throttled_burst(app, &policy).await) }
+        })
+    });
+    for (kind, max_total_ms, settled) in futures_util::future::join_all(runs).await {
+        let late = attempts_past(&settled, BUDGET_MS);
+        assert_eq!(late, vec![], "{kind} (max_total_ms {max_total_ms}): attempts started past the budget");
+    }
+}
+
+/// Issue 61, item 3: dead letters count toward `--max-messages-per-lab` and never leave by
+/// `--settled-window`; delivered messages kept for the window make room for new ones, so
+/// the lab is never locked by its own history, and a lab full of dead letters says which
+/// limit it reached and what to do, and takes messages again once they are deleted.
+#[tokio::test]
+async fn dead_letters_never_lock_a_lab() {
+    let limits = Limits { max_messages_per_lab: 20, settled_window: 19, max_burst: 20, ..Limits::default() };
+    let app = TestApp::spawn_with(limits).await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "policy", r#"{"max_attempts": 1}"#).await;
+    let settled =
+        |n: u64| move |s: &serde_json::Value| counter(s, "delivered") + counter(s, "dead_letter") == n;
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 2).await;
+    app.wait_for(&lab, PATIENCE, settled(2)).await;
+    app.set_mode(&lab, "healthy").await;
+    app.burst(&lab, 18).await;
+    app.wait_for(&lab, PATIENCE, settled(20)).await;
+    // Full: 2 dead letters and 18 delivered messages the window keeps. New traffic comes first.
+    for round in 1..=5u64 {
+        app.burst(&lab, 5).await;
+        let now = app.wait_for(&lab, PATIENCE, settled(20 + 5 * round)).await;
+        assert_eq!(counter(&now, "delivered"), 18 + 5 * round);
+        assert!(messages(&now).len() <= 20, "the lab holds {}", messages(&now).len());
+    }
+    // Steady arrivals too: 15 over 300 ms, none refused at the source.
+    app.put(&lab, "traffic", r#"{"rate_per_s": 50, "arrivals": "even", "for_ms": 300}"#).await;
+    let done = app
+        .wait_for(&lab, PATIENCE, |s| {
+            let sent = s["traffic"]["sent"].as_u64().unwrap();
+            s["traffic"]["rate_per_s"] == 0.0 && sent > 0 && settled(45 + sent)(s)
+        })
+        .await;
+    assert_eq!(done["traffic"]["refused"], 0, "{}", done["traffic"]);
+    let delivered = counter(&done, "delivered");
+    // Dead letters do not leave by the window: once they fill the lab, it says so.
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 18).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 20).await;
+    let path = format!("/api/labs/{lab}/bursts");
+    let (status, problem) = app.call(Method::POST, &path, Some(r#"{"count": 1}"#)).await;
+    assert_eq!(
+        (status.as_u16(), problem["limit"].as_str()),
+        (409, Some("max_messages_per_lab")),
+        "{problem}"
+    );
+    let detail = problem["detail"].as_str().unwrap();
+    for says in ["20 dead letters", "max_messages_per_lab", "replay", "delete", "reset"] {
+        assert!(detail.contains(says), "the refusal says {says:?}: {detail}");
+    }
+    let (status, deleted) = app
+        .call(Method::POST, &format!("/api/labs/{lab}/dead-letters/delete"), Some(r#"{"ids": [1, 2]}"#))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    app.set_mode(&lab, "healthy").await;
+    app.burst(&lab, 2).await;
+    app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") == delivered + 2).await;
+}
+
+/// Issue 61, items 5 and 7: a comparison's custom policy names and a grid's row names name
+/// columns and rows on the page, so none may hold a character that shows as nothing, as a
+/// gap or reorders the text (U+202E); each is refused naming its field.
+#[tokio::test]
+async fn comparison_and_grid_names_refuse_unseen_characters() {
+    let app = TestApp::spawn().await;
+    let custom = |name: &str| serde_json::json!({"name": name, "policy": {"max_attempts": 2}});
+    for unseen in ['\u{202E}', '\u{34F}', '\u{115F}', '\u{3164}', '\u{2800}', '\u{2028}', '\u{200B}'] {
+        let name = format!("Z{unseen}W");
+        let request = serde_json::json!({"scenario": "outage", "burst": 5, "runs": 1,
+            "policies": ["none", custom(&name)]});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("policies[1].name"))
+        );
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(&format!("U+{:04X}", u32::from(unseen))), "{detail}");
+        let request = serde_json::json!({"scenario": "overload", "burst": 5, "runs": 1, "policies": ["none"],
+            "defences": [{"name": "none", "defences": {}}, {"name": name, "defences": {"limit": {"kind": "aimd"}}}]});
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("defences[1].name"))
+        );
+    }
+    let request =
+        serde_json::json!({"scenario": "outage", "burst": 5, "runs": 1, "policies": ["none", custom("  ")]});
+    let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&request.to_string())).await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("policies[1].name"))
+    );
+}
+
+/// Issue 61, item 7: odd input that was taken is refused, naming the field: an array where
+/// the admission filter's settings go (it turned the filter on with its defaults), a key
+/// given twice inside a protection (the last one was kept), and a throttled rate so low its
+/// `Retry-After` ran to 18446744073709552 s.
+#[tokio::test]
+async fn odd_settings_are_refused_naming_their_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let before = app.snapshot(&lab).await;
+    for (what, body, field, says) in [
+        (
+            "downstream",
+            r#"{"mode": "overloaded", "defences": {"admission": []}}"#,
+            "downstream.defences.admission",
+            "object",
+        ),
+        ("downstream", r#"{"mode": "overloaded", "defences": []}"#, "downstream.defences", "object"),
+        ("policy", r#"{"breaker": [3, 100, 1]}"#, "policy.breaker", "object"),
+        ("policy", r#"{"retry_budget": []}"#, "policy.retry_budget", "object"),
+        (
+            "policy",
+            r#"{"protections": [{"kind": "token_bucket", "size": 1, "size": 100}]}"#,
+            "policy.protections[0].size",
+            "duplicate",
+        ),
+        ("downstream", r#"{"mode": "throttled", "rate_per_s": 1e-300}"#, "downstream.rate_per_s", "0.01"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{body}: {detail}");
+    }
+    let after = app.snapshot(&lab).await;
+    for part in ["policy", "downstream"] {
+        assert_eq!(before[part], after[part], "{part} did not change");
+    }
+}
+
+/// Issue 61, item 6: a value of the wrong type, or a field that is not one, is named down to
+/// the field, in a lab's settings and in a protection's parameters as in a comparison.
+#[tokio::test]
+async fn every_refused_setting_names_its_field() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    for (what, body, field) in [
+        ("policy", r#"{"clients": -1}"#, "policy.clients"),
+        ("policy", r#"{"seed": 18446744073709551616}"#, "policy.seed"),
+        ("policy", r#"{"max_attempt": 3}"#, "policy.max_attempt"),
+        (
+            "policy",
+            r#"{"protections": [{"kind": "token_bucket", "size": "big"}]}"#,
+            "policy.protections[0].size",
+        ),
+        ("policy", r#"{"protections": [{"kind": "sre", "k": [2]}]}"#, "policy.protections[0].k"),
+        ("downstream", r#"{"burst": "x"}"#, "downstream.burst"),
+        ("downstream", r#"{"latency": [1, 2]}"#, "downstream.latency"),
+        ("traffic", r#"{"rate_per_s": "fast"}"#, "rate_per_s"),
+    ] {
+        let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    for (body, field) in [(r#"{"count": "many"}"#, "count"), (r#"{"count": 1, "size": 2}"#, "size")] {
+        let (status, problem) = app.call(Method::POST, &format!("/api/labs/{lab}/bursts"), Some(body)).await;
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{problem}"
+        );
+    }
+    for (body, field) in [
+        (serde_json::json!({"scenario": "outage", "runs": 0, "policies": ["none", "full"]}), "runs"),
+        (serde_json::json!({"scenario": "outage", "burst": 0, "policies": ["none", "full"]}), "burst"),
+        (serde_json::json!({"scenario": "meltdown", "policies": ["none", "full"]}), "scenario"),
+        (serde_json::json!({"scenario": "outage", "policies": ["none", "yolo"]}), "policies[1]"),
+        (serde_json::json!({"scenario": "outage", "policies": ["none"]}), "policies"),
+        (
+            serde_json::json!({"scenario": "outage", "policies": ["none", "full"], "late_threshold_ms": 0}),
+            "late_threshold_ms",
+        ),
+        (
+            serde_json::json!({"scenario": "outage", "policies": ["none", {"name": "x", "policy": {"protections": [{"kind": "token_bucket", "size": "big"}]}}]}),
+            "policies[1].policy.protections[0].size",
+        ),
+    ] {
+        let (status, problem) = app.call(Method::POST, "/api/comparisons", Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {problem}");
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+}

@@ -163,6 +163,15 @@ impl Protection for Breaker {
         self.record(settings, ended.failed, now_ms);
     }
 
+    /// A half-open breaker's probe handed to an attempt that is then not sent comes back.
+    fn gate_undone(&mut self, _settings: &BreakerSettings, _n: u32) {
+        if let Phase::HalfOpen { sent, succeeded } = &mut self.state
+            && *sent > *succeeded
+        {
+            *sent -= 1;
+        }
+    }
+
     fn report(&self, _settings: &BreakerSettings, _now_ms: u64) -> Report {
         let state = match self.state() {
             BreakerState::Closed => "closed",

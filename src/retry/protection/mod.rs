@@ -296,10 +296,20 @@ impl ProtectionSpec {
             return Err(Invalid::new(format!("{at}.scope"), "scope must be per_client or shared"));
         }
         let spec: ProtectionSpec = serde_json::from_value(value.clone()).map_err(|e| {
-            // serde names an unknown or mistyped parameter between backticks.
+            // serde names an unknown or missing parameter between backticks; a value of the
+            // wrong type ("expected f64") it does not name, so each is read alone with the kind
+            // until one fails.
             let message = e.to_string();
-            let param = message.split('`').nth(1).filter(|p| object.contains_key(*p));
-            Invalid::new(param.map_or(at.clone(), |p| format!("{at}.{p}")), message)
+            let named = message.split('`').nth(1).filter(|p| object.contains_key(*p));
+            let fails_alone = |(param, value): &(&String, &serde_json::Value)| {
+                let one = serde_json::json!({ "kind": object["kind"], *param: value });
+                *param != "kind" && serde_json::from_value::<ProtectionSpec>(one).is_err()
+            };
+            let param = named.or_else(|| object.iter().find(fails_alone).map(|(param, _)| param.as_str()));
+            match param {
+                Some(p) => Invalid::new(format!("{at}.{p}"), format!("{p}: {message}")),
+                None => Invalid::new(at.clone(), message),
+            }
         })?;
         spec.settings.check().map_err(|(param, detail)| Invalid::new(format!("{at}.{param}"), detail))?;
         Ok(spec)
@@ -605,7 +615,12 @@ mod tests {
             "not a parameter of the 2026 mode"
         );
         assert_eq!(field(r#"{"kind": "token_bucket", "sise": 3}"#).field, "policy.protections[2].sise");
-        assert_eq!(field(r#"{"kind": "token_bucket", "cost": "one"}"#).field, "policy.protections[2]");
+        // A value of the wrong type is named down to its parameter too (issue 61).
+        let typed = field(r#"{"kind": "token_bucket", "cost": "one"}"#);
+        assert_eq!(
+            (typed.field.as_str(), typed.detail.starts_with("cost: ")),
+            ("policy.protections[2].cost", true)
+        );
         assert_eq!(field("3").field, "policy.protections[2]");
         let fine = ProtectionSpec::read(0, &serde_json::json!({"kind": "token_bucket", "scope": "shared"}));
         assert_eq!(fine.unwrap().scope, Scope::Shared);
