@@ -124,7 +124,7 @@ async fn graded(
     program: &str,
     rest: &[String],
 ) -> Result<i32, String> {
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder().no_proxy().tls_certs_only([]).build().map_err(|e| e.to_string())?;
     let created = json_of(http.post(format!("{base}/api/labs"))).await?;
     let lab = created["id"].as_str().ok_or("the lab was not created")?.to_owned();
     let url = format!("{base}/labs/{lab}/downstream");
