@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::cli::check::xml;
+use crate::cli::family::{self, Family};
 use crate::config::{Config, GradeArgs};
 use crate::server::serve;
 
@@ -79,7 +80,8 @@ fn schedule(raw: &str) -> Result<Vec<Phase>, String> {
 
 /// What the process should exit with.
 pub async fn run(args: GradeArgs) -> i32 {
-    let dir = std::env::temp_dir().join(format!("retrylab-grade-{}", uuid::Uuid::new_v4()));
+    family::clean_after_killed(&std::env::temp_dir());
+    let dir = std::env::temp_dir().join(format!("{}{}", family::FOLDER_PREFIX, uuid::Uuid::new_v4()));
     let code = match grade(&args, &dir).await {
         Ok(code) => code,
         Err(refused) => {
@@ -107,11 +109,14 @@ async fn grade(args: &GradeArgs, dir: &std::path::Path) -> Result<i32, String> {
     config.limits.control_rate_per_s = 1_000;
     config.limits.endpoint_rate_per_s = 100_000;
     config.limits.endpoint_burst = 100_000;
+    // Each phase is set twice (tried before CMD starts, then in its turn): any schedule fits.
+    let puts = u32::try_from(phases.len()).unwrap_or(u32::MAX).saturating_mul(2).saturating_add(10);
+    config.limits.control_burst = config.limits.control_burst.max(puts);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
-    let graded = graded(args, &base, &phases, program, rest).await;
+    let graded = graded(args, &base, &phases, program, rest, dir).await;
     let _ = stop.send(());
     let _ = server.await;
     graded
@@ -123,6 +128,7 @@ async fn graded(
     phases: &[Phase],
     program: &str,
     rest: &[String],
+    dir: &std::path::Path,
 ) -> Result<i32, String> {
     let http = reqwest::Client::builder().no_proxy().tls_certs_only([]).build().map_err(|e| e.to_string())?;
     let created = json_of(http.post(format!("{base}/api/labs"))).await?;
@@ -134,8 +140,10 @@ async fn graded(
     for phase in phases.iter().rev() {
         put(&http, &settings, &phase.settings).await?;
     }
-    // CMD leads a process group of its own, so whatever it starts ends with it: nothing of it
-    // outlives the grade, however it ends (past the time limit, interrupted, or by itself).
+    // CMD leads a process group of its own, and what leaves the group comes back to the grade
+    // as an orphan: nothing of it outlives the grade, however it ends (past the time limit,
+    // interrupted, or by itself); `family` says how, and what a killed grade leaves.
+    Family::prepare(dir)?;
     let mut child = std::process::Command::new(program)
         .args(rest.iter().map(|a| a.replace("{url}", &url)))
         .env("RETRYLAB_URL", &url)
@@ -143,7 +151,7 @@ async fn graded(
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
-    let group = Group(child.id());
+    let mut family = Family::of(child.id(), dir);
     // Listening from now on: a signal that comes while a phase is being set is not lost.
     let interrupt = interrupted();
     tokio::pin!(interrupt);
@@ -154,8 +162,9 @@ async fn graded(
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break Some(status);
         }
+        family.note_now_and_then();
         if started.elapsed() > limit {
-            group.kill();
+            family.kill_group();
             let _ = child.wait();
             break None;
         }
@@ -170,14 +179,14 @@ async fn graded(
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(20)) => {}
             signal = &mut interrupt => {
-                group.kill();
+                family.kill_group();
                 let _ = child.wait();
                 return Err(format!("{signal}: stopped {program} and everything it started"));
             }
         }
     };
     // What CMD left running in the background goes with it.
-    group.kill();
+    family.end();
     match status {
         None => {
             eprintln!("retrylab grade: {program} ran past --time-limit-s {}; stopped it", args.time_limit_s)
@@ -288,27 +297,6 @@ fn junit(callers: &[Value]) -> String {
     }
     out.push_str("</testsuites>\n");
     out
-}
-
-/// The process group CMD leads (its id is CMD's), ended when the grade lets go of it, however
-/// the grade ends (an error while a phase is set included).
-struct Group(u32);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-impl Group {
-    /// Ends every process in the group; one already gone is no error.
-    fn kill(&self) {
-        let Ok(id) = libc::pid_t::try_from(self.0) else { return };
-        // SAFETY: kill(2) with a negative id signals a process group; it touches no memory.
-        unsafe {
-            libc::kill(-id, libc::SIGKILL);
-        }
-    }
 }
 
 /// Resolves when the grade itself is told to stop (Ctrl-C, or SIGTERM), naming the signal:
