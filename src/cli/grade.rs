@@ -249,15 +249,24 @@ fn table(callers: &[Value]) -> String {
             caller["keys"],
             caller["requests"]
         ));
+        // Each column as wide as its widest entry and two spaces, so no name runs into the next.
+        let verdict =
+            |check: &str| caller["checks"][check]["verdict"].as_str().unwrap_or_default().to_owned();
+        let names = CHECKS.iter().map(|c| c.len()).max().unwrap_or(0) + 2;
+        let verdicts = CHECKS.iter().map(|c| verdict(c).len()).max().unwrap_or(0) + 2;
         for check in CHECKS {
             let found = &caller["checks"][check];
             out.push_str(&format!(
-                "  {check:<16}{:<10}{}\n",
-                found["verdict"].as_str().unwrap_or_default(),
+                "  {check:<names$}{:<verdicts$}{}\n",
+                verdict(check),
                 found["evidence"].as_str().unwrap_or_default()
             ));
             if let Some(advice) = found["advice"].as_str() {
-                out.push_str(&format!("  {:<26}what to change: {advice}\n", ""));
+                out.push_str(&format!(
+                    "  {:<width$}what to change: {advice}\n",
+                    "",
+                    width = names + verdicts
+                ));
             }
         }
     }
