@@ -50,7 +50,6 @@ export async function applySettings(api, step) {
   return step.burst ? api('POST', '/bursts', { count: step.burst }) : null;
 }
 
-/** A button for `preset`: its name, and `what` it does in a few words under it. */
 /**
  * Scrolls the part `selector` names (a chart, a panel) to just under the sticky top bar, however
  * tall the bar has wrapped: in the story the box of what to look for is held at the bottom of
@@ -86,6 +85,7 @@ export function bringIntoView(selector, holdMs = 2500) {
 /** What a person does to scroll, which ends the hold of `bringIntoView`. */
 const PERSON_SCROLLS = ['wheel', 'touchstart', 'keydown', 'mousedown'];
 
+/** A button for `preset`: its name, and `what` it does in a few words under it. */
 export function presetButton(preset, what) {
   const button = document.createElement('button');
   button.type = 'button';
@@ -117,7 +117,7 @@ export function createPresets(root, look, controls, model, claims) {
   const ready = build();
   ready.catch((err) => say(`Could not load the failure modes: ${err.message}`, 'error'));
 
-  /** The buttons, one per preset in presets.json. */
+  /** The buttons, one per preset in presets.json, and one per protection people run. */
   async function build() {
     const presets = await fetch(PRESETS_URL).then((res) => res.json());
     for (const preset of presets) {
@@ -126,7 +126,43 @@ export function createPresets(root, look, controls, model, claims) {
       button.addEventListener('click', () => start(button, preset));
       root.append(button);
     }
+    await buildProtections();
     return presets;
+  }
+
+  /**
+   * The protections people run (the policy presets that follow a library or a paper and hold a
+   * protection), each a button that puts it on this lab's policy and leaves the rest as it is,
+   * with its line and its source; what it does is then for the person's own traffic to show.
+   */
+  async function buildProtections() {
+    const shelf = document.querySelector('[data-protection-presets]');
+    if (!shelf) return;
+    policyPresets ??= fetch(POLICY_PRESETS_URL).then((res) => res.json());
+    const protections = (await policyPresets).filter((p) => p.source && p.policy.protections?.length);
+    for (const preset of protections) {
+      const button = presetButton({ name: preset.name }, preset.what);
+      button.dataset.protectionPreset = preset.name;
+      button.addEventListener('click', () =>
+        act(button, `Could not apply ${preset.name}`, async () => {
+          await api('PUT', '/policy', preset.policy);
+          delete look.dataset.step;
+          delete look.dataset.preset;
+          look.dataset.messages = '';
+          claims.show([], {});
+          name.textContent = `${preset.name}:`;
+          text.textContent = `${preset.what}. It is on this lab's policy now, with the rest of the policy as it was; send a burst or steady traffic and watch its row in the protection lane.`;
+          const source = document.createElement('a');
+          source.href = preset.source.url;
+          source.textContent = `source: ${preset.source.title}`;
+          source.rel = 'noopener';
+          actions.replaceChildren(source);
+          look.hidden = false;
+          say(`${preset.name} is on the policy.`);
+        }),
+      );
+      shelf.append(button);
+    }
   }
 
   look.querySelector('[data-look-close]').addEventListener('click', () => {

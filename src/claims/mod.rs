@@ -90,10 +90,15 @@ pub enum ClaimId {
     HedgesMet409,
     /// At least one attempt was cancelled: another attempt's answer settled its round first.
     Cancelled,
+    /// The run's messages sent at most 1.3 requests each (attempts that reached the endpoint):
+    /// a retry protection kept the retries to a few in ten messages.
+    FewRequestsPerMessage,
+    /// The run's messages sent at least a quarter more requests each than the run before's.
+    MoreRequestsPerMessageThanBefore,
 }
 
 impl ClaimId {
-    pub const ALL: [ClaimId; 29] = [
+    pub const ALL: [ClaimId; 31] = [
         ClaimId::DeadLettered,
         ClaimId::AttemptsUsedUp,
         ClaimId::WaitsHonourRetryAfter,
@@ -123,6 +128,8 @@ impl ClaimId {
         ClaimId::GoodputReturns,
         ClaimId::HedgesMet409,
         ClaimId::Cancelled,
+        ClaimId::FewRequestsPerMessage,
+        ClaimId::MoreRequestsPerMessageThanBefore,
     ];
 
     /// The id as the API and the page write it.
@@ -157,6 +164,8 @@ impl ClaimId {
             ClaimId::GoodputReturns => "goodput_returns",
             ClaimId::HedgesMet409 => "hedges_met_409",
             ClaimId::Cancelled => "cancelled",
+            ClaimId::FewRequestsPerMessage => "few_requests_per_message",
+            ClaimId::MoreRequestsPerMessageThanBefore => "more_requests_per_message_than_before",
         }
     }
 
@@ -378,6 +387,7 @@ impl Run {
                         | ClaimId::NoneDeadLetteredBefore
                         | ClaimId::MoreDeliveredThanBefore
                         | ClaimId::RetriesOutOfColumns
+                        | ClaimId::MoreRequestsPerMessageThanBefore
                 );
                 let (lost, of, whose) = match (gone, compares && gone_before > 0) {
                     (0, false) => (0, 0, ""),
@@ -537,6 +547,36 @@ impl Run {
             }
             ClaimId::Cancelled => {
                 at_least_one(outcomes("cancelled"), "cancelled: another attempt's answer came first (✂)")
+            }
+            ClaimId::FewRequestsPerMessage => {
+                let requests = self.answered(scope, 0).1;
+                // 1.3 a message, in whole numbers: requests * 10 <= messages * 13.
+                let holds = total > 0 && requests * 10 <= total * 13;
+                let figure = format!("{:.2}", requests as f64 / total.max(1) as f64);
+                let said = format!(
+                    "{requests} requests for {total} messages, {figure} a message ({})",
+                    if holds { "at most 1.3" } else { "more than 1.3" }
+                );
+                (holds, figure, said)
+            }
+            ClaimId::MoreRequestsPerMessageThanBefore => {
+                let per = |ids: &[u64]| {
+                    let messages = self.scoped(ids).count();
+                    (self.answered(ids, 0).1, messages)
+                };
+                let ((now, of), (then, of_then)) = (per(scope), per(&whole.before));
+                // now / of >= 1.25 * then / of_then, in whole numbers.
+                let holds =
+                    !whole.before.is_empty() && of > 0 && of_then > 0 && now * of_then * 4 >= then * of * 5;
+                let ratio = |n: usize, m: usize| n as f64 / m.max(1) as f64;
+                let figure = format!("{:.2} against {:.2}", ratio(now, of), ratio(then, of_then));
+                let said = format!(
+                    "{:.2} requests a message against {:.2} the run before ({})",
+                    ratio(now, of),
+                    ratio(then, of_then),
+                    if holds { "at least a quarter more" } else { "not a quarter more" }
+                );
+                (holds, figure, said)
             }
             ClaimId::MostlyUnavailable => {
                 let (n, requests) = self.answered(scope, 503);

@@ -357,6 +357,28 @@ async fn thundering_herd_comes_back_in_columns_and_jitter_spreads_them() {
 }
 
 #[tokio::test]
+async fn a_token_bucket_keeps_requests_near_one_a_message_and_without_it_retries_deliver() {
+    let app = TestApp::spawn().await;
+    let (lab, preset, first) = start(&app, "token-bucket").await;
+    says(&preset, "at most 1.3 requests a message");
+    says(&preset, "end as dead letters");
+    let done = settled(&app, &lab, &first).await;
+    // "...once its 5 tokens are spent most failures go unretried and end as dead letters. The
+    // endpoint sees at most 1.3 requests a message."
+    claims_hold(&done, &preset, &first, None);
+    let policy = &done["policy"];
+    assert_eq!(policy["protections"][0]["kind"], "token_bucket", "{policy}");
+    says(&preset["then"][0], "at least a quarter more requests a message");
+    let next = apply(&app, &lab, &preset["then"][0]).await;
+    let done = settled(&app, &lab, &next).await;
+    let left = &done["policy"]["protections"];
+    assert!(left.as_array().is_none_or(|p| p.is_empty()), "the follow-up takes the bucket off: {left}");
+    // "...nearly every message gets through, and the endpoint pays for it with at least a
+    // quarter more requests a message."
+    claims_hold(&done, &preset["then"][0], &next, Some(&first));
+}
+
+#[tokio::test]
 async fn ignoring_retry_after_draws_429s_and_honouring_it_delivers_every_message() {
     let app = TestApp::spawn().await;
     let (lab, preset, first) = start(&app, "ignore-429").await;

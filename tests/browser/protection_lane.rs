@@ -328,3 +328,55 @@ async fn with_one_client_the_breakers_row_follows_its_own_changes() {
     assert!(seconds.contains(&Some(1)), "the open breaker is drawn: {seconds:?}");
     assert_no_console_errors(&page);
 }
+
+/// The protections people run are on the lab page (issue 57): a drawer holds one button for
+/// each policy preset that follows a source and holds a protection; each puts that protection
+/// on the lab's policy (as the API then reports it) and leaves the rest as it was, says its
+/// line, and links its source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_protection_people_run_is_put_on_the_lab_from_its_drawer_with_its_source() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    let lab = open_new_lab(&page, &server).await;
+    let table: Value = serde_json::from_str(include_str!("../../static/policy-presets.json")).unwrap();
+    let protections: Vec<&Value> = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["source"].is_object() && p["policy"]["protections"].as_array().is_some_and(|a| !a.is_empty())
+        })
+        .collect();
+    assert!(protections.len() >= 9, "{}", protections.len());
+    let count =
+        format!("document.querySelectorAll('[data-protection-preset]').length === {}", protections.len());
+    wait_for(&page, "a button per protection", &count).await;
+    if page.eval("document.getElementById('lab').dataset.view").await.unwrap() == json!("story") {
+        page.click("[data-view-toggle]").await;
+    }
+    page.eval("document.querySelector('[data-protections-drawer]').open = true").await.unwrap();
+    let timeout_before = server.snapshot(&lab).await["policy"]["timeout_ms"].clone();
+    for preset in protections {
+        let name = preset["name"].as_str().unwrap();
+        page.click(&format!("[data-protection-preset=\"{name}\"]")).await;
+        let said = wait_for(
+            &page,
+            &format!("{name}'s line"),
+            &format!(
+                "(l => !l.hidden && l.querySelector('[data-look-name]').textContent === {} && [l.querySelector('[data-look-text]').textContent, l.querySelector('[data-look-actions] a')?.href])(document.querySelector('[data-look]'))",
+                json!(format!("{name}:"))
+            ),
+        )
+        .await;
+        assert!(said[0].as_str().unwrap().starts_with(preset["what"].as_str().unwrap()), "{name}: {said}");
+        assert_eq!(said[1], preset["source"]["url"], "{name}");
+        let policy = server.snapshot(&lab).await["policy"].clone();
+        let kinds = |p: &Value| -> Vec<Value> {
+            p["protections"].as_array().into_iter().flatten().map(|k| k["kind"].clone()).collect()
+        };
+        assert_eq!(kinds(&policy), kinds(&preset["policy"]), "{name}: {policy}");
+        assert_eq!(policy["timeout_ms"], timeout_before, "{name}: the rest of the policy is kept");
+    }
+    assert_no_console_errors(&page);
+}

@@ -396,7 +396,7 @@ async fn every_burst_preset_run_from_the_page_shows_its_claims_as_the_api_judges
         .collect();
     assert_eq!(
         ids,
-        ["herd", "ignore-429", "fixed", "no-jitter", "hedging"],
+        ["herd", "ignore-429", "fixed", "no-jitter", "hedging", "token-bucket"],
         "the burst presets besides the storm"
     );
     for id in ids {
@@ -529,7 +529,7 @@ async fn each_chapter_s_chart_is_in_view_and_uncovered_at_1280_and_375_px() {
         page.set_viewport(width, height).await;
         page.navigate(&server.url("/")).await;
         wait_live(&page).await;
-        for id in ["storm", "herd", "fixed", "no-jitter", "ignore-429", "hedging"] {
+        for id in ["storm", "herd", "fixed", "no-jitter", "ignore-429", "hedging", "token-bucket"] {
             let preset = presets.as_array().unwrap().iter().find(|p| p["id"] == id).unwrap();
             let chart = preset["show"].as_str().unwrap_or("#timeline-panel");
             if page.eval("document.querySelector('[data-story-chapters]').open").await.unwrap() != json!(true)
