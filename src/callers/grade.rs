@@ -403,7 +403,15 @@ fn jitter(waits: &[Wait], floor: Option<Floor>) -> Check {
     match (jittered.is_empty(), together.is_empty(), exactly.is_empty()) {
         (true, false, _) => check(
             Verdict::Fail,
-            format!("came back at one instant, {} times ({no_jitter}): {}", together.len(), some(&together)),
+            format!(
+                "came back at one instant, {} times ({no_jitter}): {}{}",
+                together.len(),
+                some(&together),
+                match exactly.len() {
+                    0 => String::new(),
+                    n => format!("; and waits exactly the Retry-After ({n} times): {}", some(&exactly)),
+                }
+            ),
         ),
         (false, false, _) => check(
             Verdict::Warn,

@@ -273,12 +273,12 @@ fn table(callers: &[Value]) -> String {
         for check in CHECKS {
             let found = &caller["checks"][check];
             out.push_str(&format!(
-                "  {check:<16}{:<10}{}\n",
+                "  {check:<18}{:<11}{}\n",
                 found["verdict"].as_str().unwrap_or_default(),
                 found["evidence"].as_str().unwrap_or_default()
             ));
             if let Some(advice) = found["advice"].as_str() {
-                out.push_str(&format!("  {:<26}what to change: {advice}\n", ""));
+                out.push_str(&format!("  {:<29}what to change: {advice}\n", ""));
             }
         }
     }
