@@ -990,6 +990,11 @@ mod tests {
             "never one group: {}",
             checks.jitter.evidence
         );
+        assert!(
+            checks.jitter.evidence.contains("; and waits exactly the Retry-After (2 times)"),
+            "{}",
+            checks.jitter.evidence
+        );
         let advice = checks.jitter.advice.unwrap();
         assert!(
             advice.contains("urllib3's Retry") && advice.contains("backoff_factor about 0.50"),
