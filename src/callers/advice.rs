@@ -411,4 +411,16 @@ mod tests {
         let curl = advice(CheckId::AttemptsCapped, Verdict::Fail, Library::Curl).unwrap();
         assert!(curl.contains("--retry"), "{curl}");
     }
+
+    #[test]
+    fn the_timing_names_the_library_and_waiting_the_header_exactly_is_told_to_add_jitter_above_it() {
+        assert_eq!(Library::of_schedule(Schedule::Urllib3 { factor_ms: 500 }), Library::Urllib3);
+        assert_eq!(Library::of_schedule(Schedule::FullJitter), Library::Tenacity);
+        let go = advice(CheckId::Jitter, Verdict::Fail, Library::GoRetryableHttp).unwrap();
+        assert!(go.contains("LinearJitterBackoff"), "{go}");
+        let exactly = advice(CheckId::JitterAboveHeader, Verdict::Warn, Library::Other).unwrap();
+        assert!(exactly.contains("random part") && exactly.contains("on top of it"), "{exactly}");
+        let unjudged = advice(CheckId::Backoff, Verdict::NotJudged, Library::Other).unwrap();
+        assert!(unjudged.contains("side by side"), "{unjudged}");
+    }
 }

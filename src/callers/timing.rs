@@ -246,3 +246,77 @@ pub fn shown(waits: &[Wait]) -> Option<String> {
     }
     (!said.is_empty()).then(|| format!("The timing: {}.", said.join("; ")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits after failures without a header: `levels[k]` are the waits before retry k+1, one
+    /// per key.
+    fn bare(levels: &[&[u64]]) -> Vec<Wait> {
+        levels
+            .iter()
+            .enumerate()
+            .flat_map(|(k, waits)| {
+                waits.iter().enumerate().map(move |(i, &waited)| Wait {
+                    key: format!("k{i}"),
+                    retry: k + 1,
+                    retry_after_s: None,
+                    waited,
+                    own: waited,
+                    honoured: true,
+                    next_at: 0,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_documented_schedule_is_told_by_its_waits() {
+        let urllib3 = bare(&[&[2, 5, 9], &[1_001, 1_003, 1_004], &[2_002, 2_001, 2_005]]);
+        assert_eq!(Schedule::of(&urllib3), Some(Schedule::Urllib3 { factor_ms: 501 }));
+        // urllib3 with backoff_jitter=0.5: still its immediate first retry.
+        let jittered = bare(&[&[3, 4, 8], &[1_050, 1_300, 1_480], &[2_100, 2_200, 2_450]]);
+        assert!(matches!(Schedule::of(&jittered), Some(Schedule::Urllib3 { .. })));
+        let go = bare(&[&[1_001, 1_003, 1_010], &[2_002, 2_004, 2_011]]);
+        assert_eq!(Schedule::of(&go), Some(Schedule::GoRetryableHttp));
+        let got = bare(&[&[1_003, 1_040, 1_095], &[2_010, 2_060, 2_098]]);
+        assert_eq!(Schedule::of(&got), Some(Schedule::Got));
+        let axios = bare(&[&[204, 221, 238], &[405, 440, 478]]);
+        assert_eq!(Schedule::of(&axios), Some(Schedule::AxiosRetry));
+        let full = bare(&[&[12, 300, 480, 950], &[40, 700, 1_200, 1_900]]);
+        assert_eq!(Schedule::of(&full), Some(Schedule::FullJitter));
+        // 500 ms then 1 s, nothing random: none of them.
+        assert_eq!(Schedule::of(&bare(&[&[500, 502, 503], &[1_000, 1_002, 1_004]])), None);
+        // One key each: too little to tell.
+        assert_eq!(Schedule::of(&bare(&[&[2], &[1_000]])), None);
+    }
+
+    #[test]
+    fn the_floor_is_the_widest_spread_of_first_sends_that_came_out_together() {
+        let message = |first: u64| OutsideMessage {
+            id: first,
+            caller: "c".into(),
+            key: format!("k{first}"),
+            digest: None,
+            requests: 1,
+            attempts: vec![OutsideAttempt {
+                n: 1,
+                started_ms: first,
+                ended_ms: Some(first + 5),
+                status: Some(200),
+                hung_up: false,
+                retry_after_s: None,
+                waited_ms: None,
+                timeout_ms: None,
+                previous_attempts: None,
+                unparsed: Default::default(),
+                pushback_ms: None,
+            }],
+        };
+        let sent: Vec<OutsideMessage> = [0, 30, 80, 5_000, 5_200, 9_000].into_iter().map(message).collect();
+        let refs: Vec<&OutsideMessage> = sent.iter().collect();
+        assert_eq!(floor(&refs), Some(Floor { ms: 200, keys: 2 }));
+        assert_eq!(floor(&refs[..1]), None, "one first send measures nothing");
+    }
+}
