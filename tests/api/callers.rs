@@ -641,3 +641,37 @@ async fn a_downstream_can_fail_without_retry_after() {
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(refused.headers()["content-type"], "application/problem+json");
 }
+
+/// One request retried through an outage cannot show a backoff or a jitter: the card says it
+/// could not judge them. `grade` says so on stderr and exits 0, as nothing failed; with
+/// `--strict` the same run exits 1.
+#[tokio::test]
+async fn retrylab_grade_fails_a_check_it_could_not_judge_only_with_strict() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipping: curl is not here");
+        return;
+    }
+    let schedule = r#"[{"mode": "down", "retry_after_s": 1, "ms": 2500}, {"mode": "healthy"}]"#;
+    let curl = "curl -s --retry 3 -H 'X-Client-Name: one' -H 'Idempotency-Key: one-1' \
+                -H 'Content-Type: application/json' -d '{}' \"$RETRYLAB_URL\"";
+    let runs = [false, true].map(|strict| {
+        tokio::task::spawn_blocking(move || {
+            let mut grade = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"));
+            grade.args(["grade", "--json", "--schedule", schedule]);
+            if strict {
+                grade.arg("--strict");
+            }
+            (strict, grade.args(["--", "sh", "-c", curl]).output().unwrap())
+        })
+    });
+    for run in join_all(runs).await {
+        let (strict, output) = run.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{stderr}"));
+        let verdicts = verdicts(&report, "one");
+        assert_eq!(verdicts[..3], ["pass", "not_judged", "not_judged"], "{}", said(&report));
+        assert!(!verdicts.contains(&"fail".to_owned()), "{}", said(&report));
+        assert!(stderr.contains("could not judge one backoff, one jitter"), "{stderr}");
+        assert_eq!(output.status.code(), Some(if strict { 1 } else { 0 }), "strict {strict}: {stderr}");
+    }
+}
