@@ -374,8 +374,12 @@ fn jitter(waits: &[Wait], floor: Option<Floor>) -> Check {
             own.sort_unstable();
             own
         };
-        // Its quickest came back at the header: what the rest waited past it is its process's.
-        let exactly = header.is_some() && group.iter().all(|w| w.honoured) && own[0] <= JITTER_MARGIN_MS;
+        // Its quickest came back at the header, and the rest no further past it than its process
+        // spreads its sends: what they waited past the header is its process's.
+        let exactly = header.is_some()
+            && group.iter().all(|w| w.honoured)
+            && own[0] <= JITTER_MARGIN_MS
+            && spread <= floor_ms.unwrap_or(0) + JITTER_MARGIN_MS;
         shown.push(if credited && !together {
             Spread::Jittered(said)
         } else if exactly {
