@@ -1067,6 +1067,21 @@ mod tests {
         assert_eq!(said.keys().filter(|k| *k != "Warn" && *k != "NotJudged").count(), 0, "{said:?}");
     }
 
+    /// Full jitter above the header (up to 1 s past it) from a process whose first sends spread
+    /// 400 ms: the spread cannot be told from the process's, and it is not "waits exactly" either.
+    #[test]
+    fn jitter_above_the_header_on_a_noisy_process_is_not_judged_and_not_called_exact() {
+        let draws = [10, 930, 410, 620, 75, 880, 300, 990];
+        let messages = keys(
+            8,
+            |i| i as u64 * 57,
+            |i| vec![(Some(1), 1_000 + draws[i]), (Some(1), 1_000 + draws[7 - i])],
+        );
+        let checks = checks(&messages);
+        assert_eq!(checks.jitter.verdict, Verdict::NotJudged, "{:?}", checks.jitter);
+        assert!(checks.jitter.evidence.contains("a spread of 980 ms"), "{}", checks.jitter.evidence);
+    }
+
     /// Three keys alike: too few to tell jitter from chance; said so, with the count.
     #[test]
     fn groups_too_small_to_decide_are_not_judged_and_say_their_count() {
