@@ -140,7 +140,7 @@ fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
     let shown = timing::shown(&waits);
     let judged = |id: CheckId, check: Check| {
         let advice = advice(id, check.verdict, library).map(|advice| match id {
-            CheckId::Backoff | CheckId::Jitter | CheckId::RetryAfter => {
+            CheckId::Backoff | CheckId::Jitter | CheckId::JitterAboveHeader | CheckId::RetryAfter => {
                 let named = schedule.map(|s| format!(" {}.", s.said())).unwrap_or_default();
                 match &shown {
                     Some(shown) => {
