@@ -20,7 +20,8 @@ use crate::helpers::{TestApp, post_as};
 enum Kind {
     /// Waits at least the `Retry-After`, backs off (1 s, 2 s) and jitters above it, more each time.
     Polite,
-    /// Backs off from 100 ms with jitter, and never looks at `Retry-After`; retries any error.
+    /// Backs off from 100 ms with jitter (up to as much again), and never looks at `Retry-After`;
+    /// retries any error.
     IgnoresRetryAfter,
     /// Waits `max(Retry-After, 1 s x 2^(n-1))` exactly: backoff with no jitter.
     Lockstep,
@@ -86,7 +87,7 @@ impl TestClient {
             Kind::Lockstep => floor.max(nominal),
             Kind::IgnoresRetryAfter => {
                 let nominal = 100 * 2u64.pow(n - 1);
-                nominal + rng.random_range(0..nominal / 2)
+                nominal + rng.random_range(0..nominal)
             }
         }
     }
@@ -234,7 +235,8 @@ async fn four_clients_of_known_behaviour_are_graded_through_down_throttled_and_h
 
 /// A plainly bad client: a new key every 100 ms, the same body, deaf to `Retry-After: 1`. Its
 /// tries are one request retried, so it fails `retry_after` and `attempts_capped` with the
-/// evidence, not only `key_reused`, and each failure says what to change.
+/// evidence, not only `key_reused`, and each failure says what to change. One request is too
+/// few to judge a backoff or a jitter: those say so.
 #[tokio::test]
 async fn a_loop_making_a_new_key_every_100_ms_fails_retry_after_and_attempts_capped() {
     let app = spawn().await;
@@ -257,7 +259,8 @@ async fn a_loop_making_a_new_key_every_100_ms_fails_retry_after_and_attempts_cap
     }
     let report = report(&app, &lab).await;
     let verdicts = verdicts(&report, "loop");
-    assert_eq!(&verdicts[..5], ["fail", "fail", "not_seen", "fail", "fail"], "{}", said(&report));
+    // One request retried: one key's waits cannot show a backoff or a jitter either way.
+    assert_eq!(&verdicts[..5], ["fail", "not_judged", "not_judged", "fail", "fail"], "{}", said(&report));
     let checks = &report["callers"][0]["checks"];
     let early = checks["retry_after"]["evidence"].as_str().unwrap();
     assert!(early.contains("after a Retry-After of 1 s"), "{early}");
@@ -279,8 +282,9 @@ const KINDS: [(Kind, &str, u64); 4] = [
 ];
 
 /// The command `retrylab grade` runs below: the client `RETRYLAB_GRADE_CLIENT` names sends
-/// `KEYS` bodies at `RETRYLAB_URL` from the start (into the schedule's outage), then one the
-/// endpoint cannot take (415). Ignored in a plain test run: it is a client, run by the test
+/// `KEYS` bodies at `RETRYLAB_URL` from the start (into the schedule's outage without
+/// `Retry-After`), `KEYS` more once that has passed (into the outage with the header), then one
+/// the endpoint cannot take (415). Ignored in a plain test run: it is a client, run by the test
 /// below with `--ignored`, not a test of its own.
 #[tokio::test]
 #[ignore = "a client that retrylab grade runs, not a test of its own"]
@@ -290,7 +294,11 @@ async fn as_a_command_graded_by_retrylab_grade() {
     let url = std::env::var("RETRYLAB_URL").expect("run by retrylab grade, which gives the URL");
     let (kind, name, seed) = KINDS.into_iter().find(|(_, name, _)| *name == wanted).unwrap();
     let client = TestClient::at(url, kind, name, seed);
+    let started = tokio::time::Instant::now();
     client.phase("down").await;
+    // The standard schedule sends Retry-After from 3 s on.
+    tokio::time::sleep_until(started + Duration::from_millis(3_300)).await;
+    client.phase("told").await;
     let status = client.deliver("healthy-bad".into(), "{}".into(), "text/plain").await;
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
@@ -542,6 +550,140 @@ async fn retrylab_grade_leaves_nothing_of_the_command_running() {
         assert!(!still_runs(pid), "{name}: the command's sleep {pid} outlived the grade");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client of the test's own over a real socket: `KEYS` keys at once, each retried twice after
+/// 503 + `Retry-After`, waiting exactly the header. Its process is slow: every send, the first
+/// ones too, leaves up to `delay_ms` late, at random. With `jitter_ms`, each retry also waits a
+/// random part of its own on top of the header (the first sends keep only the process's delay).
+async fn slow_process(endpoint: String, name: &'static str, delay_ms: u64, jitter_ms: u64, seed: u64) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let rng = std::sync::Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
+    let keys = (0..10).map(|i| {
+        let (http, endpoint, rng) = (http.clone(), endpoint.clone(), rng.clone());
+        async move {
+            let late = || async { rng.lock().await.random_range(0..=delay_ms) };
+            tokio::time::sleep(Duration::from_millis(late().await)).await;
+            for attempt in 1..=3 {
+                let response = http
+                    .post(&endpoint)
+                    .header("X-Client-Name", name)
+                    .header("Idempotency-Key", format!("{name}-{i}"))
+                    .json(&json!({ "order": i }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+                let header: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+                if attempt == 3 {
+                    break;
+                }
+                let own = rng.lock().await.random_range(0..=jitter_ms);
+                tokio::time::sleep(Duration::from_millis(header * 1000 + own + late().await)).await;
+            }
+        }
+    });
+    join_all(keys).await;
+}
+
+/// The issue's case: a client with no jitter whose process adds delays (up to 250 ms on every
+/// send) spreads its waits after `Retry-After: 1` as wide as its first sends, and is not
+/// credited with jitter: the card says it waits the header, no jitter above it (or that it cannot
+/// tell). A client with a jitter of its own (up to 1 s past the header), on a process that adds
+/// up to 100 ms, is credited: the rule can tell them apart.
+#[tokio::test]
+async fn a_client_with_no_jitter_whose_process_adds_delays_is_not_credited_with_jitter() {
+    let app = spawn().await;
+    let (plain, jittered) = (lab(&app).await, lab(&app).await);
+    for lab in [&plain, &jittered] {
+        app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+    }
+    let endpoint = |lab: &str| app.url(&format!("/labs/{lab}/downstream"));
+    tokio::join!(
+        slow_process(endpoint(&plain), "no-jitter", 250, 0, 56),
+        slow_process(endpoint(&jittered), "jitter", 100, 1_000, 57),
+    );
+    let card = report(&app, &plain).await;
+    let checks = &card["callers"][0]["checks"];
+    assert_eq!(checks["retry_after"]["verdict"], "pass", "{checks}");
+    assert_ne!(checks["jitter"]["verdict"], "pass", "{checks}");
+    let evidence = checks["jitter"]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("waits exactly the Retry-After") || evidence.starts_with("could not judge"),
+        "{evidence}"
+    );
+    assert!(evidence.contains("first sends that came out together spread"), "the floor is said: {evidence}");
+    let card = report(&app, &jittered).await;
+    let jitter = &card["callers"][0]["checks"]["jitter"];
+    assert_eq!(jitter["verdict"], "pass", "{jitter}");
+}
+
+/// `retry_after_s: null` makes the outage's 503s carry no `Retry-After` (a client's own backoff
+/// then shows); a number brings it back; left out, it keeps its value; a negative one is refused.
+#[tokio::test]
+async fn a_downstream_can_fail_without_retry_after() {
+    let app = spawn().await;
+    let lab = app.fast_lab().await;
+    let header = |key: &'static str| {
+        let app = &app;
+        let lab = lab.clone();
+        async move {
+            let response = post_as(app, &lab, Some("probe"), key).await;
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned())
+        }
+    };
+    let set = app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": null}"#).await;
+    assert_eq!(set["retry_after_s"], Value::Null, "{set}");
+    assert_eq!(header("a").await, None);
+    app.put(&lab, "downstream", r#"{"retry_after_s": 2}"#).await;
+    assert_eq!(header("b").await.as_deref(), Some("2"));
+    app.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    assert_eq!(header("c").await.as_deref(), Some("2"), "left out, it is kept");
+    let refused = app
+        .client
+        .put(app.url(&format!("/api/labs/{lab}/downstream")))
+        .header("Content-Type", "application/json")
+        .body(r#"{"retry_after_s": -1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused.headers()["content-type"], "application/problem+json");
+}
+
+/// One request retried through an outage cannot show a backoff or a jitter: the card says it
+/// could not judge them. `grade` says so on stderr and exits 0, as nothing failed; with
+/// `--strict` the same run exits 1.
+#[tokio::test]
+async fn retrylab_grade_fails_a_check_it_could_not_judge_only_with_strict() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipping: curl is not here");
+        return;
+    }
+    let schedule = r#"[{"mode": "down", "retry_after_s": 1, "ms": 2500}, {"mode": "healthy"}]"#;
+    let curl = "curl -s --retry 3 -H 'X-Client-Name: one' -H 'Idempotency-Key: one-1' \
+                -H 'Content-Type: application/json' -d '{}' \"$RETRYLAB_URL\"";
+    let runs = [false, true].map(|strict| {
+        tokio::task::spawn_blocking(move || {
+            let mut grade = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"));
+            grade.args(["grade", "--json", "--schedule", schedule]);
+            if strict {
+                grade.arg("--strict");
+            }
+            (strict, grade.args(["--", "sh", "-c", curl]).output().unwrap())
+        })
+    });
+    for run in join_all(runs).await {
+        let (strict, output) = run.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{stderr}"));
+        let verdicts = verdicts(&report, "one");
+        assert_eq!(verdicts[..3], ["pass", "not_judged", "not_judged"], "{}", said(&report));
+        assert!(!verdicts.contains(&"fail".to_owned()), "{}", said(&report));
+        assert!(stderr.contains("could not judge one backoff, one jitter"), "{stderr}");
+        assert_eq!(output.status.code(), Some(if strict { 1 } else { 0 }), "strict {strict}: {stderr}");
+    }
 }
 
 #[tokio::test]
