@@ -3,6 +3,7 @@
 //! the library's own setting; for any other caller, the rule in general.
 
 use super::grade::Verdict;
+use super::timing::Schedule;
 
 /// The ten checks, by the name the card gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,6 +11,8 @@ pub enum CheckId {
     RetryAfter,
     Backoff,
     Jitter,
+    /// Jitter's verdict when the caller waits a `Retry-After` exactly: no jitter above the header.
+    JitterAboveHeader,
     AttemptsCapped,
     KeyReused,
     NoRetryOn4xx,
@@ -28,6 +31,10 @@ pub enum Library {
     Tenacity,
     NodeFetch,
     GoNetHttp,
+    /// Told by its timing only (`Schedule`): these send no name of their own the lab knows.
+    Got,
+    AxiosRetry,
+    GoRetryableHttp,
     Other,
 }
 
@@ -48,6 +55,17 @@ impl Library {
             return Library::NodeFetch;
         }
         known.into_iter().find(|(prefix, _)| name.starts_with(prefix)).map_or(Library::Other, |(_, l)| l)
+    }
+
+    /// The library whose documented schedule the caller's waits match, whatever its name says.
+    pub fn of_schedule(schedule: Schedule) -> Library {
+        match schedule {
+            Schedule::Urllib3 { .. } => Library::Urllib3,
+            Schedule::GoRetryableHttp => Library::GoRetryableHttp,
+            Schedule::Got => Library::Got,
+            Schedule::AxiosRetry => Library::AxiosRetry,
+            Schedule::FullJitter => Library::Tenacity,
+        }
     }
 }
 
@@ -91,6 +109,34 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
              defence on (overloaded, with retries_first and pushback), to a retry it sheds from a \
              full line"
         }
+        (Verdict::NotJudged, Backoff) => {
+            "not enough keys retried alike to judge: send several requests side by side (5 or more) \
+             while the lab is down, so that each retry number has waits of several keys"
+        }
+        (Verdict::NotJudged, Jitter) => {
+            "not enough evidence to tell jitter from what the caller's own process adds: send several \
+             requests side by side (5 or more) at one instant, on a machine not loaded to the full"
+        }
+        (_, JitterAboveHeader) => match library {
+            Urllib3 => {
+                "urllib3 waits a Retry-After it honours exactly, with nothing random on top (its \
+                 backoff_jitter applies only to its own backoff): every client told the same header \
+                 comes back at one instant. urllib3 has no setting for it; retry in a loop of your own, \
+                 or accept it where the server staggers its Retry-After"
+            }
+            GoRetryableHttp => {
+                "go-retryablehttp's DefaultBackoff returns a Retry-After on 429 and 503 as it is: set \
+                 client.Backoff to a function that adds a random part on top of it"
+            }
+            Got => {
+                "got waits a Retry-After exactly when one is sent: give retry.calculateDelay a function \
+                 that adds a random part on top of retryAfter"
+            }
+            _ => {
+                "it waits exactly the Retry-After, so every client told the same header comes back at one \
+                 instant: wait the header plus a random part (e.g. up to half your backoff) on top of it"
+            }
+        },
         (_, RetryAfter) => match library {
             Curl => {
                 "it came back before the server's Retry-After. curl waits a Retry-After on 429 and \
@@ -105,6 +151,19 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                 "it came back before the server's Retry-After. tenacity's wait strategies do not read \
                  the header: give @retry a wait function returning max(Retry-After, backoff), as the \
                  page's snippet does"
+            }
+            GoRetryableHttp => {
+                "it came back before the server's Retry-After. go-retryablehttp's DefaultBackoff \
+                 honours it on 429 and 503; a custom Backoff must read it (resp.Header's Retry-After)"
+            }
+            Got => {
+                "it came back before the server's Retry-After: leave got's retry.maxRetryAfter unset \
+                 (or above the header), so got waits it"
+            }
+            AxiosRetry => {
+                "it came back before the server's Retry-After: axios-retry's exponentialDelay does not \
+                 wait it by itself in every version; give retryDelay a function returning the larger of \
+                 the header and exponentialDelay(...)"
             }
             NodeFetch | GoNetHttp => {
                 "it came back before the server's Retry-After. fetch and net/http do not retry by \
@@ -132,6 +191,10 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                 "its waits did not grow: use wait_exponential_jitter(initial=..., max=...) (or \
                  wait_random_exponential) and take the larger of it and Retry-After"
             }
+            GoRetryableHttp | Got | AxiosRetry => {
+                "its waits did not grow: these libraries double their wait by themselves; a custom \
+                 Backoff, calculateDelay or retryDelay has replaced it: keep it doubling, with a cap"
+            }
             NodeFetch | GoNetHttp => {
                 "its waits did not grow: double the backoff on each attempt (capped), and wait the \
                  larger of it and Retry-After"
@@ -149,13 +212,22 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                  around curl"
             }
             Urllib3 => {
-                "keys that failed together came back together. Retry(backoff_jitter=...) adds a \
-                 random part to urllib3's backoff, but not to a Retry-After it honours: under \
-                 Retry-After urllib3 cannot spread (the page's snippet notes it)"
+                "keys that failed alike came back alike. Retry(backoff_jitter=...) adds a random part \
+                 to urllib3's backoff from the second retry on (the first is at once, whatever the \
+                 setting), but not to a Retry-After it honours (the page's snippet notes it)"
             }
             Tenacity => {
                 "keys that failed together came back together: use wait_exponential_jitter or \
                  wait_random_exponential, and add its random part on top of Retry-After"
+            }
+            GoRetryableHttp => {
+                "keys that failed alike came back alike: go-retryablehttp's DefaultBackoff has no random \
+                 part; set client.Backoff = retryablehttp.LinearJitterBackoff, or a backoff of your own \
+                 that adds a random part"
+            }
+            Got | AxiosRetry => {
+                "keys that failed alike came back alike: got adds up to 100 ms and axios-retry's \
+                 exponentialDelay 0-20 %; pass a delay function with a larger random part"
             }
             NodeFetch | GoNetHttp => {
                 "keys that failed together came back together: make part of each wait random \
@@ -171,7 +243,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
             Urllib3 => "it tried too often for one request: lower Retry(total=...)",
             Tenacity => "it tried too often for one request: stop=stop_after_attempt(5) or fewer",
             NodeFetch | GoNetHttp => "it tried too often for one request: stop the loop after a few attempts",
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "it tried one request too often (retries under new keys count too): cap the \
                  attempts, and give up to a dead-letter queue or the user"
             }
@@ -190,7 +262,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                  every attempt sends it"
             }
             NodeFetch | GoNetHttp => "a retry came with a new key: make the key once, before the retry loop",
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "a retry came with a new key, so the server cannot tell it from a new request and \
                  may apply it twice: make the key once per operation and send it with every retry"
             }
@@ -215,7 +287,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
             Tenacity => "its timeout is long: lower urlopen(..., timeout=...)",
             NodeFetch => "its timeout is long: lower AbortSignal.timeout(...)",
             GoNetHttp => "its timeout is long: lower http.Client{Timeout: ...}",
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "it waited long before giving up, so a stuck server holds it (and its threads) \
                  that long: set a timeout of a few seconds"
             }
@@ -247,7 +319,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                 "send how long it waits: X-Request-Timeout-Ms with the http.Client Timeout (or the \
                  context's time left) in ms"
             }
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "say in X-Request-Timeout-Ms how long you wait for each answer (ms), so an \
                  overloaded server can drop work you will not wait for (gRPC clients send the same \
                  as grpc-timeout by themselves, Envoy as x-envoy-expected-rq-timeout-ms)"
@@ -282,7 +354,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                 "send the loop's count of earlier tries in X-Previous-Attempts (0, or nothing, on \
                  the first)"
             }
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "mark each retry with the attempts made before it in X-Previous-Attempts (gRPC \
                  clients send grpc-previous-rpc-attempts by themselves): an overloaded server can \
                  then shed retries before first attempts"
@@ -306,7 +378,7 @@ pub fn advice(check: CheckId, verdict: Verdict, library: Library) -> Option<Stri
                 "in the loop, read X-Retry-Pushback-Ms: negative, stop; 0 or more, wait exactly \
                  that long"
             }
-            Other => {
+            Other | Got | AxiosRetry | GoRetryableHttp => {
                 "the server asked it not to retry (a negative X-Retry-Pushback-Ms, as gRPC's \
                  grpc-retry-pushback-ms, which gRPC clients honour by themselves; gRFC A6): stop \
                  on a negative value, and wait exactly a value of 0 or more"

@@ -10,6 +10,7 @@ mod advice;
 mod grade;
 mod held;
 mod name;
+mod timing;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, RandomState};
