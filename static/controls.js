@@ -61,7 +61,12 @@ async function call(lab, method, path, body) {
 
 /** What each mode does with the current parameters, in a few words. */
 function describeMode(mode, ds, policy) {
-  const ra = ds.retry_after_s === 0 ? 'Retry-After 0 (retry at once)' : `Retry-After ${ds.retry_after_s} s`;
+  const ra =
+    ds.retry_after_s == null
+      ? "no Retry-After (the client's own backoff decides)"
+      : ds.retry_after_s === 0
+        ? 'Retry-After 0 (retry at once)'
+        : `Retry-After ${ds.retry_after_s} s`;
   switch (mode) {
     case 'healthy':
       return `answers 200 after ${range(ds.latency_ms)}`;

@@ -37,11 +37,14 @@ struct Phase {
     ms: Option<u64>,
 }
 
-/// An outage answering 503 with `Retry-After`, a throttled spell answering 429, a slow spell
-/// answering past a client's timeout, then healthy.
+/// Each phase gives some checks their evidence: an outage answering 503 with no `Retry-After`
+/// (the client's own backoff and jitter show), then with `Retry-After: 1` and with
+/// `Retry-After: 2` (a client that ignores the header cannot honour both by chance), a slow
+/// spell answering past a client's timeout, then healthy. `docs/your-own-code.md` says each.
 const STANDARD: &str = r#"[
+    {"mode": "down", "retry_after_s": null, "ms": 3000},
     {"mode": "down", "retry_after_s": 1, "ms": 1500},
-    {"mode": "throttled", "rate_per_s": 2, "burst": 2, "retry_after_s": 1, "ms": 2000},
+    {"mode": "down", "retry_after_s": 2, "ms": 2500},
     {"mode": "slow", "ms": 1500},
     {"mode": "healthy"}
 ]"#;
@@ -328,9 +331,12 @@ mod tests {
     #[test]
     fn a_schedule_is_a_name_or_a_list_of_phases_with_their_lengths() {
         let standard = schedule("standard").unwrap();
-        assert_eq!(standard.len(), 4);
-        assert_eq!((standard[0].settings["mode"].as_str(), standard[0].ms), (Some("down"), Some(1500)));
-        assert_eq!(standard[3].ms, None);
+        assert_eq!(standard.len(), 5);
+        assert_eq!((standard[0].settings["mode"].as_str(), standard[0].ms), (Some("down"), Some(3000)));
+        let headers: Vec<&Value> = standard[..3].iter().map(|p| &p.settings["retry_after_s"]).collect();
+        assert_eq!(headers, [&Value::Null, &json!(1), &json!(2)], "none, then two different values");
+        assert_eq!(standard[3].settings["mode"], "slow");
+        assert_eq!(standard[4].ms, None);
         let mine = schedule(r#"[{"mode": "flaky", "ms": 500}, {"mode": "healthy"}]"#).unwrap();
         assert_eq!(mine[0].settings, json!({"mode": "flaky"}));
         assert!(schedule("[]").unwrap_err().contains("at least one"));

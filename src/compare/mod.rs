@@ -818,7 +818,7 @@ fn floor_ties(
     columns: &[ColumnReport],
     valid: impl Fn(&ColumnReport) -> bool,
 ) -> Option<String> {
-    let retry_after_s = scenario.downstream(burst).retry_after_s.filter(|&s| s > 0)?;
+    let retry_after_s = scenario.downstream(burst).retry_after_s.flatten().filter(|&s| s > 0)?;
     let counted: Vec<&Figures> = columns.iter().filter(|c| valid(c)).map(|c| &c.figures).collect();
     let policies = policy_names(columns).len();
     let (waits, floors) =

@@ -73,7 +73,7 @@ impl Scenario {
     /// The downstream the scenario starts with, for a burst of `burst` messages.
     pub fn downstream(self, burst: usize) -> DownstreamUpdate {
         let base =
-            DownstreamUpdate { latency_ms: Some([10, 30]), retry_after_s: Some(1), ..Default::default() };
+            DownstreamUpdate { latency_ms: Some([10, 30]), retry_after_s: Some(Some(1)), ..Default::default() };
         match self {
             Scenario::Outage => DownstreamUpdate { mode: Some(Mode::Healthy), ..base },
             // Work of 40 ms, long beside the scheduling noise of a busy machine, so a wave of
@@ -83,7 +83,7 @@ impl Scenario {
                 capacity: Some((burst / 10).max(2) as u32),
                 queue: Some(0),
                 latency_ms: Some([40, 40]),
-                retry_after_s: Some(0),
+                retry_after_s: Some(Some(0)),
                 ..base
             },
             Scenario::Throttled => DownstreamUpdate {
@@ -95,7 +95,7 @@ impl Scenario {
             Scenario::Flaky => DownstreamUpdate {
                 mode: Some(Mode::Flaky),
                 failure_rate: Some(0.5),
-                retry_after_s: Some(0),
+                retry_after_s: Some(Some(0)),
                 ..base
             },
             // A queue of 40 before eight workers of 200 ms (40 requests/s): a full queue takes
@@ -105,7 +105,7 @@ impl Scenario {
                 capacity: Some(8),
                 queue: Some(40),
                 latency_ms: Some([200, 200]),
-                retry_after_s: Some(0),
+                retry_after_s: Some(Some(0)),
                 ..base
             },
         }

@@ -80,7 +80,9 @@ pub struct DownstreamSettings {
     pub latency_ms: [u64; 2],
     pub failure_rate: f64,
     pub slow_ms: [u64; 2],
-    pub retry_after_s: u64,
+    /// The `Retry-After` (seconds) sent with the down and flaky modes' 503s and the overloaded
+    /// mode's sheds and drops; null sends none, so a client's own backoff shows.
+    pub retry_after_s: Option<u64>,
     /// Throttled: requests allowed per second, sustained.
     pub rate_per_s: f64,
     /// Throttled: requests allowed at once after a quiet spell.
@@ -162,7 +164,7 @@ impl Default for DownstreamSettings {
             latency_ms: [60, 240],
             failure_rate: 0.5,
             slow_ms: [2_600, 3_500],
-            retry_after_s: 1,
+            retry_after_s: Some(1),
             rate_per_s: 10.0,
             burst: 5,
             capacity: 4,
@@ -197,7 +199,10 @@ pub struct DownstreamUpdate {
     pub latency_ms: Option<[u64; 2]>,
     pub failure_rate: Option<f64>,
     pub slow_ms: Option<[u64; 2]>,
-    pub retry_after_s: Option<u64>,
+    /// `null` sends no `Retry-After`; absent keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>)]
+    pub retry_after_s: Option<Option<u64>>,
     pub rate_per_s: Option<f64>,
     pub burst: Option<u32>,
     pub capacity: Option<u32>,
@@ -209,6 +214,11 @@ pub struct DownstreamUpdate {
     /// update without it ends a timed setting early, unless it names only `defences`: then the
     /// timed setting ends when it was to, and the defences stay after it.
     pub for_ms: Option<u64>,
+}
+
+/// A field given, as its value or `null` (`Some(None)`), told from one left out (`None`).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl DownstreamSettings {
@@ -246,7 +256,7 @@ impl DownstreamSettings {
         if !(0.0..=1.0).contains(&next.failure_rate) {
             return invalid("failure_rate", "failure_rate must be between 0 and 1".into());
         }
-        if next.retry_after_s > MAX_RETRY_AFTER_S {
+        if next.retry_after_s.is_some_and(|s| s > MAX_RETRY_AFTER_S) {
             return invalid("retry_after_s", format!("retry_after_s must be at most {MAX_RETRY_AFTER_S}"));
         }
         if !(MIN_RATE_PER_S..=MAX_RATE_PER_S).contains(&next.rate_per_s) {
@@ -354,7 +364,7 @@ pub enum Decision {
     /// The key was first used with another body (422).
     BodyMismatch,
     /// Refused before any work (503 + `Retry-After`); the key stays unused.
-    Unavailable { retry_after_s: u64 },
+    Unavailable { retry_after_s: Option<u64> },
     /// The key is reserved; apply the write after `latency_ms`, then answer.
     Process { latency_ms: u64 },
     /// No latency to wait out: the write was applied in the same step as the check; answer
@@ -544,7 +554,7 @@ mod tests {
         let key = IdempotencyKey::parse("k").unwrap();
         for _ in 0..3 {
             let decision = decide(&mut ledger, &down, &key, lab(&json!({})), (0, 0), &mut rng);
-            assert!(matches!(decision, Decision::Unavailable { retry_after_s: 1 }));
+            assert!(matches!(decision, Decision::Unavailable { retry_after_s: Some(1) }));
         }
         assert_eq!(ledger.counts().applied, 0);
     }

@@ -36,7 +36,7 @@ pub struct Stages {
     /// How long a request's work takes, sampled in `[min, max]`.
     pub latency_ms: [u64; 2],
     /// The `Retry-After` a shed request is sent.
-    pub retry_after_s: u64,
+    pub retry_after_s: Option<u64>,
 }
 
 /// A rate limit: `rate_per_s` sustained, bursts of `burst` (kept with GCRA).
@@ -203,7 +203,7 @@ pub enum Passage<T> {
     /// Over the admission rate: 429.
     Throttled { retry_after_s: u64 },
     /// No worker free and no room in line: 503 at once.
-    Shed { retry_after_s: u64 },
+    Shed { retry_after_s: Option<u64> },
     /// A request with this key is in line or in work: 409 at once.
     Busy,
     /// Dropped without its work being done: 503 at once.
@@ -571,7 +571,7 @@ mod tests {
         let Passage::Queued(gone) = pass(&mut pipe, "d", false) else { panic!("queued") };
         let Passage::Queued(second) = pass(&mut pipe, "e", true) else { panic!("queued") };
         assert!(matches!(pass(&mut pipe, "c", true), Passage::Busy), "a key in line is busy");
-        assert!(matches!(pass(&mut pipe, "f", true), Passage::Shed { retry_after_s: 1 }));
+        assert!(matches!(pass(&mut pipe, "f", true), Passage::Shed { retry_after_s: Some(1) }));
         let mut rng = StdRng::seed_from_u64(2);
         assert_eq!(pipe.leave(&stages, 10, &mut rng).handed, 1);
         assert!(worked(&first) && second.get().is_none(), "the first in line gets the worker");

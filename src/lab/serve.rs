@@ -25,17 +25,17 @@ pub enum Refusal {
     /// Over the throttled mode's rate (429).
     Throttled { retry_after_s: u64 },
     /// No worker free and no room in line (503).
-    Shed { retry_after_s: u64 },
+    Shed { retry_after_s: Option<u64> },
     /// Dropped by a defence without its work being done (503).
     /// With `pushback`, its client is told not to retry (a retry shed under the pushback
     /// defence).
-    Dropped { why: Dropped, retry_after_s: u64, pushback: bool },
+    Dropped { why: Dropped, retry_after_s: Option<u64>, pushback: bool },
     /// The key's first request is still in line, in work, or being processed (409).
     InProgress,
     /// The key was first used with another body (422).
     BodyMismatch,
     /// An injected failure (503).
-    Unavailable { retry_after_s: u64 },
+    Unavailable { retry_after_s: Option<u64> },
     /// No room for another outside key (507).
     StorageFull { limit: &'static str },
     /// The store could not read a key back (503).

@@ -323,7 +323,7 @@ pub async fn crash_client(
         tracing::warn!(error = %e, "could not read the lab back from the store");
         AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
-            retry_after_s: 1,
+            retry_after_s: Some(1),
             detail: "the store did not answer in time; try again shortly".into(),
         }
     })?;

@@ -71,7 +71,7 @@ pub async fn create(
             Refusal::Field(invalid) => invalid.into(),
             Refusal::Storage => AppError::Unavailable {
                 status: StatusCode::SERVICE_UNAVAILABLE,
-                retry_after_s: 1,
+                retry_after_s: Some(1),
                 detail:
                     "the store could not keep the comparison's labs: nothing was started; try again shortly"
                         .into(),

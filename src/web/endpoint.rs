@@ -168,7 +168,7 @@ fn kept_refusal(lab: &Lab, caller: Option<&CallerName>, headers: &HeaderMap, ref
     {
         let response = AppError::status(&refused);
         let retry_after_s = match &refused {
-            AppError::Unavailable { retry_after_s, .. } => Some(*retry_after_s),
+            AppError::Unavailable { retry_after_s, .. } => *retry_after_s,
             _ => None,
         };
         let ending = Ending::Answered { status: response.as_u16(), retry_after_s, pushback_ms: None };
@@ -235,7 +235,7 @@ fn refusal(refused: Refusal) -> AppError {
     match refused {
         Refusal::Throttled { retry_after_s } => AppError::Unavailable {
             status: StatusCode::TOO_MANY_REQUESTS,
-            retry_after_s,
+            retry_after_s: Some(retry_after_s),
             detail: "over the downstream's rate limit (throttled mode); nothing was applied".into(),
         },
         Refusal::Shed { retry_after_s } => AppError::Unavailable {
@@ -294,7 +294,7 @@ fn refusal(refused: Refusal) -> AppError {
 fn unreadable(why: &str) -> AppError {
     AppError::Unavailable {
         status: StatusCode::SERVICE_UNAVAILABLE,
-        retry_after_s: 1,
+        retry_after_s: Some(1),
         detail: format!(
             "this key's answer could not be read back from the store ({why}); nothing was applied; try again shortly"
         ),
@@ -318,7 +318,7 @@ fn storage_full(limit: &'static str) -> AppError {
 fn in_flight() -> AppError {
     AppError::Unavailable {
         status: StatusCode::CONFLICT,
-        retry_after_s: BUSY_RETRY_AFTER_S,
+        retry_after_s: Some(BUSY_RETRY_AFTER_S),
         detail: "a request with this Idempotency-Key is still being processed; retry after the Retry-After"
             .into(),
     }

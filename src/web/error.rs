@@ -48,7 +48,8 @@ pub enum AppError {
     /// not confirm in time.
     Unavailable {
         status: StatusCode,
-        retry_after_s: u64,
+        /// None when the downstream is set to send no `Retry-After`.
+        retry_after_s: Option<u64>,
         detail: String,
     },
     /// The client made requests faster than the named per-client rate allows
@@ -204,8 +205,8 @@ impl IntoResponse for AppError {
         {
             headers.insert("fly-replay", value);
         }
-        if let AppError::Unavailable { retry_after_s, .. } | AppError::RateLimited { retry_after_s, .. } =
-            self
+        if let AppError::Unavailable { retry_after_s: Some(retry_after_s), .. }
+        | AppError::RateLimited { retry_after_s, .. } = self
         {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         }
@@ -290,7 +291,7 @@ impl From<crate::lab::NotDurable> for AppError {
                     .to_owned(),
             ),
         };
-        AppError::Unavailable { status, retry_after_s: 1, detail }
+        AppError::Unavailable { status, retry_after_s: Some(1), detail }
     }
 }
 

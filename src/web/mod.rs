@@ -101,7 +101,7 @@ async fn healthz(
         None => Ok("ok"),
         Some(error) => Err(AppError::Unavailable {
             status: axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            retry_after_s: 1,
+            retry_after_s: Some(1),
             detail: format!("not ready: the store cannot write ({error})"),
         }),
     }
