@@ -95,7 +95,9 @@ const MATRIX: [Library; 8] = [
         card: card("fail", "pass", "pass"),
         exit: 1,
     },
-    // A Retry-After exactly (the hook); otherwise 0.1 s doubling plus 0 to 1 s at random.
+    // A Retry-After exactly (the hook); otherwise 0.1 s doubling plus 0 to 1 s at random. Its
+    // backoff is real but its first steps are smaller than its jitter: the card's rule warns in
+    // most runs (BENCHMARKS.md), and the source says pass.
     Library {
         name: "stamina",
         runtime: Runtime::Python,
