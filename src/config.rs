@@ -207,9 +207,9 @@ fn body_help() -> clap::builder::StyledStr {
 /// `retrylab grade -- CMD [ARGS...]` (`crate::cli::grade`).
 #[derive(Debug, Clone, Args)]
 pub struct GradeArgs {
-    /// `standard` (down 1.5 s with Retry-After, throttled 2 s, slow 1.5 s, then healthy),
-    /// `healthy`, or a JSON list of phases: each the endpoint's settings with `ms`, its length
-    /// (the last lasts until CMD exits).
+    /// `standard` (down 3 s with no Retry-After, down 1.5 s with Retry-After: 1, down 2.5 s
+    /// with Retry-After: 2, slow 1.5 s, then healthy), `healthy`, or a JSON list of phases: each
+    /// the endpoint's settings with `ms`, its length (the last lasts until CMD exits).
     #[arg(long, default_value = "standard")]
     pub schedule: String,
     /// Prints the report as `GET /api/labs/{lab}/callers` gives it.
@@ -218,6 +218,10 @@ pub struct GradeArgs {
     /// Also writes the cards as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<std::path::PathBuf>,
+    /// Also fails when a check could not be judged (too few keys retried alike, or waits spread
+    /// no more than CMD's own process adds). Without it, such a check is reported and skipped.
+    #[arg(long)]
+    pub strict: bool,
     /// Stops CMD (and fails) when it runs longer than this.
     #[arg(long, default_value_t = 300)]
     pub time_limit_s: u64,

@@ -22,7 +22,7 @@ const CHECKS = [
   ['attempts_numbered', 'numbers its attempts'],
   ['pushback_honoured', 'honours pushback'],
 ];
-const VERDICT_TEXT = { pass: 'pass', warn: 'warn', fail: 'fail', not_seen: 'not seen' };
+const VERDICT_TEXT = { pass: 'pass', warn: 'warn', fail: 'fail', not_seen: 'not seen', not_judged: 'could not judge' };
 
 /** What each bound's untracked count means, given its limit. */
 const UNTRACKED_TEXT = {

@@ -142,7 +142,11 @@ fn card(name: &str, messages: &[&OutsideMessage]) -> CallerReport {
             CheckId::Backoff | CheckId::Jitter | CheckId::RetryAfter => {
                 let named = schedule.map(|s| format!(" {}.", s.said())).unwrap_or_default();
                 match &shown {
-                    Some(shown) => format!("{shown}{named} {advice}"),
+                    Some(shown) => {
+                        let mut letters = advice.chars();
+                        let first = letters.next().map(|c| c.to_uppercase().collect::<String>());
+                        format!("{shown}{named} {}{}", first.unwrap_or_default(), letters.as_str())
+                    }
                     None => advice,
                 }
             }

@@ -1,6 +1,7 @@
 //! Outside callers of a lab's endpoint, told apart: each is named (`name`), the requests one
 //! caller sends with one `Idempotency-Key` make one outside message, and each caller's retry
-//! behaviour is graded from what the endpoint observed (`grade`). Pure: times are the lab's
+//! behaviour is graded from what the endpoint observed (`grade`), its waits pooled over its keys
+//! (`timing`), with advice by what its timing shows (`advice`). Pure: times are the lab's
 //! milliseconds, handed in.
 //!
 //! An attempt is measured at the endpoint, from its arrival to its answer or to the client

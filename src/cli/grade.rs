@@ -3,7 +3,10 @@
 //! in ARGS), breaks the endpoint on a schedule while CMD runs, and when CMD exits prints the
 //! card of every caller it saw (`GET /api/labs/{lab}/callers`, so `--json` is the API's own
 //! answer). Exit status: 1 when a check failed (or CMD sent nothing), 0 otherwise, 2 on bad usage
-//! or a CMD that does not start.
+//! or a CMD that does not start. A check that could not be judged (`not_judged`) is no pass and
+//! is said on stderr, but fails the run only with `--strict`: unlike `check`, whose probes are
+//! its own, here the evidence is CMD's traffic, and a CMD that sends one request can never show
+//! a jitter; failing every such run would teach a CI to ignore the exit code.
 
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
@@ -191,7 +194,8 @@ async fn graded(
     let report = json_of(http.get(format!("{base}/api/labs/{lab}/callers"))).await?;
     let callers = report["callers"].as_array().cloned().unwrap_or_default();
     if let Some(path) = &args.junit {
-        std::fs::write(path, junit(&callers)).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, junit(&callers, args.strict))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
@@ -202,7 +206,30 @@ async fn graded(
         eprintln!("retrylab grade: {program} sent nothing to RETRYLAB_URL ({url})");
         return Ok(1);
     }
-    let failed = callers.iter().any(|c| CHECKS.iter().any(|check| c["checks"][check]["verdict"] == "fail"));
+    let with = |verdict: &str| -> Vec<String> {
+        callers
+            .iter()
+            .flat_map(|c| {
+                CHECKS
+                    .iter()
+                    .filter(move |check| c["checks"][**check]["verdict"] == verdict)
+                    .map(move |check| format!("{} {check}", c["name"].as_str().unwrap_or_default()))
+            })
+            .collect()
+    };
+    let (failed, unjudged) = (with("fail"), with("not_judged"));
+    if !unjudged.is_empty() {
+        eprintln!(
+            "retrylab grade: could not judge {} (the evidence says why){}",
+            unjudged.join(", "),
+            if args.strict {
+                "; --strict fails the run"
+            } else {
+                "; not a pass, and not a failure without --strict"
+            }
+        );
+    }
+    let failed = !failed.is_empty() || (args.strict && !unjudged.is_empty());
     Ok(if failed || status.is_none() { 1 } else { 0 })
 }
 
@@ -258,17 +285,21 @@ fn table(callers: &[Value]) -> String {
     out
 }
 
-/// A test suite per caller, a test case per check: a fail is a failure, not_seen is skipped.
-fn junit(callers: &[Value]) -> String {
+/// A test suite per caller, a test case per check: a fail is a failure, not_seen is skipped, and
+/// not_judged is skipped too, or an error with `strict` (a CI must not read it as green then).
+fn junit(callers: &[Value], strict: bool) -> String {
     let mut out =
         String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"retrylab grade\">\n");
     for caller in callers {
         let name = xml(caller["name"].as_str().unwrap_or_default());
         let verdict =
             |check: &str| caller["checks"][check]["verdict"].as_str().unwrap_or_default().to_owned();
-        let failures = CHECKS.iter().filter(|c| verdict(c) == "fail").count();
+        let count = |v: &str| CHECKS.iter().filter(|c| verdict(c) == v).count();
+        let (failures, unjudged) = (count("fail"), count("not_judged"));
+        let (skipped, errors) =
+            if strict { (count("not_seen"), unjudged) } else { (count("not_seen") + unjudged, 0) };
         out.push_str(&format!(
-            "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{failures}\">\n",
+            "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" errors=\"{errors}\">\n",
             CHECKS.len()
         ));
         for check in CHECKS {
@@ -280,7 +311,8 @@ fn junit(callers: &[Value]) -> String {
             ));
             let body = match verdict(check).as_str() {
                 "fail" => format!("<failure message=\"{said}\"/>"),
-                "not_seen" => format!("<skipped message=\"{said}\"/>"),
+                "not_judged" if strict => format!("<error message=\"{said}\"/>"),
+                "not_seen" | "not_judged" => format!("<skipped message=\"{said}\"/>"),
                 other => format!("<system-out>{other}: {said}</system-out>"),
             };
             out.push_str(&format!(
@@ -342,5 +374,23 @@ mod tests {
         assert!(schedule("[]").unwrap_err().contains("at least one"));
         assert!(schedule("stormy").unwrap_err().contains("--schedule is"));
         assert!(schedule(r#"[{"mode": "down", "ms": "long"}]"#).unwrap_err().contains("\"ms\""));
+    }
+
+    #[test]
+    fn a_check_not_judged_is_skipped_in_junit_and_an_error_under_strict() {
+        let checks: serde_json::Map<String, Value> = CHECKS
+            .iter()
+            .map(|c| {
+                let verdict = if *c == "jitter" { "not_judged" } else { "pass" };
+                (c.to_string(), json!({"verdict": verdict, "evidence": "could not judge: 3 keys"}))
+            })
+            .collect();
+        let callers = [json!({"name": "one", "checks": checks})];
+        let plain = junit(&callers, false);
+        assert!(plain.contains("failures=\"0\" skipped=\"1\" errors=\"0\""), "{plain}");
+        assert!(plain.contains("name=\"jitter\"><skipped message=\"could not judge: 3 keys\"/>"), "{plain}");
+        let strict = junit(&callers, true);
+        assert!(strict.contains("skipped=\"0\" errors=\"1\""), "{strict}");
+        assert!(strict.contains("name=\"jitter\"><error message="), "{strict}");
     }
 }

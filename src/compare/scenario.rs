@@ -72,8 +72,11 @@ impl Scenario {
 
     /// The downstream the scenario starts with, for a burst of `burst` messages.
     pub fn downstream(self, burst: usize) -> DownstreamUpdate {
-        let base =
-            DownstreamUpdate { latency_ms: Some([10, 30]), retry_after_s: Some(Some(1)), ..Default::default() };
+        let base = DownstreamUpdate {
+            latency_ms: Some([10, 30]),
+            retry_after_s: Some(Some(1)),
+            ..Default::default()
+        };
         match self {
             Scenario::Outage => DownstreamUpdate { mode: Some(Mode::Healthy), ..base },
             // Work of 40 ms, long beside the scheduling noise of a busy machine, so a wave of

@@ -40,7 +40,8 @@ pub struct CallersView {
 }
 
 /// A report card per outside caller: ten checks of its retry behaviour, each a verdict
-/// (`pass`, `warn`, `fail`, `not_seen`) with the keys and times it rests on.
+/// (`pass`, `warn`, `fail`, `not_seen`, or `not_judged` when the evidence cannot decide) with
+/// the keys and times it rests on.
 #[utoipa::path(
     get,
     path = "/api/labs/{lab}/callers",

@@ -541,3 +541,103 @@ async fn retrylab_grade_leaves_nothing_of_the_command_running() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client of the test's own over a real socket: `KEYS` keys at once, each retried twice after
+/// 503 + `Retry-After`, waiting exactly the header. Its process is slow: every send, the first
+/// ones too, leaves up to `delay_ms` late, at random. With `jitter_ms`, each retry also waits a
+/// random part of its own on top of the header (the first sends keep only the process's delay).
+async fn slow_process(endpoint: String, name: &'static str, delay_ms: u64, jitter_ms: u64, seed: u64) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let rng = std::sync::Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
+    let keys = (0..10).map(|i| {
+        let (http, endpoint, rng) = (http.clone(), endpoint.clone(), rng.clone());
+        async move {
+            let late = || async { rng.lock().await.random_range(0..=delay_ms) };
+            tokio::time::sleep(Duration::from_millis(late().await)).await;
+            for attempt in 1..=3 {
+                let response = http
+                    .post(&endpoint)
+                    .header("X-Client-Name", name)
+                    .header("Idempotency-Key", format!("{name}-{i}"))
+                    .json(&json!({ "order": i }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+                let header: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+                if attempt == 3 {
+                    break;
+                }
+                let own = rng.lock().await.random_range(0..=jitter_ms);
+                tokio::time::sleep(Duration::from_millis(header * 1000 + own + late().await)).await;
+            }
+        }
+    });
+    join_all(keys).await;
+}
+
+/// The issue's case: a client with no jitter whose process adds delays (up to 250 ms on every
+/// send) spreads its waits after `Retry-After: 1` as wide as its first sends, and is not
+/// credited with jitter: the card says it waits the header, no jitter above it (or that it cannot
+/// tell). A client with a jitter of its own (up to 1 s past the header), on a process that adds
+/// up to 100 ms, is credited: the rule can tell them apart.
+#[tokio::test]
+async fn a_client_with_no_jitter_whose_process_adds_delays_is_not_credited_with_jitter() {
+    let app = spawn().await;
+    let (plain, jittered) = (lab(&app).await, lab(&app).await);
+    for lab in [&plain, &jittered] {
+        app.put(lab, "downstream", r#"{"mode": "down", "retry_after_s": 1}"#).await;
+    }
+    let endpoint = |lab: &str| app.url(&format!("/labs/{lab}/downstream"));
+    tokio::join!(
+        slow_process(endpoint(&plain), "no-jitter", 250, 0, 56),
+        slow_process(endpoint(&jittered), "jitter", 100, 1_000, 57),
+    );
+    let card = report(&app, &plain).await;
+    let checks = &card["callers"][0]["checks"];
+    assert_eq!(checks["retry_after"]["verdict"], "pass", "{checks}");
+    assert_ne!(checks["jitter"]["verdict"], "pass", "{checks}");
+    let evidence = checks["jitter"]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.starts_with("waits exactly the Retry-After") || evidence.starts_with("could not judge"),
+        "{evidence}"
+    );
+    assert!(evidence.contains("first sends that came out together spread"), "the floor is said: {evidence}");
+    let card = report(&app, &jittered).await;
+    let jitter = &card["callers"][0]["checks"]["jitter"];
+    assert_eq!(jitter["verdict"], "pass", "{jitter}");
+}
+
+/// `retry_after_s: null` makes the outage's 503s carry no `Retry-After` (a client's own backoff
+/// then shows); a number brings it back; left out, it keeps its value; a negative one is refused.
+#[tokio::test]
+async fn a_downstream_can_fail_without_retry_after() {
+    let app = spawn().await;
+    let lab = app.fast_lab().await;
+    let header = |key: &'static str| {
+        let app = &app;
+        let lab = lab.clone();
+        async move {
+            let response = post_as(app, &lab, Some("probe"), key).await;
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned())
+        }
+    };
+    let set = app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": null}"#).await;
+    assert_eq!(set["retry_after_s"], Value::Null, "{set}");
+    assert_eq!(header("a").await, None);
+    app.put(&lab, "downstream", r#"{"retry_after_s": 2}"#).await;
+    assert_eq!(header("b").await.as_deref(), Some("2"));
+    app.put(&lab, "downstream", r#"{"mode": "down"}"#).await;
+    assert_eq!(header("c").await.as_deref(), Some("2"), "left out, it is kept");
+    let refused = app
+        .client
+        .put(app.url(&format!("/api/labs/{lab}/downstream")))
+        .header("Content-Type", "application/json")
+        .body(r#"{"retry_after_s": -1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused.headers()["content-type"], "application/problem+json");
+}

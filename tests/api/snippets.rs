@@ -187,12 +187,15 @@ async fn the_curl_snippet_run_twice_is_two_requests_each_retried_under_its_own_k
     assert_eq!(checks["attempts_capped"]["verdict"], "pass", "{checks}");
 }
 
-/// `retrylab grade -- CMD` on each snippet at hand, through an outage (`Retry-After: 1`) long
-/// enough for two or three retries. tenacity's, Node's and Go's back off on top of the header
-/// and pass every check they are graded on, "backs off" among them whatever their jitter
-/// draws; curl's and urllib3's wait the header exactly, as their notes say, and fail "backs
-/// off" and nothing else. The code is run as printed, with `{URL}` given to `grade` as its
-/// `{url}` (Go's reads `RETRYLAB_URL` instead: it is built before `grade` starts it).
+/// `retrylab grade -- CMD` on each snippet at hand, five copies side by side (one request is too
+/// few to judge a backoff or a jitter), through an outage (`Retry-After: 1`) long enough for
+/// two or three retries. tenacity's, Node's and Go's back off on top of the header and pass
+/// "backs off" whatever their jitter draws, and fail nothing; their jitter passes, or could not
+/// be judged when the copies' own start-up spreads their sends as much. curl's and urllib3's
+/// wait the header exactly, as their notes say: they fail "backs off" and nothing else, and
+/// "jitters" names it (waits exactly the Retry-After, a warning). The code is run as printed,
+/// with `{URL}` given to `grade` as its `{url}` (Go's reads `RETRYLAB_URL` instead: it is built
+/// before `grade` starts it).
 #[tokio::test]
 async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_cannot_pass() {
     let python = python();
@@ -213,8 +216,10 @@ async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_
             [vec![program], args, vec![code.replace("{URL}", "{url}")]].concat()
         };
         runs.push(tokio::task::spawn_blocking(move || {
+            // Five copies at once, under one grade.
+            let copies = "for copy in 1 2 3 4 5; do \"$@\" & done; wait";
             let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-                .args(["grade", "--json", "--schedule", schedule, "--"])
+                .args(["grade", "--json", "--schedule", schedule, "--", "sh", "-c", copies, "sh"])
                 .args(&command)
                 .output()
                 .unwrap();
@@ -235,14 +240,22 @@ async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_
             .filter(|(_, check)| check["verdict"] == "fail")
             .map(|(name, _)| name.as_str())
             .collect();
+        assert_eq!(card["callers"][0]["keys"], 5, "{id}: a key per copy: {checks}");
         let waits_the_header_exactly = ["curl", "urllib3"].contains(&id.as_str());
+        let jitter = &checks["jitter"];
         if waits_the_header_exactly {
             assert_eq!(failed, ["backoff"], "{id}: {checks}");
             assert_eq!(output.status.code(), Some(1), "{id}: {stderr}");
+            assert_eq!(jitter["verdict"], "warn", "{id}: {jitter}");
+            assert!(
+                jitter["evidence"].as_str().unwrap().starts_with("waits exactly the Retry-After"),
+                "{id}: {jitter}"
+            );
         } else {
             assert_eq!(checks["backoff"]["verdict"], "pass", "{id}: {checks}");
             assert_eq!(failed, Vec::<&str>::new(), "{id}: {checks}");
             assert_eq!(output.status.code(), Some(0), "{id}: {stderr}");
+            assert!(["pass", "not_judged"].contains(&jitter["verdict"].as_str().unwrap()), "{id}: {jitter}");
         }
         assert_eq!(checks["retry_after"]["verdict"], "pass", "{id}: {checks}");
         assert_eq!(checks["key_reused"]["verdict"], "pass", "{id}: {checks}");
