@@ -47,6 +47,8 @@ step "scripts/event-reach.py"
 python3 scripts/event-reach.py --quick --bin "$bin"
 step "scripts/left-labs.py"
 python3 scripts/left-labs.py --quick --bin "$bin"
+step "scripts/grade-stability.py (each library of the conformance matrix graded once)"
+python3 scripts/grade-stability.py --runs 1 --bin "$bin"
 # The page's measurements in headless Chromium (tests/browser/, ignored in `cargo test`), each
 # small and short: they print frame times and sizes without holding them to targets, which a
 # loaded machine would miss; the steady run does check that the page's counters equal the API's.

@@ -10,6 +10,7 @@ mod claims;
 mod clients;
 mod compare;
 mod compare_grid;
+mod conformance;
 mod crash_ids;
 mod dead_letters;
 mod dedup_window;
