@@ -192,8 +192,9 @@ async fn the_curl_snippet_run_twice_is_two_requests_each_retried_under_its_own_k
 /// two or three retries. tenacity's, Node's and Go's back off on top of the header and pass
 /// "backs off" whatever their jitter draws, and fail nothing; their jitter passes, or could not
 /// be judged when the copies' own start-up spreads their sends as much. curl's and urllib3's
-/// wait the header exactly, as their notes say: they fail "backs off" and nothing else, and
-/// "jitters" names it (waits exactly the Retry-After, a warning). The code is run as printed,
+/// wait the header exactly, as their notes say: "backs off" cannot pass (it is not judged: only
+/// the header set their waits), they fail nothing, and "jitters" names it (waits exactly the
+/// Retry-After, a warning). The code is run as printed,
 /// with `{URL}` given to `grade` as its `{url}` (Go's reads `RETRYLAB_URL` instead: it is built
 /// before `grade` starts it).
 #[tokio::test]
@@ -244,8 +245,11 @@ async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_
         let waits_the_header_exactly = ["curl", "urllib3"].contains(&id.as_str());
         let jitter = &checks["jitter"];
         if waits_the_header_exactly {
-            assert_eq!(failed, ["backoff"], "{id}: {checks}");
-            assert_eq!(output.status.code(), Some(1), "{id}: {stderr}");
+            // Only the header set its waits, so its own backoff is not seen: not judged, and
+            // not passed either (a not_judged check fails the grade only with --strict).
+            assert!(failed.is_empty(), "{id}: {checks}");
+            assert_eq!(checks["backoff"]["verdict"], "not_judged", "{id}: {checks}");
+            assert_eq!(output.status.code(), Some(0), "{id}: {stderr}");
             assert_eq!(jitter["verdict"], "warn", "{id}: {jitter}");
             assert!(
                 jitter["evidence"].as_str().unwrap().starts_with("waits exactly the Retry-After"),
