@@ -140,8 +140,9 @@ pub fn fresh_db() -> std::path::PathBuf {
 }
 
 /// Runs of the metastable set-up (steady traffic at 70 % of an endpoint's capacity, whose
-/// feedback loop they measure) take turns: two at once on a loaded 2-core machine would
-/// measure the machine. Hold it for the whole run.
+/// feedback loop they measure), and the grades of many real clients at once (the conformance
+/// matrix, the snippets), take turns: two at once on a loaded 2-core machine would measure the
+/// machine. Hold it for the whole run.
 pub static OPEN_SYSTEM_RUNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Sends `{}` with `key` to the lab's endpoint, as the caller `name` (`X-Client-Name`) if any.

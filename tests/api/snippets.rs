@@ -199,6 +199,8 @@ async fn the_curl_snippet_run_twice_is_two_requests_each_retried_under_its_own_k
 /// before `grade` starts it).
 #[tokio::test]
 async fn each_snippet_graded_by_retrylab_grade_fails_only_what_its_note_says_it_cannot_pass() {
+    // Twenty-five graded copies at once: not beside the other runs that time the machine.
+    let _turn = crate::helpers::OPEN_SYSTEM_RUNS.lock().await;
     let python = python();
     let schedule = r#"[{"mode": "down", "retry_after_s": 1, "ms": 5000}, {"mode": "healthy"}]"#;
     let mut runs = Vec::new();
