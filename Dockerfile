@@ -18,7 +18,10 @@ COPY scripts scripts
 RUN scripts/build-release.sh /out
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin retrylab \
+# `retrylab check` probes https APIs against the platform's certificate roots.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin retrylab \
     && mkdir -p /data && chown retrylab /data
 COPY --from=build /out/retrylab /usr/local/bin/retrylab
 USER retrylab

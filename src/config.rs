@@ -176,6 +176,13 @@ pub struct CheckArgs {
     /// How long `timeout_retry` waits out an operation still in progress (409) before it judges.
     #[arg(long, default_value_t = 10_000)]
     pub in_progress_wait_ms: u64,
+    /// Trusts only the certificates in this PEM file for an https URL (the server's own, or its
+    /// CA's), as curl's --cacert.
+    #[arg(long)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// Accepts any certificate for an https URL (a self-signed one), as curl's -k.
+    #[arg(long, short = 'k')]
+    pub insecure: bool,
     /// A host that is not loopback, allowed to be probed (repeat for several).
     #[arg(long = "allow-host")]
     pub allow_hosts: Vec<String>,

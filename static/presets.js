@@ -51,6 +51,41 @@ export async function applySettings(api, step) {
 }
 
 /** A button for `preset`: its name, and `what` it does in a few words under it. */
+/**
+ * Scrolls the part `selector` names (a chart, a panel) to just under the sticky top bar, however
+ * tall the bar has wrapped: in the story the box of what to look for is held at the bottom of
+ * the screen, and a chart placed at the top of the room stays clear of it. For `holdMs` after,
+ * the part is held there as the page grows above it (a burst's rows are drawn above the load
+ * chart as they arrive), until the person scrolls or presses a key themselves.
+ */
+export function bringIntoView(selector, holdMs = 2500) {
+  const part = selector && document.querySelector(selector);
+  if (!part) return;
+  const place = (behavior) => {
+    const bar = document.querySelector('.topbar')?.getBoundingClientRect().bottom ?? 0;
+    const by = part.getBoundingClientRect().top - Math.max(bar, 0) - 8;
+    if (Math.abs(by) > 1) window.scrollBy({ top: by, behavior });
+  };
+  place('smooth');
+  const panel = part.closest('section') ?? document.body;
+  // The first call is the observer's own first look, not a change: the smooth scroll goes on.
+  let first = true;
+  const observer = new ResizeObserver(() => {
+    if (!first) place('instant');
+    first = false;
+  });
+  const release = () => {
+    observer.disconnect();
+    for (const type of PERSON_SCROLLS) removeEventListener(type, release);
+  };
+  for (const type of PERSON_SCROLLS) addEventListener(type, release, { passive: true });
+  observer.observe(panel);
+  setTimeout(release, holdMs);
+}
+
+/** What a person does to scroll, which ends the hold of `bringIntoView`. */
+const PERSON_SCROLLS = ['wheel', 'touchstart', 'keydown', 'mousedown'];
+
 export function presetButton(preset, what) {
   const button = document.createElement('button');
   button.type = 'button';
@@ -166,6 +201,9 @@ export function createPresets(root, look, controls, model, claims) {
               look.dataset.messages = sent.join(',');
             } else claims.show(step.claims ?? [], { from_ms: Math.floor(from) });
             name.textContent = `${title}, ${step.label}:`;
+            // In the story, back to the part the chapter's sentences name, which the box at the
+            // bottom must not cover.
+            if (getComputedStyle(look).position === 'fixed') bringIntoView(preset.show ?? '#timeline-panel');
             const did = step.burst ? `sent ${step.burst} more messages` : 'policy changed';
             say(`${title}, ${step.label}: ${did}.`);
           }),

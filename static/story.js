@@ -5,7 +5,7 @@
 //! console of controls is one click away ("show every control"), and the choice is remembered.
 
 import { say } from './controls.js';
-import { applySettings, presetButton } from './presets.js';
+import { applySettings, bringIntoView, presetButton } from './presets.js';
 
 const STORY_URL = '/static/story.json';
 /** Where the choice of view is kept between visits. */
@@ -84,7 +84,7 @@ export function createStory(root, look, controls, presets, claims, model) {
       // the picture its sentences are about (the metastable failure's goodput chart).
       button.addEventListener('click', async () => {
         await presets.start(preset.id, button);
-        document.querySelector(preset.show ?? '#timeline-panel')?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+        bringIntoView(preset.show ?? '#timeline-panel');
       });
       chapters.append(button);
     }
@@ -118,7 +118,7 @@ export function createStory(root, look, controls, presets, claims, model) {
       current = { step, ids: ids ?? current?.ids ?? [] };
       look.dataset.messages = current.ids.join(',');
       show(step, i);
-      document.querySelector(step.show)?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+      bringIntoView(step.show);
       // The pressed button is gone (the next step's replaced it) or scrolled away: the keyboard
       // goes on from what to look for, with the next step one Tab after it.
       look.focus({ preventScroll: true });

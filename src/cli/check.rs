@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use reqwest::{Method, Url};
 
 use crate::config::CheckArgs;
-use crate::contract::{self, BodyTemplate, Effect, Exchange, Report, Target, Verdict};
+use crate::contract::{self, BodyTemplate, Effect, Exchange, Report, Target, Trust, Verdict};
 
 /// What the process should exit with.
 pub async fn run(args: CheckArgs) -> i32 {
@@ -30,7 +30,7 @@ pub async fn run(args: CheckArgs) -> i32 {
         }
     };
     if dry_run {
-        print!("{}", plan(&report));
+        print!("{}", plan(&report, &curl_trust(&args)));
         return 0;
     }
     if let Some(path) = &args.junit
@@ -42,7 +42,7 @@ pub async fn run(args: CheckArgs) -> i32 {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("a report serializes"));
     } else {
-        print!("{}", table(&report));
+        print!("{}", table(&report, &curl_trust(&args)));
     }
     if let Some(refused) = &report.refused {
         eprintln!("retrylab check: {}", refused.said(&report.url));
@@ -77,6 +77,7 @@ fn target(args: &CheckArgs) -> Result<Target, String> {
         max_requests: args.max_requests,
         in_progress_wait,
         dry_run: args.dry_run,
+        tls: trust(args)?,
     })
 }
 
@@ -85,14 +86,24 @@ fn parse_url(raw: &str, what: &str) -> Result<Url, String> {
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err(format!("{what} {raw:?} is not an http or https URL"));
     }
-    // Said here rather than as "does not answer": reqwest is built without TLS (Cargo.toml).
-    if url.scheme() == "https" {
-        return Err(format!(
-            "{what} {raw:?} is https, and this build has no TLS yet: probe the API over http (on the \
-             loopback, or behind the TLS terminator)"
-        ));
-    }
     Ok(url)
+}
+
+/// `--cacert` and `--insecure`, as curl reads them: the file's certificates replace the
+/// platform's roots; `--insecure` accepts any certificate.
+fn trust(args: &CheckArgs) -> Result<Trust, String> {
+    match (&args.cacert, args.insecure) {
+        (Some(_), true) => Err("--cacert and --insecure contradict each other: give one".into()),
+        (None, true) => Ok(Trust::Insecure),
+        (None, false) => Ok(Trust::Platform),
+        (Some(path), false) => {
+            let pem = std::fs::read(path).map_err(|e| format!("--cacert {}: {e}", path.display()))?;
+            match reqwest::Certificate::from_pem_bundle(&pem) {
+                Ok(roots) if !roots.is_empty() => Ok(Trust::Only(roots)),
+                _ => Err(format!("--cacert {}: no PEM certificate in it", path.display())),
+            }
+        }
+    }
 }
 
 /// Probing sends real requests that may have effects: only loopback, unless the host is named.
@@ -118,7 +129,7 @@ fn verdict(v: Verdict) -> &'static str {
     }
 }
 
-fn table(report: &Report) -> String {
+fn table(report: &Report, trust: &str) -> String {
     let mut out = format!("retrylab check {}\n\n", report.url);
     let probe = match &report.refused {
         None => {
@@ -136,32 +147,41 @@ fn table(report: &Report) -> String {
         out.push_str(&format!("created (Location): {}\n", report.locations.join(", ")));
     }
     if report.refused.is_some() {
-        out.push_str(&format!("\nthe probe was refused; to reproduce:\n  {}\n", curl(&report.probe)));
+        out.push_str(&format!("\nthe probe was refused; to reproduce:\n  {}\n", curl(&report.probe, trust)));
     }
     for check in report.checks.iter().filter(|c| c.verdict == Verdict::Fail) {
         out.push_str(&format!("\n{} failed; to reproduce:\n", check.id));
         for e in check.requests.iter().filter(|e| e.method != "GET" || check.requests.len() == 1) {
-            out.push_str(&format!("  {}{}\n", curl(e), if e.together { " &" } else { "" }));
+            out.push_str(&format!("  {}{}\n", curl(e, trust), if e.together { " &" } else { "" }));
         }
     }
     out
 }
 
 /// Every request a run would send, one a line.
-fn plan(report: &Report) -> String {
+fn plan(report: &Report, trust: &str) -> String {
     let mut out = format!("retrylab check {} --dry-run: the requests it would send\n", report.url);
-    out.push_str(&format!("{:<22}{}\n", "probe", curl(&report.probe)));
+    out.push_str(&format!("{:<22}{}\n", "probe", curl(&report.probe, trust)));
     for check in &report.checks {
         for e in &check.requests {
-            out.push_str(&format!("{:<22}{}\n", check.id, curl(e)));
+            out.push_str(&format!("{:<22}{}\n", check.id, curl(e, trust)));
         }
     }
     out
 }
 
-/// A curl command that sends `e` again.
-pub fn curl(e: &Exchange) -> String {
-    let mut said = format!("curl -sS -i -X {}", e.method);
+/// The curl flags that trust the certificate as this run did.
+fn curl_trust(args: &CheckArgs) -> String {
+    match (&args.cacert, args.insecure) {
+        (Some(path), _) => format!(" --cacert {}", quote(&path.display().to_string())),
+        (None, true) => " -k".into(),
+        (None, false) => String::new(),
+    }
+}
+
+/// A curl command that sends `e` again, trusting the certificate as the run did (`trust`).
+fn curl(e: &Exchange, trust: &str) -> String {
+    let mut said = format!("curl -sS -i{trust} -X {}", e.method);
     if let Some(body) = &e.body {
         said.push_str(&format!(" -H 'Content-Type: application/json' --data-raw {}", quote(body)));
     }

@@ -121,7 +121,7 @@ async fn compare(
     let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder().no_proxy().tls_certs_only([]).build().map_err(|e| e.to_string())?;
     let mut request = json!({"scenario": args.scenario, "burst": args.burst, "seed": args.seed, "runs": args.runs, "late_threshold_ms": args.late_threshold_ms, "policies": policies});
     if !defences.is_empty() {
         request["defences"] = json!(defences);

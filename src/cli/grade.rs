@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::cli::check::xml;
+use crate::cli::family::{self, Family};
 use crate::config::{Config, GradeArgs};
 use crate::server::serve;
 
@@ -85,7 +86,8 @@ fn schedule(raw: &str) -> Result<Vec<Phase>, String> {
 
 /// What the process should exit with.
 pub async fn run(args: GradeArgs) -> i32 {
-    let dir = std::env::temp_dir().join(format!("retrylab-grade-{}", uuid::Uuid::new_v4()));
+    family::clean_after_killed(&std::env::temp_dir());
+    let dir = std::env::temp_dir().join(format!("{}{}", family::FOLDER_PREFIX, uuid::Uuid::new_v4()));
     let code = match grade(&args, &dir).await {
         Ok(code) => code,
         Err(refused) => {
@@ -113,11 +115,14 @@ async fn grade(args: &GradeArgs, dir: &std::path::Path) -> Result<i32, String> {
     config.limits.control_rate_per_s = 1_000;
     config.limits.endpoint_rate_per_s = 100_000;
     config.limits.endpoint_burst = 100_000;
+    // Each phase is set twice (tried before CMD starts, then in its turn): any schedule fits.
+    let puts = u32::try_from(phases.len()).unwrap_or(u32::MAX).saturating_mul(2).saturating_add(10);
+    config.limits.control_burst = config.limits.control_burst.max(puts);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(listener, config, async {
         let _ = stopped.await;
     }));
-    let graded = graded(args, &base, &phases, program, rest).await;
+    let graded = graded(args, &base, &phases, program, rest, dir).await;
     let _ = stop.send(());
     let _ = server.await;
     graded
@@ -129,8 +134,9 @@ async fn graded(
     phases: &[Phase],
     program: &str,
     rest: &[String],
+    dir: &std::path::Path,
 ) -> Result<i32, String> {
-    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+    let http = reqwest::Client::builder().no_proxy().tls_certs_only([]).build().map_err(|e| e.to_string())?;
     let created = json_of(http.post(format!("{base}/api/labs"))).await?;
     let lab = created["id"].as_str().ok_or("the lab was not created")?.to_owned();
     let url = format!("{base}/labs/{lab}/downstream");
@@ -140,8 +146,10 @@ async fn graded(
     for phase in phases.iter().rev() {
         put(&http, &settings, &phase.settings).await?;
     }
-    // CMD leads a process group of its own, so whatever it starts ends with it: nothing of it
-    // outlives the grade, however it ends (past the time limit, interrupted, or by itself).
+    // CMD leads a process group of its own, and what leaves the group comes back to the grade
+    // as an orphan: nothing of it outlives the grade, however it ends (past the time limit,
+    // interrupted, or by itself); `family` says how, and what a killed grade leaves.
+    Family::prepare(dir)?;
     let mut child = std::process::Command::new(program)
         .args(rest.iter().map(|a| a.replace("{url}", &url)))
         .env("RETRYLAB_URL", &url)
@@ -149,7 +157,7 @@ async fn graded(
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
-    let group = Group(child.id());
+    let mut family = Family::of(child.id(), dir);
     // Listening from now on: a signal that comes while a phase is being set is not lost.
     let interrupt = interrupted();
     tokio::pin!(interrupt);
@@ -160,8 +168,9 @@ async fn graded(
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break Some(status);
         }
+        family.note_now_and_then();
         if started.elapsed() > limit {
-            group.kill();
+            family.kill_group();
             let _ = child.wait();
             break None;
         }
@@ -176,14 +185,14 @@ async fn graded(
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(20)) => {}
             signal = &mut interrupt => {
-                group.kill();
+                family.kill_group();
                 let _ = child.wait();
                 return Err(format!("{signal}: stopped {program} and everything it started"));
             }
         }
     };
     // What CMD left running in the background goes with it.
-    group.kill();
+    family.end();
     match status {
         None => {
             eprintln!("retrylab grade: {program} ran past --time-limit-s {}; stopped it", args.time_limit_s)
@@ -270,15 +279,24 @@ fn table(callers: &[Value]) -> String {
             caller["keys"],
             caller["requests"]
         ));
+        // Each column as wide as its widest entry and two spaces, so no name runs into the next.
+        let verdict =
+            |check: &str| caller["checks"][check]["verdict"].as_str().unwrap_or_default().to_owned();
+        let names = CHECKS.iter().map(|c| c.len()).max().unwrap_or(0) + 2;
+        let verdicts = CHECKS.iter().map(|c| verdict(c).len()).max().unwrap_or(0) + 2;
         for check in CHECKS {
             let found = &caller["checks"][check];
             out.push_str(&format!(
-                "  {check:<16}{:<10}{}\n",
-                found["verdict"].as_str().unwrap_or_default(),
+                "  {check:<names$}{:<verdicts$}{}\n",
+                verdict(check),
                 found["evidence"].as_str().unwrap_or_default()
             ));
             if let Some(advice) = found["advice"].as_str() {
-                out.push_str(&format!("  {:<26}what to change: {advice}\n", ""));
+                out.push_str(&format!(
+                    "  {:<width$}what to change: {advice}\n",
+                    "",
+                    width = names + verdicts
+                ));
             }
         }
     }
@@ -323,27 +341,6 @@ fn junit(callers: &[Value], strict: bool) -> String {
     }
     out.push_str("</testsuites>\n");
     out
-}
-
-/// The process group CMD leads (its id is CMD's), ended when the grade lets go of it, however
-/// the grade ends (an error while a phase is set included).
-struct Group(u32);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-impl Group {
-    /// Ends every process in the group; one already gone is no error.
-    fn kill(&self) {
-        let Ok(id) = libc::pid_t::try_from(self.0) else { return };
-        // SAFETY: kill(2) with a negative id signals a process group; it touches no memory.
-        unsafe {
-            libc::kill(-id, libc::SIGKILL);
-        }
-    }
 }
 
 /// Resolves when the grade itself is told to stop (Ctrl-C, or SIGTERM), naming the signal:

@@ -3,6 +3,7 @@
 
 pub mod check;
 pub mod compare;
+pub mod family;
 pub mod grade;
 
 use clap::CommandFactory;

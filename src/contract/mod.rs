@@ -115,6 +115,18 @@ pub struct Target {
     pub in_progress_wait: Duration,
     /// Records the plan without sending anything.
     pub dry_run: bool,
+    /// How an https URL's certificate is trusted.
+    pub tls: Trust,
+}
+
+/// How `check` trusts an https API's certificate, as curl does: the platform's roots by default,
+/// only the certificates of a file (`--cacert`), or none at all (`--insecure`, curl's `-k`).
+#[derive(Debug, Clone, Default)]
+pub enum Trust {
+    #[default]
+    Platform,
+    Only(Vec<reqwest::Certificate>),
+    Insecure,
 }
 
 /// How a request carries its key.
@@ -225,9 +237,13 @@ pub async fn check(target: Target) -> Result<Report, String> {
         .no_proxy()
         // A redirect would carry the POST, its key and its body to a host no one allowed.
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .timeout(Duration::from_secs(10));
+    let http = match &target.tls {
+        Trust::Platform => http,
+        Trust::Only(roots) => http.tls_certs_only(roots.iter().cloned()),
+        Trust::Insecure => http.danger_accept_invalid_certs(true),
+    };
+    let http = http.build().map_err(|e| format!("cannot make an HTTP client: {}", plain(&e)))?;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let mut p = Prober {
         http,
@@ -251,11 +267,8 @@ pub async fn check(target: Target) -> Result<Report, String> {
     };
     p.current.clear();
     if !probe.answered() && !p.target.dry_run {
-        return Err(format!(
-            "{} does not answer: {}",
-            p.target.url,
-            probe.note.as_deref().unwrap_or("no answer")
-        ));
+        let note = probe.note.as_deref().unwrap_or("no answer");
+        return Err(format!("{} does not answer: {note}", p.target.url));
     }
     let url = p.target.url.to_string();
     if let Some(status) = probe.status.filter(|s| !(200..300).contains(s)) {
@@ -423,7 +436,7 @@ impl Prober {
                             Some(t) if error.is_timeout() => {
                                 format!("abandoned on purpose {} ms after it was sent", t.as_millis())
                             }
-                            _ => format!("no answer: {}", plain(&error)),
+                            _ => format!("no answer: {}{}", plain(&error), trust_advice(&url, &error)),
                         })
                     }
                 }
@@ -473,7 +486,7 @@ impl Prober {
                 e.answer = Some(shown(body));
                 count(body, &effect.pointer)
             }
-            Err(error) => Err(format!("no answer: {}", plain(error))),
+            Err(error) => Err(format!("no answer: {}{}", plain(error), trust_advice(&effect.url, error))),
         };
         self.current.push(e);
         reading.map(Some).map_err(|why| format!("the effect query GET {} {why}", effect.url))
@@ -534,6 +547,16 @@ fn shown(body: &str) -> String {
 }
 
 /// An error in one line, with its cause (reqwest's own says only "error sending request").
+/// What to do when an https URL's certificate was not trusted (said after the error).
+fn trust_advice(url: &Url, error: &reqwest::Error) -> &'static str {
+    if url.scheme() == "https" && plain(error).contains("certificate") {
+        "; to trust its certificate pass --cacert FILE (the certificate or its CA, PEM), or --insecure \
+         to skip the check for a self-signed one"
+    } else {
+        ""
+    }
+}
+
 fn plain(error: &reqwest::Error) -> String {
     let mut said = error.to_string();
     let mut source = std::error::Error::source(error);

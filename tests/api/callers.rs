@@ -510,6 +510,15 @@ async fn retrylab_grade_leaves_nothing_of_the_command_running() {
     for (name, script, time_limit) in [
         ("past the limit", "sleep 30 & echo $! > {pid}; wait", "1"),
         ("ended by itself", "sleep 30 & echo $! > {pid}", "30"),
+        // A daemon: forks, leaves the group and the session (setsid), and its parent exits.
+        // (Its output goes to /dev/null, as a daemon's does: else the grade's own output would
+        // stay open until it ends.)
+        ("a daemon", "setsid sh -c 'sleep 30 >/dev/null 2>&1 & echo $! > {pid}' & wait", "30"),
+        (
+            "a forked daemon",
+            "setsid -f sh -c 'echo $$ > {pid}; exec sleep 30 >/dev/null 2>&1'; sleep 0.3",
+            "30",
+        ),
     ] {
         let pid_file = dir.join(name.replace(' ', "-"));
         let script = script.replace("{pid}", pid_file.to_str().unwrap());
@@ -533,6 +542,7 @@ async fn retrylab_grade_leaves_nothing_of_the_command_running() {
         .unwrap();
         assert_eq!(output.status.code(), Some(1), "{name}: it sent nothing, so it fails");
         let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        assert!(pid > 1, "{name}");
         let start = std::time::Instant::now();
         while still_runs(pid) && start.elapsed() < Duration::from_secs(5) {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -640,4 +650,65 @@ async fn a_downstream_can_fail_without_retry_after() {
         .unwrap();
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(refused.headers()["content-type"], "application/problem+json");
+
+#[tokio::test]
+async fn a_killed_grade_s_leftovers_are_ended_by_the_next_grade_and_any_schedule_fits_its_limits() {
+    let dir = std::env::temp_dir().join(format!("grade-killed-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("daemon");
+    let script = format!("setsid -f sh -c 'echo $$ > {}; exec sleep 60'; sleep 60", pid_file.display());
+    let mut grade = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["grade", "--schedule", "healthy", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let daemon = loop {
+        let pid = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            break pid;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the daemon never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Let the grade note it (it does every 250 ms), then kill the grade as no process can catch.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let folder = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with("retrylab-grade-")
+                && std::fs::read_to_string(p.join("processes"))
+                    .is_ok_and(|l| l.contains(&format!("{daemon} ")))
+        })
+        .expect("the grade's folder lists the daemon it started");
+    grade.kill().unwrap();
+    grade.wait().unwrap();
+    assert!(still_runs(daemon), "a killed grade cannot end what it started");
+    let readme = std::fs::read_to_string(folder.join("README")).unwrap();
+    assert!(readme.contains("kill -9 PID") && readme.contains("next `retrylab grade`"), "{readme}");
+    // The next grade ends it and removes the folder; its schedule of 150 phases is within its
+    // own server's limits (each phase is set twice).
+    let phases: Vec<Value> = (0..150).map(|i| json!({"mode": "healthy", "ms": 1 + i % 2})).collect();
+    let schedule = serde_json::to_string(&phases).unwrap();
+    let next = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["grade", "--schedule", &schedule, "--", "sh", "-c", "sleep 0.5"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert_eq!(next.status.code(), Some(1), "it sent nothing: {said}");
+    assert!(said.contains("sent nothing") && !said.contains("refused"), "{said}");
+    let start = std::time::Instant::now();
+    while still_runs(daemon) && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!still_runs(daemon), "the next grade ended the killed grade's daemon {daemon}");
+    assert!(!folder.exists(), "and removed its folder {}", folder.display());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -152,6 +152,7 @@ fn target(url: &str, effect: &str, pointer: &str) -> Target {
         max_requests: contract::DEFAULT_MAX_REQUESTS,
         in_progress_wait: contract::DEFAULT_IN_PROGRESS_WAIT,
         dry_run: false,
+        tls: Default::default(),
     }
 }
 
@@ -261,7 +262,7 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
             retrylab(&["check", &g, "--body", "order={n}"]),
             retrylab(&["check", "http://127.0.0.1:1/orders"]),
             retrylab(&["check", &g, "--effect", &g.replace("/orders", "/nothing")]),
-            retrylab(&["check", &g.replace("http:", "https:")]),
+            retrylab(&["check", &g, "--insecure", "--cacert", "Cargo.toml"]),
         ];
         (ok, failing, json, dry, usage)
     })
@@ -300,7 +301,7 @@ async fn the_command_exits_1_on_a_failure_with_a_curl_to_reproduce_it_and_2_on_b
         "--body is not JSON",
         "does not answer",
         "did not answer JSON",
-        "has no TLS yet",
+        "--cacert and --insecure contradict each other",
     ]) {
         assert_eq!(output.status.code(), Some(2), "{}", out(output));
         let err = String::from_utf8_lossy(&output.stderr);
@@ -491,4 +492,87 @@ fn the_help_shows_n_and_what_it_is_for() {
         "{said}"
     );
     assert!(said.contains("--in-progress-wait-ms"), "{said}");
+}
+
+/// A self-signed certificate for 127.0.0.1 (made by openssl, as a person would) and a TLS front
+/// that hands each connection's bytes to `backend`: the lab's own endpoint behind https.
+async fn spawn_tls_front(backend: &str) -> (String, std::path::PathBuf) {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::env::temp_dir().join(format!("retrylab-tls-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-days", "1", "-subj", "/CN=retrylab-test", "-addext", "subjectAltName=IP:127.0.0.1"])
+        // A server's certificate, not a CA's (openssl marks one a CA by default; webpki refuses it).
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl makes the test's certificate (.ci/run installs it)");
+    assert!(made.status.success(), "{}", output(&made));
+    let chain = CertificateDer::pem_file_iter(&cert).unwrap().collect::<Result<Vec<_>, _>>().unwrap();
+    let config = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, PrivateKeyDer::from_pem_file(&key).unwrap())
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = format!("https://{}", listener.local_addr().unwrap());
+    let backend = backend.trim_start_matches("http://").to_owned();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else { return };
+            let (acceptor, backend) = (acceptor.clone(), backend.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(socket).await else { return };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(&backend).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (front, cert)
+}
+
+#[tokio::test]
+async fn https_with_a_self_signed_certificate_runs_every_check_with_insecure_or_its_cacert() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let (front, cert) = spawn_tls_front(&app.url("")).await;
+    let (url, effect) = (format!("{front}/labs/{lab}/downstream"), format!("GET {front}/api/labs/{lab}"));
+    let cert = cert.to_str().unwrap().to_owned();
+    let (untrusted, insecure, cacert) = tokio::task::spawn_blocking(move || {
+        let run = |trust: &[&str]| {
+            let mut args = vec!["check", &url, "--json", "--effect", &effect, "--effect-pointer"];
+            args.extend(["/counters/applied"]);
+            args.extend(trust);
+            retrylab(&args)
+        };
+        (run(&[]), run(&["--insecure"]), run(&["--cacert", &cert]))
+    })
+    .await
+    .unwrap();
+    // Not trusted by the platform: said as such, with both ways out.
+    assert_eq!(untrusted.status.code(), Some(2), "{}", output(&untrusted));
+    let said = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(
+        said.contains("certificate") && said.contains("--cacert") && said.contains("--insecure"),
+        "{said}"
+    );
+    for (trust, run) in [("--insecure", &insecure), ("--cacert", &cacert)] {
+        assert_eq!(run.status.code(), Some(0), "{trust}: {}", output(run));
+        let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+        let checks = report["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 8, "{trust}: {report}");
+        let judged = checks.iter().filter(|c| c["verdict"] == "pass").count();
+        assert!(
+            checks.iter().all(|c| c["verdict"] == "pass" || c["verdict"] == "not_applicable") && judged >= 6,
+            "{trust}: {checks:?}"
+        );
+        let probe = report["probe"]["status"].as_u64();
+        assert!(probe.is_some_and(|s| (200..300).contains(&s)), "{trust}: {report}");
+    }
 }
