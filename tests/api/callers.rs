@@ -650,6 +650,7 @@ async fn a_downstream_can_fail_without_retry_after() {
         .unwrap();
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(refused.headers()["content-type"], "application/problem+json");
+}
 
 #[tokio::test]
 async fn a_killed_grade_s_leftovers_are_ended_by_the_next_grade_and_any_schedule_fits_its_limits() {
