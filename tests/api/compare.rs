@@ -903,3 +903,53 @@ async fn a_tie_set_by_the_retry_after_floor_says_why() {
     let report = compared(&app, &flaky).await;
     assert_eq!(report["tie_reason"], Value::Null, "{}", report["tie_reason"]);
 }
+
+/// The libraries' presets run as any preset does, from the command line: each column carries
+/// its library's settings (urllib3's first retry at once and exact `Retry-After`, tenacity's
+/// full jitter with the header ignored, go-retryablehttp's 1 s doubling that waits a header of
+/// 0 too), and every message is accounted for.
+#[tokio::test]
+async fn library_presets_compare_from_the_command_line() {
+    let output = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["compare", "--scenario", "flaky", "--burst", "4", "--seed", "5", "--runs", "1"])
+            .args(["--policy", "urllib3", "--policy", "tenacity", "--policy", "go-retryablehttp", "--json"])
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let document: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
+    let settings = |name: &str| policy_of(&document, name)["policy"].clone();
+    let urllib3 = settings("urllib3");
+    assert_eq!(
+        (
+            &urllib3["first_retry_at_once"],
+            &urllib3["retry_after_mode"],
+            &urllib3["jitter"],
+            &urllib3["max_attempts"]
+        ),
+        (&json!(true), &json!("exact"), &json!("none"), &json!(6)),
+        "{urllib3}"
+    );
+    let tenacity = settings("tenacity");
+    assert_eq!(
+        (&tenacity["jitter"], &tenacity["honor_retry_after"]),
+        (&json!("full"), &json!(false)),
+        "{tenacity}"
+    );
+    let go = settings("go-retryablehttp");
+    assert_eq!(
+        (&go["retry_after_mode"], &go["max_attempts"]),
+        (&json!("exact_including_zero"), &json!(5)),
+        "{go}"
+    );
+    for name in ["urllib3", "tenacity", "go-retryablehttp"] {
+        for run in policy_of(&document, name)["runs"].as_array().unwrap() {
+            accounted_for(&run["figures"], 4);
+        }
+    }
+}
