@@ -102,6 +102,9 @@ pub struct Export {
     pub settings: Value,
     /// Each part of the policy the library cannot express, with what the program does instead.
     pub unsupported: Vec<String>,
+    /// For a library's own preset exported to it (a round trip): the program is the library's
+    /// defaults, and these are the settings it had to write out; empty otherwise.
+    pub spelled_out: Vec<String>,
 }
 
 /// A policy given by a preset's name, or as JSON: the settings `PUT /policy` takes (or a
@@ -127,8 +130,12 @@ pub fn export(policy: &Policy, library: Library) -> Export {
     let settings = serde_json::to_value(policy).expect("a policy serializes");
     let comment = serde_json::to_string_pretty(&settings).expect("JSON prints");
     let mut unsupported = common_unsupported(policy, library);
+    let mut spelled_out = Vec::new();
     let code = match library.language() {
         "python" => python::program(policy, library, &comment, &mut unsupported),
+        "javascript" if is_own_preset(policy, library) => {
+            node::native(policy, library, &comment, &mut spelled_out)
+        }
         "javascript" => node::program(policy, library, &comment, &mut unsupported),
         _ => go::program(policy, &comment, &mut unsupported),
     };
@@ -139,7 +146,14 @@ pub fn export(policy: &Policy, library: Library) -> Export {
         code,
         settings,
         unsupported,
+        spelled_out,
     }
+}
+
+/// Whether `policy` is `library`'s own preset as it stands: then the program can be the
+/// library's defaults rather than the lab's formula hooked in (done for got and axios-retry).
+fn is_own_preset(policy: &Policy, library: Library) -> bool {
+    read_policy(library.id()).is_ok_and(|preset| preset == *policy)
 }
 
 /// What no library here has: the lab's breaker, budget and protections, many clients, a
@@ -230,6 +244,16 @@ mod tests {
             // Full jitter may draw 0, which got reads as "do not retry": said, and nothing else.
             let said = if library == Library::Got { 1 } else { 0 };
             assert_eq!(export.unsupported.len(), said, "{}: {:?}", library.id(), export.unsupported);
+        }
+        // A library's own preset to its own library: its defaults, and what had to be written out.
+        for library in [Library::Got, Library::AxiosRetry] {
+            let round_trip = export(&read_policy(library.id()).unwrap(), library);
+            assert!(!round_trip.code.contains("plannedWait"), "{}: no hook", library.id());
+            assert!(
+                round_trip.spelled_out.iter().any(|s| s.contains("POST")),
+                "{:?}",
+                round_trip.spelled_out
+            );
         }
         let guarded = read_policy("breaker-retry").unwrap();
         let export = export(&guarded, Library::Tenacity);

@@ -70,6 +70,101 @@ console.log((await Promise.all(waves)).flat());
     )
 }
 
+/// A library's own preset as the library's defaults (the round trip): no hook, only what
+/// must be written out for a keyed POST, each said in `spelled_out`.
+pub(super) fn native(
+    policy: &Policy,
+    library: Library,
+    settings: &str,
+    spelled_out: &mut Vec<String>,
+) -> String {
+    let lib = library.id();
+    let version = library.version();
+    let settings: String = settings.lines().map(|l| format!("//   {l}\n")).collect();
+    let (imports, send, install) = if library == Library::Got {
+        spelled_out.push("retry.methods ['POST']: got's default methods leave POST out".to_owned());
+        spelled_out.push(format!(
+            "timeout.request {} ms: got sets no timeout by default; the policy's timeout_ms (with it, got gives up on a Retry-After longer than the timeout)",
+            policy.timeout_ms
+        ));
+        (
+            "import got from 'got';",
+            r#"async function order(n) {
+  const key = crypto.randomUUID(); // one key per order, sent again on each of its retries
+  try {
+    const response = await got.post(url, {
+      json: { order: key, n },
+      headers: { 'Idempotency-Key': key },
+      timeout: { request: TIMEOUT_MS },
+      retry: { methods: ['POST'] }, // the rest is got's defaults: limit 2, its waits, statuses and Retry-After
+    });
+    return response.statusCode;
+  } catch (error) {
+    return error.response?.statusCode ?? error.code;
+  }
+}"#,
+            "npm install got",
+        )
+    } else {
+        spelled_out.push("retryDelay exponentialDelay: axios-retry's default is no delay at all; the preset is its documented exponential set-up".to_owned());
+        spelled_out.push(
+            "retryCondition isNetworkError or isRetryableError (429 and 5xx): the default leaves POST out"
+                .to_owned(),
+        );
+        spelled_out.push(format!(
+            "timeout {} ms: axios sets none by default; the policy's timeout_ms",
+            policy.timeout_ms
+        ));
+        (
+            "import axios from 'axios';\nimport axiosRetry, { exponentialDelay, isNetworkError, isRetryableError } from 'axios-retry';",
+            r#"// The rest is axios-retry's defaults: 3 retries.
+axiosRetry(axios, {
+  retryDelay: exponentialDelay,
+  retryCondition: (error) => isNetworkError(error) || isRetryableError(error),
+});
+
+async function order(n) {
+  const key = crypto.randomUUID(); // one key per order, sent again on each of its retries
+  try {
+    const response = await axios.post(url, { order: key, n }, { headers: { 'Idempotency-Key': key }, timeout: TIMEOUT_MS });
+    return response.status;
+  } catch (error) {
+    return error.response?.status ?? error.code;
+  }
+}"#,
+            "npm install axios axios-retry",
+        )
+    };
+    format!(
+        r#"// The {lib} preset as {lib} {version} itself, written by `retrylab export`: the library's
+// defaults, with only what a keyed POST needs written out.
+//
+// Sends WAVES waves of ORDERS POSTs at once, WAVE_GAP_MS apart, each POST with its own
+// Idempotency-Key, the same key on every retry, to the endpoint in RETRYLAB_URL or the first
+// argument; prints the final statuses.
+// Run: {install}; node this_file.mjs URL (or under `retrylab grade -- node this_file.mjs`).
+//
+// The lab policy it follows (retrylab's settings):
+{settings}
+{imports}
+
+const url = process.env.RETRYLAB_URL || process.argv[2];
+const ORDERS = 10;
+const WAVES = 2;
+const WAVE_GAP_MS = 3500;
+const TIMEOUT_MS = {timeout};
+
+{send}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const waves = Array.from({{ length: WAVES }}, (_, w) =>
+  sleep(w * WAVE_GAP_MS).then(() => Promise.all(Array.from({{ length: ORDERS }}, (_, i) => order(w * ORDERS + i)))));
+console.log((await Promise.all(waves)).flat());
+"#,
+        timeout = policy.timeout_ms,
+    )
+}
+
 fn constants(policy: &Policy) -> String {
     let mode = match policy.retry_after_mode {
         RetryAfterMode::Floor => "floor",

@@ -195,3 +195,123 @@ fn full_jitter_exported_to_tenacity_and_got_passes_the_card_on_the_real_library(
     }
     let _ = std::fs::remove_dir_all(&folder);
 }
+
+/// A message's measured waits by retry number (1 for the wait before the first retry): the
+/// lab's own client's `wait.actual_ms`, or an outside caller's `waited_ms`.
+fn waits_by_retry(snapshot: &Value, outside: bool) -> Vec<Vec<u64>> {
+    let mut by_retry: Vec<Vec<u64>> = Vec::new();
+    let mut put = |retry: usize, ms: u64| {
+        if by_retry.len() < retry {
+            by_retry.resize(retry, Vec::new());
+        }
+        by_retry[retry - 1].push(ms);
+    };
+    if outside {
+        for message in snapshot["outside"]["messages"].as_array().unwrap() {
+            for attempt in message["attempts"].as_array().unwrap() {
+                if let (Some(n), Some(ms)) = (attempt["n"].as_u64(), attempt["waited_ms"].as_u64()) {
+                    put(n as usize - 1, ms);
+                }
+            }
+        }
+    } else {
+        for message in snapshot["messages"].as_array().unwrap() {
+            for attempt in message["attempts"].as_array().unwrap() {
+                if let (Some(n), Some(ms)) = (attempt["n"].as_u64(), attempt["wait"]["actual_ms"].as_u64()) {
+                    put(n as usize, ms);
+                }
+            }
+        }
+    }
+    by_retry.iter_mut().for_each(|waits| waits.sort_unstable());
+    by_retry
+}
+
+/// The tolerance two measured waits of about `ms` are held to: 80 ms of process noise on a
+/// loaded machine, or 5 % of the wait if more.
+fn tolerance(ms: u64) -> u64 {
+    80.max(ms / 20)
+}
+
+/// A library's own preset, simulated by the lab and run by the real library with its defaults
+/// (the round trip: the preset exported to its own library), against an endpoint that is down
+/// without `Retry-After`: per retry, the median and the range of the waits agree within
+/// `tolerance`, and so does the number of attempts per key. got: 1 s and 2 s, each plus up to
+/// 100 ms; axios-retry's `exponentialDelay`: 200, 400, 800 ms, each plus up to 20 %.
+#[tokio::test]
+async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-agreement-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let app = TestApp::spawn().await;
+    for library in ["got", "axios-retry"] {
+        let case = folder.join(library);
+        std::fs::create_dir_all(&case).unwrap();
+        let command = match runnable("got", &exported(library, library), &case) {
+            Ok(command) => command,
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => {
+                eprintln!("skipping {library}: {why}");
+                continue;
+            }
+        };
+        let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+        // The real library, on a lab of its own.
+        let real = app.new_lab().await;
+        app.put(&real, "downstream", down).await;
+        let url = app.url(&format!("/labs/{real}/downstream"));
+        let run = tokio::task::spawn_blocking(move || {
+            Command::new(&command[0]).arg(&command[1]).env("RETRYLAB_URL", url).output().unwrap()
+        });
+        // The lab's own client with the preset, at the same time.
+        let simulated = app.new_lab().await;
+        let policy = retrylab::compare::presets::find(library).unwrap().policy.clone();
+        app.put(&simulated, "policy", &policy.to_string()).await;
+        app.put(&simulated, "downstream", down).await;
+        app.burst(&simulated, 20).await;
+        let output = run.await.unwrap();
+        assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
+        let lab = app
+            .wait_for(&simulated, std::time::Duration::from_secs(30), |s| {
+                s["counters"]["dead_letter"].as_u64() == Some(20)
+            })
+            .await;
+        let ours = waits_by_retry(&lab, false);
+        let theirs = waits_by_retry(&app.snapshot(&real).await, true);
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "{library}: retries per key, lab {ours:?} against real {theirs:?}"
+        );
+        let median = |w: &[u64]| w[w.len() / 2];
+        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
+            let (o, t) = (
+                (median(ours), ours[0], ours[ours.len() - 1]),
+                (median(theirs), theirs[0], theirs[theirs.len() - 1]),
+            );
+            assert!(
+                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
+                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+            eprintln!(
+                "{library} retry {}: lab median {} ms in {}..{}, real {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
