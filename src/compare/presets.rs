@@ -185,6 +185,28 @@ mod tests {
     }
 
     #[test]
+    fn library_presets_retry_their_library_s_statuses() {
+        let statuses = |name: &str| changes(name).unwrap().retry_statuses.flatten().unwrap();
+        assert_eq!(statuses("got"), [408, 413, 429, 500, 502, 503, 504, 521, 522, 524], "got's options.js");
+        assert_eq!(statuses("httpx-retries"), [429, 502, 503, 504], "RETRYABLE_STATUS_CODES");
+        for name in ["urllib3", "tenacity", "stamina"] {
+            assert_eq!(statuses(name), [429, 500, 502, 503, 504], "{name}'s documented set-up");
+        }
+        let go = statuses("go-retryablehttp");
+        assert!(
+            go.contains(&429) && !go.contains(&501) && (502..600).all(|s| go.contains(&s)) && go.len() == 100
+        );
+        let axios = statuses("axios-retry");
+        assert!(axios.contains(&429) && (500..600).all(|s| axios.contains(&s)) && axios.len() == 101);
+        assert!(!statuses("grpc-retry-policy").contains(&409));
+        assert_eq!(
+            changes("polly-v8").unwrap().retry_statuses,
+            None,
+            "the lab's own, as a ShouldHandle for them"
+        );
+    }
+
+    #[test]
     fn library_presets_treat_retry_after_as_their_library_does() {
         // Waited exactly, whatever the backoff: urllib3, httpx-retries, got, go-retryablehttp.
         for name in ["urllib3", "httpx-retries", "got", "go-retryablehttp"] {

@@ -74,10 +74,7 @@ const (
 	retryAfterCapS   = {ra_cap}
 )
 
-// The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.
-func retryStatus(status int) bool {{
-	return status == 408 || status == 409 || status == 429 || (status >= 500 && status < 600)
-}}
+{statuses}
 
 var (
 	lock     sync.Mutex
@@ -207,5 +204,19 @@ func main() {{
         first = policy.first_retry_at_once,
         honor = policy.honor_retry_after,
         ra_cap = seconds(policy.retry_after_cap_ms),
+        statuses = match &policy.retry_statuses {
+            Some(listed) => {
+                let cases: Vec<String> = listed.iter().map(u16::to_string).collect();
+                format!(
+                    "// The statuses the policy retries.\nfunc retryStatus(status int) bool {{\n\tswitch status {{\n\tcase {}:\n\t\treturn true\n\t}}\n\treturn false\n}}",
+                    cases.join(", ")
+                )
+            }
+            None => "// The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.\n\
+                     func retryStatus(status int) bool {\n\
+                     \treturn status == 408 || status == 409 || status == 429 || (status >= 500 && status < 600)\n\
+                     }"
+                .to_owned(),
+        },
     )
 }

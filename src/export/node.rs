@@ -186,8 +186,7 @@ fn constants(policy: &Policy) -> String {
          const HONOR_RETRY_AFTER = {};\n\
          const RETRY_AFTER_MODE = '{mode}';\n\
          const RETRY_AFTER_CAP_MS = {};\n\
-         // The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.\n\
-         const RETRY_STATUSES = [408, 409, 429, ...Array.from({{ length: 100 }}, (_, i) => 500 + i)];",
+         {statuses}",
         policy.max_attempts,
         policy.timeout_ms,
         policy.base_ms,
@@ -199,6 +198,12 @@ fn constants(policy: &Policy) -> String {
         policy.first_retry_at_once,
         policy.honor_retry_after,
         policy.retry_after_cap_ms,
+        statuses = match &policy.retry_statuses {
+            Some(listed) => format!("// The statuses the policy retries.\nconst RETRY_STATUSES = {listed:?};"),
+            None => "// The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.\n\
+                     const RETRY_STATUSES = [408, 409, 429, ...Array.from({ length: 100 }, (_, i) => 500 + i)];"
+                .to_owned(),
+        },
     )
 }
 

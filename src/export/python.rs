@@ -126,8 +126,7 @@ fn constants(policy: &Policy) -> String {
          HONOR_RETRY_AFTER = {}\n\
          RETRY_AFTER_MODE = \"{mode}\"\n\
          RETRY_AFTER_CAP_S = {}\n\
-         # The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.\n\
-         RETRY_STATUSES = [408, 409, 429, *range(500, 600)]",
+         {statuses}",
         policy.max_attempts,
         seconds(policy.timeout_ms),
         seconds(policy.max_total_ms),
@@ -140,6 +139,12 @@ fn constants(policy: &Policy) -> String {
         py_bool(policy.first_retry_at_once),
         py_bool(policy.honor_retry_after),
         seconds(policy.retry_after_cap_ms),
+        statuses = match &policy.retry_statuses {
+            Some(listed) => format!("# The statuses the policy retries.\nRETRY_STATUSES = {listed:?}"),
+            None => "# The lab's transient answers: 408, 409 (the key still in work), 429 and every 5xx.\n\
+                     RETRY_STATUSES = [408, 409, 429, *range(500, 600)]"
+                .to_owned(),
+        },
     )
 }
 

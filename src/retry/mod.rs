@@ -292,6 +292,18 @@ pub fn classify(outcome: Outcome, status: Option<u16>) -> Verdict {
     }
 }
 
+/// As `classify`, with the statuses a policy lists in place of the lab's own rule when it lists
+/// them (a library's `status_forcelist`, got's `statusCodes`): an answer with a listed status is
+/// retried, any other answer but a 2xx is given up on. Outcomes without an answer (timeouts,
+/// transport errors) are classified as `classify` does.
+pub fn classify_with(outcome: Outcome, status: Option<u16>, statuses: Option<&[u16]>) -> Verdict {
+    match (outcome, status, statuses) {
+        (Outcome::HttpError, Some(status), Some(listed)) if listed.contains(&status) => Verdict::Retry,
+        (Outcome::HttpError, Some(_), Some(_)) => Verdict::GiveUp,
+        _ => classify(outcome, status),
+    }
+}
+
 /// Reads a `Retry-After` given as delay-seconds. HTTP-dates are not parsed: this lab's
 /// downstream only sends seconds, and an unreadable value is treated as absent.
 pub fn parse_retry_after(value: &str) -> Option<u64> {
@@ -522,6 +534,22 @@ mod tests {
         }
         assert_eq!(classify(Outcome::Timeout, None), Verdict::Retry);
         assert_eq!(classify(Outcome::TransportError, None), Verdict::Retry);
+    }
+
+    #[test]
+    fn a_listed_set_of_statuses_replaces_the_labs_rule_for_answers_only() {
+        let got: &[u16] = &[408, 413, 429, 500, 502, 503, 504, 521, 522, 524];
+        let answered = |status| classify_with(Outcome::of_status(status), Some(status), Some(got));
+        assert_eq!(answered(413), Verdict::Retry, "listed, though the lab's own rule gives up");
+        assert_eq!(answered(409), Verdict::GiveUp, "not listed, though the lab's own rule retries");
+        assert_eq!(answered(501), Verdict::GiveUp);
+        assert_eq!(answered(200), Verdict::Delivered);
+        assert_eq!(classify_with(Outcome::Timeout, None, Some(got)), Verdict::Retry, "no answer: as before");
+        assert_eq!(
+            classify_with(Outcome::HttpError, Some(409), None),
+            Verdict::Retry,
+            "none listed: the lab's rule"
+        );
     }
 
     #[test]

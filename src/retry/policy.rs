@@ -65,11 +65,16 @@ pub struct Policy {
     /// The first retry goes at once; the backoff applies from the second (urllib3's `Retry`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub first_retry_at_once: bool,
+    /// The statuses an answer is retried on, in place of the lab's own rule (408, 409, 429,
+    /// 5xx); any other answer but a 2xx ends the round. `None`: the lab's rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_statuses: Option<Vec<u16>>,
 }
 
 const DEFAULT_JITTER_MS: u64 = 100;
 const DEFAULT_JITTER_RATIO: f64 = 0.2;
 const MAX_JITTER_RATIO: f64 = 10.0;
+const MAX_RETRY_STATUSES: usize = 500;
 
 // Left out of the JSON at their defaults, so a policy that never uses them reads as before.
 fn is_default_jitter_ms(ms: &u64) -> bool {
@@ -102,6 +107,7 @@ impl Default for Policy {
             jitter_ms: DEFAULT_JITTER_MS,
             jitter_ratio: DEFAULT_JITTER_RATIO,
             first_retry_at_once: false,
+            retry_statuses: None,
         }
     }
 }
@@ -165,6 +171,10 @@ pub struct PolicyUpdate {
     /// 0 to 10.
     pub jitter_ratio: Option<f64>,
     pub first_retry_at_once: Option<bool>,
+    /// 100 to 599, at most 500 of them; `null` goes back to the lab's own rule.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<u16>>)]
+    pub retry_statuses: Option<Option<Vec<u16>>>,
 }
 
 impl PolicyUpdate {
@@ -190,6 +200,7 @@ impl PolicyUpdate {
             jitter_ms: over.jitter_ms.or(self.jitter_ms),
             jitter_ratio: over.jitter_ratio.or(self.jitter_ratio),
             first_retry_at_once: over.first_retry_at_once.or(self.first_retry_at_once),
+            retry_statuses: over.retry_statuses.or(self.retry_statuses),
         }
     }
 }
@@ -269,6 +280,7 @@ impl Policy {
             jitter_ms: update.jitter_ms.unwrap_or(self.jitter_ms),
             jitter_ratio: update.jitter_ratio.unwrap_or(self.jitter_ratio),
             first_retry_at_once: update.first_retry_at_once.unwrap_or(self.first_retry_at_once),
+            retry_statuses: update.retry_statuses.clone().unwrap_or_else(|| self.retry_statuses.clone()),
         };
         next.validate()?;
         Ok(next)
@@ -329,6 +341,18 @@ impl Policy {
         }
         if !(0.0..=MAX_JITTER_RATIO).contains(&self.jitter_ratio) {
             return invalid("jitter_ratio", format!("jitter_ratio must be 0 to {MAX_JITTER_RATIO}"));
+        }
+        if let Some(statuses) = &self.retry_statuses {
+            if statuses.len() > MAX_RETRY_STATUSES {
+                let detail = format!("retry_statuses lists at most {MAX_RETRY_STATUSES} statuses");
+                return invalid("retry_statuses", detail);
+            }
+            if let Some(bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
+                return invalid(
+                    "retry_statuses",
+                    format!("retry_statuses: {bad} is not an HTTP status (100 to 599)"),
+                );
+            }
         }
         if self.max_total_ms > MAX_TOTAL_MS {
             return invalid(

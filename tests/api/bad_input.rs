@@ -140,6 +140,7 @@ async fn an_unusable_setting_names_its_field() {
         ("policy", r#"{"clients": 100000}"#, "policy.clients"),
         ("policy", r#"{"jitter": "proportional", "jitter_ratio": 11}"#, "policy.jitter_ratio"),
         ("policy", r#"{"jitter": "additive", "jitter_ms": 700000}"#, "policy.jitter_ms"),
+        ("policy", r#"{"retry_statuses": [503, 700]}"#, "policy.retry_statuses"),
         ("downstream", r#"{"capacity": 0}"#, "downstream.capacity"),
         ("downstream", r#"{"latency_ms": [500, 10]}"#, "downstream.latency_ms"),
     ] {

@@ -304,3 +304,25 @@ async fn a_first_retry_at_once_and_an_exact_retry_after_are_waited_as_set() {
         .collect();
     assert_eq!(waits, [(0, "retry_after"); 3], "a 0 waited as it is, three times");
 }
+
+/// `retry_statuses` replaces the lab's rule for answers: a 503 the policy does not list ends the
+/// round at once as permanent, as a library whose list leaves it out would; `null` brings the
+/// lab's own rule back.
+#[tokio::test]
+async fn a_policy_retries_only_the_statuses_it_lists() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let set = app.put(&lab, "policy", r#"{"retry_statuses": [429, 502]}"#).await;
+    assert_eq!(set["retry_statuses"], json!([429, 502]));
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 1).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    assert_eq!(round(&messages(&done)[0], 0).len(), 1, "no retry of a 503 it does not list");
+    assert!(
+        done["dead_letters"][0]["reason"].as_str().unwrap().starts_with("permanent"),
+        "{}",
+        done["dead_letters"]
+    );
+    let back = app.put(&lab, "policy", r#"{"retry_statuses": null}"#).await;
+    assert!(back.get("retry_statuses").is_none(), "the lab's own rule again: {back}");
+}
