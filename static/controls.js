@@ -297,6 +297,23 @@ export function createControls(model, lab) {
     });
   });
 
+  // A preset from the same table the chapters and /compare use, applied as PUT /policy.
+  const presetPick = policy.querySelector('[data-policy-preset]');
+  const presetApply = policy.querySelector('[data-apply-preset]');
+  const presetTable = fetch('/static/policy-presets.json').then((res) => res.json());
+  presetTable.then((presets) => {
+    presetPick.append(...presets.map((p) => Object.assign(new Option(p.name, p.name), { title: p.what })));
+  }).catch(() => {});
+  presetApply.addEventListener('click', () => {
+    act(presetApply, 'Could not apply the preset', async () => {
+      const preset = (await presetTable).find((p) => p.name === presetPick.value);
+      if (!preset) throw new Error('choose a preset first');
+      await applyForm(policy, '/policy', preset.policy);
+      policy.dataset.dirty = 'false';
+      say(`Preset ${preset.name} applied. New waits follow it; earlier ones keep what they measured.`);
+    });
+  });
+
   policy.addEventListener('submit', (e) => {
     e.preventDefault();
     const body = {
