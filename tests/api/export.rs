@@ -315,3 +315,139 @@ async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
     }
     let _ = std::fs::remove_dir_all(&folder);
 }
+
+/// The command that runs `library`'s exported `code` from `folder`: Python for the four Python
+/// libraries, node for got and axios-retry, a build with Debian's go-retryablehttp for Go.
+fn any_runnable(library: &str, code: &str, folder: &Path) -> Result<Vec<String>, String> {
+    match library {
+        "got" | "axios-retry" => {
+            let file = folder.join("exported.mjs");
+            runnable("got", code, folder).map(|_| {
+                std::fs::write(&file, code).unwrap();
+                vec!["node".into(), file.display().to_string()]
+            })
+        }
+        "go-retryablehttp" => {
+            let gopath = Path::new("/usr/share/gocode");
+            if !gopath.join("src/github.com/hashicorp/go-retryablehttp").exists() {
+                return Err("Debian's golang-github-hashicorp-go-retryablehttp-dev is not installed".into());
+            }
+            let source = folder.join("exported.go");
+            std::fs::write(&source, code).unwrap();
+            let program = folder.join("exported");
+            let output = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&program)
+                .arg(&source)
+                .env("GO111MODULE", "off")
+                .env("GOPATH", gopath)
+                .env("GOCACHE", folder.join("cache"))
+                .output()
+                .map_err(|e| format!("go: {e}"))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "the exported Go does not build: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            Ok(vec![program.display().to_string()])
+        }
+        _ => {
+            let python = std::env::var_os("RETRYLAB_SNIPPET_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("target/snippet-venv/bin/python"));
+            let imports = "import urllib3, requests, tenacity, stamina, httpx, httpx_retries";
+            if !Command::new(&python).args(["-c", imports]).status().is_ok_and(|s| s.success()) {
+                return Err(
+                    "no Python with the matrix's libraries (.ci/run makes target/snippet-venv)".into()
+                );
+            }
+            let file = folder.join("exported_client.py");
+            std::fs::write(&file, code).unwrap();
+            Ok(vec![python.display().to_string(), file.display().to_string()])
+        }
+    }
+}
+
+/// Each export, run on its real library against an endpoint that is down without
+/// `Retry-After`, waits as the lab's own client waits under the same policy: per retry, the
+/// median and the range within `tolerance`, and as many attempts per key. The policy draws
+/// 0 to 100 ms above a nominal of 200 ms doubling, so both the curve and the jitter show.
+#[tokio::test]
+async fn each_export_waits_as_the_labs_own_run_of_the_same_policy() {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-export-waits-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let policy = r#"{"jitter": "additive", "jitter_ms": 100, "base_ms": 200, "cap_ms": 5000, "multiplier": 2, "max_attempts": 4}"#;
+    let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+    let app = TestApp::spawn().await;
+    let simulated = app.new_lab().await;
+    app.put(&simulated, "policy", policy).await;
+    app.put(&simulated, "downstream", down).await;
+    app.burst(&simulated, 20).await;
+    let lab = app
+        .wait_for(&simulated, std::time::Duration::from_secs(30), |s| {
+            s["counters"]["dead_letter"].as_u64() == Some(20)
+        })
+        .await;
+    let ours = waits_by_retry(&lab, false);
+    assert_eq!(ours.len(), 3, "{ours:?}");
+    let median = |w: &[u64]| w[w.len() / 2];
+    for library in
+        ["urllib3", "tenacity", "stamina", "httpx-retries", "got", "axios-retry", "go-retryablehttp"]
+    {
+        let case = folder.join(library);
+        std::fs::create_dir_all(&case).unwrap();
+        let command = match any_runnable(library, &exported(policy, library), &case) {
+            Ok(command) => command,
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => {
+                eprintln!("skipping {library}: {why}");
+                continue;
+            }
+        };
+        let real = app.new_lab().await;
+        app.put(&real, "downstream", down).await;
+        let url = app.url(&format!("/labs/{real}/downstream"));
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(&command[0]).args(&command[1..]).env("RETRYLAB_URL", url).output().unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
+        let theirs = waits_by_retry(&app.snapshot(&real).await, true);
+        assert_eq!(
+            theirs.len(),
+            ours.len(),
+            "{library}: retries per key, real {theirs:?} against lab {ours:?}"
+        );
+        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
+            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
+            let o = (median(ours), ours[0], ours[ours.len() - 1]);
+            let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
+            eprintln!(
+                "{library} retry {}: lab {} in {}..{}, real {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+            assert!(
+                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
+                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
