@@ -9,7 +9,17 @@
 use super::{jitter_name, seconds};
 use crate::retry::{Policy, RetryAfterMode};
 
-pub(super) fn program(policy: &Policy, settings: &str, unsupported: &mut Vec<String>) -> String {
+/// `native`: the policy is go-retryablehttp's own preset, so the program is `NewClient()` as it
+/// comes, and what it had to write out goes into `native`.
+pub(super) fn program(
+    policy: &Policy,
+    settings: &str,
+    unsupported: &mut Vec<String>,
+    native: Option<&mut Vec<String>>,
+) -> String {
+    if let Some(spelled_out) = native {
+        return native_program(policy, settings, spelled_out);
+    }
     if policy.max_total_ms > 0 {
         unsupported.push(format!(
             "max_total_ms {}: go-retryablehttp has no time budget of this kind; the program stops on its attempt limit only",
@@ -218,5 +228,88 @@ func main() {{
                      }"
                 .to_owned(),
         },
+    )
+}
+
+fn native_program(policy: &Policy, settings: &str, spelled_out: &mut Vec<String>) -> String {
+    spelled_out.push(format!(
+        "timeout {} s: the policy's timeout_ms (go-retryablehttp's http.Client has none)",
+        seconds(policy.timeout_ms)
+    ));
+    let settings: String = settings.lines().map(|l| format!("//   {l}\n")).collect();
+    format!(
+        r#"// The go-retryablehttp preset as go-retryablehttp 0.7.1 itself, written by `retrylab export`:
+// NewClient() as it comes (4 retries, 1 s doubling to 30 s, no jitter, Retry-After on a 429 or
+// 503 waited exactly, 429 and 5xx but 501 retried), with only the timeout written out.
+//
+// Sends waves waves of orders POSTs at once, waveGapS apart, each POST with its own
+// Idempotency-Key, the same key on every retry, to the endpoint in RETRYLAB_URL or the first
+// argument; prints the final statuses.
+// Run: go run this_file.go URL (with Debian's package: GO111MODULE=off GOPATH=/usr/share/gocode).
+//
+// The lab policy it follows (retrylab's settings):
+{settings}
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	retryablehttp "github.com/hashicorp/go-retryablehttp"
+)
+
+const (
+	orders   = 10
+	waves    = 2
+	waveGapS = 3.5
+	timeoutS = {timeout}
+)
+
+func main() {{
+	url := os.Getenv("RETRYLAB_URL")
+	if url == "" && len(os.Args) > 1 {{
+		url = os.Args[1]
+	}}
+	client := retryablehttp.NewClient()
+	client.Logger = nil
+	client.HTTPClient.Timeout = time.Duration(timeoutS * float64(time.Second))
+	statuses := make([]string, orders*waves)
+	var wg sync.WaitGroup
+	for n := range statuses {{
+		wg.Add(1)
+		go func(n int) {{
+			defer wg.Done()
+			time.Sleep(time.Duration(float64(n/orders) * waveGapS * float64(time.Second)))
+			random := make([]byte, 16)
+			rand.Read(random)
+			key := hex.EncodeToString(random) // one key per order, sent again on each of its retries
+			body := []byte(fmt.Sprintf(`{{"order": "%s", "n": %d}}`, key, n))
+			request, err := retryablehttp.NewRequest("POST", url, bytes.NewReader(body))
+			if err != nil {{
+				statuses[n] = err.Error()
+				return
+			}}
+			request.Header.Set("Content-Type", "application/json")
+			request.Header.Set("Idempotency-Key", key)
+			response, err := client.Do(request)
+			if err != nil {{
+				statuses[n] = "gave up"
+				return
+			}}
+			response.Body.Close()
+			statuses[n] = strconv.Itoa(response.StatusCode)
+		}}(n)
+	}}
+	wg.Wait()
+	fmt.Println(statuses)
+}}
+"#,
+        timeout = seconds(policy.timeout_ms),
     )
 }

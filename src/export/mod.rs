@@ -132,12 +132,18 @@ pub fn export(policy: &Policy, library: Library) -> Export {
     let mut unsupported = common_unsupported(policy, library);
     let mut spelled_out = Vec::new();
     let code = match library.language() {
-        "python" => python::program(policy, library, &comment, &mut unsupported),
+        "python" => {
+            let native = is_own_preset(policy, library).then_some(&mut spelled_out);
+            python::program(policy, library, &comment, &mut unsupported, native)
+        }
         "javascript" if is_own_preset(policy, library) => {
             node::native(policy, library, &comment, &mut spelled_out)
         }
         "javascript" => node::program(policy, library, &comment, &mut unsupported),
-        _ => go::program(policy, &comment, &mut unsupported),
+        _ => {
+            let native = is_own_preset(policy, library).then_some(&mut spelled_out);
+            go::program(policy, &comment, &mut unsupported, native)
+        }
     };
     Export {
         library: library.id(),
@@ -150,8 +156,8 @@ pub fn export(policy: &Policy, library: Library) -> Export {
     }
 }
 
-/// Whether `policy` is `library`'s own preset as it stands: then the program can be the
-/// library's defaults rather than the lab's formula hooked in (done for got and axios-retry).
+/// Whether `policy` is `library`'s own preset as it stands: then the program is the library's
+/// own settings rather than the lab's formula hooked in (the round trip).
 fn is_own_preset(policy: &Policy, library: Library) -> bool {
     read_policy(library.id()).is_ok_and(|preset| preset == *policy)
 }
@@ -246,11 +252,12 @@ mod tests {
             assert_eq!(export.unsupported.len(), said, "{}: {:?}", library.id(), export.unsupported);
         }
         // A library's own preset to its own library: its defaults, and what had to be written out.
-        for library in [Library::Got, Library::AxiosRetry] {
+        for library in Library::ALL {
             let round_trip = export(&read_policy(library.id()).unwrap(), library);
-            assert!(!round_trip.code.contains("plannedWait"), "{}: no hook", library.id());
+            let hooked = ["plannedWait", "planned_wait"].iter().any(|hook| round_trip.code.contains(hook));
+            assert!(!hooked, "{}: the library's own settings, no hook", library.id());
             assert!(
-                round_trip.spelled_out.iter().any(|s| s.contains("POST")),
+                round_trip.spelled_out.iter().any(|s| s.contains("timeout")),
                 "{:?}",
                 round_trip.spelled_out
             );

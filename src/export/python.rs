@@ -17,21 +17,31 @@
 use super::{Library, jitter_name, seconds};
 use crate::retry::{Policy, RetryAfterMode};
 
+/// `native`: the policy is the library's own preset, so the program is the library's own
+/// settings (no formula), and what it had to write out goes into `native`.
 pub(super) fn program(
     policy: &Policy,
     library: Library,
     settings: &str,
     unsupported: &mut Vec<String>,
+    native: Option<&mut Vec<String>>,
 ) -> String {
     let version = library.version();
     let lib = library.id();
-    let (imports, setup, send) = match library {
-        Library::Urllib3 => urllib3(policy),
-        Library::Tenacity => tenacity(policy),
-        Library::Stamina => stamina(policy),
-        _ => httpx_retries(policy),
+    let is_native = native.is_some();
+    let (imports, setup, send) = match (library, native) {
+        (_, Some(spelled_out)) => native_parts(policy, library, spelled_out),
+        (Library::Urllib3, None) => urllib3(policy),
+        (Library::Tenacity, None) => tenacity(policy),
+        (Library::Stamina, None) => stamina(policy),
+        (_, None) => httpx_retries(policy),
     };
-    if policy.max_total_ms > 0 && library != Library::Tenacity {
+    let (constants, formula) = if is_native {
+        (format!("TIMEOUT_S = {}", seconds(policy.timeout_ms)), "state = threading.local()".to_owned())
+    } else {
+        (constants(policy), FORMULA.to_owned())
+    };
+    if policy.max_total_ms > 0 && library != Library::Tenacity && !is_native {
         let instead = if library == Library::Stamina {
             "stamina's `timeout` stops once that time has passed after a failure, one attempt later than the lab"
         } else {
@@ -98,8 +108,6 @@ def wave(w):
 with ThreadPoolExecutor(max_workers=WAVES) as waves:
     print(sorted(sum(waves.map(wave, range(WAVES)), []), key=str))
 "#,
-        constants = constants(policy),
-        formula = FORMULA,
     )
 }
 
@@ -330,4 +338,123 @@ client = httpx.Client(
         return type(error).__name__"#
         .to_owned();
     (imports, setup, send)
+}
+
+/// A library's own preset as the library's own settings: its defaults, and the set-up its
+/// preset names where the defaults would not retry a keyed POST or would not wait.
+fn native_parts(policy: &Policy, library: Library, spelled_out: &mut Vec<String>) -> Parts {
+    let statuses = format!("{:?}", policy.retry_statuses.clone().unwrap_or_default());
+    let timeout =
+        format!("timeout {} s: the policy's timeout_ms (the library sets none)", seconds(policy.timeout_ms));
+    match library {
+        Library::Urllib3 => {
+            spelled_out.push(format!(
+                "total={}, backoff_factor={}, status_forcelist={statuses}: urllib3's defaults (total=10, \
+                 backoff_factor=0, no list) would not wait between retries; the preset is the documented set-up",
+                policy.max_attempts - 1,
+                seconds(policy.base_ms)
+            ));
+            spelled_out.push("allowed_methods=None: the default methods leave POST out".to_owned());
+            spelled_out.push(timeout);
+            let setup = format!(
+                r#"retry = Retry(
+    total={total},
+    backoff_factor={factor},
+    status_forcelist={statuses},
+    allowed_methods=None,  # POST too: the key makes it safe
+    raise_on_status=False,
+)  # the rest is urllib3's: the first retry at once, no jitter, Retry-After waited, 120 s cap
+http = urllib3.PoolManager(maxsize=ORDERS * WAVES, retries=retry, timeout=urllib3.Timeout(total=TIMEOUT_S))
+"#,
+                total = policy.max_attempts - 1,
+                factor = seconds(policy.base_ms),
+            );
+            let (imports, _, send) = urllib3(policy);
+            (imports, setup, send)
+        }
+        Library::Tenacity => {
+            spelled_out.push(format!(
+                "wait_random_exponential(multiplier=1, max=60), stop_after_attempt({}), retry on {statuses} \
+                 and connection errors: tenacity retries nothing and waits nothing by default; the README's set-up",
+                policy.max_attempts
+            ));
+            spelled_out.push(timeout);
+            let imports = "import requests\nfrom tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential".to_owned();
+            let setup = format!(
+                r#"session = requests.Session()
+session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=ORDERS * WAVES))
+
+
+def retryable(error):
+    if isinstance(error, requests.HTTPError):
+        return error.response.status_code in {statuses}
+    return isinstance(error, (requests.ConnectionError, requests.Timeout))
+
+
+@retry(
+    wait=wait_random_exponential(multiplier=1, max=60),
+    stop=stop_after_attempt({attempts}),
+    retry=retry_if_exception(retryable),
+    reraise=True,
+)
+def send(key, n):
+    response = session.post(URL, json={{"order": key, "n": n}}, headers={{"Idempotency-Key": key}}, timeout=TIMEOUT_S)
+    response.raise_for_status()
+    return response.status_code
+"#,
+                attempts = policy.max_attempts,
+            );
+            let (_, _, send) = tenacity(policy);
+            (imports, setup, send)
+        }
+        Library::Stamina => {
+            spelled_out.push(format!(
+                "on=: {statuses} and transport errors (stamina has no default for what to retry)"
+            ));
+            spelled_out.push(timeout);
+            let imports = "import httpx\nimport stamina".to_owned();
+            let setup = format!(
+                r#"client = httpx.Client(timeout=TIMEOUT_S, limits=httpx.Limits(max_connections=ORDERS * WAVES))
+
+
+def retryable(error):
+    if isinstance(error, httpx.HTTPStatusError):
+        return error.response.status_code in {statuses}
+    return isinstance(error, httpx.TransportError)
+"#
+            );
+            let send = r#"    try:
+        # stamina's defaults: 10 attempts within 45 s, 0.1 s doubling plus up to 1 s, at most 5 s.
+        for attempt in stamina.retry_context(on=retryable):
+            with attempt:
+                response = client.post(URL, json={"order": key, "n": n}, headers={"Idempotency-Key": key})
+                response.raise_for_status()
+                return response.status_code
+    except httpx.HTTPStatusError as error:
+        return error.response.status_code
+    except httpx.TransportError as error:
+        return type(error).__name__"#
+                .to_owned();
+            (imports, setup, send)
+        }
+        _ => {
+            spelled_out.push(
+                "backoff_factor=0.5: httpx-retries' default of 0 waits nothing; the preset is the documented set-up"
+                    .to_owned(),
+            );
+            spelled_out.push("allowed_methods with POST: the default methods leave it out".to_owned());
+            spelled_out.push(timeout);
+            let imports = "import httpx\nfrom httpx_retries import Retry, RetryTransport".to_owned();
+            let setup = r#"# The rest is httpx-retries': 10 retries, full jitter, 120 s cap, Retry-After waited.
+retry = Retry(backoff_factor=0.5, allowed_methods=["GET", "PUT", "DELETE", "POST"])
+client = httpx.Client(
+    transport=RetryTransport(retry=retry, transport=httpx.HTTPTransport(limits=httpx.Limits(max_connections=ORDERS * WAVES))),
+    timeout=TIMEOUT_S,
+)
+"#
+            .to_owned();
+            let (_, _, send) = httpx_retries(policy);
+            (imports, setup, send)
+        }
+    }
 }
