@@ -952,4 +952,11 @@ async fn library_presets_compare_from_the_command_line() {
             accounted_for(&run["figures"], 4);
         }
     }
+    // The new settings are described as they are sent.
+    let app = TestApp::spawn().await;
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let mut errors = Vec::new();
+    breaks(&spec, &spec["components"]["schemas"]["ComparisonReport"], &document, "", &mut errors);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }

@@ -39,6 +39,12 @@ async fn a_policy_exports_as_json_and_unknown_names_are_422_naming_the_field() {
         assert!(code.contains(part), "the program has {part}: {code}");
     }
     assert_eq!(export["unsupported"], serde_json::json!([]));
+    // The answer is what its OpenAPI schema describes.
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let mut errors = Vec::new();
+    crate::compare::breaks(&spec, &spec["components"]["schemas"]["Export"], &export, "", &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
 
     // A policy as JSON, with a breaker the library has not: said, and what the program does.
     let custom =
