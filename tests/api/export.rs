@@ -389,11 +389,27 @@ fn any_runnable(library: &str, code: &str, folder: &Path) -> Result<Vec<String>,
 /// 0 to 100 ms above a nominal of 200 ms doubling, so both the curve and the jitter show.
 #[tokio::test]
 async fn each_export_waits_as_the_labs_own_run_of_the_same_policy() {
-    let ci = std::env::var_os("CI").is_some();
-    let folder = std::env::temp_dir().join(format!("retrylab-export-waits-{}", std::process::id()));
-    std::fs::create_dir_all(&folder).unwrap();
     let policy = r#"{"jitter": "additive", "jitter_ms": 100, "base_ms": 200, "cap_ms": 5000, "multiplier": 2, "max_attempts": 4}"#;
     let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+    exports_wait_as_the_lab("waits", policy, down, 3).await;
+}
+
+/// The same with `Retry-After: 1` on every failure and a policy that puts its jitter above the
+/// header (`jitter_above`, 0 to 100 ms): each library's program waits the header and its jitter
+/// as the lab's own client does.
+#[tokio::test]
+async fn each_export_treats_retry_after_as_the_labs_own_run_does() {
+    let policy = r#"{"jitter": "full", "base_ms": 100, "cap_ms": 5000, "max_attempts": 2, "honor_retry_after": true, "retry_after_mode": "jitter_above"}"#;
+    let down = r#"{"mode": "down", "retry_after_s": 1, "latency_ms": [5, 10]}"#;
+    exports_wait_as_the_lab("retry-after", policy, down, 1).await;
+}
+
+/// Runs `policy` in the lab's own client and, one library at a time, its export on the real
+/// library, each against an endpoint set to `down`; holds the waits per retry together.
+async fn exports_wait_as_the_lab(name: &str, policy: &str, down: &str, retries: usize) {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-export-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
     let app = TestApp::spawn().await;
     let simulated = app.new_lab().await;
     app.put(&simulated, "policy", policy).await;
@@ -405,7 +421,7 @@ async fn each_export_waits_as_the_labs_own_run_of_the_same_policy() {
         })
         .await;
     let ours = waits_by_retry(&lab, false);
-    assert_eq!(ours.len(), 3, "{ours:?}");
+    assert_eq!(ours.len(), retries, "{ours:?}");
     let median = |w: &[u64]| w[w.len() / 2];
     for library in
         ["urllib3", "tenacity", "stamina", "httpx-retries", "got", "axios-retry", "go-retryablehttp"]
