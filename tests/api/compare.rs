@@ -960,3 +960,26 @@ async fn library_presets_compare_from_the_command_line() {
     breaks(&spec, &spec["components"]["schemas"]["ComparisonReport"], &document, "", &mut errors);
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
+
+/// A policy that draws its jitter above the header is no tie by the header: on `outage`
+/// (`Retry-After: 1` on every failure) axios-retry's preset waits the header plus up to 20 %,
+/// go-retryablehttp's the header exactly, and the report does not claim the header set them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jitter_drawn_above_the_header_is_no_tie_by_the_header() {
+    let app = for_many_comparisons().await;
+    let policies = json!(["axios-retry", "go-retryablehttp"]);
+    let outage =
+        json!({"scenario": "outage", "burst": 6, "runs": 1, "late_threshold_ms": 1000, "policies": policies});
+    let report = compared(&app, &outage).await;
+    assert_eq!(report["tie_reason"], Value::Null, "{}", report["tie_reason"]);
+    let column = |name: &str| {
+        report["columns"].as_array().unwrap().iter().find(|c| c["policy"] == name).unwrap()["figures"].clone()
+    };
+    let go = column("go-retryablehttp");
+    assert_eq!(go["waits"], go["waits_set_by_retry_after"], "go waits the header exactly: {go}");
+    let axios = column("axios-retry");
+    // Each draw lands on the header itself about once in 200.
+    let (waits, alone) =
+        (axios["waits"].as_u64().unwrap(), axios["waits_set_by_retry_after"].as_u64().unwrap());
+    assert!(waits > 0 && alone * 4 < waits, "{axios}");
+}
