@@ -87,6 +87,26 @@ pub enum Command {
     /// (`RETRYLAB_URL`, or `{url}` in its arguments) while the endpoint fails on a schedule,
     /// prints the report card; exits 1 when a check failed.
     Grade(GradeArgs),
+    /// Prints a policy as a complete client program for a real retry library (urllib3,
+    /// tenacity, stamina, httpx-retries, got, axios-retry, go-retryablehttp): the same waits,
+    /// attempts, timeout and `Retry-After` rule, the policy's settings in a comment, what the
+    /// library cannot express on stderr. The program reads its endpoint from `RETRYLAB_URL` or
+    /// its first argument, so it runs under `retrylab grade` as printed.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// A preset's name (as `compare --policy` takes them), or a policy as JSON: the settings
+    /// `PUT /api/labs/{lab}/policy` takes, over a new lab's policy.
+    #[arg(long)]
+    pub policy: String,
+    /// urllib3, tenacity, stamina, httpx-retries, got, axios-retry or go-retryablehttp.
+    #[arg(long)]
+    pub library: String,
+    /// Prints the JSON `GET /api/policies/export` answers instead of the program.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -15,6 +15,7 @@ pub mod dlq;
 pub mod domain;
 pub mod downstream;
 pub mod events;
+pub mod export;
 pub mod invalid;
 pub mod lab;
 pub mod metrics;

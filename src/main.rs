@@ -50,6 +50,9 @@ async fn run() -> std::io::Result<()> {
         raise_open_file_limit();
         std::process::exit(retrylab::cli::grade::run(args.clone()).await);
     }
+    if let Some(Command::Export(args)) = &config.command {
+        std::process::exit(retrylab::cli::export::run(args));
+    }
     if let Some(Command::Compare(args)) = config.command.take() {
         // Its own server's lines would bury the progress: warnings only, unless asked.
         init_logs(config.log_format, "warn");

@@ -92,6 +92,60 @@ export function openInLab(comparison, choice, title) {
   return button;
 }
 
+/** The libraries `GET /api/policies/export` writes a client for. */
+const LIBRARIES = ['urllib3', 'tenacity', 'stamina', 'httpx-retries', 'got', 'axios-retry', 'go-retryablehttp'];
+
+/**
+ * "take it home": a library picker that asks the server for `settings` (a column's policy) as
+ * that library's client program, and shows it with what the library cannot express.
+ */
+export function takeHome(name, settings) {
+  const details = document.createElement('details');
+  details.className = 'cmp-take-home';
+  details.dataset.takeHome = name;
+  const summary = document.createElement('summary');
+  summary.textContent = 'take it home';
+  const pick = document.createElement('select');
+  pick.setAttribute('aria-label', `library to write ${name} for`);
+  pick.append(...LIBRARIES.map((id) => new Option(id, id)));
+  const show = document.createElement('button');
+  show.type = 'button';
+  show.className = 'secondary small';
+  show.textContent = 'write the client';
+  const said = document.createElement('ul');
+  said.className = 'cmp-unsupported';
+  const pre = document.createElement('pre');
+  pre.dataset.exported = '';
+  pre.hidden = true;
+  const copy = document.createElement('button');
+  copy.type = 'button';
+  copy.className = 'secondary small';
+  copy.textContent = 'copy';
+  copy.hidden = true;
+  copy.addEventListener('click', () => navigator.clipboard?.writeText(pre.textContent));
+  // The comparison seeds each run; at home the client draws fresh randomness.
+  const { seed: _seed, ...policy } = settings;
+  show.addEventListener('click', async () => {
+    show.disabled = true;
+    try {
+      const query = new URLSearchParams({ policy: JSON.stringify(policy), library: pick.value });
+      const res = await fetch(`/api/policies/export?${query}`, { headers: { accept: 'application/json, application/problem+json' } });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.detail ?? res.statusText);
+      pre.textContent = body.code;
+      said.replaceChildren(...body.unsupported.map((s) => Object.assign(document.createElement('li'), { textContent: `${body.library} cannot: ${s}` })));
+      pre.hidden = false;
+      copy.hidden = false;
+    } catch (err) {
+      said.replaceChildren(Object.assign(document.createElement('li'), { textContent: `could not write it: ${err.message}` }));
+    } finally {
+      show.disabled = false;
+    }
+  });
+  details.append(summary, pick, ' ', show, ' ', copy, said, pre);
+  return details;
+}
+
 export function createTable(table, hint) {
   const thead = table.tHead;
   const wrap = table.closest('.table-wrap');
@@ -223,7 +277,7 @@ export function createTable(table, hint) {
         const title = `A new lab with ${column.policy} and this scenario's endpoint, ready to run`;
         const open = openInLab(report.id, { policy: column.policy }, title);
         open.dataset.openInLab = column.policy;
-        th.append(details, open);
+        th.append(details, open, takeHome(column.policy, settings));
       }
       head.append(th);
     }

@@ -297,6 +297,23 @@ export function createControls(model, lab) {
     });
   });
 
+  // A preset from the same table the chapters and /compare use, applied as PUT /policy.
+  const presetPick = policy.querySelector('[data-policy-preset]');
+  const presetApply = policy.querySelector('[data-apply-preset]');
+  const presetTable = fetch('/static/policy-presets.json').then((res) => res.json());
+  presetTable.then((presets) => {
+    presetPick.append(...presets.map((p) => Object.assign(new Option(p.name, p.name), { title: p.what })));
+  }).catch(() => {});
+  presetApply.addEventListener('click', () => {
+    act(presetApply, 'Could not apply the preset', async () => {
+      const preset = (await presetTable).find((p) => p.name === presetPick.value);
+      if (!preset) throw new Error('choose a preset first');
+      await applyForm(policy, '/policy', preset.policy);
+      policy.dataset.dirty = 'false';
+      say(`Preset ${preset.name} applied. New waits follow it; earlier ones keep what they measured.`);
+    });
+  });
+
   policy.addEventListener('submit', (e) => {
     e.preventDefault();
     const body = {
@@ -304,6 +321,9 @@ export function createControls(model, lab) {
       base_ms: num(policy, 'base_ms'),
       multiplier: num(policy, 'multiplier'),
       cap_ms: num(policy, 'cap_ms'),
+      jitter_ms: num(policy, 'jitter_ms'),
+      jitter_ratio: num(policy, 'jitter_ratio'),
+      first_retry_at_once: checked(policy, 'first_retry_at_once'),
       max_attempts: num(policy, 'max_attempts'),
       max_total_ms: num(policy, 'max_total_ms'),
       timeout_ms: num(policy, 'timeout_ms'),
@@ -409,6 +429,9 @@ export function createControls(model, lab) {
         multiplier: pol.multiplier ?? 2,
         max_total_ms: pol.max_total_ms ?? 0,
         retry_after_mode: pol.retry_after_mode ?? 'floor',
+        jitter_ms: pol.jitter_ms ?? 100,
+        jitter_ratio: pol.jitter_ratio ?? 0.2,
+        first_retry_at_once: pol.first_retry_at_once ?? false,
         breaker_on: pol.breaker != null,
         ...BREAKER_OFF,
         ...(pol.breaker ?? {}),

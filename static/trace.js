@@ -329,7 +329,7 @@ function policyText(p) {
     `${p.jitter} jitter, base ${ms(p.base_ms)}${growth ? ` ${growth}` : ''}, cap ${ms(p.cap_ms)}`,
     `${p.max_attempts} attempts${p.max_total_ms ? ` within ${duration(p.max_total_ms)}` : ''}`,
     `timeout ${ms(p.timeout_ms)}`,
-    `Retry-After ${p.honor_retry_after ? `honoured${p.retry_after_mode === 'jitter_above' ? ' with jitter above' : ''} up to ${ms(p.retry_after_cap_ms)}` : 'ignored'}`,
+    `Retry-After ${p.honor_retry_after ? `honoured${({ jitter_above: ' with jitter above', exact: ' exactly', exact_including_zero: ' exactly (0 too)', nominal_floor: ' as the least delay, jitter on top' })[p.retry_after_mode] ?? ''} up to ${ms(p.retry_after_cap_ms)}` : 'ignored'}`,
   ];
   if (p.breaker) parts.push(`breaker opens after ${p.breaker.failure_threshold} failures for ${ms(p.breaker.open_ms)}`);
   if (p.retry_budget) parts.push(`retry budget ${p.retry_budget.ratio} per request + ${p.retry_budget.min_per_s}/s`);

@@ -1,8 +1,9 @@
-//! The binary's commands beyond serving: `retrylab compare`, `retrylab check` and
-//! `retrylab grade`.
+//! The binary's commands beyond serving: `retrylab compare`, `retrylab check`,
+//! `retrylab grade` and `retrylab export`.
 
 pub mod check;
 pub mod compare;
+pub mod export;
 pub mod family;
 pub mod grade;
 

@@ -101,7 +101,7 @@ pub fn next(
         Some(Stopped { kind: "breaker", .. }) | None => describe(end, policy.timeout_ms),
         Some(Stopped { kind, why }) => format!("refused by {kind}: {why}"),
     };
-    match retry::classify(end.outcome, end.status) {
+    match retry::classify_with(end.outcome, end.status, policy.retry_statuses.as_deref()) {
         Verdict::Delivered => return Next::Delivered,
         Verdict::GiveUp => return Next::DeadLetter(Cause::Permanent, format!("permanent error: {last}")),
         Verdict::Retry => {}

@@ -41,7 +41,8 @@ pub struct Figures {
     pub goodput_after_trigger: Option<f64>,
     pub applied_twice: u64,
     /// Waits the client planned between attempts, and of them those the endpoint's
-    /// `Retry-After` set (it was longer than the jittered backoff): when every wait is the
+    /// `Retry-After` set alone (longer than the jittered backoff, or waited exactly, with
+    /// nothing drawn on top): when every wait is the
     /// header's, the policy's backoff and jitter changed nothing the endpoint saw.
     pub waits: u64,
     pub waits_set_by_retry_after: u64,
@@ -75,7 +76,11 @@ pub fn figures(
     for message in messages {
         for wait in message.attempts.iter().filter_map(|a| a.wait.as_deref()) {
             waits += 1;
-            waits_set_by_retry_after += u64::from(wait.plan.reason == WaitReason::RetryAfter);
+            // The header alone: not a wait the policy's jitter went above (`jitter_above`,
+            // `nominal_floor`), which the policies' own draws still spread.
+            let header_alone = wait.plan.reason == WaitReason::RetryAfter
+                && wait.plan.floor_ms == Some(wait.plan.planned_ms);
+            waits_set_by_retry_after += u64::from(header_alone);
         }
         let Some(end) = message.attempts.last().and_then(Attempt::ended_ms) else {
             continue;

@@ -129,6 +129,8 @@ impl Scenario {
             retry_budget: Some(None),
             retry_after_mode: Some(RetryAfterMode::Floor),
             seed: Some(Some(seed)),
+            first_retry_at_once: Some(false),
+            retry_statuses: Some(None),
             ..Default::default()
         };
         match self {

@@ -10,6 +10,12 @@
 //! - full: `uniform(0, nominal)` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)
 //! - equal: `nominal/2 + uniform(0, nominal/2)`
 //! - decorrelated: `min(cap, uniform(base, 3 * previous))`, previous starting at `base`
+//! - additive: `min(cap, nominal + uniform(0, jitter_ms))` (got's `noise`, stamina's
+//!   `wait_jitter`)
+//! - proportional: `nominal * (1 + uniform(0, jitter_ratio))` (axios-retry's
+//!   `exponentialDelay`, 0-20 %)
+//! - `first_at_once`: the wait after the first attempt is 0, the later ones as above (urllib3's
+//!   `Retry.get_backoff_time`)
 
 mod policy;
 pub mod protection;
@@ -27,6 +33,10 @@ pub enum Jitter {
     Full,
     Equal,
     Decorrelated,
+    /// `nominal + uniform(0, jitter_ms)`, capped: a fixed amount of noise on top of the curve.
+    Additive,
+    /// `nominal * (1 + uniform(0, jitter_ratio))`: noise in proportion to the delay.
+    Proportional,
 }
 
 /// The backoff formula: a jitter kind over an exponential curve with a ceiling.
@@ -37,6 +47,12 @@ pub struct Backoff {
     pub cap_ms: u64,
     /// How much each nominal delay grows over the one before: 2 doubles, 1 keeps it fixed.
     pub multiplier: f64,
+    /// The most `Jitter::Additive` adds.
+    pub jitter_ms: u64,
+    /// The most `Jitter::Proportional` adds, as a share of the delay.
+    pub jitter_ratio: f64,
+    /// The first retry goes at once (a wait of 0); the curve starts at the second.
+    pub first_at_once: bool,
 }
 
 /// The range a jittered wait is drawn from, inclusive at both ends.
@@ -57,7 +73,16 @@ impl Backoff {
     /// The band the wait after `attempt` is drawn from. `previous_ms` is the wait chosen
     /// last time (only decorrelated jitter uses it; it starts at `base`).
     pub fn band(&self, attempt: u32, previous_ms: Option<u64>) -> Band {
+        if self.first_at_once && attempt <= 1 {
+            return Band { low_ms: 0, high_ms: 0 };
+        }
         let nominal = self.nominal_ms(attempt);
+        self.band_around(nominal, previous_ms)
+    }
+
+    /// The band the jitter draws from around `nominal` (a raised nominal too, when a
+    /// `Retry-After` raises it).
+    fn band_around(&self, nominal: u64, previous_ms: Option<u64>) -> Band {
         match self.jitter {
             Jitter::None => Band { low_ms: nominal, high_ms: nominal },
             Jitter::Full => Band { low_ms: 0, high_ms: nominal },
@@ -67,6 +92,26 @@ impl Backoff {
                 let high = previous.saturating_mul(3).min(self.cap_ms);
                 Band { low_ms: self.base_ms.min(high), high_ms: high }
             }
+            Jitter::Additive => Band {
+                low_ms: nominal,
+                high_ms: nominal.saturating_add(self.jitter_ms).min(self.cap_ms.max(nominal)),
+            },
+            Jitter::Proportional => {
+                let high = (nominal as f64 * (1.0 + self.jitter_ratio)).round();
+                Band { low_ms: nominal, high_ms: if high.is_finite() { high as u64 } else { u64::MAX } }
+            }
+        }
+    }
+
+    /// A wait drawn from `band`. Additive jitter is drawn over its whole width and then
+    /// capped, as stamina's `min(wait_max, nominal + uniform(0, wait_jitter))` is, so the cap
+    /// holds a share of the draws rather than narrowing the spread.
+    fn draw(&self, band: Band, rng: &mut impl Rng) -> u64 {
+        match self.jitter {
+            Jitter::Additive => {
+                band.low_ms.saturating_add(rng.random_range(0..=self.jitter_ms)).min(band.high_ms)
+            }
+            _ => rng.random_range(band.low_ms..=band.high_ms),
         }
     }
 }
@@ -110,6 +155,17 @@ pub enum RetryAfterMode {
     /// Wait `Retry-After + jittered`: the header sets the earliest time, the jitter still
     /// spreads the clients after it.
     JitterAbove,
+    /// Wait exactly a positive `Retry-After`, whatever the backoff says, with nothing random
+    /// on top; a header of 0 counts as none and the backoff decides (urllib3's
+    /// `sleep_for_retry`, got's `calculateRetryDelay`, httpx-retries' `_calculate_sleep`).
+    Exact,
+    /// As `Exact`, but a header of 0 is waited too: the retry goes at once
+    /// (go-retryablehttp's `DefaultBackoff`).
+    ExactIncludingZero,
+    /// The header raises the nominal delay, `max(nominal, Retry-After)`, and the jitter is drawn
+    /// on the raised value (axios-retry's `exponentialDelay`: at least the header, up to 20 %
+    /// more).
+    NominalFloor,
 }
 
 /// How the client treats a `Retry-After` it receives.
@@ -133,25 +189,43 @@ pub fn plan_wait(
     retry_after_s: Option<u64>,
     rng: &mut impl Rng,
 ) -> Wait {
-    let band = backoff.band(attempt, previous_ms);
-    let chosen_ms = rng.random_range(band.low_ms..=band.high_ms);
     let floor_ms = retry_after_s.filter(|_| rule.honor).map(|s| s.saturating_mul(1000).min(rule.cap_ms));
+    let nominal_ms = if backoff.first_at_once && attempt <= 1 { 0 } else { backoff.nominal_ms(attempt) };
+    let exact = match (floor_ms, rule.mode) {
+        (Some(floor), RetryAfterMode::Exact) if floor > 0 => Some(floor),
+        (Some(floor), RetryAfterMode::ExactIncludingZero) => Some(floor),
+        _ => None,
+    };
+    if let Some(exact) = exact {
+        // The header alone decides: no band, nothing drawn.
+        return Wait {
+            nominal_ms,
+            low_ms: exact,
+            high_ms: exact,
+            chosen_ms: exact,
+            floor_ms,
+            planned_ms: exact,
+            reason: WaitReason::RetryAfter,
+        };
+    }
+    let raised = match (floor_ms, rule.mode) {
+        (Some(floor), RetryAfterMode::NominalFloor) if floor > nominal_ms => Some(floor),
+        _ => None,
+    };
+    let band = match raised {
+        Some(floor) => backoff.band_around(floor, previous_ms),
+        None => backoff.band(attempt, previous_ms),
+    };
+    let chosen_ms = backoff.draw(band, rng);
     let (planned_ms, reason) = match (floor_ms, rule.mode) {
+        _ if raised.is_some() => (chosen_ms, WaitReason::RetryAfter),
         (Some(floor), RetryAfterMode::JitterAbove) => {
             (floor.saturating_add(chosen_ms), WaitReason::RetryAfter)
         }
         (Some(floor), RetryAfterMode::Floor) if floor > chosen_ms => (floor, WaitReason::RetryAfter),
         _ => (chosen_ms, WaitReason::Backoff),
     };
-    Wait {
-        nominal_ms: backoff.nominal_ms(attempt),
-        low_ms: band.low_ms,
-        high_ms: band.high_ms,
-        chosen_ms,
-        floor_ms,
-        planned_ms,
-        reason,
-    }
+    Wait { nominal_ms, low_ms: band.low_ms, high_ms: band.high_ms, chosen_ms, floor_ms, planned_ms, reason }
 }
 
 /// How one attempt ended, as the client saw it; the status, when an answer came, stands beside
@@ -218,6 +292,18 @@ pub fn classify(outcome: Outcome, status: Option<u16>) -> Verdict {
     }
 }
 
+/// As `classify`, with the statuses a policy lists in place of the lab's own rule when it lists
+/// them (a library's `status_forcelist`, got's `statusCodes`): an answer with a listed status is
+/// retried, any other answer but a 2xx is given up on. Outcomes without an answer (timeouts,
+/// transport errors) are classified as `classify` does.
+pub fn classify_with(outcome: Outcome, status: Option<u16>, statuses: Option<&[u16]>) -> Verdict {
+    match (outcome, status, statuses) {
+        (Outcome::HttpError, Some(status), Some(listed)) if listed.contains(&status) => Verdict::Retry,
+        (Outcome::HttpError, Some(_), Some(_)) => Verdict::GiveUp,
+        _ => classify(outcome, status),
+    }
+}
+
 /// Reads a `Retry-After` given as delay-seconds. HTTP-dates are not parsed: this lab's
 /// downstream only sends seconds, and an unreadable value is treated as absent.
 pub fn parse_retry_after(value: &str) -> Option<u64> {
@@ -230,7 +316,15 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
-    const DEFAULT: Backoff = Backoff { jitter: Jitter::Equal, base_ms: 800, cap_ms: 30_000, multiplier: 2.0 };
+    const DEFAULT: Backoff = Backoff {
+        jitter: Jitter::Equal,
+        base_ms: 800,
+        cap_ms: 30_000,
+        multiplier: 2.0,
+        jitter_ms: 100,
+        jitter_ratio: 0.2,
+        first_at_once: false,
+    };
     const HONOR: RetryAfterRule = RetryAfterRule { honor: true, cap_ms: 30_000, mode: RetryAfterMode::Floor };
 
     #[test]
@@ -274,8 +368,7 @@ mod tests {
     fn full_and_decorrelated_jitter_stay_in_their_bands() {
         let mut rng = StdRng::seed_from_u64(11);
         let full = Backoff { jitter: Jitter::Full, ..DEFAULT };
-        let decorrelated =
-            Backoff { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 5_000, multiplier: 2.0 };
+        let decorrelated = Backoff { jitter: Jitter::Decorrelated, base_ms: 100, cap_ms: 5_000, ..DEFAULT };
         let mut previous = None;
         for attempt in 1..=2_000 {
             let f = plan_wait(&full, HONOR, 2, None, None, &mut rng);
@@ -342,6 +435,92 @@ mod tests {
     }
 
     #[test]
+    fn additive_jitter_adds_up_to_jitter_ms_and_the_cap_holds_after_it() {
+        let mut rng = StdRng::seed_from_u64(21);
+        let got = Backoff { jitter: Jitter::Additive, base_ms: 1000, cap_ms: 600_000, ..DEFAULT };
+        let waits: Vec<u64> =
+            (0..2_000).map(|_| plan_wait(&got, HONOR, 2, None, None, &mut rng).planned_ms).collect();
+        assert!(waits.iter().all(|w| (2_000..=2_100).contains(w)), "2 s plus 0 to 100 ms");
+        assert!(waits.iter().max().unwrap() - waits.iter().min().unwrap() > 80, "spread over the 100 ms");
+        // stamina: 3.2 s plus up to 1 s, capped at 5 s; 6.4 s is held at the cap.
+        let stamina =
+            Backoff { jitter: Jitter::Additive, base_ms: 100, cap_ms: 5_000, jitter_ms: 1_000, ..DEFAULT };
+        let band = stamina.band(6, None);
+        assert_eq!((band.low_ms, band.high_ms), (3_200, 4_200));
+        assert_eq!(stamina.band(8, None), Band { low_ms: 5_000, high_ms: 5_000 });
+        let capped: Vec<u64> =
+            (0..500).map(|_| plan_wait(&stamina, HONOR, 8, None, None, &mut rng).planned_ms).collect();
+        assert!(capped.iter().all(|&w| w == 5_000), "{capped:?}");
+    }
+
+    #[test]
+    fn proportional_jitter_adds_up_to_its_share_of_the_delay() {
+        let mut rng = StdRng::seed_from_u64(22);
+        let axios = Backoff { jitter: Jitter::Proportional, base_ms: 200, cap_ms: 600_000, ..DEFAULT };
+        for (attempt, nominal) in [(1, 200), (2, 400), (3, 800)] {
+            let waits: Vec<u64> = (0..2_000)
+                .map(|_| plan_wait(&axios, HONOR, attempt, None, None, &mut rng).planned_ms)
+                .collect();
+            let high = nominal * 6 / 5;
+            assert!(waits.iter().all(|w| (nominal..=high).contains(w)), "{attempt}: [{nominal}, {high}]");
+            assert!(*waits.iter().max().unwrap() > nominal + (high - nominal) * 9 / 10);
+        }
+    }
+
+    #[test]
+    fn the_first_retry_can_go_at_once() {
+        let mut rng = StdRng::seed_from_u64(23);
+        let urllib3 =
+            Backoff { jitter: Jitter::None, base_ms: 500, cap_ms: 120_000, first_at_once: true, ..DEFAULT };
+        let waits: Vec<u64> =
+            (1..=5).map(|n| plan_wait(&urllib3, HONOR, n, None, None, &mut rng).planned_ms).collect();
+        assert_eq!(waits, [0, 1_000, 2_000, 4_000, 8_000], "backoff_factor * 2 ** (n - 1), 0 for the first");
+    }
+
+    #[test]
+    fn an_exact_retry_after_replaces_the_backoff_and_zero_is_the_mode_s_to_say() {
+        let mut rng = StdRng::seed_from_u64(24);
+        let exact = RetryAfterRule { mode: RetryAfterMode::Exact, ..HONOR };
+        let full = Backoff { jitter: Jitter::Full, base_ms: 100, ..DEFAULT };
+        for _ in 0..200 {
+            let wait = plan_wait(&full, exact, 4, None, Some(2), &mut rng);
+            assert_eq!(
+                (wait.planned_ms, wait.low_ms, wait.high_ms, wait.reason),
+                (2_000, 2_000, 2_000, WaitReason::RetryAfter)
+            );
+            // Shorter than the backoff's 800 ms nominal: still the header, nothing else.
+            let long = Backoff { base_ms: 8_000, ..full };
+            assert_eq!(plan_wait(&long, exact, 1, None, Some(1), &mut rng).planned_ms, 1_000);
+            // A header of 0: the backoff decides.
+            let zero = plan_wait(&full, exact, 4, None, Some(0), &mut rng);
+            assert!(zero.planned_ms <= 800 && zero.reason == WaitReason::Backoff, "{zero:?}");
+            // go-retryablehttp waits a 0 too.
+            let with_zero = RetryAfterRule { mode: RetryAfterMode::ExactIncludingZero, ..HONOR };
+            assert_eq!(plan_wait(&full, with_zero, 4, None, Some(0), &mut rng).planned_ms, 0);
+        }
+        let capped = RetryAfterRule { cap_ms: 1_500, ..exact };
+        assert_eq!(plan_wait(&full, capped, 1, None, Some(60), &mut rng).planned_ms, 1_500);
+    }
+
+    #[test]
+    fn a_nominal_floor_draws_the_jitter_on_the_raised_delay() {
+        let mut rng = StdRng::seed_from_u64(25);
+        let axios = Backoff { jitter: Jitter::Proportional, base_ms: 200, cap_ms: 600_000, ..DEFAULT };
+        let rule = RetryAfterRule { mode: RetryAfterMode::NominalFloor, ..HONOR };
+        let raised: Vec<Wait> =
+            (0..1_000).map(|_| plan_wait(&axios, rule, 1, None, Some(1), &mut rng)).collect();
+        assert!(
+            raised
+                .iter()
+                .all(|w| (1_000..=1_200).contains(&w.planned_ms) && w.reason == WaitReason::RetryAfter)
+        );
+        assert!(raised.iter().map(|w| w.planned_ms).max().unwrap() > 1_150, "up to 20 % above the header");
+        // A header under the nominal leaves the backoff as it is.
+        let wait = plan_wait(&axios, rule, 4, None, Some(1), &mut rng);
+        assert!((1_600..=1_920).contains(&wait.planned_ms) && wait.reason == WaitReason::Backoff, "{wait:?}");
+    }
+
+    #[test]
     fn classification_retries_transients_and_gives_up_on_client_errors() {
         let answered = |status| classify(Outcome::of_status(status), Some(status));
         for status in [200, 201, 204] {
@@ -355,6 +534,22 @@ mod tests {
         }
         assert_eq!(classify(Outcome::Timeout, None), Verdict::Retry);
         assert_eq!(classify(Outcome::TransportError, None), Verdict::Retry);
+    }
+
+    #[test]
+    fn a_listed_set_of_statuses_replaces_the_labs_rule_for_answers_only() {
+        let got: &[u16] = &[408, 413, 429, 500, 502, 503, 504, 521, 522, 524];
+        let answered = |status| classify_with(Outcome::of_status(status), Some(status), Some(got));
+        assert_eq!(answered(413), Verdict::Retry, "listed, though the lab's own rule gives up");
+        assert_eq!(answered(409), Verdict::GiveUp, "not listed, though the lab's own rule retries");
+        assert_eq!(answered(501), Verdict::GiveUp);
+        assert_eq!(answered(200), Verdict::Delivered);
+        assert_eq!(classify_with(Outcome::Timeout, None, Some(got)), Verdict::Retry, "no answer: as before");
+        assert_eq!(
+            classify_with(Outcome::HttpError, Some(409), None),
+            Verdict::Retry,
+            "none listed: the lab's rule"
+        );
     }
 
     #[test]

@@ -56,6 +56,33 @@ pub struct Policy {
     /// per client or shared (`scope`); at most `MAX_PROTECTIONS`. Left out when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub protections: Vec<ProtectionSpec>,
+    /// The most `"additive"` jitter adds to a wait, in ms (got's `noise`: 100).
+    #[serde(skip_serializing_if = "is_default_jitter_ms")]
+    pub jitter_ms: u64,
+    /// The most `"proportional"` jitter adds, as a share of the wait (axios-retry's: 0.2).
+    #[serde(skip_serializing_if = "is_default_jitter_ratio")]
+    pub jitter_ratio: f64,
+    /// The first retry goes at once; the backoff applies from the second (urllib3's `Retry`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_retry_at_once: bool,
+    /// The statuses an answer is retried on, in place of the lab's own rule (408, 409, 429,
+    /// 5xx); any other answer but a 2xx ends the round. `None`: the lab's rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_statuses: Option<Vec<u16>>,
+}
+
+const DEFAULT_JITTER_MS: u64 = 100;
+const DEFAULT_JITTER_RATIO: f64 = 0.2;
+const MAX_JITTER_RATIO: f64 = 10.0;
+const MAX_RETRY_STATUSES: usize = 500;
+
+// Left out of the JSON at their defaults, so a policy that never uses them reads as before.
+fn is_default_jitter_ms(ms: &u64) -> bool {
+    *ms == DEFAULT_JITTER_MS
+}
+
+fn is_default_jitter_ratio(ratio: &f64) -> bool {
+    *ratio == DEFAULT_JITTER_RATIO
 }
 
 impl Default for Policy {
@@ -77,6 +104,10 @@ impl Default for Policy {
             seed: None,
             clients: 1,
             protections: Vec::new(),
+            jitter_ms: DEFAULT_JITTER_MS,
+            jitter_ratio: DEFAULT_JITTER_RATIO,
+            first_retry_at_once: false,
+            retry_statuses: None,
         }
     }
 }
@@ -135,6 +166,15 @@ pub struct PolicyUpdate {
     #[serde(default, deserialize_with = "crate::invalid::unique_keys::list_or_absent")]
     #[schema(value_type = Option<Vec<ProtectionSpec>>)]
     pub protections: Option<Vec<serde_json::Value>>,
+    /// 0 to `cap_ms`'s limit (600,000).
+    pub jitter_ms: Option<u64>,
+    /// 0 to 10.
+    pub jitter_ratio: Option<f64>,
+    pub first_retry_at_once: Option<bool>,
+    /// 100 to 599, at most 500 of them; `null` goes back to the lab's own rule.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<u16>>)]
+    pub retry_statuses: Option<Option<Vec<u16>>>,
 }
 
 impl PolicyUpdate {
@@ -157,6 +197,10 @@ impl PolicyUpdate {
             seed: over.seed.or(self.seed),
             clients: over.clients.or(self.clients),
             protections: over.protections.or(self.protections),
+            jitter_ms: over.jitter_ms.or(self.jitter_ms),
+            jitter_ratio: over.jitter_ratio.or(self.jitter_ratio),
+            first_retry_at_once: over.first_retry_at_once.or(self.first_retry_at_once),
+            retry_statuses: over.retry_statuses.or(self.retry_statuses),
         }
     }
 }
@@ -182,6 +226,9 @@ impl Policy {
             base_ms: self.base_ms,
             cap_ms: self.cap_ms,
             multiplier: self.multiplier,
+            jitter_ms: self.jitter_ms,
+            jitter_ratio: self.jitter_ratio,
+            first_at_once: self.first_retry_at_once,
         }
     }
 
@@ -201,7 +248,8 @@ impl Policy {
                 let band = backoff.band(n, previous);
                 // The widest decorrelated band: each wait at the top of the one before.
                 previous = Some(band.high_ms);
-                WaitBand { n, nominal_ms: backoff.nominal_ms(n), low_ms: band.low_ms, high_ms: band.high_ms }
+                let nominal_ms = if backoff.first_at_once && n == 1 { 0 } else { backoff.nominal_ms(n) };
+                WaitBand { n, nominal_ms, low_ms: band.low_ms, high_ms: band.high_ms }
             })
             .collect();
         PolicyView { policy: self.clone(), bands }
@@ -229,6 +277,10 @@ impl Policy {
                 Some(listed) => read_protections(listed)?,
                 None => self.protections.clone(),
             },
+            jitter_ms: update.jitter_ms.unwrap_or(self.jitter_ms),
+            jitter_ratio: update.jitter_ratio.unwrap_or(self.jitter_ratio),
+            first_retry_at_once: update.first_retry_at_once.unwrap_or(self.first_retry_at_once),
+            retry_statuses: update.retry_statuses.clone().unwrap_or_else(|| self.retry_statuses.clone()),
         };
         next.validate()?;
         Ok(next)
@@ -283,6 +335,24 @@ impl Policy {
                 "multiplier",
                 format!("multiplier must be 1 to {MAX_MULTIPLIER} (1 is a fixed interval)"),
             );
+        }
+        if self.jitter_ms > MAX_DELAY_MS {
+            return invalid("jitter_ms", format!("jitter_ms must be at most {MAX_DELAY_MS}"));
+        }
+        if !(0.0..=MAX_JITTER_RATIO).contains(&self.jitter_ratio) {
+            return invalid("jitter_ratio", format!("jitter_ratio must be 0 to {MAX_JITTER_RATIO}"));
+        }
+        if let Some(statuses) = &self.retry_statuses {
+            if statuses.len() > MAX_RETRY_STATUSES {
+                let detail = format!("retry_statuses lists at most {MAX_RETRY_STATUSES} statuses");
+                return invalid("retry_statuses", detail);
+            }
+            if let Some(bad) = statuses.iter().find(|s| !(100..=599).contains(*s)) {
+                return invalid(
+                    "retry_statuses",
+                    format!("retry_statuses: {bad} is not an HTTP status (100 to 599)"),
+                );
+            }
         }
         if self.max_total_ms > MAX_TOTAL_MS {
             return invalid(

@@ -18,6 +18,7 @@ mod events;
 mod front;
 mod openapi;
 mod pages;
+mod policies;
 mod rate_limit;
 mod responses;
 mod snapshot_limit;
@@ -57,6 +58,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/comparisons", post(compare::create))
         .route("/api/comparisons/{id}", get(compare::report))
         .route("/api/comparisons/{id}/labs", post(compare::open_in_lab))
+        .route("/api/policies/export", get(policies::export_policy))
         .route("/api/labs", post(api::create_lab))
         .route("/api/labs/{lab}", get(api::snapshot).layer(compressed()))
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))

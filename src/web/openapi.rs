@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages};
+use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages, policies};
 use crate::dlq::Cause;
 
 #[derive(OpenApi)]
@@ -40,6 +40,7 @@ use crate::dlq::Cause;
         compare::create,
         compare::report,
         compare::open_in_lab,
+        policies::export_policy,
     )
 )]
 pub struct ApiDoc;

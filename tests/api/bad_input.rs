@@ -138,6 +138,9 @@ async fn an_unusable_setting_names_its_field() {
         ("policy", r#"{"base_ms": 5000, "cap_ms": 100}"#, "policy.base_ms"),
         ("policy", r#"{"retry_budget": {"ratio": 2, "min_per_s": 1}}"#, "policy.retry_budget.ratio"),
         ("policy", r#"{"clients": 100000}"#, "policy.clients"),
+        ("policy", r#"{"jitter": "proportional", "jitter_ratio": 11}"#, "policy.jitter_ratio"),
+        ("policy", r#"{"jitter": "additive", "jitter_ms": 700000}"#, "policy.jitter_ms"),
+        ("policy", r#"{"retry_statuses": [503, 700]}"#, "policy.retry_statuses"),
         ("downstream", r#"{"capacity": 0}"#, "downstream.capacity"),
         ("downstream", r#"{"latency_ms": [500, 10]}"#, "downstream.latency_ms"),
     ] {

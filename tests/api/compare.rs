@@ -903,3 +903,83 @@ async fn a_tie_set_by_the_retry_after_floor_says_why() {
     let report = compared(&app, &flaky).await;
     assert_eq!(report["tie_reason"], Value::Null, "{}", report["tie_reason"]);
 }
+
+/// The libraries' presets run as any preset does, from the command line: each column carries
+/// its library's settings (urllib3's first retry at once and exact `Retry-After`, tenacity's
+/// full jitter with the header ignored, go-retryablehttp's 1 s doubling that waits a header of
+/// 0 too), and every message is accounted for.
+#[tokio::test]
+async fn library_presets_compare_from_the_command_line() {
+    let output = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["compare", "--scenario", "flaky", "--burst", "4", "--seed", "5", "--runs", "1"])
+            .args(["--policy", "urllib3", "--policy", "tenacity", "--policy", "go-retryablehttp", "--json"])
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let document: Value = serde_json::from_slice(&output.stdout).expect("JSON on stdout");
+    let settings = |name: &str| policy_of(&document, name)["policy"].clone();
+    let urllib3 = settings("urllib3");
+    assert_eq!(
+        (
+            &urllib3["first_retry_at_once"],
+            &urllib3["retry_after_mode"],
+            &urllib3["jitter"],
+            &urllib3["max_attempts"]
+        ),
+        (&json!(true), &json!("exact"), &json!("none"), &json!(6)),
+        "{urllib3}"
+    );
+    let tenacity = settings("tenacity");
+    assert_eq!(
+        (&tenacity["jitter"], &tenacity["honor_retry_after"]),
+        (&json!("full"), &json!(false)),
+        "{tenacity}"
+    );
+    let go = settings("go-retryablehttp");
+    assert_eq!(
+        (&go["retry_after_mode"], &go["max_attempts"]),
+        (&json!("exact_including_zero"), &json!(5)),
+        "{go}"
+    );
+    for name in ["urllib3", "tenacity", "go-retryablehttp"] {
+        for run in policy_of(&document, name)["runs"].as_array().unwrap() {
+            accounted_for(&run["figures"], 4);
+        }
+    }
+    // The new settings are described as they are sent.
+    let app = TestApp::spawn().await;
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let mut errors = Vec::new();
+    breaks(&spec, &spec["components"]["schemas"]["ComparisonReport"], &document, "", &mut errors);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// A policy that draws its jitter above the header is no tie by the header: on `outage`
+/// (`Retry-After: 1` on every failure) axios-retry's preset waits the header plus up to 20 %,
+/// go-retryablehttp's the header exactly, and the report does not claim the header set them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jitter_drawn_above_the_header_is_no_tie_by_the_header() {
+    let app = for_many_comparisons().await;
+    let policies = json!(["axios-retry", "go-retryablehttp"]);
+    let outage =
+        json!({"scenario": "outage", "burst": 6, "runs": 1, "late_threshold_ms": 1000, "policies": policies});
+    let report = compared(&app, &outage).await;
+    assert_eq!(report["tie_reason"], Value::Null, "{}", report["tie_reason"]);
+    let column = |name: &str| {
+        report["columns"].as_array().unwrap().iter().find(|c| c["policy"] == name).unwrap()["figures"].clone()
+    };
+    let go = column("go-retryablehttp");
+    assert_eq!(go["waits"], go["waits_set_by_retry_after"], "go waits the header exactly: {go}");
+    let axios = column("axios-retry");
+    // Each draw lands on the header itself about once in 200.
+    let (waits, alone) =
+        (axios["waits"].as_u64().unwrap(), axios["waits_set_by_retry_after"].as_u64().unwrap());
+    assert!(waits > 0 && alone * 4 < waits, "{axios}");
+}

@@ -19,6 +19,7 @@ mod deployment;
 mod docs;
 mod durability;
 mod events;
+mod export;
 mod full_store;
 mod hardening;
 mod hedging;

@@ -395,6 +395,8 @@ async fn bad_settings_name_their_field() {
         ("policy", r#"{"breaker": {"failure_threshold": 1, "open_ms": 10}}"#, "half_open_probes"),
         ("policy", r#"{"multiplier": 0.5}"#, "multiplier"),
         ("policy", r#"{"retry_after_mode": "ceiling"}"#, "retry_after_mode"),
+        ("policy", r#"{"jitter": "gaussian"}"#, "jitter"),
+        ("policy", r#"{"first_retry_at_once": "yes"}"#, "first_retry_at_once"),
     ] {
         let (status, problem) = app.call(Method::PUT, &format!("/api/labs/{lab}/{what}"), Some(body)).await;
         assert!(status.is_client_error(), "{body}: {status}");

@@ -254,3 +254,75 @@ async fn a_dead_letter_whose_write_was_applied_says_so_and_its_replay_is_answere
     );
     assert_eq!((counter(&replayed, "applied"), counter(&replayed, "applied_twice")), (1, 0));
 }
+
+/// The library presets' wait rules over the wire: `first_retry_at_once` makes the first wait 0
+/// and the curve start at the second (urllib3), and `exact_including_zero` waits a
+/// `Retry-After: 0` as it is, with the header as the reason (go-retryablehttp). The snapshot
+/// shows the settings and each wait as planned and measured.
+#[tokio::test]
+async fn a_first_retry_at_once_and_an_exact_retry_after_are_waited_as_set() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let policy = app
+        .put(
+            &lab,
+            "policy",
+            r#"{"jitter": "none", "base_ms": 40, "cap_ms": 1000, "multiplier": 2, "max_attempts": 4,
+                "first_retry_at_once": true, "honor_retry_after": true, "retry_after_mode": "exact"}"#,
+        )
+        .await;
+    assert_eq!(
+        (&policy["first_retry_at_once"], &policy["retry_after_mode"]),
+        (&json!(true), &json!("exact"))
+    );
+    let bands: Vec<u64> =
+        policy["bands"].as_array().unwrap().iter().map(|b| b["high_ms"].as_u64().unwrap()).collect();
+    assert_eq!(bands, [0, 80, 160]);
+    // `Retry-After: 0` is no header to urllib3: the backoff decides.
+    app.put(&lab, "downstream", r#"{"mode": "down", "retry_after_s": 0}"#).await;
+    app.burst(&lab, 1).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    let attempts = round(&messages(&done)[0], 0);
+    let planned: Vec<u64> = attempts.iter().filter_map(|a| a["wait"]["planned_ms"].as_u64()).collect();
+    assert_eq!(planned, [0, 80, 160]);
+    for attempt in &attempts[..3] {
+        let actual = attempt["wait"]["actual_ms"].as_u64().unwrap();
+        let planned = attempt["wait"]["planned_ms"].as_u64().unwrap();
+        assert!(actual + 5 >= planned && actual < planned + 500, "measured {actual} for {planned}");
+    }
+
+    app.call(reqwest::Method::POST, &format!("/api/labs/{lab}/reset"), Some("{}")).await;
+    app.put(&lab, "policy", r#"{"first_retry_at_once": false, "retry_after_mode": "exact_including_zero"}"#)
+        .await;
+    app.burst(&lab, 1).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    let attempts = round(&messages(&done)[0], 0);
+    let waits: Vec<(u64, &str)> = attempts
+        .iter()
+        .filter(|a| !a["wait"].is_null())
+        .map(|a| (a["wait"]["planned_ms"].as_u64().unwrap(), a["wait"]["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(waits, [(0, "retry_after"); 3], "a 0 waited as it is, three times");
+}
+
+/// `retry_statuses` replaces the lab's rule for answers: a 503 the policy does not list ends the
+/// round at once as permanent, as a library whose list leaves it out would; `null` brings the
+/// lab's own rule back.
+#[tokio::test]
+async fn a_policy_retries_only_the_statuses_it_lists() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    let set = app.put(&lab, "policy", r#"{"retry_statuses": [429, 502]}"#).await;
+    assert_eq!(set["retry_statuses"], json!([429, 502]));
+    app.set_mode(&lab, "down").await;
+    app.burst(&lab, 1).await;
+    let done = app.wait_for(&lab, PATIENCE, |s| counter(s, "dead_letter") == 1).await;
+    assert_eq!(round(&messages(&done)[0], 0).len(), 1, "no retry of a 503 it does not list");
+    assert!(
+        done["dead_letters"][0]["reason"].as_str().unwrap().starts_with("permanent"),
+        "{}",
+        done["dead_letters"]
+    );
+    let back = app.put(&lab, "policy", r#"{"retry_statuses": null}"#).await;
+    assert!(back.get("retry_statuses").is_none(), "the lab's own rule again: {back}");
+}

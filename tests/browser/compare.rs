@@ -796,3 +796,34 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
     .await;
     assert_eq!(chosen, "none,codel,");
 }
+
+/// "take it home" under a column writes the column's policy as the chosen library's client: the
+/// program the API gives for the same settings (the run's seed left out), and what the library
+/// cannot express said beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_it_home_writes_the_columns_policy_as_the_chosen_librarys_client() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let body = json!({"scenario": "outage", "burst": 5, "seed": 5, "runs": 1, "policies": ["full-jitter", "breaker-retry"]});
+    let id = start_comparison(&server, &body).await;
+    page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    wait_for(&page, "the column heads", "!!document.querySelector(\"[data-take-home='breaker-retry']\")")
+        .await;
+    let home = "[data-take-home='breaker-retry']";
+    page.eval(&format!(
+        "(() => {{ const d = document.querySelector(\"{home}\"); d.open = true; d.querySelector('select').value = 'got'; }})()"
+    ))
+    .await
+    .unwrap();
+    page.click(&format!("{home} button")).await;
+    wait_for(&page, "the program", &format!("!document.querySelector(\"{home} pre\").hidden")).await;
+    let shown = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
+    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
+    let code = shown.as_str().unwrap();
+    assert!(code.contains("import got from 'got'") && code.contains("calculateDelay"), "{code}");
+    assert!(code.contains("\"breaker\": {"), "the column's settings in its comment: {code}");
+    assert!(code.contains("\"seed\": null"), "the run's seed is left out: {code}");
+    assert!(said.as_str().unwrap().contains("got cannot: circuit breaker"), "{said}");
+}

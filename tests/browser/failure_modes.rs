@@ -981,3 +981,41 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     assert_eq!(defences["admission"]["sr_threshold"], 0.95, "{defences}");
     assert_no_console_errors(&page);
 }
+
+/// The policy form's preset picker applies a preset from the table the chapters and /compare
+/// use: a library's preset sets its library's rule, and the form shows it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_preset_applies_from_the_policy_form() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    wait_for(&page, "the preset list", "document.querySelector('[data-policy-preset]').options.length > 20")
+        .await;
+    page.eval(
+        "(() => { const pick = document.querySelector('[data-policy-preset]'); pick.closest('details').open = true;
+            pick.value = 'got'; return true; })()",
+    )
+    .await
+    .unwrap();
+    page.click("[data-apply-preset]").await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut policy = server.snapshot(&lab).await["policy"].clone();
+    while policy["retry_after_mode"] != "exact" && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        policy = server.snapshot(&lab).await["policy"].clone();
+    }
+    assert_eq!(
+        (&policy["jitter"], &policy["base_ms"], &policy["max_attempts"], &policy["retry_after_mode"]),
+        (&json!("additive"), &json!(1000), &json!(3), &json!("exact")),
+        "got's preset: {policy}"
+    );
+    wait_for(
+        &page,
+        "the form to show it",
+        "document.getElementById('policy-form').elements.namedItem('jitter').value === 'additive'",
+    )
+    .await;
+    assert_no_console_errors(&page);
+}

@@ -1,0 +1,483 @@
+//! A lab policy carried home: `GET /api/policies/export` and `retrylab export`, their answers
+//! and their refusals, and the Done-when of the issue: `full-jitter` exported to tenacity and
+//! to got runs under `retrylab grade` on the real library (the conformance matrix's pins) and
+//! gets a card that honours `Retry-After`, backs off, reuses its keys and keeps the policy's
+//! attempt limit. Under `CI=1` the runtimes must be here; elsewhere a missing one is skipped,
+//! and said so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::helpers::TestApp;
+
+#[tokio::test]
+async fn a_policy_exports_as_json_and_unknown_names_are_422_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let (status, export) =
+        app.call(Method::GET, "/api/policies/export?policy=full-jitter&library=tenacity", None).await;
+    assert_eq!(status, StatusCode::OK, "{export}");
+    assert_eq!(
+        (&export["library"], &export["version"], &export["language"]),
+        (&"tenacity".into(), &"9.1.2".into(), &"python".into())
+    );
+    assert_eq!(
+        (&export["settings"]["jitter"], &export["settings"]["max_attempts"]),
+        (&"full".into(), &4.into())
+    );
+    let code = export["code"].as_str().unwrap();
+    for part in [
+        "RETRYLAB_URL",
+        "Idempotency-Key",
+        "from tenacity import",
+        "wait=lab_wait",
+        "MAX_ATTEMPTS = 4",
+        "\"jitter\": \"full\"",
+    ] {
+        assert!(code.contains(part), "the program has {part}: {code}");
+    }
+    assert_eq!(export["unsupported"], serde_json::json!([]));
+    // The answer is what its OpenAPI schema describes.
+    let spec: Value =
+        app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
+    let mut errors = Vec::new();
+    crate::compare::breaks(&spec, &spec["components"]["schemas"]["Export"], &export, "", &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+
+    // A policy as JSON, with a breaker the library has not: said, and what the program does.
+    let custom =
+        r#"{"base_ms": 100, "breaker": {"failure_threshold": 5, "open_ms": 4000, "half_open_probes": 1}}"#;
+    let path = format!("/api/policies/export?library=go-retryablehttp&policy={}", urlencode(custom));
+    let (status, export) = app.call(Method::GET, &path, None).await;
+    assert_eq!(status, StatusCode::OK, "{export}");
+    assert_eq!(export["settings"]["base_ms"], 100);
+    let said = export["unsupported"].as_array().unwrap();
+    assert!(said.len() == 1 && said[0].as_str().unwrap().starts_with("circuit breaker"), "{said:?}");
+
+    for (query, field) in [
+        ("policy=full-jitter&library=requests", "library"),
+        ("policy=full-jitter", "library"),
+        ("policy=yolo&library=got", "policy"),
+        ("library=got", "policy"),
+        (
+            &*format!("library=got&policy={}", urlencode(r#"{"base_ms": 9000, "cap_ms": 10}"#)),
+            "policy.base_ms",
+        ),
+        (&*format!("library=got&policy={}", urlencode(r#"{"jitter": "wobbly"}"#)), "policy"),
+    ] {
+        let (status, problem) = app.call(Method::GET, &format!("/api/policies/export?{query}"), None).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+}
+
+fn urlencode(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_command_line_refuses_an_unknown_library_or_policy_in_one_line_with_exit_2() {
+    for (args, field) in [(["full-jitter", "requests"], "library"), (["yolo", "got"], "policy")] {
+        let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+            .args(["export", "--policy", args[0], "--library", args[1]])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with(&format!("retrylab export: {field}: ")), "{stderr}");
+        assert!(output.stdout.is_empty());
+    }
+}
+
+/// `retrylab export` as printed: the program on stdout.
+fn exported(policy: &str, library: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["export", "--policy", policy, "--library", library])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The command that runs `library`'s program written into `folder`, or why it cannot run here.
+fn runnable(library: &str, code: &str, folder: &Path) -> Result<Vec<String>, String> {
+    if library == "got" {
+        let modules = root().join("tests/conformance/node/node_modules");
+        if !modules.join("got").exists() {
+            return Err("no tests/conformance/node/node_modules (npm ci)".into());
+        }
+        // ES modules resolve packages from the file's own folder up: a link to the pinned ones.
+        let link = folder.join("node_modules");
+        if !link.exists() {
+            std::os::unix::fs::symlink(&modules, &link).unwrap();
+        }
+        let file = folder.join("exported_got.mjs");
+        std::fs::write(&file, code).unwrap();
+        return Ok(vec!["node".into(), file.display().to_string()]);
+    }
+    let python = std::env::var_os("RETRYLAB_SNIPPET_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/snippet-venv/bin/python"));
+    let works =
+        Command::new(&python).args(["-c", "import requests, tenacity"]).status().is_ok_and(|s| s.success());
+    if !works {
+        return Err("no Python with tenacity (.ci/run makes target/snippet-venv)".into());
+    }
+    let file = folder.join(format!("exported_{}.py", library.replace('-', "_")));
+    std::fs::write(&file, code).unwrap();
+    Ok(vec![python.display().to_string(), file.display().to_string()])
+}
+
+/// `retrylab grade --json` on `command`: its exit code and its one caller's card.
+fn grade(command: &[String]) -> (Option<i32>, Value, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["grade", "--json", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let callers = report["callers"].as_array().cloned().unwrap_or_default();
+    let card = if callers.len() == 1 { callers[0].clone() } else { Value::Null };
+    (output.status.code(), card, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// The most requests the card saw for one key ("at most 4 requests for one key ...").
+fn most_requests(card: &Value) -> u64 {
+    let evidence = card["checks"]["attempts_capped"]["evidence"].as_str().unwrap_or_default();
+    let after = evidence.strip_prefix("at most ").unwrap_or_else(|| panic!("{evidence}"));
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn full_jitter_exported_to_tenacity_and_got_passes_the_card_on_the_real_library() {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-export-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    // full-jitter as it is (Retry-After a floor), to both; and with the jitter above the
+    // header, to tenacity, which shows the exported jitter survives a Retry-After too.
+    let above = r#"{"jitter": "full", "retry_after_mode": "jitter_above"}"#;
+    let cases = [("full-jitter", "tenacity"), ("full-jitter", "got"), (above, "tenacity")];
+    let mut runs = Vec::new();
+    for (n, (policy, library)) in cases.into_iter().enumerate() {
+        let case = folder.join(n.to_string());
+        std::fs::create_dir_all(&case).unwrap();
+        match runnable(library, &exported(policy, library), &case) {
+            Ok(command) => runs.push(((policy, library), std::thread::spawn(move || grade(&command)))),
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => eprintln!("skipping {library}: {why}"),
+        }
+    }
+    for ((policy, library), run) in runs {
+        let (exit, card, stderr) = run.join().unwrap();
+        let verdict = |check: &str| card["checks"][check]["verdict"].as_str().unwrap_or("missing").to_owned();
+        let why =
+            |check: &str| format!("{policy} as {library}: {check}: {}\n{stderr}", card["checks"][check]);
+        for check in ["retry_after", "backoff", "key_reused", "attempts_capped"] {
+            assert_eq!(verdict(check), "pass", "{}", why(check));
+        }
+        assert!(most_requests(&card) <= 4, "the policy's 4 attempts: {}", why("attempts_capped"));
+        if policy == above {
+            assert_eq!(verdict("jitter"), "pass", "{}", why("jitter"));
+        } else {
+            // As a floor, a Retry-After longer than the whole band is waited exactly: the card
+            // says so (a warn), and it is the policy's own rule, not the export's.
+            assert_eq!(verdict("jitter"), "warn", "{}", why("jitter"));
+            let evidence = card["checks"]["jitter"]["evidence"].as_str().unwrap();
+            assert!(evidence.starts_with("waits exactly the Retry-After"), "{}", why("jitter"));
+        }
+        assert_eq!(exit, Some(0), "{}", why("jitter"));
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// A message's measured waits by retry number (1 for the wait before the first retry): the
+/// lab's own client's `wait.actual_ms`, or an outside caller's `waited_ms`.
+fn waits_by_retry(snapshot: &Value, outside: bool) -> Vec<Vec<u64>> {
+    let mut by_retry: Vec<Vec<u64>> = Vec::new();
+    let mut put = |retry: usize, ms: u64| {
+        if by_retry.len() < retry {
+            by_retry.resize(retry, Vec::new());
+        }
+        by_retry[retry - 1].push(ms);
+    };
+    if outside {
+        for message in snapshot["outside"]["messages"].as_array().unwrap() {
+            for attempt in message["attempts"].as_array().unwrap() {
+                if let (Some(n), Some(ms)) = (attempt["n"].as_u64(), attempt["waited_ms"].as_u64()) {
+                    put(n as usize - 1, ms);
+                }
+            }
+        }
+    } else {
+        for message in snapshot["messages"].as_array().unwrap() {
+            for attempt in message["attempts"].as_array().unwrap() {
+                if let (Some(n), Some(ms)) = (attempt["n"].as_u64(), attempt["wait"]["actual_ms"].as_u64()) {
+                    put(n as usize, ms);
+                }
+            }
+        }
+    }
+    by_retry.iter_mut().for_each(|waits| waits.sort_unstable());
+    by_retry
+}
+
+/// The tolerance two measured waits of about `ms` are held to: 80 ms of process noise on a
+/// loaded machine, or 5 % of the wait if more.
+fn tolerance(ms: u64) -> u64 {
+    80.max(ms / 20)
+}
+
+/// A library's own preset, simulated by the lab and run by the real library with its defaults
+/// (the round trip: the preset exported to its own library), against an endpoint that is down
+/// without `Retry-After`: per retry, the median and the range of the waits agree within
+/// `tolerance`, and so does the number of attempts per key. got: 1 s and 2 s, each plus up to
+/// 100 ms; axios-retry's `exponentialDelay`: 200, 400, 800 ms, each plus up to 20 %; urllib3:
+/// at once, then 1, 2, 4, 8 s; go-retryablehttp: 1, 2, 4, 8 s. All at once, each in a lab of
+/// its own beside the lab's own run. (tenacity's, stamina's and httpx-retries' defaults draw
+/// full or wide jitter over waits of many seconds: 20 keys cannot pin their medians this close.)
+#[tokio::test]
+async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-agreement-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let app = TestApp::spawn().await;
+    let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+    // Every program written (and Go's built) before any runs: a build would hold up this
+    // thread, and with it the server's.
+    let mut commands = Vec::new();
+    for library in ["got", "axios-retry", "urllib3", "go-retryablehttp"] {
+        let case = folder.join(library);
+        std::fs::create_dir_all(&case).unwrap();
+        match any_runnable(library, &exported(library, library), &case) {
+            Ok(command) => commands.push((library, command)),
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => eprintln!("skipping {library}: {why}"),
+        }
+    }
+    let mut runs = Vec::new();
+    for (library, command) in commands {
+        // The real library, on a lab of its own.
+        let real = app.new_lab().await;
+        app.put(&real, "downstream", down).await;
+        let url = app.url(&format!("/labs/{real}/downstream"));
+        let run = tokio::task::spawn_blocking(move || {
+            Command::new(&command[0]).args(&command[1..]).env("RETRYLAB_URL", url).output().unwrap()
+        });
+        // The lab's own client with the preset, at the same time.
+        let simulated = app.new_lab().await;
+        let policy = retrylab::compare::presets::find(library).unwrap().policy.clone();
+        app.put(&simulated, "policy", &policy.to_string()).await;
+        app.put(&simulated, "downstream", down).await;
+        app.burst(&simulated, 20).await;
+        runs.push((library, real, simulated, run));
+    }
+    let median = |w: &[u64]| w[w.len() / 2];
+    for (library, real, simulated, run) in runs {
+        let output = run.await.unwrap();
+        assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
+        let lab = app
+            .wait_for(&simulated, std::time::Duration::from_secs(60), |s| {
+                s["counters"]["dead_letter"].as_u64() == Some(20)
+            })
+            .await;
+        let ours = waits_by_retry(&lab, false);
+        let theirs = waits_by_retry(&app.snapshot(&real).await, true);
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "{library}: retries per key, lab {ours:?} against real {theirs:?}"
+        );
+        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
+            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
+            let o = (median(ours), ours[0], ours[ours.len() - 1]);
+            let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
+            eprintln!(
+                "{library} retry {}: lab {} in {}..{}, real {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+            assert!(
+                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
+                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// The command that runs `library`'s exported `code` from `folder`: Python for the four Python
+/// libraries, node for got and axios-retry, a build with Debian's go-retryablehttp for Go.
+fn any_runnable(library: &str, code: &str, folder: &Path) -> Result<Vec<String>, String> {
+    match library {
+        "got" | "axios-retry" => {
+            let file = folder.join("exported.mjs");
+            runnable("got", code, folder).map(|_| {
+                std::fs::write(&file, code).unwrap();
+                vec!["node".into(), file.display().to_string()]
+            })
+        }
+        "go-retryablehttp" => {
+            let gopath = Path::new("/usr/share/gocode");
+            if !gopath.join("src/github.com/hashicorp/go-retryablehttp").exists() {
+                return Err("Debian's golang-github-hashicorp-go-retryablehttp-dev is not installed".into());
+            }
+            let source = folder.join("exported.go");
+            std::fs::write(&source, code).unwrap();
+            let program = folder.join("exported");
+            let output = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&program)
+                .arg(&source)
+                .env("GO111MODULE", "off")
+                .env("GOPATH", gopath)
+                .env("GOCACHE", folder.join("cache"))
+                .output()
+                .map_err(|e| format!("go: {e}"))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "the exported Go does not build: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ));
+            }
+            Ok(vec![program.display().to_string()])
+        }
+        _ => {
+            let python = std::env::var_os("RETRYLAB_SNIPPET_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root().join("target/snippet-venv/bin/python"));
+            let imports = "import urllib3, requests, tenacity, stamina, httpx, httpx_retries";
+            if !Command::new(&python).args(["-c", imports]).status().is_ok_and(|s| s.success()) {
+                return Err(
+                    "no Python with the matrix's libraries (.ci/run makes target/snippet-venv)".into()
+                );
+            }
+            let file = folder.join("exported_client.py");
+            std::fs::write(&file, code).unwrap();
+            Ok(vec![python.display().to_string(), file.display().to_string()])
+        }
+    }
+}
+
+/// Each export, run on its real library against an endpoint that is down without
+/// `Retry-After`, waits as the lab's own client waits under the same policy: per retry, the
+/// median and the range within `tolerance`, and as many attempts per key. The policy draws
+/// 0 to 100 ms above a nominal of 200 ms doubling, so both the curve and the jitter show.
+#[tokio::test]
+async fn each_export_waits_as_the_labs_own_run_of_the_same_policy() {
+    let policy = r#"{"jitter": "additive", "jitter_ms": 100, "base_ms": 200, "cap_ms": 5000, "multiplier": 2, "max_attempts": 4}"#;
+    let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+    exports_wait_as_the_lab("waits", policy, down, 3).await;
+}
+
+/// The same with `Retry-After: 1` on every failure and a policy that puts its jitter above the
+/// header (`jitter_above`, 0 to 100 ms): each library's program waits the header and its jitter
+/// as the lab's own client does.
+#[tokio::test]
+async fn each_export_treats_retry_after_as_the_labs_own_run_does() {
+    let policy = r#"{"jitter": "full", "base_ms": 100, "cap_ms": 5000, "max_attempts": 2, "honor_retry_after": true, "retry_after_mode": "jitter_above"}"#;
+    let down = r#"{"mode": "down", "retry_after_s": 1, "latency_ms": [5, 10]}"#;
+    exports_wait_as_the_lab("retry-after", policy, down, 1).await;
+}
+
+/// Runs `policy` in the lab's own client and, one library at a time, its export on the real
+/// library, each against an endpoint set to `down`; holds the waits per retry together.
+async fn exports_wait_as_the_lab(name: &str, policy: &str, down: &str, retries: usize) {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-export-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let app = TestApp::spawn().await;
+    let simulated = app.new_lab().await;
+    app.put(&simulated, "policy", policy).await;
+    app.put(&simulated, "downstream", down).await;
+    app.burst(&simulated, 20).await;
+    let lab = app
+        .wait_for(&simulated, std::time::Duration::from_secs(30), |s| {
+            s["counters"]["dead_letter"].as_u64() == Some(20)
+        })
+        .await;
+    let ours = waits_by_retry(&lab, false);
+    assert_eq!(ours.len(), retries, "{ours:?}");
+    let median = |w: &[u64]| w[w.len() / 2];
+    for library in
+        ["urllib3", "tenacity", "stamina", "httpx-retries", "got", "axios-retry", "go-retryablehttp"]
+    {
+        let case = folder.join(library);
+        std::fs::create_dir_all(&case).unwrap();
+        let command = match any_runnable(library, &exported(policy, library), &case) {
+            Ok(command) => command,
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => {
+                eprintln!("skipping {library}: {why}");
+                continue;
+            }
+        };
+        let real = app.new_lab().await;
+        app.put(&real, "downstream", down).await;
+        let url = app.url(&format!("/labs/{real}/downstream"));
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(&command[0]).args(&command[1..]).env("RETRYLAB_URL", url).output().unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
+        let theirs = waits_by_retry(&app.snapshot(&real).await, true);
+        assert_eq!(
+            theirs.len(),
+            ours.len(),
+            "{library}: retries per key, real {theirs:?} against lab {ours:?}"
+        );
+        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
+            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
+            let o = (median(ours), ours[0], ours[ours.len() - 1]);
+            let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
+            eprintln!(
+                "{library} retry {}: lab {} in {}..{}, real {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+            assert!(
+                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
+                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
+                retry + 1,
+                o.0,
+                o.1,
+                o.2,
+                t.0,
+                t.1,
+                t.2
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
