@@ -2,7 +2,7 @@
 //! to change. For the libraries the page gives a snippet for (`static/snippets.json`), it names
 //! the library's own setting; for any other caller, the rule in general.
 
-use super::grade::Verdict;
+use super::Verdict;
 use super::timing::Schedule;
 
 /// The ten checks, by the name the card gives them.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::advice::{CheckId, Library, advice};
 use super::timing::{self, Floor, Schedule, Wait, retryable_failure};
-use super::{OutsideAttempt, OutsideMessage};
+use super::{OutsideAttempt, OutsideMessage, Verdict};
 
 /// A request counts as back before its `Retry-After` when it arrived more than this early
 /// (the wait is measured at the endpoint: from the answer leaving to the next request arriving).
@@ -51,18 +51,6 @@ pub const DEADLINE_SLACK_SHARE: f64 = 0.25;
 
 /// Statuses that say the request itself is wrong: sending it again cannot help.
 const NOT_RETRYABLE: [u16; 5] = [400, 404, 413, 415, 422];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Pass,
-    Warn,
-    Fail,
-    NotSeen,
-    /// Seen, but the evidence cannot tell a right client from a wrong one (too few keys, or
-    /// a spread no larger than the caller's own process adds): not a pass; the evidence says why.
-    NotJudged,
-}
 
 /// One check: its verdict and what it rests on.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]

@@ -21,7 +21,21 @@ use serde::{Deserialize, Serialize};
 
 use held::{Held, HeldAttempt};
 
-pub use grade::{CallerReport, Check, Checks, Verdict, report};
+pub use grade::{CallerReport, Check, Checks, report};
+
+/// A check's verdict on a caller's card; the card (`grade`) gives it and the advice
+/// (`advice`) reads it, so it is neither's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Warn,
+    Fail,
+    NotSeen,
+    /// Seen, but the evidence cannot tell a right client from a wrong one (too few keys, or
+    /// a spread no larger than the caller's own process adds): not a pass; the evidence says why.
+    NotJudged,
+}
 pub use name::{CallerName, MAX_NAME_CHARS, unseen_in};
 
 /// One request of an outside message, as the endpoint saw it.

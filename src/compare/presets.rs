@@ -229,6 +229,21 @@ mod tests {
         }
     }
 
+    /// A policy's settings read back as an update of them, whatever the preset set (the lab's
+    /// "open in a lab" copies a comparison's column this way): a field added to `Policy` and not
+    /// to `PolicyUpdate` fails here, not in a request.
+    #[test]
+    fn every_presets_policy_reads_back_as_its_own_settings() {
+        for preset in all() {
+            let policy = Policy::default().updated(&changes(&preset.name).unwrap()).unwrap();
+            let json = serde_json::to_value(&policy).unwrap();
+            let update: PolicyUpdate = serde_json::from_value(json.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}: {json}", preset.name));
+            let again = Policy::default().updated(&update).unwrap();
+            assert_eq!(serde_json::to_value(&again).unwrap(), json, "{}", preset.name);
+        }
+    }
+
     #[test]
     fn old_names_are_aliases_of_the_new_ones() {
         for (old, new) in [("none", "no-jitter"), ("full", "full-jitter"), ("equal", "equal-jitter")] {

@@ -99,8 +99,11 @@ const STATUS_200: u8 = 1 << 4;
 /// The key is the one the list made for the message's id (`KeyMaker`): its 16 bytes are not
 /// written.
 const KEY_MADE: u8 = 1 << 5;
+/// Delivered messages are packed this many at a time (`Record`): moving each out of the list as
+/// it is delivered would shift the rest of a burst of thousands along, once per delivery.
+pub(super) const PACK_EVERY: u32 = 64;
 /// The most messages a run is made with: a pass's worth.
-const RUN: usize = super::record::PACK_EVERY as usize;
+const RUN: usize = PACK_EVERY as usize;
 
 /// Packed messages in order of their ids, a pass's worth (`PACK_EVERY`, 64) to a run of
 /// bytes: a `Packed` is 36 bytes, and the list it sat in kept an eighth more room. In a run,

@@ -13,14 +13,11 @@ use super::marker::{Marker, Markers};
 use super::message::{
     Attempt, AttemptEnd, Message, MessageKey, MessageState, Outcome, ResumePoint, WaitRecord, saturate,
 };
-use super::packed::{Packed, PackedList};
+use super::packed::{PACK_EVERY, Packed, PackedList};
 use super::to_json;
 use crate::retry::Wait;
 
 const STATES: usize = MessageState::COUNT;
-/// Delivered messages are packed this many at a time: moving each out of the list as it is
-/// delivered would shift the rest of a burst of thousands along, once per delivery.
-pub(super) const PACK_EVERY: u32 = 64;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Counters {

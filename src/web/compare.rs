@@ -249,8 +249,13 @@ pub async fn open_in_lab(
             "the lab of '{policy}' is gone (idle too long, or evicted), and its settings with it"
         ),
     })?;
+    // A policy's settings read back as an update of them (every preset's do: a test in
+    // `compare::presets` holds it); should a new field ever break that, say so, do not panic.
     let settings = serde_json::to_value(source.policy()).and_then(serde_json::from_value);
-    let settings: crate::retry::PolicyUpdate = settings.expect("a policy's settings are an update of them");
+    let settings: crate::retry::PolicyUpdate = settings.map_err(|e| AppError::Rejected {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        detail: format!("the policy of '{policy}' does not read back as settings ({e}); please report it"),
+    })?;
     let lab = app.labs.create().map_err(super::api::lab_limit)?;
     // Valid when the comparison ran; a server restarted with tighter limits may refuse them now.
     let mut downstream = comparison.scenario.downstream(comparison.burst);

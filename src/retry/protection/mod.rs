@@ -554,6 +554,22 @@ mod tests {
         serde_json::from_str(r#"{"kind": "token_bucket"}"#).unwrap()
     }
 
+    /// `kind()` names each protection by its place in `KINDS`: every name there reads as the
+    /// protection its serde tag says, writes back under that tag, and `kind()` gives it again.
+    #[test]
+    fn every_kind_s_name_is_its_serde_tag() {
+        for name in ProtectionSettings::KINDS {
+            let spec: ProtectionSpec = serde_json::from_value(serde_json::json!({ "kind": name }))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(spec.settings.kind(), name);
+            assert_eq!(serde_json::to_value(spec.settings).unwrap()["kind"], name);
+        }
+        let mut names = ProtectionSettings::KINDS.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ProtectionSettings::KINDS.len(), "a name listed twice");
+    }
+
     #[test]
     fn a_protection_reads_and_writes_tagged_by_its_kind_with_its_sources_defaults() {
         let spec = bucket();
