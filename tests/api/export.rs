@@ -283,7 +283,6 @@ async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
         app.burst(&simulated, 20).await;
         runs.push((library, real, simulated, run));
     }
-    let median = |w: &[u64]| w[w.len() / 2];
     for (library, real, simulated, run) in runs {
         let output = run.await.unwrap();
         assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
@@ -299,33 +298,7 @@ async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
             theirs.len(),
             "{library}: retries per key, lab {ours:?} against real {theirs:?}"
         );
-        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
-            assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
-            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
-            let o = (median(ours), ours[0], ours[ours.len() - 1]);
-            let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
-            eprintln!(
-                "{library} retry {}: lab {} in {}..{}, real {} in {}..{}",
-                retry + 1,
-                o.0,
-                o.1,
-                o.2,
-                t.0,
-                t.1,
-                t.2
-            );
-            assert!(
-                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
-                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
-                retry + 1,
-                o.0,
-                o.1,
-                o.2,
-                t.0,
-                t.1,
-                t.2
-            );
-        }
+        agree(library, &ours, &theirs);
     }
     let _ = std::fs::remove_dir_all(&folder);
 }
@@ -422,7 +395,6 @@ async fn exports_wait_as_the_lab(name: &str, policy: &str, down: &str, retries: 
         .await;
     let ours = waits_by_retry(&lab, false);
     assert_eq!(ours.len(), retries, "{ours:?}");
-    let median = |w: &[u64]| w[w.len() / 2];
     for library in
         ["urllib3", "tenacity", "stamina", "httpx-retries", "got", "axios-retry", "go-retryablehttp"]
     {
@@ -451,33 +423,31 @@ async fn exports_wait_as_the_lab(name: &str, policy: &str, down: &str, retries: 
             ours.len(),
             "{library}: retries per key, real {theirs:?} against lab {ours:?}"
         );
-        for (retry, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
-            assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
-            let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
-            let o = (median(ours), ours[0], ours[ours.len() - 1]);
-            let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
-            eprintln!(
-                "{library} retry {}: lab {} in {}..{}, real {} in {}..{}",
-                retry + 1,
-                o.0,
-                o.1,
-                o.2,
-                t.0,
-                t.1,
-                t.2
-            );
-            assert!(
-                near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2),
-                "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
-                retry + 1,
-                o.0,
-                o.1,
-                o.2,
-                t.0,
-                t.1,
-                t.2
-            );
-        }
+        agree(library, &ours, &theirs);
     }
     let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// The lab's waits (`ours`) and the real library's (`theirs`), per retry number: every key
+/// retried, and the median, the shortest and the longest within `tolerance`.
+fn agree(library: &str, ours: &[Vec<u64>], theirs: &[Vec<u64>]) {
+    let median = |w: &[u64]| w[w.len() / 2];
+    for (retry, (ours, theirs)) in ours.iter().zip(theirs).enumerate() {
+        assert_eq!(theirs.len(), 20, "{library} retry {}: every key retried", retry + 1);
+        let near = |a: u64, b: u64| a.abs_diff(b) <= tolerance(a.max(b));
+        let o = (median(ours), ours[0], ours[ours.len() - 1]);
+        let t = (median(theirs), theirs[0], theirs[theirs.len() - 1]);
+        let said = format!(
+            "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}",
+            retry + 1,
+            o.0,
+            o.1,
+            o.2,
+            t.0,
+            t.1,
+            t.2
+        );
+        eprintln!("{said}");
+        assert!(near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2), "{said}");
+    }
 }
