@@ -237,6 +237,9 @@ export function createPresets(root, look, controls, model, claims) {
               look.dataset.messages = sent.join(',');
             } else claims.show(step.claims ?? [], { from_ms: Math.floor(from) });
             name.textContent = `${title}, ${step.label}:`;
+            // The follow-up's own rows, not the first run's: once its messages are drawn, the
+            // timeline zooms to the newest burst and scrolls its first row into view.
+            if (sent.length) showLatest(sent);
             // In the story, back to the part the chapter's sentences name, which the box at the
             // bottom must not cover.
             if (getComputedStyle(look).position === 'fixed') bringIntoView(preset.show ?? '#timeline-panel');
@@ -248,6 +251,36 @@ export function createPresets(root, look, controls, model, claims) {
       }),
     );
     look.hidden = false;
+    tick();
+  }
+
+  /**
+   * Once every message of `ids` is in the model (at most 3 s), shows the newest burst: the
+   * timeline zooms to it and scrolls its first row to the top. Asked again over the next 2 s,
+   * as the rows it scrolls to are still being sized and drawn, unless the person scrolls or
+   * presses a key meanwhile.
+   */
+  function showLatest(ids) {
+    const latest = () => document.querySelector('[data-zoom="latest"]')?.click();
+    const until = performance.now() + 3000;
+    let personMoved = false;
+    const moved = () => {
+      personMoved = true;
+    };
+    for (const type of PERSON_SCROLLS) addEventListener(type, moved, { passive: true, once: true });
+    const again = (after) =>
+      setTimeout(() => {
+        if (!personMoved) latest();
+      }, after);
+    const tick = () => {
+      if (ids.every((id) => model.messages.has(id))) {
+        latest();
+        for (const after of [400, 1000, 2000]) again(after);
+        setTimeout(() => {
+          for (const type of PERSON_SCROLLS) removeEventListener(type, moved);
+        }, 2100);
+      } else if (performance.now() < until) setTimeout(tick, 50);
+    };
     tick();
   }
 

@@ -554,6 +554,23 @@ async fn each_chapter_s_chart_is_in_view_and_uncovered_at_1280_and_375_px() {
                 settled_claims(&page, &format!("{id}'s {step} claims")).await;
                 // The scroll is smooth: measured once it has stopped.
                 tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                if step == "follow-up" {
+                    // The follow-up's own rows in the timeline's view, not the first run's: its
+                    // first message's row is wholly within the scroller's view.
+                    let first_row = wait_for(
+                        &page,
+                        &format!("{id}'s follow-up rows in the timeline's view"),
+                        "(ids => { const sc = document.querySelector('.tl-scroll');
+                            const first = String(Math.min(...ids.map(Number)));
+                            const row = document.querySelector(`.tl-row[data-message-id=\"${first}\"]`);
+                            return row && row.offsetTop >= sc.scrollTop - 1
+                                && row.offsetTop + row.offsetHeight <= sc.scrollTop + sc.clientHeight + 1
+                                && [first, row.offsetTop, sc.scrollTop]; })
+                         (document.querySelector('[data-look]').dataset.messages.split(','))",
+                    )
+                    .await;
+                    eprintln!("{width}x{height} {id}: the follow-up's first row in view: {first_row}");
+                }
                 let seen = page.eval(&covered(chart)).await.unwrap();
                 let hidden = seen[0].as_f64().unwrap();
                 eprintln!("{width}x{height} {id} {step}: {chart} {:.0} % hidden ({seen})", hidden * 100.0);
