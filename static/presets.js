@@ -53,11 +53,12 @@ export async function applySettings(api, step) {
 /**
  * Scrolls the part `selector` names (a chart, a panel) to just under the sticky top bar, however
  * tall the bar has wrapped: in the story the box of what to look for is held at the bottom of
- * the screen, and a chart placed at the top of the room stays clear of it. For `holdMs` after,
- * the part is held there as the page grows above it (a burst's rows are drawn above the load
- * chart as they arrive), until the person scrolls or presses a key themselves.
+ * the screen, and a chart placed at the top of the room stays clear of it. For `holdMs` after
+ * (long enough for a burst's rows to be drawn on a busy machine), the part is held there as the
+ * page grows above it (the rows are drawn above the load chart as they arrive), until the person
+ * scrolls or presses a key themselves.
  */
-export function bringIntoView(selector, holdMs = 2500) {
+export function bringIntoView(selector, holdMs = 6000) {
   const part = selector && document.querySelector(selector);
   if (!part) return;
   const place = (behavior) => {
