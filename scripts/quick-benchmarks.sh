@@ -47,6 +47,8 @@ step "scripts/event-reach.py"
 python3 scripts/event-reach.py --quick --bin "$bin"
 step "scripts/left-labs.py"
 python3 scripts/left-labs.py --quick --bin "$bin"
+step "scripts/retry-after-chance.py"
+python3 scripts/retry-after-chance.py --runs 2000
 step "scripts/grade-stability.py (each library of the conformance matrix graded once)"
 python3 scripts/grade-stability.py --runs 1 --bin "$bin"
 # The page's measurements in headless Chromium (tests/browser/, ignored in `cargo test`), each
