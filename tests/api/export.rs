@@ -246,7 +246,9 @@ fn tolerance(ms: u64) -> u64 {
 /// 100 ms; axios-retry's `exponentialDelay`: 200, 400, 800 ms, each plus up to 20 %; urllib3:
 /// at once, then 1, 2, 4, 8 s; go-retryablehttp: 1, 2, 4, 8 s. All at once, each in a lab of
 /// its own beside the lab's own run. (tenacity's, stamina's and httpx-retries' defaults draw
-/// full or wide jitter over waits of many seconds: 20 keys cannot pin their medians this close.)
+/// full or wide jitter: 20 keys cannot pin their medians this close, so
+/// `wide_jitter_presets_agree_in_distribution_with_their_real_library` holds them as
+/// distributions.)
 #[tokio::test]
 async fn library_presets_agree_with_their_real_library_run_with_its_defaults() {
     let ci = std::env::var_os("CI").is_some();
@@ -450,4 +452,102 @@ fn agree(library: &str, ours: &[Vec<u64>], theirs: &[Vec<u64>]) {
         eprintln!("{said}");
         assert!(near(o.0, t.0) && near(o.1, t.1) && near(o.2, t.2), "{said}");
     }
+}
+
+/// The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two samples'
+/// cumulative shares (both sorted).
+fn ks_distance(a: &[u64], b: &[u64]) -> f64 {
+    let share = |sample: &[u64], x: u64| sample.partition_point(|&w| w <= x) as f64 / sample.len() as f64;
+    a.iter().chain(b).map(|&x| (share(a, x) - share(b, x)).abs()).fold(0.0, f64::max)
+}
+
+/// The libraries whose defaults draw wide jitter (tenacity's `wait_random_exponential`,
+/// httpx-retries' full jitter, stamina's 0 to 1 s above 0.1 s doubling), one after another: each
+/// library's preset simulated by the lab for 60 keys beside its export to its own library run
+/// three times at once (20 keys each, 60 in all), against an endpoint down without
+/// `Retry-After` for 13 s, then healthy. Over the first retries, which every key makes well
+/// before the endpoint heals (tenacity and httpx-retries 3: windows of 1, 2 and 4 s; stamina 4),
+/// the lab's waits and the library's are one distribution: the Kolmogorov-Smirnov distance of
+/// each retry's 60 against 60 is under 0.36, the critical value at a 0.1 % false alarm
+/// (1.95 x sqrt(2/60)). A window twice too wide gives about 0.5 and fails (the test below).
+#[tokio::test]
+async fn wide_jitter_presets_agree_in_distribution_with_their_real_library() {
+    let ci = std::env::var_os("CI").is_some();
+    let folder = std::env::temp_dir().join(format!("retrylab-wide-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let app = TestApp::spawn().await;
+    for (library, retries) in [("tenacity", 3), ("httpx-retries", 3), ("stamina", 4)] {
+        let case = folder.join(library);
+        std::fs::create_dir_all(&case).unwrap();
+        match any_runnable(library, &exported(library, library), &case) {
+            Ok(command) => one_distribution(&app, library, retries, &command).await,
+            Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
+            Err(why) => eprintln!("skipping {library}: {why}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+/// One library of the test above: its preset in the lab and `command` on the real library.
+async fn one_distribution(app: &TestApp, library: &str, retries: usize, command: &[String]) {
+    const COPIES: usize = 3;
+    const KEYS: usize = 60;
+    const CRITICAL: f64 = 0.36;
+    let down = r#"{"mode": "down", "retry_after_s": null, "latency_ms": [5, 10]}"#;
+    let real = app.new_lab().await;
+    app.put(&real, "downstream", down).await;
+    let url = app.url(&format!("/labs/{real}/downstream"));
+    let copies: Vec<_> = (0..COPIES)
+        .map(|_| {
+            let (command, url) = (command.to_vec(), url.clone());
+            tokio::task::spawn_blocking(move || {
+                Command::new(&command[0]).args(&command[1..]).env("RETRYLAB_URL", url).output().unwrap()
+            })
+        })
+        .collect();
+    let simulated = app.new_lab().await;
+    let policy = retrylab::compare::presets::find(library).unwrap().policy.clone();
+    app.put(&simulated, "policy", &policy.to_string()).await;
+    app.put(&simulated, "downstream", down).await;
+    app.burst(&simulated, KEYS as u64).await;
+    tokio::time::sleep(std::time::Duration::from_secs(13)).await;
+    app.put(&real, "downstream", r#"{"mode": "healthy"}"#).await;
+    app.put(&simulated, "downstream", r#"{"mode": "healthy"}"#).await;
+    for copy in copies {
+        let output = copy.await.unwrap();
+        assert!(output.status.success(), "{library}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let lab = app
+        .wait_for(&simulated, std::time::Duration::from_secs(60), |s| {
+            let ended = |counter: &str| s["counters"][counter].as_u64().unwrap_or(0) as usize;
+            ended("delivered") + ended("dead_letter") == KEYS
+        })
+        .await;
+    let ours = waits_by_retry(&lab, false);
+    let theirs = waits_by_retry(&app.snapshot(&real).await, true);
+    for retry in 0..retries {
+        let (o, t) = (&ours[retry], &theirs[retry]);
+        assert_eq!((o.len(), t.len()), (KEYS, KEYS), "{library} retry {}: every key retried", retry + 1);
+        let distance = ks_distance(o, t);
+        let said = format!(
+            "{library} retry {}: lab median {} in {}..{}, real median {} in {}..{}, distance {distance:.2}",
+            retry + 1,
+            o[KEYS / 2],
+            o[0],
+            o[KEYS - 1],
+            t[KEYS / 2],
+            t[0],
+            t[KEYS - 1],
+        );
+        eprintln!("{said}");
+        assert!(distance < CRITICAL, "{said} (critical {CRITICAL})");
+    }
+}
+
+#[test]
+fn the_distance_tells_one_window_from_one_twice_as_wide() {
+    let window = |width: u64| (0..60).map(|i| i * width / 60).collect::<Vec<u64>>();
+    assert!(ks_distance(&window(1_000), &window(1_000)) < 0.02);
+    let wide = ks_distance(&window(1_000), &window(2_000));
+    assert!((0.45..0.55).contains(&wide), "{wide}");
 }
