@@ -6,8 +6,8 @@
 //! `Client.CheckRetry(ctx, resp, err)` decides whether to retry; `RetryMax` counts retries; the
 //! request body given to `NewRequest` as bytes is sent again on every attempt.
 
-use super::{jitter_name, seconds};
-use crate::retry::{Policy, RetryAfterMode};
+use super::{ATTEMPT_LIMIT_ONLY, jitter_name, no_time_budget, retry_after_mode_name, seconds};
+use crate::retry::Policy;
 
 /// `native`: the policy is go-retryablehttp's own preset, so the program is `NewClient()` as it
 /// comes, and what it had to write out goes into `native`.
@@ -20,20 +20,9 @@ pub(super) fn program(
     if let Some(spelled_out) = native {
         return native_program(policy, settings, spelled_out);
     }
-    if policy.max_total_ms > 0 {
-        unsupported.push(format!(
-            "max_total_ms {}: go-retryablehttp has no time budget of this kind; the program stops on its attempt limit only",
-            policy.max_total_ms
-        ));
-    }
+    no_time_budget(policy, "go-retryablehttp", ATTEMPT_LIMIT_ONLY, unsupported);
     let settings: String = settings.lines().map(|l| format!("//   {l}\n")).collect();
-    let mode = match policy.retry_after_mode {
-        RetryAfterMode::Floor => "floor",
-        RetryAfterMode::JitterAbove => "jitter_above",
-        RetryAfterMode::Exact => "exact",
-        RetryAfterMode::ExactIncludingZero => "exact_including_zero",
-        RetryAfterMode::NominalFloor => "nominal_floor",
-    };
+    let mode = retry_after_mode_name(policy.retry_after_mode);
     format!(
         r#"// A retrylab policy as a go-retryablehttp 0.7.1 client, written by `retrylab export`.
 //
@@ -172,37 +161,8 @@ func main() {{
 		}}
 		return time.Duration(plannedWait(attemptNum+1, after, key) * float64(time.Second))
 	}}
-	statuses := make([]string, orders*waves)
-	var wg sync.WaitGroup
-	for n := range statuses {{
-		wg.Add(1)
-		go func(n int) {{
-			defer wg.Done()
-			time.Sleep(time.Duration(float64(n/orders) * waveGapS * float64(time.Second)))
-			random := make([]byte, 16)
-			rand.Read(random)
-			key := hex.EncodeToString(random) // one key per order, sent again on each of its retries
-			body := []byte(fmt.Sprintf(`{{"order": "%s", "n": %d}}`, key, n))
-			request, err := retryablehttp.NewRequest("POST", url, bytes.NewReader(body))
-			if err != nil {{
-				statuses[n] = err.Error()
-				return
-			}}
-			request.Header.Set("Content-Type", "application/json")
-			request.Header.Set("Idempotency-Key", key)
-			response, err := client.Do(request)
-			if err != nil {{
-				statuses[n] = "gave up"
-				return
-			}}
-			response.Body.Close()
-			statuses[n] = strconv.Itoa(response.StatusCode)
-		}}(n)
-	}}
-	wg.Wait()
-	fmt.Println(statuses)
-}}
-"#,
+{send_orders}"#,
+        send_orders = SEND_ORDERS,
         max_attempts = policy.max_attempts,
         timeout = seconds(policy.timeout_ms),
         base = seconds(policy.base_ms),
@@ -279,37 +239,42 @@ func main() {{
 	client := retryablehttp.NewClient()
 	client.Logger = nil
 	client.HTTPClient.Timeout = time.Duration(timeoutS * float64(time.Second))
-	statuses := make([]string, orders*waves)
+{send_orders}"#,
+        timeout = seconds(policy.timeout_ms),
+        send_orders = SEND_ORDERS,
+    )
+}
+
+/// The end of `main` in both programs: the waves of orders, each a POST with its own key sent
+/// again on each retry by `client`, and the final statuses printed.
+const SEND_ORDERS: &str = r#"	statuses := make([]string, orders*waves)
 	var wg sync.WaitGroup
-	for n := range statuses {{
+	for n := range statuses {
 		wg.Add(1)
-		go func(n int) {{
+		go func(n int) {
 			defer wg.Done()
 			time.Sleep(time.Duration(float64(n/orders) * waveGapS * float64(time.Second)))
 			random := make([]byte, 16)
 			rand.Read(random)
 			key := hex.EncodeToString(random) // one key per order, sent again on each of its retries
-			body := []byte(fmt.Sprintf(`{{"order": "%s", "n": %d}}`, key, n))
+			body := []byte(fmt.Sprintf(`{"order": "%s", "n": %d}`, key, n))
 			request, err := retryablehttp.NewRequest("POST", url, bytes.NewReader(body))
-			if err != nil {{
+			if err != nil {
 				statuses[n] = err.Error()
 				return
-			}}
+			}
 			request.Header.Set("Content-Type", "application/json")
 			request.Header.Set("Idempotency-Key", key)
 			response, err := client.Do(request)
-			if err != nil {{
+			if err != nil {
 				statuses[n] = "gave up"
 				return
-			}}
+			}
 			response.Body.Close()
 			statuses[n] = strconv.Itoa(response.StatusCode)
-		}}(n)
-	}}
+		}(n)
+	}
 	wg.Wait()
 	fmt.Println(statuses)
-}}
-"#,
-        timeout = seconds(policy.timeout_ms),
-    )
 }
+"#;

@@ -207,6 +207,31 @@ pub(crate) fn jitter_name(jitter: Jitter) -> &'static str {
     }
 }
 
+/// The name a program's constant gives the policy's way with `Retry-After`.
+pub(crate) fn retry_after_mode_name(mode: RetryAfterMode) -> &'static str {
+    match mode {
+        RetryAfterMode::Floor => "floor",
+        RetryAfterMode::JitterAbove => "jitter_above",
+        RetryAfterMode::Exact => "exact",
+        RetryAfterMode::ExactIncludingZero => "exact_including_zero",
+        RetryAfterMode::NominalFloor => "nominal_floor",
+    }
+}
+
+/// What an export says of a time budget (`max_total_ms`) its library cannot keep, and what the
+/// program does instead; nothing when the policy has none.
+pub(crate) fn no_time_budget(policy: &Policy, library: &str, instead: &str, unsupported: &mut Vec<String>) {
+    if policy.max_total_ms > 0 {
+        unsupported.push(format!(
+            "max_total_ms {}: {library} has no time budget of this kind; {instead}",
+            policy.max_total_ms
+        ));
+    }
+}
+
+/// What most programs do without a time budget.
+pub(crate) const ATTEMPT_LIMIT_ONLY: &str = "the program stops on its attempt limit only";
+
 /// Seconds, as a program's literal: `0.8`, `30.0`.
 pub(crate) fn seconds(ms: u64) -> String {
     let s = ms as f64 / 1000.0;

@@ -10,8 +10,8 @@
 //!   in ms (`retryNumber` from 1); `retryCondition(error)` decides whether to retry at all;
 //!   `shouldResetTimeout` gives each attempt its own timeout.
 
-use super::{Library, jitter_name, may_wait_zero};
-use crate::retry::{Policy, RetryAfterMode};
+use super::{ATTEMPT_LIMIT_ONLY, Library, jitter_name, may_wait_zero, no_time_budget, retry_after_mode_name};
+use crate::retry::Policy;
 
 pub(super) fn program(
     policy: &Policy,
@@ -21,12 +21,7 @@ pub(super) fn program(
 ) -> String {
     let lib = library.id();
     let version = library.version();
-    if policy.max_total_ms > 0 {
-        unsupported.push(format!(
-            "max_total_ms {}: {lib} has no time budget of this kind; the program stops on its attempt limit only",
-            policy.max_total_ms
-        ));
-    }
+    no_time_budget(policy, lib, ATTEMPT_LIMIT_ONLY, unsupported);
     if library == Library::Got && may_wait_zero(policy) {
         unsupported.push(
             "a wait of 0: got reads a delay of 0 as \"do not retry\", so the program waits 1 ms instead"
@@ -166,13 +161,7 @@ console.log((await Promise.all(waves)).flat());
 }
 
 fn constants(policy: &Policy) -> String {
-    let mode = match policy.retry_after_mode {
-        RetryAfterMode::Floor => "floor",
-        RetryAfterMode::JitterAbove => "jitter_above",
-        RetryAfterMode::Exact => "exact",
-        RetryAfterMode::ExactIncludingZero => "exact_including_zero",
-        RetryAfterMode::NominalFloor => "nominal_floor",
-    };
+    let mode = retry_after_mode_name(policy.retry_after_mode);
     format!(
         "const MAX_ATTEMPTS = {}; // the first included\n\
          const TIMEOUT_MS = {};\n\

@@ -14,8 +14,8 @@
 //!   `retry.increment()` then `retry.sleep(response)`, and `copy_with` builds
 //!   `self.__class__(...)`, so a subclass that overrides `sleep` keeps its waits.
 
-use super::{Library, jitter_name, seconds};
-use crate::retry::{Policy, RetryAfterMode};
+use super::{ATTEMPT_LIMIT_ONLY, Library, jitter_name, no_time_budget, retry_after_mode_name, seconds};
+use crate::retry::Policy;
 
 /// `native`: the policy is the library's own preset, so the program is the library's own
 /// settings (no formula), and what it had to write out goes into `native`.
@@ -41,16 +41,13 @@ pub(super) fn program(
     } else {
         (constants(policy), FORMULA.to_owned())
     };
-    if policy.max_total_ms > 0 && library != Library::Tenacity && !is_native {
+    if library != Library::Tenacity && !is_native {
         let instead = if library == Library::Stamina {
             "stamina's `timeout` stops once that time has passed after a failure, one attempt later than the lab"
         } else {
-            "the program stops on its attempt limit only"
+            ATTEMPT_LIMIT_ONLY
         };
-        unsupported.push(format!(
-            "max_total_ms {}: {lib} has no time budget of this kind; {instead}",
-            policy.max_total_ms
-        ));
+        no_time_budget(policy, lib, instead, unsupported);
     }
     let settings: String = settings.lines().map(|l| format!("#   {l}\n")).collect();
     let run = match library {
@@ -112,13 +109,7 @@ with ThreadPoolExecutor(max_workers=WAVES) as waves:
 }
 
 fn constants(policy: &Policy) -> String {
-    let mode = match policy.retry_after_mode {
-        RetryAfterMode::Floor => "floor",
-        RetryAfterMode::JitterAbove => "jitter_above",
-        RetryAfterMode::Exact => "exact",
-        RetryAfterMode::ExactIncludingZero => "exact_including_zero",
-        RetryAfterMode::NominalFloor => "nominal_floor",
-    };
+    let mode = retry_after_mode_name(policy.retry_after_mode);
     let py_bool = |b: bool| if b { "True" } else { "False" };
     format!(
         "MAX_ATTEMPTS = {}  # the first included\n\

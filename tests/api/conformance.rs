@@ -11,6 +11,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::helpers::grade;
+
 /// How a library's client is run.
 #[derive(Debug, Clone, Copy)]
 enum Runtime {
@@ -196,21 +198,6 @@ fn command(library: &Library, python: &Option<PathBuf>, folder: &Path) -> Result
             .ok_or_else(|| "no node, or no tests/conformance/node/node_modules (npm ci)".into()),
         Runtime::Go => build_go(folder).map(|program| vec![program.display().to_string()]),
     }
-}
-
-/// One run of `retrylab grade --json` on `command`: its exit code and its one caller's card.
-fn grade(command: &[String]) -> (Option<i32>, Value, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-        .args(["grade", "--json", "--"])
-        .args(command)
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    let callers = report["callers"].as_array().cloned().unwrap_or_default();
-    let card = if callers.len() == 1 { callers[0].clone() } else { Value::Null };
-    let said =
-        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.code(), card, said)
 }
 
 /// Each check where `card` differs from what the source says, as `check: got (expected)`.

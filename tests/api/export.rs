@@ -11,7 +11,7 @@ use std::process::Command;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, grade};
 
 #[tokio::test]
 async fn a_policy_exports_as_json_and_unknown_names_are_422_naming_the_field() {
@@ -138,19 +138,6 @@ fn runnable(library: &str, code: &str, folder: &Path) -> Result<Vec<String>, Str
     let file = folder.join(format!("exported_{}.py", library.replace('-', "_")));
     std::fs::write(&file, code).unwrap();
     Ok(vec![python.display().to_string(), file.display().to_string()])
-}
-
-/// `retrylab grade --json` on `command`: its exit code and its one caller's card.
-fn grade(command: &[String]) -> (Option<i32>, Value, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-        .args(["grade", "--json", "--"])
-        .args(command)
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-    let callers = report["callers"].as_array().cloned().unwrap_or_default();
-    let card = if callers.len() == 1 { callers[0].clone() } else { Value::Null };
-    (output.status.code(), card, String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
 /// The most requests the card saw for one key ("at most 4 requests for one key ...").

@@ -214,3 +214,19 @@ impl Drop for Binary {
         let _ = self.child.wait();
     }
 }
+
+/// One run of `retrylab grade --json` on `command`: its exit code, its one caller's card, and
+/// what it printed (stdout and stderr).
+pub fn grade(command: &[String]) -> (Option<i32>, Value, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["grade", "--json", "--"])
+        .args(command)
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let callers = report["callers"].as_array().cloned().unwrap_or_default();
+    let card = if callers.len() == 1 { callers[0].clone() } else { Value::Null };
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code(), card, said)
+}
