@@ -112,7 +112,7 @@ impl<'a> Hedging<'a> {
             // no request.
             Go::Send(_, slots) if !self.round.open(lab.now_ms()) => {
                 drop(slots);
-                lab.hedge_not_sent(id, n);
+                lab.hedges_cancelled(id, [n]);
                 match lab.hedge_deadline(id, &mut self.round) {
                     Some(next) => self.over(&next),
                     None => ControlFlow::Continue(()),
@@ -130,7 +130,7 @@ impl<'a> Hedging<'a> {
                 self.settled(decided)
             }
             Go::Ended(next) => {
-                lab.hedges_abandoned(id, &self.round);
+                lab.hedges_cancelled(id, self.round.in_flight());
                 self.over(&next)
             }
             Go::Stop => ControlFlow::Break(()),
