@@ -205,22 +205,14 @@ impl Lab {
         Some(self.hedge_settled(&mut state, id, settled, (&last, true), round, now))
     }
 
-    /// Hedge `n`, admitted but no longer to be sent (the round stopped while it waited for a
-    /// connection), is cancelled without a request.
-    pub fn hedge_not_sent(&self, id: u64, n: u32) {
+    /// Hedges of message `id`'s round are cancelled without an answer: one admitted but no
+    /// longer to be sent (the round stopped while it waited for a connection), or those still
+    /// out when the round ended before its next hedge by a rule of the policy's (a new policy
+    /// with fewer attempts came in), so none is left running.
+    pub fn hedges_cancelled(&self, id: u64, hedges: impl IntoIterator<Item = u32>) {
         let mut state = self.lock();
         let now = self.now_ms();
-        if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
-            self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);
-        }
-    }
-
-    /// The round ended before its next hedge by a rule of the policy's (a new policy with fewer
-    /// attempts came in): the hedges still out are cancelled, so none is left running.
-    pub fn hedges_abandoned(&self, id: u64, round: &HedgeRound) {
-        let mut state = self.lock();
-        let now = self.now_ms();
-        for n in round.in_flight() {
+        for n in hedges {
             if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
                 self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);
             }

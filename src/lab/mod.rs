@@ -3,10 +3,12 @@
 //! applies it to the state, publishes its event and schedules the store's commit under one
 //! lock, so event ids follow the order of the changes and a snapshot always matches an id.
 //!
-//! The other files each hold one seam of the lab: `settings` (its downstream and policy as
-//! they change, and the markers), `attempts` (its clients around each attempt, and their
-//! protections), `endpoint` (its side of its endpoint: the pipeline and the decisions),
-//! `serve` (a request's waiting and working at the endpoint), `outside` (its outside callers),
+//! This file holds the lab's state and its lock, and what the lab does as a whole: a burst
+//! accepted or withdrawn, a replay, a reset, a recovery, an expiry, a deletion. The other files
+//! each hold one seam of the lab: `settings` (its downstream and policy as they change, and the
+//! markers), `attempts` (its clients around each attempt and a hedged round's hedges, and their
+//! protections), `endpoint` (its side of its endpoint: the pipeline and the decisions), `serve`
+//! (a request's waiting and working at the endpoint), `outside` (its outside callers),
 //! `traffic` (its steady traffic), `queue` (its dead-letter queue as an operator works it),
 //! `snapshot` (the lab as one document), `subscribers` (who watches it), `flush` (how its
 //! changes reach the store), `holds` (how long its lock is held), `rest` (a lab at rest, in the
@@ -490,4 +492,34 @@ struct Withdrawal<'a> {
     messages: &'a [u64],
     letters: &'a [u64],
     removed: &'a [u64],
+}
+
+#[cfg(test)]
+mod tests {
+    /// The map at the top of this file names every file of `src/lab/`, and only those: a file
+    /// renamed or added without the map fails here.
+    #[test]
+    fn the_map_names_every_file_of_the_lab() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lab");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().trim_end_matches(".rs").to_owned())
+            .filter(|name| name != "mod")
+            .collect();
+        files.sort();
+        let text = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+        let doc: Vec<&str> = text.lines().map_while(|l| l.strip_prefix("//!")).map(str::trim).collect();
+        let doc = doc.join(" ");
+        let map = doc.split("The other files").nth(1).expect("the map: \"The other files ...\"");
+        // Each seam is named as `name` followed by its words in brackets.
+        let mut named: Vec<String> = map
+            .split('`')
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[1].trim_start().starts_with('('))
+            .map(|w| w[0].to_owned())
+            .collect();
+        named.sort();
+        assert_eq!(named, files, "the map in src/lab/mod.rs (left) against the files of src/lab/ (right)");
+    }
 }

@@ -2,11 +2,16 @@
 //! route over real HTTP, exactly as an outside client would, following the lab's retry policy:
 //! a stable idempotency key on every attempt, a per-attempt timeout, jittered waits with
 //! `Retry-After` as a floor, and the dead-letter queue when the budget is spent.
+//!
+//! A message's round has a shape (`round::Shape`): sequential (`round`) or hedged (`hedged`);
+//! `deliver` meets both the same way. `traffic` drives a lab's steady traffic, `redrive` sends
+//! dead letters again.
 
+mod hedged;
 mod redrive;
+mod round;
 mod traffic;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,16 +19,15 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::client::attempt::{Next, Round};
+use crate::client::attempt::Next;
 use crate::domain::{AttemptEnd, MarkerKind, Outcome, Pushback};
-use crate::lab::{Go, Lab, Slots};
+use crate::lab::Lab;
 use crate::metrics::Metrics;
 use crate::retry;
-use crate::retry::protection::{GrpcHedgingSettings, HedgeRound};
 use crate::store::{Store, StoreError};
+use round::{Delivery, Shape};
 
 /// Connections to the lab's own endpoint kept open while idle.
 const IDLE_CONNECTIONS: usize = 32;
@@ -122,192 +126,19 @@ impl Producer {
     }
 
     /// Delivers one message from where it stands (its first attempt, or where a crash left it)
-    /// until it is delivered or its round ends. The lab decides around each attempt (may it
-    /// go; what comes next); this loop sends, and waits.
+    /// until it is delivered or its round ends, in its round's shape. The lab decides around
+    /// each attempt (may it go; what comes next); the round sends, and waits.
     async fn deliver(&self, lab: &Lab, id: u64) {
         let Some((resume, seed)) = lab.delivery_start(id) else { return };
-        let url = format!("{}/labs/{}/downstream", self.base_url, lab.id);
-        // The same body on every attempt: the downstream refuses a key reused with another.
-        let body = crate::domain::Message::body(&lab.id, id);
+        let url = format!("{}/labs/{}/downstream", self.base_url, lab.id).into();
+        let body = crate::domain::Message::body(&lab.id, id).into();
         // A seeded policy draws each message's jitter from its own stream, so a run repeats.
-        let mut rng = match seed {
+        let rng = match seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_rng(&mut rand::rng()),
         };
-        let mut round = Round {
-            started_ms: resume.round_started_ms,
-            previous_wait_ms: resume.previous_wait_ms,
-            ..Round::default()
-        };
-        if let Some(hedging) = lab.policy().hedging() {
-            return self.deliver_hedged(lab, (id, &resume), hedging, &mut rng).await;
-        }
-        if resume.delay_ms > 0 {
-            // The rest of a wait a crash interrupted.
-            tokio::time::sleep(Duration::from_millis(resume.delay_ms)).await;
-        }
-        for n in resume.next_n.. {
-            let (policy, end, refused) = match lab.before_attempt((id, n), &self.slots, &mut rng).await {
-                Go::Send(policy, slots) => {
-                    let end = self.send(&url, (&resume.key, n), &body, policy.timeout_ms).await;
-                    drop(slots);
-                    self.metrics.attempt(label(&end));
-                    (policy, end, None)
-                }
-                Go::ShortCircuited(policy, stopped) => {
-                    (policy, answerless(Outcome::ShortCircuited), Some(stopped))
-                }
-                Go::Ended(ended) => return self.ended(&ended),
-                Go::Stop => return,
-            };
-            let decided = lab.after_attempt((id, n), (&policy, refused.as_ref()), end, &mut round, &mut rng);
-            let Some(next) = decided else { return };
-            let Next::Retry(wait) = next else { return self.ended(&next) };
-            let waited = Instant::now();
-            tokio::time::sleep(Duration::from_millis(wait.planned_ms)).await;
-            self.metrics.waits.observe(waited.elapsed().as_secs_f64());
-        }
-    }
-
-    /// Delivers one message under gRPC's hedging (gRFC A6 `hedgingPolicy`): the first attempt at
-    /// once, a hedge every `hedging_delay_ms` (or at once after a non-fatal answer) while none
-    /// has settled the call, all with the one idempotency key; the first OK answer wins and the
-    /// client hangs up on the rest. Each attempt is its own task, so the answers are heard
-    /// while the next hedge waits for a connection slot; the lab records and decides.
-    async fn deliver_hedged(
-        &self,
-        lab: &Lab,
-        (id, resume): (u64, &crate::domain::ResumePoint),
-        hedging: GrpcHedgingSettings,
-        rng: &mut StdRng,
-    ) {
-        let url: Arc<str> = format!("{}/labs/{}/downstream", self.base_url, lab.id).into();
-        let body: Arc<str> = crate::domain::Message::body(&lab.id, id).into();
-        let key: Arc<str> = resume.key.as_str().into();
-        // A6: "call deadlines apply to the entire chain of hedged requests": the policy's
-        // `timeout_ms`, from the round's first attempt.
-        let started_ms = resume.round_started_ms.unwrap_or_else(|| lab.now_ms());
-        // The round's time budget, when shorter, ends the chain sooner.
-        let policy = lab.policy();
-        let deadline_ms = policy.timeout_ms.min(lab.time_budget(&policy).ms);
-        let mut round = HedgeRound::new(&hedging, resume.next_n, started_ms, deadline_ms);
-        let mut hedges = Hedges { flying: JoinSet::new(), slots: HashMap::new() };
-        if resume.next_n > hedging.attempts() {
-            // A crash cut off the round's last attempt: the lab ends the round before another.
-            if let Go::Ended(next) = lab.before_attempt((id, resume.next_n), &self.slots, rng).await {
-                self.ended(&next);
-            }
-            return;
-        }
-        loop {
-            let now = lab.now_ms();
-            if let Some(n) = round.due(now) {
-                let go = {
-                    let admit = lab.before_attempt((id, n), &self.slots, rng);
-                    tokio::pin!(admit);
-                    loop {
-                        tokio::select! {
-                            go = &mut admit => break go,
-                            Some(joined) = hedges.flying.join_next() => {
-                                if self.hedge_answered(lab, id, &hedging, joined, &mut round, &mut hedges) {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                };
-                match go {
-                    // While it waited for a connection, a sibling's pushback said not to retry
-                    // or the call's deadline passed: A6 sends no further hedge ("If the pushback
-                    // says not to retry, no further hedged requests will be sent"). It is
-                    // recorded cancelled, with no request.
-                    Go::Send(_, slots) if !round.open(lab.now_ms()) => {
-                        drop(slots);
-                        lab.hedge_not_sent(id, n);
-                        if let Some(next) = lab.hedge_deadline(id, &mut round) {
-                            return self.ended(&next);
-                        }
-                    }
-                    Go::Send(_, slots) => {
-                        let now = lab.now_ms();
-                        round.sent(n, now);
-                        hedges.slots.insert(n, slots);
-                        let (producer, url, key, body) =
-                            (self.clone(), url.clone(), key.clone(), body.clone());
-                        let timeout_ms = round.timeout_at(now);
-                        // In the message's span, as the attempts of a round without hedging are.
-                        let send =
-                            async move { (n, producer.send(&url, (&key, n), &body, timeout_ms).await) };
-                        hedges.flying.spawn(send.instrument(tracing::Span::current()));
-                    }
-                    Go::ShortCircuited(_, stopped) => {
-                        round.sent(n, lab.now_ms());
-                        let end = answerless(Outcome::ShortCircuited);
-                        match lab.after_hedge((id, n), (&hedging, Some(&stopped)), end, &mut round) {
-                            None => return,
-                            Some(Some(next)) => return self.ended(&next),
-                            Some(None) => {}
-                        }
-                    }
-                    Go::Ended(next) => {
-                        lab.hedges_abandoned(id, &round);
-                        return self.ended(&next);
-                    }
-                    Go::Stop => return,
-                }
-                continue;
-            }
-            match round.wake_at() {
-                Some(at) => {
-                    let sleep = tokio::time::sleep(Duration::from_millis(at.saturating_sub(now)));
-                    tokio::select! {
-                        Some(joined) = hedges.flying.join_next() => {
-                            if self.hedge_answered(lab, id, &hedging, joined, &mut round, &mut hedges) {
-                                return;
-                            }
-                        }
-                        () = sleep => {
-                            if let Some(next) = lab.hedge_deadline(id, &mut round) {
-                                return self.ended(&next);
-                            }
-                        }
-                    }
-                }
-                None => match hedges.flying.join_next().await {
-                    Some(joined) => {
-                        if self.hedge_answered(lab, id, &hedging, joined, &mut round, &mut hedges) {
-                            return;
-                        }
-                    }
-                    // Nothing in flight and nothing more to send: the round was settled.
-                    None => return,
-                },
-            }
-        }
-    }
-
-    /// One hedge's answer came back: its slots are freed and the lab decides. `true` when the
-    /// round is over (the tasks still in flight are dropped with `hedges`: the client hangs up).
-    fn hedge_answered(
-        &self,
-        lab: &Lab,
-        id: u64,
-        hedging: &GrpcHedgingSettings,
-        joined: Result<(u32, AttemptEnd), tokio::task::JoinError>,
-        round: &mut HedgeRound,
-        hedges: &mut Hedges<'_>,
-    ) -> bool {
-        let Ok((n, end)) = joined else { return false };
-        hedges.slots.remove(&n);
-        self.metrics.attempt(label(&end));
-        match lab.after_hedge((id, n), (hedging, None), end, round) {
-            None => true,
-            Some(Some(next)) => {
-                self.ended(&next);
-                true
-            }
-            Some(None) => false,
-        }
+        let delivery = Delivery { lab, id, resume, url, body, rng };
+        Shape::of(&lab.policy()).deliver(self, delivery).await;
     }
 
     fn ended(&self, next: &Next) {
@@ -359,13 +190,6 @@ impl Producer {
             pushback,
         }
     }
-}
-
-/// A hedged round's attempts in flight, each its own task, with the connection slots each holds.
-/// Dropped, it aborts the tasks: the client hangs up on every hedge still out.
-struct Hedges<'a> {
-    flying: JoinSet<(u32, AttemptEnd)>,
-    slots: HashMap<u32, Slots<'a>>,
 }
 
 /// An attempt that brought no answer back, and took no time (yet).

@@ -409,6 +409,68 @@ impl Policy {
 mod tests {
     use super::*;
 
+    /// `Policy`'s fields are written in `Policy`, its `Default`, `PolicyUpdate`, `then` and
+    /// `updated`: this holds the lists equal. The policy below names every field (no `..`), so a
+    /// new field does not compile until it is set here to a value other than its default; then
+    /// its JSON must read back as an update (`PolicyUpdate` denies unknown fields), and the
+    /// update, merged either way, must give the same policy back.
+    #[test]
+    fn every_field_of_a_policy_reads_back_through_an_update() {
+        fn read<T: serde::de::DeserializeOwned>(json: serde_json::Value) -> T {
+            serde_json::from_value(json).unwrap()
+        }
+        let every = Policy {
+            jitter: Jitter::Full,
+            base_ms: 300,
+            cap_ms: 9_000,
+            max_attempts: 6,
+            timeout_ms: 700,
+            honor_retry_after: false,
+            retry_after_cap_ms: 5_000,
+            quarantine_after: 5,
+            multiplier: 3.0,
+            max_total_ms: 20_000,
+            breaker: Some(read(
+                serde_json::json!({ "failure_threshold": 4, "open_ms": 900, "half_open_probes": 2 }),
+            )),
+            retry_budget: Some(read(serde_json::json!({ "ratio": 0.3, "min_per_s": 4.0 }))),
+            retry_after_mode: RetryAfterMode::JitterAbove,
+            seed: Some(7),
+            clients: 3,
+            protections: read_protections(&[serde_json::json!({ "kind": "token_bucket" })]).unwrap(),
+            jitter_ms: 250,
+            jitter_ratio: 0.5,
+            first_retry_at_once: true,
+            retry_statuses: Some(vec![503]),
+        };
+        every.validate().unwrap();
+        let json = serde_json::to_value(&every).unwrap();
+        let default = serde_json::to_value(Policy::default()).unwrap();
+        for (field, value) in json.as_object().unwrap() {
+            assert_ne!(
+                default.get(field),
+                Some(value),
+                "{field} is set to its default here: set it to another value"
+            );
+        }
+        let update: PolicyUpdate =
+            serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("not an update: {e}: {json}"));
+        assert_eq!(Policy::default().updated(&update).unwrap(), every, "updated");
+        let over = PolicyUpdate::default().then(update.clone());
+        assert_eq!(Policy::default().updated(&over).unwrap(), every, "then, the update over nothing");
+        let under = update.then(PolicyUpdate::default());
+        assert_eq!(Policy::default().updated(&under).unwrap(), every, "then, nothing over the update");
+        // The API guide's row for `PUT /policy` lists the same fields.
+        let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).unwrap();
+        let row = guide.lines().find(|l| l.starts_with("| `PUT /api/labs/{lab}/policy`")).unwrap();
+        let listed = row.split("`{").nth(1).and_then(|rest| rest.split("}`").next()).unwrap();
+        let mut listed: Vec<&str> = listed.split(',').map(|f| f.trim().trim_matches('"')).collect();
+        let mut fields: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        listed.sort();
+        fields.sort();
+        assert_eq!(listed, fields, "docs/api.md's PUT /policy row (left) against Policy's fields (right)");
+    }
+
     #[test]
     fn updates_merge_and_reject_unusable_values() {
         let policy = Policy::default();

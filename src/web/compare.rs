@@ -249,8 +249,9 @@ pub async fn open_in_lab(
             "the lab of '{policy}' is gone (idle too long, or evicted), and its settings with it"
         ),
     })?;
-    // A policy's settings read back as an update of them (every preset's do: a test in
-    // `compare::presets` holds it); should a new field ever break that, say so, do not panic.
+    // A policy's settings read back as an update of them (tests in `retry::policy`, with every
+    // field set, and `compare::presets` hold it); should a new field ever break that, say so
+    // with a 500, do not panic.
     let settings = serde_json::to_value(source.policy()).and_then(serde_json::from_value);
     let settings: crate::retry::PolicyUpdate = settings.map_err(|e| AppError::Rejected {
         status: StatusCode::INTERNAL_SERVER_ERROR,
