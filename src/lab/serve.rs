@@ -10,7 +10,9 @@ use tokio::sync::oneshot;
 
 use super::endpoint::Decided;
 use super::{Lab, NotDurable, Passage};
-use crate::downstream::{BodyDigest, Decision, Dropped, IdempotencyKey, StoredResponse, Turn, Work};
+use crate::downstream::{
+    BodyDigest, Decision, DefenceKind, Dropped, IdempotencyKey, StoredResponse, Turn, Work,
+};
 
 /// The answer a served request gets: the stored one, flagged when it is a replay.
 #[derive(Debug)]
@@ -103,7 +105,7 @@ impl Lab {
 
     fn dropped(&self, why: Dropped) -> Refusal {
         let settings = self.downstream_settings();
-        let pushback = why == Dropped::RetryShed && settings.defences.pushback;
+        let pushback = why.by == DefenceKind::RetriesFirst && settings.defences.pushback;
         Refusal::Dropped { why, retry_after_s: settings.retry_after_s, pushback }
     }
 

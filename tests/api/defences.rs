@@ -235,6 +235,42 @@ async fn defences_are_validated_naming_their_field() {
     );
 }
 
+/// Defences act on the line in front of the workers, and only the overloaded mode has one:
+/// on any other mode even a change of CoDel's times alone, once accepted and ignored, is a 422
+/// naming `defences` and saying which mode has a queue and what to do; defences all off are
+/// taken on any mode.
+#[tokio::test]
+async fn defences_on_a_mode_without_a_queue_are_refused_naming_defences() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let url = app.url(&format!("/api/labs/{lab}/downstream"));
+    for mode in ["healthy", "flaky", "slow", "down", "throttled"] {
+        for (defences, field) in [
+            (json!({"codel_target_ms": 40}), "downstream.defences"),
+            (json!({"codel_interval_ms": 900, "pushback": false}), "downstream.defences"),
+            (json!({"deadline": true}), "downstream.defences.deadline"),
+            // Named by the first on in the order the pipeline asks them: LIFO before the deadline.
+            (json!({"deadline": true, "queue": "lifo"}), "downstream.defences.queue"),
+        ] {
+            let body = json!({"mode": mode, "defences": defences});
+            let response = app.client.put(&url).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+            assert_eq!(response.headers()["content-type"], "application/problem+json", "{body}");
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["field"], field, "{body}: {problem}");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains("only the overloaded mode has a queue"), "{body}: {detail}");
+            assert!(detail.contains(&format!("the {mode} mode has none")), "{body}: {detail}");
+            assert!(detail.contains("set mode to overloaded, or leave defences out"), "{body}: {detail}");
+        }
+        let off = app.put(&lab, "downstream", &json!({"mode": mode, "defences": {}}).to_string()).await;
+        assert_eq!(off["mode"], mode, "defences all off are taken on {mode}");
+    }
+    let overloaded = json!({"mode": "overloaded", "defences": {"codel_target_ms": 40}});
+    let set = app.put(&lab, "downstream", &overloaded.to_string()).await;
+    assert_eq!(set["defences"]["codel_target_ms"], 40, "the overloaded mode takes them");
+}
+
 /// Sends one request from outside with `key` and the hint headers given.
 async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) -> (StatusCode, Value) {
     let (status, _, body) = answer(app, lab, key, hints).await;
