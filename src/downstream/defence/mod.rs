@@ -6,13 +6,6 @@
 //! one wire object, `Defences` (`"defences"` in `PUT /api/labs/{lab}/downstream`); they act on
 //! the line in front of the workers, so only a mode with a queue (`Mode::has_queue`) takes them.
 
-mod admission_control;
-mod codel;
-mod deadline;
-mod lifo;
-mod limit;
-mod retries_first;
-
 use std::fmt;
 
 use rand::Rng;
@@ -95,8 +88,9 @@ pub trait Defence: fmt::Debug {
     }
 }
 
-/// The declared order: every point of a request's way asks the defences in force in the
-/// order of these lines, and the first that refuses or drops decides. Why this order:
+/// The declared order: one line for each defence (its `Kind`, and its file and state, which
+/// the line declares); every point of a request's way asks the defences in force in the order
+/// of these lines, and the first that refuses or drops decides. Why this order:
 /// admission control is an HTTP filter in front of the service, so it comes first; the
 /// adaptive limit stands in front of the line, so it refuses before a place is taken; retries
 /// first makes room in a full line; LIFO picks the end of the line a free worker takes; at a
@@ -105,6 +99,8 @@ pub trait Defence: fmt::Debug {
 /// work about to begin.
 macro_rules! defences {
     ($($(#[$doc:meta])* $kind:ident => $module:ident::$state:ident,)*) => {
+        $(mod $module;)*
+
         /// Which defence: one for each file.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum Kind {
