@@ -174,6 +174,8 @@ defences! {
     RetriesFirst => retries_first::RetriesFirst,
     /// LIFO and adaptive LIFO ("Fail at Scale").
     Lifo => lifo::Lifo,
+    /// HAProxy's fixed queue timeout, before CoDel's moving one.
+    QueueTimeout => queue_timeout::QueueTimeout,
     /// CoDel's queue timeouts ("Fail at Scale").
     Codel => codel::Codel,
     /// The deadline drop (Amazon Builders' Library).
@@ -324,6 +326,10 @@ pub struct Defences {
     /// window scaled); refused requests get 503 at once.
     #[serde(deserialize_with = "crate::invalid::object::or_null")]
     pub admission: Option<AdmissionControlSettings>,
+    /// HAProxy's `timeout queue`: null (off, HAProxy's default), or the longest wait in line,
+    /// ms; a request that waited longer is dropped (503) at its turn. Left out when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_timeout_ms: Option<u64>,
 }
 
 impl Default for Defences {
@@ -337,6 +343,7 @@ impl Default for Defences {
             pushback: false,
             limit: LimitSettings::Fixed,
             admission: None,
+            queue_timeout_ms: None,
         }
     }
 }
