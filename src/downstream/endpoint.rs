@@ -174,7 +174,7 @@ impl<W: Waiter> Endpoint<W> {
         self.settings = settings;
         self.stages = Stages::of(&settings);
         self.pipeline.retune(&self.stages);
-        self.pipeline.admit_waiting(&self.stages, now_ms, rng)
+        self.pipeline.let_waiting_on(&self.stages, now_ms, rng)
     }
 
     /// Decides a request that got past the gate against the ledger (see `downstream::decide`).

@@ -186,7 +186,7 @@ impl<W: Waiter> Pipeline<W> {
             return Passage::Busy;
         }
         self.note_empty(now_ms);
-        if let Some(dropped) = self.defences.first(|defence| defence.admit()) {
+        if let Some(dropped) = self.defences.first(|defence| defence.refuse_entry()) {
             return Passage::Dropped(dropped);
         }
         let waiting = Waiting {
@@ -280,7 +280,7 @@ impl<W: Waiter> Pipeline<W> {
     }
 
     /// Lets waiting requests through after the limit was raised or the mode changed.
-    pub fn admit_waiting(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
+    pub fn let_waiting_on(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
         let mut moved = Moved::default();
         while self.in_work < stages.workers() && self.hand_over_next(stages, now_ms, rng, &mut moved) {
             self.in_work += 1;
@@ -472,7 +472,7 @@ mod tests {
         let Passage::Queued(waiting) = pipe.pass(&one, plain("b"), 0, &mut rng, place(true)) else {
             panic!()
         };
-        assert_eq!(pipe.admit_waiting(&overloaded(2, 2), 5, &mut rng).handed, 1);
+        assert_eq!(pipe.let_waiting_on(&overloaded(2, 2), 5, &mut rng).handed, 1);
         assert!(worked(&waiting));
         assert_eq!(pipe.in_work(), 2);
         assert_eq!(pipe.leave(&one, 10, &mut rng), Moved::default(), "one worker too many: retired");

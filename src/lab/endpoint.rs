@@ -89,7 +89,7 @@ impl Lab {
     /// refuses it (and says so in an event), and keeps an outside caller's request (`from`:
     /// who, and its body's digest), in one step. Returns the load bin it is counted in (for
     /// `downstream_done`). A request let on to its work is counted in process from here.
-    pub fn downstream_admit(
+    pub fn downstream_pass(
         &self,
         key: &IdempotencyKey,
         said: Said,

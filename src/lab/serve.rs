@@ -55,7 +55,7 @@ impl From<NotDurable> for Refusal {
 }
 
 impl Lab {
-    /// Serves a request by how it got past the pipeline (`Lab::downstream_admit`).
+    /// Serves a request by how it got past the pipeline (`Lab::downstream_pass`).
     pub async fn downstream_serve(
         self: &Arc<Self>,
         key: IdempotencyKey,

@@ -79,7 +79,7 @@ pub async fn downstream(
     };
     let from = caller.as_ref().map(|caller| (caller, digest.to_string()));
     let Arrival { arrived_t_ms: arrived, passage, ticket, judged } =
-        lab.downstream_admit(&key, said(&headers), from);
+        lab.downstream_pass(&key, said(&headers), from);
     if let Passage::Busy = passage {
         // Counted, answered and kept as it arrived: a repeat of a request still in line or in work.
         return Err(in_flight());
@@ -303,7 +303,7 @@ fn in_flight() -> AppError {
     }
 }
 
-/// A request that was read and admitted; when dropped without an answer, its client hung up.
+/// A request that was read and let past the pipeline; when dropped without an answer, its client hung up.
 struct Visit {
     lab: Arc<Lab>,
     arrived: u64,

@@ -76,7 +76,7 @@ impl Defence for Limit {
 
     /// Over the limit, a request is refused before the line (`SimpleLimiter.tryAcquire`
     /// returning empty: 503 at once, and no sample).
-    fn admit(&mut self) -> Option<Dropped> {
+    fn refuse_entry(&mut self) -> Option<Dropped> {
         (self.with_one_more() > self.adaptive.limit()).then_some(OVER_LIMIT)
     }
 

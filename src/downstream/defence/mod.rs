@@ -46,7 +46,7 @@ pub trait Defence: fmt::Debug {
     }
 
     /// A new request would take a place in flight (in line or in work): refuse it?
-    fn admit(&mut self) -> Option<Dropped> {
+    fn refuse_entry(&mut self) -> Option<Dropped> {
         None
     }
 
