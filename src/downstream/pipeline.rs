@@ -589,6 +589,21 @@ mod tests {
     }
 
     #[test]
+    fn the_declared_order_decides_which_defence_drops_a_request_past_two() {
+        let mut rng = StdRng::seed_from_u64(13);
+        let both = Defences { queue: Discipline::Codel, deadline: true, ..Default::default() };
+        let stages = defended(1, 4, both);
+        // Waits 1,200 ms in a line standing since 0 (past CoDel's 25 ms) and its client gives
+        // up at 1,000 ms (past its deadline): CoDel is asked first.
+        let (mut pipe, told) = busy_with_line(&stages, &[("late", 0, Some(1_000))], &mut rng);
+        let moved = pipe.leave(&stages, 1_200, &mut rng);
+        assert_eq!(moved.dropped, vec![("late".to_owned(), by(Kind::Codel))]);
+        assert_eq!(told[0].get(), Some(Turn::Dropped(by(Kind::Codel))));
+        let at = |kind| Kind::ORDER.iter().position(|&k| k == kind);
+        assert!(at(Kind::Codel) < at(Kind::Deadline), "{:?}", Kind::ORDER);
+    }
+
+    #[test]
     fn adaptive_lifo_serves_the_newest_while_a_standing_queue_exists() {
         let mut rng = StdRng::seed_from_u64(8);
         let lifo =
