@@ -1,13 +1,13 @@
 //! The endpoint's whole state, owned in one place: its settings and their timed change, the
 //! ledger of idempotency keys, and the pipeline in front of the work (the throttled mode's
-//! rate limit, the overloaded mode's workers and their line, the keys in line). It also notes
+//! rate, the overloaded mode's workers and their line, the keys in line). It also notes
 //! what of the ledger the store has not yet been told.
 
 use rand::Rng;
 
 use super::{
     BodyDigest, Caller, Decision, DownstreamSettings, DownstreamView, Hints, IdempotencyKey, KeyRow, Ledger,
-    Limit, Moved, Passage, Pipeline, Revert, Stages, Waiter, decide,
+    Moved, Passage, Pipeline, Revert, Stages, Waiter, decide,
 };
 
 /// One lab's endpoint; `W` is a request waiting in the overloaded mode's line, as its caller
@@ -140,9 +140,9 @@ impl<W: Waiter> Endpoint<W> {
         LineView {
             waiting: self.pipeline.waiting(),
             in_work: self.pipeline.in_work(),
-            limit: self.stages.limit.map(|Limit::Fixed(n)| n),
+            limit: self.stages.workers,
             adaptive_limit: self.pipeline.adaptive_limit(),
-            lifo: self.pipeline.lifo(&self.stages, now_ms),
+            lifo: self.pipeline.lifo(now_ms),
         }
     }
 
@@ -152,14 +152,15 @@ impl<W: Waiter> Endpoint<W> {
         self.pipeline.release(key.as_str(), now_ms, gone);
     }
 
-    /// A request admission control let through was answered at `now_ms`.
-    pub fn admission_answered(&mut self, now_ms: u64, success: bool) {
-        self.pipeline.admission_answered(&self.stages, now_ms, success);
+    /// A request the defences' filters let through was answered at `now_ms` (`success`: under
+    /// 500).
+    pub fn answered(&mut self, now_ms: u64, success: bool) {
+        self.pipeline.answered(now_ms, success);
     }
 
-    /// Whether admission control is on.
-    pub fn admission_on(&self) -> bool {
-        self.stages.admission_control.is_some()
+    /// Whether a defence hears the answers (admission control does).
+    pub fn hears_answers(&self) -> bool {
+        self.pipeline.hears_answers()
     }
 
     /// The adaptive concurrency limit now, if one is on.
@@ -173,7 +174,7 @@ impl<W: Waiter> Endpoint<W> {
         self.settings = settings;
         self.stages = Stages::of(&settings);
         self.pipeline.retune(&self.stages);
-        self.pipeline.admit_waiting(&self.stages, now_ms, rng)
+        self.pipeline.let_waiting_on(&self.stages, now_ms, rng)
     }
 
     /// Decides a request that got past the gate against the ledger (see `downstream::decide`).

@@ -5,11 +5,10 @@
 //! the same body gets the stored answer back, flagged as a replay; a repeat with another body is
 //! refused; a repeat while the first is still being processed is told to come back later.
 
-mod admission;
 mod capacity;
+mod defence;
 mod endpoint;
 mod ledger;
-mod limit;
 mod pipeline;
 
 use rand::{Rng, RngExt};
@@ -18,26 +17,25 @@ use serde::{Deserialize, Serialize};
 use crate::domain::MessageKey;
 use crate::invalid::Invalid;
 
-pub use admission::{Admission, AdmissionSettings};
 pub use capacity::Gcra;
+pub use defence::{
+    AdmissionControlSettings, AimdSettings, Defences, Discipline, Dropped, Gradient2Settings,
+    Kind as DefenceKind, LimitSettings,
+};
 pub use endpoint::{Clock, Endpoint, KeyChanges, LineView, Request};
 pub use ledger::{BodyDigest, HeldKeys, KeyNaming, KeyRow, Ledger, LedgerCounts, Lookup, StoredResponse};
-pub use limit::{Adaptive, AimdSettings, Gradient2Settings, LimitSettings, Sample};
-pub use pipeline::{
-    Codel, Discipline, Dropped, Hints, Limit, Line, Moved, Passage, Pipeline, Rate, Stages, Turn, Waiter,
-    Work,
-};
+pub use pipeline::{Hints, Moved, Passage, Pipeline, Rate, Stages, Turn, Waiter, Work};
 
 /// The longest latency any mode may be given, so a lab cannot hang for hours.
-const MAX_LATENCY_MS: u64 = 60_000;
+pub(crate) const MAX_LATENCY_MS: u64 = 60_000;
 const MAX_RETRY_AFTER_S: u64 = 3_600;
 const MAX_RATE_PER_S: f64 = 100_000.0;
 /// The lowest throttled rate, as the lab's traffic has it: a rate of 1e-300 was taken and
 /// answered `Retry-After: 18446744073709552`.
 const MIN_RATE_PER_S: f64 = 0.01;
 const MAX_BURST: u32 = 100_000;
-const MAX_CAPACITY: u32 = 10_000;
-const MAX_QUEUE: u32 = 100_000;
+pub(crate) const MAX_CAPACITY: u32 = 10_000;
+pub(crate) const MAX_QUEUE: u32 = 100_000;
 /// The longest a timed setting (`for_ms`) may last before the downstream goes back.
 pub const MAX_FOR_MS: u64 = 60 * 60 * 1000;
 
@@ -71,7 +69,16 @@ impl Mode {
             Mode::Overloaded => "overloaded",
         }
     }
+
+    /// Whether it keeps a line in front of its workers: only then do the defences (which act
+    /// on it) apply.
+    pub fn has_queue(self) -> bool {
+        self == Mode::Overloaded
+    }
 }
+
+/// The modes with a queue, in words, for the refusal of defences on another.
+const MODES_WITH_A_QUEUE: &str = "only the overloaded mode has a queue";
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
@@ -93,68 +100,6 @@ pub struct DownstreamSettings {
     pub queue: u32,
     /// Overloaded: the endpoint's own defences against overload; none by default.
     pub defences: Defences,
-}
-
-/// The overloaded endpoint's defences, each a switch with its source's rule (see
-/// `pipeline.rs`). The default is none of them: a FIFO line that works every request.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct Defences {
-    /// Drop, without doing it, a request whose client will have given up before its work
-    /// could finish (the client says how long it waits in `X-Request-Timeout-Ms`).
-    pub deadline: bool,
-    /// The line's discipline: `fifo`, `lifo`, `adaptive_lifo` or `codel`.
-    pub queue: Discipline,
-    /// CoDel's M: the longest wait in line while a standing queue exists. Facebook's M = 5 ms
-    /// and N = 100 ms are for work of a few ms; the lab's takes 60-240 ms, so both are scaled
-    /// by 5, keeping their ratio: 25 ms.
-    pub codel_target_ms: u64,
-    /// CoDel's N: how long the line must stay busy to count as a standing queue (and the
-    /// longest wait else): Facebook's 100 ms scaled by 5, 500 ms, as long as the metastable
-    /// set-up's clients wait, so a wait it allows outside a standing queue is never cut short
-    /// of one its client still waits for. (HBase, whose calls also take long, moved both to
-    /// 100 ms; with M = N the lab's healthy runs dropped work on any stall of the machine.)
-    pub codel_interval_ms: u64,
-    /// With the line full, a first attempt takes the place of the newest retry waiting (the
-    /// client marks retries in `X-Previous-Attempts`).
-    pub retries_first: bool,
-    /// With `retries_first`, a retry shed from the line is told not to retry: its 503 carries
-    /// `X-Retry-Pushback-Ms: -1`, the lab's name for gRPC's `grpc-retry-pushback-ms`, whose
-    /// negative value asks the client not to retry at all (gRFC A6, "Pushback").
-    pub pushback: bool,
-    /// An adaptive limit on the requests in flight (in line and in work), Netflix's
-    /// concurrency-limits: `{"kind": "fixed"}` (none: the workers and the line alone),
-    /// `{"kind": "aimd", ...}` or `{"kind": "gradient2", ...}`; over it, 503 at once.
-    pub limit: LimitSettings,
-    /// Envoy's admission control: null (off), or its parameters (`{}` for Envoy's defaults, the
-    /// window scaled); refused requests get 503 at once.
-    #[serde(deserialize_with = "crate::invalid::object::or_null")]
-    pub admission: Option<AdmissionSettings>,
-}
-
-impl Default for Defences {
-    fn default() -> Self {
-        Defences {
-            deadline: false,
-            queue: Discipline::Fifo,
-            codel_target_ms: 25,
-            codel_interval_ms: 500,
-            retries_first: false,
-            pushback: false,
-            limit: LimitSettings::Fixed,
-            admission: None,
-        }
-    }
-}
-
-impl Defences {
-    fn any(&self) -> bool {
-        self.deadline
-            || self.retries_first
-            || self.queue != Discipline::Fifo
-            || self.limit != LimitSettings::Fixed
-            || self.admission.is_some()
-    }
 }
 
 impl Default for DownstreamSettings {
@@ -228,12 +173,12 @@ impl DownstreamSettings {
     pub fn updated(&self, update: &DownstreamUpdate) -> Result<DownstreamSettings, Invalid> {
         let invalid = |field: &str, detail: String| Err(Invalid::new(format!("downstream.{field}"), detail));
         let mode = update.mode.unwrap_or(self.mode);
-        // A change of mode away from overloaded, not naming defences, leaves them behind:
-        // they mean nothing without its line.
-        let defences = match (update.defences, mode) {
-            (Some(defences), _) => defences,
-            (None, Mode::Overloaded) => self.defences,
-            (None, _) => Defences::default(),
+        // A change to a mode without a queue, not naming defences, leaves them behind: they
+        // mean nothing without its line.
+        let defences = match update.defences {
+            Some(defences) => defences,
+            None if mode.has_queue() => self.defences,
+            None => Defences::default(),
         };
         let next = DownstreamSettings {
             mode,
@@ -281,42 +226,19 @@ impl DownstreamSettings {
             return invalid("queue", format!("queue must be 0 to {MAX_QUEUE}"));
         }
         let d = next.defences;
-        if d.pushback && !d.retries_first {
-            return invalid(
-                "defences.pushback",
-                "pushback is sent with the retries retries_first sheds: turn retries_first on too".into(),
+        if let Some((name, detail)) = d.invalid() {
+            return invalid(&format!("defences.{name}"), detail);
+        }
+        if !next.mode.has_queue() && d != Defences::default() {
+            // Named by the first defence on, or as a whole when only its times were changed.
+            let field =
+                d.first_on().map_or("defences".to_owned(), |kind| format!("defences.{}", kind.field()));
+            let detail = format!(
+                "defences act on the line in front of the workers, and {MODES_WITH_A_QUEUE} (the {} mode has \
+                 none): set mode to overloaded, or leave defences out",
+                next.mode.as_str()
             );
-        }
-        if d.any() && next.mode != Mode::Overloaded {
-            let field = match (d.deadline, d.retries_first) {
-                (true, _) => "defences.deadline",
-                (_, true) => "defences.retries_first",
-                _ if d.limit != LimitSettings::Fixed => "defences.limit",
-                _ if d.admission.is_some() => "defences.admission",
-                _ => "defences.queue",
-            };
-            return invalid(
-                field,
-                "the defences are the overloaded mode's: set mode to overloaded, or leave them off".into(),
-            );
-        }
-        if !(1..=MAX_LATENCY_MS).contains(&d.codel_target_ms) {
-            return invalid(
-                "defences.codel_target_ms",
-                format!("codel_target_ms must be 1 to {MAX_LATENCY_MS}"),
-            );
-        }
-        if !(d.codel_target_ms..=MAX_LATENCY_MS).contains(&d.codel_interval_ms) {
-            return invalid(
-                "defences.codel_interval_ms",
-                format!("codel_interval_ms must be codel_target_ms to {MAX_LATENCY_MS}"),
-            );
-        }
-        if let Some((name, detail)) = d.limit.invalid(MAX_CAPACITY + MAX_QUEUE) {
-            return invalid(&format!("defences.limit.{name}"), detail);
-        }
-        if let Some((name, detail)) = d.admission.and_then(|a| a.invalid()) {
-            return invalid(&format!("defences.admission.{name}"), detail);
+            return invalid(&field, detail);
         }
         if update.for_ms.is_some_and(|ms| !(1..=MAX_FOR_MS).contains(&ms)) {
             return invalid("for_ms", format!("for_ms must be 1 to {MAX_FOR_MS}"));

@@ -1,38 +1,28 @@
-//! The endpoint as a pipeline of parts, each a plain type driven by the caller's clock:
-//! admission (the throttled mode's rate limit), the line's discipline (first in, first out, or
-//! one of the overloaded mode's defences: LIFO, adaptive LIFO, CoDel), the deadline drop, the
-//! concurrency limit (the overloaded mode's fixed number of workers) and the work (its latency,
-//! sampled once, when a worker is the request's). The modes are configurations of it
+//! The endpoint as a pipeline of parts, each a plain type driven by the caller's clock: the
+//! throttled mode's rate, the overloaded mode's line and fixed number of workers, and the
+//! defences in front of them (`defence/`, asked in their declared order), and the work (its
+//! latency, sampled once, when a worker is the request's). The modes are configurations of it
 //! (`Stages::of`). It also keeps the keys in line or in work, so a repeat of a request that is
 //! still waiting is told so at once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use rand::{Rng, RngExt};
 
-use serde::{Deserialize, Serialize};
-
-use super::admission::{Admission, AdmissionSettings};
-use super::limit::{Adaptive, LimitSettings, Sample};
+use super::defence::{Armed, Defences, Dropped, Line, Waiting};
 use super::{DownstreamSettings, Gcra, Mode};
 
 /// What stands between a request and its work, as the endpoint's settings configure it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stages {
     /// A rate every request must fit (the throttled mode's), or none.
-    pub admission: Option<Rate>,
+    pub rate: Option<Rate>,
     /// How many requests are worked at once (the overloaded mode's workers), or no limit.
-    pub limit: Option<Limit>,
-    /// The adaptive limit on requests in flight (in line and in work) in front of them.
-    pub adaptive: LimitSettings,
-    /// Envoy's admission control in front of all of it, or none.
-    pub admission_control: Option<AdmissionSettings>,
-    /// How many more wait for a worker, and in what order.
-    pub line: Line,
-    /// Drop, without doing it, work whose client will have given up before it could finish.
-    pub deadline: bool,
-    /// With the line full, a first attempt takes the place of the newest retry waiting.
-    pub retries_first: bool,
+    pub workers: Option<u32>,
+    /// How many more wait for a worker.
+    pub line: u32,
+    /// The defences in front of the line and the workers (none on a mode without a queue).
+    pub defences: Defences,
     /// How long a request's work takes, sampled in `[min, max]`.
     pub latency_ms: [u64; 2],
     /// The `Retry-After` a shed request is sent.
@@ -46,88 +36,28 @@ pub struct Rate {
     pub burst: u32,
 }
 
-/// The concurrency limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    /// A fixed number of workers.
-    Fixed(u32),
-}
-
-impl Limit {
-    fn workers(self) -> u32 {
-        match self {
-            Limit::Fixed(n) => n,
-        }
-    }
-}
-
-/// The line in front of the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Line {
-    pub size: u32,
-    pub discipline: Discipline,
-    /// CoDel's times, which adaptive LIFO's "standing queue" also reads.
-    pub codel: Codel,
-}
-
-/// Which waiting request a free worker takes, and which are dropped first.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Discipline {
-    /// The one that waited longest.
-    #[default]
-    Fifo,
-    /// The newest.
-    Lifo,
-    /// The one that waited longest, but the newest while a standing queue exists (the line
-    /// has not been empty for `codel_interval_ms`): Maurer, "Fail at Scale", ACM Queue 2015.
-    AdaptiveLifo,
-    /// The one that waited longest, after dropping every one that waited too long: while a
-    /// standing queue exists, `codel_target_ms`, else `codel_interval_ms` (ibid.).
-    Codel,
-}
-
-/// CoDel's two times as "Fail at Scale" states them: "if the queue has not been empty for the
-/// last N ms, then time spent in the queue is limited to M ms; if it has been empty in the
-/// last N ms, time in queue is limited to N ms" (Facebook's M = 5, N = 100).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Codel {
-    /// M: the longest wait while a standing queue exists.
-    pub target_ms: u64,
-    /// N: how long the line must stay busy to be a standing queue, and the longest wait else.
-    pub interval_ms: u64,
-}
-
 impl Stages {
-    /// The pipeline a mode is: throttled is admission alone; overloaded is a fixed limit with
-    /// a FIFO line; the others let every request straight on.
+    /// The pipeline a mode is: throttled is a rate alone; overloaded is a fixed number of
+    /// workers with a line, and its defences; the others let every request straight on.
     pub fn of(settings: &DownstreamSettings) -> Stages {
-        let (admission, limit) = match settings.mode {
+        let (rate, workers) = match settings.mode {
             Mode::Throttled => (Some(Rate { rate_per_s: settings.rate_per_s, burst: settings.burst }), None),
-            Mode::Overloaded => (None, Some(Limit::Fixed(settings.capacity))),
+            Mode::Overloaded => (None, Some(settings.capacity)),
             _ => (None, None),
         };
-        // The defences are the overloaded mode's: the others have no line.
-        let defences = match settings.mode {
-            Mode::Overloaded => settings.defences,
-            _ => Default::default(),
-        };
-        let codel = Codel { target_ms: defences.codel_target_ms, interval_ms: defences.codel_interval_ms };
+        let defences = if settings.mode.has_queue() { settings.defences } else { Defences::default() };
         Stages {
-            admission,
-            limit,
-            adaptive: defences.limit,
-            admission_control: defences.admission,
-            line: Line { size: settings.queue, discipline: defences.queue, codel },
-            deadline: defences.deadline,
-            retries_first: defences.retries_first,
+            rate,
+            workers,
+            line: settings.queue,
+            defences,
             latency_ms: settings.latency_ms,
             retry_after_s: settings.retry_after_s,
         }
     }
 
     fn workers(&self) -> u32 {
-        self.limit.map_or(u32::MAX, Limit::workers)
+        self.workers.unwrap_or(u32::MAX)
     }
 
     fn work(&self, rng: &mut impl Rng) -> Work {
@@ -140,21 +70,6 @@ impl Stages {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Work {
     pub latency_ms: u64,
-}
-
-/// Why a request was dropped without its work being done (503 at once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dropped {
-    /// Its client will have given up before the work could finish.
-    Deadline,
-    /// It waited in line longer than CoDel allows.
-    QueueTimeout,
-    /// A retry, shed from a full line to make room for a first attempt.
-    RetryShed,
-    /// Over the adaptive concurrency limit: refused as it came.
-    OverLimit,
-    /// Refused by admission control's draw, as it came.
-    Admission,
 }
 
 /// What a request waiting in line is told when it leaves the line.
@@ -200,13 +115,13 @@ pub enum Passage<T> {
     Work(Work),
     /// Wait in line: a worker is this request's when `T` says so.
     Queued(T),
-    /// Over the admission rate: 429.
+    /// Over the throttled mode's rate: 429.
     Throttled { retry_after_s: u64 },
     /// No worker free and no room in line: 503 at once.
     Shed { retry_after_s: Option<u64> },
     /// A request with this key is in line or in work: 409 at once.
     Busy,
-    /// Dropped without its work being done: 503 at once.
+    /// Dropped by a defence without its work being done: 503 at once.
     Dropped(Dropped),
 }
 
@@ -214,15 +129,11 @@ pub enum Passage<T> {
 struct Place<W> {
     waiter: W,
     key: String,
-    since_ms: u64,
-    /// When its client gives up, if it said.
-    gives_up_ms: Option<u64>,
-    /// Its client said it is a retry.
-    retry: bool,
+    waiting: Waiting,
 }
 
-/// The pipeline's state: the admission's rate, the workers busy, the line, and the keys in
-/// line or in work.
+/// The pipeline's state: the throttled mode's rate, the workers busy, the line, the keys in
+/// line or in work, and the defences in force.
 #[derive(Debug)]
 pub struct Pipeline<W> {
     throttle: Gcra,
@@ -233,13 +144,7 @@ pub struct Pipeline<W> {
     empty_at_ms: u64,
     /// Requests dropped from the line as another arrived, until `take_dropped`.
     dropped: Vec<(String, Dropped)>,
-    /// The adaptive limit's state, while the stages have one.
-    adaptive: Option<Adaptive>,
-    /// The requests the adaptive limit let on, by key: since when, and how many were in flight
-    /// as each came in (itself included).
-    flight: HashMap<String, (u64, u32)>,
-    /// Admission control's window of answers.
-    admission: Admission,
+    defences: Armed,
 }
 
 impl<W> Default for Pipeline<W> {
@@ -251,9 +156,7 @@ impl<W> Default for Pipeline<W> {
             keys: HashSet::new(),
             empty_at_ms: 0,
             dropped: Vec::new(),
-            adaptive: None,
-            flight: HashMap::new(),
-            admission: Admission::default(),
+            defences: Armed::default(),
         }
     }
 }
@@ -269,110 +172,92 @@ impl<W: Waiter> Pipeline<W> {
         rng: &mut impl Rng,
         place: impl FnOnce() -> (W, T),
     ) -> Passage<T> {
-        if let Some(Rate { rate_per_s, burst }) = stages.admission
+        if let Some(Rate { rate_per_s, burst }) = stages.rate
             && let Err(wait_ms) = self.throttle.check(rate_per_s, burst, now_ms)
         {
             // Whole seconds until it would be allowed, at least 1 (RFC 9110 §10.2.3).
             return Passage::Throttled { retry_after_s: wait_ms.div_ceil(1000).max(1) };
         }
-        let Some(limit) = stages.limit else { return Passage::Open };
-        // Admission control first, as an HTTP filter in front of the service.
-        if let Some(settings) = &stages.admission_control
-            && self.admission.refuses(settings, now_ms, rng.random_range(0..10_000))
-        {
-            return Passage::Dropped(Dropped::Admission);
+        let Some(workers) = stages.workers else { return Passage::Open };
+        if let Some(dropped) = self.defences.first(|defence| defence.filter(now_ms, rng)) {
+            return Passage::Dropped(dropped);
         }
         if self.keys.contains(key) {
             return Passage::Busy;
         }
         self.note_empty(now_ms);
-        // The adaptive limit comes first: over it, a request is refused before the line
-        // (`SimpleLimiter.tryAcquire` returning empty: 503 at once, and no sample).
-        let inflight = self.flight.len() as u32 + 1;
-        if self.adaptive.as_ref().is_some_and(|adaptive| inflight > adaptive.limit()) {
-            return Passage::Dropped(Dropped::OverLimit);
+        if let Some(dropped) = self.defences.first(|defence| defence.refuse_entry()) {
+            return Passage::Dropped(dropped);
         }
-        let gives_up_ms = hints.timeout_ms.map(|ms| now_ms.saturating_add(ms));
-        let retry = hints.previous_attempts.is_some_and(|n| n > 0);
-        let passage = if self.in_work < limit.workers() {
-            let work = stages.work(rng);
-            if stages.deadline && too_late(now_ms, work, gives_up_ms) {
-                // Out of time as it came: the limit hears of a drop (`DEADLINE_EXCEEDED`).
-                let sample = Sample { rtt_ms: 0, inflight, dropped: true };
-                if let Some(adaptive) = &mut self.adaptive {
-                    adaptive.sample(sample);
-                }
-                return Passage::Dropped(Dropped::Deadline);
+        let waiting = Waiting {
+            since_ms: now_ms,
+            gives_up_ms: hints.timeout_ms.map(|ms| now_ms.saturating_add(ms)),
+            retry: hints.previous_attempts.is_some_and(|n| n > 0),
+        };
+        let passage = if self.in_work < workers {
+            let (work, line) = (stages.work(rng), self.line_now());
+            if let Some(dropped) =
+                self.defences.first(|defence| defence.before_work(&waiting, work, line, now_ms))
+            {
+                // Out of time as it came: in flight for no time, and left as its drop says.
+                self.defences.tell(|defence| defence.entered(key, now_ms));
+                self.defences.tell(|defence| defence.left(key, now_ms, dropped.said().timed_out));
+                return Passage::Dropped(dropped);
             }
             self.in_work += 1;
             Passage::Work(work)
-        } else if self.line.len() < stages.line.size as usize || self.shed_a_retry_for(stages, retry, now_ms)
-        {
+        } else if self.line.len() < stages.line as usize || self.make_room_for(&waiting, now_ms) {
             let (waiter, turn) = place();
-            self.line.push_back(Place { waiter, key: key.to_owned(), since_ms: now_ms, gives_up_ms, retry });
+            self.line.push_back(Place { waiter, key: key.to_owned(), waiting });
             Passage::Queued(turn)
         } else {
-            // Refused before its handler: the limit hears nothing (`onIgnore`).
+            // Refused before its handler: the defences hear nothing (`onIgnore`).
             return Passage::Shed { retry_after_s: stages.retry_after_s };
         };
         self.keys.insert(key.to_owned());
-        if self.adaptive.is_some() {
-            self.flight.insert(key.to_owned(), (now_ms, inflight));
-        }
+        self.defences.tell(|defence| defence.entered(key, now_ms));
         passage
     }
 
-    /// The settings changed: an adaptive limit other than the one kept starts afresh (the
-    /// requests already in flight stay counted); the fixed one drops it.
+    /// The settings changed: the defences are armed afresh, each keeping what it may.
     pub fn retune(&mut self, stages: &Stages) {
-        if !self.adaptive.as_ref().is_some_and(|adaptive| adaptive.follows(stages.adaptive)) {
-            self.adaptive = Adaptive::start(stages.adaptive);
-        }
-        if self.adaptive.is_none() {
-            self.flight.clear();
-        }
-        if stages.admission_control.is_none() {
-            self.admission = Admission::default();
-        }
+        self.defences.retune(&stages.defences);
     }
 
-    /// A request admission control let through was answered at `now_ms` (`success`: under
-    /// 500); counted while admission control is on.
-    pub fn admission_answered(&mut self, stages: &Stages, now_ms: u64, success: bool) {
-        if stages.admission_control.is_some() {
-            self.admission.record(now_ms, success);
-        }
+    /// Whether a defence hears the answers to the requests its filter let through.
+    pub fn hears_answers(&self) -> bool {
+        self.defences.any(|defence| defence.hears_answers())
     }
 
-    /// The request with `key` is out of flight at `now_ms`: the adaptive limit takes its
-    /// sample (`dropped` when its client gave up or it ran out of time).
+    /// A request the filters let through was answered at `now_ms` (`success`: under 500).
+    pub fn answered(&mut self, now_ms: u64, success: bool) {
+        self.defences.tell(|defence| defence.answered(now_ms, success));
+    }
+
+    /// The request with `key` is out of flight at `now_ms` (`dropped` when its client gave up
+    /// or it ran out of time).
     fn landed(&mut self, key: &str, now_ms: u64, dropped: bool) {
-        if let Some((since_ms, inflight)) = self.flight.remove(key)
-            && let Some(adaptive) = &mut self.adaptive
-        {
-            adaptive.sample(Sample { rtt_ms: now_ms.saturating_sub(since_ms), inflight, dropped });
-        }
+        self.defences.tell(|defence| defence.left(key, now_ms, dropped));
     }
 
     /// The adaptive limit now, if there is one.
     pub fn adaptive_limit(&self) -> Option<u32> {
-        self.adaptive.as_ref().map(Adaptive::limit)
+        self.defences.ask(|defence| defence.limit())
     }
 
-    /// Retry-aware shedding: with the line full, a first attempt takes the place of the newest
-    /// retry waiting, which is answered 503 at once. The client marks its retries as gRPC's do
-    /// (gRFC A6, `grpc-previous-rpc-attempts`); a request that says nothing counts as a first.
-    fn shed_a_retry_for(&mut self, stages: &Stages, retry: bool, now_ms: u64) -> bool {
-        if !stages.retries_first || retry {
+    /// With the line full, a defence may have a waiting request give its place to one
+    /// arriving: the newest it names is answered 503 at once.
+    fn make_room_for(&mut self, arriving: &Waiting, now_ms: u64) -> bool {
+        let Some((gives_way, dropped)) = self.defences.ask(|defence| defence.gives_way(arriving)) else {
             return false;
-        }
-        let Some(at) = self.line.iter().rposition(|place| place.retry) else { return false };
+        };
+        let Some(at) = self.line.iter().rposition(|place| gives_way(&place.waiting)) else { return false };
         let Place { waiter, key, .. } = self.line.remove(at).expect("found");
-        waiter.hand_over(Turn::Dropped(Dropped::RetryShed));
+        waiter.hand_over(Turn::Dropped(dropped));
         self.keys.remove(&key);
         // Answered 503 by the endpoint: a sample like any answer's (`onSuccess`).
         self.landed(&key, now_ms, false);
-        self.dropped.push((key, Dropped::RetryShed));
+        self.dropped.push((key, dropped));
         true
     }
 
@@ -395,7 +280,7 @@ impl<W: Waiter> Pipeline<W> {
     }
 
     /// Lets waiting requests through after the limit was raised or the mode changed.
-    pub fn admit_waiting(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
+    pub fn let_waiting_on(&mut self, stages: &Stages, now_ms: u64, rng: &mut impl Rng) -> Moved {
         let mut moved = Moved::default();
         while self.in_work < stages.workers() && self.hand_over_next(stages, now_ms, rng, &mut moved) {
             self.in_work += 1;
@@ -420,32 +305,21 @@ impl<W: Waiter> Pipeline<W> {
         rng: &mut impl Rng,
         moved: &mut Moved,
     ) -> bool {
-        let Line { discipline, codel, .. } = stages.line;
-        let standing = self.standing(codel, now_ms);
+        // The line as it stands before any leaves it, for all the defences ask of it.
+        let line = self.line_now();
+        let newest_first = self.defences.any(|defence| defence.newest_first(line, now_ms));
         loop {
-            let next = match discipline {
-                Discipline::Lifo => self.line.pop_back(),
-                Discipline::AdaptiveLifo if standing => self.line.pop_back(),
-                _ => self.line.pop_front(),
-            };
-            let Some(Place { waiter, key, since_ms, gives_up_ms, .. }) = next else { break };
+            let next = if newest_first { self.line.pop_back() } else { self.line.pop_front() };
+            let Some(Place { waiter, key, waiting }) = next else { break };
             self.note_empty(now_ms);
-            let waited_ms = now_ms.saturating_sub(since_ms);
-            let allowed_ms = if standing { codel.target_ms } else { codel.interval_ms };
             let work = stages.work(rng);
-            let dropped = if discipline == Discipline::Codel && waited_ms > allowed_ms {
-                Some(Dropped::QueueTimeout)
-            } else if stages.deadline && too_late(now_ms, work, gives_up_ms) {
-                Some(Dropped::Deadline)
-            } else {
-                None
-            };
+            let dropped = self.defences.first(|defence| defence.before_work(&waiting, work, line, now_ms));
             let handed = match dropped {
-                Some(why) => {
-                    let waited = waiter.hand_over(Turn::Dropped(why));
-                    moved.dropped.push((key.clone(), why));
-                    // A deadline drop, or a client gone, is a drop; CoDel's 503 an answer.
-                    self.landed(&key, now_ms, why == Dropped::Deadline || !waited);
+                Some(dropped) => {
+                    let waited = waiter.hand_over(Turn::Dropped(dropped));
+                    moved.dropped.push((key.clone(), dropped));
+                    // A drop for lack of time, or a client gone, is a drop; else an answer.
+                    self.landed(&key, now_ms, dropped.said().timed_out || !waited);
                     false
                 }
                 None => {
@@ -471,18 +345,14 @@ impl<W: Waiter> Pipeline<W> {
         }
     }
 
-    /// A standing queue: the line has not been empty for CoDel's interval.
-    fn standing(&self, codel: Codel, now_ms: u64) -> bool {
-        !self.line.is_empty() && now_ms.saturating_sub(self.empty_at_ms) >= codel.interval_ms
+    fn line_now(&self) -> Line {
+        Line { waiting: self.line.len(), empty_at_ms: self.empty_at_ms }
     }
 
     /// Whether the line is being served newest first now.
-    pub fn lifo(&self, stages: &Stages, now_ms: u64) -> bool {
-        match stages.line.discipline {
-            Discipline::Lifo => true,
-            Discipline::AdaptiveLifo => self.standing(stages.line.codel, now_ms),
-            _ => false,
-        }
+    pub fn lifo(&self, now_ms: u64) -> bool {
+        let line = self.line_now();
+        self.defences.any(|defence| defence.newest_first(line, now_ms))
     }
 
     pub fn in_work(&self) -> u32 {
@@ -494,13 +364,6 @@ impl<W: Waiter> Pipeline<W> {
     }
 }
 
-/// The deadline drop's rule: work that would finish after its client gives up is not begun
-/// (Amazon Builders' Library, "Using load shedding to avoid overload": a server that knows
-/// the client's timeout can drop work whose client will have given up).
-fn too_late(now_ms: u64, work: Work, gives_up_ms: Option<u64>) -> bool {
-    gives_up_ms.is_some_and(|at| now_ms + work.latency_ms > at)
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
@@ -510,7 +373,22 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
-    use crate::downstream::{AimdSettings, Defences, LimitSettings};
+    use crate::domain::DropCause;
+    use crate::downstream::defence::{Kind, Said};
+    use crate::downstream::{AimdSettings, Defences, Discipline, LimitSettings};
+
+    /// A drop by `kind`, to compare with (drops compare by the defence that dropped them).
+    fn by(kind: Kind) -> Dropped {
+        static ANY: Said = Said { event: "", answer: "", counted: DropCause::Deadline, timed_out: false };
+        Dropped::new(kind, &ANY)
+    }
+
+    /// A pipeline with `stages`' defences armed, as the endpoint makes it.
+    fn armed(stages: &Stages) -> Pipeline<Place> {
+        let mut pipe = Pipeline::default();
+        pipe.retune(stages);
+        pipe
+    }
 
     /// A place in line that records the turn it was told; one that stopped waiting refuses.
     struct Place(Rc<Cell<Option<Turn>>>, bool);
@@ -594,7 +472,7 @@ mod tests {
         let Passage::Queued(waiting) = pipe.pass(&one, plain("b"), 0, &mut rng, place(true)) else {
             panic!()
         };
-        assert_eq!(pipe.admit_waiting(&overloaded(2, 2), 5, &mut rng).handed, 1);
+        assert_eq!(pipe.let_waiting_on(&overloaded(2, 2), 5, &mut rng).handed, 1);
         assert!(worked(&waiting));
         assert_eq!(pipe.in_work(), 2);
         assert_eq!(pipe.leave(&one, 10, &mut rng), Moved::default(), "one worker too many: retired");
@@ -628,7 +506,7 @@ mod tests {
         keys: &[(&str, u64, Option<u64>)],
         rng: &mut StdRng,
     ) -> (Pipeline<Place>, Vec<Told>) {
-        let mut pipe = Pipeline::default();
+        let mut pipe = armed(stages);
         assert!(matches!(pipe.pass(stages, plain("busy"), 0, rng, place(true)), Passage::Work(_)));
         let told = keys
             .iter()
@@ -664,15 +542,15 @@ mod tests {
         // At 1,850 ms "late" has 50 ms left: no work of 100-300 ms fits.
         let at = 1_850;
         let moved = pipe.leave(&stages, at, &mut rng);
-        assert_eq!(moved.dropped, vec![("late".to_owned(), Dropped::Deadline)]);
-        assert_eq!(told[2].get(), Some(Turn::Dropped(Dropped::Deadline)));
+        assert_eq!(moved.dropped, vec![("late".to_owned(), by(Kind::Deadline))]);
+        assert_eq!(told[2].get(), Some(Turn::Dropped(by(Kind::Deadline))));
         assert_eq!((moved.handed, pipe.in_work()), (0, 0), "the worker is free");
         let mut waiting = |timeout_ms| {
             let hints = Hints { timeout_ms: Some(timeout_ms), ..Default::default() };
             pipe.pass(&stages, ("late", hints), at, &mut rng, place(true))
         };
         assert!(
-            matches!(waiting(50), Passage::Dropped(Dropped::Deadline)),
+            matches!(waiting(50), Passage::Dropped(d) if d.by == Kind::Deadline),
             "50 ms is too short for any work"
         );
         let plenty = waiting(400);
@@ -697,17 +575,32 @@ mod tests {
         // At 1,200 ms the line has been busy since 0 ms: a standing queue, waits over M (100 ms)
         // are dropped in order until one fits.
         let moved = pipe.leave(&stages, 1_200, &mut rng);
-        let timed_out = |k: &str| (k.to_owned(), Dropped::QueueTimeout);
+        let timed_out = |k: &str| (k.to_owned(), by(Kind::Codel));
         assert_eq!(moved.dropped, vec![timed_out("b"), timed_out("c")]);
         assert_eq!(moved.handed, 1);
         assert!(worked(&told[3]), "waited 50 ms, under M");
-        assert!(pipe.lifo(&stages, 1_200).eq(&false), "CoDel serves in order");
+        assert!(pipe.lifo(1_200).eq(&false), "CoDel serves in order");
         // The line emptied at 1,200 ms: no standing queue, the limit is N again.
         let Passage::Queued(e) = pipe.pass(&stages, plain("e"), 1_300, &mut rng, place(true)) else {
             panic!()
         };
         assert_eq!(pipe.leave(&stages, 2_100, &mut rng).handed, 1);
         assert!(worked(&e), "waited 800 ms with the line empty 900 ms before: under N");
+    }
+
+    #[test]
+    fn the_declared_order_decides_which_defence_drops_a_request_past_two() {
+        let mut rng = StdRng::seed_from_u64(13);
+        let both = Defences { queue: Discipline::Codel, deadline: true, ..Default::default() };
+        let stages = defended(1, 4, both);
+        // Waits 1,200 ms in a line standing since 0 (past CoDel's 25 ms) and its client gives
+        // up at 1,000 ms (past its deadline): CoDel is asked first.
+        let (mut pipe, told) = busy_with_line(&stages, &[("late", 0, Some(1_000))], &mut rng);
+        let moved = pipe.leave(&stages, 1_200, &mut rng);
+        assert_eq!(moved.dropped, vec![("late".to_owned(), by(Kind::Codel))]);
+        assert_eq!(told[0].get(), Some(Turn::Dropped(by(Kind::Codel))));
+        let at = |kind| Kind::ORDER.iter().position(|&k| k == kind);
+        assert!(at(Kind::Codel) < at(Kind::Deadline), "{:?}", Kind::ORDER);
     }
 
     #[test]
@@ -718,10 +611,10 @@ mod tests {
         let stages = defended(1, 10, lifo);
         let line = [("a", 0, None), ("b", 100, None), ("c", 200, None), ("d", 1_100, None)];
         let (mut pipe, told) = busy_with_line(&stages, &line, &mut rng);
-        assert!(!pipe.lifo(&stages, 500), "no standing queue yet");
+        assert!(!pipe.lifo(500), "no standing queue yet");
         assert_eq!(pipe.leave(&stages, 500, &mut rng).handed, 1);
         assert!(worked(&told[0]), "in order while the queue is young");
-        assert!(pipe.lifo(&stages, 1_200));
+        assert!(pipe.lifo(1_200));
         assert_eq!(pipe.leave(&stages, 1_200, &mut rng).handed, 1);
         assert!(worked(&told[3]) && told[1].get().is_none(), "the newest first once it stands");
         assert_eq!(pipe.leave(&stages, 1_300, &mut rng).handed, 1);
@@ -729,14 +622,14 @@ mod tests {
         assert!(pipe.leave(&stages, 1_400, &mut rng).dropped.is_empty(), "nothing is dropped");
         assert!(worked(&told[1]));
         let plain_lifo = defended(1, 10, Defences { queue: Discipline::Lifo, ..Default::default() });
-        assert!(pipe.lifo(&plain_lifo, 0), "LIFO is always newest first");
+        assert!(armed(&plain_lifo).lifo(0), "LIFO is always newest first");
     }
 
     #[test]
     fn retries_first_sheds_the_newest_retry_from_a_full_line_for_a_first_attempt() {
         let mut rng = StdRng::seed_from_u64(9);
         let stages = defended(1, 2, Defences { retries_first: true, ..Default::default() });
-        let mut pipe = Pipeline::default();
+        let mut pipe = armed(&stages);
         let hints = |previous| Hints { previous_attempts: Some(previous), ..Default::default() };
         let mut pass = |pipe: &mut Pipeline<Place>, key: &str, previous| {
             pipe.pass(&stages, (key, hints(previous)), 0, &mut rng, place(true))
@@ -751,12 +644,12 @@ mod tests {
         let Passage::Queued(first) = pass(&mut pipe, "first", 0) else {
             panic!("a first attempt gets a place")
         };
-        assert_eq!(newer.get(), Some(Turn::Dropped(Dropped::RetryShed)), "the newest retry gave it up");
+        assert_eq!(newer.get(), Some(Turn::Dropped(by(Kind::RetriesFirst))), "the newest retry gave it up");
         assert_eq!(older.get(), None);
-        assert_eq!(pipe.take_dropped(), vec![("newer-retry".to_owned(), Dropped::RetryShed)]);
+        assert_eq!(pipe.take_dropped(), vec![("newer-retry".to_owned(), by(Kind::RetriesFirst))]);
         assert!(pipe.take_dropped().is_empty());
         let Passage::Queued(_) = pass(&mut pipe, "second", 0) else { panic!() };
-        assert_eq!(older.get(), Some(Turn::Dropped(Dropped::RetryShed)));
+        assert_eq!(older.get(), Some(Turn::Dropped(by(Kind::RetriesFirst))));
         assert!(matches!(pass(&mut pipe, "third", 0), Passage::Shed { .. }), "no retry left to shed");
         assert!(matches!(pass(&mut pipe, "newer-retry", 0), Passage::Shed { .. }), "its key is free again");
         let mut rng = StdRng::seed_from_u64(10);
@@ -783,7 +676,7 @@ mod tests {
         let Passage::Queued(b) = pipe.pass(&stages, plain("b"), 0, &mut rng, place(true)) else { panic!() };
         let over = pipe.pass(&stages, plain("c"), 0, &mut rng, place(true));
         assert!(
-            matches!(over, Passage::Dropped(Dropped::OverLimit)),
+            matches!(over, Passage::Dropped(d) if d.by == Kind::Limit),
             "a third in flight is over 2: {over:?}"
         );
         assert_eq!(pipe.waiting(), 1, "refused before the line");

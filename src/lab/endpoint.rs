@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 use super::outside::ended_outside;
 use super::{Lab, LabState, unix_now_ms};
 use crate::callers::{CallerName, Ending, Spoken, Ticket, Unparsed};
-use crate::domain::{Answer, DropCause};
+use crate::domain::Answer;
 use crate::downstream::{
-    BodyDigest, Caller, Clock, Decision, Dropped, Hints, IdempotencyKey, Moved, Request, StoredResponse,
+    BodyDigest, Caller, Clock, Decision, DefenceKind, Hints, IdempotencyKey, Moved, Request, StoredResponse,
     Turn, Waiter,
 };
 use crate::events::Event;
@@ -89,7 +89,7 @@ impl Lab {
     /// refuses it (and says so in an event), and keeps an outside caller's request (`from`:
     /// who, and its body's digest), in one step. Returns the load bin it is counted in (for
     /// `downstream_done`). A request let on to its work is counted in process from here.
-    pub fn downstream_admit(
+    pub fn downstream_pass(
         &self,
         key: &IdempotencyKey,
         said: Said,
@@ -104,7 +104,8 @@ impl Lab {
             record.load.ignored_hint(now);
         }
         let passage = endpoint.pass((key, said.hints), now, &mut rand::rng(), oneshot::channel);
-        let judged = endpoint.admission_on() && !matches!(passage, Passage::Dropped(Dropped::Admission));
+        let judged = endpoint.hears_answers()
+            && !matches!(passage, Passage::Dropped(dropped) if dropped.by == DefenceKind::AdmissionControl);
         if let Some(limit) = endpoint.adaptive_limit() {
             record.load.limit(now, limit);
         }
@@ -113,8 +114,8 @@ impl Lab {
         }
         let refused = match passage {
             Passage::Dropped(why) => {
-                record.load.dropped(now, cause(why));
-                Some((503, dropped_detail(why)))
+                record.load.dropped(now, why.said().counted);
+                Some((503, why.said().event))
             }
             Passage::Throttled { .. } => Some((429, "over the rate limit, nothing applied")),
             Passage::Shed { .. } => Some((503, "shed: no worker free and no room in the queue")),
@@ -124,7 +125,7 @@ impl Lab {
                 if judged {
                     // Admission control's window hears every answer it let through: a 409 is
                     // under 500, a success by Envoy's default criteria.
-                    endpoint.admission_answered(now, true);
+                    endpoint.answered(now, true);
                 }
                 Some((409, "key still being processed"))
             }
@@ -186,7 +187,7 @@ impl Lab {
         if judged {
             let now = self.now_ms();
             let success = matches!(answer, Answer::Status(status) if status < 500);
-            state.endpoint.admission_answered(now, success);
+            state.endpoint.answered(now, success);
         }
         state.record.load.answer(arrived_t_ms, answer);
         if let Some((ticket, ending)) = kept {
@@ -204,13 +205,13 @@ impl Lab {
             state.record.load.work_started(now);
         }
         for (key, why) in dropped {
-            state.record.load.dropped(now, cause(why));
+            state.record.load.dropped(now, why.said().counted);
             let event = Event::DownstreamRequest {
                 key,
                 status: 503,
                 applied: false,
                 replayed: false,
-                detail: Some(dropped_detail(why)),
+                detail: Some(why.said().event),
             };
             self.publish(state, &event, now);
         }
@@ -415,27 +416,5 @@ impl Lab {
             };
             Some(((), Some(event)))
         });
-    }
-}
-
-/// What the events say of a dropped request.
-pub(super) fn dropped_detail(why: Dropped) -> &'static str {
-    match why {
-        Dropped::Deadline => "dropped: its client would have given up before the work finished",
-        Dropped::QueueTimeout => "dropped: waited in line longer than CoDel allows",
-        Dropped::RetryShed => "shed: a retry, to make room in line for a first attempt",
-        Dropped::OverLimit => "refused: over the adaptive concurrency limit",
-        Dropped::Admission => "refused by admission control",
-    }
-}
-
-/// The load bins' count a drop goes in.
-fn cause(why: Dropped) -> DropCause {
-    match why {
-        Dropped::Deadline => DropCause::Deadline,
-        Dropped::QueueTimeout => DropCause::TimedOutInQueue,
-        Dropped::RetryShed => DropCause::RetryShed,
-        Dropped::OverLimit => DropCause::OverLimit,
-        Dropped::Admission => DropCause::Admission,
     }
 }

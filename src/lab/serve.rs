@@ -10,7 +10,9 @@ use tokio::sync::oneshot;
 
 use super::endpoint::Decided;
 use super::{Lab, NotDurable, Passage};
-use crate::downstream::{BodyDigest, Decision, Dropped, IdempotencyKey, StoredResponse, Turn, Work};
+use crate::downstream::{
+    BodyDigest, Decision, DefenceKind, Dropped, IdempotencyKey, StoredResponse, Turn, Work,
+};
 
 /// The answer a served request gets: the stored one, flagged when it is a replay.
 #[derive(Debug)]
@@ -53,7 +55,7 @@ impl From<NotDurable> for Refusal {
 }
 
 impl Lab {
-    /// Serves a request by how it got past the pipeline (`Lab::downstream_admit`).
+    /// Serves a request by how it got past the pipeline (`Lab::downstream_pass`).
     pub async fn downstream_serve(
         self: &Arc<Self>,
         key: IdempotencyKey,
@@ -103,7 +105,7 @@ impl Lab {
 
     fn dropped(&self, why: Dropped) -> Refusal {
         let settings = self.downstream_settings();
-        let pushback = why == Dropped::RetryShed && settings.defences.pushback;
+        let pushback = why.by == DefenceKind::RetriesFirst && settings.defences.pushback;
         Refusal::Dropped { why, retry_after_s: settings.retry_after_s, pushback }
     }
 

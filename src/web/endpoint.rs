@@ -20,7 +20,7 @@ use super::error::{AppError, Problem};
 use super::{AppState, InternalCaller, LabParam, LabPath};
 use crate::callers::{CallerName, Ending, Ticket, Unparsed};
 use crate::domain::Answer;
-use crate::downstream::{BodyDigest, Dropped, Hints, IdempotencyKey, StoredResponse};
+use crate::downstream::{BodyDigest, Hints, IdempotencyKey, StoredResponse};
 use crate::lab::{Arrival, BUSY_RETRY_AFTER_S, Lab, Passage, Refusal, Said, Served};
 
 /// The endpoint's route, as matched (the access log and the rate limits look for it).
@@ -79,7 +79,7 @@ pub async fn downstream(
     };
     let from = caller.as_ref().map(|caller| (caller, digest.to_string()));
     let Arrival { arrived_t_ms: arrived, passage, ticket, judged } =
-        lab.downstream_admit(&key, said(&headers), from);
+        lab.downstream_pass(&key, said(&headers), from);
     if let Passage::Busy = passage {
         // Counted, answered and kept as it arrived: a repeat of a request still in line or in work.
         return Err(in_flight());
@@ -246,28 +246,7 @@ fn refusal(refused: Refusal) -> AppError {
         Refusal::Dropped { why, retry_after_s, .. } => AppError::Unavailable {
             status: StatusCode::SERVICE_UNAVAILABLE,
             retry_after_s,
-            detail: match why {
-                Dropped::Deadline => {
-                    "dropped before its work: your client would have given up (X-Request-Timeout-Ms) before it \
-                     finished; nothing was applied"
-                }
-                Dropped::QueueTimeout => {
-                    "dropped after waiting in line longer than CoDel allows (a standing queue); nothing was applied"
-                }
-                Dropped::RetryShed => {
-                    "shed: a retry (X-Previous-Attempts), to make room in a full line for a first attempt; nothing \
-                     was applied"
-                }
-                Dropped::Admission => {
-                    "refused by admission control: too few recent requests succeeded (Envoy's admission control \
-                     filter); nothing was applied"
-                }
-                Dropped::OverLimit => {
-                    "refused: more requests in flight than the adaptive concurrency limit allows; nothing was \
-                     applied"
-                }
-            }
-            .into(),
+            detail: why.said().answer.into(),
         },
         Refusal::InProgress => in_flight(),
         Refusal::BodyMismatch => {
@@ -324,7 +303,7 @@ fn in_flight() -> AppError {
     }
 }
 
-/// A request that was read and admitted; when dropped without an answer, its client hung up.
+/// A request that was read and let past the pipeline; when dropped without an answer, its client hung up.
 struct Visit {
     lab: Arc<Lab>,
     arrived: u64,

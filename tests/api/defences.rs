@@ -235,6 +235,42 @@ async fn defences_are_validated_naming_their_field() {
     );
 }
 
+/// Defences act on the line in front of the workers, and only the overloaded mode has one:
+/// on any other mode even a change of CoDel's times alone, once accepted and ignored, is a 422
+/// naming `defences` and saying which mode has a queue and what to do; defences all off are
+/// taken on any mode.
+#[tokio::test]
+async fn defences_on_a_mode_without_a_queue_are_refused_naming_defences() {
+    let app = TestApp::spawn().await;
+    let lab = app.new_lab().await;
+    let url = app.url(&format!("/api/labs/{lab}/downstream"));
+    for mode in ["healthy", "flaky", "slow", "down", "throttled"] {
+        for (defences, field) in [
+            (json!({"codel_target_ms": 40}), "downstream.defences"),
+            (json!({"codel_interval_ms": 900, "pushback": false}), "downstream.defences"),
+            (json!({"deadline": true}), "downstream.defences.deadline"),
+            // Named by the first on in the order the pipeline asks them: LIFO before the deadline.
+            (json!({"deadline": true, "queue": "lifo"}), "downstream.defences.queue"),
+        ] {
+            let body = json!({"mode": mode, "defences": defences});
+            let response = app.client.put(&url).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+            assert_eq!(response.headers()["content-type"], "application/problem+json", "{body}");
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["field"], field, "{body}: {problem}");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains("only the overloaded mode has a queue"), "{body}: {detail}");
+            assert!(detail.contains(&format!("the {mode} mode has none")), "{body}: {detail}");
+            assert!(detail.contains("set mode to overloaded, or leave defences out"), "{body}: {detail}");
+        }
+        let off = app.put(&lab, "downstream", &json!({"mode": mode, "defences": {}}).to_string()).await;
+        assert_eq!(off["mode"], mode, "defences all off are taken on {mode}");
+    }
+    let overloaded = json!({"mode": "overloaded", "defences": {"codel_target_ms": 40}});
+    let set = app.put(&lab, "downstream", &overloaded.to_string()).await;
+    assert_eq!(set["defences"]["codel_target_ms"], 40, "the overloaded mode takes them");
+}
+
 /// Sends one request from outside with `key` and the hint headers given.
 async fn send_with(app: &TestApp, lab: &str, key: &str, hints: &[(&str, &str)]) -> (StatusCode, Value) {
     let (status, _, body) = answer(app, lab, key, hints).await;
@@ -303,6 +339,56 @@ async fn a_full_line_sheds_its_newest_retry_for_a_first_attempt() {
     let now = snapshot["now_ms"].as_u64().unwrap();
     assert_eq!(total(&snapshot, "retries_shed", 0, now + 1), 1);
     assert_eq!(counter(&snapshot, "applied"), 2);
+}
+
+/// HAProxy's `timeout queue`: a request that waited in line past `queue_timeout_ms` is
+/// dropped (503, counted as `timed_out_in_queue`) when its turn comes, nothing applied; one
+/// within it is worked. Off, it is left out of the settings.
+#[tokio::test]
+async fn a_wait_in_line_past_the_queue_timeout_is_dropped_at_its_turn() {
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let lab = app.new_lab().await;
+    let off = app.put(&lab, "downstream", r#"{"mode": "overloaded"}"#).await;
+    assert!(off["defences"].get("queue_timeout_ms").is_none(), "off, it is left out: {off}");
+    let set_up = r#"{"mode": "overloaded", "capacity": 1, "queue": 2, "latency_ms": [600, 600], "defences": {"queue_timeout_ms": 400}}"#;
+    let set = app.put(&lab, "downstream", set_up).await;
+    assert_eq!(set["defences"]["queue_timeout_ms"], 400, "{set}");
+    let go = |key: &'static str| {
+        let (app, lab) = (app.clone(), lab.clone());
+        tokio::spawn(async move { send_with(&app, &lab, key, &[]).await })
+    };
+    let placed = |waiting: u64| {
+        move |snapshot: &Value| snapshot["line"]["in_work"] == 1 && snapshot["line"]["waiting"] == waiting
+    };
+    let working = go("working");
+    app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+    // Waits the whole 600 ms of the work before it: past 400 ms.
+    let waited_too_long = go("waited-too-long");
+    app.wait_for(&lab, Duration::from_secs(10), placed(1)).await;
+    assert_eq!(working.await.unwrap().0, StatusCode::OK);
+    let (status, problem) = waited_too_long.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("HAProxy's timeout queue"), "{problem}");
+    // Alone in line behind work of 600 ms, it waits at most that: within 1,000 ms it is worked.
+    app.put(&lab, "downstream", r#"{"defences": {"queue_timeout_ms": 1000}}"#).await;
+    let working = go("working-again");
+    app.wait_for(&lab, Duration::from_secs(10), placed(0)).await;
+    let within = go("within");
+    assert_eq!(working.await.unwrap().0, StatusCode::OK);
+    assert_eq!(within.await.unwrap().0, StatusCode::OK, "600 ms is within 1,000 ms");
+    let snapshot = app.snapshot(&lab).await;
+    let now = snapshot["now_ms"].as_u64().unwrap();
+    assert_eq!(total(&snapshot, "timed_out_in_queue", 0, now + 1), 1);
+    assert_eq!(counter(&snapshot, "applied"), 3);
+    let (status, problem) = app
+        .call(
+            Method::PUT,
+            &format!("/api/labs/{lab}/downstream"),
+            Some(r#"{"defences": {"queue_timeout_ms": 0}}"#),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["field"], "downstream.defences.queue_timeout_ms", "{problem}");
 }
 
 /// With pushback on, the retry shed from the line is told not to retry (`X-Retry-Pushback-Ms:

@@ -18,12 +18,17 @@
 
 use std::collections::VecDeque;
 
+use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
+
+use super::{Defence, Defences, Dropped, Kind, Said};
+use crate::domain::DropCause;
 
 /// The filter's parameters (its defaults, the window scaled: see the module's note).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
-pub struct AdmissionSettings {
+#[schema(as = AdmissionSettings)]
+pub struct AdmissionControlSettings {
     /// The sliding window the counts are kept over, ms.
     pub window_ms: u64,
     /// The lowest success rate at which nothing is refused, 0 to 1 (Envoy: 95 %).
@@ -36,9 +41,9 @@ pub struct AdmissionSettings {
     pub max_rejection_probability: f64,
 }
 
-impl Default for AdmissionSettings {
+impl Default for AdmissionControlSettings {
     fn default() -> Self {
-        AdmissionSettings {
+        AdmissionControlSettings {
             window_ms: 3_000,
             sr_threshold: 0.95,
             aggression: 1.0,
@@ -51,13 +56,13 @@ impl Default for AdmissionSettings {
 /// The width of one bucket of the window, ms.
 const BUCKET_MS: u64 = 100;
 
-impl AdmissionSettings {
+impl AdmissionControlSettings {
     /// The first parameter out of range, as `(field, detail)`.
     pub fn invalid(&self) -> Option<(&'static str, String)> {
-        if !(BUCKET_MS..=super::MAX_LATENCY_MS).contains(&self.window_ms) {
+        if !(BUCKET_MS..=crate::downstream::MAX_LATENCY_MS).contains(&self.window_ms) {
             return Some((
                 "window_ms",
-                format!("window_ms must be {BUCKET_MS} to {}", super::MAX_LATENCY_MS),
+                format!("window_ms must be {BUCKET_MS} to {}", crate::downstream::MAX_LATENCY_MS),
             ));
         }
         // Envoy refuses a threshold under 1 %.
@@ -87,15 +92,63 @@ impl AdmissionSettings {
     }
 }
 
+/// Refused by admission control's draw, as it came.
+const REFUSED: Dropped = Dropped::new(
+    Kind::AdmissionControl,
+    &Said {
+        event: "refused by admission control",
+        answer: "refused by admission control: too few recent requests succeeded (Envoy's admission control \
+                 filter); nothing was applied",
+        counted: DropCause::Admission,
+        timed_out: false,
+    },
+);
+
+/// Admission control in force: its parameters and its window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionControl {
+    settings: AdmissionControlSettings,
+    window: Window,
+}
+
+impl Defence for AdmissionControl {
+    /// The window is kept while admission control stays on, whatever its parameters.
+    fn arm(defences: &Defences, kept: Option<Self>) -> Option<Self> {
+        let settings = defences.admission?;
+        Some(AdmissionControl { settings, window: kept.map(|kept| kept.window).unwrap_or_default() })
+    }
+
+    fn field() -> &'static str {
+        "admission"
+    }
+
+    fn invalid(defences: &Defences) -> Option<(String, String)> {
+        let (name, detail) = defences.admission?.invalid()?;
+        Some((format!("admission.{name}"), detail))
+    }
+
+    fn filter(&mut self, now_ms: u64, rng: &mut dyn Rng) -> Option<Dropped> {
+        self.window.refuses(&self.settings, now_ms, rng.random_range(0..10_000)).then_some(REFUSED)
+    }
+
+    fn hears_answers(&self) -> bool {
+        true
+    }
+
+    fn answered(&mut self, now_ms: u64, success: bool) {
+        self.window.record(now_ms, success);
+    }
+}
+
 /// The window's counts: per bucket, its start, the requests let through and their successes.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Admission {
+pub struct Window {
     buckets: VecDeque<(u64, u64, u64)>,
 }
 
-impl Admission {
+impl Window {
     /// The requests and successes in the window ending at `now_ms`, older buckets let go.
-    pub fn counts(&mut self, settings: &AdmissionSettings, now_ms: u64) -> (u64, u64) {
+    pub fn counts(&mut self, settings: &AdmissionControlSettings, now_ms: u64) -> (u64, u64) {
         let from = now_ms.saturating_sub(settings.window_ms);
         while self.buckets.front().is_some_and(|&(at, ..)| at + BUCKET_MS <= from) {
             self.buckets.pop_front();
@@ -105,7 +158,7 @@ impl Admission {
 
     /// Whether a request arriving at `now_ms` is refused, for a `draw` in 0..10,000 (Envoy's
     /// four significant figures: refused when 10,000 × p > draw).
-    pub fn refuses(&mut self, settings: &AdmissionSettings, now_ms: u64, draw: u64) -> bool {
+    pub fn refuses(&mut self, settings: &AdmissionControlSettings, now_ms: u64, draw: u64) -> bool {
         let (requests, successes) = self.counts(settings, now_ms);
         let window_s = settings.window_ms as f64 / 1_000.0;
         if (requests as f64) < f64::from(settings.rps_threshold) * window_s {
@@ -133,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_probability_is_envoys_formula_at_given_counts() {
-        let envoy = AdmissionSettings::default();
+        let envoy = AdmissionControlSettings::default();
         // All successes: (100 - 100 / 0.95) / 101 < 0, nothing refused.
         assert_eq!(envoy.probability(100, 100), 0.0);
         // 95 of 100 succeeded: exactly the threshold, 0.
@@ -144,16 +197,16 @@ mod tests {
         // None succeeded: 100 / 101, held at 80 %.
         assert_eq!(envoy.probability(100, 0), 0.8);
         // Aggression 2 takes the square root: a higher refusal for the same rate.
-        let steep = AdmissionSettings { aggression: 2.0, ..envoy };
+        let steep = AdmissionControlSettings { aggression: 2.0, ..envoy };
         assert!((steep.probability(100, 50) - half.sqrt()).abs() < 1e-12);
-        let all = AdmissionSettings { max_rejection_probability: 1.0, ..envoy };
+        let all = AdmissionControlSettings { max_rejection_probability: 1.0, ..envoy };
         assert!((all.probability(100, 0) - 100.0 / 101.0).abs() < 1e-12);
     }
 
     #[test]
     fn the_window_forgets_what_is_older_and_the_draw_decides() {
-        let settings = AdmissionSettings { window_ms: 1_000, ..Default::default() };
-        let mut admission = Admission::default();
+        let settings = AdmissionControlSettings { window_ms: 1_000, ..Default::default() };
+        let mut admission = Window::default();
         for at in 0..10 {
             admission.record(at * 10, false);
         }
@@ -167,8 +220,8 @@ mod tests {
         // At 1,150 ms the failures' bucket (0-100 ms) has left the 1 s window.
         assert_eq!(admission.counts(&settings, 1_150), (10, 10));
         assert!(!admission.refuses(&settings, 1_150, 0));
-        let quiet = AdmissionSettings { rps_threshold: 11, ..settings };
-        let mut failing = Admission::default();
+        let quiet = AdmissionControlSettings { rps_threshold: 11, ..settings };
+        let mut failing = Window::default();
         for at in 0..10 {
             failing.record(at, false);
         }
@@ -178,17 +231,23 @@ mod tests {
 
     #[test]
     fn parameters_are_validated_naming_them() {
-        let field = |s: AdmissionSettings| s.invalid().map(|(f, _)| f);
-        assert_eq!(field(AdmissionSettings::default()), None);
+        let field = |s: AdmissionControlSettings| s.invalid().map(|(f, _)| f);
+        assert_eq!(field(AdmissionControlSettings::default()), None);
         assert_eq!(
-            field(AdmissionSettings { sr_threshold: 0.0, ..Default::default() }),
+            field(AdmissionControlSettings { sr_threshold: 0.0, ..Default::default() }),
             Some("sr_threshold")
         );
-        assert_eq!(field(AdmissionSettings { aggression: 0.5, ..Default::default() }), Some("aggression"));
         assert_eq!(
-            field(AdmissionSettings { max_rejection_probability: 1.5, ..Default::default() }),
+            field(AdmissionControlSettings { aggression: 0.5, ..Default::default() }),
+            Some("aggression")
+        );
+        assert_eq!(
+            field(AdmissionControlSettings { max_rejection_probability: 1.5, ..Default::default() }),
             Some("max_rejection_probability")
         );
-        assert_eq!(field(AdmissionSettings { window_ms: 10, ..Default::default() }), Some("window_ms"));
+        assert_eq!(
+            field(AdmissionControlSettings { window_ms: 10, ..Default::default() }),
+            Some("window_ms")
+        );
     }
 }

@@ -16,7 +16,86 @@
 //! (AIMD's 0.9, Gradient2's tolerance 1.5, smoothing 0.2, queue size 4 and its 600-sample long
 //! window with 10 to warm up) are kept.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
+
+use super::{Defence, Defences, Dropped, Kind, Said};
+use crate::domain::DropCause;
+
+/// Over the adaptive concurrency limit: refused as it came.
+const OVER_LIMIT: Dropped = Dropped::new(
+    Kind::Limit,
+    &Said {
+        event: "refused: over the adaptive concurrency limit",
+        answer: "refused: more requests in flight than the adaptive concurrency limit allows; nothing was \
+                 applied",
+        counted: DropCause::OverLimit,
+        timed_out: false,
+    },
+);
+
+/// An adaptive limit in force: its state, and the requests it let on, by key: since when, and
+/// how many were in flight as each came in (itself included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    adaptive: Adaptive,
+    flight: HashMap<String, (u64, u32)>,
+}
+
+impl Limit {
+    /// Requests in flight with one more.
+    fn with_one_more(&self) -> u32 {
+        self.flight.len() as u32 + 1
+    }
+}
+
+impl Defence for Limit {
+    /// A limit other than the one kept starts afresh; the requests already in flight stay
+    /// counted.
+    fn arm(defences: &Defences, kept: Option<Self>) -> Option<Self> {
+        let settings = defences.limit;
+        match kept {
+            Some(kept) if kept.adaptive.follows(settings) => Some(kept),
+            kept => Some(Limit {
+                adaptive: Adaptive::start(settings)?,
+                flight: kept.map(|kept| kept.flight).unwrap_or_default(),
+            }),
+        }
+    }
+
+    fn field() -> &'static str {
+        "limit"
+    }
+
+    fn invalid(defences: &Defences) -> Option<(String, String)> {
+        use crate::downstream::{MAX_CAPACITY, MAX_QUEUE};
+        let (name, detail) = defences.limit.invalid(MAX_CAPACITY + MAX_QUEUE)?;
+        Some((format!("limit.{name}"), detail))
+    }
+
+    /// Over the limit, a request is refused before the line (`SimpleLimiter.tryAcquire`
+    /// returning empty: 503 at once, and no sample).
+    fn refuse_entry(&mut self) -> Option<Dropped> {
+        (self.with_one_more() > self.adaptive.limit()).then_some(OVER_LIMIT)
+    }
+
+    fn entered(&mut self, key: &str, now_ms: u64) {
+        let inflight = self.with_one_more();
+        self.flight.insert(key.to_owned(), (now_ms, inflight));
+    }
+
+    /// The request's sample (`dropped` when its client gave up or it ran out of time).
+    fn left(&mut self, key: &str, now_ms: u64, dropped: bool) {
+        if let Some((since_ms, inflight)) = self.flight.remove(key) {
+            self.adaptive.sample(Sample { rtt_ms: now_ms.saturating_sub(since_ms), inflight, dropped });
+        }
+    }
+
+    fn limit(&self) -> Option<u32> {
+        Some(self.adaptive.limit())
+    }
+}
 
 /// Which limit stands in front of the line, and its parameters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -104,8 +183,8 @@ impl LimitSettings {
             LimitSettings::Aimd(a) if !(0.5..1.0).contains(&a.backoff_ratio) => {
                 Some(("backoff_ratio", "backoff_ratio must be at least 0.5 and below 1".into()))
             }
-            LimitSettings::Aimd(a) if !(1..=super::MAX_LATENCY_MS).contains(&a.timeout_ms) => {
-                Some(("timeout_ms", format!("timeout_ms must be 1 to {}", super::MAX_LATENCY_MS)))
+            LimitSettings::Aimd(a) if !(1..=crate::downstream::MAX_LATENCY_MS).contains(&a.timeout_ms) => {
+                Some(("timeout_ms", format!("timeout_ms must be 1 to {}", crate::downstream::MAX_LATENCY_MS)))
             }
             LimitSettings::Gradient2(g) if g.queue_size > most => {
                 Some(("queue_size", format!("queue_size must be 0 to {most}")))
