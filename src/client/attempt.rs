@@ -15,7 +15,7 @@ use rand::Rng;
 use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::{AttemptEnd, Pushback};
-use crate::retry::protection::Ended;
+use crate::retry::protection::{Ended, ProtectionKind, Refuser};
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait, WaitReason};
 
 /// Where a message's round stands between its attempts; the sending loop keeps it.
@@ -98,7 +98,7 @@ pub fn next(
 ) -> Next {
     let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
     let last = match refused {
-        Some(Stopped { kind: "breaker", .. }) | None => describe(end, policy.timeout_ms),
+        Some(Stopped { kind: Refuser::Breaker, .. }) | None => describe(end, policy.timeout_ms),
         Some(Stopped { kind, why }) => format!("refused by {kind}: {why}"),
     };
     match retry::classify_with(end.outcome, end.status, policy.retry_statuses.as_deref()) {
@@ -112,7 +112,8 @@ pub fn next(
         let reason = format!("pushback: the endpoint said not to retry (X-Retry-Pushback-Ms); last: {last}");
         return Next::DeadLetter(Cause::Pushback, reason);
     }
-    let by_breaker = end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == "breaker");
+    let by_breaker =
+        end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == Refuser::Breaker);
     if by_breaker && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
         let reason = format!("circuit open: the breaker refused attempt {n}, and a refusal ends the round");
         return Next::DeadLetter(Cause::CircuitOpen, reason);
@@ -173,7 +174,9 @@ pub fn next(
     }
     if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
         let reason = match stopped.kind {
-            "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
+            Refuser::Kind(ProtectionKind::RetryBudget) => {
+                format!("retry budget spent: {}; last: {last}", stopped.why)
+            }
             kind => format!("retry not sent ({kind}): {}; last: {last}", stopped.why),
         };
         return Next::Refused(stopped, reason);
@@ -452,7 +455,10 @@ mod tests {
             assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
         }
         let reason = "retry budget spent: the client retried too much in 10 s; last: HTTP 503";
-        let stopped = Stopped { kind: "retry_budget", why: "the client retried too much in 10 s".into() };
+        let stopped = Stopped {
+            kind: Refuser::Kind(ProtectionKind::RetryBudget),
+            why: "the client retried too much in 10 s".into(),
+        };
         assert_eq!(decide(10), Next::Refused(stopped, reason.into()));
         // Once the window has moved past them, retries go again.
         assert!(matches!(decide(10_011), Next::Retry(_)));
@@ -467,7 +473,13 @@ mod tests {
         let mut client = ClientState::default();
         let mut rng = StdRng::seed_from_u64(5);
         let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
-        assert!(matches!(next, Next::Refused(Stopped { kind: "retry_budget", .. }, _)), "{next:?}");
+        assert!(
+            matches!(
+                next,
+                Next::Refused(Stopped { kind: Refuser::Kind(ProtectionKind::RetryBudget), .. }, _)
+            ),
+            "{next:?}"
+        );
     }
 
     #[test]

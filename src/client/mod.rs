@@ -12,7 +12,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
+use crate::retry::protection::{Ended, Handle, Protection, ProtectionKind, Refuser, Report, Scope};
 use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
 
 /// The breaker's changes of state kept per client; the oldest go first.
@@ -28,10 +28,10 @@ pub struct BreakerChange {
     pub state: BreakerState,
 }
 
-/// The protection that stopped an attempt or a retry (its `kind`), and why, in words.
+/// The protection that stopped an attempt or a retry, and why, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stopped {
-    pub kind: &'static str,
+    pub kind: Refuser,
     pub why: String,
 }
 
@@ -45,7 +45,7 @@ pub struct Admit {
     /// When it may go: how long it waits first, in ms, for a protection that paces the
     /// client's attempts (the AWS adaptive mode's rate limiter), and that protection's kind.
     pub delay_ms: u64,
-    pub paced_by: Option<&'static str>,
+    pub paced_by: Option<ProtectionKind>,
 }
 
 /// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
@@ -112,7 +112,9 @@ impl ClientState {
         let mut passed = 0;
         for guard in &self.guards {
             let mut guard = guard.lock();
-            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
+            go = guard
+                .gate(n, now_ms, rng)
+                .map_err(|why| Stopped { kind: Refuser::Kind(guard.settings().kind()), why });
             if go.is_err() {
                 break;
             }
@@ -121,7 +123,10 @@ impl ClientState {
         let mut changed = None;
         if let (Ok(()), Some(settings)) = (&go, policy.breaker) {
             let before = self.breaker.state();
-            go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
+            go = self
+                .breaker
+                .gate(&settings, n, now_ms, rng)
+                .map_err(|why| Stopped { kind: Refuser::Breaker, why });
             changed = (self.breaker.state() != before).then(|| self.breaker.state());
             changed.inspect(|&state| self.changed(state, now_ms));
         }
@@ -178,12 +183,12 @@ impl ClientState {
     ) -> Result<(), Stopped> {
         if let Some(settings) = policy.retry_budget {
             let why = self.budget.retry(&settings, after, now_ms, rng);
-            why.map_err(|why| Stopped { kind: "retry_budget", why })?;
+            why.map_err(|why| Stopped { kind: Refuser::Kind(ProtectionKind::RetryBudget), why })?;
         }
         for (i, guard) in self.guards.iter().enumerate() {
             let mut guard = guard.lock();
             if let Err(why) = guard.retry(after, now_ms, rng) {
-                let stopped = Stopped { kind: guard.settings().kind(), why };
+                let stopped = Stopped { kind: Refuser::Kind(guard.settings().kind()), why };
                 drop(guard);
                 self.guards[..i].iter().for_each(|guard| guard.lock().retry_undone(after));
                 if let Some(settings) = policy.retry_budget {
@@ -204,7 +209,7 @@ impl ClientState {
     /// How long attempt `n`, let go, must still wait before it is sent (0: it goes now), as
     /// the protections that pace the client say when asked again, and the kind of the one
     /// that holds it longest.
-    pub fn paced(&mut self, n: u32, now_ms: u64) -> (u64, Option<&'static str>) {
+    pub fn paced(&mut self, n: u32, now_ms: u64) -> (u64, Option<ProtectionKind>) {
         let delays = self.guards.iter().map(|guard| {
             let mut guard = guard.lock();
             (guard.delay(n, now_ms), guard.settings().kind())
@@ -323,7 +328,7 @@ mod tests {
                     client.sent(&policy, 1, now);
                     client.ended(&policy, &Ended::failure(1), now + 1);
                 }
-                Err(Stopped { kind: "sre", .. }) => {
+                Err(Stopped { kind: Refuser::Kind(ProtectionKind::Sre), .. }) => {
                     refused_by_sre += 1;
                     at_sre_refusal(client);
                 }
@@ -394,7 +399,7 @@ mod tests {
         client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap();
         assert_eq!(levels(client), [1.0, 4.0, 0.0], "the first retry took from each");
         let refused = client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap_err();
-        assert_eq!(refused.kind, "aws_standard");
+        assert_eq!(refused.kind, Refuser::Kind(ProtectionKind::AwsStandard));
         assert_eq!(levels(client), [1.0, 4.0, 0.0], "the refused one took nothing");
     }
 }

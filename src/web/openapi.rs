@@ -91,7 +91,7 @@ pub fn description() -> Value {
 /// The dead-letter filter's `cause`, described with the causes there are, from `Cause::ALL`, so
 /// the text cannot leave one out (it once left out `grpc_hedging`).
 fn write_in_causes(description: &mut Value) {
-    let causes: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
+    let causes: Vec<&str> = Cause::all().map(Cause::as_str).collect();
     let text = format!(
         "Causes, comma-separated, each one of: {} (a protection's refusal is filed under its kind)",
         causes.join(", ")
@@ -129,7 +129,7 @@ mod tests {
             description["paths"]["/api/labs/{lab}/dead-letters"]["get"]["parameters"].as_array().unwrap();
         let parameter = parameters.iter().find(|p| p["name"] == "cause").unwrap();
         let property = &description["components"]["schemas"]["Filter"]["properties"]["cause"];
-        for cause in crate::dlq::Cause::ALL {
+        for cause in crate::dlq::Cause::all() {
             for text in [&parameter["description"], &property["description"]] {
                 assert!(text.as_str().unwrap().contains(cause.as_str()), "{cause:?} missing from {text}");
             }

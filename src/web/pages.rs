@@ -118,7 +118,7 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         dead_letters: span(app.retention.dead_letter_ttl_s),
         idle_labs: span(app.retention.idle_lab_ttl_s),
     };
-    let dlq_causes = crate::dlq::Cause::ALL.iter().map(|c| (c.as_str(), c.words())).collect();
+    let dlq_causes = crate::dlq::Cause::all().map(|c| (c.as_str(), c.words())).collect();
     LabPage {
         lab_id: lab.id.to_string(),
         mode,
