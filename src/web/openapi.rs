@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages, policies};
+use super::{api, callers, claims, compare, dead_letters, endpoint, events, kinds, pages, policies};
 use crate::dlq::Cause;
 
 #[derive(OpenApi)]
@@ -41,6 +41,7 @@ use crate::dlq::Cause;
         compare::report,
         compare::open_in_lab,
         policies::export_policy,
+        kinds::protection_kinds,
     )
 )]
 pub struct ApiDoc;

@@ -162,6 +162,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("dlq-filter.js", JS, include_str!("../../static/dlq-filter.js")),
+    ("kinds.js", JS, include_str!("../../static/kinds.js")),
     ("dlq-actions.js", JS, include_str!("../../static/dlq-actions.js")),
     ("dlq-detail.js", JS, include_str!("../../static/dlq-detail.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),
