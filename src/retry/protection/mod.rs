@@ -362,6 +362,8 @@ kinds! {
     AwsAdaptive = "aws_adaptive" in aws_adaptive: AwsAdaptiveSettings, AwsAdaptive;
     /// gRPC's hedging (gRFC A6 `hedgingPolicy`), throttled by gRPC's tokens.
     GrpcHedging = "grpc_hedging" in grpc_hedging: GrpcHedgingSettings, GrpcHedging;
+    /// resilience4j's semaphore bulkhead: at most so many attempts in flight, the rest refused.
+    Bulkhead = "bulkhead" in bulkhead: BulkheadSettings, SemaphoreBulkhead;
 }
 
 impl fmt::Display for ProtectionKind {
