@@ -6,9 +6,9 @@
 //! retrying ends the round first; then a refusal by the open breaker that gives up; then the
 //! attempts used up; then the wait is planned (by the policy's backoff, or by a listed
 //! protection that sets its own, as the AWS 2026 mode does), and the next attempt must start
-//! within the round's time budget; last the protections are asked (the retry budget, then each
-//! one the policy lists; each counts the retry it allows, and gives it back when a later one
-//! refuses).
+//! within the round's time budget; last the protections are asked, in the client's one order
+//! (`client::ORDER`: the retry budget, each one the policy lists, the breaker; each counts the
+//! retry it allows, and gives it back when a later one refuses).
 
 use rand::Rng;
 

@@ -14,7 +14,8 @@
 //! The policy's own `breaker` and `retry_budget` fields are protections too, kept where they
 //! were so that stored policies read and write as before: each client holds its own (a
 //! budget's window counts first attempts even while the policy has no budget, so one put in
-//! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
+//! mid-run starts from the last 10 s); the client asks them with the listed ones, through the
+//! same trait, in one order (`client::ORDER`). Pure: no I/O, no clock of its own.
 
 mod breaker;
 
