@@ -228,6 +228,7 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::retry::protection::{Aws2026Settings, ProtectionSettings, ProtectionSpec, Scope};
     use crate::retry::{BreakerSettings, BudgetSettings, Jitter};
 
     const BUDGET: TimeBudget = TimeBudget { ms: 60_000, setting: "max_retry_duration_ms" };
@@ -342,8 +343,9 @@ mod tests {
 
     #[test]
     fn after_a_pushback_a_protections_own_waits_count_again_from_the_first() {
-        let update = serde_json::json!({"max_attempts": 5, "protections": [{"kind": "aws_standard_2026"}]});
-        let policy = Policy::default().updated(&serde_json::from_value(update).unwrap()).unwrap();
+        let quota = ProtectionSettings::AwsStandard2026(Aws2026Settings::default());
+        let listed = ProtectionSpec { settings: quota, scope: Scope::PerClient };
+        let policy = Policy { max_attempts: 5, protections: vec![listed], ..Policy::default() };
         let mut clients = super::super::Clients::restore(policy.clone(), Default::default());
         let (following, client) = clients.client_mut(0);
         let following = following.clone();

@@ -377,20 +377,33 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::retry::Refused;
+    use crate::retry::protection::{
+        AwsQuotaSettings, ProtectionSettings, ProtectionSpec, RatioBreakerSettings, SreSettings,
+        TokenBucketSettings,
+    };
 
-    fn following(update: serde_json::Value) -> Clients {
-        let update = serde_json::from_value(update).unwrap();
-        Clients::restore(Policy::default().updated(&update).unwrap(), Default::default())
+    fn following(policy: Policy) -> Clients {
+        Clients::restore(policy, Default::default())
+    }
+
+    /// A protection the policy lists, each client its own.
+    fn listed(settings: ProtectionSettings) -> ProtectionSpec {
+        ProtectionSpec { settings, scope: Scope::PerClient }
+    }
+
+    fn sre() -> ProtectionSpec {
+        listed(ProtectionSettings::Sre(SreSettings { window_ms: 600_000, ..SreSettings::default() }))
     }
 
     /// Under `update`, asks to send a first attempt every 20 ms for 8 s, and each that goes
     /// fails: how many the SRE throttle refused, how many another protection refused, and how
     /// many went after the throttle's first refusal. `at_sre_refusal` sees the client then.
     fn every_attempt_failing(
-        update: serde_json::Value,
+        policy: Policy,
         mut at_sre_refusal: impl FnMut(&ClientState),
     ) -> (u32, u32, u32) {
-        let mut clients = following(update);
+        let mut clients = following(policy);
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(3);
@@ -421,10 +434,16 @@ mod tests {
         // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
         // asked for every 20 ms, past the breaker's 10 ms open.
         let (refused_by_sre, _, sent_after) = every_attempt_failing(
-            serde_json::json!({
-                "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
-                "protections": [{"kind": "sre", "window_ms": 600000}],
-            }),
+            Policy {
+                breaker: Some(BreakerSettings {
+                    failure_threshold: 1,
+                    open_ms: 10,
+                    half_open_probes: 1,
+                    refused: Refused::Retry,
+                }),
+                protections: vec![sre()],
+                ..Policy::default()
+            },
             |client| {
                 let state = client.breaker_state();
                 assert_ne!(state, BreakerState::HalfOpen, "a probe given to a refused attempt");
@@ -439,11 +458,16 @@ mod tests {
     /// would keep the breaker refusing everything for good.
     #[test]
     fn a_listed_breakers_probe_comes_back_when_a_later_protection_refuses_the_attempt() {
-        let update = serde_json::json!({"protections": [
-            {"kind": "ratio_breaker", "minimum_throughput": 2, "break_duration_ms": 100},
-            {"kind": "sre", "window_ms": 600000},
-        ]});
-        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(update, |_| {});
+        let breaker = RatioBreakerSettings {
+            minimum_throughput: 2,
+            break_duration_ms: 100,
+            ..RatioBreakerSettings::default()
+        };
+        let policy = Policy {
+            protections: vec![listed(ProtectionSettings::RatioBreaker(breaker)), sre()],
+            ..Policy::default()
+        };
+        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(policy, |_| {});
         assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
         assert!(refused_by_breaker > 10, "the breaker refused {refused_by_breaker}, sent {sent_after}");
         assert!(sent_after > 0, "nothing went after the throttle's first refusal");
@@ -454,13 +478,19 @@ mod tests {
     /// they took for it.
     #[test]
     fn a_retry_a_later_protection_refuses_costs_those_before_it_nothing() {
-        let mut clients = following(serde_json::json!({
-            "retry_budget": {"ratio": 0, "min_per_s": 0.2},
-            "protections": [
-                {"kind": "token_bucket"},
-                {"kind": "aws_standard", "initial_retry_tokens": 5, "timeout_retry_cost": 5},
+        let quota = AwsQuotaSettings {
+            initial_retry_tokens: 5,
+            timeout_retry_cost: 5,
+            ..AwsQuotaSettings::default()
+        };
+        let mut clients = following(Policy {
+            retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.2 }),
+            protections: vec![
+                listed(ProtectionSettings::TokenBucket(TokenBucketSettings::default())),
+                listed(ProtectionSettings::AwsStandard(quota)),
             ],
-        }));
+            ..Policy::default()
+        });
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(1);
