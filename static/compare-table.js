@@ -11,6 +11,7 @@
 //! for none), and with several runs `data-min`, `data-max` and `data-runs` (each run's value,
 //! as JSON), so tests read what a person reads.
 
+import { CAUSES as SERVER_CAUSES } from './kinds.js';
 import { duration } from './model.js';
 
 const count = (v) => String(v);
@@ -36,24 +37,18 @@ const ROWS = [
   ['applied_twice', 'applied twice', count, ''],
 ];
 
-/** Why a dead letter was given up, in words, in this order. */
-const CAUSES = [
-  ['attempts_used_up', 'attempts used up'],
-  ['time_budget', 'time budget spent'],
-  ['circuit_open', 'circuit breaker open'],
-  ['retry_budget', 'retry budget spent'],
-  ['permanent', 'permanent error (4xx)'],
-  ['pushback', 'told not to retry (pushback)'],
-  ['token_bucket', 'refused by the token bucket'],
-  ['grpc', 'refused by gRPC retry throttling'],
-  ['sre', 'refused by SRE adaptive throttling'],
-  ['aws_standard', 'refused by the AWS retry quota'],
-  ['ratio_breaker', 'refused by the ratio breaker'],
-  ['envoy', "refused by Envoy's retry budget"],
-  ['aws_standard_2026', 'refused by the AWS retry quota (2026 mode)'],
-  ['aws_adaptive', 'refused by the AWS retry quota (adaptive mode)'],
-  ['grpc_hedging', 'ended by gRPC hedging (a fatal status, or the next hedge throttled)'],
-];
+/** The fixed causes of a dead letter as the table says them; a protection's refusal is said in
+ *  its words, as the server gives them. */
+const FIXED_CAUSES = {
+  attempts_used_up: 'attempts used up',
+  time_budget: 'time budget spent',
+  circuit_open: 'circuit breaker open',
+  permanent: 'permanent error (4xx)',
+  pushback: 'told not to retry (pushback)',
+};
+
+/** Why a dead letter was given up, in words, in the server's order. */
+const CAUSES = SERVER_CAUSES.map(({ cause, words }) => [cause, FIXED_CAUSES[cause] ?? words]);
 
 /** How `figure`'s value `v` is written, as its row writes it. */
 export function formatFigure(figure, v) {

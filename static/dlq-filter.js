@@ -5,29 +5,13 @@
 //! the counts per cause and per last status of the whole queue. The same filter goes to the
 //! server for an action on everything it matches.
 
-export const CAUSES = [
-  'attempts_used_up', 'time_budget', 'circuit_open', 'retry_budget', 'permanent', 'pushback',
-  'token_bucket', 'grpc', 'sre', 'aws_standard', 'ratio_breaker', 'envoy', 'aws_standard_2026',
-  'aws_adaptive', 'grpc_hedging',
-];
+import { CAUSES as SERVER_CAUSES, CAUSE_WORDS } from './kinds.js';
 
-export const CAUSE_TEXT = {
-  attempts_used_up: 'attempts used up',
-  time_budget: 'time budget',
-  circuit_open: 'circuit open',
-  retry_budget: 'retry budget',
-  permanent: 'permanent error',
-  pushback: 'told not to retry',
-  token_bucket: 'token bucket',
-  grpc: 'gRPC retry throttling',
-  sre: 'SRE adaptive throttling',
-  aws_standard: 'AWS retry quota',
-  ratio_breaker: 'ratio breaker',
-  envoy: 'Envoy retry budget',
-  aws_standard_2026: 'AWS retry quota (2026)',
-  aws_adaptive: 'AWS retry quota (adaptive)',
-  grpc_hedging: 'gRPC hedging',
-};
+/** Every cause's name, in the server's order. */
+export const CAUSES = SERVER_CAUSES.map((c) => c.cause);
+
+/** A cause in words, by its name, as the server says it. */
+export const CAUSE_TEXT = CAUSE_WORDS;
 
 /** How a letter's last attempt ended: "503", "timeout", "short_circuited"... as the server names it. */
 export function lastStatus(d) {

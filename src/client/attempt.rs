@@ -6,16 +6,16 @@
 //! retrying ends the round first; then a refusal by the open breaker that gives up; then the
 //! attempts used up; then the wait is planned (by the policy's backoff, or by a listed
 //! protection that sets its own, as the AWS 2026 mode does), and the next attempt must start
-//! within the round's time budget; last the protections are asked (the retry budget, then each
-//! one the policy lists; each counts the retry it allows, and gives it back when a later one
-//! refuses).
+//! within the round's time budget; last the protections are asked, in the client's one order
+//! (`client::ORDER`: the retry budget, each one the policy lists, the breaker; each counts the
+//! retry it allows, and gives it back when a later one refuses).
 
 use rand::Rng;
 
 use super::{ClientState, Stopped};
 use crate::dlq::Cause;
 use crate::domain::{AttemptEnd, Pushback};
-use crate::retry::protection::Ended;
+use crate::retry::protection::{Ended, ProtectionKind, Refuser};
 use crate::retry::{self, Outcome, Policy, Refused, Verdict, Wait, WaitReason};
 
 /// Where a message's round stands between its attempts; the sending loop keeps it.
@@ -98,7 +98,7 @@ pub fn next(
 ) -> Next {
     let round_started_ms = *round.started_ms.get_or_insert(now_ms.saturating_sub(end.duration_ms));
     let last = match refused {
-        Some(Stopped { kind: "breaker", .. }) | None => describe(end, policy.timeout_ms),
+        Some(Stopped { kind: Refuser::Breaker, .. }) | None => describe(end, policy.timeout_ms),
         Some(Stopped { kind, why }) => format!("refused by {kind}: {why}"),
     };
     match retry::classify_with(end.outcome, end.status, policy.retry_statuses.as_deref()) {
@@ -112,7 +112,8 @@ pub fn next(
         let reason = format!("pushback: the endpoint said not to retry (X-Retry-Pushback-Ms); last: {last}");
         return Next::DeadLetter(Cause::Pushback, reason);
     }
-    let by_breaker = end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == "breaker");
+    let by_breaker =
+        end.outcome == Outcome::ShortCircuited && refused.is_none_or(|s| s.kind == Refuser::Breaker);
     if by_breaker && policy.breaker.is_some_and(|b| b.refused == Refused::GiveUp) {
         let reason = format!("circuit open: the breaker refused attempt {n}, and a refusal ends the round");
         return Next::DeadLetter(Cause::CircuitOpen, reason);
@@ -173,7 +174,9 @@ pub fn next(
     }
     if let Err(stopped) = client.allows_retry(following, &failed, now_ms, rng) {
         let reason = match stopped.kind {
-            "retry_budget" => format!("retry budget spent: {}; last: {last}", stopped.why),
+            Refuser::Kind(ProtectionKind::RetryBudget) => {
+                format!("retry budget spent: {}; last: {last}", stopped.why)
+            }
             kind => format!("retry not sent ({kind}): {}; last: {last}", stopped.why),
         };
         return Next::Refused(stopped, reason);
@@ -225,6 +228,7 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::retry::protection::{Aws2026Settings, ProtectionSettings, ProtectionSpec, Scope};
     use crate::retry::{BreakerSettings, BudgetSettings, Jitter};
 
     const BUDGET: TimeBudget = TimeBudget { ms: 60_000, setting: "max_retry_duration_ms" };
@@ -339,8 +343,9 @@ mod tests {
 
     #[test]
     fn after_a_pushback_a_protections_own_waits_count_again_from_the_first() {
-        let update = serde_json::json!({"max_attempts": 5, "protections": [{"kind": "aws_standard_2026"}]});
-        let policy = Policy::default().updated(&serde_json::from_value(update).unwrap()).unwrap();
+        let quota = ProtectionSettings::AwsStandard2026(Aws2026Settings::default());
+        let listed = ProtectionSpec { settings: quota, scope: Scope::PerClient };
+        let policy = Policy { max_attempts: 5, protections: vec![listed], ..Policy::default() };
         let mut clients = super::super::Clients::restore(policy.clone(), Default::default());
         let (following, client) = clients.client_mut(0);
         let following = following.clone();
@@ -452,7 +457,10 @@ mod tests {
             assert!(matches!(decide(now), Next::Retry(_)), "retry {now}");
         }
         let reason = "retry budget spent: the client retried too much in 10 s; last: HTTP 503";
-        let stopped = Stopped { kind: "retry_budget", why: "the client retried too much in 10 s".into() };
+        let stopped = Stopped {
+            kind: Refuser::Kind(ProtectionKind::RetryBudget),
+            why: "the client retried too much in 10 s".into(),
+        };
         assert_eq!(decide(10), Next::Refused(stopped, reason.into()));
         // Once the window has moved past them, retries go again.
         assert!(matches!(decide(10_011), Next::Retry(_)));
@@ -467,7 +475,13 @@ mod tests {
         let mut client = ClientState::default();
         let mut rng = StdRng::seed_from_u64(5);
         let next = next(&policy(), BUDGET, attempt, &mut Round::default(), (&spent, &mut client), &mut rng);
-        assert!(matches!(next, Next::Refused(Stopped { kind: "retry_budget", .. }, _)), "{next:?}");
+        assert!(
+            matches!(
+                next,
+                Next::Refused(Stopped { kind: Refuser::Kind(ProtectionKind::RetryBudget), .. }, _)
+            ),
+            "{next:?}"
+        );
     }
 
     #[test]

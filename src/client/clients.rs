@@ -7,7 +7,7 @@
 use rand::Rng;
 
 use super::{Admit, BreakerChange, BreakerCounts, BreakerShare, BreakerShares, ClientState, ProtectionView};
-use crate::retry::protection::{Ended, Guards, Protection, Scope};
+use crate::retry::protection::{Ended, Guards, Protection, ProtectionKind, Scope};
 use crate::retry::{BreakerState, Policy};
 
 /// The breaker histories as the store kept them.
@@ -109,7 +109,7 @@ impl Clients {
         let mut views = Vec::new();
         if let Some(settings) = self.policy.retry_budget {
             let reports = self.each.iter().map(|client| client.budget.report(&settings, now_ms));
-            views.push(ProtectionView::of("retry_budget", Scope::PerClient, reports));
+            views.push(ProtectionView::of(ProtectionKind::RetryBudget.name(), Scope::PerClient, reports));
         }
         for (i, spec) in self.guards.specs().iter().enumerate() {
             let holders = match spec.scope {
@@ -117,7 +117,7 @@ impl Clients {
                 Scope::Shared => &self.each[..1],
             };
             let reports = holders.iter().map(|client| client.guards[i].lock().report(now_ms));
-            views.push(ProtectionView::of(spec.settings.kind(), spec.scope, reports));
+            views.push(ProtectionView::of(spec.settings.kind().name(), spec.scope, reports));
         }
         views
     }

@@ -1,19 +1,22 @@
 //! A client's live state: its protections (the circuit breaker with the history of its states,
 //! the retry budget's window, and its hold on each protection the policy lists). One value per
 //! client, owned whole, so a lab can hold several; `Clients` holds them all with the policy
-//! they follow. Every protection is asked through the one trait, `retry::protection::Protection`.
+//! they follow. Every protection is asked through the one trait, `retry::protection::Protection`,
+//! the policy's own breaker and retry budget as the listed ones, in one order (`ORDER`).
 //! Pure: the caller passes `now`. `attempt` decides what follows each attempt of a message.
 
 pub mod attempt;
 mod clients;
+
+use std::sync::MutexGuard;
 
 pub use clients::{BreakerRows, Clients, StoredBreakers};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::History;
-use crate::retry::protection::{Ended, Handle, Protection, Report, Scope};
-use crate::retry::{Breaker, BreakerState, Policy, RetryBudget, Wait};
+use crate::retry::protection::{Ended, Guard, Handle, Protection, ProtectionKind, Refuser, Report, Scope};
+use crate::retry::{Breaker, BreakerSettings, BreakerState, BudgetSettings, Policy, RetryBudget, Wait};
 
 /// The breaker's changes of state kept per client; the oldest go first.
 const MAX_BREAKER_CHANGES: usize = 1_000;
@@ -28,10 +31,10 @@ pub struct BreakerChange {
     pub state: BreakerState,
 }
 
-/// The protection that stopped an attempt or a retry (its `kind`), and why, in words.
+/// The protection that stopped an attempt or a retry, and why, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stopped {
-    pub kind: &'static str,
+    pub kind: Refuser,
     pub why: String,
 }
 
@@ -45,7 +48,7 @@ pub struct Admit {
     /// When it may go: how long it waits first, in ms, for a protection that paces the
     /// client's attempts (the AWS adaptive mode's rate limiter), and that protection's kind.
     pub delay_ms: u64,
-    pub paced_by: Option<&'static str>,
+    pub paced_by: Option<ProtectionKind>,
 }
 
 /// A protection as the snapshot shows it: its kind and scope, how many hold one (each client
@@ -69,6 +72,100 @@ impl ProtectionView {
         }
         ProtectionView { kind, scope, held, now }
     }
+}
+
+/// The protections a client asks, by where the policy sets them.
+#[derive(Debug, Clone, Copy)]
+enum Asked {
+    /// The policy's `retry_budget`.
+    RetryBudget,
+    /// Each one the policy's `protections` lists, in its order.
+    Listed,
+    /// The policy's `breaker`.
+    Breaker,
+}
+
+/// The order every question goes to the protections in (may this attempt go, may a retry
+/// follow, how did an attempt end), written once. The retry budget comes first: it was asked
+/// first before protections could be listed, so a retry it refuses is filed under it as stored
+/// letters have it (it gates no attempt). The breaker comes last, because its half-open probe
+/// is handed out as it admits: a probe another protection then refused would never be sent,
+/// never answer, and keep the breaker half-open for good.
+const ORDER: [Asked; 3] = [Asked::RetryBudget, Asked::Listed, Asked::Breaker];
+
+/// One protection as a client asks it, with its settings: every one is asked the same way.
+enum Member<'a> {
+    Budget(&'a mut RetryBudget, BudgetSettings),
+    Listed(MutexGuard<'a, Guard>),
+    Breaker(&'a mut Breaker, BreakerSettings),
+}
+
+impl Member<'_> {
+    /// Who refuses, when this one does.
+    fn refuser(&self) -> Refuser {
+        match self {
+            Member::Budget(..) => Refuser::Kind(ProtectionKind::RetryBudget),
+            Member::Listed(guard) => Refuser::Kind(guard.settings().kind()),
+            Member::Breaker(..) => Refuser::Breaker,
+        }
+    }
+
+    fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+        match self {
+            Member::Budget(budget, settings) => budget.gate(settings, n, now_ms, rng),
+            Member::Listed(guard) => guard.gate(n, now_ms, rng),
+            Member::Breaker(breaker, settings) => breaker.gate(settings, n, now_ms, rng),
+        }
+    }
+
+    fn gate_undone(&mut self, n: u32) {
+        match self {
+            Member::Budget(budget, settings) => budget.gate_undone(settings, n),
+            Member::Listed(guard) => guard.gate_undone(n),
+            Member::Breaker(breaker, settings) => breaker.gate_undone(settings, n),
+        }
+    }
+
+    fn ended(&mut self, ended: &Ended, now_ms: u64) {
+        match self {
+            Member::Budget(budget, settings) => budget.ended(settings, ended, now_ms),
+            Member::Listed(guard) => guard.ended(ended, now_ms),
+            Member::Breaker(breaker, settings) => breaker.ended(settings, ended, now_ms),
+        }
+    }
+
+    fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+        match self {
+            Member::Budget(budget, settings) => budget.retry(settings, after, now_ms, rng),
+            Member::Listed(guard) => guard.retry(after, now_ms, rng),
+            Member::Breaker(breaker, settings) => breaker.retry(settings, after, now_ms, rng),
+        }
+    }
+
+    fn retry_undone(&mut self, after: &Ended) {
+        match self {
+            Member::Budget(budget, settings) => budget.retry_undone(settings, after),
+            Member::Listed(guard) => guard.retry_undone(after),
+            Member::Breaker(breaker, settings) => breaker.retry_undone(settings, after),
+        }
+    }
+}
+
+/// Asks each member in turn until one refuses; those that said yes before it take back what
+/// they gave (`undo`).
+fn ask(
+    members: &mut [Member],
+    mut question: impl FnMut(&mut Member) -> Result<(), String>,
+    mut undo: impl FnMut(&mut Member),
+) -> Result<(), Stopped> {
+    for i in 0..members.len() {
+        if let Err(why) = question(&mut members[i]) {
+            let kind = members[i].refuser();
+            members[..i].iter_mut().for_each(&mut undo);
+            return Err(Stopped { kind, why });
+        }
+    }
+    Ok(())
 }
 
 /// One client's live state; the policy it follows is its `Clients`'.
@@ -102,32 +199,15 @@ impl ClientState {
         &self.guards
     }
 
-    /// Asks the protections whether attempt `n` may be sent: each one the policy lists, then
-    /// the breaker, until one refuses; those that let it go before the refusal give back what
-    /// they handed out (a half-open breaker's probe). The breaker comes last because its
-    /// half-open probe is handed out as it admits: a probe another protection then refused
-    /// would never be sent, never answer, and keep the breaker half-open for good.
+    /// Asks the protections whether attempt `n` may be sent, in `ORDER`, until one refuses;
+    /// those that let it go before the refusal give back what they handed out.
     pub fn admit(&mut self, policy: &Policy, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Admit {
-        let mut go = Ok(());
-        let mut passed = 0;
-        for guard in &self.guards {
-            let mut guard = guard.lock();
-            go = guard.gate(n, now_ms, rng).map_err(|why| Stopped { kind: guard.settings().kind(), why });
-            if go.is_err() {
-                break;
-            }
-            passed += 1;
-        }
-        let mut changed = None;
-        if let (Ok(()), Some(settings)) = (&go, policy.breaker) {
-            let before = self.breaker.state();
-            go = self.breaker.gate(&settings, n, now_ms, rng).map_err(|why| Stopped { kind: "breaker", why });
-            changed = (self.breaker.state() != before).then(|| self.breaker.state());
-            changed.inspect(|&state| self.changed(state, now_ms));
-        }
-        if go.is_err() {
-            self.guards[..passed].iter().for_each(|guard| guard.lock().gate_undone(n));
-        }
+        let before = self.breaker.state();
+        let mut members = self.members(policy);
+        let go = ask(&mut members, |member| member.gate(n, now_ms, rng), |member| member.gate_undone(n));
+        drop(members);
+        let changed = (self.breaker.state() != before).then(|| self.breaker.state());
+        changed.inspect(|&state| self.changed(state, now_ms));
         let (delay_ms, paced_by) = if go.is_ok() { self.paced(n, now_ms) } else { (0, None) };
         Admit { go, changed, delay_ms, paced_by }
     }
@@ -136,10 +216,7 @@ impl ClientState {
     /// time while it waited): what the gates handed out (a half-open probe, a place in a
     /// window) is given back.
     pub fn not_sent(&mut self, policy: &Policy, n: u32) {
-        self.guards.iter().for_each(|guard| guard.lock().gate_undone(n));
-        if let Some(settings) = policy.breaker {
-            self.breaker.gate_undone(&settings, n);
-        }
+        self.members(policy).iter_mut().for_each(|member| member.gate_undone(n));
     }
 
     /// Attempt `n` was sent. The retry budget's window counts first attempts whether or not
@@ -152,10 +229,8 @@ impl ClientState {
     /// Tells the protections how a sent attempt ended; returns the breaker's new state, if it
     /// changed.
     pub fn ended(&mut self, policy: &Policy, ended: &Ended, now_ms: u64) -> Option<BreakerState> {
-        self.guards.iter().for_each(|guard| guard.lock().ended(ended, now_ms));
-        let settings = policy.breaker?;
         let before = self.breaker.state();
-        self.breaker.ended(&settings, ended, now_ms);
+        self.members(policy).iter_mut().for_each(|member| member.ended(ended, now_ms));
         let changed = (self.breaker.state() != before).then(|| self.breaker.state());
         changed.inspect(|&state| self.changed(state, now_ms))
     }
@@ -166,9 +241,9 @@ impl ClientState {
         self.guards.iter().for_each(|guard| guard.lock().interrupted());
     }
 
-    /// Whether the protections allow a retry now: the retry budget first, then each one the
-    /// policy lists, until one refuses. Each that allows it counts it; when a later one
-    /// refuses, those before it give back what they took, so a retry not made costs nothing.
+    /// Whether the protections allow a retry now, asked in `ORDER` until one refuses. Each that
+    /// allows it counts it; when a later one refuses, those before it give back what they took,
+    /// so a retry not made costs nothing.
     pub fn allows_retry(
         &mut self,
         policy: &Policy,
@@ -176,23 +251,28 @@ impl ClientState {
         now_ms: u64,
         rng: &mut dyn Rng,
     ) -> Result<(), Stopped> {
-        if let Some(settings) = policy.retry_budget {
-            let why = self.budget.retry(&settings, after, now_ms, rng);
-            why.map_err(|why| Stopped { kind: "retry_budget", why })?;
-        }
-        for (i, guard) in self.guards.iter().enumerate() {
-            let mut guard = guard.lock();
-            if let Err(why) = guard.retry(after, now_ms, rng) {
-                let stopped = Stopped { kind: guard.settings().kind(), why };
-                drop(guard);
-                self.guards[..i].iter().for_each(|guard| guard.lock().retry_undone(after));
-                if let Some(settings) = policy.retry_budget {
-                    self.budget.retry_undone(&settings, after);
+        let mut members = self.members(policy);
+        ask(&mut members, |member| member.retry(after, now_ms, rng), |member| member.retry_undone(after))
+    }
+
+    /// The protections the policy sets, as this client holds them, in `ORDER`.
+    fn members<'a>(&'a mut self, policy: &Policy) -> Vec<Member<'a>> {
+        let ClientState { breaker, budget, guards, .. } = self;
+        let (mut breaker, mut budget) = (Some(breaker), Some(budget));
+        let mut members = Vec::with_capacity(guards.len() + 2);
+        for asked in ORDER {
+            match asked {
+                Asked::RetryBudget => {
+                    let settings = policy.retry_budget;
+                    members.extend(settings.zip(budget.take()).map(|(s, b)| Member::Budget(b, s)));
                 }
-                return Err(stopped);
+                Asked::Listed => members.extend(guards.iter().map(|guard| Member::Listed(guard.lock()))),
+                Asked::Breaker => {
+                    members.extend(policy.breaker.zip(breaker.take()).map(|(s, b)| Member::Breaker(b, s)));
+                }
             }
         }
-        Ok(())
+        members
     }
 
     /// The wait before the retry after `after`, when a listed protection sets it (the first
@@ -204,7 +284,7 @@ impl ClientState {
     /// How long attempt `n`, let go, must still wait before it is sent (0: it goes now), as
     /// the protections that pace the client say when asked again, and the kind of the one
     /// that holds it longest.
-    pub fn paced(&mut self, n: u32, now_ms: u64) -> (u64, Option<&'static str>) {
+    pub fn paced(&mut self, n: u32, now_ms: u64) -> (u64, Option<ProtectionKind>) {
         let delays = self.guards.iter().map(|guard| {
             let mut guard = guard.lock();
             (guard.delay(n, now_ms), guard.settings().kind())
@@ -297,20 +377,33 @@ mod tests {
     use rand::rngs::StdRng;
 
     use super::*;
+    use crate::retry::Refused;
+    use crate::retry::protection::{
+        AwsQuotaSettings, ProtectionSettings, ProtectionSpec, RatioBreakerSettings, SreSettings,
+        TokenBucketSettings,
+    };
 
-    fn following(update: serde_json::Value) -> Clients {
-        let update = serde_json::from_value(update).unwrap();
-        Clients::restore(Policy::default().updated(&update).unwrap(), Default::default())
+    fn following(policy: Policy) -> Clients {
+        Clients::restore(policy, Default::default())
+    }
+
+    /// A protection the policy lists, each client its own.
+    fn listed(settings: ProtectionSettings) -> ProtectionSpec {
+        ProtectionSpec { settings, scope: Scope::PerClient }
+    }
+
+    fn sre() -> ProtectionSpec {
+        listed(ProtectionSettings::Sre(SreSettings { window_ms: 600_000, ..SreSettings::default() }))
     }
 
     /// Under `update`, asks to send a first attempt every 20 ms for 8 s, and each that goes
     /// fails: how many the SRE throttle refused, how many another protection refused, and how
     /// many went after the throttle's first refusal. `at_sre_refusal` sees the client then.
     fn every_attempt_failing(
-        update: serde_json::Value,
+        policy: Policy,
         mut at_sre_refusal: impl FnMut(&ClientState),
     ) -> (u32, u32, u32) {
-        let mut clients = following(update);
+        let mut clients = following(policy);
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(3);
@@ -323,7 +416,7 @@ mod tests {
                     client.sent(&policy, 1, now);
                     client.ended(&policy, &Ended::failure(1), now + 1);
                 }
-                Err(Stopped { kind: "sre", .. }) => {
+                Err(Stopped { kind: Refuser::Kind(ProtectionKind::Sre), .. }) => {
                     refused_by_sre += 1;
                     at_sre_refusal(client);
                 }
@@ -341,10 +434,16 @@ mod tests {
         // Every attempt that goes fails, so the breaker opens and SRE sees no accept; one is
         // asked for every 20 ms, past the breaker's 10 ms open.
         let (refused_by_sre, _, sent_after) = every_attempt_failing(
-            serde_json::json!({
-                "breaker": {"failure_threshold": 1, "open_ms": 10, "half_open_probes": 1, "refused": "retry"},
-                "protections": [{"kind": "sre", "window_ms": 600000}],
-            }),
+            Policy {
+                breaker: Some(BreakerSettings {
+                    failure_threshold: 1,
+                    open_ms: 10,
+                    half_open_probes: 1,
+                    refused: Refused::Retry,
+                }),
+                protections: vec![sre()],
+                ..Policy::default()
+            },
             |client| {
                 let state = client.breaker_state();
                 assert_ne!(state, BreakerState::HalfOpen, "a probe given to a refused attempt");
@@ -359,11 +458,16 @@ mod tests {
     /// would keep the breaker refusing everything for good.
     #[test]
     fn a_listed_breakers_probe_comes_back_when_a_later_protection_refuses_the_attempt() {
-        let update = serde_json::json!({"protections": [
-            {"kind": "ratio_breaker", "minimum_throughput": 2, "break_duration_ms": 100},
-            {"kind": "sre", "window_ms": 600000},
-        ]});
-        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(update, |_| {});
+        let breaker = RatioBreakerSettings {
+            minimum_throughput: 2,
+            break_duration_ms: 100,
+            ..RatioBreakerSettings::default()
+        };
+        let policy = Policy {
+            protections: vec![listed(ProtectionSettings::RatioBreaker(breaker)), sre()],
+            ..Policy::default()
+        };
+        let (refused_by_sre, refused_by_breaker, sent_after) = every_attempt_failing(policy, |_| {});
         assert!(refused_by_sre > 10, "the throttle refused {refused_by_sre}");
         assert!(refused_by_breaker > 10, "the breaker refused {refused_by_breaker}, sent {sent_after}");
         assert!(sent_after > 0, "nothing went after the throttle's first refusal");
@@ -374,13 +478,19 @@ mod tests {
     /// they took for it.
     #[test]
     fn a_retry_a_later_protection_refuses_costs_those_before_it_nothing() {
-        let mut clients = following(serde_json::json!({
-            "retry_budget": {"ratio": 0, "min_per_s": 0.2},
-            "protections": [
-                {"kind": "token_bucket"},
-                {"kind": "aws_standard", "initial_retry_tokens": 5, "timeout_retry_cost": 5},
+        let quota = AwsQuotaSettings {
+            initial_retry_tokens: 5,
+            timeout_retry_cost: 5,
+            ..AwsQuotaSettings::default()
+        };
+        let mut clients = following(Policy {
+            retry_budget: Some(BudgetSettings { ratio: 0.0, min_per_s: 0.2 }),
+            protections: vec![
+                listed(ProtectionSettings::TokenBucket(TokenBucketSettings::default())),
+                listed(ProtectionSettings::AwsStandard(quota)),
             ],
-        }));
+            ..Policy::default()
+        });
         let (policy, client) = clients.client_mut(0);
         let policy = policy.clone();
         let mut rng = StdRng::seed_from_u64(1);
@@ -394,7 +504,7 @@ mod tests {
         client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap();
         assert_eq!(levels(client), [1.0, 4.0, 0.0], "the first retry took from each");
         let refused = client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap_err();
-        assert_eq!(refused.kind, "aws_standard");
+        assert_eq!(refused.kind, Refuser::Kind(ProtectionKind::AwsStandard));
         assert_eq!(levels(client), [1.0, 4.0, 0.0], "the refused one took nothing");
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Cause, DeadLetter, DeadLetterQueue, ReplayRefusal};
 use crate::domain::Outcome;
+use crate::retry::protection::ProtectionKind;
 
 /// A filter as it arrives (a query string, or `"filter"` in a request body): every field
 /// optional, lists comma-separated. `Filter::parse` checks it.
@@ -17,7 +18,7 @@ use crate::domain::Outcome;
 #[serde(deny_unknown_fields)]
 pub struct Filter {
     /// Causes, comma-separated, each a `Cause` as `Cause::as_str` names it (every one is in
-    /// `Cause::ALL`; the API's description lists them from there).
+    /// `Cause::all`; the API's description lists them from there).
     pub cause: Option<String>,
     /// Last statuses, comma-separated: an HTTP status (`503`) or how the last attempt ended
     /// without one (`timeout`, `transport_error`, `interrupted`, `short_circuited`).
@@ -117,41 +118,24 @@ impl LastStatus {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 15] = [
-        Cause::AttemptsUsedUp,
-        Cause::TimeBudget,
-        Cause::CircuitOpen,
-        Cause::RetryBudget,
-        Cause::Permanent,
-        Cause::Pushback,
-        Cause::TokenBucket,
-        Cause::Grpc,
-        Cause::Sre,
-        Cause::AwsStandard,
-        Cause::RatioBreaker,
-        Cause::Envoy,
-        Cause::AwsStandard2026,
-        Cause::AwsAdaptive,
-        Cause::GrpcHedging,
-    ];
+    /// The causes that are no protection's refusal.
+    const FIXED: [Cause; 5] =
+        [Cause::AttemptsUsedUp, Cause::TimeBudget, Cause::CircuitOpen, Cause::Permanent, Cause::Pushback];
 
+    /// Every cause: the fixed ones, then one per protection kind.
+    pub fn all() -> impl Iterator<Item = Cause> {
+        Cause::FIXED.into_iter().chain(ProtectionKind::ALL.iter().map(|&kind| Cause::Refused(kind)))
+    }
+
+    /// Its name, as the stored letters, the filter and the counts have it.
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::AttemptsUsedUp => "attempts_used_up",
             Cause::TimeBudget => "time_budget",
             Cause::CircuitOpen => "circuit_open",
-            Cause::RetryBudget => "retry_budget",
             Cause::Permanent => "permanent",
             Cause::Pushback => "pushback",
-            Cause::TokenBucket => "token_bucket",
-            Cause::Grpc => "grpc",
-            Cause::Sre => "sre",
-            Cause::AwsStandard => "aws_standard",
-            Cause::RatioBreaker => "ratio_breaker",
-            Cause::Envoy => "envoy",
-            Cause::AwsStandard2026 => "aws_standard_2026",
-            Cause::AwsAdaptive => "aws_adaptive",
-            Cause::GrpcHedging => "grpc_hedging",
+            Cause::Refused(kind) => kind.name(),
         }
     }
 
@@ -161,23 +145,22 @@ impl Cause {
             Cause::AttemptsUsedUp => "attempts used up",
             Cause::TimeBudget => "time budget",
             Cause::CircuitOpen => "circuit open",
-            Cause::RetryBudget => "retry budget",
             Cause::Permanent => "permanent error",
             Cause::Pushback => "told not to retry",
-            Cause::TokenBucket => "token bucket",
-            Cause::Grpc => "gRPC retry throttling",
-            Cause::Sre => "SRE adaptive throttling",
-            Cause::AwsStandard => "AWS retry quota",
-            Cause::RatioBreaker => "ratio breaker",
-            Cause::Envoy => "Envoy retry budget",
-            Cause::AwsStandard2026 => "AWS retry quota (2026)",
-            Cause::AwsAdaptive => "AWS retry quota (adaptive)",
-            Cause::GrpcHedging => "gRPC hedging",
+            Cause::Refused(kind) => kind.words(),
         }
     }
 
-    fn parse(raw: &str) -> Option<Cause> {
-        Cause::ALL.into_iter().find(|c| c.as_str() == raw)
+    /// The protection whose refusal this is, if one's.
+    pub fn kind(self) -> Option<ProtectionKind> {
+        match self {
+            Cause::Refused(kind) => Some(kind),
+            _ => None,
+        }
+    }
+
+    pub(super) fn parse(raw: &str) -> Option<Cause> {
+        Cause::all().find(|c| c.as_str() == raw)
     }
 }
 
@@ -217,7 +200,7 @@ impl Filter {
     /// starts, is refused naming the field.
     pub fn parse(&self) -> Result<Selection, FilterError> {
         let causes = list(self.cause.as_deref(), "cause", Cause::parse, || {
-            Cause::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+            Cause::all().map(Cause::as_str).collect::<Vec<_>>().join(", ")
         })?;
         let statuses = list(self.status.as_deref(), "status", LastStatus::parse, || {
             let names: Vec<&str> = OutcomeName::ALL.iter().map(|(_, n)| *n).collect();
@@ -321,7 +304,7 @@ pub struct Facets {
 impl Facets {
     pub fn of<'a>(letters: impl IntoIterator<Item = &'a DeadLetter>) -> Facets {
         let mut facets = Facets {
-            cause: Cause::ALL.iter().map(|c| (c.as_str().to_owned(), 0)).collect(),
+            cause: Cause::all().map(|c| (c.as_str().to_owned(), 0)).collect(),
             status: BTreeMap::new(),
         };
         for letter in letters {

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Attempt, Message, to_json};
+use crate::retry::protection::{ProtectionKind, Refuser};
 
 /// The dead letters' rows a set of changes touched, serialized for the store.
 #[derive(Debug, Default)]
@@ -76,9 +77,10 @@ pub struct DeadLetter {
     pub applied: bool,
 }
 
-/// What ended a round without a delivery.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
+/// What ended a round without a delivery: one of the fixed causes, or a protection's refusal,
+/// filed under the protection's kind. Written as its name (`attempts_used_up`, `token_bucket`),
+/// as the stored letters have always held it; a name no cause has does not read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Cause {
     /// Every attempt the policy allows was used.
     #[default]
@@ -87,41 +89,57 @@ pub enum Cause {
     TimeBudget,
     /// The last attempt was refused by the open circuit breaker.
     CircuitOpen,
-    /// The retry budget refused a retry.
-    RetryBudget,
     /// The downstream answered with an error that retrying cannot fix.
     Permanent,
     /// The downstream said not to retry (`X-Retry-Pushback-Ms` negative, as gRFC A6's
     /// `grpc-retry-pushback-ms`).
     Pushback,
-    /// A listed protection refused the retry, or the last attempt before it was sent: each
-    /// kind its own cause, named as the kind is (the listed `retry_budget` refuses as the
-    /// policy's budget does, and files under `retry_budget`).
-    TokenBucket,
-    Grpc,
-    Sre,
-    AwsStandard,
-    RatioBreaker,
-    Envoy,
-    #[serde(rename = "aws_standard_2026")]
-    AwsStandard2026,
-    AwsAdaptive,
-    /// A hedged round (gRFC A6 hedging) ended without a success: a fatal status, or the
-    /// throttle refused the next hedge with none left in flight.
-    GrpcHedging,
+    /// A protection refused the retry, or the last attempt before it was sent (the policy's
+    /// `retry_budget` files under the listed `retry_budget`); for `grpc_hedging`, a hedged
+    /// round ended without a success: a fatal status, or the throttle refused the next hedge
+    /// with none left in flight.
+    Refused(ProtectionKind),
 }
 
 impl Cause {
-    /// The cause of a round a protection ended, by the protection's kind (`breaker` for the
-    /// policy's breaker, `retry_budget` for its budget or the listed one).
-    pub fn refused_by(kind: &str) -> Cause {
-        let by_kind = Cause::ALL.into_iter().find(|cause| cause.as_str() == kind);
-        match kind {
-            "breaker" => Cause::CircuitOpen,
-            _ => by_kind.unwrap_or(Cause::RetryBudget),
+    /// The cause of a round a protection ended: the breaker's is `circuit_open`, any other's
+    /// its kind.
+    pub fn refused_by(refuser: Refuser) -> Cause {
+        match refuser {
+            Refuser::Breaker => Cause::CircuitOpen,
+            Refuser::Kind(kind) => Cause::Refused(kind),
         }
     }
 }
+
+impl Serialize for Cause {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Cause {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Cause::parse(&name).ok_or_else(|| serde::de::Error::custom(format!("no dead-letter cause {name:?}")))
+    }
+}
+
+impl utoipa::PartialSchema for Cause {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let names: Vec<&str> = Cause::all().map(Cause::as_str).collect();
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "What ended the round: a fixed cause, or the kind of the protection that refused it",
+            ))
+            .enum_values(Some(names))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Cause {}
 
 impl DeadLetter {
     /// The letter for a message given up on in its current round; quarantined when this is
@@ -431,12 +449,23 @@ mod tests {
     }
 
     #[test]
-    fn a_protections_refusal_files_under_its_kind_and_the_old_fields_keep_theirs() {
-        assert_eq!(Cause::refused_by("breaker"), Cause::CircuitOpen);
-        for kind in crate::retry::protection::ProtectionSettings::KINDS {
-            let cause = Cause::refused_by(kind);
-            assert_eq!(cause.as_str(), kind, "each kind its cause, the listed retry_budget the budget's");
-            assert_eq!(serde_json::to_value(cause).unwrap(), kind, "stored as the filter names it");
+    fn a_protections_refusal_files_under_its_kind_written_as_stored_letters_hold_it() {
+        assert_eq!(Cause::refused_by(Refuser::Breaker), Cause::CircuitOpen);
+        for &kind in ProtectionKind::ALL {
+            let cause = Cause::refused_by(Refuser::Kind(kind));
+            assert_eq!(cause.as_str(), kind.name(), "each kind its cause, named as the kind is");
+            assert_eq!(serde_json::to_value(cause).unwrap(), kind.name(), "stored as the filter names it");
+            assert_eq!(cause.words(), kind.words());
         }
+        // The names stored rows hold read back as the causes they were.
+        let stored =
+            ["attempts_used_up", "time_budget", "circuit_open", "retry_budget", "permanent", "pushback"];
+        for name in stored.into_iter().chain(["token_bucket", "aws_standard_2026", "grpc_hedging"]) {
+            let cause: Cause = serde_json::from_value(serde_json::json!(name)).unwrap();
+            assert_eq!(cause.as_str(), name);
+        }
+        assert!(serde_json::from_value::<Cause>(serde_json::json!("nope")).is_err(), "no fallback");
+        let names: HashSet<&str> = Cause::all().map(Cause::as_str).collect();
+        assert_eq!(names.len(), Cause::all().count(), "a name given twice");
     }
 }

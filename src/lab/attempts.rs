@@ -19,7 +19,9 @@ use crate::client::attempt::{self, Attempt, Next, Round, TimeBudget};
 use crate::dlq::{Cause, DeadLetter};
 use crate::domain::{AttemptEnd, ResumePoint};
 use crate::events::{ClientsView, Event};
-use crate::retry::protection::{AllFailed, Answer, GrpcHedgingSettings, HedgeRound, Settled};
+use crate::retry::protection::{
+    AllFailed, Answer, GrpcHedgingSettings, HedgeRound, ProtectionKind, Refuser, Settled,
+};
 use crate::retry::{BreakerState, Outcome, Policy};
 
 /// How an attempt may go.
@@ -73,7 +75,7 @@ impl Lab {
             self.client_breaker_changed(&mut state, index, admit.changed, now);
             if let Err(stopped) = admit.go {
                 // Fails fast: no slot, no socket, no request.
-                state.record.load.suppressed(now, stopped.kind);
+                state.record.load.suppressed(now, stopped.kind.name());
                 return match self.start(&mut state, (id, n), 0, now) {
                     true => Go::ShortCircuited(policy, stopped),
                     false => Go::Stop,
@@ -91,7 +93,7 @@ impl Lab {
             // sleeps and asks again until it has its token, before it asks for a connection;
             // unless its round would be out of time before the token comes.
             if let Some(ended) = self.out_of_time((id, n), deadline, self.now_ms() + paced.0, || {
-                let kind = paced.1.unwrap_or("a protection");
+                let kind = paced.1.map_or("a protection", |kind| kind.name());
                 format!("{kind} paces the client's attempts and would hold it {} ms more", paced.0)
             }) {
                 return Go::Ended(ended);
@@ -138,7 +140,7 @@ impl Lab {
             let changed = state.clients.ended(index, &ended, now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
-        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind))?;
+        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind.name()))?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let attempt = Attempt { n, end: &end, now_ms: now, refused };
         let client = state.clients.client_mut(index);
@@ -168,7 +170,7 @@ impl Lab {
             let changed = state.clients.ended(index, &attempt::ended(n, &end), now);
             self.client_breaker_changed(&mut state, index, changed, now);
         }
-        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind))?;
+        let finished = state.record.finish_attempt(id, n, end, refused.map(|stopped| stopped.kind.name()))?;
         self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt: finished }, now);
         let answer = match refused {
             Some(_) => Answer::Refused,
@@ -253,17 +255,20 @@ impl Lab {
             Settled::Fatal(_) => {
                 let why =
                     format!("a fatal status for hedging (not in non_fatal_statuses): {last}{and_cancelled}");
-                Next::DeadLetter(Cause::GrpcHedging, why)
+                Next::DeadLetter(Cause::Refused(ProtectionKind::GrpcHedging), why)
             }
             Settled::AllFailed { n, why } => {
                 let (cause, words) = match why {
                     AllFailed::AttemptsUsedUp => (Cause::AttemptsUsedUp, format!("hedges used up ({n})")),
                     // The hedging's own throttle, or another protection (the breaker) refused it.
                     AllFailed::Throttled => match round.refusal() {
-                        Some(kind) if kind != "grpc_hedging" => {
+                        Some(kind) if kind != Refuser::Kind(ProtectionKind::GrpcHedging) => {
                             (Cause::refused_by(kind), format!("the next hedge was refused by {kind}"))
                         }
-                        _ => (Cause::GrpcHedging, "the next hedge was throttled".to_string()),
+                        _ => (
+                            Cause::Refused(ProtectionKind::GrpcHedging),
+                            "the next hedge was throttled".to_string(),
+                        ),
                     },
                     AllFailed::Pushback => (
                         Cause::Pushback,
@@ -314,7 +319,7 @@ impl Lab {
             Next::Delivered => self.delivered(state, id, now),
             Next::DeadLetter(cause, reason) => self.dead_lettered(state, id, (*cause, reason.clone()), now),
             Next::Refused(stopped, reason) => {
-                state.record.load.suppressed(now, stopped.kind);
+                state.record.load.suppressed(now, stopped.kind.name());
                 self.dead_lettered(state, id, (Cause::refused_by(stopped.kind), reason.clone()), now);
             }
         }

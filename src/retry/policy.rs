@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use serde::Deserializer;
 
-use super::protection::{GrpcHedgingSettings, MAX_PROTECTIONS, ProtectionSettings, ProtectionSpec};
+use super::protection::{
+    GrpcHedgingSettings, MAX_PROTECTIONS, ProtectionKind, ProtectionSettings, ProtectionSpec,
+};
 use super::{Backoff, BreakerSettings, BudgetSettings, Jitter, RetryAfterMode, RetryAfterRule};
 use crate::invalid::Invalid;
 
@@ -376,19 +378,21 @@ impl Policy {
         for (i, spec) in self.protections.iter().enumerate() {
             let kind = spec.settings.kind();
             let twice = self.protections[..i].iter().any(|before| before.settings.kind() == kind);
-            if twice || (kind == "retry_budget" && self.retry_budget.is_some()) {
+            if twice || (kind == ProtectionKind::RetryBudget && self.retry_budget.is_some()) {
                 let detail = format!("{kind} is listed already: a policy has each kind once");
                 return invalid(&format!("protections[{i}].kind"), detail);
             }
-            // gRFC A6: "Throttling also applies to hedged RPCs", with one token count:
-            // grpc_hedging carries gRPC's retryThrottling itself, so `grpc` beside it would
-            // count every answer twice (and hedging already takes the place of the retries).
-            let other = if kind == "grpc" { "grpc_hedging" } else { "grpc" };
+            // gRFC A6: "Throttling also applies to hedged RPCs", with one token count: hedging
+            // carries gRPC's retryThrottling itself, so the throttle beside it would count every
+            // answer twice (and hedging already takes the place of the retries).
+            let (grpc, hedging) = (ProtectionKind::Grpc, ProtectionKind::GrpcHedging);
+            let other = if kind == grpc { hedging } else { grpc };
             let clash = self.protections[..i].iter().any(|before| before.settings.kind() == other);
-            if clash && (kind == "grpc" || kind == "grpc_hedging") {
-                let detail = "grpc and grpc_hedging cannot both be listed: grpc_hedging carries gRPC's \
-                              retry throttling itself, and both would count every answer twice"
-                    .to_string();
+            if clash && (kind == grpc || kind == hedging) {
+                let detail = format!(
+                    "{grpc} and {hedging} cannot both be listed: {hedging} carries gRPC's retry throttling \
+                     itself, and both would count every answer twice"
+                );
                 return invalid(&format!("protections[{i}].kind"), detail);
             }
         }

@@ -16,6 +16,7 @@ mod endpoint;
 pub mod error;
 mod events;
 mod front;
+mod kinds;
 mod openapi;
 mod pages;
 mod policies;
@@ -59,6 +60,7 @@ pub fn router(state: AppState, with_metrics: bool) -> Router {
         .route("/api/comparisons/{id}", get(compare::report))
         .route("/api/comparisons/{id}/labs", post(compare::open_in_lab))
         .route("/api/policies/export", get(policies::export_policy))
+        .route("/api/protection-kinds", get(kinds::protection_kinds))
         .route("/api/labs", post(api::create_lab))
         .route("/api/labs/{lab}", get(api::snapshot).layer(compressed()))
         .route("/api/labs/{lab}/downstream", put(api::set_downstream))

@@ -7,7 +7,7 @@ use axum::Json;
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use super::{api, callers, claims, compare, dead_letters, endpoint, events, pages, policies};
+use super::{api, callers, claims, compare, dead_letters, endpoint, events, kinds, pages, policies};
 use crate::dlq::Cause;
 
 #[derive(OpenApi)]
@@ -41,6 +41,7 @@ use crate::dlq::Cause;
         compare::report,
         compare::open_in_lab,
         policies::export_policy,
+        kinds::protection_kinds,
     )
 )]
 pub struct ApiDoc;
@@ -91,7 +92,7 @@ pub fn description() -> Value {
 /// The dead-letter filter's `cause`, described with the causes there are, from `Cause::ALL`, so
 /// the text cannot leave one out (it once left out `grpc_hedging`).
 fn write_in_causes(description: &mut Value) {
-    let causes: Vec<&str> = Cause::ALL.iter().map(|c| c.as_str()).collect();
+    let causes: Vec<&str> = Cause::all().map(Cause::as_str).collect();
     let text = format!(
         "Causes, comma-separated, each one of: {} (a protection's refusal is filed under its kind)",
         causes.join(", ")
@@ -129,7 +130,7 @@ mod tests {
             description["paths"]["/api/labs/{lab}/dead-letters"]["get"]["parameters"].as_array().unwrap();
         let parameter = parameters.iter().find(|p| p["name"] == "cause").unwrap();
         let property = &description["components"]["schemas"]["Filter"]["properties"]["cause"];
-        for cause in crate::dlq::Cause::ALL {
+        for cause in crate::dlq::Cause::all() {
             for text in [&parameter["description"], &property["description"]] {
                 assert!(text.as_str().unwrap().contains(cause.as_str()), "{cause:?} missing from {text}");
             }

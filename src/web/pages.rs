@@ -118,7 +118,7 @@ pub async fn lab(State(app): State<AppState>, Path(raw): Path<String>) -> Respon
         dead_letters: span(app.retention.dead_letter_ttl_s),
         idle_labs: span(app.retention.idle_lab_ttl_s),
     };
-    let dlq_causes = crate::dlq::Cause::ALL.iter().map(|c| (c.as_str(), c.words())).collect();
+    let dlq_causes = crate::dlq::Cause::all().map(|c| (c.as_str(), c.words())).collect();
     LabPage {
         lab_id: lab.id.to_string(),
         mode,
@@ -162,6 +162,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("backoff-chart.js", JS, include_str!("../../static/backoff-chart.js")),
     ("dead-letters.js", JS, include_str!("../../static/dead-letters.js")),
     ("dlq-filter.js", JS, include_str!("../../static/dlq-filter.js")),
+    ("kinds.js", JS, include_str!("../../static/kinds.js")),
     ("dlq-actions.js", JS, include_str!("../../static/dlq-actions.js")),
     ("dlq-detail.js", JS, include_str!("../../static/dlq-detail.js")),
     ("trace.js", JS, include_str!("../../static/trace.js")),

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use retrylab::compare::presets;
 use retrylab::dlq::Cause;
-use retrylab::retry::protection::ProtectionSettings;
+use retrylab::retry::protection::ProtectionKind;
 use serde_json::Value;
 
 use crate::helpers::TestApp;
@@ -46,8 +46,8 @@ fn every_server_flag_is_in_the_settings_guide() {
 #[test]
 fn every_protection_kind_cause_and_preset_is_in_the_catalogue() {
     let catalogue = read("docs/protections-and-defences.md") + &read("docs/story-and-chapters.md");
-    let kinds = ProtectionSettings::KINDS.iter().map(|k| k.to_string());
-    let causes = Cause::ALL.iter().map(|c| c.as_str().to_owned());
+    let kinds = ProtectionKind::ALL.iter().map(|k| k.name().to_owned());
+    let causes = Cause::all().map(|c| c.as_str().to_owned());
     let presets =
         presets::all().iter().flat_map(|p| std::iter::once(p.name.clone()).chain(p.aliases.clone()));
     let named = retrylab::compare::defences::named().into_iter().map(|(row, _)| row.name);

@@ -236,3 +236,53 @@ async fn the_compare_form_links_each_sourced_preset_to_its_source() {
         );
     }
 }
+
+/// The page lists no kind of protection nor dead-letter cause of its own: it takes them from
+/// `GET /api/protection-kinds`, which the one table in `retry::protection` makes, and the lab
+/// page's cause filter offers the same causes in the same words.
+#[tokio::test]
+async fn the_page_takes_the_kinds_and_causes_from_the_server() {
+    use retrylab::dlq::Cause;
+    use retrylab::retry::protection::ProtectionKind;
+    use serde_json::{Value, json};
+
+    let app = TestApp::spawn().await;
+    let answer: Value =
+        app.client.get(app.url("/api/protection-kinds")).send().await.unwrap().json().await.unwrap();
+    let kinds: Vec<Value> =
+        ProtectionKind::ALL.iter().map(|k| json!({"kind": k.name(), "words": k.words()})).collect();
+    assert_eq!(answer["kinds"], json!(kinds));
+    let causes: Vec<Value> = Cause::all()
+        .map(|c| match c.kind() {
+            Some(kind) => json!({"cause": c.as_str(), "words": c.words(), "kind": kind.name()}),
+            None => json!({"cause": c.as_str(), "words": c.words()}),
+        })
+        .collect();
+    assert_eq!(answer["causes"], json!(causes));
+    assert!(causes.len() > kinds.len(), "every kind a cause, and the fixed causes besides");
+
+    let lab = app.new_lab().await;
+    let html = app.client.get(app.url(&format!("/labs/{lab}"))).send().await.unwrap().text().await.unwrap();
+    for cause in Cause::all() {
+        let option = format!("<option value=\"{}\">{}</option>", cause.as_str(), cause.words());
+        assert!(html.contains(&option), "the lab page offers {option}");
+    }
+
+    // No page module names a kind: not as a string, nor as a key with its words.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("static");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "js") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for kind in ProtectionKind::ALL {
+            let name = kind.name();
+            for written in
+                [format!("'{name}'"), format!("\"{name}\""), format!("`{name}`"), format!("{name}: '")]
+            {
+                assert!(!source.contains(&written), "{} names the kind {written}", path.display());
+            }
+        }
+    }
+}

@@ -371,3 +371,31 @@ async fn envoys_budget_stops_a_retry_while_too_many_are_out() {
     assert_eq!(stopped as usize, refused);
     assert_eq!(done["policy"]["protections"][0]["budget_percent"], 20.0, "Envoy's default");
 }
+
+/// resilience4j's semaphore bulkhead: with 3 permits and a slow endpoint, a burst of 10 sends
+/// at most 3 at once; the rest are refused at once, unsent, each a dead letter under its kind,
+/// counted as its own, and every permit is back once the burst settled.
+#[tokio::test]
+async fn a_bulkhead_refuses_attempts_past_its_permits_at_once_and_gives_each_back() {
+    let app = TestApp::spawn().await;
+    let lab = app.fast_lab().await;
+    app.put(&lab, "downstream", r#"{"mode": "slow", "slow_ms": [300, 300]}"#).await;
+    let policy = r#"{"max_attempts": 1, "timeout_ms": 5000,
+        "protections": [{"kind": "bulkhead", "max_concurrent_calls": 3}]}"#;
+    app.put(&lab, "policy", policy).await;
+    app.burst(&lab, 10).await;
+    let done =
+        app.wait_for(&lab, PATIENCE, |s| counter(s, "delivered") + counter(s, "dead_letter") == 10).await;
+    let refused = refused_locally(&done);
+    assert!(!refused.is_empty(), "a burst of 10 against 3 permits");
+    assert!(refused.iter().all(|a| a["refused_by"] == "bulkhead" && a["status"].is_null()), "{refused:?}");
+    let letters = dead_lettered_as(&done, "bulkhead", "refused by bulkhead: the bulkhead is full");
+    assert_eq!(letters as u64, counter(&done, "dead_letter"), "every letter is the bulkhead's");
+    assert_eq!((suppressed(&done, "bulkhead") as usize, refused.len()), (letters, letters));
+    assert!(counter(&done, "delivered") >= 3, "{}", counter(&done, "delivered"));
+    assert_eq!(done["protections"][0]["kind"], "bulkhead");
+    assert_eq!(
+        (done["protections"][0]["level"].as_f64(), done["protections"][0]["ceiling"].as_f64()),
+        (Some(0.0), Some(3.0))
+    );
+}

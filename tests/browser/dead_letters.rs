@@ -296,3 +296,49 @@ async fn ten_thousand_dead_letters_draw_only_in_view_and_filter_within_100_ms() 
     assert!(last.as_u64().unwrap() < 60, "{last}");
     assert_no_console_errors(&page);
 }
+
+/// The page's causes are the server's (`GET /api/protection-kinds`, made from the one table of
+/// kinds): the filter's names and words are those, and a letter a hedged round ended (a kind two
+/// page lists once left out) is counted and named in the server's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_names_the_causes_as_the_server_does_hedging_included() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 900).await;
+    let lab = open_new_lab(&page, &server).await;
+    let served: Value = server.get_json("/api/protection-kinds").await;
+    let causes = served["causes"].as_array().unwrap();
+    let in_page = page
+        .eval("import('/static/dlq-filter.js').then((m) => ({ causes: m.CAUSES, text: m.CAUSE_TEXT }))")
+        .await
+        .unwrap();
+    let names: Vec<Value> = causes.iter().map(|c| c["cause"].clone()).collect();
+    assert_eq!(in_page["causes"], Value::Array(names), "the page's causes, in the server's order");
+    for cause in causes {
+        assert_eq!(in_page["text"][cause["cause"].as_str().unwrap()], cause["words"], "{cause}");
+    }
+
+    // Every 503 is fatal to this hedging: each round ends under the hedging's own cause.
+    let hedging =
+        r#"{"protections": [{"kind": "grpc_hedging", "max_attempts": 2, "non_fatal_statuses": []}]}"#;
+    server.put(&lab, "policy", hedging).await;
+    choose_mode(&page, "down").await;
+    server.burst(&lab, 3).await;
+    wait_counter(&page, "dead_letter", 3).await;
+    let hedged = causes.iter().find(|c| c["kind"] == "grpc_hedging").expect("hedging has its cause");
+    let chip = wait_for(
+        &page,
+        "the hedging's cause among the counts",
+        "(() => { const c = document.querySelector('[data-facet=\"cause\"][data-value=\"grpc_hedging\"]'); \
+         return c?.dataset.count === '3' ? c.textContent : null; })()",
+    )
+    .await;
+    let words = hedged["words"].as_str().unwrap();
+    assert_eq!(
+        chip.as_str(),
+        Some(format!("{words} 3").as_str()),
+        "counted and named as the server names it"
+    );
+    assert_no_console_errors(&page);
+}

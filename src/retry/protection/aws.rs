@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -34,6 +34,20 @@ impl Default for AwsQuotaSettings {
             timeout_retry_cost: 10,
             no_retry_increment: 1,
         }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for AwsQuotaSettings {
+    const WORDS: &'static str = "AWS retry quota";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        let most = f64::from(self.initial_retry_tokens);
+        within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+        within("retry_cost", f64::from(self.retry_cost), 1.0, most)?;
+        within("timeout_retry_cost", f64::from(self.timeout_retry_cost), 1.0, most)?;
+        within("no_retry_increment", f64::from(self.no_retry_increment), 0.0, most)
     }
 }
 

@@ -23,7 +23,7 @@
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-use super::{AwsQuota, Ended, Protection, Report};
+use super::{AwsQuota, Ended, Protection, Report, KindSettings, OutOfRange, within};
 use crate::retry::{Wait, WaitReason};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -61,6 +61,24 @@ impl Default for Aws2026Settings {
             max_backoff_ms: 20_000,
             retry_after_max_additional_ms: 5_000,
         }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for Aws2026Settings {
+    const WORDS: &'static str = "AWS retry quota (2026)";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        let most = f64::from(self.initial_retry_tokens);
+        within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+        within("retry_cost", f64::from(self.retry_cost), 1.0, most)?;
+        within("throttling_retry_cost", f64::from(self.throttling_retry_cost), 1.0, most)?;
+        within("no_retry_increment", f64::from(self.no_retry_increment), 0.0, most)?;
+        within("base_scale_ms", self.base_scale_ms as f64, 1.0, 60_000.0)?;
+        within("throttling_base_scale_ms", self.throttling_base_scale_ms as f64, 1.0, 60_000.0)?;
+        within("max_backoff_ms", self.max_backoff_ms as f64, 1.0, 300_000.0)?;
+        within("retry_after_max_additional_ms", self.retry_after_max_additional_ms as f64, 0.0, 60_000.0)
     }
 }
 

@@ -23,7 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AwsQuota, AwsQuotaSettings, Ended, Protection, Report};
+use super::{AwsQuota, AwsQuotaSettings, Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -64,6 +64,26 @@ impl Default for AwsAdaptiveSettings {
             smoothing: 0.8,
             time_bucket_range_ms: 500,
         }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for AwsAdaptiveSettings {
+    const WORDS: &'static str = "AWS retry quota (adaptive)";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        let most = f64::from(self.initial_retry_tokens);
+        within("initial_retry_tokens", most, 1.0, 100_000.0)?;
+        within("retry_cost", f64::from(self.retry_cost), 1.0, most)?;
+        within("timeout_retry_cost", f64::from(self.timeout_retry_cost), 1.0, most)?;
+        within("no_retry_increment", f64::from(self.no_retry_increment), 0.0, most)?;
+        within("beta", self.beta, 0.01, 0.99)?;
+        within("scale_constant", self.scale_constant, 0.01, 100.0)?;
+        within("min_rate", self.min_rate, 0.01, 10_000.0)?;
+        within("max_rate_adjust_scale", self.max_rate_adjust_scale, 1.0, 100.0)?;
+        within("smoothing", self.smoothing, 0.01, 1.0)?;
+        within("time_bucket_range_ms", self.time_bucket_range_ms as f64, 10.0, 60_000.0)
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 /// The sliding window the budget counts over.
 pub const BUDGET_WINDOW_MS: u64 = 10_000;
@@ -29,6 +29,17 @@ impl Default for BudgetSettings {
     /// tower's `TpsBudget::default()`: 20 % of requests, and 10 retries a second.
     fn default() -> Self {
         BudgetSettings { ratio: 0.2, min_per_s: 10.0 }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for BudgetSettings {
+    const WORDS: &'static str = "retry budget";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("ratio", self.ratio, 0.0, 1.0)?;
+        within("min_per_s", self.min_per_s, 0.0, 10_000.0)
     }
 }
 

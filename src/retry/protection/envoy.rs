@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -27,6 +27,17 @@ pub struct EnvoySettings {
 impl Default for EnvoySettings {
     fn default() -> Self {
         EnvoySettings { budget_percent: 20.0, min_retry_concurrency: 3 }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for EnvoySettings {
+    const WORDS: &'static str = "Envoy retry budget";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("budget_percent", self.budget_percent, 0.0, 100.0)?;
+        within("min_retry_concurrency", f64::from(self.min_retry_concurrency), 0.0, 100_000.0)
     }
 }
 

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 /// Thousandths of a token.
 const SCALE: f64 = 1000.0;
@@ -29,6 +29,17 @@ pub struct GrpcSettings {
 impl Default for GrpcSettings {
     fn default() -> Self {
         GrpcSettings { max_tokens: 10.0, token_ratio: 0.1 }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for GrpcSettings {
+    const WORDS: &'static str = "gRPC retry throttling";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("max_tokens", self.max_tokens, 1.0, 1_000.0)?;
+        within("token_ratio", self.token_ratio, 0.001, self.max_tokens)
     }
 }
 

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::grpc::{GrpcSettings, GrpcThrottle};
-use super::{Ended, Protection, Report};
+use super::{Ended, KindSettings, OutOfRange, Protection, Refuser, Report, within};
 
 /// gRFC A6, "Limits on Retries and Hedges": `maxAttempts` "have, by default, a client-side
 /// maximum value of 5 ... higher values will be treated as equal to the maximum value".
@@ -113,6 +113,26 @@ impl Default for GrpcHedgingSettings {
             max_tokens: 10.0,
             token_ratio: 0.1,
         }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for GrpcHedgingSettings {
+    const WORDS: &'static str = "gRPC hedging";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        // gRFC A6: `maxAttempts` "must be two or greater"; above 5 it counts as 5, so it is
+        // taken up to a bound that says a number, not refused.
+        within("max_attempts", f64::from(self.max_attempts), 2.0, 100.0)?;
+        within("hedging_delay_ms", self.hedging_delay_ms as f64, 0.0, 60_000.0)?;
+        // A6: "`nonFatalStatusCodes` is an optional field"; empty, every answer but OK is fatal.
+        if let Some(bad) = self.non_fatal_statuses.iter().find(|status| !(400..=599).contains(status)) {
+            let detail = format!("non_fatal_statuses must be 4xx or 5xx statuses, not {bad}");
+            return Err(("non_fatal_statuses", detail));
+        }
+        within("max_tokens", self.max_tokens, 1.0, 1_000.0)?;
+        within("token_ratio", self.token_ratio, 0.001, self.max_tokens)
     }
 }
 
@@ -273,7 +293,7 @@ pub struct HedgeRound {
     /// Why no more hedges go, once none will.
     stopped: Option<AllFailed>,
     /// The protection that refused a hedge, when one did (this one's throttle, or another).
-    refused_by: Option<&'static str>,
+    refused_by: Option<Refuser>,
 }
 
 impl HedgeRound {
@@ -316,12 +336,12 @@ impl HedgeRound {
     }
 
     /// A protection (`kind`) refused to send a hedge; `answered` with `Answer::Refused` follows.
-    pub fn refused_by(&mut self, kind: &'static str) {
+    pub fn refused_by(&mut self, kind: Refuser) {
         self.refused_by.get_or_insert(kind);
     }
 
     /// The protection that refused a hedge, if one did.
-    pub fn refusal(&self) -> Option<&'static str> {
+    pub fn refusal(&self) -> Option<Refuser> {
         self.refused_by
     }
 

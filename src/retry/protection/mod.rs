@@ -3,7 +3,9 @@
 //! the message's seeded random stream, in the shape of tower's `retry::budget::TpsBudget`
 //! (`deposit`, `withdraw`). The policy names them through `ProtectionSettings`, a closed enum
 //! tagged by `kind` that serialises as `{"kind": "token_bucket", ...}` and dispatches to the
-//! protection's state (`Guard`).
+//! protection's state (`Guard`). Each kind is named once, in the `kinds!` table below, which
+//! makes the enum, the guard, the dispatch and `ProtectionKind` (its name and words); each
+//! kind's file holds its source, rule, defaults, ranges (`KindSettings::check`) and words.
 //!
 //! Per client or shared is a matter of construction, as tower's `ConcurrencyLimit::new` and
 //! `new_shared` are: a client holds a `Handle` on each guard; `Handle::new` makes one for that
@@ -12,38 +14,21 @@
 //! The policy's own `breaker` and `retry_budget` fields are protections too, kept where they
 //! were so that stored policies read and write as before: each client holds its own (a
 //! budget's window counts first attempts even while the policy has no budget, so one put in
-//! mid-run starts from the last 10 s). Pure: no I/O, no clock of its own.
+//! mid-run starts from the last 10 s); the client asks them with the listed ones, through the
+//! same trait, in one order (`client::ORDER`). Pure: no I/O, no clock of its own.
 
-mod aws;
-mod aws_2026;
-mod aws_adaptive;
 mod breaker;
-mod budget;
-mod envoy;
-mod grpc;
-mod grpc_hedging;
-mod ratio_breaker;
-mod sre;
-mod token_bucket;
 
+use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-pub use aws::{AwsQuota, AwsQuotaSettings};
-pub use aws_2026::{Aws2026, Aws2026Settings};
-pub use aws_adaptive::{AwsAdaptive, AwsAdaptiveSettings};
 pub use breaker::{Breaker, BreakerAnswer, BreakerSettings, BreakerState, Refused};
-pub use budget::{BUDGET_WINDOW_MS, BudgetSettings, RetryBudget};
-pub use envoy::{EnvoyBudget, EnvoySettings};
-pub use grpc::{GrpcSettings, GrpcThrottle};
+pub use budget::BUDGET_WINDOW_MS;
 pub use grpc_hedging::{
-    AllFailed, Answer, GrpcHedging, GrpcHedgingSettings, HedgeRound, MAX_HEDGED_ATTEMPTS,
-    MAX_NON_FATAL_STATUSES, Settled, Statuses,
+    AllFailed, Answer, HedgeRound, MAX_HEDGED_ATTEMPTS, MAX_NON_FATAL_STATUSES, Settled, Statuses,
 };
 use rand::Rng;
-pub use ratio_breaker::{RatioBreaker, RatioBreakerSettings};
 use serde::{Deserialize, Serialize};
-pub use sre::{AdaptiveThrottle, SreSettings};
-pub use token_bucket::{TokenBucket, TokenBucketSettings};
 
 use crate::invalid::Invalid;
 use crate::retry::Wait;
@@ -102,6 +87,11 @@ impl Ended {
 /// those that may draw (a probabilistic refusal) have the message's random stream.
 pub trait Protection: Default {
     type Settings;
+
+    /// A fresh state for these settings (most start from nothing; a token bucket starts full).
+    fn fresh(_settings: &Self::Settings) -> Self {
+        Self::default()
+    }
 
     /// May attempt `n` of a message be sent now? When not, says why: the attempt fails fast,
     /// unsent, as the breaker's short circuit does.
@@ -201,78 +191,236 @@ pub struct ProtectionSpec {
     pub scope: Scope,
 }
 
-/// The protections there are, tagged by `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ProtectionSettings {
-    /// Retries within a ratio of first attempts over 10 s (as the policy's `retry_budget`).
-    RetryBudget(BudgetSettings),
-    /// Brooker's retry token bucket.
-    TokenBucket(TokenBucketSettings),
-    /// gRPC's retry throttling (gRFC A6).
-    Grpc(GrpcSettings),
-    /// The SRE book's client-side adaptive throttling and per-client retry budget.
-    Sre(SreSettings),
-    /// The AWS SDKs' retry quota (standard mode).
-    AwsStandard(AwsQuotaSettings),
-    /// A breaker on the failure ratio over a window (Polly v8's circuit breaker).
-    RatioBreaker(RatioBreakerSettings),
-    /// Envoy's retry budget: retries outstanding within a share of the active requests.
-    Envoy(EnvoySettings),
-    /// The AWS SDKs' standard mode as of 2026 (mode version 2.1): its quota and its waits.
-    #[serde(rename = "aws_standard_2026")]
-    AwsStandard2026(Aws2026Settings),
-    /// The AWS SDKs' adaptive mode: the standard quota and a client-side rate limiter.
-    AwsAdaptive(AwsAdaptiveSettings),
-    /// gRPC's hedging (gRFC A6 `hedgingPolicy`), throttled by gRPC's tokens.
-    GrpcHedging(GrpcHedgingSettings),
+/// Every protection a policy may list, each named once: its variant, its `kind` on the wire,
+/// its file, its settings and its state. From this one table come the settings enum
+/// (`ProtectionSettings`, tagged by `kind`), the kind (`ProtectionKind`, with its name and
+/// words), the guard (`Guard`, settings with state) and the dispatch to each `Protection`. A
+/// new protection is its file and one line here.
+macro_rules! kinds {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $tag:tt in $module:ident: $settings:ident, $state:ident;
+    )*) => {
+        $(
+            mod $module;
+            pub use $module::{$settings, $state};
+        )*
+
+        /// The protections there are, tagged by `kind`.
+        #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+        #[serde(tag = "kind")]
+        pub enum ProtectionSettings {
+            $(
+                $(#[$doc])*
+                #[serde(rename = $tag)]
+                $variant($settings),
+            )*
+        }
+
+        /// A kind of protection, as `kind` names it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ProtectionKind {
+            $($variant,)*
+        }
+
+        impl ProtectionKind {
+            /// Every kind, in the table's order.
+            pub const ALL: &'static [ProtectionKind] = &[$(ProtectionKind::$variant,)*];
+
+            /// The name `kind` gives it on the wire, in a dead letter's cause and in the counts.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ProtectionKind::$variant => $tag,)*
+                }
+            }
+
+            /// The protection in words, as its own file says them.
+            pub fn words(self) -> &'static str {
+                match self {
+                    $(ProtectionKind::$variant => <$settings as KindSettings>::WORDS,)*
+                }
+            }
+        }
+
+        impl ProtectionSettings {
+            /// Its kind.
+            pub fn kind(&self) -> ProtectionKind {
+                match self {
+                    $(ProtectionSettings::$variant(_) => ProtectionKind::$variant,)*
+                }
+            }
+
+            /// A fresh state for these settings.
+            fn fresh(self) -> Guard {
+                match self {
+                    $(ProtectionSettings::$variant(s) => Guard::$variant(s, <$state as Protection>::fresh(&s)),)*
+                }
+            }
+
+            /// The first parameter out of its range, and the range, as its own file checks it.
+            fn check(&self) -> Result<(), OutOfRange> {
+                match self {
+                    $(ProtectionSettings::$variant(s) => s.check(),)*
+                }
+            }
+        }
+
+        /// A protection's settings with its state: the closed set of kinds, each dispatched to
+        /// its own `Protection`.
+        #[derive(Debug, Clone)]
+        pub enum Guard {
+            $($variant($settings, $state),)*
+        }
+
+        impl Guard {
+            pub fn settings(&self) -> ProtectionSettings {
+                match *self {
+                    $(Guard::$variant(s, _) => ProtectionSettings::$variant(s),)*
+                }
+            }
+
+            pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+                match self {
+                    $(Guard::$variant(s, p) => p.gate(s, n, now_ms, rng),)*
+                }
+            }
+
+            pub fn delay(&mut self, n: u32, now_ms: u64) -> u64 {
+                match self {
+                    $(Guard::$variant(s, p) => p.delay(s, n, now_ms),)*
+                }
+            }
+
+            pub fn sent(&mut self, n: u32, now_ms: u64) {
+                match self {
+                    $(Guard::$variant(s, p) => p.sent(s, n, now_ms),)*
+                }
+            }
+
+            pub fn ended(&mut self, ended: &Ended, now_ms: u64) {
+                match self {
+                    $(Guard::$variant(s, p) => p.ended(s, ended, now_ms),)*
+                }
+            }
+
+            pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
+                match self {
+                    $(Guard::$variant(s, p) => p.retry(s, after, now_ms, rng),)*
+                }
+            }
+
+            pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
+                match self {
+                    $(Guard::$variant(s, p) => p.wait(s, after, retry_after_s, rng),)*
+                }
+            }
+
+            pub fn interrupted(&mut self) {
+                match self {
+                    $(Guard::$variant(s, p) => p.interrupted(s),)*
+                }
+            }
+
+            pub fn gate_undone(&mut self, n: u32) {
+                match self {
+                    $(Guard::$variant(s, p) => p.gate_undone(s, n),)*
+                }
+            }
+
+            pub fn retry_undone(&mut self, after: &Ended) {
+                match self {
+                    $(Guard::$variant(s, p) => p.retry_undone(s, after),)*
+                }
+            }
+
+            pub fn report(&self, now_ms: u64) -> Report {
+                match self {
+                    $(Guard::$variant(s, p) => p.report(s, now_ms),)*
+                }
+            }
+        }
+    };
 }
 
-impl ProtectionSettings {
-    /// The kinds, as `kind` names them.
-    pub const KINDS: [&'static str; 10] = [
-        "retry_budget",
-        "token_bucket",
-        "grpc",
-        "sre",
-        "aws_standard",
-        "ratio_breaker",
-        "envoy",
-        "aws_standard_2026",
-        "aws_adaptive",
-        "grpc_hedging",
-    ];
+kinds! {
+    /// Retries within a ratio of first attempts over 10 s (as the policy's `retry_budget`).
+    RetryBudget = "retry_budget" in budget: BudgetSettings, RetryBudget;
+    /// Brooker's retry token bucket.
+    TokenBucket = "token_bucket" in token_bucket: TokenBucketSettings, TokenBucket;
+    /// gRPC's retry throttling (gRFC A6).
+    Grpc = "grpc" in grpc: GrpcSettings, GrpcThrottle;
+    /// The SRE book's client-side adaptive throttling and per-client retry budget.
+    Sre = "sre" in sre: SreSettings, AdaptiveThrottle;
+    /// The AWS SDKs' retry quota (standard mode).
+    AwsStandard = "aws_standard" in aws: AwsQuotaSettings, AwsQuota;
+    /// A breaker on the failure ratio over a window (Polly v8's circuit breaker).
+    RatioBreaker = "ratio_breaker" in ratio_breaker: RatioBreakerSettings, RatioBreaker;
+    /// Envoy's retry budget: retries outstanding within a share of the active requests.
+    Envoy = "envoy" in envoy: EnvoySettings, EnvoyBudget;
+    /// The AWS SDKs' standard mode as of 2026 (mode version 2.1): its quota and its waits.
+    AwsStandard2026 = "aws_standard_2026" in aws_2026: Aws2026Settings, Aws2026;
+    /// The AWS SDKs' adaptive mode: the standard quota and a client-side rate limiter.
+    AwsAdaptive = "aws_adaptive" in aws_adaptive: AwsAdaptiveSettings, AwsAdaptive;
+    /// gRPC's hedging (gRFC A6 `hedgingPolicy`), throttled by gRPC's tokens.
+    GrpcHedging = "grpc_hedging" in grpc_hedging: GrpcHedgingSettings, GrpcHedging;
+    /// resilience4j's semaphore bulkhead: at most so many attempts in flight, the rest refused.
+    Bulkhead = "bulkhead" in bulkhead: BulkheadSettings, SemaphoreBulkhead;
+}
 
-    /// The name `kind` gives it.
-    pub fn kind(&self) -> &'static str {
+impl fmt::Display for ProtectionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl ProtectionKind {
+    /// The kind `name` names; `None` for a name no protection has (nothing falls back).
+    pub fn parse(name: &str) -> Option<ProtectionKind> {
+        ProtectionKind::ALL.iter().copied().find(|kind| kind.name() == name)
+    }
+}
+
+/// A parameter out of its range, and the range in words (`size must be 1 to 10000`).
+pub type OutOfRange = (&'static str, String);
+
+/// What one kind's settings say of themselves, in the kind's own file: its words and its ranges.
+pub trait KindSettings {
+    /// The protection in words, as the page and a dead letter's cause name it.
+    const WORDS: &'static str;
+
+    /// The first parameter out of its range, and the range.
+    fn check(&self) -> Result<(), OutOfRange>;
+}
+
+/// `Ok` when `value` of `param` is within `low..=high`; else the range in words.
+fn within(param: &'static str, value: f64, low: f64, high: f64) -> Result<(), OutOfRange> {
+    match (low..=high).contains(&value) {
+        true => Ok(()),
+        false => Err((param, format!("{param} must be {low} to {high}"))),
+    }
+}
+
+/// What stopped an attempt or a retry: the policy's breaker, or a protection of a kind (the
+/// policy's `retry_budget` refuses as the listed one does, under its kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuser {
+    Breaker,
+    Kind(ProtectionKind),
+}
+
+impl Refuser {
+    /// Its name in the counts and the trace: `breaker`, or the kind's.
+    pub fn name(self) -> &'static str {
         match self {
-            ProtectionSettings::RetryBudget(_) => Self::KINDS[0],
-            ProtectionSettings::TokenBucket(_) => Self::KINDS[1],
-            ProtectionSettings::Grpc(_) => Self::KINDS[2],
-            ProtectionSettings::Sre(_) => Self::KINDS[3],
-            ProtectionSettings::AwsStandard(_) => Self::KINDS[4],
-            ProtectionSettings::RatioBreaker(_) => Self::KINDS[5],
-            ProtectionSettings::Envoy(_) => Self::KINDS[6],
-            ProtectionSettings::AwsStandard2026(_) => Self::KINDS[7],
-            ProtectionSettings::AwsAdaptive(_) => Self::KINDS[8],
-            ProtectionSettings::GrpcHedging(_) => Self::KINDS[9],
+            Refuser::Breaker => "breaker",
+            Refuser::Kind(kind) => kind.name(),
         }
     }
+}
 
-    /// A fresh state for these settings.
-    fn fresh(self) -> Guard {
-        match self {
-            ProtectionSettings::RetryBudget(s) => Guard::RetryBudget(s, RetryBudget::default()),
-            ProtectionSettings::TokenBucket(s) => Guard::TokenBucket(s, TokenBucket::new(&s)),
-            ProtectionSettings::Grpc(s) => Guard::Grpc(s, GrpcThrottle::default()),
-            ProtectionSettings::Sre(s) => Guard::Sre(s, AdaptiveThrottle::default()),
-            ProtectionSettings::AwsStandard(s) => Guard::AwsStandard(s, AwsQuota::default()),
-            ProtectionSettings::RatioBreaker(s) => Guard::RatioBreaker(s, RatioBreaker::default()),
-            ProtectionSettings::Envoy(s) => Guard::Envoy(s, EnvoyBudget::default()),
-            ProtectionSettings::AwsStandard2026(s) => Guard::AwsStandard2026(s, Aws2026::default()),
-            ProtectionSettings::AwsAdaptive(s) => Guard::AwsAdaptive(s, AwsAdaptive::default()),
-            ProtectionSettings::GrpcHedging(s) => Guard::GrpcHedging(s, GrpcHedging::default()),
-        }
+impl fmt::Display for Refuser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -284,12 +432,9 @@ impl ProtectionSpec {
         let Some(object) = value.as_object() else {
             return Err(Invalid::new(at, "a protection is an object with its kind"));
         };
-        let kinds = ProtectionSettings::KINDS.join(", ");
-        if !object
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .is_some_and(|k| ProtectionSettings::KINDS.contains(&k))
-        {
+        if object.get("kind").and_then(|k| k.as_str()).and_then(ProtectionKind::parse).is_none() {
+            let kinds: Vec<&str> = ProtectionKind::ALL.iter().map(|kind| kind.name()).collect();
+            let kinds = kinds.join(", ");
             return Err(Invalid::new(format!("{at}.kind"), format!("kind must be one of: {kinds}")));
         }
         if object.get("scope").is_some_and(|scope| scope != "per_client" && scope != "shared") {
@@ -313,183 +458,6 @@ impl ProtectionSpec {
         })?;
         spec.settings.check().map_err(|(param, detail)| Invalid::new(format!("{at}.{param}"), detail))?;
         Ok(spec)
-    }
-}
-
-impl ProtectionSettings {
-    /// The first parameter out of its range, and the range.
-    fn check(&self) -> Result<(), (&'static str, String)> {
-        let within =
-            |param: &'static str, value: f64, low: f64, high: f64| match (low..=high).contains(&value) {
-                true => Ok(()),
-                false => Err((param, format!("{param} must be {low} to {high}"))),
-            };
-        match self {
-            ProtectionSettings::RetryBudget(s) => {
-                within("ratio", s.ratio, 0.0, 1.0)?;
-                within("min_per_s", s.min_per_s, 0.0, 10_000.0)
-            }
-            ProtectionSettings::TokenBucket(s) => {
-                within("size", s.size, 1.0, 10_000.0)?;
-                within("deposit", s.deposit, 0.0, s.size)?;
-                within("cost", s.cost, 0.01, s.size)
-            }
-            ProtectionSettings::Grpc(s) => {
-                within("max_tokens", s.max_tokens, 1.0, 1_000.0)?;
-                within("token_ratio", s.token_ratio, 0.001, s.max_tokens)
-            }
-            ProtectionSettings::Sre(s) => {
-                within("k", s.k, 1.0, 10.0)?;
-                within("window_ms", s.window_ms as f64, 100.0, 3_600_000.0)?;
-                within("retry_ratio", s.retry_ratio, 0.0, 1.0)
-            }
-            ProtectionSettings::AwsStandard(s) => {
-                let most = f64::from(s.initial_retry_tokens);
-                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
-                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
-                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
-                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)
-            }
-            ProtectionSettings::RatioBreaker(s) => {
-                within("failure_ratio", s.failure_ratio, 0.001, 1.0)?;
-                within("sampling_duration_ms", s.sampling_duration_ms as f64, 100.0, 3_600_000.0)?;
-                within("minimum_throughput", f64::from(s.minimum_throughput), 2.0, 1_000_000.0)?;
-                within("break_duration_ms", s.break_duration_ms as f64, 1.0, 3_600_000.0)
-            }
-            ProtectionSettings::Envoy(s) => {
-                within("budget_percent", s.budget_percent, 0.0, 100.0)?;
-                within("min_retry_concurrency", f64::from(s.min_retry_concurrency), 0.0, 100_000.0)
-            }
-            ProtectionSettings::AwsStandard2026(s) => {
-                let most = f64::from(s.initial_retry_tokens);
-                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
-                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
-                within("throttling_retry_cost", f64::from(s.throttling_retry_cost), 1.0, most)?;
-                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
-                within("base_scale_ms", s.base_scale_ms as f64, 1.0, 60_000.0)?;
-                within("throttling_base_scale_ms", s.throttling_base_scale_ms as f64, 1.0, 60_000.0)?;
-                within("max_backoff_ms", s.max_backoff_ms as f64, 1.0, 300_000.0)?;
-                within("retry_after_max_additional_ms", s.retry_after_max_additional_ms as f64, 0.0, 60_000.0)
-            }
-            ProtectionSettings::AwsAdaptive(s) => {
-                let most = f64::from(s.initial_retry_tokens);
-                within("initial_retry_tokens", most, 1.0, 100_000.0)?;
-                within("retry_cost", f64::from(s.retry_cost), 1.0, most)?;
-                within("timeout_retry_cost", f64::from(s.timeout_retry_cost), 1.0, most)?;
-                within("no_retry_increment", f64::from(s.no_retry_increment), 0.0, most)?;
-                within("beta", s.beta, 0.01, 0.99)?;
-                within("scale_constant", s.scale_constant, 0.01, 100.0)?;
-                within("min_rate", s.min_rate, 0.01, 10_000.0)?;
-                within("max_rate_adjust_scale", s.max_rate_adjust_scale, 1.0, 100.0)?;
-                within("smoothing", s.smoothing, 0.01, 1.0)?;
-                within("time_bucket_range_ms", s.time_bucket_range_ms as f64, 10.0, 60_000.0)
-            }
-            ProtectionSettings::GrpcHedging(s) => {
-                // gRFC A6: `maxAttempts` "must be two or greater"; above 5 it counts as 5, so it
-                // is taken up to a bound that says a number, not refused.
-                within("max_attempts", f64::from(s.max_attempts), 2.0, 100.0)?;
-                within("hedging_delay_ms", s.hedging_delay_ms as f64, 0.0, 60_000.0)?;
-                // A6: "`nonFatalStatusCodes` is an optional field"; empty, every answer but OK
-                // is fatal.
-                if let Some(bad) = s.non_fatal_statuses.iter().find(|status| !(400..=599).contains(status)) {
-                    let detail = format!("non_fatal_statuses must be 4xx or 5xx statuses, not {bad}");
-                    return Err(("non_fatal_statuses", detail));
-                }
-                within("max_tokens", s.max_tokens, 1.0, 1_000.0)?;
-                within("token_ratio", s.token_ratio, 0.001, s.max_tokens)
-            }
-        }
-    }
-}
-
-/// A protection's settings with its state: the closed set of kinds, each dispatched to its own
-/// `Protection`.
-#[derive(Debug, Clone)]
-pub enum Guard {
-    RetryBudget(BudgetSettings, RetryBudget),
-    TokenBucket(TokenBucketSettings, TokenBucket),
-    Grpc(GrpcSettings, GrpcThrottle),
-    Sre(SreSettings, AdaptiveThrottle),
-    AwsStandard(AwsQuotaSettings, AwsQuota),
-    RatioBreaker(RatioBreakerSettings, RatioBreaker),
-    Envoy(EnvoySettings, EnvoyBudget),
-    AwsStandard2026(Aws2026Settings, Aws2026),
-    AwsAdaptive(AwsAdaptiveSettings, AwsAdaptive),
-    GrpcHedging(GrpcHedgingSettings, GrpcHedging),
-}
-
-/// Calls `$call` on the protection a guard holds, with its settings.
-macro_rules! dispatch {
-    ($guard:expr, |$settings:ident, $state:ident| $call:expr) => {
-        match $guard {
-            Guard::RetryBudget($settings, $state) => $call,
-            Guard::TokenBucket($settings, $state) => $call,
-            Guard::Grpc($settings, $state) => $call,
-            Guard::Sre($settings, $state) => $call,
-            Guard::AwsStandard($settings, $state) => $call,
-            Guard::RatioBreaker($settings, $state) => $call,
-            Guard::Envoy($settings, $state) => $call,
-            Guard::AwsStandard2026($settings, $state) => $call,
-            Guard::AwsAdaptive($settings, $state) => $call,
-            Guard::GrpcHedging($settings, $state) => $call,
-        }
-    };
-}
-
-impl Guard {
-    pub fn settings(&self) -> ProtectionSettings {
-        match *self {
-            Guard::RetryBudget(s, _) => ProtectionSettings::RetryBudget(s),
-            Guard::TokenBucket(s, _) => ProtectionSettings::TokenBucket(s),
-            Guard::Grpc(s, _) => ProtectionSettings::Grpc(s),
-            Guard::Sre(s, _) => ProtectionSettings::Sre(s),
-            Guard::AwsStandard(s, _) => ProtectionSettings::AwsStandard(s),
-            Guard::RatioBreaker(s, _) => ProtectionSettings::RatioBreaker(s),
-            Guard::Envoy(s, _) => ProtectionSettings::Envoy(s),
-            Guard::AwsStandard2026(s, _) => ProtectionSettings::AwsStandard2026(s),
-            Guard::AwsAdaptive(s, _) => ProtectionSettings::AwsAdaptive(s),
-            Guard::GrpcHedging(s, _) => ProtectionSettings::GrpcHedging(s),
-        }
-    }
-
-    pub fn gate(&mut self, n: u32, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
-        dispatch!(self, |settings, state| state.gate(settings, n, now_ms, rng))
-    }
-
-    pub fn delay(&mut self, n: u32, now_ms: u64) -> u64 {
-        dispatch!(self, |settings, state| state.delay(settings, n, now_ms))
-    }
-
-    pub fn sent(&mut self, n: u32, now_ms: u64) {
-        dispatch!(self, |settings, state| state.sent(settings, n, now_ms))
-    }
-
-    pub fn ended(&mut self, ended: &Ended, now_ms: u64) {
-        dispatch!(self, |settings, state| state.ended(settings, ended, now_ms))
-    }
-
-    pub fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
-        dispatch!(self, |settings, state| state.retry(settings, after, now_ms, rng))
-    }
-
-    pub fn wait(&self, after: &Ended, retry_after_s: Option<u64>, rng: &mut dyn Rng) -> Option<Wait> {
-        dispatch!(self, |settings, state| state.wait(settings, after, retry_after_s, rng))
-    }
-
-    pub fn interrupted(&mut self) {
-        dispatch!(self, |settings, state| state.interrupted(settings))
-    }
-
-    pub fn gate_undone(&mut self, n: u32) {
-        dispatch!(self, |settings, state| state.gate_undone(settings, n))
-    }
-
-    pub fn retry_undone(&mut self, after: &Ended) {
-        dispatch!(self, |settings, state| state.retry_undone(settings, after))
-    }
-
-    pub fn report(&self, now_ms: u64) -> Report {
-        dispatch!(self, |settings, state| state.report(settings, now_ms))
     }
 }
 
@@ -554,20 +522,27 @@ mod tests {
         serde_json::from_str(r#"{"kind": "token_bucket"}"#).unwrap()
     }
 
-    /// `kind()` names each protection by its place in `KINDS`: every name there reads as the
-    /// protection its serde tag says, writes back under that tag, and `kind()` gives it again.
+    /// The table gives each kind one name: every name reads as the protection its serde tag
+    /// says, writes back under that tag, and the kind gives it again; an unknown name reads as
+    /// no kind at all.
     #[test]
     fn every_kind_s_name_is_its_serde_tag() {
-        for name in ProtectionSettings::KINDS {
+        for &kind in ProtectionKind::ALL {
+            let name = kind.name();
             let spec: ProtectionSpec = serde_json::from_value(serde_json::json!({ "kind": name }))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(spec.settings.kind(), name);
+            assert_eq!(spec.settings.kind(), kind);
             assert_eq!(serde_json::to_value(spec.settings).unwrap()["kind"], name);
+            assert_eq!(ProtectionKind::parse(name), Some(kind));
+            assert_eq!(Handle::new(spec.settings).lock().settings(), spec.settings, "its guard keeps it");
+            assert!(!kind.words().is_empty(), "{name} has words");
         }
-        let mut names = ProtectionSettings::KINDS.to_vec();
+        let mut names: Vec<&str> = ProtectionKind::ALL.iter().map(|kind| kind.name()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), ProtectionSettings::KINDS.len(), "a name listed twice");
+        assert_eq!(names.len(), ProtectionKind::ALL.len(), "a name listed twice");
+        assert_eq!(ProtectionKind::parse("breaker"), None, "the policy's breaker is no listed kind");
+        assert_eq!(ProtectionKind::parse("nope"), None);
     }
 
     #[test]
@@ -598,11 +573,9 @@ mod tests {
         let field = |json: &str| ProtectionSpec::read(2, &serde_json::from_str(json).unwrap()).unwrap_err();
         let unknown = field(r#"{"kind": "nope"}"#);
         assert_eq!(unknown.field, "policy.protections[2].kind");
-        assert_eq!(
-            unknown.detail,
-            "kind must be one of: retry_budget, token_bucket, grpc, sre, aws_standard, ratio_breaker, envoy, \
-             aws_standard_2026, aws_adaptive, grpc_hedging"
-        );
+        let names: Vec<&str> = ProtectionKind::ALL.iter().map(|kind| kind.name()).collect();
+        assert_eq!(unknown.detail, format!("kind must be one of: {}", names.join(", ")));
+        assert!(unknown.detail.contains("retry_budget, token_bucket, grpc, sre"), "in the table's order");
         assert_eq!(field(r#"{"size": 3}"#).field, "policy.protections[2].kind");
         let scope = field(r#"{"kind": "token_bucket", "scope": "global"}"#);
         assert_eq!(

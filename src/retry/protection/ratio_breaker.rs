@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -41,6 +41,19 @@ impl Default for RatioBreakerSettings {
             break_duration_ms: 5_000,
             retries_only: false,
         }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for RatioBreakerSettings {
+    const WORDS: &'static str = "ratio breaker";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("failure_ratio", self.failure_ratio, 0.001, 1.0)?;
+        within("sampling_duration_ms", self.sampling_duration_ms as f64, 100.0, 3_600_000.0)?;
+        within("minimum_throughput", f64::from(self.minimum_throughput), 2.0, 1_000_000.0)?;
+        within("break_duration_ms", self.break_duration_ms as f64, 1.0, 3_600_000.0)
     }
 }
 

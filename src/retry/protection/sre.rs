@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -32,6 +32,18 @@ pub struct SreSettings {
 impl Default for SreSettings {
     fn default() -> Self {
         SreSettings { k: 2.0, window_ms: 120_000, retry_ratio: 0.1 }
+    }
+}
+
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for SreSettings {
+    const WORDS: &'static str = "SRE adaptive throttling";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("k", self.k, 1.0, 10.0)?;
+        within("window_ms", self.window_ms as f64, 100.0, 3_600_000.0)?;
+        within("retry_ratio", self.retry_ratio, 0.0, 1.0)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ended, Protection, Report};
+use super::{Ended, Protection, Report, KindSettings, OutOfRange, within};
 
 /// Brooker's numbers are the defaults: `AdaptiveRetryFactory(0.1, 5)`, a retry taking 1.0.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -27,6 +27,18 @@ impl Default for TokenBucketSettings {
     }
 }
 
+/// Its words, and its parameters' ranges (a policy listing it out of them is a 422 naming the
+/// parameter).
+impl KindSettings for TokenBucketSettings {
+    const WORDS: &'static str = "token bucket";
+
+    fn check(&self) -> Result<(), OutOfRange> {
+        within("size", self.size, 1.0, 10_000.0)?;
+        within("deposit", self.deposit, 0.0, self.size)?;
+        within("cost", self.cost, 0.01, self.size)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct TokenBucket {
     tokens: f64,
@@ -41,6 +53,10 @@ impl TokenBucket {
 
 impl Protection for TokenBucket {
     type Settings = TokenBucketSettings;
+
+    fn fresh(settings: &TokenBucketSettings) -> Self {
+        TokenBucket::new(settings)
+    }
 
     /// `start()`: a new call deposits, capped at the size.
     fn sent(&mut self, settings: &TokenBucketSettings, n: u32, _now_ms: u64) {
