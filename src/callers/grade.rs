@@ -29,7 +29,8 @@ pub const BACKOFF_MIN_KEYS: usize = 5;
 /// `JITTER_MIN_KEYS` of them. Credited when they spread more than `JITTER_FLOORS` times what
 /// the caller's own process adds (the spread of its first sends, scaled up for their count) plus
 /// `JITTER_MARGIN_MS`; no jitter when
-/// they spread less than `JITTER_MIN_SPREAD_MS` or `JITTER_SHARE` of their median; waiting
+/// they spread less than `JITTER_MIN_SPREAD_MS` or `JITTER_SHARE` of the median of what they
+/// waited past the header (all of it without one); waiting
 /// exactly the header when, past it, the median is within the first sends' spread plus
 /// `JITTER_MARGIN_MS`.
 pub const JITTER_MIN_KEYS: usize = 5;
@@ -375,7 +376,7 @@ fn jitter(waits: &[Wait], floor: Option<Floor>) -> Check {
             continue;
         }
         let sorted: Vec<u64> = group.iter().map(|w| w.waited).collect();
-        let (low, high, middle) = (sorted[0], sorted[sorted.len() - 1], timing::median(&sorted));
+        let (low, high) = (sorted[0], sorted[sorted.len() - 1]);
         let spread = high - low;
         let keys: Vec<&str> = group.iter().map(|w| w.key.as_str()).take(3).collect();
         let said = format!(
@@ -385,12 +386,15 @@ fn jitter(waits: &[Wait], floor: Option<Floor>) -> Check {
             if group.len() > keys.len() { ", ..." } else { "" }
         );
         let credited = floor_ms.is_some_and(|f| spread > JITTER_FLOORS * f + JITTER_MARGIN_MS);
-        let together = spread < JITTER_MIN_SPREAD_MS.max((middle as f64 * JITTER_SHARE) as u64);
         let own: Vec<u64> = {
             let mut own: Vec<u64> = group.iter().map(|w| w.own).collect();
             own.sort_unstable();
             own
         };
+        // The share is of what they waited past the header (all of it without one): every key
+        // was told the same header, so it adds length and no spread, and a jitter drawn on the
+        // part past it is no narrower for the header being long.
+        let together = spread < JITTER_MIN_SPREAD_MS.max((timing::median(&own) as f64 * JITTER_SHARE) as u64);
         // Its quickest came back at the header, and the rest no further past it than its process
         // spreads its sends: what they waited past the header is its process's.
         let exactly = header.is_some()
@@ -418,7 +422,7 @@ fn jitter(waits: &[Wait], floor: Option<Floor>) -> Check {
         floor_ms.map(|f| format!(", so it adds up to about {f} ms")).unwrap_or_default()
     );
     let no_jitter = format!(
-        "no jitter: waits {JITTER_MIN_SPREAD_MS} ms or {}% of their median apart",
+        "no jitter: waits {JITTER_MIN_SPREAD_MS} ms or {}% of the median past any Retry-After apart",
         (JITTER_SHARE * 100.0) as u32
     );
     match (jittered.is_empty(), together.is_empty(), exactly.is_empty()) {
@@ -1162,26 +1166,33 @@ mod tests {
 
     /// The page's snippets wait `Retry-After` and then their backoff with its jitter (tenacity:
     /// 0.5 s doubling plus up to 0.25 s; Node and Go: 500 ms doubling, a quarter of it random).
-    /// Five copies run side by side pass "backs off" whatever the draws.
+    /// Eight copies run side by side, as the suite grades them, pass "backs off" whatever the
+    /// draws, and are said to come back at one instant in at most 0.2 % of runs (none of these
+    /// 2,000). Before the share of "no jitter" was taken past the header, tenacity's five copies
+    /// were said so in 78 of 2,000 runs and eight in 7 (the header's second made 2 % of the
+    /// median as wide as a quarter of its 250 ms jitter); five copies now in 33.
     #[test]
     fn the_snippets_backoff_on_top_of_retry_after_passes_whatever_its_jitter_draws() {
         use rand::SeedableRng;
         use rand::rngs::StdRng;
         use rand::{Rng, RngExt};
+        const COPIES: usize = 8;
+        const TRIALS: u32 = 2_000;
         let tenacity = |k: u32, rng: &mut StdRng| 500 * 2u64.pow(k) + rng.random_range(0..=250);
         let quarter = |k: u32, rng: &mut StdRng| {
             let backoff = 500 * 2u64.pow(k);
             backoff * 3 / 4 + rng.random_range(0..=backoff / 4)
         };
         let mut rng = StdRng::seed_from_u64(31);
-        for trial in 0..1_000 {
-            for (name, own) in
-                [("tenacity", &tenacity as &dyn Fn(u32, &mut StdRng) -> u64), ("node/go", &quarter)]
-            {
+        for (name, own) in
+            [("tenacity", &tenacity as &dyn Fn(u32, &mut StdRng) -> u64), ("node/go", &quarter)]
+        {
+            let mut together = 0;
+            for trial in 0..TRIALS {
                 let count = 2 + rng.next_u32() as usize % 3;
-                let firsts: Vec<u64> = (0..5).map(|_| rng.random_range(0..=200)).collect();
+                let firsts: Vec<u64> = (0..COPIES).map(|_| rng.random_range(0..=200)).collect();
                 let checks = checks(&keys(
-                    5,
+                    COPIES,
                     |i| firsts[i],
                     |_| (0..count as u32).map(|k| (Some(1), 1_000 + own(k, &mut rng))).collect(),
                 ));
@@ -1191,7 +1202,9 @@ mod tests {
                     "{name}, trial {trial}: {:?}",
                     checks.backoff
                 );
+                together += u32::from(checks.jitter.verdict == Verdict::Fail);
             }
+            assert!(together * 500 <= TRIALS, "{name}: jitter failed in {together} of {TRIALS} runs");
         }
     }
 
