@@ -97,6 +97,18 @@ impl Clients {
         self.each[index].sent(&self.policy, n, now_ms);
     }
 
+    /// Tells client `index`'s protections that attempt `n`, let go by them all, is not sent
+    /// after all: what the gates handed out is given back.
+    pub fn not_sent(&mut self, index: usize, n: u32) {
+        self.each[index].not_sent(&self.policy, n);
+    }
+
+    /// Tells client `index`'s protections that sent attempt `n` was cancelled before its
+    /// answer.
+    pub fn cancelled(&mut self, index: usize, n: u32) {
+        self.each[index].cancelled(&self.policy, n);
+    }
+
     /// Tells client `index`'s protections how a sent attempt ended; the breaker's new state,
     /// if it changed.
     pub fn ended(&mut self, index: usize, ended: &Ended, now_ms: u64) -> Option<BreakerState> {

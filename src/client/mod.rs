@@ -134,6 +134,14 @@ impl Member<'_> {
         }
     }
 
+    fn cancelled(&mut self, n: u32) {
+        match self {
+            Member::Budget(budget, settings) => budget.cancelled(settings, n),
+            Member::Listed(guard) => guard.cancelled(n),
+            Member::Breaker(breaker, settings) => breaker.cancelled(settings, n),
+        }
+    }
+
     fn retry(&mut self, after: &Ended, now_ms: u64, rng: &mut dyn Rng) -> Result<(), String> {
         match self {
             Member::Budget(budget, settings) => budget.retry(settings, after, now_ms, rng),
@@ -233,6 +241,12 @@ impl ClientState {
         self.members(policy).iter_mut().for_each(|member| member.ended(ended, now_ms));
         let changed = (self.breaker.state() != before).then(|| self.breaker.state());
         changed.inspect(|&state| self.changed(state, now_ms))
+    }
+
+    /// Attempt `n`, sent, was cancelled before its answer (a hedged round settled while it was
+    /// out): what it held in flight is given back, and it counts as no success or failure.
+    pub fn cancelled(&mut self, policy: &Policy, n: u32) {
+        self.members(policy).iter_mut().for_each(|member| member.cancelled(n));
     }
 
     /// Probes that were cut off (the client died) never answer.
@@ -379,8 +393,8 @@ mod tests {
     use super::*;
     use crate::retry::Refused;
     use crate::retry::protection::{
-        AwsQuotaSettings, ProtectionSettings, ProtectionSpec, RatioBreakerSettings, SreSettings,
-        TokenBucketSettings,
+        AwsQuotaSettings, BulkheadSettings, ProtectionSettings, ProtectionSpec, RatioBreakerSettings,
+        SreSettings, TokenBucketSettings,
     };
 
     fn following(policy: Policy) -> Clients {
@@ -506,5 +520,41 @@ mod tests {
         let refused = client.allows_retry(&policy, &Ended::failure(1), 0, &mut rng).unwrap_err();
         assert_eq!(refused.kind, Refuser::Kind(ProtectionKind::AwsStandard));
         assert_eq!(levels(client), [1.0, 4.0, 0.0], "the refused one took nothing");
+    }
+
+    /// A hedge sent and then cancelled when its round settled gives back what it held in
+    /// flight: the bulkhead's permit and the half-open breaker's probe. Before, each cancelled
+    /// hedge kept one, and a bulkhead of 1 or a breaker with one probe refused all after it.
+    #[test]
+    fn a_cancelled_attempt_gives_back_its_permit_and_its_probe() {
+        let bulkhead = ProtectionSettings::Bulkhead(BulkheadSettings { max_concurrent_calls: 1 });
+        let policy = Policy {
+            breaker: Some(BreakerSettings {
+                failure_threshold: 1,
+                open_ms: 10,
+                half_open_probes: 1,
+                refused: Refused::Retry,
+            }),
+            protections: vec![listed(bulkhead)],
+            ..Policy::default()
+        };
+        let mut clients = following(policy);
+        let (policy, client) = clients.client_mut(0);
+        let policy = policy.clone();
+        let mut rng = StdRng::seed_from_u64(1);
+        assert!(client.admit(&policy, 1, 0, &mut rng).go.is_ok());
+        client.sent(&policy, 1, 0);
+        client.cancelled(&policy, 1);
+        let second = client.admit(&policy, 1, 1, &mut rng).go;
+        assert!(second.is_ok(), "the bulkhead's one permit came back: {second:?}");
+        client.sent(&policy, 1, 1);
+        client.ended(&policy, &Ended::failure(1), 2);
+        assert_eq!(client.breaker_state(), BreakerState::Open);
+        // Half-open at 12 ms: the one probe goes, is cancelled, and is handed out again.
+        assert!(client.admit(&policy, 2, 20, &mut rng).go.is_ok());
+        client.sent(&policy, 2, 20);
+        client.cancelled(&policy, 2);
+        let again = client.admit(&policy, 2, 21, &mut rng).go;
+        assert!(again.is_ok(), "the probe came back: {again:?}");
     }
 }

@@ -24,6 +24,13 @@ use crate::retry::protection::{
 };
 use crate::retry::{BreakerState, Outcome, Policy};
 
+/// Which hedges a round cancels: one admitted but never sent, or ones sent and still out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hedges {
+    NotSent,
+    InFlight,
+}
+
 /// How an attempt may go.
 pub enum Go<'a> {
     /// Send it under this policy, holding the connection slots until it ends.
@@ -207,14 +214,21 @@ impl Lab {
         Some(self.hedge_settled(&mut state, id, settled, (&last, true), round, now))
     }
 
-    /// Hedges of message `id`'s round are cancelled without an answer: one admitted but no
-    /// longer to be sent (the round stopped while it waited for a connection), or those still
-    /// out when the round ended before its next hedge by a rule of the policy's (a new policy
-    /// with fewer attempts came in), so none is left running.
-    pub fn hedges_cancelled(&self, id: u64, hedges: impl IntoIterator<Item = u32>) {
+    /// Hedges of message `id`'s round are cancelled without an answer, so none is left
+    /// running: with `Hedges::NotSent`, one admitted but no longer to be sent (the round stopped
+    /// while it waited for a connection), whose protections take back what they handed out; with
+    /// `Hedges::InFlight`, those still out when the round ended before its next hedge by a rule
+    /// of the policy's (a new policy with fewer attempts came in), whose protections give back
+    /// what each held in flight (a bulkhead's permit, a place among Envoy's active requests).
+    pub fn hedges_cancelled(&self, id: u64, hedges: impl IntoIterator<Item = u32>, how: Hedges) {
         let mut state = self.lock();
         let now = self.now_ms();
+        let index = state.clients.of(id);
         for n in hedges {
+            match how {
+                Hedges::NotSent => state.clients.not_sent(index, n),
+                Hedges::InFlight => state.clients.cancelled(index, n),
+            }
             if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
                 self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);
             }
@@ -233,7 +247,9 @@ impl Lab {
         now: u64,
     ) -> Next {
         let cancelled: Vec<u32> = round.in_flight().collect();
+        let index = state.clients.of(id);
         for &n in &cancelled {
+            state.clients.cancelled(index, n);
             if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
                 self.publish(state, &Event::AttemptFinished { message_id: id, attempt }, now);
             }

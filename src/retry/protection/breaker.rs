@@ -172,6 +172,12 @@ impl Protection for Breaker {
         }
     }
 
+    /// A half-open probe cancelled before its answer proves nothing: it is handed back, as
+    /// one not sent is.
+    fn cancelled(&mut self, settings: &BreakerSettings, n: u32) {
+        self.gate_undone(settings, n);
+    }
+
     fn report(&self, _settings: &BreakerSettings, _now_ms: u64) -> Report {
         let state = match self.state() {
             BreakerState::Closed => "closed",

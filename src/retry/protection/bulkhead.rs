@@ -72,6 +72,11 @@ impl Protection for SemaphoreBulkhead {
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
+    /// A call cancelled while in flight leaves the bulkhead.
+    fn cancelled(&mut self, _settings: &BulkheadSettings, _n: u32) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
     /// The client died: none of the attempts in flight will end.
     fn interrupted(&mut self, _settings: &BulkheadSettings) {
         self.in_flight = 0;

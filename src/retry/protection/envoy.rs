@@ -71,6 +71,11 @@ impl Protection for EnvoyBudget {
         }
     }
 
+    /// A cancelled request is no longer active, nor a cancelled retry outstanding.
+    fn cancelled(&mut self, settings: &EnvoySettings, n: u32) {
+        self.ended(settings, &Ended { n, ..Ended::default() }, 0);
+    }
+
     /// `canCreate()`: fewer outstanding than the most; the grant counts at once.
     fn retry(
         &mut self,

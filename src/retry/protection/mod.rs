@@ -155,6 +155,12 @@ pub trait Protection: Default {
     /// the retry is not made, so what it took (tokens, a place in a window) is given back.
     fn retry_undone(&mut self, _settings: &Self::Settings, _after: &Ended) {}
 
+    /// Attempt `n` was sent and then cancelled before its answer (a hedged round settled while
+    /// it was out): it will never end. What it holds while in flight (a permit, a place among
+    /// the active requests, a half-open probe) is given back; it counts as neither a success
+    /// nor a failure (gRFC A6: a hedge cancelled because another settled the call is no failure).
+    fn cancelled(&mut self, _settings: &Self::Settings, _n: u32) {}
+
     /// Its live state, for the snapshot and the protection lane.
     fn report(&self, settings: &Self::Settings, now_ms: u64) -> Report;
 }
@@ -330,6 +336,12 @@ macro_rules! kinds {
             pub fn retry_undone(&mut self, after: &Ended) {
                 match self {
                     $(Guard::$variant(s, p) => p.retry_undone(s, after),)*
+                }
+            }
+
+            pub fn cancelled(&mut self, n: u32) {
+                match self {
+                    $(Guard::$variant(s, p) => p.cancelled(s, n),)*
                 }
             }
 

@@ -181,6 +181,11 @@ impl Protection for RatioBreaker {
         self.interrupted(settings);
     }
 
+    /// A probe cancelled before its answer proves nothing: it is handed back, as one not sent is.
+    fn cancelled(&mut self, settings: &RatioBreakerSettings, n: u32) {
+        self.gate_undone(settings, n);
+    }
+
     fn retry(
         &mut self,
         settings: &RatioBreakerSettings,
