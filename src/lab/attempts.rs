@@ -26,7 +26,7 @@ use crate::retry::{BreakerState, Outcome, Policy};
 
 /// Which hedges a round cancels: one admitted but never sent, or ones sent and still out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hedges {
+pub enum Cancelled {
     NotSent,
     InFlight,
 }
@@ -215,19 +215,19 @@ impl Lab {
     }
 
     /// Hedges of message `id`'s round are cancelled without an answer, so none is left
-    /// running: with `Hedges::NotSent`, one admitted but no longer to be sent (the round stopped
+    /// running: with `Cancelled::NotSent`, one admitted but no longer to be sent (the round stopped
     /// while it waited for a connection), whose protections take back what they handed out; with
-    /// `Hedges::InFlight`, those still out when the round ended before its next hedge by a rule
+    /// `Cancelled::InFlight`, those still out when the round ended before its next hedge by a rule
     /// of the policy's (a new policy with fewer attempts came in), whose protections give back
     /// what each held in flight (a bulkhead's permit, a place among Envoy's active requests).
-    pub fn hedges_cancelled(&self, id: u64, hedges: impl IntoIterator<Item = u32>, how: Hedges) {
+    pub fn hedges_cancelled(&self, id: u64, hedges: impl IntoIterator<Item = u32>, how: Cancelled) {
         let mut state = self.lock();
         let now = self.now_ms();
         let index = state.clients.of(id);
         for n in hedges {
             match how {
-                Hedges::NotSent => state.clients.not_sent(index, n),
-                Hedges::InFlight => state.clients.cancelled(index, n),
+                Cancelled::NotSent => state.clients.not_sent(index, n),
+                Cancelled::InFlight => state.clients.cancelled(index, n),
             }
             if let Some(attempt) = state.record.cancel_attempt(id, n, now) {
                 self.publish(&mut state, &Event::AttemptFinished { message_id: id, attempt }, now);

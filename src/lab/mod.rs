@@ -47,7 +47,7 @@ use crate::events::{Event, EventLog, ReplayedMessage};
 use crate::retry::Policy;
 use crate::store::Store;
 
-pub use attempts::{Go, Hedges, Slots};
+pub use attempts::{Cancelled, Go, Slots};
 use endpoint::Endpoint;
 pub use endpoint::{Arrival, BUSY_RETRY_AFTER_S, Passage, Said};
 pub use flush::NotDurable;

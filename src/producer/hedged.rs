@@ -28,7 +28,7 @@ use super::round::Delivery;
 use super::{Producer, answerless, label};
 use crate::client::attempt::Next;
 use crate::domain::{AttemptEnd, Outcome};
-use crate::lab::{Go, Hedges, Lab, Slots};
+use crate::lab::{Cancelled, Go, Lab, Slots};
 use crate::retry::protection::{GrpcHedgingSettings, HedgeRound};
 
 /// Delivers one message in a hedged round, until the round is settled.
@@ -112,7 +112,7 @@ impl<'a> Hedging<'a> {
             // no request.
             Go::Send(_, slots) if !self.round.open(lab.now_ms()) => {
                 drop(slots);
-                lab.hedges_cancelled(id, [n], Hedges::NotSent);
+                lab.hedges_cancelled(id, [n], Cancelled::NotSent);
                 match lab.hedge_deadline(id, &mut self.round) {
                     Some(next) => self.over(&next),
                     None => ControlFlow::Continue(()),
@@ -130,7 +130,7 @@ impl<'a> Hedging<'a> {
                 self.settled(decided)
             }
             Go::Ended(next) => {
-                lab.hedges_cancelled(id, self.round.in_flight(), Hedges::InFlight);
+                lab.hedges_cancelled(id, self.round.in_flight(), Cancelled::InFlight);
                 self.over(&next)
             }
             Go::Stop => ControlFlow::Break(()),
