@@ -786,12 +786,14 @@ async fn a_grid_draws_a_cell_per_defence_and_policy_and_opens_each_in_its_lab() 
     assert_eq!(snapshot["downstream"]["mode"], "overloaded");
     assert_eq!(snapshot["messages"].as_array().map(Vec::len), Some(0), "ready to run: nothing sent yet");
 
-    // "Change it and run again" fills the form in with the grid's defences.
+    // "Change it and run again" fills the form in with the grid's defences. The selects are
+    // drawn before the page has read the kinds and the link's choices, so the wait is for the
+    // first to hold a value, not for the selects alone (",," was read once on a loaded machine).
     page.navigate(&again).await;
     let chosen = wait_for(
         &page,
         "the form filled in",
-        "(s => s.length && [...s].map(x => x.value).join(','))(document.querySelectorAll('select[data-defence]'))",
+        "(s => s.length && s[0].value && [...s].map(x => x.value).join(','))(document.querySelectorAll('select[data-defence]'))",
     )
     .await;
     assert_eq!(chosen, "none,codel,");
