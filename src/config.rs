@@ -104,6 +104,11 @@ pub struct ExportArgs {
     /// urllib3, tenacity, stamina, httpx-retries, got, axios-retry or go-retryablehttp.
     #[arg(long)]
     pub library: String,
+    /// Sets the policy's way with `Retry-After` over what `--policy` says: floor, jitter_above,
+    /// exact, exact_including_zero or nominal_floor (`jitter_above` spreads the keys told the
+    /// same header past it).
+    #[arg(long, value_name = "MODE")]
+    pub retry_after_mode: Option<String>,
     /// Prints the JSON `GET /api/policies/export` answers instead of the program.
     #[arg(long)]
     pub json: bool,

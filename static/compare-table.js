@@ -92,7 +92,10 @@ const LIBRARIES = ['urllib3', 'tenacity', 'stamina', 'httpx-retries', 'got', 'ax
 
 /**
  * "take it home": a library picker that asks the server for `settings` (a column's policy) as
- * that library's client program, and shows it with what the library cannot express.
+ * that library's client program, and shows it with what the library cannot express and what
+ * `retrylab grade` will mark down in it. A policy that honours `Retry-After` offers to draw its
+ * jitter past the header instead (`retry_after_mode: jitter_above`), the change the cautions
+ * most often name.
  */
 export function takeHome(name, settings) {
   const details = document.createElement('details');
@@ -118,17 +121,27 @@ export function takeHome(name, settings) {
   copy.textContent = 'copy';
   copy.hidden = true;
   copy.addEventListener('click', () => navigator.clipboard?.writeText(pre.textContent));
+  const above = document.createElement('label');
+  above.className = 'cmp-above';
+  const aboveBox = Object.assign(document.createElement('input'), { type: 'checkbox' });
+  above.append(aboveBox, ' jitter past Retry-After');
+  above.hidden = !settings.honor_retry_after || settings.retry_after_mode === 'jitter_above';
   // The comparison seeds each run; at home the client draws fresh randomness.
   const { seed: _seed, ...policy } = settings;
-  show.addEventListener('click', async () => {
+  const write = async () => {
     show.disabled = true;
     try {
-      const query = new URLSearchParams({ policy: JSON.stringify(policy), library: pick.value });
+      const asked = aboveBox.checked ? { ...policy, retry_after_mode: 'jitter_above' } : policy;
+      const query = new URLSearchParams({ policy: JSON.stringify(asked), library: pick.value });
       const res = await fetch(`/api/policies/export?${query}`, { headers: { accept: 'application/json, application/problem+json' } });
       const body = await res.json();
       if (!res.ok) throw new Error(body.detail ?? res.statusText);
       pre.textContent = body.code;
-      said.replaceChildren(...body.unsupported.map((s) => Object.assign(document.createElement('li'), { textContent: `${body.library} cannot: ${s}` })));
+      const item = (text) => Object.assign(document.createElement('li'), { textContent: text });
+      said.replaceChildren(
+        ...body.unsupported.map((s) => item(`${body.library} cannot: ${s}`)),
+        ...body.cautions.map((s) => item(`caution: ${s}`)),
+      );
       pre.hidden = false;
       copy.hidden = false;
     } catch (err) {
@@ -136,8 +149,11 @@ export function takeHome(name, settings) {
     } finally {
       show.disabled = false;
     }
-  });
-  details.append(summary, pick, ' ', show, ' ', copy, said, pre);
+  };
+  show.addEventListener('click', write);
+  // Once a program is shown, the box rewrites it.
+  aboveBox.addEventListener('change', () => { if (!pre.hidden) write(); });
+  details.append(summary, pick, ' ', show, ' ', copy, above, said, pre);
   return details;
 }
 

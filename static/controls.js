@@ -101,6 +101,7 @@ function defended(d) {
   if (d.queue === 'lifo') on.push('serves the newest first');
   if (d.queue === 'adaptive_lifo') on.push(`serves the newest first once a queue stands ${d.codel_interval_ms} ms`);
   if (d.queue === 'codel') on.push(`drops what waited over ${d.codel_target_ms} ms once a queue stands ${d.codel_interval_ms} ms`);
+  if (d.queue_timeout_ms != null) on.push(`drops what waited in line over ${d.queue_timeout_ms} ms (a queue timeout)`);
   if (d.limit?.kind === 'aimd') on.push(`refuses past an AIMD limit of ${d.limit.min_limit}-${d.limit.max_limit} in flight`);
   if (d.limit?.kind === 'gradient2') on.push(`refuses past a Gradient2 limit of ${d.limit.min_limit}-${d.limit.max_limit} in flight`);
   if (d.admission) on.push(`refuses at random as fewer than ${Math.round(d.admission.sr_threshold * 100)} % of recent requests succeed`);
@@ -284,6 +285,8 @@ export function createControls(model, lab) {
         queue: params.elements.namedItem('queue_discipline').value,
         codel_target_ms: num(params, 'codel_target_ms'),
         codel_interval_ms: num(params, 'codel_interval_ms'),
+        // Empty is off (null), as HAProxy leaves `timeout queue` unset.
+        queue_timeout_ms: params.elements.namedItem('queue_timeout_ms').value === '' ? null : num(params, 'queue_timeout_ms'),
         // The form names a limit's kind and admission control on or off; the parameters set
         // through the API stay while the kind does.
         limit: keptLimit(params.elements.namedItem('limit_kind').value),
@@ -420,6 +423,7 @@ export function createControls(model, lab) {
         queue_discipline: ds.defences?.queue,
         codel_target_ms: ds.defences?.codel_target_ms,
         codel_interval_ms: ds.defences?.codel_interval_ms,
+        queue_timeout_ms: ds.defences?.queue_timeout_ms ?? '',
         limit_kind: ds.defences?.limit?.kind ?? 'fixed',
         admission: ds.defences?.admission != null,
       });

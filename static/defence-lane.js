@@ -1,6 +1,6 @@
 //! The defence lane: what the endpoint's own defences did, per second, drawn as the protection
 //! lane draws the client's (`protection-lane.js`), from the same load bins: requests dropped for
-//! their deadline, timed out in the queue (CoDel), retries shed, refused by the adaptive limit
+//! their deadline, timed out in the queue (CoDel or HAProxy's queue timeout), retries shed, refused by the adaptive limit
 //! or by admission control, as bars; the adaptive limit as a line; and the tenths of a second
 //! the line was served newest first (LIFO). Its figures are the bins' own sums.
 
@@ -9,7 +9,7 @@ import { createProtectionLane } from './protection-lane.js';
 /** Each row: the bins' count it sums, its words, and for the limit the bins' level. */
 const ROWS = [
   ['deadline', 'dropped_deadline', 'dropped for their deadline'],
-  ['codel', 'timed_out_in_queue', 'timed out in the queue (CoDel)'],
+  ['codel', 'timed_out_in_queue', 'timed out in the queue (CoDel or the queue timeout)'],
   ['retries_first', 'retries_shed', 'retries shed for first attempts'],
   ['limit', 'refused_by_limit', 'refused by the adaptive concurrency limit'],
   ['admission', 'refused_by_admission', 'refused by admission control'],

@@ -105,6 +105,10 @@ pub struct Export {
     /// For a library's own preset exported to it (a round trip): the program is the library's
     /// defaults, and these are the settings it had to write out; empty otherwise.
     pub spelled_out: Vec<String>,
+    /// What the program does, as the policy says, that `retrylab grade` marks down, each with the
+    /// check it meets and the setting that changes it; empty when the policy gives the card
+    /// nothing to mark down.
+    pub cautions: Vec<String>,
 }
 
 /// A policy given by a preset's name, or as JSON: the settings `PUT /policy` takes (or a
@@ -123,6 +127,21 @@ pub fn read_policy(raw: &str) -> Result<Policy, Invalid> {
         presets::changes(trimmed).map_err(|e| Invalid::new("policy", e))?
     };
     Policy::default().updated(&update)
+}
+
+/// `policy` with its way with `Retry-After` set to `raw`, a mode's name as the policy writes it
+/// (`--retry-after-mode`, `retry_after_mode=`): the one setting an export's caution most often
+/// names, given beside a preset's name.
+pub fn with_retry_after_mode(policy: &Policy, raw: &str) -> Result<Policy, Invalid> {
+    let mode: RetryAfterMode =
+        serde_json::from_value(Value::String(raw.trim().to_owned())).map_err(|_| {
+            let names: Vec<&str> = RetryAfterMode::ALL.iter().map(|&m| retry_after_mode_name(m)).collect();
+            Invalid::new(
+                "retry_after_mode",
+                format!("unknown mode '{raw}'; choose one of: {}", names.join(", ")),
+            )
+        })?;
+    policy.updated(&PolicyUpdate { retry_after_mode: Some(mode), ..PolicyUpdate::default() })
 }
 
 /// `policy` as `library`'s program.
@@ -153,7 +172,48 @@ pub fn export(policy: &Policy, library: Library) -> Export {
         settings,
         unsupported,
         spelled_out,
+        cautions: cautions(policy),
     }
+}
+
+/// What `retrylab grade` will mark down in a program that follows `policy` faithfully: a claim
+/// about the card, held by `tests/api/export.rs`, which grades such programs on their real
+/// libraries. Each names the check, and the setting that would change it.
+fn cautions(policy: &Policy) -> Vec<String> {
+    let mut said = Vec::new();
+    if policy.jitter == Jitter::None {
+        said.push(
+            "jitter none: keys that fail together wait alike and come back at one instant, so the card's \
+             `jitter` fails; any other jitter kind spreads them"
+                .to_owned(),
+        );
+    }
+    if !policy.honor_retry_after {
+        said.push(
+            "honor_retry_after false: the program does not wait for a Retry-After, so a retry can come back \
+             before the header asks and the card's `retry_after` fails; honor_retry_after true waits it out"
+                .to_owned(),
+        );
+    } else if policy.jitter != Jitter::None {
+        let how = match policy.retry_after_mode {
+            RetryAfterMode::Floor => {
+                Some("when a Retry-After is longer than the most its band would wait, a wait is")
+            }
+            RetryAfterMode::Exact | RetryAfterMode::ExactIncludingZero => {
+                Some("after a Retry-After every wait is")
+            }
+            RetryAfterMode::JitterAbove | RetryAfterMode::NominalFloor => None,
+        };
+        if let Some(how) = how {
+            said.push(format!(
+                "retry_after_mode {}: {how} exactly the header, so the keys told the same header come back \
+                 together at it and the card's `jitter` warns (\"waits exactly the Retry-After\"); retry_after_mode \
+                 jitter_above draws the jitter past the header (`--retry-after-mode jitter_above`)",
+                retry_after_mode_name(policy.retry_after_mode)
+            ));
+        }
+    }
+    said
 }
 
 /// Whether `policy` is `library`'s own preset as it stands: then the program is the library's
@@ -294,5 +354,34 @@ mod tests {
             "{:?}",
             export.unsupported
         );
+    }
+
+    /// Each caution names the check the card will mark down and the setting that changes it;
+    /// the setting named takes it away. (`tests/api/export.rs` grades the programs themselves.)
+    #[test]
+    fn a_herd_at_the_header_is_a_caution_and_jitter_above_takes_it_away() {
+        let cautions = |policy: &Policy| export(policy, Library::Tenacity).cautions;
+        let floor = read_policy("full-jitter").unwrap();
+        let said = cautions(&floor);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("retry_after_mode floor: when a Retry-After is longer"), "{said:?}");
+        assert!(said[0].contains("`jitter` warns") && said[0].contains("--retry-after-mode jitter_above"));
+        let above = with_retry_after_mode(&floor, "jitter_above").unwrap();
+        assert_eq!(above.retry_after_mode, RetryAfterMode::JitterAbove);
+        assert_eq!(cautions(&above), Vec::<String>::new());
+        // A library that never jitters fails the check outright; one that ignores the header
+        // fails `retry_after`.
+        let urllib3 = cautions(&read_policy("urllib3").unwrap());
+        assert!(urllib3.len() == 1 && urllib3[0].starts_with("jitter none"), "{urllib3:?}");
+        let tenacity = cautions(&read_policy("tenacity").unwrap());
+        assert!(tenacity.len() == 1 && tenacity[0].starts_with("honor_retry_after false"), "{tenacity:?}");
+        let got = cautions(&read_policy("got").unwrap());
+        assert!(
+            got.len() == 1 && got[0].starts_with("retry_after_mode exact: after a Retry-After"),
+            "{got:?}"
+        );
+        let wrong = with_retry_after_mode(&floor, "sometimes").unwrap_err();
+        assert_eq!(wrong.field, "retry_after_mode");
+        assert!(wrong.detail.contains("floor, jitter_above, exact, exact_including_zero, nominal_floor"));
     }
 }

@@ -4,9 +4,7 @@
 
 use super::{Lab, LabState};
 use crate::domain::{Marker, MarkerKind};
-use crate::downstream::{
-    Discipline, DownstreamSettings, DownstreamUpdate, DownstreamView, LimitSettings, Mode, Revert,
-};
+use crate::downstream::{DownstreamSettings, DownstreamUpdate, DownstreamView, Mode, Revert};
 use crate::events::Event;
 use crate::invalid::Invalid;
 use crate::retry::{Policy, PolicyUpdate};
@@ -205,40 +203,7 @@ fn describe(settings: &DownstreamSettings) -> String {
             format!("throttled at {}/s (burst {})", settings.rate_per_s, settings.burst)
         }
         Mode::Overloaded => {
-            let d = settings.defences;
-            let mut defences = Vec::new();
-            if d.deadline {
-                defences.push("deadline drop".to_owned());
-            }
-            if d.retries_first {
-                defences.push("retries shed first".to_owned());
-            }
-            if d.pushback {
-                defences.push("shed retries told not to retry".to_owned());
-            }
-            match d.queue {
-                Discipline::Fifo => {}
-                Discipline::Lifo => defences.push("LIFO".into()),
-                Discipline::AdaptiveLifo => {
-                    defences.push(format!("adaptive LIFO after {} ms", d.codel_interval_ms))
-                }
-                Discipline::Codel => {
-                    defences.push(format!("CoDel {} ms / {} ms", d.codel_target_ms, d.codel_interval_ms))
-                }
-            }
-            match d.limit {
-                LimitSettings::Fixed => {}
-                LimitSettings::Aimd(a) => {
-                    defences.push(format!("AIMD limit {}-{}", a.min_limit, a.max_limit))
-                }
-                LimitSettings::Gradient2(g) => {
-                    defences.push(format!("Gradient2 limit {}-{}", g.min_limit, g.max_limit))
-                }
-            }
-            if let Some(a) = d.admission {
-                defences
-                    .push(format!("admission control under {} % success", (a.sr_threshold * 100.0).round()));
-            }
+            let defences = settings.defences.flags();
             let defended = match defences.is_empty() {
                 true => String::new(),
                 false => format!("; defences: {}", defences.join(", ")),

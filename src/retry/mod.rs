@@ -168,6 +168,16 @@ pub enum RetryAfterMode {
     NominalFloor,
 }
 
+impl RetryAfterMode {
+    pub const ALL: [RetryAfterMode; 5] = [
+        RetryAfterMode::Floor,
+        RetryAfterMode::JitterAbove,
+        RetryAfterMode::Exact,
+        RetryAfterMode::ExactIncludingZero,
+        RetryAfterMode::NominalFloor,
+    ];
+}
+
 /// How the client treats a `Retry-After` it receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfterRule {

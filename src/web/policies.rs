@@ -7,7 +7,7 @@ use axum::extract::rejection::QueryRejection;
 use serde::Deserialize;
 
 use super::error::{AppError, Problem};
-use crate::export::{Export, Library, export, read_policy};
+use crate::export::{Export, Library, export, read_policy, with_retry_after_mode};
 use crate::invalid::Invalid;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -17,11 +17,14 @@ pub struct ExportParams {
     policy: Option<String>,
     /// urllib3, tenacity, stamina, httpx-retries, got, axios-retry or go-retryablehttp.
     library: Option<String>,
+    /// Sets the policy's way with `Retry-After` over what `policy` says: floor, jitter_above,
+    /// exact, exact_including_zero or nominal_floor.
+    retry_after_mode: Option<String>,
 }
 
 /// The policy as the library's program: `library`, `version`, `language`, `code`, the policy's
-/// `settings`, and `unsupported`, each part the library cannot express with what the program
-/// does instead.
+/// `settings`, `unsupported`, each part the library cannot express with what the program does
+/// instead, and `cautions`, what `retrylab grade` will mark down in it.
 #[utoipa::path(
     get,
     path = "/api/policies/export",
@@ -30,7 +33,7 @@ pub struct ExportParams {
     responses(
         (status = 200, body = Export),
         (status = 400, description = "A query that cannot be read", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "No or an unknown policy or library, or a policy with an unusable setting; `field` names it", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "No or an unknown policy, library or retry_after_mode, or a policy with an unusable setting; `field` names it", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn export_policy(
@@ -39,7 +42,10 @@ pub async fn export_policy(
     let Query(params) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let policy =
         params.policy.ok_or_else(|| Invalid::new("policy", "policy: name a preset or give one as JSON"))?;
-    let policy = read_policy(&policy)?;
+    let mut policy = read_policy(&policy)?;
+    if let Some(mode) = &params.retry_after_mode {
+        policy = with_retry_after_mode(&policy, mode)?;
+    }
     let library =
         params.library.ok_or_else(|| Invalid::new("library", "library: name the library to export to"))?;
     let library = Library::parse(&library)?;

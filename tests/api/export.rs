@@ -39,6 +39,22 @@ async fn a_policy_exports_as_json_and_unknown_names_are_422_naming_the_field() {
         assert!(code.contains(part), "the program has {part}: {code}");
     }
     assert_eq!(export["unsupported"], serde_json::json!([]));
+    // Retry-After as a floor: the card will say the keys wait exactly the header; the mode that
+    // draws the jitter past it takes the caution away.
+    let cautions = export["cautions"].as_array().unwrap();
+    assert!(cautions.len() == 1 && cautions[0].as_str().unwrap().starts_with("retry_after_mode floor"));
+    let (status, above) = app
+        .call(
+            Method::GET,
+            "/api/policies/export?policy=full-jitter&library=got&retry_after_mode=jitter_above",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{above}");
+    assert_eq!(
+        (&above["settings"]["retry_after_mode"], &above["cautions"]),
+        (&"jitter_above".into(), &serde_json::json!([]))
+    );
     // The answer is what its OpenAPI schema describes.
     let spec: Value =
         app.client.get(app.url("/api/openapi.json")).send().await.unwrap().json().await.unwrap();
@@ -66,6 +82,7 @@ async fn a_policy_exports_as_json_and_unknown_names_are_422_naming_the_field() {
             "policy.base_ms",
         ),
         (&*format!("library=got&policy={}", urlencode(r#"{"jitter": "wobbly"}"#)), "policy"),
+        ("policy=full-jitter&library=got&retry_after_mode=sometimes", "retry_after_mode"),
     ] {
         let (status, problem) = app.call(Method::GET, &format!("/api/policies/export?{query}"), None).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
@@ -84,9 +101,13 @@ fn urlencode(raw: &str) -> String {
 
 #[test]
 fn the_command_line_refuses_an_unknown_library_or_policy_in_one_line_with_exit_2() {
-    for (args, field) in [(["full-jitter", "requests"], "library"), (["yolo", "got"], "policy")] {
+    for (args, field) in [
+        (["full-jitter", "requests", "floor"], "library"),
+        (["yolo", "got", "floor"], "policy"),
+        (["full-jitter", "got", "sometimes"], "retry_after_mode"),
+    ] {
         let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
-            .args(["export", "--policy", args[0], "--library", args[1]])
+            .args(["export", "--policy", args[0], "--library", args[1], "--retry-after-mode", args[2]])
             .output()
             .unwrap();
         assert_eq!(output.status.code(), Some(2));
@@ -95,12 +116,27 @@ fn the_command_line_refuses_an_unknown_library_or_policy_in_one_line_with_exit_2
         assert!(stderr.starts_with(&format!("retrylab export: {field}: ")), "{stderr}");
         assert!(output.stdout.is_empty());
     }
+    // The program on stdout; on stderr, the caution of what the card will mark down.
+    let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
+        .args(["export", "--policy", "full-jitter", "--library", "tenacity"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success() && !output.stdout.is_empty(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("retrylab export: caution: retry_after_mode floor: "), "{stderr}");
 }
 
 /// `retrylab export` as printed: the program on stdout.
 fn exported(policy: &str, library: &str) -> String {
+    exported_with(policy, library, &[])
+}
+
+/// `retrylab export` with more arguments (`--json`, `--retry-after-mode MODE`): its stdout.
+fn exported_with(policy: &str, library: &str, more: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_retrylab"))
         .args(["export", "--policy", policy, "--library", library])
+        .args(more)
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -147,42 +183,60 @@ fn most_requests(card: &Value) -> u64 {
     after.split(' ').next().unwrap().parse().unwrap()
 }
 
+/// The issue's Done-when, and the export's cautions held to the card: `full-jitter` as it is
+/// (`Retry-After` a floor) to tenacity and to got, and the same with `--retry-after-mode
+/// jitter_above`, each graded on its real library. Every check but `jitter` passes either way;
+/// `jitter` passes exactly when the export gave no caution, and warns "waits exactly the
+/// Retry-After" when its caution said it would.
 #[test]
 fn full_jitter_exported_to_tenacity_and_got_passes_the_card_on_the_real_library() {
     let ci = std::env::var_os("CI").is_some();
     let folder = std::env::temp_dir().join(format!("retrylab-export-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
-    // full-jitter as it is (Retry-After a floor), to both; and with the jitter above the
-    // header, to tenacity, which shows the exported jitter survives a Retry-After too.
-    let above = r#"{"jitter": "full", "retry_after_mode": "jitter_above"}"#;
-    let cases = [("full-jitter", "tenacity"), ("full-jitter", "got"), (above, "tenacity")];
+    let above: &[&str] = &["--retry-after-mode", "jitter_above"];
+    let cases = [("tenacity", &[][..]), ("got", &[][..]), ("tenacity", above), ("got", above)];
     let mut runs = Vec::new();
-    for (n, (policy, library)) in cases.into_iter().enumerate() {
+    for (n, (library, more)) in cases.into_iter().enumerate() {
         let case = folder.join(n.to_string());
         std::fs::create_dir_all(&case).unwrap();
-        match runnable(library, &exported(policy, library), &case) {
-            Ok(command) => runs.push(((policy, library), std::thread::spawn(move || grade(&command)))),
+        let json: Value =
+            serde_json::from_str(&exported_with("full-jitter", library, &[more, &["--json"]].concat()))
+                .unwrap();
+        let cautions: Vec<String> =
+            json["cautions"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect();
+        let expected_mode = if more.is_empty() { "floor" } else { "jitter_above" };
+        assert_eq!(json["settings"]["retry_after_mode"], expected_mode, "{json}");
+        match runnable(library, &exported_with("full-jitter", library, more), &case) {
+            Ok(command) => {
+                runs.push(((library, more, cautions), std::thread::spawn(move || grade(&command))))
+            }
             Err(why) if ci => panic!("CI=1: {library} must run here: {why}"),
             Err(why) => eprintln!("skipping {library}: {why}"),
         }
     }
-    for ((policy, library), run) in runs {
+    for ((library, more, cautions), run) in runs {
         let (exit, card, stderr) = run.join().unwrap();
         let verdict = |check: &str| card["checks"][check]["verdict"].as_str().unwrap_or("missing").to_owned();
-        let why =
-            |check: &str| format!("{policy} as {library}: {check}: {}\n{stderr}", card["checks"][check]);
+        let why = |check: &str| {
+            format!(
+                "full-jitter {more:?} as {library}: {check}: {}\n{cautions:?}\n{stderr}",
+                card["checks"][check]
+            )
+        };
         for check in ["retry_after", "backoff", "key_reused", "attempts_capped"] {
             assert_eq!(verdict(check), "pass", "{}", why(check));
         }
         assert!(most_requests(&card) <= 4, "the policy's 4 attempts: {}", why("attempts_capped"));
-        if policy == above {
-            assert_eq!(verdict("jitter"), "pass", "{}", why("jitter"));
-        } else {
+        if more.is_empty() {
             // As a floor, a Retry-After longer than the whole band is waited exactly: the card
-            // says so (a warn), and it is the policy's own rule, not the export's.
+            // says so (a warn), as the export's one caution said it would.
+            assert!(cautions.len() == 1 && cautions[0].contains("`jitter` warns"), "{}", why("jitter"));
             assert_eq!(verdict("jitter"), "warn", "{}", why("jitter"));
             let evidence = card["checks"]["jitter"]["evidence"].as_str().unwrap();
             assert!(evidence.starts_with("waits exactly the Retry-After"), "{}", why("jitter"));
+        } else {
+            assert!(cautions.is_empty(), "{}", why("jitter"));
+            assert_eq!(verdict("jitter"), "pass", "{}", why("jitter"));
         }
         assert_eq!(exit, Some(0), "{}", why("jitter"));
     }

@@ -828,4 +828,26 @@ async fn take_it_home_writes_the_columns_policy_as_the_chosen_librarys_client() 
     assert!(code.contains("\"breaker\": {"), "the column's settings in its comment: {code}");
     assert!(code.contains("\"seed\": null"), "the run's seed is left out: {code}");
     assert!(said.as_str().unwrap().contains("got cannot: circuit breaker"), "{said}");
+
+    // full-jitter keeps Retry-After as a floor: the caution says the card will warn; the box
+    // that draws the jitter past the header rewrites the program and takes the caution away.
+    let home = "[data-take-home='full-jitter']";
+    page.eval(&format!(
+        "(() => {{ const d = document.querySelector(\"{home}\"); d.open = true; d.querySelector('select').value = 'tenacity'; }})()"
+    ))
+    .await
+    .unwrap();
+    page.click(&format!("{home} button")).await;
+    wait_for(&page, "the program", &format!("!document.querySelector(\"{home} pre\").hidden")).await;
+    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
+    assert!(said.as_str().unwrap().starts_with("caution: retry_after_mode floor"), "{said}");
+    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
+    assert!(code.as_str().unwrap().contains("\"retry_after_mode\": \"floor\""), "{code}");
+    page.click(&format!("{home} .cmp-above input")).await;
+    let rewritten = format!(
+        "document.querySelector(\"{home} pre\").textContent.includes('\"retry_after_mode\": \"jitter_above\"')"
+    );
+    wait_for(&page, "the program with the jitter past the header", &rewritten).await;
+    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
+    assert_eq!(said.as_str().unwrap(), "", "no caution left");
 }

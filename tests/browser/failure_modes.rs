@@ -916,7 +916,7 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
         json!({"deadline": true, "queue": "codel", "codel_target_ms": 80, "codel_interval_ms": 500, "retries_first": false, "pushback": false, "limit": {"kind": "fixed"}, "admission": null})
     );
     let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
-    assert!(flag.contains("defences: deadline drop, CoDel 80 ms / 500 ms"), "{flag}");
+    assert!(flag.contains("defences: CoDel 80 ms / 500 ms, deadline drop"), "{flag}");
     // A fresh page fills the form from the lab's settings.
     page.eval("window.beforeReload = true; location.reload()").await.unwrap();
     let shown = wait_for(
@@ -979,6 +979,37 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     let defences = server.snapshot(&lab).await["downstream"]["defences"].clone();
     assert_eq!(defences["limit"]["max_limit"], 30, "{defences}");
     assert_eq!(defences["admission"]["sr_threshold"], 0.95, "{defences}");
+    // HAProxy's queue timeout: a number turns it on and the page says so; emptied, it is off.
+    let script = "(() => { const f = document.getElementById('params-form');
+        f.closest('details').open = true;
+        f.elements.namedItem('queue_timeout_ms').value = '300';
+        f.elements.namedItem('queue_timeout_ms').dispatchEvent(new Event('input', { bubbles: true }));
+        return true; })()";
+    page.eval(script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
+    wait_for(
+        &page,
+        "the page to say the queue timeout is on",
+        "document.querySelector('[data-mode-now-what]').textContent.includes('drops what waited in line over 300 ms (a queue timeout)')",
+    )
+    .await;
+    let snapshot = server.snapshot(&lab).await;
+    assert_eq!(snapshot["downstream"]["defences"]["queue_timeout_ms"], 300);
+    let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
+    assert!(flag.contains("queue timeout 300 ms"), "{flag}");
+    let script = "(() => { const f = document.getElementById('params-form');
+        f.elements.namedItem('queue_timeout_ms').value = '';
+        f.elements.namedItem('queue_timeout_ms').dispatchEvent(new Event('input', { bubbles: true }));
+        return true; })()";
+    page.eval(script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
+    wait_for(
+        &page,
+        "the page to say the queue timeout is off",
+        "!document.querySelector('[data-mode-now-what]').textContent.includes('queue timeout')",
+    )
+    .await;
+    assert_eq!(server.snapshot(&lab).await["downstream"]["defences"]["queue_timeout_ms"], Value::Null);
     assert_no_console_errors(&page);
 }
 

@@ -122,6 +122,11 @@ impl Defence for AdmissionControl {
         "admission"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        let a = defences.admission?;
+        Some(format!("admission control under {} % success", (a.sr_threshold * 100.0).round()))
+    }
+
     fn invalid(defences: &Defences) -> Option<(String, String)> {
         let (name, detail) = defences.admission?.invalid()?;
         Some((format!("admission.{name}"), detail))

@@ -45,6 +45,11 @@ impl Defence for Codel {
         "queue"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        (defences.queue == Discipline::Codel)
+            .then(|| format!("CoDel {} ms / {} ms", defences.codel_target_ms, defences.codel_interval_ms))
+    }
+
     /// Its two times are checked whatever the discipline: adaptive LIFO reads N too.
     fn invalid(defences: &Defences) -> Option<(String, String)> {
         if !(1..=MAX_LATENCY_MS).contains(&defences.codel_target_ms) {

@@ -32,6 +32,10 @@ impl Defence for Deadline {
         "deadline"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        defences.deadline.then(|| "deadline drop".to_owned())
+    }
+
     fn before_work(&self, request: &Waiting, work: Work, _line: Line, now_ms: u64) -> Option<Dropped> {
         let too_late = request.gives_up_ms.is_some_and(|at| now_ms + work.latency_ms > at);
         too_late.then_some(TOO_LATE)

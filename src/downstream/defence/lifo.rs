@@ -30,6 +30,14 @@ impl Defence for Lifo {
         "queue"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        match defences.queue {
+            Discipline::Lifo => Some("LIFO".to_owned()),
+            Discipline::AdaptiveLifo => Some(format!("adaptive LIFO after {} ms", defences.codel_interval_ms)),
+            Discipline::Fifo | Discipline::Codel => None,
+        }
+    }
+
     fn newest_first(&self, line: Line, now_ms: u64) -> bool {
         match *self {
             Lifo::Always => true,

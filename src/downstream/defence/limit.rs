@@ -68,6 +68,14 @@ impl Defence for Limit {
         "limit"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        match defences.limit {
+            LimitSettings::Fixed => None,
+            LimitSettings::Aimd(a) => Some(format!("AIMD limit {}-{}", a.min_limit, a.max_limit)),
+            LimitSettings::Gradient2(g) => Some(format!("Gradient2 limit {}-{}", g.min_limit, g.max_limit)),
+        }
+    }
+
     fn invalid(defences: &Defences) -> Option<(String, String)> {
         use crate::downstream::{MAX_CAPACITY, MAX_QUEUE};
         let (name, detail) = defences.limit.invalid(MAX_CAPACITY + MAX_QUEUE)?;

@@ -32,6 +32,12 @@ pub trait Defence: fmt::Debug {
     where
         Self: Sized;
 
+    /// How a settings-change flag names it with its parameters ("CoDel 80 ms / 500 ms"), when
+    /// the settings turn it on.
+    fn flag(defences: &Defences) -> Option<String>
+    where
+        Self: Sized;
+
     /// The first of its parameters out of range, as `(field under defences, detail)`.
     fn invalid(_defences: &Defences) -> Option<(String, String)>
     where
@@ -151,6 +157,14 @@ macro_rules! defences {
                     return Some(Kind::$kind);
                 })*
                 None
+            }
+
+            /// Each defence these settings turn on, as a settings-change flag names it, in the
+            /// declared order.
+            pub fn flags(&self) -> Vec<String> {
+                let mut said = Vec::new();
+                $(said.extend(<$module::$state as Defence>::flag(self));)*
+                said
             }
 
             /// The first parameter out of range, as `(field under defences, detail)`, in the
@@ -345,5 +359,41 @@ impl Default for Defences {
             admission: None,
             queue_timeout_ms: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each defence names itself on a settings-change flag, with its parameters, in the declared
+    /// order; none is named while off.
+    #[test]
+    fn every_defence_on_names_itself_on_the_flag_in_the_declared_order() {
+        assert_eq!(Defences::default().flags(), Vec::<String>::new());
+        let on = Defences {
+            deadline: true,
+            queue: Discipline::Codel,
+            codel_target_ms: 80,
+            retries_first: true,
+            pushback: true,
+            limit: LimitSettings::Aimd(AimdSettings::default()),
+            admission: Some(AdmissionControlSettings::default()),
+            queue_timeout_ms: Some(300),
+            ..Defences::default()
+        };
+        assert_eq!(
+            on.flags(),
+            [
+                "admission control under 95 % success",
+                "AIMD limit 2-20",
+                "retries shed first, told not to retry",
+                "queue timeout 300 ms",
+                "CoDel 80 ms / 500 ms",
+                "deadline drop",
+            ]
+        );
+        let lifo = Defences { queue: Discipline::AdaptiveLifo, ..Defences::default() };
+        assert_eq!(lifo.flags(), ["adaptive LIFO after 500 ms"]);
     }
 }

@@ -42,6 +42,10 @@ impl Defence for QueueTimeout {
         "queue_timeout_ms"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        defences.queue_timeout_ms.map(|ms| format!("queue timeout {ms} ms"))
+    }
+
     fn invalid(defences: &Defences) -> Option<(String, String)> {
         let out = defences.queue_timeout_ms.is_some_and(|ms| !(1..=MAX_LATENCY_MS).contains(&ms));
         out.then(|| ("queue_timeout_ms".into(), format!("queue_timeout_ms must be 1 to {MAX_LATENCY_MS}, or null")))

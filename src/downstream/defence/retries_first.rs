@@ -32,6 +32,13 @@ impl Defence for RetriesFirst {
         "retries_first"
     }
 
+    fn flag(defences: &Defences) -> Option<String> {
+        defences.retries_first.then(|| match defences.pushback {
+            true => "retries shed first, told not to retry".to_owned(),
+            false => "retries shed first".to_owned(),
+        })
+    }
+
     fn invalid(defences: &Defences) -> Option<(String, String)> {
         (defences.pushback && !defences.retries_first).then(|| {
             let detail = "pushback is sent with the retries retries_first sheds: turn retries_first on too";
