@@ -843,6 +843,8 @@ async fn take_it_home_writes_the_columns_policy_as_the_chosen_librarys_client() 
     assert!(said.as_str().unwrap().starts_with("caution: retry_after_mode floor"), "{said}");
     let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
     assert!(code.as_str().unwrap().contains("\"retry_after_mode\": \"floor\""), "{code}");
+    page.eval(&format!("document.querySelector(\"{home}\").scrollIntoView()")).await.unwrap();
+    page.screenshot_viewport("take-it-home-caution").await;
     page.click(&format!("{home} .cmp-above input")).await;
     let rewritten = format!(
         "document.querySelector(\"{home} pre\").textContent.includes('\"retry_after_mode\": \"jitter_above\"')"
