@@ -6,6 +6,7 @@
 //! `createControls` returns.
 
 import { duration, labNow, range } from './model.js';
+import { takeHome } from './take-home.js';
 
 /** What the forms show for a breaker or a budget while it is off, ready to switch on. */
 const BREAKER_OFF = { failure_threshold: 5, open_ms: 2000, half_open_probes: 1, refused: 'retry' };
@@ -152,6 +153,7 @@ export function createControls(model, lab) {
   const modeNowWhat = document.querySelector('[data-mode-now-what]');
   const params = document.getElementById('params-form');
   const policy = document.getElementById('policy-form');
+  const homeSlot = document.querySelector('[data-lab-take-home]');
   const burst = document.getElementById('custom-burst');
   const outageFor = document.querySelector('[data-outage-for]');
   const revertEl = document.querySelector('[data-revert]');
@@ -443,11 +445,27 @@ export function createControls(model, lab) {
         ...(pol.retry_budget ?? BUDGET_OFF),
       });
       if (policy.dataset.dirty !== 'true') syncSwitches(policy);
+      syncTakeHome(pol);
       syncCountdown();
     }
     if (changes.all && model.limits?.max_burst) {
       burst.elements.namedItem('count').max = String(model.limits.max_burst);
     }
+  }
+
+  /**
+   * "take it home" for the lab's policy as it stands: made again when the policy changes (a
+   * program already shown would be for the old one), and left open if it was.
+   */
+  function syncTakeHome(pol) {
+    // The settings alone: the snapshot adds each attempt's band, which a policy does not take.
+    const { bands: _bands, ...settings } = pol;
+    const json = JSON.stringify(settings);
+    if (!homeSlot || homeSlot.dataset.policy === json) return;
+    homeSlot.dataset.policy = json;
+    const fresh = takeHome("this lab's policy", settings);
+    fresh.open = homeSlot.firstElementChild?.open ?? false;
+    homeSlot.replaceChildren(fresh);
   }
 
   /** While the downstream holds a mode for a set time, count down to when it goes back. */

@@ -170,6 +170,7 @@ pub const ASSETS: &[(&str, &str, &str)] = &[
     ("compare-form.js", JS, include_str!("../../static/compare-form.js")),
     ("compare-charts.js", JS, include_str!("../../static/compare-charts.js")),
     ("compare-table.js", JS, include_str!("../../static/compare-table.js")),
+    ("take-home.js", JS, include_str!("../../static/take-home.js")),
     ("compare-grid.js", JS, include_str!("../../static/compare-grid.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("../../static/style.css")),
 ];

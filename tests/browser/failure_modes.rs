@@ -1013,6 +1013,53 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     assert_no_console_errors(&page);
 }
 
+/// The retry policy drawer takes the lab's policy home as a library's client, as a comparison's
+/// column does: the program carries the policy as it stands, with the caution the card will
+/// bear out, and a change of policy makes the panel again for the new one (left open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lab_s_policy_goes_home_from_the_policy_drawer() {
+    let Some(browser) = browser() else { return };
+    let server = Server::start().await;
+    let page = browser.page().await;
+    page.set_viewport(1280, 800).await;
+    let lab = open_new_lab(&page, &server).await;
+    server.put(&lab, "policy", r#"{"jitter": "full", "base_ms": 100, "max_attempts": 3}"#).await;
+    let home = "[data-lab-take-home] details";
+    let policy_is = |ms: u32| {
+        format!(
+            "(document.querySelector('[data-lab-take-home]').dataset.policy ?? '').includes('\"base_ms\":{ms}')"
+        )
+    };
+    wait_for(&page, "the panel for the policy", &policy_is(100)).await;
+    page.eval(&format!(
+        "(() => {{ const d = document.querySelector(\"{home}\"); d.closest('.drawer').open = true; d.open = true;
+            d.querySelector('select').value = 'got'; return true; }})()"
+    ))
+    .await
+    .unwrap();
+    page.click(&format!("{home} button")).await;
+    let shown = format!("!document.querySelector(\"{home} pre\").hidden");
+    wait_for(&page, "the program", &shown).await;
+    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
+    let code = code.as_str().unwrap();
+    assert!(code.contains("import got from 'got'") && code.contains("\"base_ms\": 100"), "{code}");
+    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
+    assert!(said.as_str().unwrap().contains("caution: retry_after_mode floor"), "{said}");
+    page.eval(&format!("document.querySelector(\"{home}\").scrollIntoView()")).await.unwrap();
+    page.screenshot_viewport("lab-take-home").await;
+    // A new policy: the panel is made again, still open, and writes the new one.
+    server.put(&lab, "policy", r#"{"base_ms": 150}"#).await;
+    wait_for(&page, "the panel for the new policy", &policy_is(150)).await;
+    let open = page.eval(&format!("document.querySelector(\"{home}\").open")).await.unwrap();
+    assert_eq!(open, true, "the panel stays open");
+    page.eval(&format!("document.querySelector(\"{home} select\").value = 'got'")).await.unwrap();
+    page.click(&format!("{home} button")).await;
+    wait_for(&page, "the new program", &shown).await;
+    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
+    assert!(code.as_str().unwrap().contains("\"base_ms\": 150"), "{code}");
+    assert_no_console_errors(&page);
+}
+
 /// The policy form's preset picker applies a preset from the table the chapters and /compare
 /// use: a library's preset sets its library's rule, and the form shows it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
