@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Server, browser, list, wait_for};
+use super::{Server, browser, list, wait_for, write_client};
 
 /// Chooses a scenario, the presets, the custom policy (name and JSON, or empty), a burst and a
 /// seed in the form, as typing and clicking would.
@@ -813,36 +813,18 @@ async fn take_it_home_writes_the_columns_policy_as_the_chosen_librarys_client() 
     page.navigate(&server.url(&format!("/compare/{id}"))).await;
     wait_for(&page, "the column heads", "!!document.querySelector(\"[data-take-home='breaker-retry']\")")
         .await;
-    let home = "[data-take-home='breaker-retry']";
-    page.eval(&format!(
-        "(() => {{ const d = document.querySelector(\"{home}\"); d.open = true; d.querySelector('select').value = 'got'; }})()"
-    ))
-    .await
-    .unwrap();
-    page.click(&format!("{home} button")).await;
-    wait_for(&page, "the program", &format!("!document.querySelector(\"{home} pre\").hidden")).await;
-    let shown = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
-    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
-    let code = shown.as_str().unwrap();
+    let (code, said) = write_client(&page, "[data-take-home='breaker-retry']", "got").await;
     assert!(code.contains("import got from 'got'") && code.contains("calculateDelay"), "{code}");
     assert!(code.contains("\"breaker\": {"), "the column's settings in its comment: {code}");
     assert!(code.contains("\"seed\": null"), "the run's seed is left out: {code}");
-    assert!(said.as_str().unwrap().contains("got cannot: circuit breaker"), "{said}");
+    assert!(said.contains("got cannot: circuit breaker"), "{said}");
 
     // full-jitter keeps Retry-After as a floor: the caution says the card will warn; the box
     // that draws the jitter past the header rewrites the program and takes the caution away.
     let home = "[data-take-home='full-jitter']";
-    page.eval(&format!(
-        "(() => {{ const d = document.querySelector(\"{home}\"); d.open = true; d.querySelector('select').value = 'tenacity'; }})()"
-    ))
-    .await
-    .unwrap();
-    page.click(&format!("{home} button")).await;
-    wait_for(&page, "the program", &format!("!document.querySelector(\"{home} pre\").hidden")).await;
-    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
-    assert!(said.as_str().unwrap().starts_with("caution: retry_after_mode floor"), "{said}");
-    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
-    assert!(code.as_str().unwrap().contains("\"retry_after_mode\": \"floor\""), "{code}");
+    let (code, said) = write_client(&page, home, "tenacity").await;
+    assert!(said.starts_with("caution: retry_after_mode floor"), "{said}");
+    assert!(code.contains("\"retry_after_mode\": \"floor\""), "{code}");
     page.eval(&format!("document.querySelector(\"{home}\").scrollIntoView()")).await.unwrap();
     page.screenshot_viewport("take-it-home-caution").await;
     page.click(&format!("{home} .cmp-above input")).await;

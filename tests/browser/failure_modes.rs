@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{
     PATIENCE, Server, assert_no_console_errors, browser, cdp, choose_mode, open_new_lab, wait_counter,
-    wait_for,
+    wait_for, write_client,
 };
 
 /// Turns the breaker on from the policy form with `fields`, waits for the band to show it on,
@@ -980,13 +980,7 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     assert_eq!(defences["limit"]["max_limit"], 30, "{defences}");
     assert_eq!(defences["admission"]["sr_threshold"], 0.95, "{defences}");
     // HAProxy's queue timeout: a number turns it on and the page says so; emptied, it is off.
-    let script = "(() => { const f = document.getElementById('params-form');
-        f.closest('details').open = true;
-        f.elements.namedItem('queue_timeout_ms').value = '300';
-        f.elements.namedItem('queue_timeout_ms').dispatchEvent(new Event('input', { bubbles: true }));
-        return true; })()";
-    page.eval(script).await.unwrap();
-    page.click("#params-form button[type=\"submit\"]").await;
+    apply_param(&page, "queue_timeout_ms", "300").await;
     wait_for(
         &page,
         "the page to say the queue timeout is on",
@@ -997,12 +991,7 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     assert_eq!(snapshot["downstream"]["defences"]["queue_timeout_ms"], 300);
     let flag = snapshot["markers"].as_array().unwrap().last().unwrap()["label"].as_str().unwrap().to_owned();
     assert!(flag.contains("queue timeout 300 ms"), "{flag}");
-    let script = "(() => { const f = document.getElementById('params-form');
-        f.elements.namedItem('queue_timeout_ms').value = '';
-        f.elements.namedItem('queue_timeout_ms').dispatchEvent(new Event('input', { bubbles: true }));
-        return true; })()";
-    page.eval(script).await.unwrap();
-    page.click("#params-form button[type=\"submit\"]").await;
+    apply_param(&page, "queue_timeout_ms", "").await;
     wait_for(
         &page,
         "the page to say the queue timeout is off",
@@ -1011,6 +1000,17 @@ async fn the_parameters_form_turns_the_overloaded_endpoints_defences_on_and_the_
     .await;
     assert_eq!(server.snapshot(&lab).await["downstream"]["defences"]["queue_timeout_ms"], Value::Null);
     assert_no_console_errors(&page);
+}
+
+/// Sets the parameters form's `name` to `value`, as a person typing it, and applies the form.
+async fn apply_param(page: &cdp::Page, name: &str, value: &str) {
+    let script = format!(
+        "(() => {{ const f = document.getElementById('params-form'); f.closest('details').open = true;
+            f.elements.namedItem('{name}').value = '{value}';
+            f.elements.namedItem('{name}').dispatchEvent(new Event('input', {{ bubbles: true }})); return true; }})()"
+    );
+    page.eval(&script).await.unwrap();
+    page.click("#params-form button[type=\"submit\"]").await;
 }
 
 /// The retry policy drawer takes the lab's policy home as a library's client, as a comparison's
@@ -1031,20 +1031,9 @@ async fn the_lab_s_policy_goes_home_from_the_policy_drawer() {
         )
     };
     wait_for(&page, "the panel for the policy", &policy_is(100)).await;
-    page.eval(&format!(
-        "(() => {{ const d = document.querySelector(\"{home}\"); d.closest('.drawer').open = true; d.open = true;
-            d.querySelector('select').value = 'got'; return true; }})()"
-    ))
-    .await
-    .unwrap();
-    page.click(&format!("{home} button")).await;
-    let shown = format!("!document.querySelector(\"{home} pre\").hidden");
-    wait_for(&page, "the program", &shown).await;
-    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
-    let code = code.as_str().unwrap();
+    let (code, said) = write_client(&page, home, "got").await;
     assert!(code.contains("import got from 'got'") && code.contains("\"base_ms\": 100"), "{code}");
-    let said = page.eval(&format!("document.querySelector(\"{home} ul\").textContent")).await.unwrap();
-    assert!(said.as_str().unwrap().contains("caution: retry_after_mode floor"), "{said}");
+    assert!(said.contains("caution: retry_after_mode floor"), "{said}");
     page.eval(&format!("document.querySelector(\"{home}\").scrollIntoView()")).await.unwrap();
     page.screenshot_viewport("lab-take-home").await;
     // A new policy: the panel is made again, still open, and writes the new one.
@@ -1052,11 +1041,8 @@ async fn the_lab_s_policy_goes_home_from_the_policy_drawer() {
     wait_for(&page, "the panel for the new policy", &policy_is(150)).await;
     let open = page.eval(&format!("document.querySelector(\"{home}\").open")).await.unwrap();
     assert_eq!(open, true, "the panel stays open");
-    page.eval(&format!("document.querySelector(\"{home} select\").value = 'got'")).await.unwrap();
-    page.click(&format!("{home} button")).await;
-    wait_for(&page, "the new program", &shown).await;
-    let code = page.eval(&format!("document.querySelector(\"{home} pre\").textContent")).await.unwrap();
-    assert!(code.as_str().unwrap().contains("\"base_ms\": 150"), "{code}");
+    let (code, _) = write_client(&page, home, "got").await;
+    assert!(code.contains("\"base_ms\": 150"), "{code}");
     assert_no_console_errors(&page);
 }
 
