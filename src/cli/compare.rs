@@ -13,6 +13,7 @@ use crate::compare::ROWS;
 use crate::compare::presets;
 use crate::compare::scenario::Scenario;
 use crate::config::{CompareArgs, Config};
+use crate::export::{Library, read_policy};
 use crate::server::serve;
 
 /// Why `retrylab compare` stopped, in one line for the person.
@@ -354,6 +355,7 @@ fn table(report: &Value) -> String {
     if let Some(why) = report["tie_reason"].as_str() {
         lines.push(format!("why they tie: {why}"));
     }
+    lines.extend(take_home(&policies, &best));
     if let Some(line) = failure_ended(&policies) {
         lines.push(line);
     }
@@ -375,6 +377,27 @@ fn table(report: &Value) -> String {
     }
     lines.join("\n") + "\n"
 }
+/// For each policy judged best, the command that carries it home as a library's client
+/// (`retrylab export`), as the comparison page's "take it home" does: by its preset's name where
+/// the column ran the preset as it stands, else as the column's settings in JSON, the run's seed
+/// left out.
+fn take_home(policies: &[Value], best: &[String]) -> Vec<String> {
+    let libraries: Vec<&str> = Library::ALL.iter().map(|l| l.id()).collect();
+    let command = |name: &String| {
+        let column = policies.iter().find(|p| p["name"] == name.as_str())?;
+        let mut settings = column["policy"].clone();
+        settings.as_object_mut()?.remove("seed");
+        let json = serde_json::to_string(&settings).ok()?;
+        let as_preset = matches!((read_policy(name), read_policy(&json)), (Ok(a), Ok(b)) if a == b);
+        let policy = if as_preset { name.clone() } else { format!("'{json}'") };
+        Some(format!(
+            "take {name} home: retrylab export --policy {policy} --library LIB (LIB: {})",
+            libraries.join(", ")
+        ))
+    };
+    best.iter().filter_map(command).collect()
+}
+
 /// The grid: a row per defence, a column per policy, each cell the median [least-most] of the
 /// scenario's key figure over the cell's valid runs (on metastable, marked when the cell ended
 /// the failure). No cell is marked best: each row's verdict is among its policies alone.
@@ -567,5 +590,39 @@ mod tests {
         assert!(failure_ended(&stuck).unwrap().ends_with(": none of them; left it stuck: none"));
         let outage = [json!({"name": "none", "ends_failure": null}), json!({"name": "full"})];
         assert_eq!(failure_ended(&outage), None);
+    }
+
+    /// A policy judged best is carried home by name when its column ran the preset as it stands,
+    /// and as its settings otherwise; the command runs as printed (the policy reads back).
+    #[test]
+    fn each_policy_judged_best_is_offered_home_as_a_command_that_runs() {
+        let preset = serde_json::to_value(read_policy("full-jitter").unwrap()).unwrap();
+        let mut tuned = preset.clone();
+        tuned["base_ms"] = json!(50);
+        tuned["seed"] = json!(7);
+        let policies = [
+            json!({"name": "full-jitter", "policy": preset}),
+            json!({"name": "mine", "policy": tuned}),
+            json!({"name": "no-jitter", "policy": serde_json::to_value(read_policy("no-jitter").unwrap()).unwrap()}),
+        ];
+        let said = take_home(&policies, &["full-jitter".to_owned(), "mine".to_owned()]);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[0].starts_with(
+            "take full-jitter home: retrylab export --policy full-jitter --library LIB (LIB: urllib3,"
+        ));
+        let json = said[1].split('\'').nth(1).unwrap();
+        assert!(said[1].starts_with("take mine home: retrylab export --policy '{"), "{}", said[1]);
+        let read = read_policy(json).unwrap();
+        assert_eq!((read.base_ms, read.seed), (50, None), "the settings, the run's seed left out");
+        assert!(take_home(&policies, &[]).is_empty());
+        // The table prints it under the verdict.
+        let report = json!({
+            "scenario": "overload", "seed": 1, "runs": 5, "burst": 30, "key_figure": ["requests_per_delivered"],
+            "policies": policies, "verdict": {"best": ["full-jitter"], "result": "best on requests_per_delivered"},
+        });
+        let printed = table(&report);
+        let after = printed.split("verdict: best").nth(1).unwrap_or_default();
+        assert!(after.contains("take full-jitter home: retrylab export --policy full-jitter"), "{printed}");
+        assert!(!printed.contains("take mine home"), "{printed}");
     }
 }
