@@ -463,7 +463,7 @@ export function createControls(model, lab) {
     const json = JSON.stringify(settings);
     if (!homeSlot || homeSlot.dataset.policy === json) return;
     homeSlot.dataset.policy = json;
-    const fresh = takeHome("this lab's policy", settings);
+    const fresh = takeHome("this lab's policy", settings, 'take this policy home: a client for your retry library');
     fresh.open = homeSlot.firstElementChild?.open ?? false;
     homeSlot.replaceChildren(fresh);
   }

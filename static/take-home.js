@@ -7,18 +7,18 @@
 const LIBRARIES = ['urllib3', 'tenacity', 'stamina', 'httpx-retries', 'got', 'axios-retry', 'go-retryablehttp'];
 
 /**
- * "take it home": a library picker that asks the server for `settings` (a column's policy) as
- * that library's client program, and shows it with what the library cannot express and what
+ * "take it home" (or `label`): a library picker that asks the server for `settings` (a column's
+ * policy, or the lab's) as that library's client program, and shows it with what the library cannot express and what
  * `retrylab grade` will mark down in it. A policy that honours `Retry-After` offers to draw its
  * jitter past the header instead (`retry_after_mode: jitter_above`), the change the cautions
  * most often name.
  */
-export function takeHome(name, settings) {
+export function takeHome(name, settings, label = 'take it home') {
   const details = document.createElement('details');
   details.className = 'cmp-take-home';
   details.dataset.takeHome = name;
   const summary = document.createElement('summary');
-  summary.textContent = 'take it home';
+  summary.textContent = label;
   const pick = document.createElement('select');
   pick.setAttribute('aria-label', `library to write ${name} for`);
   pick.append(...LIBRARIES.map((id) => new Option(id, id)));

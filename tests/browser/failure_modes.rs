@@ -1031,6 +1031,9 @@ async fn the_lab_s_policy_goes_home_from_the_policy_drawer() {
         )
     };
     wait_for(&page, "the panel for the policy", &policy_is(100)).await;
+    let summary =
+        page.eval(&format!("document.querySelector(\"{home} summary\").textContent")).await.unwrap();
+    assert_eq!(summary, "take this policy home: a client for your retry library");
     let (code, said) = write_client(&page, home, "got").await;
     assert!(code.contains("import got from 'got'") && code.contains("\"base_ms\": 100"), "{code}");
     assert!(said.contains("caution: retry_after_mode floor"), "{said}");
