@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{Server, browser, list, wait_for, write_client};
 
 /// Chooses a scenario, the presets, the custom policy (name and JSON, or empty), a burst and a
-/// seed in the form, as typing and clicking would.
+/// seed in the form, as typing and clicking would, once the presets' boxes are there.
 async fn fill_form(
     page: &super::cdp::Page,
     scenario: &str,
@@ -16,6 +16,13 @@ async fn fill_form(
     custom: (&str, &str),
     burst: u64,
 ) {
+    // The preset boxes come from a fetched table: on a loaded machine the form can be on the
+    // page before them.
+    let boxes = format!(
+        "{}.every(p => !!document.querySelector(`#compare-form input[name=policy][value=${{JSON.stringify(p)}}]`))",
+        json!(presets)
+    );
+    wait_for(page, "the preset boxes", &boxes).await;
     let script = format!(
         "(() => {{ const f = document.getElementById('compare-form');
             f.querySelector(`input[name=scenario][value=${{JSON.stringify({scenario})}}]`).checked = true;
@@ -811,6 +818,9 @@ async fn take_it_home_writes_the_columns_policy_as_the_chosen_librarys_client() 
     let body = json!({"scenario": "outage", "burst": 5, "seed": 5, "runs": 1, "policies": ["full-jitter", "breaker-retry"]});
     let id = start_comparison(&server, &body).await;
     page.navigate(&server.url(&format!("/compare/{id}"))).await;
+    // Once it is done the table is drawn for good: a redraw would close an open panel.
+    wait_for(&page, "the comparison to finish", "document.getElementById('compare').dataset.done === 'true'")
+        .await;
     wait_for(&page, "the column heads", "!!document.querySelector(\"[data-take-home='breaker-retry']\")")
         .await;
     let (code, said) = write_client(&page, "[data-take-home='breaker-retry']", "got").await;

@@ -214,16 +214,16 @@ const COUNTERS: &str = "Object.fromEntries([...document.querySelectorAll('[data-
 
 /// Waits until the count a person reads for `name` is `value`.
 /// Opens the "take it home" panel `home` (and the drawer it is in), picks `library`, writes the
-/// client, and returns the program and what is said above it (what the library cannot express,
+/// client (all in one step, so no redraw falls between them), and returns the program and what is said above it (what the library cannot express,
 /// the cautions).
 async fn write_client(page: &Page, home: &str, library: &str) -> (String, String) {
     page.eval(&format!(
         "(() => {{ const d = document.querySelector(\"{home}\"); const drawer = d.closest('.drawer');
-            if (drawer) drawer.open = true; d.open = true; d.querySelector('select').value = '{library}'; return true; }})()"
+            if (drawer) drawer.open = true; d.open = true; d.querySelector('select').value = '{library}';
+            d.querySelector('button').click(); return true; }})()"
     ))
     .await
     .unwrap();
-    page.click(&format!("{home} button")).await;
     wait_for(page, "the program", &format!("!document.querySelector(\"{home} pre\").hidden")).await;
     let text = |part: &str| format!("document.querySelector(\"{home} {part}\").textContent");
     let code = page.eval(&text("pre")).await.unwrap().as_str().unwrap_or_default().to_owned();
