@@ -8,10 +8,7 @@ use crate::export::{Library, export, read_policy, with_retry_after_mode};
 /// said in one line.
 pub fn run(args: &ExportArgs) -> i32 {
     let read = read_policy(&args.policy)
-        .and_then(|policy| match &args.retry_after_mode {
-            Some(mode) => with_retry_after_mode(&policy, mode),
-            None => Ok(policy),
-        })
+        .and_then(|policy| with_retry_after_mode(policy, args.retry_after_mode.as_deref()))
         .and_then(|policy| Ok((policy, Library::parse(&args.library)?)));
     let (policy, library) = match read {
         Ok(read) => read,

@@ -129,10 +129,11 @@ pub fn read_policy(raw: &str) -> Result<Policy, Invalid> {
     Policy::default().updated(&update)
 }
 
-/// `policy` with its way with `Retry-After` set to `raw`, a mode's name as the policy writes it
-/// (`--retry-after-mode`, `retry_after_mode=`): the one setting an export's caution most often
-/// names, given beside a preset's name.
-pub fn with_retry_after_mode(policy: &Policy, raw: &str) -> Result<Policy, Invalid> {
+/// `policy`, with its way with `Retry-After` set to `mode` when one is given: a mode's name as
+/// the policy writes it (`--retry-after-mode`, `retry_after_mode=`), the one setting an export's
+/// caution most often names, given beside a preset's name.
+pub fn with_retry_after_mode(policy: Policy, mode: Option<&str>) -> Result<Policy, Invalid> {
+    let Some(raw) = mode else { return Ok(policy) };
     let mode: RetryAfterMode =
         serde_json::from_value(Value::String(raw.trim().to_owned())).map_err(|_| {
             let names: Vec<&str> = RetryAfterMode::ALL.iter().map(|&m| retry_after_mode_name(m)).collect();
@@ -366,7 +367,7 @@ mod tests {
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(said[0].starts_with("retry_after_mode floor: when a Retry-After is longer"), "{said:?}");
         assert!(said[0].contains("`jitter` warns") && said[0].contains("--retry-after-mode jitter_above"));
-        let above = with_retry_after_mode(&floor, "jitter_above").unwrap();
+        let above = with_retry_after_mode(floor.clone(), Some("jitter_above")).unwrap();
         assert_eq!(above.retry_after_mode, RetryAfterMode::JitterAbove);
         assert_eq!(cautions(&above), Vec::<String>::new());
         // A library that never jitters fails the check outright; one that ignores the header
@@ -380,7 +381,7 @@ mod tests {
             got.len() == 1 && got[0].starts_with("retry_after_mode exact: after a Retry-After"),
             "{got:?}"
         );
-        let wrong = with_retry_after_mode(&floor, "sometimes").unwrap_err();
+        let wrong = with_retry_after_mode(floor, Some("sometimes")).unwrap_err();
         assert_eq!(wrong.field, "retry_after_mode");
         assert!(wrong.detail.contains("floor, jitter_above, exact, exact_including_zero, nominal_floor"));
     }

@@ -42,10 +42,7 @@ pub async fn export_policy(
     let Query(params) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let policy =
         params.policy.ok_or_else(|| Invalid::new("policy", "policy: name a preset or give one as JSON"))?;
-    let mut policy = read_policy(&policy)?;
-    if let Some(mode) = &params.retry_after_mode {
-        policy = with_retry_after_mode(&policy, mode)?;
-    }
+    let policy = with_retry_after_mode(read_policy(&policy)?, params.retry_after_mode.as_deref())?;
     let library =
         params.library.ok_or_else(|| Invalid::new("library", "library: name the library to export to"))?;
     let library = Library::parse(&library)?;
